@@ -1,0 +1,98 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+let package = Package(
+    name: "StoreKeeper",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "AppStoreModels", targets: ["AppStoreModels"]),
+        .library(name: "AppStoreVerification", targets: ["AppStoreVerification"]),
+        .library(name: "AppStoreSigning", targets: ["AppStoreSigning"]),
+        .library(name: "AppStoreClient", targets: ["AppStoreClient"]),
+        .executable(name: "storekeeper", targets: ["StoreKeeperCLI"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
+        .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
+        .package(url: "https://github.com/vapor/jwt-kit.git", from: "5.7.1"),
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+    ],
+    targets: [
+        // Codable types for every Apple payload; no dependencies so the client SDK can share them.
+        .target(name: "AppStoreModels"),
+        // Pure, offline verification of JWS and PKCS#7 app receipts.
+        .target(
+            name: "AppStoreVerification",
+            dependencies: [
+                "AppStoreModels",
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+            ]
+        ),
+        // Signing in Apple's formats: a PKI shaped like Apple's, JWS, app receipts.
+        // Used by the local App Store and by every test suite.
+        .target(
+            name: "AppStoreSigning",
+            dependencies: [
+                "AppStoreModels",
+                "AppStoreVerification",
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+            ]
+        ),
+        // HTTP clients for the App Store Server API and legacy verifyReceipt.
+        .target(
+            name: "AppStoreClient",
+            dependencies: [
+                "AppStoreModels",
+                "AppStoreVerification",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .executableTarget(
+            name: "StoreKeeperCLI",
+            dependencies: [
+                "AppStoreModels",
+                "AppStoreVerification",
+                "AppStoreSigning",
+                "AppStoreClient",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        .testTarget(name: "AppStoreModelsTests", dependencies: ["AppStoreModels"]),
+        .testTarget(
+            name: "AppStoreVerificationTests",
+            dependencies: [
+                "AppStoreModels", "AppStoreVerification", "AppStoreSigning",
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+            ]
+        ),
+        .testTarget(
+            name: "AppStoreClientTests",
+            dependencies: [
+                "AppStoreModels", "AppStoreVerification", "AppStoreSigning", "AppStoreClient",
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]
+        ),
+        .testTarget(
+            name: "StoreKeeperCLITests",
+            dependencies: ["StoreKeeperCLI", "AppStoreSigning", "AppStoreVerification"]
+        ),
+    ]
+)
