@@ -1,0 +1,37 @@
+import Crypto
+import Foundation
+
+/// Signs payloads as the App Store does: ES256, compact serialization, `x5c` of
+/// leaf, intermediate, root (standard base64 DER).
+public struct JWSSigner: Sendable {
+    public let key: P256.Signing.PrivateKey
+    public let x5c: [String]
+
+    public init(key: P256.Signing.PrivateKey, chain: [[UInt8]]) {
+        self.key = key
+        self.x5c = chain.map { Data($0).base64EncodedString() }
+    }
+
+    /// Signs an Encodable payload.
+    public func sign<Payload: Encodable>(_ payload: Payload) throws -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return try sign(payloadBytes: Array(encoder.encode(payload)))
+    }
+
+    /// Signs raw payload bytes, optionally with a custom header (tests build forgeries this way).
+    public func sign(payloadBytes: [UInt8], header: [String: Any]? = nil) throws -> String {
+        let headerObject = header ?? ["alg": "ES256", "x5c": x5c]
+        let headerBytes = try JSONSerialization.data(withJSONObject: headerObject, options: [.sortedKeys])
+        let signingInput = Self.base64URL(headerBytes) + "." + Self.base64URL(payloadBytes)
+        let signature = try key.signature(for: Array(signingInput.utf8))
+        return signingInput + "." + Self.base64URL(signature.rawRepresentation)
+    }
+
+    public static func base64URL<Bytes: DataProtocol>(_ bytes: Bytes) -> String {
+        Data(bytes).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-")
+            .replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+}
