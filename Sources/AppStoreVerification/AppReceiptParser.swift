@@ -14,9 +14,11 @@ public enum AppReceiptParser {
     }
 
     /// Parses the payload (the bytes of the PKCS#7 `eContent`).
-    public static func parsePayload(_ bytes: ArraySlice<UInt8>) throws -> AppReceipt {
+    public static func parsePayload(_ bytes: ArraySlice<UInt8>, maxInAppPurchases: Int = 100_000) throws -> AppReceipt {
         var receipt = AppReceipt()
-        for attribute in try attributes(of: bytes, what: "receipt payload") {
+        // Each attribute is 4 elements; the payload holds ~20 plus one per purchase.
+        let budget = (maxInAppPurchases + 64) * 4 + 1
+        for attribute in try attributes(of: bytes, what: "receipt payload", maxNodes: budget) {
             let value = attribute.value
             switch attribute.type {
             case 0: receipt.receiptType = try string(value)
@@ -43,7 +45,7 @@ public enum AppReceiptParser {
 
     static func inAppPurchase(_ bytes: ArraySlice<UInt8>) throws -> AppReceiptInAppPurchase {
         var purchase = AppReceiptInAppPurchase()
-        for attribute in try attributes(of: bytes, what: "in-app purchase") {
+        for attribute in try attributes(of: bytes, what: "in-app purchase", maxNodes: 4 * 64 + 1) {
             let value = attribute.value
             switch attribute.type {
             case 1701: purchase.quantity = try integer(value)
@@ -71,10 +73,13 @@ public enum AppReceiptParser {
     }
 
     /// `SET OF SEQUENCE { type INTEGER, version INTEGER, value OCTET STRING }`.
-    static func attributes(of bytes: ArraySlice<UInt8>, what: String) throws -> [Attribute] {
+    static func attributes(of bytes: ArraySlice<UInt8>, what: String, maxNodes: Int) throws -> [Attribute] {
         let root: ASN1Node
         do {
+            try ASN1Budget.check(bytes, maxNodes: maxNodes)
             root = try BER.parse(bytes)
+        } catch let error as ASN1Budget.Exceeded {
+            throw MalformedReceipt(reason: "\(what): \(error.description)")
         } catch {
             throw MalformedReceipt(reason: "\(what) is not valid ASN.1 (\(error))")
         }
@@ -145,6 +150,7 @@ public enum AppReceiptParser {
 
     private static func innerNode(_ value: ArraySlice<UInt8>) throws -> ASN1Node {
         do {
+            try ASN1Budget.check(value, maxNodes: 1)
             return try BER.parse(value)
         } catch {
             throw MalformedReceipt(reason: "receipt attribute value is not a complete ASN.1 element")

@@ -71,8 +71,14 @@ public struct AppReceiptVerifier: Sendable {
         // Signature first (cheap, and says whether the certificates are even relevant), then
         // the path from the signer to a trusted root.
         let signer = try content.verifySignature()
-        _ = try await ChainValidator.validate(
+        let chain = try await ChainValidator.validate(
             leaf: signer, intermediates: content.certificates, roots: roots, at: time, onlineChecks: nil)
+        // Every certificate the receipt carries is on the path or a copy of a trusted root, so
+        // no byte of the receipt is left unchecked.
+        for certificate in content.certificates where !chain.contains(certificate) && !roots.contains(certificate) {
+            throw VerificationFailure.invalidChain(
+                "receipt carries a certificate that is not on its signing path: \(certificate.subject)")
+        }
 
         if let expected = bundleId, receipt.bundleId != expected {
             throw VerificationFailure.wrongBundle(expected: expected, actual: receipt.bundleId)

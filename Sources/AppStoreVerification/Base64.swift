@@ -55,8 +55,11 @@ enum Base64 {
                 output.append(UInt8(truncatingIfNeeded: accumulator >> UInt32(bits)))
             }
         }
-        // 6 leftover bits cannot come from whole bytes; more than two '=' is not base64.
+        // 6 leftover bits cannot come from whole bytes; more than two '=' is not base64; and
+        // leftover bits must be zero, so each byte string has exactly one encoding and an
+        // edit to any character of a signed segment changes the signed bytes.
         if bits >= 6 || padding > 2 { return nil }
+        if bits > 0 && accumulator & ((1 << UInt32(bits)) - 1) != 0 { return nil }
         return output
     }
 }

@@ -53,11 +53,15 @@ struct PKCS7SignedData {
     init(_ bytes: [UInt8]) throws {
         let root: ASN1Node
         do {
+            // The container is a few certificates and one big OCTET STRING: a few thousand
+            // elements. More means a hostile shape, refused before swift-asn1 builds it.
+            try ASN1Budget.check(bytes[...], maxNodes: 20_000)
             root = try BER.parse(bytes)
+        } catch let error as ASN1Budget.Exceeded {
+            throw Self.malformed(error.description)
         } catch {
             throw Self.malformed("not ASN.1")
         }
-        guard root.encodedBytes.count == bytes.count else { throw Self.malformed("trailing bytes after the receipt") }
         // ContentInfo ::= SEQUENCE { contentType OID, content [0] EXPLICIT SignedData }
         var info = try Self.children(root, .sequence, "ContentInfo")
         guard let typeNode = info.next(), (try? ASN1ObjectIdentifier(berEncoded: typeNode)) == OID.signedData else {
@@ -72,8 +76,13 @@ struct PKCS7SignedData {
         var fields = try Self.children(signedDataNode, .sequence, "SignedData")
         guard let versionNode = fields.next(), versionNode.identifier == .integer,
             let digestSet = fields.next(), digestSet.identifier == .set,
+            case .constructed(let digestNodes) = digestSet.content,
             let encap = fields.next()
         else { throw Self.malformed("SignedData is incomplete") }
+        // Apple's receipts (and RFC 5652 for this shape) are version 1; accepting only that
+        // leaves no unsigned field that could be edited unnoticed.
+        guard Self.isVersionOne(versionNode) else { throw Self.malformed("SignedData version is not 1") }
+        let digestAlgorithms = try digestNodes.map(Self.algorithm)
 
         var encapFields = try Self.children(encap, .sequence, "EncapsulatedContentInfo")
         guard let contentType = encapFields.next(), (try? ASN1ObjectIdentifier(berEncoded: contentType)) == OID.data
@@ -117,15 +126,19 @@ struct PKCS7SignedData {
         self.payload = payload
         self.certificates = certificates
         self.signer = try Self.signerInfo(signerNode)
+        // RFC 5652 §5.1: the signer's digest algorithm is listed in the SignedData.
+        guard digestAlgorithms.contains(signer.digestAlgorithm) else {
+            throw Self.malformed("the signer's digest algorithm is not listed in SignedData")
+        }
     }
 
     // SignerInfo ::= SEQUENCE { version, sid IssuerAndSerialNumber, digestAlgorithm,
     //   signedAttrs [0] IMPLICIT OPTIONAL, signatureAlgorithm, signature OCTET STRING, … }
     private static func signerInfo(_ node: ASN1Node) throws -> SignerInfo {
         var fields = try children(node, .sequence, "SignerInfo")
-        guard let version = fields.next(), version.identifier == .integer, let sid = fields.next(),
+        guard let version = fields.next(), isVersionOne(version), let sid = fields.next(),
             let digestNode = fields.next()
-        else { throw malformed("SignerInfo is incomplete") }
+        else { throw malformed("SignerInfo is incomplete or not version 1") }
         var sidFields = try children(sid, .sequence, "signer identifier")
         guard let issuerNode = sidFields.next(), let serialNode = sidFields.next(), serialNode.identifier == .integer,
             case .primitive(let serial) = serialNode.content,
@@ -250,13 +263,24 @@ struct PKCS7SignedData {
         }
     }
 
-    /// AlgorithmIdentifier ::= SEQUENCE { algorithm OID, parameters ANY OPTIONAL }
+    /// AlgorithmIdentifier ::= SEQUENCE { algorithm OID, parameters ANY OPTIONAL }; for the
+    /// hash and RSA algorithms used here the parameters are absent or NULL.
     private static func algorithm(_ node: ASN1Node) throws -> ASN1ObjectIdentifier {
         var fields = try children(node, .sequence, "AlgorithmIdentifier")
         guard let oidNode = fields.next(), let oid = try? ASN1ObjectIdentifier(berEncoded: oidNode) else {
             throw malformed("AlgorithmIdentifier lacks an OID")
         }
+        if let parameters = fields.next() {
+            guard parameters.identifier == .null, case .primitive(let bytes) = parameters.content, bytes.isEmpty,
+                fields.next() == nil
+            else { throw malformed("algorithm parameters must be absent or NULL") }
+        }
         return oid
+    }
+
+    private static func isVersionOne(_ node: ASN1Node) -> Bool {
+        guard node.identifier == .integer, case .primitive(let bytes) = node.content else { return false }
+        return bytes.elementsEqual([1])
     }
 
     private static func children(
