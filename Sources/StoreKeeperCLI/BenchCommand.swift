@@ -1,0 +1,203 @@
+import AppStoreModels
+import AppStoreSigning
+import AppStoreVerification
+import ArgumentParser
+import Crypto
+import Foundation
+
+/// `storekeeper bench`: verification throughput as ratios to raw P-256 verification measured
+/// in the same run, and app-receipt cost by size. Run it in release:
+/// `swift run -c release storekeeper bench`.
+struct BenchCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "bench",
+        abstract: "Benchmark verification (JWS with and without the chain cache, app receipts) on this machine."
+    )
+
+    @Option(help: "Seconds per throughput measurement.")
+    var seconds: Double = 3
+
+    @Option(help: "Receipt sizes (in-app purchases) to measure.")
+    var receiptSizes: [Int] = [1, 100, 10_000]
+
+    func run() async throws {
+        let pki = try ApplePKI.generate(name: "Bench")
+        let signedDate: Int64 = 1_767_225_605_000
+        let transaction = JWSTransactionDecodedPayload(
+            transactionId: "2000000000000001", originalTransactionId: "2000000000000001",
+            bundleId: "com.example.app", productId: "coins_60", purchaseDate: signedDate, quantity: 1,
+            type: .consumable, inAppOwnershipType: .purchased, signedDate: signedDate, environment: .production,
+            storefront: "USA", storefrontId: "143441", transactionReason: .purchase, currency: "USD", price: 990)
+        let jws = try pki.jwsSigner.sign(transaction)
+        let configuration = VerificationConfiguration(
+            trustedRoots: [pki.root.derBytes], bundleId: "com.example.app", environments: [.production])
+        let cached = try SignedDataVerifier(configuration)
+        var uncachedConfiguration = configuration
+        uncachedConfiguration.chainCacheCapacity = 0
+        let uncached = try SignedDataVerifier(uncachedConfiguration)
+
+        // Baseline: one ES256 verification of the very bytes the JWS signs.
+        let parts = jws.split(separator: ".")
+        let signingInput = Array("\(parts[0]).\(parts[1])".utf8)
+        let signature = try P256.Signing.ECDSASignature(rawRepresentation: Self.base64URLDecode(String(parts[2])))
+        let publicKey = pki.leaf.privateKey.publicKey
+
+        print("# StoreKeeper verification benchmark")
+        print("")
+        print("machine: \(Self.machine()), \(ProcessInfo.processInfo.activeProcessorCount) cores; \(seconds) s per figure")
+        print("")
+
+        let raw = try await measure { precondition(publicKey.isValidSignature(signature, for: signingInput)) }
+        let warm = try await measure { _ = try await cached.verifyTransaction(jws) }
+        let cold = try await measure { _ = try await uncached.verifyTransaction(jws) }
+        let parallel = try await measureParallel(tasks: ProcessInfo.processInfo.activeProcessorCount) {
+            _ = try await cached.verifyTransaction(jws)
+        }
+        let rawParallel = try await measureParallel(tasks: ProcessInfo.processInfo.activeProcessorCount) {
+            precondition(publicKey.isValidSignature(signature, for: signingInput))
+        }
+
+        print("| measurement (one core unless noted) | ops/s | µs/op | ratio |")
+        print("|---|---:|---:|---:|")
+        row("raw ES256 verify, swift-crypto (baseline)", raw, baseline: raw)
+        row("JWS transaction, verified-chain cache (steady state)", warm, baseline: raw)
+        row("JWS transaction, full chain every time (Apple's library offline)", cold, baseline: raw)
+        row("raw ES256 verify, all cores", rawParallel, baseline: rawParallel)
+        row("JWS transaction with cache, all cores", parallel, baseline: rawParallel)
+        print("")
+        print(String(format: "cache speed-up over full chain verification: %.1f×", warm / cold))
+        print(String(format: "cached JWS verification per core vs raw ES256: %.2f (target ≥ 0.8)", warm / raw))
+        print("")
+
+        guard let receiptSigner = pki.receiptSigner, let receiptRoot = pki.receiptRoot else { return }
+        let receiptVerifier = try AppReceiptVerifier(
+            trustedRoots: [receiptRoot.derBytes], bundleId: "com.example.app", environments: [.production])
+        print("| app receipt | bytes | parse + verify (median) | purchases/s | peak memory above baseline |")
+        print("|---|---:|---:|---:|---:|")
+        for size in receiptSizes {
+            let receipt = Self.receipt(purchases: size)
+            let bytes = try receiptSigner.sign(receipt)
+            _ = try await receiptVerifier.verify(bytes)  // warm-up
+            let runs = size >= 10_000 ? 5 : 25
+            var timings: [Double] = []
+            var peak = 0
+            for _ in 0..<runs {
+                let before = Memory.resetPeak()
+                let start = ContinuousClock.now
+                let parsed = try await receiptVerifier.verify(bytes)
+                timings.append(Self.seconds(ContinuousClock.now - start))
+                peak = max(peak, Memory.peak() - before)
+                precondition(parsed.inAppPurchases.count == size)
+            }
+            let median = timings.sorted()[timings.count / 2]
+            print(
+                "| \(size) in-app | \(bytes.count) | \(String(format: "%.2f ms", median * 1000)) | "
+                    + "\(String(format: "%.0f", Double(size) / median)) | \(Memory.format(peak)) |")
+        }
+    }
+
+    private func row(_ name: String, _ opsPerSecond: Double, baseline: Double) {
+        print(
+            "| \(name) | \(String(format: "%.0f", opsPerSecond)) | \(String(format: "%.1f", 1e6 / opsPerSecond)) | "
+                + "\(String(format: "%.2f", opsPerSecond / baseline)) |")
+    }
+
+    private func measure(_ body: () async throws -> Void) async throws -> Double {
+        for _ in 0..<200 { try await body() }  // warm-up: caches, allocator
+        let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
+        let start = ContinuousClock.now
+        var count = 0
+        while ContinuousClock.now < deadline {
+            for _ in 0..<64 { try await body() }
+            count += 64
+        }
+        return Double(count) / Self.seconds(ContinuousClock.now - start)
+    }
+
+    private func measureParallel(tasks: Int, _ body: @escaping @Sendable () async throws -> Void) async throws -> Double {
+        let duration = Duration.milliseconds(Int64(seconds * 1000))
+        let start = ContinuousClock.now
+        let total = try await withThrowingTaskGroup(of: Int.self) { group in
+            for _ in 0..<tasks {
+                group.addTask {
+                    let deadline = ContinuousClock.now + duration
+                    var count = 0
+                    while ContinuousClock.now < deadline {
+                        for _ in 0..<64 { try await body() }
+                        count += 64
+                    }
+                    return count
+                }
+            }
+            return try await group.reduce(0, +)
+        }
+        return Double(total) / Self.seconds(ContinuousClock.now - start)
+    }
+
+    static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+    }
+
+    static func base64URLDecode(_ text: String) -> Data {
+        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while base64.count % 4 != 0 { base64 += "=" }
+        return Data(base64Encoded: base64) ?? Data()
+    }
+
+    static func receipt(purchases: Int) -> AppReceipt {
+        let created = Date(timeIntervalSince1970: 1_767_225_600)
+        var items: [AppReceiptInAppPurchase] = []
+        items.reserveCapacity(purchases)
+        for index in 0..<purchases {
+            let id = String(2_000_000_000_000_000 + index)
+            var item = AppReceiptInAppPurchase(quantity: 1, productId: "coins_60", transactionId: id)
+            item.purchaseDate = created
+            item.originalTransactionId = id
+            item.originalPurchaseDate = created
+            item.webOrderLineItemId = String(1_000_000 + index)
+            item.isTrialPeriod = false
+            item.isInIntroOfferPeriod = false
+            items.append(item)
+        }
+        var receipt = AppReceipt(inAppPurchases: items)
+        receipt.receiptType = "Production"
+        receipt.bundleId = "com.example.app"
+        receipt.applicationVersion = "1"
+        receipt.opaqueValue = Array(repeating: 1, count: 16)
+        receipt.sha1Hash = Array(repeating: 2, count: 20)
+        receipt.creationDate = created
+        receipt.originalApplicationVersion = "1.0"
+        return receipt
+    }
+
+    static func machine() -> String {
+        guard let cpuinfo = try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8),
+            let line = cpuinfo.split(separator: "\n").first(where: { $0.hasPrefix("model name") }),
+            let name = line.split(separator: ":", maxSplits: 1).last
+        else { return "unknown CPU" }
+        return name.trimmingCharacters(in: .whitespaces)
+    }
+}
+
+/// Peak resident memory on Linux: VmHWM, reset through /proc/self/clear_refs.
+enum Memory {
+    /// Resets the high-water mark and returns the current resident size.
+    static func resetPeak() -> Int {
+        try? "5".write(toFile: "/proc/self/clear_refs", atomically: false, encoding: .utf8)
+        return field("VmRSS")
+    }
+
+    static func peak() -> Int { field("VmHWM") }
+
+    private static func field(_ name: String) -> Int {
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix(name + ":") })
+        else { return 0 }
+        let kilobytes = line.split(separator: " ").compactMap { Int($0) }.first ?? 0
+        return kilobytes * 1024
+    }
+
+    static func format(_ bytes: Int) -> String {
+        bytes >= 1 << 20 ? String(format: "%.1f MiB", Double(bytes) / 1_048_576) : "\(bytes / 1024) KiB"
+    }
+}

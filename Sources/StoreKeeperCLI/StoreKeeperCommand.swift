@@ -1,0 +1,10 @@
+import ArgumentParser
+
+@main
+struct StoreKeeperCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "storekeeper",
+        abstract: "StoreKeeper: a self-hosted App Store in-app-purchase system.",
+        subcommands: [VerifyCommand.self, BenchCommand.self]
+    )
+}
