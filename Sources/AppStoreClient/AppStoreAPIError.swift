@@ -51,7 +51,9 @@ public struct AppStoreAPIError: Error, Hashable, Sendable, CustomStringConvertib
     }
 
     /// Apple's Server API error codes that Apple itself lists as "retry".
-    public static let retryableServerAPICodes: Set<Int64> = [4_040_002, 4_040_004, 4_040_006, 5_000_000, 5_000_001, 4_290_000]
+    public static let retryableServerAPICodes: Set<Int64> = [
+        4_040_002, 4_040_004, 4_040_006, 5_000_000, 5_000_001, 4_290_000,
+    ]
 
     /// `TransactionIdNotFoundError`: usually the id belongs to the other environment.
     public static let transactionIdNotFound: Int64 = 4_040_010

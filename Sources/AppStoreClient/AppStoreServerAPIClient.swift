@@ -88,7 +88,8 @@ public final class AppStoreServerAPIClient: Sendable {
     }
 
     /// Get Refund History (v2), one page — `GET /inApps/v2/refund/lookup/{transactionId}`.
-    public func getRefundHistory(_ transactionId: String, revision: String? = nil) async throws -> RefundHistoryResponse {
+    public func getRefundHistory(_ transactionId: String, revision: String? = nil) async throws -> RefundHistoryResponse
+    {
         try await send(
             .GET, "/inApps/v2/refund/lookup/\(try pathSegment(transactionId))",
             query: revision.map { [("revision", $0)] } ?? [])
@@ -275,7 +276,8 @@ public final class AppStoreServerAPIClient: Sendable {
     static func classify(status: Int, headers: HTTPHeaders, body: [UInt8]) -> AppStoreAPIError {
         if status == 401 {
             return AppStoreAPIError(
-                kind: .unauthorized, httpStatus: 401, message: "Apple refused the API token (key, issuer, bundle id, clock?)",
+                kind: .unauthorized, httpStatus: 401,
+                message: "Apple refused the API token (key, issuer, bundle id, clock?)",
                 isRetryable: false)
         }
         let payload = try? JSONDecoder().decode(ServerAPIErrorPayload.self, from: Data(body))
@@ -283,7 +285,8 @@ public final class AppStoreServerAPIClient: Sendable {
         if status == 429 {
             // Apple's Retry-After is a UNIX time in milliseconds; accept seconds-to-wait too.
             var retryAfter: Date?
-            if let value = headers.first(name: "Retry-After").flatMap({ Int64($0.trimmingCharacters(in: .whitespaces)) }) {
+            if let value = headers.first(name: "Retry-After").flatMap({ Int64($0.trimmingCharacters(in: .whitespaces)) }
+            ) {
                 retryAfter =
                     value > 1_000_000_000_000
                     ? Date(timeIntervalSince1970: Double(value) / 1000) : Date().addingTimeInterval(Double(value))
@@ -323,7 +326,10 @@ public final class AppStoreServerAPIClient: Sendable {
 
 /// Query filters of Get Transaction History (v2). Repeated values are OR-ed, filters AND-ed.
 public struct TransactionHistoryFilter: Sendable, Hashable {
-    public enum Sort: String, Sendable { case ascending = "ASCENDING", descending = "DESCENDING" }
+    public enum Sort: String, Sendable {
+        case ascending = "ASCENDING"
+        case descending = "DESCENDING"
+    }
     public var startDate: Int64?
     public var endDate: Int64?
     public var productIds: [String]

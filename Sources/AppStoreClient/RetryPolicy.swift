@@ -31,7 +31,9 @@ public struct RetryPolicy: Sendable, Hashable {
         guard error.isRetryable, attempt < maxAttempts else { return nil }
         if let retryAfter = error.retryAfter {
             let wait = max(0, retryAfter.timeIntervalSince(now))
-            guard wait <= Double(maxRetryAfterWait.components.seconds) + Double(maxRetryAfterWait.components.attoseconds) / 1e18
+            guard
+                wait <= Double(maxRetryAfterWait.components.seconds) + Double(maxRetryAfterWait.components.attoseconds)
+                    / 1e18
             else { return nil }
             return .milliseconds(Int64(wait * 1000))
         }

@@ -98,7 +98,8 @@ public final class VerifyReceiptClient: Sendable {
             case 21100...21199: ("Apple internal data access error", response.isRetryable?.boolValue ?? false)
             default: ("unknown verifyReceipt status \(status)", false)
             }
-        return AppStoreAPIError(kind: .apple, httpStatus: 200, errorCode: status, message: message, isRetryable: retryable)
+        return AppStoreAPIError(
+            kind: .apple, httpStatus: 200, errorCode: status, message: message, isRetryable: retryable)
     }
 
     private func post(_ body: Data, to environment: AppStoreEnvironment) async throws -> VerifyReceiptResponse {

@@ -150,7 +150,10 @@ public enum LegacyDateFormat {
         var calendar = Calendar(identifier: .gregorian)
         calendar.timeZone = timeZone
         let c = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
-        func two(_ value: Int?) -> String { let v = value ?? 0; return v < 10 ? "0\(v)" : "\(v)" }
+        func two(_ value: Int?) -> String {
+            let v = value ?? 0
+            return v < 10 ? "0\(v)" : "\(v)"
+        }
         return "\(c.year ?? 0)-\(two(c.month))-\(two(c.day)) \(two(c.hour)):\(two(c.minute)):\(two(c.second)) \(name)"
     }
 }

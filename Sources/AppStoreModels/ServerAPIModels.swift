@@ -167,7 +167,8 @@ public struct ExtendRenewalDateRequest: Codable, Hashable, Sendable {
     public var extendReasonCode: ExtendReasonCode?
     public var requestIdentifier: String?
 
-    public init(extendByDays: Int32? = nil, extendReasonCode: ExtendReasonCode? = nil, requestIdentifier: String? = nil) {
+    public init(extendByDays: Int32? = nil, extendReasonCode: ExtendReasonCode? = nil, requestIdentifier: String? = nil)
+    {
         self.extendByDays = extendByDays
         self.extendReasonCode = extendReasonCode
         self.requestIdentifier = requestIdentifier

@@ -20,7 +20,9 @@ public struct AppReceiptSigner: Sendable {
     /// The signed receipt (DER). With `signedAttributes` the signature covers content type,
     /// message digest and signing time, as newer Apple receipts do; without, the content itself.
     public func sign(_ receipt: AppReceipt, signedAttributes: Bool = true) throws -> [UInt8] {
-        try sign(payload: AppReceiptEncoder.payload(receipt), signingTime: signedAttributes ? receipt.creationDate ?? Date() : nil)
+        try sign(
+            payload: AppReceiptEncoder.payload(receipt),
+            signingTime: signedAttributes ? receipt.creationDate ?? Date() : nil)
     }
 
     public func sign(payload: [UInt8], signingTime: Date?) throws -> [UInt8] {

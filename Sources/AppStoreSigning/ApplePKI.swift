@@ -57,17 +57,20 @@ public struct ApplePKI: Sendable {
             let rsaRootName = try DistinguishedName.named("\(name) Inc. Root")
             let rsaRoot = try CertificateFactory.make(
                 subject: rsaRootName, issuer: rsaRootName, publicKey: .init(rsaRootKey.publicKey),
-                issuerKey: .init(rsaRootKey), signatureAlgorithm: .sha256WithRSAEncryption, isCA: true, notBefore: notBefore, notAfter: notAfter)
+                issuerKey: .init(rsaRootKey), signatureAlgorithm: .sha256WithRSAEncryption, isCA: true,
+                notBefore: notBefore, notAfter: notAfter)
             let rsaIntermediateKey = try _RSA.Signing.PrivateKey(keySize: .bits2048)
             let rsaIntermediate = try CertificateFactory.make(
                 subject: try .named("\(name) WWDR Receipts"), issuer: rsaRootName,
-                publicKey: .init(rsaIntermediateKey.publicKey), issuerKey: .init(rsaRootKey), signatureAlgorithm: .sha256WithRSAEncryption, isCA: true,
+                publicKey: .init(rsaIntermediateKey.publicKey), issuerKey: .init(rsaRootKey),
+                signatureAlgorithm: .sha256WithRSAEncryption, isCA: true,
                 appleOIDs: [AppleOID.wwdrIntermediate], notBefore: notBefore, notAfter: notAfter)
             let rsaLeafKey = try _RSA.Signing.PrivateKey(keySize: .bits2048)
             let rsaLeaf = try CertificateFactory.make(
                 subject: try .named("\(name) Mac App Store and iTunes Store Receipt Signing"),
                 issuer: rsaIntermediate.subject, publicKey: .init(rsaLeafKey.publicKey),
-                issuerKey: .init(rsaIntermediateKey), signatureAlgorithm: .sha256WithRSAEncryption, isCA: false, appleOIDs: [AppleOID.receiptSigning],
+                issuerKey: .init(rsaIntermediateKey), signatureAlgorithm: .sha256WithRSAEncryption, isCA: false,
+                appleOIDs: [AppleOID.receiptSigning],
                 notBefore: notBefore, notAfter: notAfter)
             pki.receiptRoot = .init(certificate: rsaRoot, privateKey: rsaRootKey)
             pki.receiptIntermediate = .init(certificate: rsaIntermediate, privateKey: rsaIntermediateKey)
@@ -105,7 +108,8 @@ public enum CertificateFactory {
         appleOIDs: [ASN1ObjectIdentifier] = [],
         notBefore: Date,
         notAfter: Date,
-        serialNumber: Certificate.SerialNumber = .init()
+        serialNumber: Certificate.SerialNumber = .init(),
+        ocspURI: String? = nil
     ) throws -> Certificate {
         let extensions = try Certificate.Extensions {
             if isCA {
@@ -114,6 +118,9 @@ public enum CertificateFactory {
             } else {
                 Critical(BasicConstraints.notCertificateAuthority)
                 Critical(KeyUsage(digitalSignature: true))
+            }
+            if let ocspURI {
+                AuthorityInformationAccess([.init(method: .ocspServer, location: .uniformResourceIdentifier(ocspURI))])
             }
             for oid in appleOIDs {
                 // Apple's extensions carry an ASN.1 NULL; only their presence matters.

@@ -91,4 +91,3 @@ public struct AppReceiptVerifier: Sendable {
         return receipt
     }
 }
-

@@ -34,10 +34,12 @@ struct AppleOIDPolicy: VerifierPolicy {
             return .failsToMeetPolicy(reason: "certificate path too short for Apple's OIDs")
         }
         guard chain[0].extensions[oid: AppleOID.receiptSigning] != nil else {
-            return .failsToMeetPolicy(reason: "leaf certificate lacks Apple's receipt-signing OID 1.2.840.113635.100.6.11.1")
+            return .failsToMeetPolicy(
+                reason: "leaf certificate lacks Apple's receipt-signing OID 1.2.840.113635.100.6.11.1")
         }
         guard chain[1].extensions[oid: AppleOID.wwdrIntermediate] != nil else {
-            return .failsToMeetPolicy(reason: "intermediate certificate lacks Apple's WWDR OID 1.2.840.113635.100.6.2.1")
+            return .failsToMeetPolicy(
+                reason: "intermediate certificate lacks Apple's WWDR OID 1.2.840.113635.100.6.2.1")
         }
         return .meetsPolicy
     }

@@ -38,7 +38,8 @@ final class RecordingOCSPRequester: OCSPRequester {
             return .response(try await transport.send(request: request, to: uri))
         } catch {
             networkFailure.withLock { $0 = "OCSP responder \(uri) unreachable: \(error)" }
-            return .nonTerminalError(error)
+            // Terminal: hard-fail means no answer is no pass (a non-terminal error would pass).
+            return .terminalError(error)
         }
     }
 }

@@ -116,7 +116,8 @@ struct PKCS7SignedData {
             next = fields.next()
         }
         if let node = next, node.identifier == Self.contextOne { next = fields.next() }
-        guard let signerInfos = next, signerInfos.identifier == .set, case .constructed(let signers) = signerInfos.content
+        guard let signerInfos = next, signerInfos.identifier == .set,
+            case .constructed(let signers) = signerInfos.content
         else { throw Self.malformed("missing signerInfos") }
         var signerIterator = signers.makeIterator()
         guard let signerNode = signerIterator.next(), signerIterator.next() == nil else {
@@ -142,7 +143,7 @@ struct PKCS7SignedData {
         var sidFields = try children(sid, .sequence, "signer identifier")
         guard let issuerNode = sidFields.next(), let serialNode = sidFields.next(), serialNode.identifier == .integer,
             case .primitive(let serial) = serialNode.content,
-            let issuer = try? DistinguishedName(derEncoded: Array(issuerNode.encodedBytes))
+            let issuer = try? DistinguishedName(derEncoded: issuerNode)
         else { throw malformed("signer is not identified by issuer and serial number") }
         let digestAlgorithm = try algorithm(digestNode)
 

@@ -49,11 +49,13 @@ public struct ProofInspector: Sendable {
         if text.split(separator: ".", omittingEmptySubsequences: false).count == 3, !text.contains(" ") {
             switch Self.jwsKind(text) {
             case .notification:
-                return Output(kind: .notification, json: try Self.render(await jwsVerifier.verifyNotification(text).payload))
+                return Output(
+                    kind: .notification, json: try Self.render(await jwsVerifier.verifyNotification(text).payload))
             case .renewalInfo:
                 return Output(kind: .renewalInfo, json: try Self.render(await jwsVerifier.verifyRenewalInfo(text)))
             case .appTransaction:
-                return Output(kind: .appTransaction, json: try Self.render(await jwsVerifier.verifyAppTransaction(text)))
+                return Output(
+                    kind: .appTransaction, json: try Self.render(await jwsVerifier.verifyAppTransaction(text)))
             default:
                 return Output(kind: .transaction, json: try Self.render(await jwsVerifier.verifyTransaction(text)))
             }
@@ -78,7 +80,9 @@ public struct ProofInspector: Sendable {
         if object["receiptType"] != nil || object["appTransactionId"] != nil && object["originalTransactionId"] == nil {
             return .appTransaction
         }
-        if object["autoRenewStatus"] != nil || object["autoRenewProductId"] != nil || object["originalTransactionId"] != nil {
+        if object["autoRenewStatus"] != nil || object["autoRenewProductId"] != nil
+            || object["originalTransactionId"] != nil
+        {
             return .renewalInfo
         }
         return .transaction

@@ -17,6 +17,9 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Seconds per throughput measurement.")
     var seconds: Double = 3
 
+    @Flag(help: "Also time the parts of a verification.")
+    var breakdown = false
+
     @Option(help: "Receipt sizes (in-app purchases) to measure.")
     var receiptSizes: [Int] = [1, 100, 10_000]
 
@@ -44,7 +47,9 @@ struct BenchCommand: AsyncParsableCommand {
 
         print("# StoreKeeper verification benchmark")
         print("")
-        print("machine: \(Self.machine()), \(ProcessInfo.processInfo.activeProcessorCount) cores; \(seconds) s per figure")
+        print(
+            "machine: \(Self.machine()), \(ProcessInfo.processInfo.activeProcessorCount) cores; \(seconds) s per figure"
+        )
         print("")
 
         let raw = try await measure { precondition(publicKey.isValidSignature(signature, for: signingInput)) }
@@ -57,6 +62,20 @@ struct BenchCommand: AsyncParsableCommand {
             precondition(publicKey.isValidSignature(signature, for: signingInput))
         }
 
+        if breakdown {
+            let payloadBytes = Data(Self.base64URLDecode(String(parts[1])))
+            let headerBytes = Data(Self.base64URLDecode(String(parts[0])))
+            let payloadDecode = try await measure {
+                _ = try JSONDecoder().decode(JWSTransactionDecodedPayload.self, from: payloadBytes)
+            }
+            let headerDecode = try await measure {
+                _ = try JSONDecoder().decode(JWSDecodedHeader.self, from: headerBytes)
+            }
+            let serialization = try await measure { _ = try JSONSerialization.jsonObject(with: payloadBytes) }
+            print(
+                "breakdown µs: payload JSONDecoder \(1e6 / payloadDecode), header JSONDecoder \(1e6 / headerDecode), payload JSONSerialization \(1e6 / serialization)"
+            )
+        }
         print("| measurement (one core unless noted) | ops/s | µs/op | ratio |")
         print("|---|---:|---:|---:|")
         row("raw ES256 verify, swift-crypto (baseline)", raw, baseline: raw)
@@ -114,7 +133,8 @@ struct BenchCommand: AsyncParsableCommand {
         return Double(count) / Self.seconds(ContinuousClock.now - start)
     }
 
-    private func measureParallel(tasks: Int, _ body: @escaping @Sendable () async throws -> Void) async throws -> Double {
+    private func measureParallel(tasks: Int, _ body: @escaping @Sendable () async throws -> Void) async throws -> Double
+    {
         let duration = Duration.milliseconds(Int64(seconds * 1000))
         let start = ContinuousClock.now
         let total = try await withThrowingTaskGroup(of: Int.self) { group in

@@ -7,7 +7,8 @@ import Foundation
 struct VerifyCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "verify",
-        abstract: "Verify an App Store JWS (transaction, renewal info, notification, app transaction) or an app receipt.",
+        abstract:
+            "Verify an App Store JWS (transaction, renewal info, notification, app transaction) or an app receipt.",
         discussion: """
             Detects the kind of FILE ('-' for standard input), verifies it offline against Apple's roots \
             (or --root), and prints the decoded payload as JSON. On failure prints '<error_code>: <reason>' \
@@ -15,7 +16,8 @@ struct VerifyCommand: AsyncParsableCommand {
             """
     )
 
-    @Option(name: .customLong("root"), help: "A trusted root certificate (PEM or DER). Repeatable. Default: Apple's roots.")
+    @Option(
+        name: .customLong("root"), help: "A trusted root certificate (PEM or DER). Repeatable. Default: Apple's roots.")
     var roots: [String] = []
 
     @Option(name: .customLong("bundle-id"), help: "Require this bundle id.")

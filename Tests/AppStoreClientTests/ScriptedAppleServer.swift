@@ -109,9 +109,11 @@ final class ScriptedAppleServer: Sendable {
                         var headers = HTTPHeaders(response.headers)
                         headers.replaceOrAdd(name: "Content-Length", value: String(response.body.count))
                         let responseHead = HTTPResponseHead(
-                            version: .http1_1, status: HTTPResponseStatus(statusCode: response.status), headers: headers)
+                            version: .http1_1, status: HTTPResponseStatus(statusCode: response.status), headers: headers
+                        )
                         channel.write(HTTPServerResponsePart.head(responseHead), promise: nil)
-                        channel.write(HTTPServerResponsePart.body(.byteBuffer(ByteBuffer(bytes: response.body))), promise: nil)
+                        channel.write(
+                            HTTPServerResponsePart.body(.byteBuffer(ByteBuffer(bytes: response.body))), promise: nil)
                         channel.writeAndFlush(HTTPServerResponsePart.end(nil), promise: nil)
                     }
                 }

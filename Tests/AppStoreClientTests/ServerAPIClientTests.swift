@@ -61,15 +61,17 @@ import Testing
             let authorization = try #require(server.requests.first?.header("Authorization"))
             #expect(authorization.hasPrefix("Bearer "))
             let token = String(authorization.dropFirst("Bearer ".count))
-            let keys = await JWTKeyCollection().add(ecdsa: try ES256PublicKey(pem: Self.key.publicKey.pemRepresentation))
+            let keys = await JWTKeyCollection().add(
+                ecdsa: try ES256PublicKey(pem: Self.key.publicKey.pemRepresentation))
             let claims = try await keys.verify(token, as: ServerAPIClaims.self)
             #expect(claims.iss.value == Self.credentials.issuerId)
             #expect(claims.bid == "com.example.app")
             #expect(claims.aud.value == ["appstoreconnect-v1"])
             #expect(claims.exp.value.timeIntervalSince(claims.iat.value) <= 3600)
             #expect(abs(claims.iat.value.timeIntervalSinceNow) < 60)
-            let header = try JSONSerialization.jsonObject(
-                with: Data(base64Encoded: base64(token.split(separator: ".")[0]))!) as! [String: Any]
+            let header =
+                try JSONSerialization.jsonObject(
+                    with: Data(base64Encoded: base64(token.split(separator: ".")[0]))!) as! [String: Any]
             #expect(header["alg"] as? String == "ES256")
             #expect(header["kid"] as? String == "2X9R4HXF34")
             #expect(header["typ"] as? String == "JWT")
@@ -115,7 +117,11 @@ import Testing
             for request in server.requests {
                 #expect(request.path == "/inApps/v2/history/7")
                 let query = request.query.filter { $0.0 != "revision" }.map { "\($0.0)=\($0.1)" }
-                #expect(query == ["startDate=1", "productType=CONSUMABLE", "productType=AUTO_RENEWABLE", "sort=DESCENDING", "revoked=false"])
+                #expect(
+                    query == [
+                        "startDate=1", "productType=CONSUMABLE", "productType=AUTO_RENEWABLE", "sort=DESCENDING",
+                        "revoked=false",
+                    ])
             }
             #expect(server.requests.map { $0.query.first { $0.0 == "revision" }?.1 } == [nil, "r1", "r2"])
         }
@@ -124,7 +130,10 @@ import Testing
     @Test func historyThatNeverEndsIsBounded() async throws {
         let counter = Mutex(0)
         try await Self.withServer({ _ in
-            let next = counter.withLock { $0 += 1; return $0 }
+            let next = counter.withLock {
+                $0 += 1
+                return $0
+            }
             return .encoded(HistoryResponse(revision: "r\(next)", hasMore: true, signedTransactions: []))
         }) { server in
             await Self.expectAPIError({ $0.kind == .malformedResponse }) {
@@ -139,7 +148,8 @@ import Testing
             switch (request.method, request.path) {
             case ("GET", "/inApps/v1/subscriptions/9"):
                 return .encoded(StatusResponse(environment: .sandbox, data: [.init(subscriptionGroupIdentifier: "g")]))
-            case ("GET", "/inApps/v2/refund/lookup/9"): return .encoded(RefundHistoryResponse(signedTransactions: [], hasMore: false))
+            case ("GET", "/inApps/v2/refund/lookup/9"):
+                return .encoded(RefundHistoryResponse(signedTransactions: [], hasMore: false))
             case ("POST", "/inApps/v1/notifications/history"):
                 let token = request.query.first { $0.0 == "paginationToken" }?.1
                 return .encoded(
@@ -150,21 +160,27 @@ import Testing
             case ("PUT", "/inApps/v1/transactions/consumption/9"): return .init(status: 202, body: [])
             case ("PUT", "/inApps/v1/subscriptions/extend/9"):
                 return .encoded(ExtendRenewalDateResponse(originalTransactionId: "9", success: true, effectiveDate: 5))
-            case ("POST", "/inApps/v1/subscriptions/extend/mass"): return .encoded(MassExtendRenewalDateResponse(requestIdentifier: "m"))
+            case ("POST", "/inApps/v1/subscriptions/extend/mass"):
+                return .encoded(MassExtendRenewalDateResponse(requestIdentifier: "m"))
             case ("GET", "/inApps/v1/subscriptions/extend/mass/pro/m"):
                 return .encoded(MassExtendRenewalDateStatusResponse(requestIdentifier: "m", complete: true))
             case ("PUT", "/inApps/v1/transactions/9/appAccountToken"): return .init(status: 200, body: [])
-            case ("POST", "/inApps/v1/notifications/test"): return .encoded(SendTestNotificationResponse(testNotificationToken: "t-1"))
-            case ("GET", "/inApps/v1/notifications/test/t-1"): return .encoded(CheckTestNotificationResponse(signedPayload: "s"))
+            case ("POST", "/inApps/v1/notifications/test"):
+                return .encoded(SendTestNotificationResponse(testNotificationToken: "t-1"))
+            case ("GET", "/inApps/v1/notifications/test/t-1"):
+                return .encoded(CheckTestNotificationResponse(signedPayload: "s"))
             case ("POST", "/inApps/v1/transactions/9/finish"): return .init(status: 200, body: [])
-            case ("GET", "/inApps/v1/lookup/ORDER1"): return .encoded(OrderLookupResponse(status: .valid, signedTransactions: ["x"]))
+            case ("GET", "/inApps/v1/lookup/ORDER1"):
+                return .encoded(OrderLookupResponse(status: .valid, signedTransactions: ["x"]))
             case ("GET", "/inApps/v1/transactions/appTransactions/9"):
                 return .encoded(AppTransactionInfoResponse(signedAppTransactionInfo: "a"))
             default: return .json(#"{"errorCode":4000000,"errorMessage":"bad"}"#, status: 400)
             }
         }) { server in
             let client = try await Self.client(server)
-            #expect(try await client.getAllSubscriptionStatuses("9", status: [.active, .billingGracePeriod]).data?.count == 1)
+            #expect(
+                try await client.getAllSubscriptionStatuses("9", status: [.active, .billingGracePeriod]).data?.count
+                    == 1)
             #expect(server.requests.last?.query.map { "\($0.0)=\($0.1)" } == ["status=1", "status=4"])
             #expect(try await client.getRefundHistory("9").hasMore == false)
             let history = NotificationHistoryRequest(startDate: 1, endDate: 2, onlyFailures: true)
@@ -173,16 +189,23 @@ import Testing
             #expect(bodies.count == 2 && bodies[0] == bodies[1])
             #expect(try JSONDecoder().decode(NotificationHistoryRequest.self, from: Data(bodies[0])) == history)
             try await client.sendConsumptionInformation(
-                "9", ConsumptionRequest(customerConsented: true, sampleContentProvided: false, deliveryStatus: .delivered))
+                "9",
+                ConsumptionRequest(customerConsented: true, sampleContentProvided: false, deliveryStatus: .delivered))
             #expect(
                 try JSONDecoder().decode(ConsumptionRequest.self, from: Data(server.requests.last!.body)).deliveryStatus
                     == .delivered)
             try await client.sendConsumptionInformationV1("9", ConsumptionRequestV1(customerConsented: true))
             let extended = try await client.extendSubscriptionRenewalDate(
-                "9", ExtendRenewalDateRequest(extendByDays: 7, extendReasonCode: .serviceIssueOrOutage, requestIdentifier: "r"))
+                "9",
+                ExtendRenewalDateRequest(
+                    extendByDays: 7, extendReasonCode: .serviceIssueOrOutage, requestIdentifier: "r"))
             #expect(extended.effectiveDate == 5)
-            #expect(try await client.extendRenewalDatesForAllActiveSubscribers(.init(productId: "pro")).requestIdentifier == "m")
-            #expect(try await client.getStatusOfSubscriptionRenewalDateExtensions(productId: "pro", requestIdentifier: "m").complete == true)
+            #expect(
+                try await client.extendRenewalDatesForAllActiveSubscribers(.init(productId: "pro")).requestIdentifier
+                    == "m")
+            #expect(
+                try await client.getStatusOfSubscriptionRenewalDateExtensions(productId: "pro", requestIdentifier: "m")
+                    .complete == true)
             let token = UUID()
             try await client.setAppAccountToken("9", appAccountToken: token)
             #expect(
@@ -217,7 +240,9 @@ import Testing
         }) { server in
             let client = try await Self.client(server)
             func attempts(_ id: String) -> Int { server.requests.filter { $0.path.hasSuffix("/\(id)") }.count }
-            await Self.expectAPIError({ $0.kind == .unauthorized && !$0.isRetryable }) { _ = try await client.getTransactionInfo("401") }
+            await Self.expectAPIError({ $0.kind == .unauthorized && !$0.isRetryable }) {
+                _ = try await client.getTransactionInfo("401")
+            }
             #expect(attempts("401") == 1)
             await Self.expectAPIError({ $0.errorCode == 4_040_010 && !$0.isRetryable && $0.httpStatus == 404 }) {
                 _ = try await client.getTransactionInfo("4040010")
@@ -237,16 +262,25 @@ import Testing
                 _ = try await client.getTransactionInfo("503")
             }
             #expect(attempts("503") == 3)
-            await Self.expectAPIError({ $0.kind == .malformedResponse }) { _ = try await client.getTransactionInfo("malformed") }
-            await Self.expectAPIError({ $0.kind == .malformedResponse }) { _ = try await client.getTransactionInfo("wrongshape") }
-            await Self.expectAPIError({ $0.httpStatus == 418 && !$0.isRetryable }) { _ = try await client.getTransactionInfo("teapot") }
+            await Self.expectAPIError({ $0.kind == .malformedResponse }) {
+                _ = try await client.getTransactionInfo("malformed")
+            }
+            await Self.expectAPIError({ $0.kind == .malformedResponse }) {
+                _ = try await client.getTransactionInfo("wrongshape")
+            }
+            await Self.expectAPIError({ $0.httpStatus == 418 && !$0.isRetryable }) {
+                _ = try await client.getTransactionInfo("teapot")
+            }
         }
     }
 
     @Test func rateLimitHonoursRetryAfter() async throws {
         let calls = Mutex(0)
         try await Self.withServer({ request in
-            let call = calls.withLock { $0 += 1; return $0 }
+            let call = calls.withLock {
+                $0 += 1
+                return $0
+            }
             if request.path.hasSuffix("/far") {
                 let later = Int64((Date().timeIntervalSince1970 + 3600) * 1000)
                 return .init(
@@ -277,23 +311,30 @@ import Testing
     @Test func timeoutsAndDeadNetworkAreRetryable() async throws {
         try await Self.withServer({ _ in .init(status: 200, body: Array("{}".utf8), delay: .seconds(1)) }) { server in
             let client = try await Self.client(server, retry: .none, timeout: .milliseconds(200))
-            await Self.expectAPIError({ $0.kind == .timeout && $0.isRetryable }) { _ = try await client.getTransactionInfo("1") }
+            await Self.expectAPIError({ $0.kind == .timeout && $0.isRetryable }) {
+                _ = try await client.getTransactionInfo("1")
+            }
         }
         let closed = try await ScriptedAppleServer(handler: { _ in .json("{}") })
         let client = try await Self.client(closed, retry: .none, timeout: .milliseconds(300))
         try await closed.shutdown()
-        await Self.expectAPIError({ $0.kind == .network && $0.isRetryable }) { _ = try await client.getTransactionInfo("1") }
+        await Self.expectAPIError({ $0.kind == .network && $0.isRetryable }) {
+            _ = try await client.getTransactionInfo("1")
+        }
     }
 
     @Test func environmentFallbackFindsSandboxIds() async throws {
-        try await Self.withServer({ _ in .json(#"{"errorCode":4040010,"errorMessage":"not found"}"#, status: 404) }) { production in
+        try await Self.withServer({ _ in .json(#"{"errorCode":4040010,"errorMessage":"not found"}"#, status: 404) }) {
+            production in
             try await Self.withServer({ _ in .json(#"{"signedTransactionInfo":"sandbox.jws.here"}"#) }) { sandbox in
                 let fallback = EnvironmentFallback(
                     production: try await Self.client(production), sandbox: try await Self.client(sandbox))
                 #expect(try await fallback.getTransactionInfo("77").signedTransactionInfo == "sandbox.jws.here")
                 #expect(production.requests.count == 1 && sandbox.requests.count == 1)
                 let productionOnly = EnvironmentFallback(production: try await Self.client(production), sandbox: nil)
-                await Self.expectAPIError({ $0.errorCode == 4_040_010 }) { _ = try await productionOnly.getTransactionInfo("77") }
+                await Self.expectAPIError({ $0.errorCode == 4_040_010 }) {
+                    _ = try await productionOnly.getTransactionInfo("77")
+                }
             }
         }
     }

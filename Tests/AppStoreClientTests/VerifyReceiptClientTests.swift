@@ -19,9 +19,17 @@ import Testing
         let counts = Mutex((production: 0, sandbox: 0))
         let server = try await ScriptedAppleServer { request in
             if request.path.hasPrefix("/production") {
-                return production(counts.withLock { $0.production += 1; return $0.production })
+                return production(
+                    counts.withLock {
+                        $0.production += 1
+                        return $0.production
+                    })
             }
-            return sandbox(counts.withLock { $0.sandbox += 1; return $0.sandbox })
+            return sandbox(
+                counts.withLock {
+                    $0.sandbox += 1
+                    return $0.sandbox
+                })
         }
         let client = VerifyReceiptClient(
             configuration: .init(
@@ -110,7 +118,8 @@ import Testing
             #expect(server.requests.count == 3)
         }
         // ...and a retry that succeeds is a success.
-        try await Self.withApple(production: { call in call == 1 ? .json(#"{"status":\#(status)}"#) : .json(Self.valid) }) {
+        try await Self.withApple(production: { call in call == 1 ? .json(#"{"status":\#(status)}"#) : .json(Self.valid)
+        }) {
             client, server in
             let result = try await client.verify(receiptData: "MII")
             #expect(result.response.status == 0)
@@ -124,7 +133,8 @@ import Testing
                 _ = try await client.verify(receiptData: "MII")
             }
         }
-        try await Self.withApple(production: { _ in .json(#"{"status":21199,"is-retryable":false}"#) }) { client, server in
+        try await Self.withApple(production: { _ in .json(#"{"status":21199,"is-retryable":false}"#) }) {
+            client, server in
             await ServerAPIClientTests.expectAPIError({ $0.errorCode == 21199 && !$0.isRetryable }) {
                 _ = try await client.verify(receiptData: "MII")
             }
@@ -133,7 +143,8 @@ import Testing
     }
 
     @Test func expiredIOS6SubscriptionReceiptIsStillDecoded() async throws {
-        try await Self.withApple(production: { _ in .json(#"{"status":21006,"receipt":{"bundle_id":"b"}}"#) }) { client, _ in
+        try await Self.withApple(production: { _ in .json(#"{"status":21006,"receipt":{"bundle_id":"b"}}"#) }) {
+            client, _ in
             let result = try await client.verify(receiptData: "MII")
             #expect(result.response.receipt?.bundleId == "b")
         }

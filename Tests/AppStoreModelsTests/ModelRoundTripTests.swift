@@ -70,7 +70,8 @@ import Testing
     @Test func idsStayStrings() throws {
         // A number where Apple sends a string id is a malformed payload, not silently coerced.
         #expect(throws: DecodingError.self) {
-            try JSONDecoder().decode(JWSTransactionDecodedPayload.self, from: Data(#"{"transactionId":2000000511223344}"#.utf8))
+            try JSONDecoder().decode(
+                JWSTransactionDecodedPayload.self, from: Data(#"{"transactionId":2000000511223344}"#.utf8))
         }
         let big = try JSONDecoder().decode(
             JWSTransactionDecodedPayload.self, from: Data(#"{"transactionId":"99999999999999999999999"}"#.utf8))
@@ -150,7 +151,8 @@ import Testing
         _ = try roundTrip(TransactionInfoResponse.self, #"{"signedTransactionInfo":"a.b.c"}"#, unknownKeys: [])
         let history = try roundTrip(
             HistoryResponse.self,
-            #"{"revision":"r1","hasMore":true,"bundleId":"b","appAppleId":1,"environment":"Sandbox","signedTransactions":["a","b"],"someFutureField":0}"#)
+            #"{"revision":"r1","hasMore":true,"bundleId":"b","appAppleId":1,"environment":"Sandbox","signedTransactions":["a","b"],"someFutureField":0}"#
+        )
         #expect(history.signedTransactions?.count == 2)
         let status = try roundTrip(
             StatusResponse.self,
@@ -159,16 +161,19 @@ import Testing
              "lastTransactions":[{"status":3,"originalTransactionId":"1","signedTransactionInfo":"t","signedRenewalInfo":"r"}]}]}
             """, unknownKeys: [])
         #expect(status.data?.first?.lastTransactions?.first?.status == .billingRetry)
-        _ = try roundTrip(RefundHistoryResponse.self, #"{"signedTransactions":[],"revision":"r","hasMore":false}"#, unknownKeys: [])
+        _ = try roundTrip(
+            RefundHistoryResponse.self, #"{"signedTransactions":[],"revision":"r","hasMore":false}"#, unknownKeys: [])
         _ = try roundTrip(OrderLookupResponse.self, #"{"status":1}"#, unknownKeys: [])
         _ = try roundTrip(AppTransactionInfoResponse.self, #"{"signedAppTransactionInfo":"a"}"#, unknownKeys: [])
         _ = try roundTrip(
             ExtendRenewalDateResponse.self,
-            #"{"originalTransactionId":"1","webOrderLineItemId":"2","success":true,"effectiveDate":3}"#, unknownKeys: [])
+            #"{"originalTransactionId":"1","webOrderLineItemId":"2","success":true,"effectiveDate":3}"#, unknownKeys: []
+        )
         _ = try roundTrip(MassExtendRenewalDateResponse.self, #"{"requestIdentifier":"r"}"#, unknownKeys: [])
         _ = try roundTrip(
             MassExtendRenewalDateStatusResponse.self,
-            #"{"requestIdentifier":"r","complete":true,"completeDate":1,"succeededCount":2,"failedCount":3}"#, unknownKeys: [])
+            #"{"requestIdentifier":"r","complete":true,"completeDate":1,"succeededCount":2,"failedCount":3}"#,
+            unknownKeys: [])
         let notifications = try roundTrip(
             NotificationHistoryResponse.self,
             """
@@ -180,7 +185,8 @@ import Testing
         _ = try roundTrip(SendTestNotificationResponse.self, #"{"testNotificationToken":"t"}"#, unknownKeys: [])
         _ = try roundTrip(
             CheckTestNotificationResponse.self,
-            #"{"signedPayload":"s","sendAttempts":[{"attemptDate":1,"sendAttemptResult":"NO_RESPONSE"}]}"#, unknownKeys: [])
+            #"{"signedPayload":"s","sendAttempts":[{"attemptDate":1,"sendAttemptResult":"NO_RESPONSE"}]}"#,
+            unknownKeys: [])
         _ = try roundTrip(ServerAPIErrorPayload.self, #"{"errorCode":4040010,"errorMessage":"nope"}"#, unknownKeys: [])
     }
 
@@ -197,7 +203,8 @@ import Testing
              "userStatus":1,"refundPreference":3}
             """, unknownKeys: [])
         _ = try roundTrip(
-            ExtendRenewalDateRequest.self, #"{"extendByDays":30,"extendReasonCode":3,"requestIdentifier":"r"}"#, unknownKeys: [])
+            ExtendRenewalDateRequest.self, #"{"extendByDays":30,"extendReasonCode":3,"requestIdentifier":"r"}"#,
+            unknownKeys: [])
         _ = try roundTrip(
             MassExtendRenewalDateRequest.self,
             #"{"extendByDays":1,"extendReasonCode":1,"requestIdentifier":"r","productId":"p","storefrontCountryCodes":["USA"]}"#,
@@ -249,12 +256,15 @@ import Testing
         // Status as a string, hyphenated is-retryable, numbers where strings are usual.
         let response = try JSONDecoder().decode(
             VerifyReceiptResponse.self,
-            from: Data(#"{"status":"21100","is-retryable":1,"latest_receipt_info":[{"quantity":2,"is_trial_period":false}]}"#.utf8))
+            from: Data(
+                #"{"status":"21100","is-retryable":1,"latest_receipt_info":[{"quantity":2,"is_trial_period":false}]}"#
+                    .utf8))
         #expect(response.status == 21100)
         #expect(response.isRetryable?.boolValue == true)
         #expect(response.latestReceiptInfo?.first?.quantity?.int64Value == 2)
         #expect(response.latestReceiptInfo?.first?.isTrialPeriod?.boolValue == false)
-        let request = try JSONEncoder().encode(VerifyReceiptRequest(receiptData: "MII", password: "s", excludeOldTransactions: true))
+        let request = try JSONEncoder().encode(
+            VerifyReceiptRequest(receiptData: "MII", password: "s", excludeOldTransactions: true))
         let object = try JSONSerialization.jsonObject(with: request) as! [String: Any]
         #expect(Set(object.keys) == ["receipt-data", "password", "exclude-old-transactions"])
     }

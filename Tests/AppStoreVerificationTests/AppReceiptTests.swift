@@ -82,7 +82,9 @@ import Testing
         let receipt = Self.receipt()
         // Signed by a chain this verifier does not trust.
         let stranger = try ApplePKI.generate(name: "Stranger")
-        await expectFailure("invalid_chain") { _ = try await Self.verifier.verify(stranger.receiptSigner!.sign(receipt)) }
+        await expectFailure("invalid_chain") {
+            _ = try await Self.verifier.verify(stranger.receiptSigner!.sign(receipt))
+        }
         // Genuine signature, then one purchase added to the payload.
         var signed = try TestPKI.genuine.receiptSigner!.sign(receipt, signedAttributes: false)
         let payload = try AppReceiptEncoder.payload(receipt)
@@ -100,7 +102,9 @@ import Testing
         // Created before the signing certificate was valid.
         var early = receipt
         early.creationDate = Date(timeIntervalSince1970: 1_000_000_000)
-        await expectFailure("invalid_chain") { _ = try await Self.verifier.verify(TestPKI.genuine.receiptSigner!.sign(early)) }
+        await expectFailure("invalid_chain") {
+            _ = try await Self.verifier.verify(TestPKI.genuine.receiptSigner!.sign(early))
+        }
     }
 
     @Test func hostileAndTruncatedDERIsAClearError() async throws {
@@ -133,7 +137,8 @@ import Testing
             [0x31, 0x03, 0x30, 0x01, 0x02],  // attribute missing fields
             [0x31, 0x08, 0x30, 0x06, 0x02, 0x01, 0x11, 0x02, 0x01, 0x01],  // no value
             [0x31, 0x0A, 0x30, 0x08, 0x02, 0x01, 0x11, 0x02, 0x01, 0x01, 0x04, 0x00],  // in-app: empty value
-            [0x31, 0x0C, 0x30, 0x0A, 0x02, 0x01, 0x02, 0x02, 0x01, 0x01, 0x04, 0x02, 0x02, 0x01],  // bundle id as INTEGER
+            // bundle id as INTEGER
+            [0x31, 0x0C, 0x30, 0x0A, 0x02, 0x01, 0x02, 0x02, 0x01, 0x01, 0x04, 0x02, 0x02, 0x01],
             [0x31, 0x0D, 0x30, 0x0B, 0x02, 0x01, 0x0C, 0x02, 0x01, 0x01, 0x04, 0x03, 0x16, 0x01, 0x78],  // date "x"
             [0x31, 0x0A, 0x30, 0x08, 0x02, 0x01, 0x11, 0x02, 0x01, 0x01, 0x04, 0x7F],  // lying inner length
             [0x30, 0x00],  // SEQUENCE, not SET
@@ -160,8 +165,10 @@ import Testing
         #expect(RFC3339.parse(text)?.timeIntervalSince1970 == epoch)
     }
 
-    @Test(arguments: ["", "2018-11-13", "2018-13-13T16:46:31Z", "2018-11-13T16:46:31", "2018-11-13T16:46:31Zjunk",
-        "2018-11-13T25:46:31Z", "2018-11-13T16:46:31+9"])
+    @Test(arguments: [
+        "", "2018-11-13", "2018-13-13T16:46:31Z", "2018-11-13T16:46:31", "2018-11-13T16:46:31Zjunk",
+        "2018-11-13T25:46:31Z", "2018-11-13T16:46:31+9",
+    ])
     func badReceiptDatesAreRejected(text: String) {
         #expect(RFC3339.parse(text) == nil)
     }

@@ -26,9 +26,11 @@ import X509
         }
         #expect(verifier.cachedChainCount == 1)
         // Same x5c (cache hit), signature by another key: rejected.
-        let impostor = JWSSigner(key: P256.Signing.PrivateKey(), chain: TestPKI.genuine.jwsSigner.x5c.map {
-            [UInt8](Data(base64Encoded: $0)!)
-        })
+        let impostor = JWSSigner(
+            key: P256.Signing.PrivateKey(),
+            chain: TestPKI.genuine.jwsSigner.x5c.map {
+                [UInt8](Data(base64Encoded: $0)!)
+            })
         await expectFailure("invalid_signature") {
             _ = try await verifier.verifyTransaction(impostor.sign(TestPKI.transaction()))
         }
@@ -42,7 +44,9 @@ import X509
             rootName: TestPKI.genuine.root.certificate.subject,
             intermediateName: TestPKI.genuine.intermediate.certificate.subject,
             leafName: TestPKI.genuine.leaf.certificate.subject)
-        await expectFailure("invalid_chain") { _ = try await verifier.verifyTransaction(chain.sign(TestPKI.transaction())) }
+        await expectFailure("invalid_chain") {
+            _ = try await verifier.verifyTransaction(chain.sign(TestPKI.transaction()))
+        }
     }
 
     @Test func renewalInfoVerifies() async throws {
@@ -65,7 +69,9 @@ import X509
         #expect(try await TestPKI.verifier().verifyAppTransaction(signer.sign(app)) == app)
         var otherApp = app
         otherApp.appAppleId = 42
-        await expectFailure("wrong_app") { _ = try await TestPKI.verifier().verifyAppTransaction(signer.sign(otherApp)) }
+        await expectFailure("wrong_app") {
+            _ = try await TestPKI.verifier().verifyAppTransaction(signer.sign(otherApp))
+        }
         var sandbox = otherApp
         sandbox.receiptType = .sandbox  // appAppleId is only checked in Production
         _ = try await TestPKI.verifier().verifyAppTransaction(signer.sign(sandbox))
@@ -79,7 +85,8 @@ import X509
     @Test func notificationAndNestedObjectsVerify() async throws {
         let transaction = try signer.sign(TestPKI.transaction(environment: .production))
         let renewal = try signer.sign(
-            JWSRenewalInfoDecodedPayload(originalTransactionId: "1", signedDate: TestPKI.signedDate, environment: .production))
+            JWSRenewalInfoDecodedPayload(
+                originalTransactionId: "1", signedDate: TestPKI.signedDate, environment: .production))
         let notification = ResponseBodyV2DecodedPayload(
             notificationType: .didRenew, notificationUUID: UUID().uuidString, version: "2.0",
             signedDate: TestPKI.signedDate,
@@ -113,7 +120,8 @@ import X509
 
     @Test func notificationSummaryAndExternalTokenAreChecked() async throws {
         let summary = ResponseBodyV2DecodedPayload(
-            notificationType: .renewalExtension, subtype: .summary, notificationUUID: "u", signedDate: TestPKI.signedDate,
+            notificationType: .renewalExtension, subtype: .summary, notificationUUID: "u",
+            signedDate: TestPKI.signedDate,
             summary: NotificationSummary(environment: .sandbox, appAppleId: 1, bundleId: TestPKI.bundleId))
         _ = try await TestPKI.verifier().verifyNotification(signer.sign(summary))
         let token = ResponseBodyV2DecodedPayload(
@@ -124,7 +132,8 @@ import X509
         await expectFailure("wrong_environment") {
             _ = try await TestPKI.verifier(environments: [.production]).verifyNotification(signer.sign(token))
         }
-        let empty = ResponseBodyV2DecodedPayload(notificationType: .test, notificationUUID: "e", signedDate: TestPKI.signedDate)
+        let empty = ResponseBodyV2DecodedPayload(
+            notificationType: .test, notificationUUID: "e", signedDate: TestPKI.signedDate)
         await expectFailure("wrong_bundle") { _ = try await TestPKI.verifier().verifyNotification(signer.sign(empty)) }
     }
 
@@ -132,7 +141,8 @@ import X509
 
     @Test func wrongBundleAndEnvironmentAreRejected() async throws {
         await expectFailure("wrong_bundle") {
-            _ = try await TestPKI.verifier().verifyTransaction(self.signer.sign(TestPKI.transaction(bundleId: "com.evil")))
+            _ = try await TestPKI.verifier().verifyTransaction(
+                self.signer.sign(TestPKI.transaction(bundleId: "com.evil")))
         }
         await expectFailure("wrong_environment") {
             _ = try await TestPKI.verifier(environments: [.production]).verifyTransaction(
@@ -218,7 +228,8 @@ import X509
         let jws = try chain.sign(TestPKI.transaction())
         _ = try await TestPKI.verifier().verifyTransaction(jws)
         let now = try SignedDataVerifier(
-            .init(trustedRoots: [TestPKI.genuine.root.derBytes], bundleId: TestPKI.bundleId, environments: nil,
+            .init(
+                trustedRoots: [TestPKI.genuine.root.derBytes], bundleId: TestPKI.bundleId, environments: nil,
                 validationTime: .now))
         await expectFailure("invalid_chain") { _ = try await now.verifyTransaction(jws) }
     }
@@ -231,8 +242,10 @@ import X509
         await expectFailure("invalid_chain") { _ = try await TestPKI.verifier().verifyTransaction(two) }
         let four = try TestPKI.sign(
             TestPKI.transaction(), key: genuine.leaf.privateKey,
-            chain: [genuine.leaf.certificate, genuine.intermediate.certificate, genuine.root.certificate,
-                genuine.root.certificate])
+            chain: [
+                genuine.leaf.certificate, genuine.intermediate.certificate, genuine.root.certificate,
+                genuine.root.certificate,
+            ])
         await expectFailure("invalid_chain") { _ = try await TestPKI.verifier().verifyTransaction(four) }
         // The leaf signed directly by the root: path of 2, refused even though it chains.
         let direct = try TestPKI.CustomChain(
@@ -241,7 +254,8 @@ import X509
             useIntermediateKey: genuine.root.privateKey, useIntermediate: genuine.root.certificate)
         await expectFailure("invalid_chain") {
             _ = try await TestPKI.verifier().verifyTransaction(
-                direct.sign(TestPKI.transaction(), x5c: [direct.leaf, genuine.root.certificate, genuine.root.certificate]))
+                direct.sign(
+                    TestPKI.transaction(), x5c: [direct.leaf, genuine.root.certificate, genuine.root.certificate]))
         }
     }
 
@@ -356,10 +370,11 @@ import X509
             .wrongApp(expected: 1, actual: 2), .wrongEnvironment(expected: ["Production"], actual: "Sandbox"),
             .revoked("x"), .appleUnavailable("x"),
         ]
-        #expect(all.map(\.code) == [
-            "invalid_signature", "invalid_chain", "wrong_bundle", "wrong_app", "wrong_environment", "revoked",
-            "apple_unavailable",
-        ])
+        #expect(
+            all.map(\.code) == [
+                "invalid_signature", "invalid_chain", "wrong_bundle", "wrong_app", "wrong_environment", "revoked",
+                "apple_unavailable",
+            ])
         #expect(all.map(\.isRetryable) == [false, false, false, false, false, false, true])
         #expect(VerificationFailure.wrongBundle(expected: "a", actual: "b").reason.contains("'b'"))
     }

@@ -28,7 +28,9 @@ import Testing
             switch Int.random(in: 0..<7, using: &rng) {
             case 0: bytes[position] ^= UInt8(1 << Int.random(in: 0..<8, using: &rng))
             case 1: bytes[position] = randomByte()
-            case 2: bytes.insert(contentsOf: (0..<Int.random(in: 1...8, using: &rng)).map { _ in randomByte() }, at: position)
+            case 2:
+                bytes.insert(
+                    contentsOf: (0..<Int.random(in: 1...8, using: &rng)).map { _ in randomByte() }, at: position)
             case 3: bytes.removeSubrange(position..<min(bytes.count, position + Int.random(in: 1...64, using: &rng)))
             case 4: bytes = Array(bytes.prefix(position))
             case 5:

@@ -4,6 +4,7 @@ import AppStoreVerification
 import Crypto
 import Foundation
 import SwiftASN1
+import Testing
 import X509
 import _CryptoExtras
 
@@ -113,5 +114,3 @@ func expectFailure(
         Issue.record("expected VerificationFailure \(code), got \(error)", sourceLocation: sourceLocation)
     }
 }
-
-import Testing
