@@ -1,66 +1,98 @@
 import AppStoreModels
 import Foundation
 
-/// A JWS in compact serialization, split and decoded but not yet verified.
+/// A JWS in compact serialization, split into its segments but not yet decoded or verified.
+/// Decoding is done per segment on demand so the verifier can skip what it has seen before.
 struct CompactJWS {
-    /// The exact bytes the signature covers: `BASE64URL(header) "." BASE64URL(payload)`.
-    let signingInput: ArraySlice<UInt8>
-    let header: JWSDecodedHeader
-    let payload: [UInt8]
-    let signature: [UInt8]
+    let text: [UInt8]
+    let headerSegment: Range<Int>
+    let payloadSegment: Range<Int>
+    let signatureSegment: Range<Int>
 
     /// Limits that keep a hostile input from costing more than a genuine one.
     static let maxHeaderBytes = 16 * 1024
     static let maxTotalBytes = 512 * 1024
 
     init(_ jws: String) throws {
-        var text = Array(jws.utf8)
+        guard jws.utf8.count <= Self.maxTotalBytes + 64 else {
+            throw VerificationFailure.invalidSignature(
+                "JWS is \(jws.utf8.count) bytes, limit \(Self.maxTotalBytes)")
+        }
+        let text = Array(jws.utf8)
         // Tolerate surrounding white space (a JWS pasted from a ticket), nothing else.
-        while let last = text.last, last == 0x20 || last == 0x0A || last == 0x0D || last == 0x09 { text.removeLast() }
-        let leading = text.prefix(while: { $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }).count
-        if leading > 0 { text.removeFirst(leading) }
+        var start = 0
+        var end = text.count
+        while start < end, Self.isSpace(text[start]) { start += 1 }
+        while end > start, Self.isSpace(text[end - 1]) { end -= 1 }
+        guard start < end else { throw VerificationFailure.invalidSignature("empty JWS") }
+        guard end - start <= Self.maxTotalBytes else {
+            throw VerificationFailure.invalidSignature("JWS is \(end - start) bytes, limit \(Self.maxTotalBytes)")
+        }
+        guard let firstDot = Self.dot(in: text, from: start, to: end),
+            let secondDot = Self.dot(in: text, from: firstDot + 1, to: end),
+            Self.dot(in: text, from: secondDot + 1, to: end) == nil
+        else {
+            throw VerificationFailure.invalidSignature("JWS compact serialization must have exactly 3 segments")
+        }
+        guard firstDot - start <= Self.maxHeaderBytes else {
+            throw VerificationFailure.invalidSignature(
+                "JWS header is \(firstDot - start) bytes, limit \(Self.maxHeaderBytes)")
+        }
+        self.text = text
+        self.headerSegment = start..<firstDot
+        self.payloadSegment = (firstDot + 1)..<secondDot
+        self.signatureSegment = (secondDot + 1)..<end
+    }
 
-        guard !text.isEmpty else { throw VerificationFailure.invalidSignature("empty JWS") }
-        guard text.count <= Self.maxTotalBytes else {
-            throw VerificationFailure.invalidSignature("JWS is \(text.count) bytes, limit \(Self.maxTotalBytes)")
+    private static func dot(in text: [UInt8], from start: Int, to end: Int) -> Int? {
+        guard start < end else { return nil }
+        return text.withUnsafeBufferPointer { buffer in
+            guard let found = memchr(buffer.baseAddress! + start, Int32(UInt8(ascii: ".")), end - start) else {
+                return nil
+            }
+            return buffer.baseAddress!.distance(to: found.assumingMemoryBound(to: UInt8.self))
         }
-        let dots = text.indices.filter { text[$0] == UInt8(ascii: ".") }
-        guard dots.count == 2 else {
-            throw VerificationFailure.invalidSignature(
-                "JWS compact serialization has 3 segments, found \(dots.count + 1)")
-        }
-        let headerSegment = text[..<dots[0]]
-        let payloadSegment = text[(dots[0] + 1)..<dots[1]]
-        let signatureSegment = text[(dots[1] + 1)...]
-        guard headerSegment.count <= Self.maxHeaderBytes else {
-            throw VerificationFailure.invalidSignature(
-                "JWS header is \(headerSegment.count) bytes, limit \(Self.maxHeaderBytes)")
-        }
-        guard let headerBytes = Base64.decodeURL(headerSegment) else {
+    }
+
+    private static func isSpace(_ byte: UInt8) -> Bool {
+        byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09
+    }
+
+    /// The exact bytes the signature covers: `BASE64URL(header) "." BASE64URL(payload)`.
+    var signingInput: ArraySlice<UInt8> { text[headerSegment.lowerBound..<payloadSegment.upperBound] }
+
+    var headerBytes: ArraySlice<UInt8> { text[headerSegment] }
+
+    func decodeHeader() throws -> JWSDecodedHeader {
+        guard let bytes = Base64.decodeURL(text[headerSegment]) else {
             throw VerificationFailure.invalidSignature("JWS header is not base64url")
         }
-        guard let payload = Base64.decodeURL(payloadSegment), !payload.isEmpty else {
-            throw VerificationFailure.invalidSignature("JWS payload is not base64url")
-        }
-        guard let signature = Base64.decodeURL(signatureSegment) else {
-            throw VerificationFailure.invalidSignature("JWS signature is not base64url")
-        }
-        let header: JWSDecodedHeader
         do {
-            header = try JSONDecoder().decode(JWSDecodedHeader.self, from: Data(headerBytes))
+            return try JSONDecoder().decode(JWSDecodedHeader.self, from: Data(bytes))
         } catch {
             throw VerificationFailure.invalidSignature("JWS header is not a JSON object with string fields")
         }
-        self.signingInput = text[..<dots[1]]
-        self.header = header
-        self.payload = payload
-        self.signature = signature
+    }
+
+    func payloadBytes() throws -> [UInt8] {
+        guard let payload = Base64.decodeURL(text[payloadSegment]), !payload.isEmpty else {
+            throw VerificationFailure.invalidSignature("JWS payload is not base64url")
+        }
+        return payload
+    }
+
+    func signatureBytes() throws -> [UInt8] {
+        guard let signature = Base64.decodeURL(text[signatureSegment]) else {
+            throw VerificationFailure.invalidSignature("JWS signature is not base64url")
+        }
+        return signature
     }
 
     /// Decodes the payload. A payload that is not the expected JSON object is malformed input.
-    func decodePayload<T: Decodable>(_ type: T.Type) throws -> T {
+    func decodePayload<T>(_ decode: ([UInt8]) throws -> T) throws -> T {
+        let bytes = try payloadBytes()
         do {
-            return try JSONDecoder().decode(T.self, from: Data(payload))
+            return try decode(bytes)
         } catch {
             throw VerificationFailure.invalidSignature("JWS payload is not a valid \(T.self): \(Self.describe(error))")
         }

@@ -73,7 +73,8 @@ public struct ProofInspector: Sendable {
     /// then checks it as that kind.
     static func jwsKind(_ jws: String) -> Kind {
         guard let compact = try? CompactJWS(jws),
-            let object = try? JSONSerialization.jsonObject(with: Data(compact.payload)) as? [String: Any]
+            let payload = try? compact.payloadBytes(),
+            let object = try? JSONSerialization.jsonObject(with: Data(payload)) as? [String: Any]
         else { return .transaction }
         if object["notificationType"] != nil || object["notificationUUID"] != nil { return .notification }
         if object["transactionId"] != nil { return .transaction }

@@ -88,7 +88,8 @@ public final class SignedDataVerifier: Sendable {
 
     /// A `JWSTransaction`: signature, chain, `bundleId`, `environment`.
     public func verifyTransaction(_ jws: String) async throws -> JWSTransactionDecodedPayload {
-        let payload = try await verifySignedPayload(jws, as: JWSTransactionDecodedPayload.self) { $0.signedDate }
+        let payload = try await verifySignedPayload(
+            jws, decode: JWSTransactionDecodedPayload.decode(json:), signingDate: { $0.signedDate })
         try checkBundle(payload.bundleId)
         try checkEnvironment(payload.environment)
         return payload
@@ -96,7 +97,8 @@ public final class SignedDataVerifier: Sendable {
 
     /// A `JWSRenewalInfo`: signature, chain, `environment` (it has no bundle id).
     public func verifyRenewalInfo(_ jws: String) async throws -> JWSRenewalInfoDecodedPayload {
-        let payload = try await verifySignedPayload(jws, as: JWSRenewalInfoDecodedPayload.self) { $0.signedDate }
+        let payload = try await verifySignedPayload(
+            jws, decode: JWSRenewalInfoDecodedPayload.decode(json:), signingDate: { $0.signedDate })
         try checkEnvironment(payload.environment)
         return payload
     }
@@ -174,27 +176,30 @@ public final class SignedDataVerifier: Sendable {
     public func verifySignedPayload<T: Decodable>(
         _ jws: String, as type: T.Type, signingDate: (T) -> Int64?
     ) async throws -> T {
-        let compact = try CompactJWS(jws)
-        guard compact.header.alg == "ES256" else {
-            throw VerificationFailure.invalidSignature(
-                "JWS algorithm is \(compact.header.alg.map { "'\($0)'" } ?? "missing"); only ES256 is accepted")
-        }
-        guard let x5c = compact.header.x5c, x5c.count == 3 else {
-            throw VerificationFailure.invalidChain(
-                "x5c must hold exactly 3 certificates, found \(compact.header.x5c?.count ?? 0)")
-        }
-        guard let leafDER = Base64.decodeStandard(x5c[0].utf8), !leafDER.isEmpty,
-            let intermediateDER = Base64.decodeStandard(x5c[1].utf8), !intermediateDER.isEmpty
-        else {
-            throw VerificationFailure.invalidChain("x5c entries must be base64 DER certificates")
-        }
-        let payload = try compact.decodePayload(T.self)
-        let validationTime = self.validationTime(signedMilliseconds: signingDate(payload))
-        let leafKey = try await verifiedLeafKey(
-            leafDER: leafDER, intermediateDER: intermediateDER, validationTime: validationTime)
+        try await verifySignedPayload(
+            jws, decode: { try JSONDecoder().decode(T.self, from: Data($0)) }, signingDate: signingDate)
+    }
 
-        guard compact.signature.count == 64,
-            let signature = try? P256.Signing.ECDSASignature(rawRepresentation: compact.signature)
+    /// The same with a payload decoder of the caller's choice (the hot kinds use `FastDecodable`).
+    func verifySignedPayload<T>(
+        _ jws: String, decode: ([UInt8]) throws -> T, signingDate: (T) -> Int64?
+    ) async throws -> T {
+        let compact = try CompactJWS(jws)
+        let header = compact.headerBytes
+        let certificates: VerifiedChainCache.Key
+        if let known = cache.certificates(forHeader: header) {
+            certificates = known
+        } else {
+            certificates = try Self.certificates(in: compact.decodeHeader())
+            cache.remember(header: header, certificates: certificates)
+        }
+        let payload = try compact.decodePayload(decode)
+        let validationTime = self.validationTime(signedMilliseconds: signingDate(payload))
+        let leafKey = try await verifiedLeafKey(certificates, validationTime: validationTime)
+
+        let signatureBytes = try compact.signatureBytes()
+        guard signatureBytes.count == 64,
+            let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes)
         else {
             throw VerificationFailure.invalidSignature("ES256 signature must be 64 bytes (R || S)")
         }
@@ -202,6 +207,24 @@ public final class SignedDataVerifier: Sendable {
             throw VerificationFailure.invalidSignature("signature does not match the signed data")
         }
         return payload
+    }
+
+    /// Steps 3 of the procedure: ES256 and exactly three base64 DER certificates.
+    private static func certificates(in header: JWSDecodedHeader) throws -> VerifiedChainCache.Key {
+        guard header.alg == "ES256" else {
+            throw VerificationFailure.invalidSignature(
+                "JWS algorithm is \(header.alg.map { "'\($0)'" } ?? "missing"); only ES256 is accepted")
+        }
+        guard let x5c = header.x5c, x5c.count == 3 else {
+            throw VerificationFailure.invalidChain(
+                "x5c must hold exactly 3 certificates, found \(header.x5c?.count ?? 0)")
+        }
+        guard let leafDER = Base64.decodeStandard(x5c[0].utf8), !leafDER.isEmpty,
+            let intermediateDER = Base64.decodeStandard(x5c[1].utf8), !intermediateDER.isEmpty
+        else {
+            throw VerificationFailure.invalidChain("x5c entries must be base64 DER certificates")
+        }
+        return .init(leaf: Bytes(leafDER), intermediate: Bytes(intermediateDER))
     }
 
     private func validationTime(signedMilliseconds: Int64?) -> Date {
@@ -216,9 +239,8 @@ public final class SignedDataVerifier: Sendable {
     }
 
     private func verifiedLeafKey(
-        leafDER: [UInt8], intermediateDER: [UInt8], validationTime: Date
+        _ key: VerifiedChainCache.Key, validationTime: Date
     ) async throws -> P256.Signing.PublicKey {
-        let key = VerifiedChainCache.Key(leaf: leafDER, intermediate: intermediateDER)
         let freshAfter = configuration.onlineChecks.map { Date() - TimeInterval($0.freshness.components.seconds) }
         if let entry = cache.lookup(key, at: validationTime, freshAfter: freshAfter) {
             return entry.leafKey
@@ -227,8 +249,8 @@ public final class SignedDataVerifier: Sendable {
         let leaf: Certificate
         let intermediate: Certificate
         do {
-            leaf = try Certificate(derEncoded: leafDER)
-            intermediate = try Certificate(derEncoded: intermediateDER)
+            leaf = try Certificate(derEncoded: key.leaf.storage)
+            intermediate = try Certificate(derEncoded: key.intermediate.storage)
         } catch {
             throw VerificationFailure.invalidChain("x5c holds a certificate that is not valid DER")
         }

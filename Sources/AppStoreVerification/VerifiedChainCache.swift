@@ -9,10 +9,14 @@ import Synchronization
 /// goes through full verification. An entry is reused only for a validation time inside the
 /// validity window of all three certificates (that is the only time-dependent part of the
 /// path check), and, when online checks are on, only while its OCSP answer is fresh.
+///
+/// A second, smaller memo maps an exact JWS header to the DER it carries, so a header seen
+/// before is not base64- and JSON-decoded again. It grants no trust: the DER it yields still
+/// has to be found in (or enter) the chain cache.
 final class VerifiedChainCache: Sendable {
     struct Key: Hashable, Sendable {
-        let leaf: [UInt8]
-        let intermediate: [UInt8]
+        let leaf: Bytes
+        let intermediate: Bytes
     }
 
     struct Entry: Sendable {
@@ -26,6 +30,11 @@ final class VerifiedChainCache: Sendable {
     private struct State {
         var entries: [Key: Entry] = [:]
         var insertionOrder: [Key] = []
+        var headers: [Bytes: Key] = [:]
+        var headerOrder: [Bytes] = []
+        /// The header seen last: servers see one Apple header at a time, and comparing
+        /// against it is cheaper than hashing it.
+        var lastHeader: (header: Bytes, key: Key)?
     }
 
     let capacity: Int
@@ -57,5 +66,59 @@ final class VerifiedChainCache: Sendable {
         }
     }
 
+    /// The certificates a header carried when it was last decoded.
+    func certificates(forHeader header: ArraySlice<UInt8>) -> Key? {
+        guard capacity > 0 else { return nil }
+        return state.withLock { state in
+            if let last = state.lastHeader, last.header.equals(header) { return last.key }
+            let bytes = Bytes(header)
+            guard let key = state.headers[bytes] else { return nil }
+            state.lastHeader = (bytes, key)
+            return key
+        }
+    }
+
+    func remember(header: ArraySlice<UInt8>, certificates: Key) {
+        guard capacity > 0 else { return }
+        let header = Bytes(header)
+        state.withLock { state in
+            state.lastHeader = (header, certificates)
+            if state.headers.updateValue(certificates, forKey: header) == nil {
+                state.headerOrder.append(header)
+            }
+            while state.headerOrder.count > capacity {
+                state.headers[state.headerOrder.removeFirst()] = nil
+            }
+        }
+    }
+
     var count: Int { state.withLock { $0.entries.count } }
+}
+
+/// Bytes as a dictionary key: hashed once, in one pass over the buffer (the default
+/// `[UInt8]` hashing feeds the hasher byte by byte, on every lookup), compared with memcmp.
+struct Bytes: Hashable, Sendable {
+    let storage: [UInt8]
+    private let digest: Int
+
+    init<C: Collection>(_ bytes: C) where C.Element == UInt8 {
+        storage = Array(bytes)
+        var hasher = Hasher()
+        storage.withUnsafeBytes { hasher.combine(bytes: $0) }
+        digest = hasher.finalize()
+    }
+
+    func hash(into hasher: inout Hasher) { hasher.combine(digest) }
+
+    static func == (lhs: Bytes, rhs: Bytes) -> Bool {
+        lhs.digest == rhs.digest && lhs.equals(rhs.storage[...])
+    }
+
+    func equals(_ other: ArraySlice<UInt8>) -> Bool {
+        guard storage.count == other.count else { return false }
+        guard !storage.isEmpty else { return true }
+        return storage.withUnsafeBytes { mine in
+            other.withUnsafeBytes { theirs in memcmp(mine.baseAddress!, theirs.baseAddress!, mine.count) == 0 }
+        }
+    }
 }

@@ -4,6 +4,7 @@ import AppStoreVerification
 import ArgumentParser
 import Crypto
 import Foundation
+import Synchronization
 
 /// `storekeeper bench`: verification throughput as ratios to raw P-256 verification measured
 /// in the same run, and app-receipt cost by size. Run it in release:
@@ -16,6 +17,9 @@ struct BenchCommand: AsyncParsableCommand {
 
     @Option(help: "Seconds per throughput measurement.")
     var seconds: Double = 3
+
+    @Flag(help: "Only measure cached JWS verification (for profilers).")
+    var onlyCached = false
 
     @Flag(help: "Also time the parts of a verification.")
     var breakdown = false
@@ -31,7 +35,14 @@ struct BenchCommand: AsyncParsableCommand {
             bundleId: "com.example.app", productId: "coins_60", purchaseDate: signedDate, quantity: 1,
             type: .consumable, inAppOwnershipType: .purchased, signedDate: signedDate, environment: .production,
             storefront: "USA", storefrontId: "143441", transactionReason: .purchase, currency: "USD", price: 990)
-        let jws = try pki.jwsSigner.sign(transaction)
+        // Distinct transactions, as a server sees them: nothing but the chain repeats.
+        let pool = try (0..<256).map { index -> String in
+            var payload = transaction
+            payload.transactionId = String(2_000_000_000_000_000 + index)
+            payload.originalTransactionId = payload.transactionId
+            return try pki.jwsSigner.sign(payload)
+        }
+        let jws = pool[0]
         let configuration = VerificationConfiguration(
             trustedRoots: [pki.root.derBytes], bundleId: "com.example.app", environments: [.production])
         let cached = try SignedDataVerifier(configuration)
@@ -39,11 +50,17 @@ struct BenchCommand: AsyncParsableCommand {
         uncachedConfiguration.chainCacheCapacity = 0
         let uncached = try SignedDataVerifier(uncachedConfiguration)
 
-        // Baseline: one ES256 verification of the very bytes the JWS signs.
+        // Baseline: one ES256 verification of the very bytes each JWS signs.
         let parts = jws.split(separator: ".")
-        let signingInput = Array("\(parts[0]).\(parts[1])".utf8)
-        let signature = try P256.Signing.ECDSASignature(rawRepresentation: Self.base64URLDecode(String(parts[2])))
+        let signed = try pool.map { jws -> ([UInt8], P256.Signing.ECDSASignature) in
+            let parts = jws.split(separator: ".")
+            return (
+                Array("\(parts[0]).\(parts[1])".utf8),
+                try P256.Signing.ECDSASignature(rawRepresentation: Self.base64URLDecode(String(parts[2])))
+            )
+        }
         let publicKey = pki.leaf.privateKey.publicKey
+        let cursor = Cursor(count: pool.count)
 
         print("# StoreKeeper verification benchmark")
         print("")
@@ -52,16 +69,28 @@ struct BenchCommand: AsyncParsableCommand {
         )
         print("")
 
-        let raw = try await measure { precondition(publicKey.isValidSignature(signature, for: signingInput)) }
-        let warm = try await measure { _ = try await cached.verifyTransaction(jws) }
-        let cold = try await measure { _ = try await uncached.verifyTransaction(jws) }
+        // Baseline and cached verification alternate in rounds (median of each), so drift in
+        // the machine's speed affects both alike.
+        let (raw, warm) = try await measurePair(
+            {
+                let (input, signature) = signed[cursor.next()]
+                precondition(publicKey.isValidSignature(signature, for: input))
+            },
+            { _ = try await cached.verifyTransaction(pool[cursor.next()]) })
+        let cold = try await measure { _ = try await uncached.verifyTransaction(pool[cursor.next()]) }
         let parallel = try await measureParallel(tasks: ProcessInfo.processInfo.activeProcessorCount) {
-            _ = try await cached.verifyTransaction(jws)
+            _ = try await cached.verifyTransaction(pool[cursor.next()])
         }
         let rawParallel = try await measureParallel(tasks: ProcessInfo.processInfo.activeProcessorCount) {
-            precondition(publicKey.isValidSignature(signature, for: signingInput))
+            let (input, signature) = signed[cursor.next()]
+            precondition(publicKey.isValidSignature(signature, for: input))
         }
 
+        if onlyCached {
+            let rate = try await measure { _ = try await cached.verifyTransaction(pool[cursor.next()]) }
+            print("cached JWS verification: \(String(format: "%.1f", 1e6 / rate)) µs")
+            return
+        }
         if breakdown {
             let payloadBytes = Data(Self.base64URLDecode(String(parts[1])))
             let headerBytes = Data(Self.base64URLDecode(String(parts[0])))
@@ -72,6 +101,13 @@ struct BenchCommand: AsyncParsableCommand {
                 _ = try JSONDecoder().decode(JWSDecodedHeader.self, from: headerBytes)
             }
             let serialization = try await measure { _ = try JSONSerialization.jsonObject(with: payloadBytes) }
+            let payloadArray = [UInt8](payloadBytes)
+            let fastParse = try await measure { _ = try FastJSON.parse(payloadArray) }
+            let fastDecode = try await measure { _ = try JWSTransactionDecodedPayload.decode(json: payloadArray) }
+            let copy = try await measure { _ = Array(jws.utf8) }
+            print(
+                "breakdown µs: FastJSON.parse \(1e6 / fastParse), fast decode \(1e6 / fastDecode), utf8 copy \(1e6 / copy)"
+            )
             print(
                 "breakdown µs: payload JSONDecoder \(1e6 / payloadDecode), header JSONDecoder \(1e6 / headerDecode), payload JSONSerialization \(1e6 / serialization)"
             )
@@ -121,9 +157,21 @@ struct BenchCommand: AsyncParsableCommand {
                 + "\(String(format: "%.2f", opsPerSecond / baseline)) |")
     }
 
-    private func measure(_ body: () async throws -> Void) async throws -> Double {
+    private func measurePair(
+        _ first: () async throws -> Void, _ second: () async throws -> Void, rounds: Int = 7
+    ) async throws -> (Double, Double) {
+        var firsts: [Double] = []
+        var seconds: [Double] = []
+        for _ in 0..<rounds {
+            firsts.append(try await measure(first, for: self.seconds / Double(rounds)))
+            seconds.append(try await measure(second, for: self.seconds / Double(rounds)))
+        }
+        return (firsts.sorted()[rounds / 2], seconds.sorted()[rounds / 2])
+    }
+
+    private func measure(_ body: () async throws -> Void, for duration: Double? = nil) async throws -> Double {
         for _ in 0..<200 { try await body() }  // warm-up: caches, allocator
-        let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
+        let deadline = ContinuousClock.now + .milliseconds(Int64((duration ?? seconds) * 1000))
         let start = ContinuousClock.now
         var count = 0
         while ContinuousClock.now < deadline {
@@ -197,6 +245,14 @@ struct BenchCommand: AsyncParsableCommand {
         else { return "unknown CPU" }
         return name.trimmingCharacters(in: .whitespaces)
     }
+}
+
+/// Round-robin over the pool, shared by the parallel measurements.
+final class Cursor: Sendable {
+    private let position = Atomic<Int>(0)
+    let count: Int
+    init(count: Int) { self.count = count }
+    func next() -> Int { position.wrappingAdd(1, ordering: .relaxed).newValue % count }
 }
 
 /// Peak resident memory on Linux: VmHWM, reset through /proc/self/clear_refs.

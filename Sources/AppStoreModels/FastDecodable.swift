@@ -1,0 +1,158 @@
+import Foundation
+
+/// A payload with a hand-written decoder from `FastJSON`, used on the verification hot path.
+///
+/// The contract: whenever `init(fast:)` succeeds, the result equals what `JSONDecoder` would
+/// produce; for anything unusual (a type mismatch, a fractional number, a nested object it
+/// does not model) it throws and the caller decodes with `JSONDecoder` instead, which also
+/// produces the precise error. Tests check both decoders agree on mutated payloads.
+public protocol FastDecodable: Decodable {
+    init(fast object: FastJSON.Fields) throws
+}
+
+extension FastDecodable {
+    /// Decodes with the fast reader, falling back to `JSONDecoder`.
+    public static func decode(json bytes: [UInt8]) throws -> Self {
+        if case .object(let fields)? = try? FastJSON.parse(bytes), let value = try? Self(fast: FastJSON.Fields(fields))
+        {
+            return value
+        }
+        return try JSONDecoder().decode(Self.self, from: Data(bytes))
+    }
+}
+
+extension FastJSON {
+    /// Typed reads of an object's fields; absent and `null` are both nil, anything else of the
+    /// wrong shape throws `Unsupported`.
+    public struct Fields {
+        public let values: [String: FastJSON]
+        public init(_ values: [String: FastJSON]) { self.values = values }
+
+        public struct Unsupported: Error {}
+
+        public func string(_ key: String) throws -> String? {
+            switch values[key] {
+            case nil, .null?: return nil
+            case .string(let value)?: return value
+            default: throw Unsupported()
+            }
+        }
+
+        public func bool(_ key: String) throws -> Bool? {
+            switch values[key] {
+            case nil, .null?: return nil
+            case .bool(let value)?: return value
+            default: throw Unsupported()
+            }
+        }
+
+        public func int64(_ key: String) throws -> Int64? {
+            switch values[key] {
+            case nil, .null?: return nil
+            case .number(let text)?:
+                guard let value = Int64(text) else { throw Unsupported() }
+                return value
+            default: throw Unsupported()
+            }
+        }
+
+        public func int32(_ key: String) throws -> Int32? {
+            guard let value = try int64(key) else { return nil }
+            guard let narrow = Int32(exactly: value) else { throw Unsupported() }
+            return narrow
+        }
+
+        public func strings(_ key: String) throws -> [String]? {
+            switch values[key] {
+            case nil, .null?: return nil
+            case .array(let items)?:
+                return try items.map {
+                    guard case .string(let value) = $0 else { throw Unsupported() }
+                    return value
+                }
+            default: throw Unsupported()
+            }
+        }
+
+        public func `enum`<E: AppleEnum>(_ key: String) throws -> E? where E.RawValue == String {
+            try string(key).map(E.init(rawValue:))
+        }
+
+        public func `enum`<E: AppleEnum>(_ key: String) throws -> E? where E.RawValue == Int32 {
+            try int32(key).map(E.init(rawValue:))
+        }
+
+        public func object(_ key: String) throws -> Fields? {
+            switch values[key] {
+            case nil, .null?: return nil
+            case .object(let fields)?: return Fields(fields)
+            default: throw Unsupported()
+            }
+        }
+
+        /// Fields this reader does not model make the payload fall back to `JSONDecoder`.
+        public func absent(_ key: String) throws {
+            if let value = values[key], value != .null { throw Unsupported() }
+        }
+    }
+}
+
+extension JWSTransactionDecodedPayload: FastDecodable {
+    public init(fast f: FastJSON.Fields) throws {
+        try f.absent("advancedCommerceInfo")
+        self.init(
+            transactionId: try f.string("transactionId"), originalTransactionId: try f.string("originalTransactionId"),
+            webOrderLineItemId: try f.string("webOrderLineItemId"),
+            previousOriginalTransactionId: try f.string("previousOriginalTransactionId"),
+            bundleId: try f.string("bundleId"), productId: try f.string("productId"),
+            subscriptionGroupIdentifier: try f.string("subscriptionGroupIdentifier"),
+            purchaseDate: try f.int64("purchaseDate"), originalPurchaseDate: try f.int64("originalPurchaseDate"),
+            expiresDate: try f.int64("expiresDate"), quantity: try f.int32("quantity"), type: try f.enum("type"),
+            appAccountToken: try f.string("appAccountToken"), inAppOwnershipType: try f.enum("inAppOwnershipType"),
+            signedDate: try f.int64("signedDate"), revocationReason: try f.enum("revocationReason"),
+            revocationDate: try f.int64("revocationDate"), revocationType: try f.enum("revocationType"),
+            revocationPercentage: try f.int32("revocationPercentage"), isUpgraded: try f.bool("isUpgraded"),
+            offerType: try f.enum("offerType"), offerIdentifier: try f.string("offerIdentifier"),
+            offerDiscountType: try f.enum("offerDiscountType"), offerPeriod: try f.string("offerPeriod"),
+            environment: try f.enum("environment"), storefront: try f.string("storefront"),
+            storefrontId: try f.string("storefrontId"), transactionReason: try f.enum("transactionReason"),
+            currency: try f.string("currency"), price: try f.int64("price"),
+            appTransactionId: try f.string("appTransactionId"), billingPlanType: try f.enum("billingPlanType"),
+            commitmentInfo: try f.object("commitmentInfo").map {
+                TransactionCommitmentInfo(
+                    billingPeriodNumber: try $0.int32("billingPeriodNumber"),
+                    totalBillingPeriods: try $0.int32("totalBillingPeriods"),
+                    commitmentExpiresDate: try $0.int64("commitmentExpiresDate"),
+                    commitmentPrice: try $0.int64("commitmentPrice"))
+            })
+    }
+}
+
+extension JWSRenewalInfoDecodedPayload: FastDecodable {
+    public init(fast f: FastJSON.Fields) throws {
+        try f.absent("advancedCommerceInfo")
+        self.init(
+            originalTransactionId: try f.string("originalTransactionId"), productId: try f.string("productId"),
+            autoRenewProductId: try f.string("autoRenewProductId"), autoRenewStatus: try f.enum("autoRenewStatus"),
+            expirationIntent: try f.enum("expirationIntent"),
+            isInBillingRetryPeriod: try f.bool("isInBillingRetryPeriod"),
+            gracePeriodExpiresDate: try f.int64("gracePeriodExpiresDate"),
+            priceIncreaseStatus: try f.enum("priceIncreaseStatus"), offerType: try f.enum("offerType"),
+            offerIdentifier: try f.string("offerIdentifier"), offerDiscountType: try f.enum("offerDiscountType"),
+            offerPeriod: try f.string("offerPeriod"), signedDate: try f.int64("signedDate"),
+            environment: try f.enum("environment"),
+            recentSubscriptionStartDate: try f.int64("recentSubscriptionStartDate"),
+            renewalDate: try f.int64("renewalDate"), renewalPrice: try f.int64("renewalPrice"),
+            currency: try f.string("currency"), eligibleWinBackOfferIds: try f.strings("eligibleWinBackOfferIds"),
+            appAccountToken: try f.string("appAccountToken"), appTransactionId: try f.string("appTransactionId"),
+            renewalBillingPlanType: try f.enum("renewalBillingPlanType"),
+            commitmentInfo: try f.object("commitmentInfo").map {
+                RenewalCommitmentInfo(
+                    commitmentAutoRenewProductId: try $0.string("commitmentAutoRenewProductId"),
+                    commitmentAutoRenewStatus: try $0.enum("commitmentAutoRenewStatus"),
+                    commitmentRenewalBillingPlanType: try $0.enum("commitmentRenewalBillingPlanType"),
+                    commitmentRenewalDate: try $0.int64("commitmentRenewalDate"),
+                    commitmentRenewalPrice: try $0.int64("commitmentRenewalPrice"))
+            })
+    }
+}
