@@ -249,27 +249,10 @@ public final class AppStoreServerAPIClient: Sendable {
             request.headers.add(name: "Content-Type", value: "application/json")
             request.body = .bytes(ByteBuffer(bytes: body))
         }
-        let timeout = configuration.timeout.timeAmount
-        let response: HTTPClientResponse
-        let bytes: ByteBuffer
-        do {
-            response = try await httpClient.execute(request, timeout: timeout)
-            bytes = try await response.body.collect(upTo: 16 * 1024 * 1024)
-        } catch {
-            throw Self.transportError(error)
-        }
-        let status = Int(response.status.code)
-        if (200..<300).contains(status) { return Array(buffer: bytes) }
-        throw Self.classify(status: status, headers: response.headers, body: Array(buffer: bytes))
-    }
-
-    static func transportError(_ error: any Error) -> AppStoreAPIError {
-        if let clientError = error as? HTTPClientError,
-            clientError == .deadlineExceeded || clientError == .readTimeout || clientError == .connectTimeout
-        {
-            return AppStoreAPIError(kind: .timeout, message: "Apple did not answer in time", isRetryable: true)
-        }
-        return AppStoreAPIError(kind: .network, message: "cannot reach Apple: \(error)", isRetryable: true)
+        let answer = try await AppleHTTP.exchange(
+            httpClient, request, timeout: configuration.timeout, maxBody: 16 * 1024 * 1024)
+        if answer.isSuccess { return answer.body }
+        throw Self.classify(status: answer.status, headers: answer.headers, body: answer.body)
     }
 
     /// Maps a non-2xx answer to Apple's retry classes (server-api.md §3).

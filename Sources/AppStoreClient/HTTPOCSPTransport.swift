@@ -18,13 +18,12 @@ public struct HTTPOCSPTransport: OCSPTransport {
         httpRequest.method = .POST
         httpRequest.headers.add(name: "Content-Type", value: "application/ocsp-request")
         httpRequest.body = .bytes(ByteBuffer(bytes: request))
-        let response = try await httpClient.execute(httpRequest, timeout: timeout.timeAmount)
-        let body = try await response.body.collect(upTo: 1024 * 1024)
-        guard (200..<300).contains(Int(response.status.code)) else {
+        let answer = try await AppleHTTP.exchange(httpClient, httpRequest, timeout: timeout, maxBody: 1024 * 1024)
+        guard answer.isSuccess else {
             throw AppStoreAPIError(
-                kind: .httpStatus, httpStatus: Int(response.status.code), message: "OCSP responder error",
+                kind: .httpStatus, httpStatus: answer.status, message: "OCSP responder answered HTTP \(answer.status)",
                 isRetryable: true)
         }
-        return Array(buffer: body)
+        return answer.body
     }
 }

@@ -109,26 +109,19 @@ public final class VerifyReceiptClient: Sendable {
         request.headers.add(name: "Content-Type", value: "application/json")
         request.headers.add(name: "User-Agent", value: "StoreKeeper")
         request.body = .bytes(ByteBuffer(bytes: body))
-        let timeout = configuration.timeout.timeAmount
-        let response: HTTPClientResponse
-        let bytes: ByteBuffer
-        do {
-            response = try await httpClient.execute(request, timeout: timeout)
-            bytes = try await response.body.collect(upTo: 64 * 1024 * 1024)
-        } catch {
-            throw AppStoreServerAPIClient.transportError(error)
-        }
-        let status = Int(response.status.code)
-        guard (200..<300).contains(status) else {
+        let answer = try await AppleHTTP.exchange(
+            httpClient, request, timeout: configuration.timeout, maxBody: 64 * 1024 * 1024)
+        guard answer.isSuccess else {
             throw AppStoreAPIError(
-                kind: .httpStatus, httpStatus: status, message: "verifyReceipt answered HTTP \(status)",
-                isRetryable: status >= 500 || status == 429)
+                kind: .httpStatus, httpStatus: answer.status, message: "verifyReceipt answered HTTP \(answer.status)",
+                isRetryable: answer.status >= 500 || answer.status == 429)
         }
-        guard let decoded = try? JSONDecoder().decode(VerifyReceiptResponse.self, from: Data(Array(buffer: bytes))),
+        guard let decoded = try? JSONDecoder().decode(VerifyReceiptResponse.self, from: Data(answer.body)),
             decoded.status != nil
         else {
             throw AppStoreAPIError(
-                kind: .malformedResponse, httpStatus: status, message: "verifyReceipt answer is not Apple's JSON",
+                kind: .malformedResponse, httpStatus: answer.status,
+                message: "verifyReceipt answer is not Apple's JSON",
                 isRetryable: true)
         }
         return decoded

@@ -91,15 +91,13 @@ public enum AppReceiptEncoder {
         return serializer.serializedBytes
     }
 
-    static func utf8(_ text: String) throws -> [UInt8] {
-        var serializer = DER.Serializer()
-        serializer.appendPrimitiveNode(identifier: .utf8String) { $0.append(contentsOf: Array(text.utf8)) }
-        return serializer.serializedBytes
-    }
+    static func utf8(_ text: String) throws -> [UInt8] { string(text, as: .utf8String) }
 
-    static func ia5(_ text: String) throws -> [UInt8] {
+    static func ia5(_ text: String) throws -> [UInt8] { string(text, as: .ia5String) }
+
+    private static func string(_ text: String, as identifier: ASN1Identifier) -> [UInt8] {
         var serializer = DER.Serializer()
-        serializer.appendPrimitiveNode(identifier: .ia5String) { $0.append(contentsOf: Array(text.utf8)) }
+        serializer.appendPrimitiveNode(identifier: identifier) { $0.append(contentsOf: Array(text.utf8)) }
         return serializer.serializedBytes
     }
 
