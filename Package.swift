@@ -9,6 +9,7 @@ let package = Package(
         .library(name: "AppStoreVerification", targets: ["AppStoreVerification"]),
         .library(name: "AppStoreSigning", targets: ["AppStoreSigning"]),
         .library(name: "AppStoreClient", targets: ["AppStoreClient"]),
+        .library(name: "LocalAppStore", targets: ["LocalAppStore"]),
         .executable(name: "storekeeper", targets: ["StoreKeeperCLI"]),
     ],
     dependencies: [
@@ -60,6 +61,19 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // The local App Store: a faithful fake of Apple for tests, the demo and zero-config serve.
+        .target(
+            name: "LocalAppStore",
+            dependencies: [
+                "AppStoreModels",
+                "AppStoreVerification",
+                "AppStoreSigning",
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+            ]
+        ),
         .executableTarget(
             name: "StoreKeeperCLI",
             dependencies: [
@@ -67,6 +81,7 @@ let package = Package(
                 "AppStoreVerification",
                 "AppStoreSigning",
                 "AppStoreClient",
+                "LocalAppStore",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -89,6 +104,10 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
+        ),
+        .testTarget(
+            name: "LocalAppStoreTests",
+            dependencies: ["LocalAppStore", "AppStoreSigning", "AppStoreVerification", "AppStoreModels"]
         ),
         .testTarget(
             name: "StoreKeeperCLITests",

@@ -14,6 +14,11 @@ public struct ApplePKI: Sendable {
         public var certificate: Certificate
         public var privateKey: Key
         public var derBytes: [UInt8] { certificate.derBytes }
+
+        public init(certificate: Certificate, privateKey: Key) {
+            self.certificate = certificate
+            self.privateKey = privateKey
+        }
     }
 
     public var root: Level<P384.Signing.PrivateKey>
@@ -23,6 +28,19 @@ public struct ApplePKI: Sendable {
     public var receiptRoot: Level<_RSA.Signing.PrivateKey>?
     public var receiptIntermediate: Level<_RSA.Signing.PrivateKey>?
     public var receiptLeaf: Level<_RSA.Signing.PrivateKey>?
+
+    public init(
+        root: Level<P384.Signing.PrivateKey>, intermediate: Level<P384.Signing.PrivateKey>,
+        leaf: Level<P256.Signing.PrivateKey>, receiptRoot: Level<_RSA.Signing.PrivateKey>? = nil,
+        receiptIntermediate: Level<_RSA.Signing.PrivateKey>? = nil, receiptLeaf: Level<_RSA.Signing.PrivateKey>? = nil
+    ) {
+        self.root = root
+        self.intermediate = intermediate
+        self.leaf = leaf
+        self.receiptRoot = receiptRoot
+        self.receiptIntermediate = receiptIntermediate
+        self.receiptLeaf = receiptLeaf
+    }
 
     /// Generates fresh keys and certificates valid from `notBefore` for `years`.
     public static func generate(

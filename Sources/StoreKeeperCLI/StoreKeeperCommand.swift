@@ -5,6 +5,6 @@ struct StoreKeeperCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "storekeeper",
         abstract: "StoreKeeper: a self-hosted App Store in-app-purchase system.",
-        subcommands: [VerifyCommand.self, BenchCommand.self]
+        subcommands: [VerifyCommand.self, LocalStoreCommand.self, BenchCommand.self]
     )
 }
