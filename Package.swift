@@ -9,6 +9,7 @@ let package = Package(
         .library(name: "AppStoreVerification", targets: ["AppStoreVerification"]),
         .library(name: "AppStoreSigning", targets: ["AppStoreSigning"]),
         .library(name: "AppStoreClient", targets: ["AppStoreClient"]),
+        .library(name: "StoreKeeperCatalog", targets: ["StoreKeeperCatalog"]),
         .library(name: "LocalAppStore", targets: ["LocalAppStore"]),
         .executable(name: "storekeeper", targets: ["StoreKeeperCLI"]),
     ],
@@ -21,6 +22,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
     ],
     targets: [
         // Codable types for every Apple payload; no dependencies so the client SDK can share them.
@@ -61,6 +65,11 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // The product catalog file shared by the server and the local App Store (API.md).
+        .target(
+            name: "StoreKeeperCatalog",
+            dependencies: [.product(name: "Yams", package: "Yams")]
+        ),
         // The local App Store: a faithful fake of Apple for tests, the demo and zero-config serve.
         .target(
             name: "LocalAppStore",
@@ -68,6 +77,12 @@ let package = Package(
                 "AppStoreModels",
                 "AppStoreVerification",
                 "AppStoreSigning",
+                "AppStoreClient",
+                "StoreKeeperCatalog",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
@@ -107,8 +122,13 @@ let package = Package(
         ),
         .testTarget(
             name: "LocalAppStoreTests",
-            dependencies: ["LocalAppStore", "AppStoreSigning", "AppStoreVerification", "AppStoreModels"]
+            dependencies: [
+                "LocalAppStore", "AppStoreSigning", "AppStoreVerification", "AppStoreModels", "AppStoreClient",
+                "StoreKeeperCatalog",
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+            ]
         ),
+        .testTarget(name: "StoreKeeperCatalogTests", dependencies: ["StoreKeeperCatalog"]),
         .testTarget(
             name: "StoreKeeperCLITests",
             dependencies: ["StoreKeeperCLI", "AppStoreSigning", "AppStoreVerification"]
