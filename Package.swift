@@ -125,7 +125,13 @@ let package = Package(
             dependencies: [
                 "LocalAppStore", "AppStoreSigning", "AppStoreVerification", "AppStoreModels", "AppStoreClient",
                 "StoreKeeperCatalog",
+                .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
         ),
         .testTarget(name: "StoreKeeperCatalogTests", dependencies: ["StoreKeeperCatalog"]),

@@ -46,6 +46,7 @@ public struct AppStoreAPIError: Error, Hashable, Sendable, CustomStringConvertib
         if let httpStatus { parts.append("HTTP \(httpStatus)") }
         if let errorCode { parts.append("code \(errorCode)") }
         parts.append(message)
+        if let retryAfter { parts.append("retry after \(retryAfter.timeIntervalSince1970)") }
         parts.append(isRetryable ? "retryable" : "permanent")
         return parts.joined(separator: ", ")
     }

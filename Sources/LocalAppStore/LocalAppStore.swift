@@ -852,6 +852,16 @@ public struct Faults: Sendable, Codable, Hashable {
     public var dropAppAccountToken = false
 
     public init() {}
+
+    /// Every key optional in JSON, so a test sets just the fault it wants.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        endpoints = try container.decodeIfPresent([String: Endpoint].self, forKey: .endpoints) ?? [:]
+        dropNotifications = try container.decodeIfPresent(Int.self, forKey: .dropNotifications) ?? 0
+        duplicateNotifications = try container.decodeIfPresent(Bool.self, forKey: .duplicateNotifications) ?? false
+        reorderNotifications = try container.decodeIfPresent(Bool.self, forKey: .reorderNotifications) ?? false
+        dropAppAccountToken = try container.decodeIfPresent(Bool.self, forKey: .dropAppAccountToken) ?? false
+    }
 }
 
 extension LocalAppStore {

@@ -1,0 +1,188 @@
+import AppStoreModels
+import Foundation
+import Hummingbird
+import NIOCore
+
+/// The control API: what a test (or the demo) does as the customer, the parent, Apple's
+/// billing or Apple's refund desk, plus the clock and faults. JSON in, JSON out.
+extension LocalAppStoreServer {
+    struct PurchaseBody: Codable {
+        var appleId: String
+        var storefront: String?
+        var items: [LocalAppStore.PurchaseItem]?
+        var productId: String?
+        var quantity: Int32?
+        var appAccountToken: UUID?
+        var askToBuy: Bool?
+    }
+
+    struct PurchaseReply: Codable {
+        var signedTransactions: [String]
+        var transactions: [JWSTransactionDecodedPayload]
+        var receipt: String
+        var pendingId: String?
+    }
+
+    struct ControlError: Codable {
+        struct Body: Codable {
+            var code: String
+            var message: String
+        }
+        var error: Body
+    }
+
+    func addControl(to router: Router<BasicRequestContext>) {
+        let control = router.group("control")
+        control.post("purchases") { request, context in
+            try await self.control {
+                let body = try await request.decode(as: PurchaseBody.self, context: context)
+                let items =
+                    body.items ?? body.productId.map {
+                        [LocalAppStore.PurchaseItem(productId: $0, quantity: body.quantity ?? 1)]
+                    }
+                    ?? []
+                await self.store.customer(body.appleId, storefront: body.storefront ?? "USA")
+                return Self.reply(
+                    try await self.store.buy(
+                        body.appleId, items: items, appAccountToken: body.appAccountToken,
+                        askToBuy: body.askToBuy ?? false))
+            }
+        }
+        control.post("pending/:id/approve") { _, context in
+            try await self.control { Self.reply(try await self.store.approve(context.parameters.get("id") ?? "")) }
+        }
+        control.post("pending/:id/decline") { _, context in
+            try await self.control {
+                try await self.store.decline(context.parameters.get("id") ?? "")
+                return Response(status: .noContent)
+            }
+        }
+        control.post("transactions/:id/:action") { request, context in
+            try await self.control {
+                let id = context.parameters.get("id") ?? ""
+                switch context.parameters.get("action") ?? "" {
+                case "finish": try await self.store.finish(id)
+                case "refund":
+                    struct Refund: Codable { var percentage: Int32? }
+                    let body = try? await request.decode(as: Refund.self, context: context)
+                    try await self.store.refund(id, percentage: body?.percentage)
+                case "request-refund": try await self.store.requestRefund(id)
+                case "decline-refund": try await self.store.declineRefund(id)
+                case "reverse-refund": try await self.store.reverseRefund(id)
+                default:
+                    throw LocalAppStore.StoreError.unknownTransaction("\(id)/\(context.parameters.get("action") ?? "")")
+                }
+                return Self.json(["transactionId": id, "signedTransaction": try await self.store.signTransaction(id)])
+            }
+        }
+        control.post("subscriptions/:id/:action") { request, context in
+            try await self.control {
+                let id = context.parameters.get("id") ?? ""
+                switch context.parameters.get("action") ?? "" {
+                case "cancel": try await self.store.setAutoRenew(id, false)
+                case "resume": try await self.store.setAutoRenew(id, true)
+                case "change":
+                    struct Change: Codable { var productId: String }
+                    let body = try await request.decode(as: Change.self, context: context)
+                    try await self.store.changeProduct(id, to: body.productId)
+                default:
+                    throw LocalAppStore.StoreError.unknownSubscription(
+                        "\(id)/\(context.parameters.get("action") ?? "")")
+                }
+                return Self.json([
+                    "originalTransactionId": id, "signedRenewalInfo": try await self.store.signRenewalInfo(id),
+                ])
+            }
+        }
+        control.post("customers/:appleId/billing") { request, context in
+            try await self.control {
+                struct Billing: Codable { var fails: Bool }
+                let body = try await request.decode(as: Billing.self, context: context)
+                await self.store.setBillingFails(context.parameters.get("appleId") ?? "", body.fails)
+                return Response(status: .noContent)
+            }
+        }
+        control.get("customers/:appleId/receipt") { _, context in
+            try await self.control {
+                let receipt = try await self.store.receipt(for: context.parameters.get("appleId") ?? "")
+                return Self.json(["receipt": Data(receipt).base64EncodedString()])
+            }
+        }
+        control.get("clock") { _, _ in
+            Self.json(["now": self.store.clock.now().milliseconds])
+        }
+        control.post("clock/advance") { request, context in
+            try await self.control {
+                struct Advance: Codable { var seconds: Double }
+                let body = try await request.decode(as: Advance.self, context: context)
+                guard body.seconds >= 0, body.seconds <= 10 * 365 * 86_400 else {
+                    throw LocalAppStore.StoreError.invalid("seconds must be 0…315360000")
+                }
+                await self.store.advance(by: body.seconds)
+                return Self.json(["now": self.store.clock.now().milliseconds])
+            }
+        }
+        control.put("faults") { request, context in
+            try await self.control {
+                let faults = try await request.decode(as: Faults.self, context: context)
+                await self.store.setFaults(faults)
+                return Self.json(faults)
+            }
+        }
+        control.delete("faults") { _, _ in
+            await self.store.setFaults(Faults())
+            return Response(status: .noContent)
+        }
+        control.get("notifications") { _, _ in
+            struct Item: Codable {
+                var notificationUUID: String?
+                var notificationType: String?
+                var subtype: String?
+                var signedPayload: String
+                var sendAttempts: [SendAttemptItem]
+            }
+            return Self.json(
+                await self.store.notifications.map {
+                    Item(
+                        notificationUUID: $0.payload.notificationUUID,
+                        notificationType: $0.payload.notificationType?.rawValue,
+                        subtype: $0.payload.subtype?.rawValue, signedPayload: $0.signedPayload,
+                        sendAttempts: $0.attempts)
+                })
+        }
+        control.get("root-certificate") { _, _ in
+            Response(
+                status: .ok, headers: [.contentType: "application/x-pem-file"],
+                body: .init(byteBuffer: ByteBuffer(string: try PKIStore.rootsPEM(self.store.pki))))
+        }
+    }
+
+    static func reply(_ result: LocalAppStore.PurchaseResult) -> Response {
+        json(
+            PurchaseReply(
+                signedTransactions: result.signedTransactions, transactions: result.transactions,
+                receipt: Data(result.receipt).base64EncodedString(), pendingId: result.pendingId))
+    }
+
+    /// Store errors become 404/400 with a code; malformed bodies 400.
+    func control(_ body: () async throws -> Response) async throws -> Response {
+        do {
+            return try await body()
+        } catch let error as LocalAppStore.StoreError {
+            let (status, code): (HTTPResponse.Status, String) =
+                switch error {
+                case .unknownProduct: (.notFound, "unknown_product")
+                case .unknownTransaction, .unknownSubscription, .unknownPending: (.notFound, "not_found")
+                case .invalid: (.badRequest, "bad_request")
+                }
+            return Self.json(ControlError(error: .init(code: code, message: error.description)), status: status)
+        } catch let error as DecodingError {
+            return Self.json(
+                ControlError(error: .init(code: "bad_request", message: "malformed body: \(error)")),
+                status: .badRequest)
+        } catch let error as HTTPError where error.status == .badRequest || error.status == .contentTooLarge {
+            return Self.json(
+                ControlError(error: .init(code: "bad_request", message: "malformed body")), status: error.status)
+        }
+    }
+}
