@@ -69,6 +69,7 @@ extension LocalAppStoreServer {
                 case "request-refund": try await self.store.requestRefund(id)
                 case "decline-refund": try await self.store.declineRefund(id)
                 case "reverse-refund": try await self.store.reverseRefund(id)
+                case "revoke": try await self.store.revokeFamilySharing(id)
                 default:
                     throw LocalAppStore.StoreError.unknownTransaction("\(id)/\(context.parameters.get("action") ?? "")")
                 }

@@ -547,6 +547,29 @@ public actor LocalAppStore {
         }
     }
 
+    /// Family Sharing ends for a shared purchase (non-consumable or subscription): the family
+    /// member loses access; Apple sends REVOKE.
+    public func revokeFamilySharing(_ transactionId: String) throws {
+        guard var stored = transactions[transactionId] else { throw StoreError.unknownTransaction(transactionId) }
+        guard stored.payload.type == .nonConsumable || stored.payload.type == .autoRenewable else {
+            throw StoreError.invalid("only non-consumables and subscriptions are shared with a family")
+        }
+        let now = clock.now()
+        stored.payload.inAppOwnershipType = .familyShared
+        stored.payload.revocationDate = now.milliseconds
+        stored.payload.revocationReason = .refundedForOtherReason
+        stored.payload.revocationType = .familyRevoke
+        stored.modified = now
+        transactions[transactionId] = stored
+        if var subscription = subscriptions[stored.payload.originalTransactionId ?? ""] {
+            subscription.status = .revoked
+            subscriptions[subscription.originalTransactionId] = subscription
+            notify(.revoke, subtype: nil, subscription: subscription, at: now)
+        } else {
+            notify(.revoke, subtype: nil, transaction: stored.payload, at: now)
+        }
+    }
+
     /// The customer asks for a refund: Apple asks the developer for consumption data.
     public func requestRefund(_ transactionId: String, reason: ConsumptionRequestReason = .unintendedPurchase) throws {
         guard var stored = transactions[transactionId] else { throw StoreError.unknownTransaction(transactionId) }

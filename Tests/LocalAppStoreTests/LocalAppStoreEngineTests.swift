@@ -210,6 +210,18 @@ import Testing
         #expect(await store.notifications[1].payload.data?.consumptionRequestReason == .unintendedPurchase)
     }
 
+    @Test func familySharingRevocation() async throws {
+        let store = Self.store()
+        let unlock = try await store.buy("kim", items: [.init(productId: "remove_ads")]).transactions[0].transactionId!
+        try await store.revokeFamilySharing(unlock)
+        let revoked = try await Self.verifier.verifyTransaction(try await store.signTransaction(unlock))
+        #expect(revoked.revocationType == .familyRevoke)
+        #expect(revoked.inAppOwnershipType == .familyShared)
+        #expect(await types(store) == ["ONE_TIME_CHARGE", "REVOKE"])
+        let coins = try await store.buy("kim", items: [.init(productId: "coins_60")]).transactions[0].transactionId!
+        await #expect(throws: LocalAppStore.StoreError.self) { try await store.revokeFamilySharing(coins) }
+    }
+
     @Test func renewalDateExtensionFollowsApplesLimits() async throws {
         let store = Self.store()
         let original = try await store.buy("ivy", items: [.init(productId: "pro_monthly")]).transactions[0]

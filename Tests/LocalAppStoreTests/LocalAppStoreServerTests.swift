@@ -314,6 +314,67 @@ import Testing
         }
     }
 
+    @Test func scaledClockRunsTheRetryScheduleByItself() async throws {
+        let attempts = Mutex<[Date]>([])
+        let receiver = Router()
+        receiver.post("hook") { _, _ -> Response in
+            let count = attempts.withLock {
+                $0.append(Date())
+                return $0.count
+            }
+            return Response(status: count < 3 ? .internalServerError : .ok)
+        }
+        let hook = Application(router: receiver, configuration: .init(address: .hostname("127.0.0.1", port: 0)))
+        try await hook.test(.live) { hookClient in
+            // One store hour is 0.05 s of real time: the +1 h and +12 h retries take ~0.65 s.
+            let store = LocalAppStore(
+                configuration: .init(
+                    catalog: LocalAppStoreEngineTests.catalog,
+                    notificationURL: "http://127.0.0.1:\(hookClient.port!)/hook"),
+                pki: LocalAppStoreEngineTests.pki,
+                clock: StoreClock(start: LocalAppStoreEngineTests.start, scale: 72_000))
+            _ = try await store.buy("sal", items: [.init(productId: "coins_60")])
+            let sender = NotificationSender(store: store, pollInterval: .milliseconds(10))
+            let running = Task { try await sender.run() }
+            let deadline = ContinuousClock.now + .seconds(20)
+            while await store.notifications[0].delivered == false, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            running.cancel()
+            let recorded = await store.notifications[0].attempts
+            #expect(
+                recorded.map(\.sendAttemptResult) == [
+                    .unsuccessfulHTTPResponseCode, .unsuccessfulHTTPResponseCode, .success,
+                ])
+            let dates = recorded.compactMap(\.attemptDate)
+            // Store time between attempts: ≥ 1 h, then ≥ 12 h (a poll may add a little).
+            #expect(dates[1] - dates[0] >= 3_600_000 && dates[1] - dates[0] < 5_400_000)
+            #expect(dates[2] - dates[1] >= 43_200_000 && dates[2] - dates[1] < 45_000_000)
+        }
+    }
+
+    @Test func reorderedNotificationsArriveNewestFirst() async throws {
+        let received = Mutex<[String]>([])
+        let receiver = Router()
+        receiver.post("hook") { request, context -> Response in
+            let body = try await request.decode(as: ResponseBodyV2.self, context: context)
+            let type = try await Self.verifier.verifyNotification(body.signedPayload ?? "").payload.notificationType
+            received.withLock { $0.append(type?.rawValue ?? "") }
+            return Response(status: .ok)
+        }
+        let hook = Application(router: receiver, configuration: .init(address: .hostname("127.0.0.1", port: 0)))
+        try await hook.test(.live) { hookClient in
+            let store = Self.makeStore(notificationURL: "http://127.0.0.1:\(hookClient.port!)/hook")
+            var faults = Faults()
+            faults.reorderNotifications = true
+            await store.setFaults(faults)
+            let id = try await store.buy("ray", items: [.init(productId: "coins_60")]).transactions[0].transactionId!
+            try await store.refund(id)
+            await NotificationSender(store: store).deliverDue()
+            #expect(received.withLock { $0 } == ["REFUND", "ONE_TIME_CHARGE"])
+        }
+    }
+
     @Test func sandboxSendsOnceUnlessAskedToRetry() async throws {
         let store = Self.makeStore(environment: .sandbox, notificationURL: "http://127.0.0.1:9/closed")
         _ = try await store.buy("eve", items: [.init(productId: "coins_60")])
