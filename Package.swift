@@ -97,6 +97,8 @@ let package = Package(
                 "AppStoreSigning",
                 "AppStoreClient",
                 "LocalAppStore",
+                "StoreKeeperCatalog",
+                .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -137,7 +139,9 @@ let package = Package(
         .testTarget(name: "StoreKeeperCatalogTests", dependencies: ["StoreKeeperCatalog"]),
         .testTarget(
             name: "StoreKeeperCLITests",
-            dependencies: ["StoreKeeperCLI", "AppStoreSigning", "AppStoreVerification"]
+            dependencies: [
+                "StoreKeeperCLI", "AppStoreSigning", "AppStoreVerification", "AppStoreClient", "AppStoreModels",
+            ]
         ),
     ]
 )

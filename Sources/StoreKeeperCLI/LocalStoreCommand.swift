@@ -2,14 +2,16 @@ import AppStoreModels
 import AppStoreSigning
 import ArgumentParser
 import Foundation
+import Hummingbird
 import LocalAppStore
+import StoreKeeperCatalog
 
 /// `storekeeper local-store …`: the local App Store's tools.
 struct LocalStoreCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "local-store",
         abstract: "The local App Store: a faithful fake of Apple with its own certificate authority.",
-        subcommands: [RootCertificateCommand.self, SignTransactionCommand.self]
+        subcommands: [LocalStoreServeCommand.self, RootCertificateCommand.self, SignTransactionCommand.self]
     )
 }
 
@@ -98,5 +100,97 @@ struct SignTransactionCommand: ParsableCommand {
             environment: AppStoreEnvironment(rawValue: environment))
         let payload = TransactionIssuer().transaction(for: purchase, at: Date(), id: TransactionIds.next())
         print(try pki.jwsSigner.sign(payload))
+    }
+}
+
+/// Runs the local App Store standalone over HTTP.
+struct LocalStoreServeCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "serve",
+        abstract: "Run the local App Store over HTTP (Server API, verifyReceipt, notifications, control API).",
+        discussion: "See docs/local-app-store.md for the endpoints and the control API."
+    )
+
+    @OptionGroup var data: DataDirectoryOption
+
+    @Option(help: "Address to listen on.")
+    var host: String = "127.0.0.1"
+
+    @Option(help: "Port to listen on (0 picks a free one).")
+    var port: Int = 8090
+
+    @Option(name: .customLong("bundle-id"), help: "The app's bundle id.")
+    var bundleId: String = "com.example.app"
+
+    @Option(name: .customLong("app-apple-id"), help: "The app's App Store id.")
+    var appAppleId: Int64 = 1_234_567_890
+
+    @Option(help: "Production or Sandbox: stamped on everything this store signs.")
+    var environment: String = "Production"
+
+    @Option(help: "Product catalog file (YAML or JSON, the server's format). Default: a demo catalog.")
+    var catalog: String?
+
+    @Option(name: .customLong("notification-url"), help: "Where to POST App Store Server Notifications V2.")
+    var notificationURL: String?
+
+    @Option(
+        name: .customLong("clock-scale"),
+        help: "Store seconds per real second (43200 = a month per minute; 0 = frozen).")
+    var clockScale: Double = 1
+
+    @Option(name: .customLong("grace-period-days"), help: "Billing Grace Period in days (0 = off).")
+    var gracePeriodDays: Double = 16
+
+    @Option(name: .customLong("shared-secret"), help: "Require this shared secret on verifyReceipt.")
+    var sharedSecret: String?
+
+    @Flag(name: .customLong("retry-sandbox-notifications"), help: "Apply Apple's retry schedule in Sandbox too.")
+    var retrySandboxNotifications = false
+
+    func validate() throws {
+        guard ["Sandbox", "Production"].contains(environment) else {
+            throw ValidationError("--environment must be Sandbox or Production")
+        }
+        guard (0...65535).contains(port) else { throw ValidationError("--port must be 0…65535") }
+        guard clockScale >= 0, gracePeriodDays >= 0 else {
+            throw ValidationError("--clock-scale and --grace-period-days must be ≥ 0")
+        }
+        if let notificationURL, URL(string: notificationURL)?.scheme?.hasPrefix("http") != true {
+            throw ValidationError("--notification-url must be an http(s) URL")
+        }
+    }
+
+    func run() async throws {
+        let pki = try data.loadPKI()
+        let directory = URL(fileURLWithPath: data.dataDirectory, isDirectory: true)
+        let apiKey = try ServerAPIKeyStore.loadOrCreate(dataDirectory: directory)
+        let products: Catalog
+        do {
+            products = try catalog.map(Catalog.load(path:)) ?? .demo
+        } catch let error as CatalogError {
+            throw ValidationError(error.description)
+        }
+        let store = LocalAppStore(
+            configuration: .init(
+                bundleId: bundleId, appAppleId: appAppleId, environment: AppStoreEnvironment(rawValue: environment),
+                catalog: products, gracePeriod: gracePeriodDays > 0 ? gracePeriodDays * 86_400 : nil,
+                notificationURL: notificationURL, retryNotificationsInSandbox: retrySandboxNotifications,
+                serverAPIKey: .init(
+                    issuerId: apiKey.issuerId, keyId: apiKey.keyId,
+                    publicKeyPEM: try ServerAPIKeyStore.publicKeyPEM(apiKey)),
+                sharedSecret: sharedSecret),
+            pki: pki, clock: StoreClock(scale: clockScale))
+        let server = try await LocalAppStoreServer(store: store)
+        let app = server.application(host: host, port: port) { boundPort in
+            let lines = [
+                "local App Store listening on http://\(host):\(boundPort) (\(environment), bundle \(bundleId))",
+                "  trust roots: storekeeper local-store root-certificate --data-dir \(data.dataDirectory)",
+                "  Server API key: issuer \(apiKey.issuerId), key id \(apiKey.keyId), \(directory.path)/server-api-key.p8",
+                "  notifications: \(notificationURL ?? "history only (no --notification-url)")",
+            ]
+            FileHandle.standardError.write(Data((lines.joined(separator: "\n") + "\n").utf8))
+        }
+        try await app.runService()
     }
 }
