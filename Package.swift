@@ -10,6 +10,7 @@ let package = Package(
         .library(name: "AppStoreSigning", targets: ["AppStoreSigning"]),
         .library(name: "AppStoreClient", targets: ["AppStoreClient"]),
         .library(name: "StoreKeeperCatalog", targets: ["StoreKeeperCatalog"]),
+        .library(name: "StoreKeeperCore", targets: ["StoreKeeperCore"]),
         .library(name: "LocalAppStore", targets: ["LocalAppStore"]),
         .executable(name: "storekeeper", targets: ["StoreKeeperCLI"]),
     ],
@@ -70,6 +71,8 @@ let package = Package(
             name: "StoreKeeperCatalog",
             dependencies: [.product(name: "Yams", package: "Yams")]
         ),
+        // Domain decisions as pure functions: orders, delivery planning, grants, ownership.
+        .target(name: "StoreKeeperCore", dependencies: ["AppStoreModels", "StoreKeeperCatalog"]),
         // The local App Store: a faithful fake of Apple for tests, the demo and zero-config serve.
         .target(
             name: "LocalAppStore",
@@ -137,6 +140,8 @@ let package = Package(
             ]
         ),
         .testTarget(name: "StoreKeeperCatalogTests", dependencies: ["StoreKeeperCatalog"]),
+        .testTarget(
+            name: "StoreKeeperCoreTests", dependencies: ["StoreKeeperCore", "StoreKeeperCatalog", "AppStoreModels"]),
         .testTarget(
             name: "StoreKeeperCLITests",
             dependencies: [

@@ -1,0 +1,238 @@
+import AppStoreModels
+import Foundation
+import StoreKeeperCatalog
+
+/// Decides what a verified transaction delivers, to whom, and what else must be recorded —
+/// a pure function. The caller loads the `Context` and commits the `Plan` (order update,
+/// grants, ledger entries, ownership binding, anomalies, outbox, audit) in one database
+/// transaction, so a delivery happens entirely or not at all (ARCHITECTURE.md invariant 1).
+public enum DeliveryPlanner {
+    /// What storage knows that bears on one transaction.
+    public struct Context: Sendable {
+        /// The verified transaction (never the client's claims).
+        public var transaction: JWSTransactionDecodedPayload
+        /// The account submitting it; nil when it comes from Apple (notification, job).
+        public var submittingAccount: String?
+        /// The order whose appAccountToken the transaction carries.
+        public var orderByToken: Order?
+        /// The order the client named (`orderId` in the request).
+        public var requestedOrder: Order?
+        /// The oldest open order of the submitting account for the transaction's product.
+        public var oldestOpenOrder: Order?
+        /// The delivery already recorded for this transactionId, if any.
+        public var existingDelivery: Delivery?
+        /// The account this originalTransactionId is bound to, if any.
+        public var boundAccount: String?
+        /// For non-renewing subscriptions: the account's current access end for the entitlement.
+        public var currentEntitlementExpiry: Date?
+        public var catalog: Catalog
+        public var policy: OwnershipPolicy
+
+        public init(
+            transaction: JWSTransactionDecodedPayload, submittingAccount: String?, orderByToken: Order? = nil,
+            requestedOrder: Order? = nil, oldestOpenOrder: Order? = nil, existingDelivery: Delivery? = nil,
+            boundAccount: String? = nil, currentEntitlementExpiry: Date? = nil, catalog: Catalog,
+            policy: OwnershipPolicy = .firstBinder
+        ) {
+            self.transaction = transaction
+            self.submittingAccount = submittingAccount
+            self.orderByToken = orderByToken
+            self.requestedOrder = requestedOrder
+            self.oldestOpenOrder = oldestOpenOrder
+            self.existingDelivery = existingDelivery
+            self.boundAccount = boundAccount
+            self.currentEntitlementExpiry = currentEntitlementExpiry
+            self.catalog = catalog
+            self.policy = policy
+        }
+    }
+
+    /// A recorded delivery: what a repeated submission answers with.
+    public struct Delivery: Hashable, Sendable {
+        public var transactionId: String
+        public var accountId: String
+        public var orderId: String?
+        public var productId: String
+        public var quantity: Int
+
+        public init(transactionId: String, accountId: String, orderId: String?, productId: String, quantity: Int) {
+            self.transactionId = transactionId
+            self.accountId = accountId
+            self.orderId = orderId
+            self.productId = productId
+            self.quantity = quantity
+        }
+    }
+
+    /// The per-transaction outcome of API.md.
+    public enum Outcome: String, Hashable, Sendable {
+        case delivered, alreadyDelivered = "already_delivered", unattributed, refunded, notDelivered = "not_delivered"
+    }
+
+    /// Why nothing may be delivered; each maps to an API error code.
+    public enum Refusal: Hashable, Sendable {
+        /// The transaction is refunded or revoked (`revoked`).
+        case revoked
+        /// Bound to another account under the first-binder policy (`owned_by_other_account`).
+        case ownedByOtherAccount(owner: String)
+        /// The order named in the request belongs to someone else (`forbidden`).
+        case orderOfAnotherAccount
+    }
+
+    public struct Plan: Hashable, Sendable {
+        public var outcome: Outcome
+        public var refusal: Refusal?
+        /// Who receives the grants.
+        public var accountId: String?
+        /// The order to save (delivered), if the transaction paid one.
+        public var order: Order?
+        public var grants: [Grant] = []
+        public var ledger: [LedgerEntry] = []
+        /// Bind (or re-bind, under transfer) the originalTransactionId to this account.
+        public var binding: String?
+        public var anomalies: [AnomalyDraft] = []
+        /// The delivery to record, keyed by transactionId.
+        public var delivery: Delivery?
+    }
+
+    public static func plan(_ context: Context, now: Date) -> Plan {
+        let transaction = context.transaction
+        let transactionId = transaction.transactionId ?? ""
+        let productId = transaction.productId ?? ""
+
+        if let existing = context.existingDelivery {
+            return Plan(
+                outcome: .alreadyDelivered, accountId: existing.accountId,
+                order: nil, delivery: nil)
+        }
+        if transaction.isRevoked {
+            return Plan(outcome: .refunded, refusal: .revoked, accountId: nil)
+        }
+        if let requested = context.requestedOrder, let submitter = context.submittingAccount,
+            requested.accountId != submitter
+        {
+            return Plan(outcome: .notDelivered, refusal: .orderOfAnotherAccount, accountId: nil)
+        }
+        guard let product = context.catalog.product(productId) else {
+            // Paid for something the catalog does not know: keep it for an operator.
+            return Plan(
+                outcome: .notDelivered, accountId: context.submittingAccount,
+                anomalies: [
+                    AnomalyDraft(
+                        kind: .unknownProduct, transactionId: transactionId, orderId: context.orderByToken?.orderId,
+                        accountId: context.orderByToken?.accountId ?? context.submittingAccount,
+                        detail: "verified transaction for product '\(productId)', which is not in the catalog")
+                ])
+        }
+
+        // Attribution: the signed appAccountToken, then the order named in the request, then
+        // the oldest open order of the account for the product.
+        let candidate = context.orderByToken ?? context.requestedOrder ?? context.oldestOpenOrder
+        var anomalies: [AnomalyDraft] = []
+        var paidOrder: Order?
+        var recipient: String?
+        if let order = candidate {
+            recipient = order.accountId
+            if order.productId == productId {
+                paidOrder = order
+            } else {
+                // Deliver what was paid for; the order stays open (P12).
+                anomalies.append(
+                    AnomalyDraft(
+                        kind: .productMismatch, transactionId: transactionId, orderId: order.orderId,
+                        accountId: order.accountId,
+                        detail:
+                            "order \(order.orderId) is for '\(order.productId)' but the payment was for '\(productId)'")
+                )
+            }
+        } else {
+            recipient = context.submittingAccount
+        }
+
+        // Ownership of what lasts: the first account keeps it (or it transfers, by policy).
+        var binding: String?
+        if product.type != .consumable {
+            if let owner = context.boundAccount {
+                if recipient == nil {
+                    recipient = owner  // a renewal arriving from Apple goes to the owner
+                } else if recipient != owner {
+                    switch context.policy {
+                    case .firstBinder:
+                        return Plan(
+                            outcome: .notDelivered, refusal: .ownedByOtherAccount(owner: owner), accountId: nil,
+                            anomalies: [
+                                AnomalyDraft(
+                                    kind: .ownershipConflict, transactionId: transactionId, orderId: candidate?.orderId,
+                                    accountId: recipient,
+                                    detail:
+                                        "original transaction \(transaction.originalTransactionId ?? "") belongs to account \(owner)"
+                                )
+                            ])
+                    case .transfer:
+                        binding = recipient
+                    }
+                }
+            } else if let recipient {
+                binding = recipient
+            }
+        }
+
+        guard let account = recipient else {
+            // Nobody to give it to (a notification for a purchase no order or account knows).
+            return Plan(
+                outcome: .notDelivered, accountId: nil,
+                anomalies: anomalies + [
+                    AnomalyDraft(
+                        kind: .unattributedTransaction, transactionId: transactionId, orderId: nil, accountId: nil,
+                        detail: "verified '\(productId)' payment with no order and no account")
+                ])
+        }
+
+        let quantity = product.type == .consumable ? max(1, Int(transaction.quantity ?? 1)) : 1
+        var grants: [Grant] = []
+        var ledger: [LedgerEntry] = []
+        if let currency = product.grants.currency, let amount = product.grants.amount {
+            let total = amount * Int64(quantity)
+            grants.append(.currency(code: currency, amount: total))
+            ledger.append(
+                LedgerEntry(
+                    key: "purchase:\(transactionId):\(currency)", accountId: account, currency: currency, amount: total)
+            )
+        }
+        if let entitlement = product.grants.entitlement {
+            grants.append(
+                .entitlement(
+                    id: entitlement, expiresAt: expiry(of: product, transaction: transaction, context: context)))
+        }
+
+        var order = paidOrder
+        if order != nil {
+            order?.status = .delivered
+            order?.transactionId = transactionId
+            order?.deliveredAt = now
+        }
+        return Plan(
+            outcome: paidOrder == nil && candidate == nil ? .unattributed : .delivered, refusal: nil,
+            accountId: account,
+            order: order, grants: grants, ledger: ledger, binding: binding, anomalies: anomalies,
+            delivery: Delivery(
+                transactionId: transactionId, accountId: account, orderId: order?.orderId, productId: productId,
+                quantity: quantity))
+    }
+
+    /// Access end of an entitlement: Apple's expiresDate for auto-renewables; for
+    /// non-renewing subscriptions the server's own window, extended from whichever is later
+    /// of now-held access and the purchase date.
+    static func expiry(of product: Product, transaction: JWSTransactionDecodedPayload, context: Context) -> Date? {
+        switch product.type {
+        case .autoRenewable:
+            return transaction.expiresDate.map { Date(timeIntervalSince1970: Double($0) / 1000) }
+        case .nonRenewing:
+            let purchased = Date(timeIntervalSince1970: Double(transaction.purchaseDate ?? 0) / 1000)
+            let start = max(purchased, context.currentEntitlementExpiry ?? purchased)
+            return (product.duration ?? ISODuration(days: 30)).added(to: start)
+        case .consumable, .nonConsumable:
+            return nil
+        }
+    }
+}

@@ -1,0 +1,96 @@
+import AppStoreModels
+import Foundation
+import StoreKeeperCatalog
+
+/// An order, created before payment so a payment always has somewhere to land (API.md).
+public struct Order: Codable, Hashable, Sendable {
+    public enum Status: String, Codable, Hashable, Sendable {
+        case created, pending, delivered, cancelled, refunded, failed
+
+        /// Still waiting for its payment. A cancelled order (TTL passed) still takes a late
+        /// verified payment: money that arrived is never turned away.
+        public var isOpen: Bool { self == .created || self == .pending || self == .cancelled }
+    }
+
+    public var orderId: String
+    public var appAccountToken: UUID
+    public var accountId: String
+    public var productId: String
+    public var quantity: Int
+    public var status: Status
+    public var createdAt: Date
+    public var transactionId: String?
+    public var deliveredAt: Date?
+
+    public init(
+        orderId: String, appAccountToken: UUID, accountId: String, productId: String, quantity: Int, status: Status,
+        createdAt: Date, transactionId: String? = nil, deliveredAt: Date? = nil
+    ) {
+        self.orderId = orderId
+        self.appAccountToken = appAccountToken
+        self.accountId = accountId
+        self.productId = productId
+        self.quantity = quantity
+        self.status = status
+        self.createdAt = createdAt
+        self.transactionId = transactionId
+        self.deliveredAt = deliveredAt
+    }
+}
+
+/// What a delivery gives an account.
+public enum Grant: Hashable, Sendable {
+    /// `amount` units of a consumable currency, credited through the ledger.
+    case currency(code: String, amount: Int64)
+    /// An entitlement, until `expiresAt` (nil: forever).
+    case entitlement(id: String, expiresAt: Date?)
+}
+
+/// One credit or debit of a consumable currency; `key` is unique, so replaying it is a no-op.
+public struct LedgerEntry: Hashable, Sendable {
+    public var key: String
+    public var accountId: String
+    public var currency: String
+    public var amount: Int64
+
+    public init(key: String, accountId: String, currency: String, amount: Int64) {
+        self.key = key
+        self.accountId = accountId
+        self.currency = currency
+        self.amount = amount
+    }
+}
+
+/// Something an operator must look at (API.md anomaly kinds).
+public struct AnomalyDraft: Hashable, Sendable {
+    public enum Kind: String, Hashable, Sendable {
+        case unattributedTransaction = "unattributed_transaction"
+        case productMismatch = "product_mismatch"
+        case ownershipConflict = "ownership_conflict"
+        case verificationStuck = "verification_stuck"
+        case refundedAfterDelivery = "refunded_after_delivery"
+        case unknownProduct = "unknown_product"
+    }
+
+    public var kind: Kind
+    public var transactionId: String?
+    public var orderId: String?
+    public var accountId: String?
+    public var detail: String
+
+    public init(kind: Kind, transactionId: String?, orderId: String?, accountId: String?, detail: String) {
+        self.kind = kind
+        self.transactionId = transactionId
+        self.orderId = orderId
+        self.accountId = accountId
+        self.detail = detail
+    }
+}
+
+/// Who owns a non-consumable or subscription: the first account it was delivered to.
+public enum OwnershipPolicy: String, Codable, Hashable, Sendable {
+    /// Another account submitting it is refused (`owned_by_other_account`). The default.
+    case firstBinder = "first_binder"
+    /// It moves to the account that submits it last.
+    case transfer
+}
