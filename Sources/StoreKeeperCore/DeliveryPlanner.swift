@@ -66,7 +66,11 @@ public enum DeliveryPlanner {
 
     /// The per-transaction outcome of API.md.
     public enum Outcome: String, Hashable, Sendable {
-        case delivered, alreadyDelivered = "already_delivered", unattributed, refunded, notDelivered = "not_delivered"
+        case delivered
+        case alreadyDelivered = "already_delivered"
+        case unattributed
+        case refunded
+        case notDelivered = "not_delivered"
     }
 
     /// Why nothing may be delivered; each maps to an API error code.
