@@ -11,6 +11,7 @@ let package = Package(
         .library(name: "AppStoreClient", targets: ["AppStoreClient"]),
         .library(name: "StoreKeeperCatalog", targets: ["StoreKeeperCatalog"]),
         .library(name: "StoreKeeperCore", targets: ["StoreKeeperCore"]),
+        .library(name: "StoreKeeperStorage", targets: ["StoreKeeperStorage"]),
         .library(name: "LocalAppStore", targets: ["LocalAppStore"]),
         .executable(name: "storekeeper", targets: ["StoreKeeperCLI"]),
     ],
@@ -26,6 +27,9 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
+        .package(url: "https://github.com/vapor/sql-kit.git", from: "3.36.0"),
+        .package(url: "https://github.com/vapor/sqlite-kit.git", from: "4.5.2"),
+        .package(url: "https://github.com/vapor/postgres-kit.git", from: "2.17.0"),
     ],
     targets: [
         // Codable types for every Apple payload; no dependencies so the client SDK can share them.
@@ -73,6 +77,17 @@ let package = Package(
         ),
         // Domain decisions as pure functions: orders, delivery planning, grants, ownership.
         .target(name: "StoreKeeperCore", dependencies: ["AppStoreModels", "StoreKeeperCatalog"]),
+        // One schema and query layer over SQLite (default) and PostgreSQL.
+        .target(
+            name: "StoreKeeperStorage",
+            dependencies: [
+                "StoreKeeperCore", "AppStoreModels", "StoreKeeperCatalog",
+                .product(name: "SQLKit", package: "sql-kit"),
+                .product(name: "SQLiteKit", package: "sqlite-kit"),
+                .product(name: "PostgresKit", package: "postgres-kit"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         // The local App Store: a faithful fake of Apple for tests, the demo and zero-config serve.
         .target(
             name: "LocalAppStore",
@@ -142,6 +157,10 @@ let package = Package(
         .testTarget(name: "StoreKeeperCatalogTests", dependencies: ["StoreKeeperCatalog"]),
         .testTarget(
             name: "StoreKeeperCoreTests", dependencies: ["StoreKeeperCore", "StoreKeeperCatalog", "AppStoreModels"]),
+        .testTarget(
+            name: "StoreKeeperStorageTests",
+            dependencies: ["StoreKeeperStorage", "StoreKeeperCore", "StoreKeeperCatalog", "AppStoreModels"]
+        ),
         .testTarget(
             name: "StoreKeeperCLITests",
             dependencies: [

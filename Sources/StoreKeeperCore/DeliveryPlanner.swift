@@ -138,7 +138,9 @@ public enum DeliveryPlanner {
         if let order = candidate {
             recipient = order.accountId
             if order.productId == productId {
-                paidOrder = order
+                // An order paid by another transaction is not paid twice; the money still goes
+                // to its account (P11: an old transaction resurfacing under a new order).
+                paidOrder = order.status.isOpen ? order : nil
             } else {
                 // Deliver what was paid for; the order stays open (P12).
                 anomalies.append(

@@ -1,0 +1,187 @@
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import PostgresKit
+import PostgresNIO
+import SQLKit
+import SQLiteKit
+import SQLiteNIO
+import Synchronization
+
+/// The database behind StoreKeeper: SQLite (default, one file, WAL) or PostgreSQL (to scale
+/// out). Both speak the same SQL through SQLKit; every write happens in `transaction`.
+public final class Database: Sendable {
+    public enum Kind: String, Sendable { case sqlite, postgres }
+
+    public struct InvalidURL: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    public let kind: Kind
+    private let backend: any Backend
+
+    /// `sqlite:PATH`, `sqlite::memory:`, or `postgres://user:pass@host:port/db`.
+    public static func open(url: String, logger: Logger = Logger(label: "storekeeper.database")) async throws
+        -> Database
+    {
+        if url.hasPrefix("sqlite:") {
+            let path = String(url.dropFirst("sqlite:".count))
+            guard !path.isEmpty else {
+                throw InvalidURL(description: "sqlite URL needs a path: sqlite:storekeeper.sqlite")
+            }
+            return Database(kind: .sqlite, backend: try await SQLiteBackend(path: path, logger: logger))
+        }
+        if url.hasPrefix("postgres://") || url.hasPrefix("postgresql://") {
+            return Database(kind: .postgres, backend: try PostgresBackend(url: url, logger: logger))
+        }
+        throw InvalidURL(description: "database.url must start with sqlite: or postgres:// (got '\(url.prefix(40))')")
+    }
+
+    private init(kind: Kind, backend: any Backend) {
+        self.kind = kind
+        self.backend = backend
+    }
+
+    /// Runs `body` in one database transaction: committed if it returns, rolled back if it throws.
+    public func transaction<T: Sendable>(_ body: @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
+        try await backend.transaction(body)
+    }
+
+    /// Runs read-only work outside an explicit transaction.
+    public func read<T: Sendable>(_ body: @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
+        try await backend.read(body)
+    }
+
+    public func close() async throws { try await backend.close() }
+}
+
+protocol Backend: Sendable {
+    func transaction<T: Sendable>(_ body: @Sendable (any SQLDatabase) async throws -> T) async throws -> T
+    func read<T: Sendable>(_ body: @Sendable (any SQLDatabase) async throws -> T) async throws -> T
+    func close() async throws
+}
+
+/// One connection, work serialized: SQLite has one writer anyway, and a single connection
+/// makes `BEGIN IMMEDIATE … COMMIT` the unit of atomicity. (An actor is not enough: it is
+/// reentrant at every `await`, and a second BEGIN would land inside the first transaction.)
+final class SQLiteBackend: Backend {
+    let connection: SQLiteConnection
+    let logger: Logger
+    let lock = AsyncLock()
+
+    init(path: String, logger: Logger) async throws {
+        let storage: SQLiteConnection.Storage = path == ":memory:" ? .memory : .file(path: path)
+        connection = try await SQLiteConnection.open(storage: storage, logger: logger)
+        self.logger = logger
+        let sql = connection.sql()
+        // WAL for concurrent readers; FULL so a commit is on disk before it is acknowledged.
+        try await sql.raw("PRAGMA journal_mode=WAL").run()
+        try await sql.raw("PRAGMA synchronous=FULL").run()
+        try await sql.raw("PRAGMA foreign_keys=ON").run()
+        try await sql.raw("PRAGMA busy_timeout=10000").run()
+    }
+
+    func transaction<T: Sendable>(_ body: @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
+        try await lock.withLock {
+            let sql = connection.sql()
+            try await sql.raw("BEGIN IMMEDIATE").run()
+            do {
+                let result = try await body(sql)
+                try await sql.raw("COMMIT").run()
+                return result
+            } catch {
+                try? await sql.raw("ROLLBACK").run()
+                throw error
+            }
+        }
+    }
+
+    func read<T: Sendable>(_ body: @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
+        try await lock.withLock { try await body(connection.sql()) }
+    }
+
+    func close() async throws { try await connection.close() }
+}
+
+/// A FIFO async mutex: one holder at a time, waiters resumed in arrival order.
+final class AsyncLock: Sendable {
+    private struct State {
+        var locked = false
+        var waiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    private let state = Mutex(State())
+
+    func withLock<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+        await acquire()
+        defer { release() }
+        return try await body()
+    }
+
+    private func acquire() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let acquired = state.withLock { state -> Bool in
+                if state.locked {
+                    state.waiters.append(continuation)
+                    return false
+                }
+                state.locked = true
+                return true
+            }
+            if acquired { continuation.resume() }
+        }
+    }
+
+    private func release() {
+        let next = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            if state.waiters.isEmpty {
+                state.locked = false
+                return nil
+            }
+            return state.waiters.removeFirst()  // ownership passes straight to the next waiter
+        }
+        next?.resume()
+    }
+}
+
+/// PostgresNIO's connection pool; each transaction on one pooled connection.
+final class PostgresBackend: Backend {
+    let client: PostgresClient
+    let runner: Task<Void, Never>
+
+    init(url: String, logger: Logger) throws {
+        guard let components = URLComponents(string: url), let host = components.host, let user = components.user,
+            let database = components.path.split(separator: "/").first.map(String.init)
+        else { throw Database.InvalidURL(description: "database.url is not postgres://user:pass@host:port/db") }
+        let configuration = PostgresClient.Configuration(
+            host: host, port: components.port ?? 5432, username: user, password: components.password,
+            database: database, tls: .disable)
+        client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        let client = self.client
+        runner = Task { await client.run() }
+    }
+
+    func transaction<T: Sendable>(_ body: @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
+        try await client.withConnection { connection in
+            let sql = connection.sql()
+            try await sql.raw("BEGIN").run()
+            do {
+                let result = try await body(sql)
+                try await sql.raw("COMMIT").run()
+                return result
+            } catch {
+                try? await sql.raw("ROLLBACK").run()
+                throw error
+            }
+        }
+    }
+
+    func read<T: Sendable>(_ body: @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
+        try await client.withConnection { connection in try await body(connection.sql()) }
+    }
+
+    func close() async throws {
+        runner.cancel()
+    }
+}

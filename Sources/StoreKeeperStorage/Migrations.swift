@@ -1,0 +1,149 @@
+import Foundation
+import SQLKit
+
+/// The schema, as numbered migrations applied once each, at start and by `storekeeper migrate`.
+/// Portable SQL: the same statements run on SQLite and PostgreSQL. Times are epoch ms.
+public enum Migrations {
+    public static let all: [(version: Int, statements: [String])] = [
+        (
+            1,
+            [
+                """
+                CREATE TABLE orders (
+                    order_id TEXT PRIMARY KEY,
+                    app_account_token TEXT NOT NULL UNIQUE,
+                    account_id TEXT NOT NULL,
+                    product_id TEXT NOT NULL,
+                    quantity INTEGER NOT NULL,
+                    status TEXT NOT NULL,
+                    created_at BIGINT NOT NULL,
+                    transaction_id TEXT,
+                    delivered_at BIGINT
+                )
+                """,
+                "CREATE INDEX orders_open ON orders (account_id, product_id, status, created_at)",
+                """
+                CREATE TABLE deliveries (
+                    transaction_id TEXT PRIMARY KEY,
+                    original_transaction_id TEXT NOT NULL,
+                    account_id TEXT NOT NULL,
+                    order_id TEXT,
+                    product_id TEXT NOT NULL,
+                    quantity INTEGER NOT NULL,
+                    environment TEXT NOT NULL,
+                    delivered_at BIGINT NOT NULL
+                )
+                """,
+                "CREATE INDEX deliveries_account ON deliveries (account_id)",
+                """
+                CREATE TABLE ownership (
+                    original_transaction_id TEXT PRIMARY KEY,
+                    account_id TEXT NOT NULL,
+                    bound_at BIGINT NOT NULL
+                )
+                """,
+                """
+                CREATE TABLE ledger (
+                    entry_key TEXT PRIMARY KEY,
+                    account_id TEXT NOT NULL,
+                    currency TEXT NOT NULL,
+                    amount BIGINT NOT NULL,
+                    created_at BIGINT NOT NULL
+                )
+                """,
+                "CREATE INDEX ledger_account ON ledger (account_id, currency)",
+                """
+                CREATE TABLE entitlements (
+                    account_id TEXT NOT NULL,
+                    entitlement_id TEXT NOT NULL,
+                    original_transaction_id TEXT NOT NULL,
+                    product_id TEXT NOT NULL,
+                    expires_at BIGINT,
+                    PRIMARY KEY (account_id, entitlement_id, original_transaction_id)
+                )
+                """,
+                """
+                CREATE TABLE anomalies (
+                    id TEXT PRIMARY KEY,
+                    dedupe_key TEXT NOT NULL UNIQUE,
+                    kind TEXT NOT NULL,
+                    status TEXT NOT NULL,
+                    transaction_id TEXT,
+                    order_id TEXT,
+                    account_id TEXT,
+                    detail TEXT NOT NULL,
+                    created_at BIGINT NOT NULL,
+                    resolved_at BIGINT,
+                    resolution TEXT
+                )
+                """,
+                "CREATE INDEX anomalies_status ON anomalies (status, created_at)",
+                """
+                CREATE TABLE audit (
+                    id TEXT PRIMARY KEY,
+                    actor TEXT NOT NULL,
+                    action TEXT NOT NULL,
+                    subject TEXT,
+                    detail TEXT NOT NULL,
+                    created_at BIGINT NOT NULL
+                )
+                """,
+                """
+                CREATE TABLE outbox (
+                    id TEXT PRIMARY KEY,
+                    event TEXT NOT NULL,
+                    payload TEXT NOT NULL,
+                    created_at BIGINT NOT NULL,
+                    sent_at BIGINT
+                )
+                """,
+            ]
+        )
+    ]
+
+    /// Applies every migration not yet applied, each in its own transaction. Safe to run from
+    /// several processes at once: a migration that loses the race is skipped.
+    public static func run(on database: Database) async throws {
+        try await database.transaction { sql in
+            try await sql.raw(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)"
+            ).run()
+        }
+        for migration in all {
+            do {
+                try await database.transaction { sql in
+                    let applied = try await sql.raw(
+                        "SELECT version FROM schema_migrations WHERE version = \(bind: migration.version)"
+                    ).first()
+                    guard applied == nil else { return }
+                    // Claim the version first, so a concurrent migrator fails here, not halfway.
+                    try await sql.raw(
+                        "INSERT INTO schema_migrations (version, applied_at) VALUES (\(bind: migration.version), \(bind: Date().milliseconds))"
+                    ).run()
+                    for statement in migration.statements { try await sql.raw(SQLQueryString(statement)).run() }
+                }
+            } catch {
+                let applied = try await database.read { sql in
+                    try await sql.raw(
+                        "SELECT version FROM schema_migrations WHERE version = \(bind: migration.version)"
+                    )
+                    .first()
+                }
+                if applied == nil { throw error }
+            }
+        }
+    }
+
+    public static func appliedVersions(on database: Database) async throws -> [Int] {
+        try await database.read { sql in
+            try await sql.raw("SELECT version FROM schema_migrations ORDER BY version").all().map {
+                try $0.decode(column: "version", as: Int.self)
+            }
+        }
+    }
+}
+
+extension Date {
+    var milliseconds: Int64 { Int64((timeIntervalSince1970 * 1000).rounded(.down)) }
+    init(milliseconds: Int64) { self.init(timeIntervalSince1970: Double(milliseconds) / 1000) }
+}

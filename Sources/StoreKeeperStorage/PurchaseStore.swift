@@ -1,0 +1,324 @@
+import AppStoreModels
+import Foundation
+import SQLKit
+import StoreKeeperCatalog
+import StoreKeeperCore
+
+/// Orders and deliveries on the database: every delivery is planned and committed inside one
+/// database transaction, keyed by transactionId, so concurrent and repeated submissions —
+/// from one or many server instances — deliver exactly once (ARCHITECTURE.md invariant 1).
+public struct PurchaseStore: Sendable {
+    public let database: Database
+
+    public init(database: Database) { self.database = database }
+
+    public struct DeliveryResult: Sendable {
+        public var plan: DeliveryPlanner.Plan
+        /// For `already_delivered`: the delivery recorded the first time.
+        public var existing: DeliveryPlanner.Delivery?
+    }
+
+    // MARK: Orders
+
+    public func createOrder(accountId: String, productId: String, quantity: Int, now: Date) async throws -> Order {
+        let order = Order(
+            orderId: UUID().uuidString.lowercased(), appAccountToken: UUID(), accountId: accountId,
+            productId: productId,
+            quantity: quantity, status: .created, createdAt: now)
+        try await database.transaction { sql in
+            try await sql.raw(
+                """
+                INSERT INTO orders (order_id, app_account_token, account_id, product_id, quantity, status, created_at)
+                VALUES (\(bind: order.orderId), \(bind: order.appAccountToken.uuidString.lowercased()), \(bind: accountId),
+                        \(bind: productId), \(bind: quantity), \(bind: order.status.rawValue), \(bind: now.milliseconds))
+                """
+            ).run()
+        }
+        return order
+    }
+
+    public func order(_ orderId: String) async throws -> Order? {
+        try await database.read { sql in try await Self.order(sql, where: "order_id", orderId) }
+    }
+
+    /// Orders still `created` after `ttl` become `cancelled` (a late payment is still delivered).
+    @discardableResult
+    public func cancelExpiredOrders(olderThan ttl: TimeInterval, now: Date) async throws -> Int {
+        let cutoff = now.addingTimeInterval(-ttl).milliseconds
+        return try await database.transaction { sql in
+            let expired = try await sql.raw(
+                "SELECT order_id FROM orders WHERE status = 'created' AND created_at < \(bind: cutoff)"
+            ).all().count
+            try await sql.raw(
+                "UPDATE orders SET status = 'cancelled' WHERE status = 'created' AND created_at < \(bind: cutoff)"
+            )
+            .run()
+            return expired
+        }
+    }
+
+    // MARK: Deliveries
+
+    /// Plans and commits the delivery of one verified transaction.
+    public func deliver(
+        _ transaction: JWSTransactionDecodedPayload, submittingAccount: String?, requestedOrderId: String? = nil,
+        catalog: Catalog, policy: OwnershipPolicy = .firstBinder, now: Date
+    ) async throws -> DeliveryResult {
+        var lastError: (any Error)?
+        // A concurrent delivery of the same transaction makes our insert fail on its unique
+        // key; the retry then reads that delivery and answers already_delivered.
+        for _ in 0..<4 {
+            do {
+                return try await database.transaction { sql in
+                    let context = try await Self.context(
+                        sql, transaction: transaction, submittingAccount: submittingAccount,
+                        requestedOrderId: requestedOrderId, catalog: catalog, policy: policy)
+                    let plan = DeliveryPlanner.plan(context, now: now)
+                    try await Self.apply(plan, transaction: transaction, context: context, sql: sql, now: now)
+                    return DeliveryResult(plan: plan, existing: context.existingDelivery)
+                }
+            } catch {
+                lastError = error
+            }
+        }
+        throw lastError ?? CancellationError()
+    }
+
+    static func context(
+        _ sql: any SQLDatabase, transaction: JWSTransactionDecodedPayload, submittingAccount: String?,
+        requestedOrderId: String?, catalog: Catalog, policy: OwnershipPolicy
+    ) async throws -> DeliveryPlanner.Context {
+        let transactionId = transaction.transactionId ?? ""
+        let existing = try await sql.raw("SELECT * FROM deliveries WHERE transaction_id = \(bind: transactionId)")
+            .first()
+            .map { row in
+                DeliveryPlanner.Delivery(
+                    transactionId: try row.decode(column: "transaction_id", as: String.self),
+                    accountId: try row.decode(column: "account_id", as: String.self),
+                    orderId: try row.decode(column: "order_id", as: String?.self),
+                    productId: try row.decode(column: "product_id", as: String.self),
+                    quantity: try row.decode(column: "quantity", as: Int.self))
+            }
+        var byToken: Order?
+        if let token = transaction.appAccountToken?.lowercased() {
+            byToken = try await order(sql, where: "app_account_token", token)
+        }
+        var requested: Order?
+        if let requestedOrderId { requested = try await order(sql, where: "order_id", requestedOrderId) }
+        var oldest: Order?
+        if let account = submittingAccount, byToken == nil, requested == nil {
+            oldest = try await sql.raw(
+                """
+                SELECT * FROM orders WHERE account_id = \(bind: account) AND product_id = \(bind: transaction.productId ?? "")
+                AND status IN ('created', 'pending', 'cancelled') ORDER BY created_at, order_id LIMIT 1
+                """
+            ).first().map(decodeOrder)
+        }
+        let bound = try await sql.raw(
+            "SELECT account_id FROM ownership WHERE original_transaction_id = \(bind: transaction.originalTransactionId ?? transactionId)"
+        ).first().map { try $0.decode(column: "account_id", as: String.self) }
+        var currentExpiry: Date?
+        if let product = catalog.product(transaction.productId ?? ""), product.type == .nonRenewing,
+            let entitlement = product.grants.entitlement,
+            let account = byToken?.accountId ?? requested?.accountId ?? submittingAccount ?? bound
+        {
+            currentExpiry = try await sql.raw(
+                """
+                SELECT MAX(expires_at) AS expiry FROM entitlements
+                WHERE account_id = \(bind: account) AND entitlement_id = \(bind: entitlement)
+                """
+            ).first().flatMap { try $0.decode(column: "expiry", as: Int64?.self) }.map(Date.init(milliseconds:))
+        }
+        return DeliveryPlanner.Context(
+            transaction: transaction, submittingAccount: submittingAccount, orderByToken: byToken,
+            requestedOrder: requested,
+            oldestOpenOrder: oldest, existingDelivery: existing, boundAccount: bound,
+            currentEntitlementExpiry: currentExpiry, catalog: catalog, policy: policy)
+    }
+
+    static func apply(
+        _ plan: DeliveryPlanner.Plan, transaction: JWSTransactionDecodedPayload, context: DeliveryPlanner.Context,
+        sql: any SQLDatabase, now: Date
+    ) async throws {
+        let at = now.milliseconds
+        let originalId = transaction.originalTransactionId ?? transaction.transactionId ?? ""
+        if let delivery = plan.delivery {
+            // The exactly-once key: a second insert of this transactionId fails and rolls back.
+            try await sql.raw(
+                """
+                INSERT INTO deliveries (transaction_id, original_transaction_id, account_id, order_id, product_id, quantity,
+                                        environment, delivered_at)
+                VALUES (\(bind: delivery.transactionId), \(bind: originalId), \(bind: delivery.accountId),
+                        \(bind: delivery.orderId), \(bind: delivery.productId), \(bind: delivery.quantity),
+                        \(bind: transaction.environment?.rawValue ?? "Production"), \(bind: at))
+                """
+            ).run()
+        }
+        if let order = plan.order {
+            try await sql.raw(
+                """
+                UPDATE orders SET status = 'delivered', transaction_id = \(bind: order.transactionId), delivered_at = \(bind: at)
+                WHERE order_id = \(bind: order.orderId) AND status IN ('created', 'pending', 'cancelled')
+                """
+            ).run()
+        }
+        for entry in plan.ledger {
+            try await sql.raw(
+                """
+                INSERT INTO ledger (entry_key, account_id, currency, amount, created_at)
+                VALUES (\(bind: entry.key), \(bind: entry.accountId), \(bind: entry.currency), \(bind: entry.amount), \(bind: at))
+                """
+            ).run()
+        }
+        if let account = plan.accountId {
+            for case .entitlement(let id, let expiresAt) in plan.grants {
+                try await sql.raw(
+                    """
+                    INSERT INTO entitlements (account_id, entitlement_id, original_transaction_id, product_id, expires_at)
+                    VALUES (\(bind: account), \(bind: id), \(bind: originalId), \(bind: transaction.productId ?? ""),
+                            \(bind: expiresAt?.milliseconds))
+                    ON CONFLICT (account_id, entitlement_id, original_transaction_id)
+                    DO UPDATE SET expires_at = excluded.expires_at, product_id = excluded.product_id
+                    """
+                ).run()
+            }
+        }
+        if let binding = plan.binding {
+            if let previous = context.boundAccount {
+                try await sql.raw(
+                    "UPDATE ownership SET account_id = \(bind: binding), bound_at = \(bind: at) WHERE original_transaction_id = \(bind: originalId)"
+                ).run()
+                try await sql.raw(
+                    "DELETE FROM entitlements WHERE account_id = \(bind: previous) AND original_transaction_id = \(bind: originalId)"
+                )
+                .run()
+                try await audit(
+                    sql, actor: "policy", action: "ownership_transfer", subject: originalId,
+                    detail: "moved from account \(previous) to \(binding) (transfer policy)", at: at)
+            } else {
+                try await sql.raw(
+                    "INSERT INTO ownership (original_transaction_id, account_id, bound_at) VALUES (\(bind: originalId), \(bind: binding), \(bind: at))"
+                ).run()
+            }
+        }
+        for anomaly in plan.anomalies {
+            let key = [
+                anomaly.kind.rawValue, anomaly.transactionId ?? "", anomaly.orderId ?? "", anomaly.accountId ?? "",
+            ]
+            .joined(separator: "|")
+            try await sql.raw(
+                """
+                INSERT INTO anomalies (id, dedupe_key, kind, status, transaction_id, order_id, account_id, detail, created_at)
+                VALUES (\(bind: UUID().uuidString.lowercased()), \(bind: key), \(bind: anomaly.kind.rawValue), 'open',
+                        \(bind: anomaly.transactionId), \(bind: anomaly.orderId), \(bind: anomaly.accountId),
+                        \(bind: anomaly.detail), \(bind: at))
+                ON CONFLICT (dedupe_key) DO NOTHING
+                """
+            ).run()
+        }
+        if let delivery = plan.delivery {
+            let payload = try JSONSerialization.data(
+                withJSONObject: [
+                    "transactionId": delivery.transactionId, "accountId": delivery.accountId,
+                    "orderId": delivery.orderId as Any, "productId": delivery.productId, "quantity": delivery.quantity,
+                ], options: [.sortedKeys])
+            try await sql.raw(
+                """
+                INSERT INTO outbox (id, event, payload, created_at)
+                VALUES (\(bind: UUID().uuidString.lowercased()), 'delivery', \(bind: String(decoding: payload, as: UTF8.self)), \(bind: at))
+                """
+            ).run()
+        }
+    }
+
+    static func audit(
+        _ sql: any SQLDatabase, actor: String, action: String, subject: String?, detail: String, at: Int64
+    )
+        async throws
+    {
+        try await sql.raw(
+            """
+            INSERT INTO audit (id, actor, action, subject, detail, created_at)
+            VALUES (\(bind: UUID().uuidString.lowercased()), \(bind: actor), \(bind: action), \(bind: subject), \(bind: detail), \(bind: at))
+            """
+        ).run()
+    }
+
+    // MARK: Reads
+
+    public func balances(of accountId: String) async throws -> [String: Int64] {
+        try await database.read { sql in
+            var result: [String: Int64] = [:]
+            for row in try await sql.raw(
+                "SELECT currency, CAST(SUM(amount) AS BIGINT) AS total FROM ledger WHERE account_id = \(bind: accountId) GROUP BY currency"
+            ).all() {
+                result[try row.decode(column: "currency", as: String.self)] = try row.decode(
+                    column: "total", as: Int64.self)
+            }
+            return result
+        }
+    }
+
+    public func deliveries(of accountId: String) async throws -> [DeliveryPlanner.Delivery] {
+        try await database.read { sql in
+            try await sql.raw("SELECT * FROM deliveries WHERE account_id = \(bind: accountId) ORDER BY delivered_at")
+                .all().map {
+                    DeliveryPlanner.Delivery(
+                        transactionId: try $0.decode(column: "transaction_id", as: String.self),
+                        accountId: try $0.decode(column: "account_id", as: String.self),
+                        orderId: try $0.decode(column: "order_id", as: String?.self),
+                        productId: try $0.decode(column: "product_id", as: String.self),
+                        quantity: try $0.decode(column: "quantity", as: Int.self))
+                }
+        }
+    }
+
+    public struct StoredAnomaly: Sendable, Hashable {
+        public var id: String
+        public var kind: String
+        public var status: String
+        public var transactionId: String?
+        public var orderId: String?
+        public var accountId: String?
+        public var detail: String
+    }
+
+    public func anomalies(status: String? = nil) async throws -> [StoredAnomaly] {
+        try await database.read { sql in
+            let rows =
+                if let status {
+                    try await sql.raw("SELECT * FROM anomalies WHERE status = \(bind: status) ORDER BY created_at, id")
+                        .all()
+                } else {
+                    try await sql.raw("SELECT * FROM anomalies ORDER BY created_at, id").all()
+                }
+            return try rows.map {
+                StoredAnomaly(
+                    id: try $0.decode(column: "id", as: String.self),
+                    kind: try $0.decode(column: "kind", as: String.self),
+                    status: try $0.decode(column: "status", as: String.self),
+                    transactionId: try $0.decode(column: "transaction_id", as: String?.self),
+                    orderId: try $0.decode(column: "order_id", as: String?.self),
+                    accountId: try $0.decode(column: "account_id", as: String?.self),
+                    detail: try $0.decode(column: "detail", as: String.self))
+            }
+        }
+    }
+
+    static func order(_ sql: any SQLDatabase, where column: String, _ value: String) async throws -> Order? {
+        try await sql.raw("SELECT * FROM orders WHERE \(ident: column) = \(bind: value)").first().map(decodeOrder)
+    }
+
+    static func decodeOrder(_ row: any SQLRow) throws -> Order {
+        Order(
+            orderId: try row.decode(column: "order_id", as: String.self),
+            appAccountToken: UUID(uuidString: try row.decode(column: "app_account_token", as: String.self)) ?? UUID(),
+            accountId: try row.decode(column: "account_id", as: String.self),
+            productId: try row.decode(column: "product_id", as: String.self),
+            quantity: try row.decode(column: "quantity", as: Int.self),
+            status: Order.Status(rawValue: try row.decode(column: "status", as: String.self)) ?? .failed,
+            createdAt: Date(milliseconds: try row.decode(column: "created_at", as: Int64.self)),
+            transactionId: try row.decode(column: "transaction_id", as: String?.self),
+            deliveredAt: try row.decode(column: "delivered_at", as: Int64?.self).map(Date.init(milliseconds:)))
+    }
+}

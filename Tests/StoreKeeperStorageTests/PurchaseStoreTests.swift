@@ -1,0 +1,218 @@
+import AppStoreModels
+import Foundation
+import StoreKeeperCatalog
+import StoreKeeperCore
+import Testing
+
+@testable import StoreKeeperStorage
+
+/// Orders and exactly-once delivery on real databases: SQLite always, PostgreSQL when
+/// STOREKEEPER_TEST_POSTGRES_URL is set (CI always sets it).
+@Suite struct PurchaseStoreTests {
+    static let catalog = try! Catalog.parse(
+        yaml: """
+            products:
+              - { id: coins_60, type: consumable, grants: { currency: coins, amount: 60 } }
+              - { id: coins_300, type: consumable, grants: { currency: coins, amount: 300 } }
+              - { id: remove_ads, type: non_consumable, grants: { entitlement: no_ads } }
+            """)
+    static let now = Date(timeIntervalSince1970: 1_767_225_600)
+
+    static var kinds: [Database.Kind] {
+        ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_URL"] == nil ? [.sqlite] : [.sqlite, .postgres]
+    }
+
+    static func transaction(
+        _ productId: String = "coins_60", id: String = "2000000000000001", quantity: Int32 = 1, token: UUID? = nil
+    ) -> JWSTransactionDecodedPayload {
+        JWSTransactionDecodedPayload(
+            transactionId: id, originalTransactionId: id, bundleId: "com.example.app", productId: productId,
+            purchaseDate: now.milliseconds, quantity: quantity, appAccountToken: token?.uuidString.lowercased(),
+            environment: .production)
+    }
+
+    @Test(arguments: kinds)
+    func happyPathAndRepeatsDeliverOnce(kind: Database.Kind) async throws {
+        try await TestDatabase.with(kind) { database in
+            let store = PurchaseStore(database: database)
+            let order = try await store.createOrder(accountId: "u42", productId: "coins_60", quantity: 2, now: Self.now)
+            let transaction = Self.transaction(quantity: 2, token: order.appAccountToken)
+            let first = try await store.deliver(
+                transaction, submittingAccount: "u42", catalog: Self.catalog, now: Self.now)
+            #expect(first.plan.outcome == .delivered)
+            #expect(try await store.order(order.orderId)?.status == .delivered)
+            #expect(try await store.order(order.orderId)?.transactionId == "2000000000000001")
+            let again = try await store.deliver(
+                transaction, submittingAccount: "u42", catalog: Self.catalog, now: Self.now)
+            #expect(again.plan.outcome == .alreadyDelivered)
+            #expect(again.existing?.orderId == order.orderId)
+            #expect(try await store.balances(of: "u42") == ["coins": 120])
+            #expect(try await store.deliveries(of: "u42").count == 1)
+        }
+    }
+
+    @Test(arguments: kinds)
+    func sixtyFourConcurrentSubmissionsDeliverOnce(kind: Database.Kind) async throws {
+        try await TestDatabase.with(kind) { database in
+            let store = PurchaseStore(database: database)
+            let order = try await store.createOrder(accountId: "u1", productId: "coins_60", quantity: 1, now: Self.now)
+            let transaction = Self.transaction(token: order.appAccountToken)
+            let outcomes = try await withThrowingTaskGroup(of: DeliveryPlanner.Outcome.self) { group in
+                for _ in 0..<64 {
+                    group.addTask {
+                        try await store.deliver(
+                            transaction, submittingAccount: "u1", catalog: Self.catalog, now: Self.now
+                        ).plan
+                            .outcome
+                    }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(outcomes.filter { $0 == .delivered }.count == 1)
+            #expect(outcomes.filter { $0 == .alreadyDelivered }.count == 63)
+            #expect(try await store.balances(of: "u1") == ["coins": 60])
+        }
+    }
+
+    @Test func twoServerInstancesOnOnePostgreSQLDeliverOnce() async throws {
+        guard Self.kinds.contains(.postgres) else { return }
+        try await TestDatabase.with(.postgres) { database, url in
+            let second = try await Database.open(url: url)
+            defer { Task { try? await second.close() } }
+            let stores = [PurchaseStore(database: database), PurchaseStore(database: second)]
+            let transaction = Self.transaction(id: "2000000000000777")
+            let outcomes = try await withThrowingTaskGroup(of: DeliveryPlanner.Outcome.self) { group in
+                for index in 0..<64 {
+                    group.addTask {
+                        try await stores[index % 2].deliver(
+                            transaction, submittingAccount: "u9", catalog: Self.catalog, now: Self.now
+                        ).plan.outcome
+                    }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(outcomes.filter { $0 == .delivered || $0 == .unattributed }.count == 1)
+            #expect(try await stores[1].balances(of: "u9") == ["coins": 60])
+        }
+    }
+
+    @Test(arguments: kinds)
+    func anomaliesArePersistedOnceAndNothingIsGranted(kind: Database.Kind) async throws {
+        try await TestDatabase.with(kind) { database in
+            let store = PurchaseStore(database: database)
+            _ = try await store.deliver(
+                Self.transaction("remove_ads", id: "2000000000000010"), submittingAccount: "alice",
+                catalog: Self.catalog,
+                now: Self.now)
+            for _ in 0..<3 {
+                let conflict = try await store.deliver(
+                    Self.transaction("remove_ads", id: "2000000000000010"), submittingAccount: "bob",
+                    catalog: Self.catalog,
+                    now: Self.now)
+                // A repeat of the same transaction is already delivered, to alice.
+                #expect(conflict.plan.outcome == .alreadyDelivered)
+            }
+            let restore = JWSTransactionDecodedPayload(
+                transactionId: "2000000000000011", originalTransactionId: "2000000000000010", productId: "remove_ads",
+                environment: .production)
+            for _ in 0..<3 {
+                let conflict = try await store.deliver(
+                    restore, submittingAccount: "bob", catalog: Self.catalog, now: Self.now)
+                #expect(conflict.plan.refusal == .ownedByOtherAccount(owner: "alice"))
+            }
+            let anomalies = try await store.anomalies(status: "open")
+            #expect(anomalies.map(\.kind) == ["ownership_conflict"])  // recorded once, not three times
+            #expect(try await store.deliveries(of: "bob").isEmpty)
+
+            let order = try await store.createOrder(
+                accountId: "carl", productId: "coins_300", quantity: 1, now: Self.now)
+            let mismatch = try await store.deliver(
+                Self.transaction("coins_60", id: "2000000000000020", token: order.appAccountToken),
+                submittingAccount: "carl",
+                catalog: Self.catalog, now: Self.now)
+            #expect(mismatch.plan.outcome == .delivered)
+            #expect(try await store.order(order.orderId)?.status == .created)
+            #expect(try await store.balances(of: "carl") == ["coins": 60])
+            #expect(try await store.anomalies().map(\.kind).sorted() == ["ownership_conflict", "product_mismatch"])
+        }
+    }
+
+    @Test(arguments: kinds)
+    func expiredOrdersStillTakeLatePayments(kind: Database.Kind) async throws {
+        try await TestDatabase.with(kind) { database in
+            let store = PurchaseStore(database: database)
+            let order = try await store.createOrder(
+                accountId: "dora", productId: "coins_60", quantity: 1, now: Self.now)
+            #expect(try await store.cancelExpiredOrders(olderThan: 3600, now: Self.now.addingTimeInterval(7200)) == 1)
+            #expect(try await store.order(order.orderId)?.status == .cancelled)
+            // No token (the nil applicationUsername case): the oldest open order of the account.
+            let late = try await store.deliver(
+                Self.transaction(id: "2000000000000030"), submittingAccount: "dora", catalog: Self.catalog,
+                now: Self.now)
+            #expect(late.plan.order?.orderId == order.orderId)
+            #expect(try await store.order(order.orderId)?.status == .delivered)
+        }
+    }
+
+    @Test(arguments: kinds)
+    func migrationsApplyOnceEvenConcurrently(kind: Database.Kind) async throws {
+        try await TestDatabase.with(kind) { database in
+            async let first: Void = Migrations.run(on: database)
+            async let second: Void = Migrations.run(on: database)
+            _ = try await (first, second)
+            #expect(try await Migrations.appliedVersions(on: database) == Migrations.all.map(\.version))
+        }
+    }
+
+    @Test func badURLsAreClearErrors() async {
+        for url in ["", "mysql://x", "sqlite:", "postgres://"] {
+            await #expect(throws: (any Error).self) { _ = try await Database.open(url: url) }
+        }
+    }
+}
+
+/// A fresh, migrated database per test: a temporary SQLite file, or a new PostgreSQL database.
+enum TestDatabase {
+    static func with(_ kind: Database.Kind, _ body: (Database) async throws -> Void) async throws {
+        try await with(kind) { database, _ in try await body(database) }
+    }
+
+    static func with(_ kind: Database.Kind, _ body: (Database, String) async throws -> Void) async throws {
+        let url: String
+        var cleanup: () async throws -> Void = {}
+        switch kind {
+        case .sqlite:
+            let path = FileManager.default.temporaryDirectory.appendingPathComponent("storekeeper-\(UUID()).sqlite")
+                .path
+            url = "sqlite:\(path)"
+            cleanup = {
+                for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+            }
+        case .postgres:
+            let base = ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_URL"]!
+            let name = "sk_test_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(16).lowercased())"
+            let admin = try await Database.open(url: base)
+            try await admin.read { sql in try await sql.raw("CREATE DATABASE \(ident: name)").run() }
+            var components = URLComponents(string: base)!
+            components.path = "/\(name)"
+            url = components.string!
+            cleanup = {
+                try? await admin.read { sql in
+                    try await sql.raw("DROP DATABASE IF EXISTS \(ident: name) WITH (FORCE)").run()
+                }
+                try? await admin.close()
+            }
+        }
+        let database = try await Database.open(url: url)
+        do {
+            try await Migrations.run(on: database)
+            try await body(database, url)
+        } catch {
+            try? await database.close()
+            try await cleanup()
+            throw error
+        }
+        try? await database.close()
+        try await cleanup()
+    }
+}
