@@ -12,6 +12,7 @@ let package = Package(
         .library(name: "StoreKeeperCatalog", targets: ["StoreKeeperCatalog"]),
         .library(name: "StoreKeeperCore", targets: ["StoreKeeperCore"]),
         .library(name: "StoreKeeperStorage", targets: ["StoreKeeperStorage"]),
+        .library(name: "StoreKeeperServer", targets: ["StoreKeeperServer"]),
         .library(name: "LocalAppStore", targets: ["LocalAppStore"]),
         .executable(name: "storekeeper", targets: ["StoreKeeperCLI"]),
     ],
@@ -30,6 +31,8 @@ let package = Package(
         .package(url: "https://github.com/vapor/sql-kit.git", from: "3.36.0"),
         .package(url: "https://github.com/vapor/sqlite-kit.git", from: "4.5.2"),
         .package(url: "https://github.com/vapor/postgres-kit.git", from: "2.17.0"),
+        .package(url: "https://github.com/apple/swift-configuration.git", from: "1.4.0", traits: ["JSON", "YAML"]),
+        .package(url: "https://github.com/apple/swift-system.git", from: "1.8.1"),
     ],
     targets: [
         // Codable types for every Apple payload; no dependencies so the client SDK can share them.
@@ -88,6 +91,22 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // The HTTP API of API.md on Hummingbird.
+        .target(
+            name: "StoreKeeperServer",
+            dependencies: [
+                "StoreKeeperStorage", "StoreKeeperCore", "StoreKeeperCatalog", "AppStoreModels", "AppStoreVerification",
+                "AppStoreClient", "LocalAppStore",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "Yams", package: "Yams"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
         // The local App Store: a faithful fake of Apple for tests, the demo and zero-config serve.
         .target(
             name: "LocalAppStore",
@@ -116,7 +135,10 @@ let package = Package(
                 "AppStoreClient",
                 "LocalAppStore",
                 "StoreKeeperCatalog",
+                "StoreKeeperServer",
+                "StoreKeeperStorage",
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -160,6 +182,17 @@ let package = Package(
         .testTarget(
             name: "StoreKeeperStorageTests",
             dependencies: ["StoreKeeperStorage", "StoreKeeperCore", "StoreKeeperCatalog", "AppStoreModels"]
+        ),
+        .testTarget(
+            name: "StoreKeeperServerTests",
+            dependencies: [
+                "StoreKeeperServer", "StoreKeeperStorage", "StoreKeeperCatalog", "AppStoreModels", "AppStoreSigning",
+                "LocalAppStore",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ]
         ),
         .testTarget(
             name: "StoreKeeperCLITests",

@@ -23,6 +23,18 @@ extension LocalAppStoreServer {
         var pendingId: String?
     }
 
+    struct Refund: Codable { var percentage: Int32? }
+    struct Change: Codable { var productId: String }
+    struct Billing: Codable { var fails: Bool }
+    struct Advance: Codable { var seconds: Double }
+    struct NotificationItem: Codable {
+        var notificationUUID: String?
+        var notificationType: String?
+        var subtype: String?
+        var signedPayload: String
+        var sendAttempts: [SendAttemptItem]
+    }
+
     struct ControlError: Codable {
         struct Body: Codable {
             var code: String
@@ -31,7 +43,7 @@ extension LocalAppStoreServer {
         var error: Body
     }
 
-    func addControl(to router: Router<BasicRequestContext>) {
+    func addControl(to router: some RouterMethods<BasicRequestContext>) {
         let control = router.group("control")
         control.post("purchases") { request, context in
             try await self.control {
@@ -63,7 +75,6 @@ extension LocalAppStoreServer {
                 switch context.parameters.get("action") ?? "" {
                 case "finish": try await self.store.finish(id)
                 case "refund":
-                    struct Refund: Codable { var percentage: Int32? }
                     let body = try? await request.decode(as: Refund.self, context: context)
                     try await self.store.refund(id, percentage: body?.percentage)
                 case "request-refund": try await self.store.requestRefund(id)
@@ -83,7 +94,6 @@ extension LocalAppStoreServer {
                 case "cancel": try await self.store.setAutoRenew(id, false)
                 case "resume": try await self.store.setAutoRenew(id, true)
                 case "change":
-                    struct Change: Codable { var productId: String }
                     let body = try await request.decode(as: Change.self, context: context)
                     try await self.store.changeProduct(id, to: body.productId)
                 default:
@@ -97,7 +107,6 @@ extension LocalAppStoreServer {
         }
         control.post("customers/:appleId/billing") { request, context in
             try await self.control {
-                struct Billing: Codable { var fails: Bool }
                 let body = try await request.decode(as: Billing.self, context: context)
                 await self.store.setBillingFails(context.parameters.get("appleId") ?? "", body.fails)
                 return Response(status: .noContent)
@@ -114,7 +123,6 @@ extension LocalAppStoreServer {
         }
         control.post("clock/advance") { request, context in
             try await self.control {
-                struct Advance: Codable { var seconds: Double }
                 let body = try await request.decode(as: Advance.self, context: context)
                 guard body.seconds >= 0, body.seconds <= 10 * 365 * 86_400 else {
                     throw LocalAppStore.StoreError.invalid("seconds must be 0…315360000")
@@ -135,16 +143,9 @@ extension LocalAppStoreServer {
             return Response(status: .noContent)
         }
         control.get("notifications") { _, _ in
-            struct Item: Codable {
-                var notificationUUID: String?
-                var notificationType: String?
-                var subtype: String?
-                var signedPayload: String
-                var sendAttempts: [SendAttemptItem]
-            }
             return Self.json(
                 await self.store.notifications.map {
-                    Item(
+                    NotificationItem(
                         notificationUUID: $0.payload.notificationUUID,
                         notificationType: $0.payload.notificationType?.rawValue,
                         subtype: $0.payload.subtype?.rawValue, signedPayload: $0.signedPayload,

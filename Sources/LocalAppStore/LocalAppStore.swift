@@ -158,9 +158,9 @@ public actor LocalAppStore {
         }
     }
 
-    public let configuration: Configuration
-    public let pki: ApplePKI
-    public let clock: StoreClock
+    nonisolated public let configuration: Configuration
+    nonisolated public let pki: ApplePKI
+    nonisolated public let clock: StoreClock
     nonisolated let signer: JWSSigner
 
     private(set) var customers: [String: Customer] = [:]

@@ -23,13 +23,26 @@ public struct LocalAppStoreServer: Sendable {
         }
     }
 
+    /// A server for a store without a Server API key: any bearer token is accepted (the
+    /// in-process local App Store of the StoreKeeper server's zero-config mode).
+    public init(unauthenticatedStore store: LocalAppStore) {
+        self.store = store
+        self.keys = nil
+    }
+
     /// The router, for embedding in another Hummingbird application or for tests.
     public func router() -> Router<BasicRequestContext> {
         let router = Router()
+        addRoutes(to: router)
+        return router
+    }
+
+    /// Adds every route (Server API, verifyReceipt, control) under `router`, e.g. a group
+    /// `/local-app-store` of the StoreKeeper server in zero-config mode.
+    public func addRoutes(to router: some RouterMethods<BasicRequestContext>) {
         addServerAPI(to: router)
         addVerifyReceipt(to: router)
         addControl(to: router)
-        return router
     }
 
     /// An application listening on `host:port` (0 picks a free port), delivering notifications.
@@ -46,7 +59,7 @@ public struct LocalAppStoreServer: Sendable {
 
     // MARK: Server API
 
-    private func addServerAPI(to router: Router<BasicRequestContext>) {
+    func addServerAPI(to router: some RouterMethods<BasicRequestContext>) {
         let api = router.group("inApps")
         api.get("v1/transactions/:id") { request, context in
             try await self.serve(request, "transactionInfo") {
@@ -331,7 +344,7 @@ public struct LocalAppStoreServer: Sendable {
 
     // MARK: verifyReceipt
 
-    private func addVerifyReceipt(to router: Router<BasicRequestContext>) {
+    func addVerifyReceipt(to router: some RouterMethods<BasicRequestContext>) {
         router.post("verifyReceipt") { request, context in
             try await self.verifyReceipt(request, context, endpoint: .production)
         }

@@ -5,6 +5,8 @@ struct StoreKeeperCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "storekeeper",
         abstract: "StoreKeeper: a self-hosted App Store in-app-purchase system.",
-        subcommands: [VerifyCommand.self, LocalStoreCommand.self, BenchCommand.self]
+        subcommands: [
+            ServeCommand.self, MigrateCommand.self, VerifyCommand.self, LocalStoreCommand.self, BenchCommand.self,
+        ]
     )
 }

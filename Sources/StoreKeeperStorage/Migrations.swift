@@ -98,7 +98,24 @@ public enum Migrations {
                 )
                 """,
             ]
-        )
+        ),
+        (
+            2,
+            [
+                // What an operator needs to deliver a held transaction by hand.
+                "ALTER TABLE anomalies ADD COLUMN payload TEXT",
+                """
+                CREATE TABLE debits (
+                    idempotency_key TEXT PRIMARY KEY,
+                    account_id TEXT NOT NULL,
+                    currency TEXT NOT NULL,
+                    amount BIGINT NOT NULL,
+                    balance_after BIGINT NOT NULL,
+                    created_at BIGINT NOT NULL
+                )
+                """,
+            ]
+        ),
     ]
 
     /// Applies every migration not yet applied, each in its own transaction. Safe to run from

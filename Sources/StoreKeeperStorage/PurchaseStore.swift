@@ -201,6 +201,7 @@ public struct PurchaseStore: Sendable {
                 ).run()
             }
         }
+        let held = String(decoding: try JSONEncoder().encode(transaction), as: UTF8.self)
         for anomaly in plan.anomalies {
             let key = [
                 anomaly.kind.rawValue, anomaly.transactionId ?? "", anomaly.orderId ?? "", anomaly.accountId ?? "",
@@ -208,10 +209,11 @@ public struct PurchaseStore: Sendable {
             .joined(separator: "|")
             try await sql.raw(
                 """
-                INSERT INTO anomalies (id, dedupe_key, kind, status, transaction_id, order_id, account_id, detail, created_at)
+                INSERT INTO anomalies (id, dedupe_key, kind, status, transaction_id, order_id, account_id, detail, created_at,
+                                       payload)
                 VALUES (\(bind: UUID().uuidString.lowercased()), \(bind: key), \(bind: anomaly.kind.rawValue), 'open',
                         \(bind: anomaly.transactionId), \(bind: anomaly.orderId), \(bind: anomaly.accountId),
-                        \(bind: anomaly.detail), \(bind: at))
+                        \(bind: anomaly.detail), \(bind: at), \(bind: held))
                 ON CONFLICT (dedupe_key) DO NOTHING
                 """
             ).run()
@@ -281,6 +283,11 @@ public struct PurchaseStore: Sendable {
         public var orderId: String?
         public var accountId: String?
         public var detail: String
+        public var createdAt: Date
+        public var resolvedAt: Date?
+        public var resolution: String?
+        /// The verified transaction the anomaly holds, for manual delivery.
+        public var transaction: JWSTransactionDecodedPayload?
     }
 
     public func anomalies(status: String? = nil) async throws -> [StoredAnomaly] {
@@ -292,17 +299,155 @@ public struct PurchaseStore: Sendable {
                 } else {
                     try await sql.raw("SELECT * FROM anomalies ORDER BY created_at, id").all()
                 }
-            return try rows.map {
-                StoredAnomaly(
+            return try rows.map(Self.decodeAnomaly)
+        }
+    }
+
+    public func anomaly(_ id: String) async throws -> StoredAnomaly? {
+        try await database.read { sql in
+            try await sql.raw("SELECT * FROM anomalies WHERE id = \(bind: id)").first().map(Self.decodeAnomaly)
+        }
+    }
+
+    static func decodeAnomaly(_ row: any SQLRow) throws -> StoredAnomaly {
+        StoredAnomaly(
+            id: try row.decode(column: "id", as: String.self), kind: try row.decode(column: "kind", as: String.self),
+            status: try row.decode(column: "status", as: String.self),
+            transactionId: try row.decode(column: "transaction_id", as: String?.self),
+            orderId: try row.decode(column: "order_id", as: String?.self),
+            accountId: try row.decode(column: "account_id", as: String?.self),
+            detail: try row.decode(column: "detail", as: String.self),
+            createdAt: Date(milliseconds: try row.decode(column: "created_at", as: Int64.self)),
+            resolvedAt: try row.decode(column: "resolved_at", as: Int64?.self).map(Date.init(milliseconds:)),
+            resolution: try row.decode(column: "resolution", as: String?.self),
+            transaction: try row.decode(column: "payload", as: String?.self).flatMap {
+                try? JSONDecoder().decode(JWSTransactionDecodedPayload.self, from: Data($0.utf8))
+            })
+    }
+
+    /// Marks an anomaly resolved with an audit entry; idempotent (resolving twice changes nothing).
+    public func resolveAnomaly(_ id: String, resolution: String, actor: String, note: String, now: Date) async throws
+        -> StoredAnomaly?
+    {
+        try await database.transaction { sql in
+            guard
+                let current = try await sql.raw("SELECT * FROM anomalies WHERE id = \(bind: id)").first().map(
+                    Self.decodeAnomaly)
+            else { return nil }
+            guard current.status == "open" else { return current }
+            try await sql.raw(
+                """
+                UPDATE anomalies SET status = 'resolved', resolved_at = \(bind: now.milliseconds), resolution = \(bind: resolution)
+                WHERE id = \(bind: id) AND status = 'open'
+                """
+            ).run()
+            try await Self.audit(
+                sql, actor: actor, action: "anomaly_\(resolution)", subject: id, detail: note, at: now.milliseconds)
+            return try await sql.raw("SELECT * FROM anomalies WHERE id = \(bind: id)").first().map(Self.decodeAnomaly)
+        }
+    }
+
+    public struct AuditEntry: Sendable, Hashable {
+        public var id: String
+        public var actor: String
+        public var action: String
+        public var subject: String?
+        public var detail: String
+        public var createdAt: Date
+    }
+
+    public func audit(limit: Int = 500) async throws -> [AuditEntry] {
+        try await database.read { sql in
+            try await sql.raw("SELECT * FROM audit ORDER BY created_at DESC, id LIMIT \(bind: limit)").all().map {
+                AuditEntry(
                     id: try $0.decode(column: "id", as: String.self),
-                    kind: try $0.decode(column: "kind", as: String.self),
-                    status: try $0.decode(column: "status", as: String.self),
-                    transactionId: try $0.decode(column: "transaction_id", as: String?.self),
-                    orderId: try $0.decode(column: "order_id", as: String?.self),
-                    accountId: try $0.decode(column: "account_id", as: String?.self),
-                    detail: try $0.decode(column: "detail", as: String.self))
+                    actor: try $0.decode(column: "actor", as: String.self),
+                    action: try $0.decode(column: "action", as: String.self),
+                    subject: try $0.decode(column: "subject", as: String?.self),
+                    detail: try $0.decode(column: "detail", as: String.self),
+                    createdAt: Date(milliseconds: try $0.decode(column: "created_at", as: Int64.self)))
             }
         }
+    }
+
+    public func recordAudit(actor: String, action: String, subject: String?, detail: String, now: Date) async throws {
+        try await database.transaction { sql in
+            try await Self.audit(
+                sql, actor: actor, action: action, subject: subject, detail: detail, at: now.milliseconds)
+        }
+    }
+
+    public struct EntitlementRow: Sendable, Hashable {
+        public var entitlementId: String
+        public var productId: String
+        public var originalTransactionId: String
+        public var expiresAt: Date?
+    }
+
+    public func entitlements(of accountId: String) async throws -> [EntitlementRow] {
+        try await database.read { sql in
+            try await sql.raw(
+                "SELECT * FROM entitlements WHERE account_id = \(bind: accountId) ORDER BY entitlement_id, original_transaction_id"
+            ).all().map {
+                EntitlementRow(
+                    entitlementId: try $0.decode(column: "entitlement_id", as: String.self),
+                    productId: try $0.decode(column: "product_id", as: String.self),
+                    originalTransactionId: try $0.decode(column: "original_transaction_id", as: String.self),
+                    expiresAt: try $0.decode(column: "expires_at", as: Int64?.self).map(Date.init(milliseconds:)))
+            }
+        }
+    }
+
+    public enum DebitResult: Sendable, Hashable {
+        case debited(balance: Int64)
+        case insufficient(balance: Int64)
+    }
+
+    /// Debits a consumable balance once per idempotency key: a repeated key answers the same
+    /// balance without debiting again.
+    public func debit(
+        accountId: String, currency: String, amount: Int64, idempotencyKey: String, now: Date
+    ) async throws -> DebitResult {
+        var lastError: (any Error)?
+        for _ in 0..<4 {
+            do {
+                return try await database.transaction { sql in
+                    if let previous = try await sql.raw(
+                        "SELECT * FROM debits WHERE idempotency_key = \(bind: idempotencyKey)"
+                    ).first() {
+                        return .debited(balance: try previous.decode(column: "balance_after", as: Int64.self))
+                    }
+                    let balance =
+                        try await sql.raw(
+                            """
+                            SELECT CAST(COALESCE(SUM(amount), 0) AS BIGINT) AS total FROM ledger
+                            WHERE account_id = \(bind: accountId) AND currency = \(bind: currency)
+                            """
+                        ).first()?.decode(column: "total", as: Int64.self) ?? 0
+                    guard balance >= amount else { return .insufficient(balance: balance) }
+                    let after = balance - amount
+                    // The debit row claims the key; a concurrent twin fails here and retries.
+                    try await sql.raw(
+                        """
+                        INSERT INTO debits (idempotency_key, account_id, currency, amount, balance_after, created_at)
+                        VALUES (\(bind: idempotencyKey), \(bind: accountId), \(bind: currency), \(bind: amount),
+                                \(bind: after), \(bind: now.milliseconds))
+                        """
+                    ).run()
+                    try await sql.raw(
+                        """
+                        INSERT INTO ledger (entry_key, account_id, currency, amount, created_at)
+                        VALUES (\(bind: "debit:" + idempotencyKey), \(bind: accountId), \(bind: currency),
+                                \(bind: -amount), \(bind: now.milliseconds))
+                        """
+                    ).run()
+                    return .debited(balance: after)
+                }
+            } catch {
+                lastError = error
+            }
+        }
+        throw lastError ?? CancellationError()
     }
 
     static func order(_ sql: any SQLDatabase, where column: String, _ value: String) async throws -> Order? {

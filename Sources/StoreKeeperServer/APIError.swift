@@ -1,0 +1,100 @@
+import AppStoreVerification
+import Foundation
+import Hummingbird
+import NIOCore
+
+/// Every non-2xx answer of the API: `{"error": {"code", "message", "retryable"}}` (API.md).
+/// HTTP mapping happens here and nowhere else.
+public struct APIError: Error, HTTPResponseError, Sendable {
+    public var status: HTTPResponse.Status
+    public var code: String
+    public var message: String
+    public var retryable: Bool
+    public var headers: HTTPFields = [:]
+
+    public init(_ status: HTTPResponse.Status, _ code: String, _ message: String, retryable: Bool = false) {
+        self.status = status
+        self.code = code
+        self.message = message
+        self.retryable = retryable
+    }
+
+    public static func badRequest(_ message: String) -> APIError { .init(.badRequest, "bad_request", message) }
+    public static let unauthenticated = APIError(.unauthorized, "unauthenticated", "missing or invalid credentials")
+    public static func forbidden(_ message: String) -> APIError { .init(.forbidden, "forbidden", message) }
+    public static func notFound(_ message: String) -> APIError { .init(.notFound, "not_found", message) }
+
+    /// A proof that failed verification: 422 with the failure's own code.
+    public static func verification(_ failure: VerificationFailure) -> APIError {
+        if failure.isRetryable {
+            return .init(.serviceUnavailable, failure.code, failure.reason, retryable: true)
+        }
+        return .init(.unprocessableContent, failure.code, failure.reason)
+    }
+
+    struct Body: Codable {
+        struct Inner: Codable {
+            var code: String
+            var message: String
+            var retryable: Bool
+        }
+        var error: Inner
+    }
+
+    public func response(from request: Request, context: some RequestContext) throws -> Response {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        let body = try encoder.encode(Body(error: .init(code: code, message: message, retryable: retryable)))
+        var fields = headers
+        fields[.contentType] = "application/json"
+        return Response(status: status, headers: fields, body: .init(byteBuffer: ByteBuffer(bytes: body)))
+    }
+}
+
+/// Turns anything thrown by a handler into the API's error shape: no stack traces, no
+/// framework error pages.
+struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+        -> Response
+    {
+        do {
+            return try await next(request, context)
+        } catch let error as APIError {
+            throw error
+        } catch let error as HTTPError {
+            switch error.status {
+            case .contentTooLarge:
+                throw APIError(.contentTooLarge, "payload_too_large", "request body is over the configured limit")
+            case .notFound:
+                throw APIError.notFound("no such endpoint")
+            case .methodNotAllowed:
+                throw APIError(.methodNotAllowed, "bad_request", "method not allowed")
+            default:
+                throw APIError(error.status, "bad_request", error.body ?? "bad request")
+            }
+        } catch let error as DecodingError {
+            throw APIError.badRequest(Self.describe(error))
+        } catch {
+            context.logger.error("internal error", metadata: ["error": "\(error)"])
+            throw APIError(.internalServerError, "internal", "internal error", retryable: true)
+        }
+    }
+
+    static func describe(_ error: DecodingError) -> String {
+        func path(_ context: DecodingError.Context) -> String {
+            context.codingPath.map(\.stringValue).joined(separator: ".")
+        }
+        switch error {
+        case .keyNotFound(let key, let context):
+            let prefix = path(context)
+            return "missing field '\(prefix.isEmpty ? key.stringValue : prefix + "." + key.stringValue)'"
+        case .typeMismatch(_, let context), .valueNotFound(_, let context):
+            return "field '\(path(context))' has the wrong type"
+        case .dataCorrupted(let context):
+            let field = path(context)
+            return field.isEmpty ? "body is not valid JSON" : "field '\(field)' is invalid"
+        @unknown default:
+            return "malformed body"
+        }
+    }
+}

@@ -1,0 +1,485 @@
+import AppStoreModels
+import AppStoreSigning
+import AppStoreVerification
+import Foundation
+import Hummingbird
+import LocalAppStore
+import Logging
+import NIOCore
+import ServiceLifecycle
+import StoreKeeperCatalog
+import StoreKeeperCore
+import StoreKeeperStorage
+import Synchronization
+
+/// The StoreKeeper server: API.md's HTTP API over the purchase store.
+public struct StoreKeeperApp: Sendable {
+    public let configuration: ServerConfiguration
+    public let database: Database
+    public let store: PurchaseStore
+    public let catalog: Catalog
+    let verifier: SignedDataVerifier
+    let receiptVerifier: AppReceiptVerifier
+    let authenticator: Authenticator
+    let limiter: RateLimiter
+    /// The in-process local App Store of zero-config mode.
+    public let localAppStore: LocalAppStore?
+    let logger: Logger
+
+    /// Opens the database, applies migrations and builds the verifiers.
+    public static func make(
+        _ configuration: ServerConfiguration, dataDirectory: URL = URL(fileURLWithPath: "storekeeper-data"),
+        logger: Logger = Logger(label: "storekeeper")
+    ) async throws -> StoreKeeperApp {
+        if let secret = configuration.clientTokenSecret, secret.utf8.count < 32 {
+            throw ServerConfiguration.Invalid(
+                description: "auth.clientTokenSecret must be at least 32 bytes (HS256 needs a 256-bit key)")
+        }
+        let database = try await Database.open(url: configuration.databaseURL, logger: logger)
+        try await Migrations.run(on: database)
+
+        var localAppStore: LocalAppStore?
+        var roots: (jws: [[UInt8]], receipts: [[UInt8]])
+        let bundleId = configuration.bundleId ?? "com.example.app"
+        let catalog = configuration.catalog ?? .demo
+        if configuration.usesLocalAppStore {
+            let localDirectory = dataDirectory.appendingPathComponent("local-store", isDirectory: true)
+            let pki = try PKIStore.loadOrCreate(dataDirectory: localDirectory)
+            localAppStore = LocalAppStore(
+                configuration: .init(
+                    bundleId: bundleId, appAppleId: configuration.appAppleId ?? 1_234_567_890, catalog: catalog),
+                pki: pki)
+            roots = (pki.trustRootsDER, pki.trustRootsDER)
+            logger.notice(
+                "no Apple credentials configured: using the built-in local App Store (zero-config mode)",
+                metadata: [
+                    "localAppStore": "http://\(configuration.host):\(configuration.port)/local-app-store",
+                    "keys": "\(localDirectory.path)",
+                ])
+        } else if configuration.rootCertificateFiles.isEmpty {
+            roots = ([AppleRootCertificates.appleRootCAG3DER], [AppleRootCertificates.appleIncRootDER])
+        } else {
+            var configured: [[UInt8]] = []
+            for file in configuration.rootCertificateFiles {
+                guard let data = FileManager.default.contents(atPath: file) else {
+                    throw ServerConfiguration.Invalid(description: "cannot read root certificate \(file)")
+                }
+                let certificates = CertificateFile.certificates(in: [UInt8](data))
+                guard !certificates.isEmpty else {
+                    throw ServerConfiguration.Invalid(description: "\(file) holds no PEM or DER certificate")
+                }
+                configured += certificates
+            }
+            roots = (configured, configured)
+        }
+        let verifier = try SignedDataVerifier(
+            .init(
+                trustedRoots: roots.jws, bundleId: bundleId, appAppleId: configuration.appAppleId,
+                environments: configuration.environments))
+        let receiptVerifier = try AppReceiptVerifier(
+            trustedRoots: roots.receipts, bundleId: bundleId, environments: configuration.environments)
+        var secretKeys = configuration.secretKeys
+        if secretKeys.isEmpty {
+            // A development key, generated once and kept beside the data, so the quick start
+            // works with curl; configure auth.secretKeys for anything real.
+            let keyFile = dataDirectory.appendingPathComponent("dev-secret-key")
+            if let existing = FileManager.default.contents(atPath: keyFile.path) {
+                secretKeys = [String(decoding: existing, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)]
+            } else {
+                let key =
+                    "sk_dev_"
+                    + (0..<32).map { _ in String("abcdefghijklmnopqrstuvwxyz0123456789".randomElement()!) }
+                    .joined()
+                try FileManager.default.createDirectory(at: dataDirectory, withIntermediateDirectories: true)
+                guard
+                    FileManager.default.createFile(
+                        atPath: keyFile.path, contents: Data(key.utf8), attributes: [.posixPermissions: 0o600])
+                else { throw ServerConfiguration.Invalid(description: "cannot write \(keyFile.path)") }
+                secretKeys = [key]
+                logger.notice(
+                    "no auth.secretKeys configured: generated a development secret key (shown once)",
+                    metadata: ["secretKey": "\(key)", "file": "\(keyFile.path)"])
+            }
+        }
+        return StoreKeeperApp(
+            configuration: configuration, database: database, store: PurchaseStore(database: database),
+            catalog: catalog,
+            verifier: verifier, receiptVerifier: receiptVerifier,
+            authenticator: await Authenticator(
+                secretKeys: secretKeys, clientTokenSecret: configuration.clientTokenSecret),
+            limiter: RateLimiter(
+                clientPerSecond: configuration.clientRequestsPerSecond,
+                secretPerSecond: configuration.secretRequestsPerSecond),
+            localAppStore: localAppStore, logger: logger)
+    }
+
+    // MARK: Application
+
+    public func router() -> Router<BasicRequestContext> {
+        let router = Router()
+        router.add(middleware: ErrorMiddleware())
+        router.get("healthz") { _, _ in try await self.health() }
+        let v1 = router.group("v1")
+        v1.post("orders") { request, context in try await self.createOrder(request, context) }
+        v1.get("orders/:orderId") { request, context in try await self.getOrder(request, context) }
+        v1.post("purchases") { request, context in try await self.submitPurchase(request, context) }
+        v1.get("accounts/:accountId") { request, context in
+            let caller = try await self.caller(request)
+            let accountId = try Self.parameter(context, "accountId")
+            try caller.require(accountId)
+            return try Self.json(try await self.account(accountId))
+        }
+        v1.post("accounts/:accountId/balances/:currency/debit") { request, context in
+            try await self.debit(request, context)
+        }
+        v1.get("anomalies") { request, _ in try await self.listAnomalies(request) }
+        v1.post("anomalies/:id/resolve") { request, context in try await self.resolveAnomaly(request, context) }
+        v1.get("audit") { request, _ in
+            try await self.caller(request).requireSecretKey()
+            return try Self.json(["entries": try await self.store.audit().map(AuditJSON.init)])
+        }
+        if let localAppStore {
+            // Zero-config: the local App Store's own API, for the demo and for curl.
+            let server = LocalAppStoreServer(unauthenticatedStore: localAppStore)
+            server.addRoutes(to: router.group("local-app-store"))
+        }
+        return router
+    }
+
+    public func application(onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in })
+        -> some ApplicationProtocol
+    {
+        var services: [any Service] = [OrderExpiry(store: store, ttl: configuration.orderTTL, logger: logger)]
+        if let localAppStore { services.append(NotificationSender(store: localAppStore)) }
+        return Application(
+            router: router(),
+            configuration: .init(
+                address: .hostname(configuration.host, port: configuration.port), serverName: "StoreKeeper"),
+            services: services,
+            onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? configuration.port) },
+            logger: logger)
+    }
+
+    // MARK: Handlers
+
+    func health() async throws -> Response {
+        do {
+            try await database.read { sql in _ = try await sql.raw("SELECT 1 AS one").first() }
+            return try Self.json(["status": "ok", "database": database.kind.rawValue])
+        } catch {
+            throw APIError(.serviceUnavailable, "unavailable", "database does not answer", retryable: true)
+        }
+    }
+
+    struct CreateOrderBody: Decodable {
+        var accountId: String
+        var productId: String
+        var quantity: Int?
+    }
+
+    func createOrder(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+        let caller = try await self.caller(request)
+        let body = try await decode(CreateOrderBody.self, request)
+        try Self.validateAccountId(body.accountId)
+        try caller.require(body.accountId)
+        let quantity = body.quantity ?? 1
+        guard (1...10).contains(quantity) else { throw APIError.badRequest("field 'quantity' must be 1…10") }
+        guard catalog.product(body.productId) != nil else {
+            throw APIError(.notFound, "unknown_product", "no product '\(body.productId.prefix(100))' in the catalog")
+        }
+        let order = try await store.createOrder(
+            accountId: body.accountId, productId: body.productId, quantity: quantity, now: Date())
+        return try Self.json(OrderJSON(order), status: .created)
+    }
+
+    func getOrder(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+        let caller = try await self.caller(request)
+        let orderId = try Self.parameter(context, "orderId")
+        guard let order = try await store.order(orderId) else {
+            throw APIError.notFound("no order '\(orderId.prefix(64))'")
+        }
+        try caller.require(order.accountId)
+        return try Self.json(OrderJSON(order))
+    }
+
+    struct PurchaseBody: Decodable {
+        var accountId: String
+        var orderId: String?
+        var signedTransaction: String?
+        var receipt: String?
+        var transactionId: String?
+    }
+
+    func submitPurchase(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+        let caller = try await self.caller(request)
+        let body = try await decode(PurchaseBody.self, request)
+        try Self.validateAccountId(body.accountId)
+        try caller.require(body.accountId)
+        let proofs = [body.signedTransaction, body.receipt, body.transactionId].compactMap { $0 }
+        guard proofs.count == 1 else {
+            throw APIError.badRequest("exactly one of 'signedTransaction', 'receipt', 'transactionId' is required")
+        }
+
+        var transactions: [JWSTransactionDecodedPayload] = []
+        do {
+            if let signed = body.signedTransaction {
+                transactions = [try await verifier.verifyTransaction(signed)]
+            } else if let receipt = body.receipt {
+                let verified = try await receiptVerifier.verify(base64: receipt)
+                transactions = verified.inAppPurchases.map { Self.transaction(from: $0, receipt: verified) }
+            } else if let transactionId = body.transactionId {
+                transactions = [try await lookUpTransaction(transactionId)]
+            }
+        } catch let failure as VerificationFailure {
+            logger.warning(
+                "proof rejected",
+                metadata: ["code": "\(failure.code)", "reason": "\(failure.reason)", "account": "\(body.accountId)"])
+            throw APIError.verification(failure)
+        }
+
+        var results: [TransactionJSON] = []
+        var refusals: [DeliveryPlanner.Refusal] = []
+        let now = Date()
+        for transaction in transactions {
+            let result = try await store.deliver(
+                transaction, submittingAccount: body.accountId, requestedOrderId: body.orderId, catalog: catalog,
+                policy: configuration.ownershipPolicy, now: now)
+            if let refusal = result.plan.refusal { refusals.append(refusal) }
+            results.append(TransactionJSON(transaction, result: result))
+        }
+        // A single proof that cannot be delivered is an error; a receipt reports per transaction.
+        if transactions.count == 1, let refusal = refusals.first {
+            switch refusal {
+            case .revoked:
+                throw APIError(.unprocessableContent, "revoked", "the transaction was refunded or revoked by Apple")
+            case .ownedByOtherAccount:
+                throw APIError(.conflict, "owned_by_other_account", "this purchase belongs to another account")
+            case .orderOfAnotherAccount: throw APIError.forbidden("order belongs to another account")
+            }
+        }
+        let delivered = results.contains { $0.outcome != "already_delivered" }
+        return try Self.json(
+            PurchaseJSON(
+                status: delivered || results.isEmpty ? "delivered" : "already_delivered", transactions: results,
+                account: try await account(body.accountId)))
+    }
+
+    /// `transactionId` submissions: in zero-config mode the local App Store answers at once.
+    func lookUpTransaction(_ transactionId: String) async throws -> JWSTransactionDecodedPayload {
+        guard transactionId.count <= 64, transactionId.allSatisfy(\.isNumber), !transactionId.isEmpty else {
+            throw APIError.badRequest("field 'transactionId' must be an App Store transaction id (digits)")
+        }
+        guard let localAppStore else {
+            throw APIError(
+                .serviceUnavailable, "apple_unavailable",
+                "transactionId lookups through the App Store Server API are not available on this server",
+                retryable: true)
+        }
+        guard let signed = try? await localAppStore.signTransaction(transactionId) else {
+            throw APIError.notFound("the App Store does not know transaction '\(transactionId)'")
+        }
+        return try await verifier.verifyTransaction(signed)
+    }
+
+    /// A receipt's in-app entry as a transaction payload (receipts carry no appAccountToken).
+    static func transaction(from item: AppReceiptInAppPurchase, receipt: AppReceipt) -> JWSTransactionDecodedPayload {
+        func milliseconds(_ date: Date?) -> Int64? {
+            date.map { Int64(($0.timeIntervalSince1970 * 1000).rounded(.down)) }
+        }
+        return JWSTransactionDecodedPayload(
+            transactionId: item.transactionId, originalTransactionId: item.originalTransactionId ?? item.transactionId,
+            webOrderLineItemId: item.webOrderLineItemId, bundleId: receipt.bundleId, productId: item.productId,
+            purchaseDate: milliseconds(item.purchaseDate),
+            originalPurchaseDate: milliseconds(item.originalPurchaseDate),
+            expiresDate: milliseconds(item.subscriptionExpirationDate), quantity: Int32(clamping: item.quantity ?? 1),
+            revocationDate: milliseconds(item.cancellationDate), environment: receipt.environment ?? .production)
+    }
+
+    struct DebitBody: Decodable {
+        var amount: Int64
+        var idempotencyKey: String
+    }
+
+    func debit(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+        let caller = try await self.caller(request)
+        let accountId = try Self.parameter(context, "accountId")
+        let currency = try Self.parameter(context, "currency")
+        try caller.require(accountId)
+        let body = try await decode(DebitBody.self, request)
+        guard body.amount > 0, body.amount <= 1_000_000_000_000 else {
+            throw APIError.badRequest("field 'amount' must be a positive integer")
+        }
+        guard !body.idempotencyKey.isEmpty, body.idempotencyKey.count <= 200 else {
+            throw APIError.badRequest("field 'idempotencyKey' must be 1…200 characters")
+        }
+        switch try await store.debit(
+            accountId: accountId, currency: currency, amount: body.amount,
+            idempotencyKey: "\(accountId)|\(currency)|\(body.idempotencyKey)", now: Date())
+        {
+        case .debited(let balance): return try Self.json(["balance": balance])
+        case .insufficient(let balance):
+            throw APIError(.conflict, "insufficient_balance", "balance \(balance) is less than \(body.amount)")
+        }
+    }
+
+    func listAnomalies(_ request: Request) async throws -> Response {
+        try await caller(request).requireSecretKey()
+        let status = request.uri.query.flatMap { query in
+            query.split(separator: "&").first { $0.hasPrefix("status=") }.map { String($0.dropFirst("status=".count)) }
+        }
+        if let status, !["open", "resolved"].contains(status) {
+            throw APIError.badRequest("query 'status' must be open or resolved")
+        }
+        return try Self.json(["anomalies": try await store.anomalies(status: status).map(AnomalyJSON.init)])
+    }
+
+    struct ResolveBody: Decodable {
+        var action: String
+        var accountId: String?
+        var note: String?
+    }
+
+    func resolveAnomaly(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+        try await caller(request).requireSecretKey()
+        let id = try Self.parameter(context, "id")
+        let body = try await decode(ResolveBody.self, request)
+        guard let anomaly = try await store.anomaly(id) else {
+            throw APIError.notFound("no anomaly '\(id.prefix(64))'")
+        }
+        let note = body.note ?? ""
+        switch body.action {
+        case "dismiss":
+            break
+        case "deliver":
+            guard anomaly.status == "open" else { return try Self.json(AnomalyJSON(anomaly)) }
+            guard let transaction = anomaly.transaction else {
+                throw APIError.badRequest("this anomaly holds no transaction to deliver")
+            }
+            guard let accountId = body.accountId ?? anomaly.accountId else {
+                throw APIError.badRequest("field 'accountId' is required to deliver this anomaly")
+            }
+            try Self.validateAccountId(accountId)
+            // The operator decides: delivered to the account named, exactly once (keyed by transactionId).
+            let result = try await store.deliver(
+                transaction, submittingAccount: accountId, catalog: catalog, policy: .transfer, now: Date())
+            try await store.recordAudit(
+                actor: "operator", action: "manual_delivery", subject: transaction.transactionId,
+                detail: "anomaly \(id) delivered to \(accountId): \(result.plan.outcome.rawValue). \(note)", now: Date()
+            )
+        default:
+            throw APIError.badRequest("field 'action' must be deliver or dismiss")
+        }
+        guard
+            let resolved = try await store.resolveAnomaly(
+                id, resolution: body.action, actor: "operator", note: note, now: Date())
+        else { throw APIError.notFound("no anomaly '\(id.prefix(64))'") }
+        return try Self.json(AnomalyJSON(resolved))
+    }
+
+    func account(_ accountId: String) async throws -> AccountJSON {
+        let now = Date()
+        let entitlements = try await store.entitlements(of: accountId).map {
+            AccountJSON.Entitlement(
+                id: $0.entitlementId, active: $0.expiresAt.map { $0 > now } ?? true, productId: $0.productId,
+                expiresAt: $0.expiresAt.map(Self.iso), originalTransactionId: $0.originalTransactionId)
+        }
+        return AccountJSON(
+            accountId: accountId, entitlements: entitlements, balances: try await store.balances(of: accountId),
+            subscriptions: [])
+    }
+
+    // MARK: Helpers
+
+    func caller(_ request: Request) async throws -> Caller {
+        let caller = try await authenticator.authenticate(request)
+        if let retryAfter = limiter.admit(caller) {
+            var error = APIError(.tooManyRequests, "rate_limited", "too many requests", retryable: true)
+            error.headers[.retryAfter] = String(retryAfter)
+            throw error
+        }
+        return caller
+    }
+
+    func decode<T: Decodable>(_ type: T.Type, _ request: Request) async throws -> T {
+        if let length = request.headers[.contentLength].flatMap(Int.init), length > configuration.maxBodyBytes {
+            throw APIError(
+                .contentTooLarge, "payload_too_large", "request body is over \(configuration.maxBodyBytes) bytes")
+        }
+        var request = request
+        let buffer = try await request.collectBody(upTo: configuration.maxBodyBytes)
+        guard buffer.readableBytes > 0 else { throw APIError.badRequest("request body is empty") }
+        do {
+            return try JSONDecoder().decode(T.self, from: Data(buffer: buffer))
+        } catch let error as DecodingError {
+            throw APIError.badRequest(ErrorMiddleware<BasicRequestContext>.describe(error))
+        }
+    }
+
+    static func parameter(_ context: BasicRequestContext, _ name: String) throws -> String {
+        guard let value = context.parameters.get(name), !value.isEmpty, value.count <= 200 else {
+            throw APIError.badRequest("path parameter '\(name)' is missing or too long")
+        }
+        return value
+    }
+
+    static func validateAccountId(_ accountId: String) throws {
+        guard !accountId.isEmpty, accountId.count <= 128, !accountId.contains(where: \.isNewline) else {
+            throw APIError.badRequest("field 'accountId' must be 1…128 characters")
+        }
+    }
+
+    static func json<T: Encodable>(_ value: T, status: HTTPResponse.Status = .ok) throws -> Response {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return Response(
+            status: status, headers: [.contentType: "application/json"],
+            body: .init(byteBuffer: ByteBuffer(bytes: try encoder.encode(value))))
+    }
+
+    static func iso(_ date: Date) -> String {
+        date.formatted(
+            .iso8601.year().month().day().time(includingFractionalSeconds: true).timeZone(separator: .omitted))
+    }
+}
+
+/// Token buckets per caller: client tokens per account, secret keys only if configured.
+final class RateLimiter: Sendable {
+    private struct Bucket {
+        var tokens: Double
+        var updated: ContinuousClock.Instant
+    }
+
+    let clientPerSecond: Int
+    let secretPerSecond: Int?
+    private let buckets = Mutex<[Caller: Bucket]>([:])
+
+    init(clientPerSecond: Int, secretPerSecond: Int?) {
+        self.clientPerSecond = clientPerSecond
+        self.secretPerSecond = secretPerSecond
+    }
+
+    /// nil when admitted; otherwise seconds to wait.
+    func admit(_ caller: Caller) -> Int? {
+        let rate: Int
+        switch caller {
+        case .secretKey:
+            guard let secretPerSecond else { return nil }
+            rate = secretPerSecond
+        case .account:
+            rate = clientPerSecond
+        }
+        guard rate > 0 else { return nil }
+        let now = ContinuousClock.now
+        return buckets.withLock { buckets in
+            var bucket = buckets[caller] ?? Bucket(tokens: Double(rate), updated: now)
+            let elapsed = now - bucket.updated
+            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            bucket.tokens = min(Double(rate), bucket.tokens + seconds * Double(rate))
+            bucket.updated = now
+            defer { buckets[caller] = bucket }
+            guard bucket.tokens >= 1 else { return 1 }
+            bucket.tokens -= 1
+            return nil
+        }
+    }
+}
