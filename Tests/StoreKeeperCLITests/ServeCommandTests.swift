@@ -2,7 +2,7 @@ import Foundation
 import Testing
 
 #if canImport(FoundationNetworking)
-import FoundationNetworking
+    import FoundationNetworking
 #endif
 
 /// `storekeeper serve` with no configuration: the README's quick start, as a process.
@@ -15,7 +15,9 @@ import FoundationNetworking
         process.executableURL = VerifyCommandTests.binary
         process.arguments = ["serve"]
         process.currentDirectoryURL = directory
-        var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("APPLE_") && !$0.key.hasPrefix("AUTH_") }
+        var environment = ProcessInfo.processInfo.environment.filter {
+            !$0.key.hasPrefix("APPLE_") && !$0.key.hasPrefix("AUTH_")
+        }
         environment["HTTP_PORT"] = "0"
         process.environment = environment
         let output = Pipe()
@@ -29,7 +31,10 @@ import FoundationNetworking
         var port: Int?
         while Date() < deadline, port == nil {
             let chunk = output.fileHandleForReading.availableData
-            if chunk.isEmpty { try await Task.sleep(for: .milliseconds(50)); continue }
+            if chunk.isEmpty {
+                try await Task.sleep(for: .milliseconds(50))
+                continue
+            }
             log += String(decoding: chunk, as: UTF8.self)
             if let range = log.range(of: "StoreKeeper listening on http://127.0.0.1:") {
                 port = Int(log[range.upperBound...].prefix(while: \.isNumber))
@@ -38,7 +43,8 @@ import FoundationNetworking
         let listening = try #require(port)
         #expect(log.contains("using the built-in local App Store"))
         // The development key is generated, stored beside the database and printed once.
-        let key = try String(contentsOf: directory.appendingPathComponent("storekeeper-data/dev-secret-key"), encoding: .utf8)
+        let key = try String(
+            contentsOf: directory.appendingPathComponent("storekeeper-data/dev-secret-key"), encoding: .utf8)
         #expect(log.contains(key))
         #expect(FileManager.default.fileExists(atPath: directory.appendingPathComponent("storekeeper.sqlite").path))
 
@@ -52,7 +58,8 @@ import FoundationNetworking
         order.setValue("Bearer \(key)", forHTTPHeaderField: "Authorization")
         order.setValue("application/json", forHTTPHeaderField: "Content-Type")
         order.httpBody = Data(#"{"accountId":"u42","productId":"coins_60"}"#.utf8)
-        let created = try JSONSerialization.jsonObject(with: try await LocalStoreServeTests.fetch(order)) as? [String: Any]
+        let created =
+            try JSONSerialization.jsonObject(with: try await LocalStoreServeTests.fetch(order)) as? [String: Any]
         #expect(created?["status"] as? String == "created")
 
         process.terminate()
