@@ -13,7 +13,7 @@ import Testing
     static func withApple(
         production: @escaping @Sendable (Int) -> ScriptedAppleServer.Response,
         sandbox: @escaping @Sendable (Int) -> ScriptedAppleServer.Response = { _ in .json(#"{"status":21008}"#) },
-        retry: RetryPolicy = fastRetry, timeout: Duration = .seconds(5),
+        retry: RetryPolicy = fastRetry, timeout: Duration = .seconds(30),
         _ body: (VerifyReceiptClient, ScriptedAppleServer) async throws -> Void
     ) async throws {
         let counts = Mutex((production: 0, sandbox: 0))

@@ -33,7 +33,7 @@ import Testing
             pki: LocalAppStoreEngineTests.pki, clock: StoreClock(start: LocalAppStoreEngineTests.start, scale: 0))
     }
 
-    static func client(port: Int, environment: AppStoreEnvironment = .production, timeout: Duration = .seconds(5))
+    static func client(port: Int, environment: AppStoreEnvironment = .production, timeout: Duration = .seconds(30))
         async throws -> AppStoreServerAPIClient
     {
         try await AppStoreServerAPIClient(
