@@ -1,5 +1,6 @@
 import AppStoreModels
 import AppStoreSigning
+import Crypto
 import Foundation
 import StoreKeeperCatalog
 
@@ -715,13 +716,37 @@ public actor LocalAppStore {
         receipt.bundleId = configuration.bundleId
         receipt.applicationVersion = "1"
         receipt.originalApplicationVersion = "1.0"
-        receipt.opaqueValue = Array(UUID().uuidString.utf8.prefix(16))
-        receipt.sha1Hash = Array(repeating: 0, count: 20)
+        // The device hash exactly as a device checks it (receipts.md §4.7):
+        // SHA-1(identifierForVendor bytes ‖ opaque value ‖ bundle id attribute bytes).
+        let opaque = (0..<16).map { _ in UInt8.random(in: 0...255) }
+        let bundleBytes = Self.utf8StringTLV(configuration.bundleId)
+        let deviceBytes = customer.map { withUnsafeBytes(of: $0.deviceId.uuid) { Array($0) } } ?? []
+        receipt.opaqueValue = opaque
+        receipt.bundleIdValueBytes = bundleBytes
+        receipt.sha1Hash = Array(Insecure.SHA1.hash(data: deviceBytes + opaque + bundleBytes))
         receipt.creationDate = now
         receipt.requestDate = now
         receipt.originalPurchaseDate = now
         receipt.downloadId = customer.flatMap { Int64($0.appTransactionId) }
         return receipt
+    }
+
+    /// A DER UTF8String: tag, length, bytes.
+    static func utf8StringTLV(_ text: String) -> [UInt8] {
+        let bytes = Array(text.utf8)
+        var length: [UInt8]
+        if bytes.count < 0x80 {
+            length = [UInt8(bytes.count)]
+        } else {
+            var value = bytes.count
+            length = []
+            while value > 0 {
+                length.insert(UInt8(value & 0xFF), at: 0)
+                value >>= 8
+            }
+            length.insert(0x80 | UInt8(length.count), at: 0)
+        }
+        return [0x0C] + length + bytes
     }
 
     private static func receiptProductType(_ type: ProductType?) -> Int64? {

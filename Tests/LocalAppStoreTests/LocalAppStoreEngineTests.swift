@@ -1,6 +1,7 @@
 import AppStoreModels
 import AppStoreSigning
 import AppStoreVerification
+import Crypto
 import Foundation
 import StoreKeeperCatalog
 import Testing
@@ -57,6 +58,18 @@ import Testing
         // The notification verifies, nested transaction included.
         let notification = try await Self.verifier.verifyNotification(await store.notifications[0].signedPayload)
         #expect(notification.transaction?.transactionId == verified.transactionId)
+    }
+
+    @Test func receiptCarriesTheDeviceHashAsADeviceChecksIt() async throws {
+        let store = Self.store()
+        let result = try await store.buy("hash", items: [.init(productId: "remove_ads")])
+        let receipt = try await AppReceiptVerifier(trustedRoots: Self.pki.trustRootsDER).verify(result.receipt)
+        let device = try #require(await store.customers["hash"]?.deviceId)
+        let deviceBytes = withUnsafeBytes(of: device.uuid) { Array($0) }
+        let expected = Array(
+            Insecure.SHA1.hash(data: deviceBytes + (receipt.opaqueValue ?? []) + (receipt.bundleIdValueBytes ?? [])))
+        #expect(receipt.sha1Hash == expected)
+        #expect(receipt.bundleIdValueBytes?.first == 0x0C)
     }
 
     @Test func mergedPaymentHasOneReceiptWithBothEntries() async throws {
