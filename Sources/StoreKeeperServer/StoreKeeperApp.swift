@@ -1,3 +1,4 @@
+import AppStoreClient
 import AppStoreModels
 import AppStoreSigning
 import AppStoreVerification
@@ -17,7 +18,12 @@ public struct StoreKeeperApp: Sendable {
     public let configuration: ServerConfiguration
     public let database: Database
     public let store: PurchaseStore
+    public let jobs: JobStore
     public let catalog: Catalog
+    /// Where `transactionId` submissions are looked up; nil when no Apple key is configured.
+    let transactionSource: (any TransactionSource)?
+    /// How long a submission waits for Apple before the lookup becomes a durable job.
+    let lookupDeadline: Duration
     let verifier: SignedDataVerifier
     let receiptVerifier: AppReceiptVerifier
     let authenticator: Authenticator
@@ -29,7 +35,8 @@ public struct StoreKeeperApp: Sendable {
     /// Opens the database, applies migrations and builds the verifiers.
     public static func make(
         _ configuration: ServerConfiguration, dataDirectory: URL = URL(fileURLWithPath: "storekeeper-data"),
-        logger: Logger = Logger(label: "storekeeper")
+        logger: Logger = Logger(label: "storekeeper"), transactionSource: (any TransactionSource)? = nil,
+        lookupDeadline: Duration = .seconds(2)
     ) async throws -> StoreKeeperApp {
         if let secret = configuration.clientTokenSecret, secret.utf8.count < 32 {
             throw ServerConfiguration.Invalid(
@@ -101,9 +108,34 @@ public struct StoreKeeperApp: Sendable {
                     metadata: ["secretKey": "\(key)", "file": "\(keyFile.path)"])
             }
         }
+        var source = transactionSource
+        if source == nil, let localAppStore {
+            source = LocalTransactionSource(store: localAppStore)
+        } else if source == nil, let keyFile = configuration.serverAPIPrivateKeyFile,
+            let issuerId = configuration.serverAPIIssuerId, let keyId = configuration.serverAPIKeyId
+        {
+            guard let pem = FileManager.default.contents(atPath: keyFile) else {
+                throw ServerConfiguration.Invalid(description: "cannot read apple.serverAPI.privateKeyFile \(keyFile)")
+            }
+            let credentials = ServerAPICredentials(
+                issuerId: issuerId, keyId: keyId, privateKeyPEM: String(decoding: pem, as: UTF8.self),
+                bundleId: bundleId)
+            let production = try await AppStoreServerAPIClient(
+                configuration: .init(
+                    credentials: credentials, environment: .production, baseURL: configuration.serverAPIBaseURL,
+                    timeout: .seconds(10), retryPolicy: .none))
+            let sandbox =
+                configuration.environments.contains(.sandbox)
+                ? try await AppStoreServerAPIClient(
+                    configuration: .init(
+                        credentials: credentials, environment: .sandbox, baseURL: configuration.serverAPIBaseURL,
+                        timeout: .seconds(10), retryPolicy: .none)) : nil
+            source = ServerAPITransactionSource(production: production, sandbox: sandbox)
+        }
         return StoreKeeperApp(
             configuration: configuration, database: database, store: PurchaseStore(database: database),
-            catalog: catalog,
+            jobs: JobStore(database: database), catalog: catalog, transactionSource: source,
+            lookupDeadline: lookupDeadline,
             verifier: verifier, receiptVerifier: receiptVerifier,
             authenticator: await Authenticator(
                 secretKeys: secretKeys, clientTokenSecret: configuration.clientTokenSecret),
@@ -149,7 +181,9 @@ public struct StoreKeeperApp: Sendable {
     public func application(onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in })
         -> some ApplicationProtocol
     {
-        var services: [any Service] = [OrderExpiry(store: store, ttl: configuration.orderTTL, logger: logger)]
+        var services: [any Service] = [
+            OrderExpiry(store: store, ttl: configuration.orderTTL, logger: logger), JobRunner(app: self),
+        ]
         if let localAppStore { services.append(NotificationSender(store: localAppStore)) }
         return Application(
             router: router(),
@@ -228,7 +262,15 @@ public struct StoreKeeperApp: Sendable {
                 let verified = try await receiptVerifier.verify(base64: receipt)
                 transactions = verified.inAppPurchases.map { Self.transaction(from: $0, receipt: verified) }
             } else if let transactionId = body.transactionId {
-                transactions = [try await lookUpTransaction(transactionId)]
+                switch try await lookUpOrQueue(transactionId, accountId: body.accountId, orderId: body.orderId) {
+                case .found(let transaction): transactions = [transaction]
+                case .queued(let retryAfter):
+                    struct Pending: Encodable {
+                        var status = "pending"
+                        var retryAfterSeconds: Int
+                    }
+                    return try Self.json(Pending(retryAfterSeconds: retryAfter), status: .accepted)
+                }
             }
         } catch let failure as VerificationFailure {
             logger.warning(
@@ -264,21 +306,62 @@ public struct StoreKeeperApp: Sendable {
                 account: try await account(body.accountId)))
     }
 
-    /// `transactionId` submissions: in zero-config mode the local App Store answers at once.
-    func lookUpTransaction(_ transactionId: String) async throws -> JWSTransactionDecodedPayload {
+    enum Lookup {
+        case found(JWSTransactionDecodedPayload)
+        case queued(retryAfterSeconds: Int)
+    }
+
+    /// `transactionId` submissions: ask Apple with a short deadline; if Apple is slow, down or
+    /// rate-limiting, the lookup becomes a durable job and the client gets 202 (invariant 5).
+    func lookUpOrQueue(_ transactionId: String, accountId: String, orderId: String?) async throws -> Lookup {
         guard transactionId.count <= 64, transactionId.allSatisfy(\.isNumber), !transactionId.isEmpty else {
             throw APIError.badRequest("field 'transactionId' must be an App Store transaction id (digits)")
         }
-        guard let localAppStore else {
-            throw APIError(
-                .serviceUnavailable, "apple_unavailable",
-                "transactionId lookups through the App Store Server API are not available on this server",
-                retryable: true)
+        guard transactionSource != nil else {
+            throw APIError.badRequest("transactionId submissions need apple.serverAPI credentials on this server")
         }
-        guard let signed = try? await localAppStore.signTransaction(transactionId) else {
-            throw APIError.notFound("the App Store does not know transaction '\(transactionId)'")
+        do {
+            let deadline = lookupDeadline
+            return .found(try await withDeadline(deadline) { try await self.fetchTransaction(transactionId) })
+        } catch let error as AppStoreAPIError where error.isRetryable {
+            try await queueLookup(transactionId, accountId: accountId, orderId: orderId, reason: error.description)
+            let wait =
+                error.retryAfter.map { max(1, Int($0.timeIntervalSinceNow.rounded(FloatingPointRoundingRule.up))) } ?? 2
+            return .queued(retryAfterSeconds: wait)
+        } catch let failure as VerificationFailure where failure.isRetryable {
+            try await queueLookup(transactionId, accountId: accountId, orderId: orderId, reason: failure.description)
+            return .queued(retryAfterSeconds: 2)
+        } catch let error as AppStoreAPIError {
+            if error.errorCode == AppStoreAPIError.transactionIdNotFound {
+                throw APIError.notFound("the App Store does not know transaction '\(transactionId)'")
+            }
+            if error.kind == .unauthorized {
+                logger.error("Apple refused the Server API key", metadata: ["error": "\(error)"])
+                throw APIError(.internalServerError, "internal", "the server's App Store Server API key was refused")
+            }
+            throw APIError.badRequest("the App Store refused the lookup: \(error.message)")
         }
-        return try await verifier.verifyTransaction(signed)
+    }
+
+    func queueLookup(_ transactionId: String, accountId: String, orderId: String?, reason: String) async throws {
+        let payload = String(
+            decoding: try JSONEncoder().encode(
+                LookupJob(transactionId: transactionId, accountId: accountId, orderId: orderId)),
+            as: UTF8.self)
+        let now = Date()
+        try await jobs.enqueue(
+            kind: "lookup_transaction", dedupeKey: "lookup_transaction|\(transactionId)|\(accountId)", payload: payload,
+            runAt: now.addingTimeInterval(1), now: now)
+        logger.info(
+            "Apple unavailable; lookup queued", metadata: ["transactionId": "\(transactionId)", "reason": "\(reason)"])
+    }
+
+    /// The verified transaction, from Apple (or the local App Store).
+    func fetchTransaction(_ transactionId: String) async throws -> JWSTransactionDecodedPayload {
+        guard let transactionSource else {
+            throw APIError.badRequest("no App Store Server API configured")
+        }
+        return try await verifier.verifyTransaction(try await transactionSource.signedTransaction(transactionId))
     }
 
     /// A receipt's in-app entry as a transaction payload (receipts carry no appAccountToken).

@@ -116,6 +116,27 @@ public enum Migrations {
                 """,
             ]
         ),
+        (
+            3,
+            [
+                // Durable work that needs Apple: survives restarts, shared by every instance.
+                """
+                CREATE TABLE jobs (
+                    id TEXT PRIMARY KEY,
+                    kind TEXT NOT NULL,
+                    dedupe_key TEXT NOT NULL UNIQUE,
+                    payload TEXT NOT NULL,
+                    status TEXT NOT NULL,
+                    attempts INTEGER NOT NULL,
+                    run_at BIGINT NOT NULL,
+                    created_at BIGINT NOT NULL,
+                    last_error TEXT,
+                    stuck_reported INTEGER NOT NULL
+                )
+                """,
+                "CREATE INDEX jobs_due ON jobs (status, run_at)",
+            ]
+        ),
     ]
 
     /// Applies every migration not yet applied, each in its own transaction. Safe to run from

@@ -370,6 +370,22 @@ public struct PurchaseStore: Sendable {
         }
     }
 
+    /// Records an anomaly outside a delivery (e.g. `verification_stuck` from the job runner);
+    /// the same dedupe key is recorded once.
+    public func raiseAnomaly(_ anomaly: AnomalyDraft, dedupeKey: String, now: Date) async throws {
+        try await database.transaction { sql in
+            try await sql.raw(
+                """
+                INSERT INTO anomalies (id, dedupe_key, kind, status, transaction_id, order_id, account_id, detail, created_at)
+                VALUES (\(bind: UUID().uuidString.lowercased()), \(bind: dedupeKey), \(bind: anomaly.kind.rawValue), 'open',
+                        \(bind: anomaly.transactionId), \(bind: anomaly.orderId), \(bind: anomaly.accountId),
+                        \(bind: anomaly.detail), \(bind: now.milliseconds))
+                ON CONFLICT (dedupe_key) DO NOTHING
+                """
+            ).run()
+        }
+    }
+
     public func recordAudit(actor: String, action: String, subject: String?, detail: String, now: Date) async throws {
         try await database.transaction { sql in
             try await Self.audit(

@@ -1,0 +1,119 @@
+import Foundation
+import SQLKit
+
+/// A durable job queue on the database: jobs survive restarts, and several server instances
+/// share it safely (PostgreSQL: `FOR UPDATE SKIP LOCKED`; SQLite: one writer).
+public struct JobStore: Sendable {
+    public let database: Database
+
+    public init(database: Database) { self.database = database }
+
+    public struct Job: Sendable, Hashable {
+        public var id: String
+        public var kind: String
+        public var payload: String
+        public var attempts: Int
+        public var createdAt: Date
+        public var stuckReported: Bool
+    }
+
+    /// Enqueues a job unless one with the same `dedupeKey` exists; returns the job's id.
+    @discardableResult
+    public func enqueue(kind: String, dedupeKey: String, payload: String, runAt: Date, now: Date) async throws -> String
+    {
+        let id = UUID().uuidString.lowercased()
+        return try await database.transaction { sql in
+            try await sql.raw(
+                """
+                INSERT INTO jobs (id, kind, dedupe_key, payload, status, attempts, run_at, created_at, stuck_reported)
+                VALUES (\(bind: id), \(bind: kind), \(bind: dedupeKey), \(bind: payload), 'pending', 0,
+                        \(bind: runAt.milliseconds), \(bind: now.milliseconds), 0)
+                ON CONFLICT (dedupe_key) DO NOTHING
+                """
+            ).run()
+            return try await sql.raw("SELECT id FROM jobs WHERE dedupe_key = \(bind: dedupeKey)").first()?
+                .decode(column: "id", as: String.self) ?? id
+        }
+    }
+
+    /// Claims up to `limit` due jobs for `lease`: they are not due again until the lease runs
+    /// out, so a runner that dies mid-job only delays it.
+    public func claimDue(now: Date, limit: Int = 16, lease: TimeInterval = 60) async throws -> [Job] {
+        let kind = database.kind
+        return try await database.transaction { sql in
+            let due = now.milliseconds
+            let rows =
+                if kind == .postgres {
+                    try await sql.raw(
+                        """
+                        SELECT * FROM jobs WHERE status = 'pending' AND run_at <= \(bind: due)
+                        ORDER BY run_at LIMIT \(bind: limit) FOR UPDATE SKIP LOCKED
+                        """
+                    ).all()
+                } else {
+                    try await sql.raw(
+                        "SELECT * FROM jobs WHERE status = 'pending' AND run_at <= \(bind: due) ORDER BY run_at LIMIT \(bind: limit)"
+                    ).all()
+                }
+            var jobs: [Job] = []
+            for row in rows {
+                let job = Job(
+                    id: try row.decode(column: "id", as: String.self),
+                    kind: try row.decode(column: "kind", as: String.self),
+                    payload: try row.decode(column: "payload", as: String.self),
+                    attempts: try row.decode(column: "attempts", as: Int.self),
+                    createdAt: Date(milliseconds: try row.decode(column: "created_at", as: Int64.self)),
+                    stuckReported: try row.decode(column: "stuck_reported", as: Int.self) != 0)
+                try await sql.raw(
+                    "UPDATE jobs SET run_at = \(bind: now.addingTimeInterval(lease).milliseconds) WHERE id = \(bind: job.id)"
+                ).run()
+                jobs.append(job)
+            }
+            return jobs
+        }
+    }
+
+    public func complete(_ id: String) async throws {
+        try await database.transaction { sql in
+            try await sql.raw("UPDATE jobs SET status = 'done' WHERE id = \(bind: id)").run()
+        }
+    }
+
+    public func fail(_ id: String, error: String) async throws {
+        try await database.transaction { sql in
+            try await sql.raw("UPDATE jobs SET status = 'failed', last_error = \(bind: error) WHERE id = \(bind: id)")
+                .run()
+        }
+    }
+
+    public func reschedule(_ id: String, runAt: Date, error: String) async throws {
+        try await database.transaction { sql in
+            try await sql.raw(
+                """
+                UPDATE jobs SET attempts = attempts + 1, run_at = \(bind: runAt.milliseconds), last_error = \(bind: error)
+                WHERE id = \(bind: id)
+                """
+            ).run()
+        }
+    }
+
+    public func markStuckReported(_ id: String) async throws {
+        try await database.transaction { sql in
+            try await sql.raw("UPDATE jobs SET stuck_reported = 1 WHERE id = \(bind: id)").run()
+        }
+    }
+
+    public func pendingCount() async throws -> Int {
+        try await database.read { sql in
+            try await sql.raw("SELECT COUNT(*) AS pending FROM jobs WHERE status = 'pending'").first()?
+                .decode(column: "pending", as: Int.self) ?? 0
+        }
+    }
+
+    public func status(_ id: String) async throws -> String? {
+        try await database.read { sql in
+            try await sql.raw("SELECT status FROM jobs WHERE id = \(bind: id)").first()?.decode(
+                column: "status", as: String.self)
+        }
+    }
+}
