@@ -31,6 +31,7 @@ public struct StoreKeeperApp: Sendable {
     /// The in-process local App Store of zero-config mode.
     public let localAppStore: LocalAppStore?
     let logger: Logger
+    public let metrics = ServerMetrics()
 
     /// Opens the database, applies migrations and builds the verifiers.
     public static func make(
@@ -149,8 +150,16 @@ public struct StoreKeeperApp: Sendable {
 
     public func router() -> Router<BasicRequestContext> {
         let router = Router()
+        router.add(middleware: RequestObservation(metrics: metrics))
         router.add(middleware: ErrorMiddleware())
         router.get("healthz") { _, _ in try await self.health() }
+        router.get("metrics") { _, _ in
+            self.metrics.jobsPending.record(try await self.jobs.pendingCount())
+            self.metrics.anomaliesOpen.record(try await self.store.anomalies(status: "open").count)
+            return Response(
+                status: .ok, headers: [.contentType: "text/plain; version=0.0.4"],
+                body: .init(byteBuffer: ByteBuffer(string: self.metrics.text())))
+        }
         let v1 = router.group("v1")
         v1.post("orders") { request, context in try await self.createOrder(request, context) }
         v1.get("orders/:orderId") { request, context in try await self.getOrder(request, context) }
@@ -273,6 +282,7 @@ public struct StoreKeeperApp: Sendable {
                 }
             }
         } catch let failure as VerificationFailure {
+            metrics.verificationFailure(failure.code)
             logger.warning(
                 "proof rejected",
                 metadata: ["code": "\(failure.code)", "reason": "\(failure.reason)", "account": "\(body.accountId)"])
@@ -287,6 +297,14 @@ public struct StoreKeeperApp: Sendable {
                 transaction, submittingAccount: body.accountId, requestedOrderId: body.orderId, catalog: catalog,
                 policy: configuration.ownershipPolicy, now: now)
             if let refusal = result.plan.refusal { refusals.append(refusal) }
+            switch result.plan.outcome {
+            case .delivered: metrics.deliveries.increment()
+            case .unattributed:
+                metrics.deliveries.increment()
+                metrics.unattributed.increment()
+            case .alreadyDelivered: metrics.duplicatesSuppressed.increment()
+            case .refunded, .notDelivered: break
+            }
             results.append(TransactionJSON(transaction, result: result))
         }
         // A single proof that cannot be delivered is an error; a receipt reports per transaction.

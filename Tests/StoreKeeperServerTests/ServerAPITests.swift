@@ -1,6 +1,7 @@
 import AppStoreModels
 import AppStoreSigning
 import Foundation
+import HTTPTypes
 import Hummingbird
 import HummingbirdTesting
 import JWTKit
@@ -319,6 +320,51 @@ import Testing
             #expect(try await Self.call(client, .get, "/v1/orders/does-not-exist").status == .notFound)
             #expect(try await Self.call(client, .get, "/v1/nothing-here").status == .notFound)
             #expect(try await Self.call(client, .get, "/healthz", token: nil).json["status"] as? String == "ok")
+        }
+    }
+
+    @Test(arguments: databases)
+    func sixtyFourConcurrentHTTPSubmissionsDeliverOnce(kind: String) async throws {
+        try await Self.withServer(kind) { app, client in
+            let bought = try await app.localAppStore!.buy("burst", items: [.init(productId: "coins_60")])
+            let body = #"{"accountId":"c64","signedTransaction":"\#(bought.signedTransactions[0])"}"#
+            let statuses = try await withThrowingTaskGroup(of: String?.self) { group in
+                for _ in 0..<64 {
+                    group.addTask {
+                        try await Self.call(client, .post, "/v1/purchases", body: body).json["status"] as? String
+                    }
+                }
+                return try await group.reduce(into: [String?]()) { $0.append($1) }
+            }
+            #expect(statuses.filter { $0 == "delivered" }.count == 1)
+            #expect(statuses.filter { $0 == "already_delivered" }.count == 63)
+            #expect(
+                (try await Self.call(client, .get, "/v1/accounts/c64").json["balances"] as? [String: Int])?["coins"]
+                    == 60)
+        }
+    }
+
+    @Test func metricsAndRequestIds() async throws {
+        try await Self.withServer("sqlite") { app, client in
+            let bought = try await app.localAppStore!.buy("m", items: [.init(productId: "coins_60")])
+            let body = #"{"accountId":"m1","signedTransaction":"\#(bought.signedTransactions[0])"}"#
+            _ = try await Self.call(client, .post, "/v1/purchases", body: body)
+            _ = try await Self.call(client, .post, "/v1/purchases", body: body)
+            _ = try await Self.call(
+                client, .post, "/v1/purchases", body: #"{"accountId":"m1","signedTransaction":"x.y.z"}"#)
+            let text = try await client.execute(uri: "/metrics", method: .get) { String(buffer: $0.body) }
+            #expect(text.contains("storekeeper_deliveries_total 1"))
+            #expect(text.contains("storekeeper_duplicates_suppressed_total 1"))
+            #expect(text.contains(#"storekeeper_verification_failures_total{code="invalid_signature"} 1"#))
+            #expect(text.contains("storekeeper_jobs_pending 0"))
+            #expect(text.contains("storekeeper_anomalies_open 0"))
+            #expect(text.contains("storekeeper_http_request_duration_seconds"))
+            let tagged = try await client.execute(
+                uri: "/healthz", method: .get, headers: [HTTPField.Name("X-Request-Id")!: "trace-123"]
+            ) { $0.headers[HTTPField.Name("X-Request-Id")!] }
+            #expect(tagged == "trace-123")
+            let failed = try await Self.call(client, .get, "/v1/accounts/x", token: "nope")
+            #expect(failed.headers[HTTPField.Name("X-Request-Id")!]?.isEmpty == false)
         }
     }
 

@@ -1,0 +1,93 @@
+import CoreMetrics
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Metrics
+import NIOCore
+import Prometheus
+
+/// The server's metrics (swift-metrics, exported as Prometheus text at `/metrics`). Each app
+/// has its own registry, so tests and several apps in one process never mix their numbers.
+public final class ServerMetrics: Sendable {
+    let registry = PrometheusCollectorRegistry()
+    let factory: PrometheusMetricsFactory
+
+    let deliveries: CoreMetrics.Counter
+    let duplicatesSuppressed: CoreMetrics.Counter
+    let unattributed: CoreMetrics.Counter
+    let jobsPending: CoreMetrics.Gauge
+    let anomaliesOpen: CoreMetrics.Gauge
+
+    public init() {
+        factory = PrometheusMetricsFactory(registry: registry)
+        deliveries = CoreMetrics.Counter(label: "storekeeper_deliveries_total", factory: factory)
+        duplicatesSuppressed = CoreMetrics.Counter(label: "storekeeper_duplicates_suppressed_total", factory: factory)
+        unattributed = CoreMetrics.Counter(label: "storekeeper_unattributed_deliveries_total", factory: factory)
+        jobsPending = CoreMetrics.Gauge(label: "storekeeper_jobs_pending", factory: factory)
+        anomaliesOpen = CoreMetrics.Gauge(label: "storekeeper_anomalies_open", factory: factory)
+    }
+
+    func verificationFailure(_ code: String) {
+        CoreMetrics.Counter(
+            label: "storekeeper_verification_failures_total", dimensions: [("code", code)], factory: factory
+        ).increment()
+    }
+
+    func requestDuration(method: String, route: String, status: Int) -> Metrics.Timer {
+        Metrics.Timer(
+            label: "storekeeper_http_request_duration_seconds",
+            dimensions: [("method", method), ("route", route), ("status", String(status))],
+            preferredDisplayUnit: .seconds,
+            factory: factory)
+    }
+
+    /// The Prometheus text exposition.
+    func text() -> String {
+        var buffer: [UInt8] = []
+        registry.emit(into: &buffer)
+        return String(decoding: buffer, as: UTF8.self)
+    }
+}
+
+/// Per request: an id (the client's `X-Request-Id` or a new one) in the logs and the answer,
+/// one structured log line, and the latency histogram.
+struct RequestObservation<Context: RequestContext>: RouterMiddleware {
+    let metrics: ServerMetrics
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+        -> Response
+    {
+        let started = ContinuousClock.now
+        let requestId =
+            request.headers[HTTPField.Name("X-Request-Id")!].flatMap { $0.count <= 128 ? $0 : nil }
+            ?? UUID().uuidString.lowercased()
+        var context = context
+        context.logger[metadataKey: "request_id"] = .string(requestId)
+        let route = context.endpointPath ?? "unmatched"
+        var status = 500
+        defer {
+            let elapsed = ContinuousClock.now - started
+            let nanoseconds =
+                elapsed.components.seconds * 1_000_000_000 + elapsed.components.attoseconds / 1_000_000_000
+            metrics.requestDuration(method: request.method.rawValue, route: route, status: status)
+                .recordNanoseconds(nanoseconds)
+            context.logger.info(
+                "request",
+                metadata: [
+                    "method": "\(request.method.rawValue)", "path": "\(request.uri.path)", "status": "\(status)",
+                    "ms": "\(nanoseconds / 1_000_000)",
+                ])
+        }
+        do {
+            var response = try await next(request, context)
+            status = Int(response.status.code)
+            response.headers[HTTPField.Name("X-Request-Id")!] = requestId
+            return response
+        } catch let error as APIError {
+            status = Int(error.status.code)
+            var tagged = error
+            tagged.headers[HTTPField.Name("X-Request-Id")!] = requestId
+            throw tagged
+        }
+    }
+}
