@@ -1,0 +1,141 @@
+import Foundation
+import Synchronization
+import Testing
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// SIGKILL under load, then restart (scenario O1): every acknowledged delivery is present,
+/// none is duplicated, and the rest deliver once when resubmitted.
+@Suite struct CrashRecoveryTests {
+    static func post(_ port: Int, _ path: String, key: String?, body: String) async throws -> [String: Any] {
+        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)\(path)")!)
+        request.httpMethod = "POST"
+        request.timeoutInterval = 30
+        if let key { request.setValue("Bearer \(key)", forHTTPHeaderField: "Authorization") }
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        request.httpBody = Data(body.utf8)
+        let data = try await LocalStoreServeTests.fetch(request)
+        return (try? JSONSerialization.jsonObject(with: data) as? [String: Any]) ?? [:]
+    }
+
+    @Test func killedUnderLoadLosesNothingAndDuplicatesNothing() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("crash-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+
+        let first = try ServerProcess(directory: directory)
+        try await first.waitUntilListening()
+        let key = try String(
+            contentsOf: directory.appendingPathComponent("storekeeper-data/dev-secret-key"), encoding: .utf8)
+
+        // Proofs bought beforehand: the local App Store's keys persist, so they verify after the restart.
+        var proofs: [String] = []
+        for index in 0..<120 {
+            let bought = try await Self.post(
+                first.port, "/local-app-store/control/purchases", key: nil,
+                body: #"{"appleId":"crash\#(index % 7)","productId":"coins_60"}"#)
+            proofs.append(try #require((bought["signedTransactions"] as? [String])?.first))
+        }
+
+        let acknowledged = Acknowledged()
+        let port = first.port
+        let allProofs = proofs
+        let load = Task {
+            await withTaskGroup(of: Void.self) { group in
+                for worker in 0..<8 {
+                    group.addTask {
+                        for index in stride(from: worker, to: allProofs.count, by: 8) {
+                            let reply = try? await Self.post(
+                                port, "/v1/purchases", key: key,
+                                body: #"{"accountId":"victim","signedTransaction":"\#(allProofs[index])"}"#)
+                            if reply?["status"] as? String == "delivered" {
+                                acknowledged.indices.withLock { _ = $0.insert(index) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // Kill it mid-load, once some deliveries were acknowledged.
+        let deadline = Date().addingTimeInterval(30)
+        while acknowledged.indices.withLock({ $0.count }) < 20, Date() < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        first.kill()
+        await load.value
+        let before = acknowledged.indices.withLock { $0 }
+        #expect(before.count >= 20)
+
+        let second = try ServerProcess(directory: directory)
+        defer { second.kill() }
+        try await second.waitUntilListening()
+        for index in before {
+            let reply = try await Self.post(
+                second.port, "/v1/purchases", key: key,
+                body: #"{"accountId":"victim","signedTransaction":"\#(proofs[index])"}"#)
+            #expect(reply["status"] as? String == "already_delivered", "acknowledged delivery \(index) was lost")
+        }
+        for index in proofs.indices where !before.contains(index) {
+            _ = try await Self.post(
+                second.port, "/v1/purchases", key: key,
+                body: #"{"accountId":"victim","signedTransaction":"\#(proofs[index])"}"#)
+        }
+        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(second.port)/v1/accounts/victim")!)
+        request.setValue("Bearer \(key)", forHTTPHeaderField: "Authorization")
+        let account =
+            try JSONSerialization.jsonObject(with: try await LocalStoreServeTests.fetch(request)) as? [String: Any]
+        #expect((account?["balances"] as? [String: Int])?["coins"] == 60 * proofs.count)  // each exactly once
+    }
+}
+
+/// A `storekeeper serve` child process.
+final class ServerProcess: @unchecked Sendable {
+    let process = Process()
+    let output = Pipe()
+    var port = 0
+    var key = ""
+
+    init(directory: URL) throws {
+        process.executableURL = VerifyCommandTests.binary
+        process.arguments = ["serve"]
+        process.currentDirectoryURL = directory
+        var environment = ProcessInfo.processInfo.environment.filter {
+            !$0.key.hasPrefix("APPLE_") && !$0.key.hasPrefix("AUTH_") && !$0.key.hasPrefix("DATABASE_")
+        }
+        environment["HTTP_PORT"] = "0"
+        process.environment = environment
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+    }
+
+    func waitUntilListening() async throws {
+        var log = ""
+        let deadline = Date().addingTimeInterval(60)
+        while Date() < deadline {
+            let chunk = output.fileHandleForReading.availableData
+            if chunk.isEmpty {
+                try await Task.sleep(for: .milliseconds(50))
+                continue
+            }
+            log += String(decoding: chunk, as: UTF8.self)
+            if let range = log.range(of: "StoreKeeper listening on http://127.0.0.1:") {
+                port = Int(log[range.upperBound...].prefix(while: \.isNumber)) ?? 0
+                if port > 0 { return }
+            }
+        }
+        throw CocoaError(.fileReadUnknown)
+    }
+
+    func kill() {
+        Foundation.kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+}
+
+/// Indices of acknowledged deliveries, shared by the load workers.
+final class Acknowledged: Sendable {
+    let indices = Mutex<Set<Int>>([])
+}
