@@ -560,7 +560,7 @@ final class RateLimiter: Sendable {
     }
 
     /// nil when admitted; otherwise seconds to wait.
-    func admit(_ caller: Caller) -> Int? {
+    func admit(_ caller: Caller, now: ContinuousClock.Instant = .now) -> Int? {
         let rate: Int
         switch caller {
         case .secretKey:
@@ -570,7 +570,6 @@ final class RateLimiter: Sendable {
             rate = clientPerSecond
         }
         guard rate > 0 else { return nil }
-        let now = ContinuousClock.now
         return buckets.withLock { buckets in
             var bucket = buckets[caller] ?? Bucket(tokens: Double(rate), updated: now)
             let elapsed = now - bucket.updated
