@@ -9,8 +9,12 @@ import StoreKeeperCore
 /// from one or many server instances — deliver exactly once (ARCHITECTURE.md invariant 1).
 public struct PurchaseStore: Sendable {
     public let database: Database
+    let batcher: DeliveryBatcher
 
-    public init(database: Database) { self.database = database }
+    public init(database: Database) {
+        self.database = database
+        self.batcher = DeliveryBatcher(database: database)
+    }
 
     public struct DeliveryResult: Sendable {
         public var plan: DeliveryPlanner.Plan
@@ -59,14 +63,24 @@ public struct PurchaseStore: Sendable {
 
     // MARK: Deliveries
 
-    /// Plans and commits the delivery of one verified transaction.
+    /// Plans and commits the delivery of one verified transaction. Concurrent deliveries are
+    /// committed together (group commit); each is answered only once it is durable.
     public func deliver(
         _ transaction: JWSTransactionDecodedPayload, submittingAccount: String?, requestedOrderId: String? = nil,
         catalog: Catalog, policy: OwnershipPolicy = .firstBinder, now: Date
     ) async throws -> DeliveryResult {
+        try await batcher.deliver(
+            transaction, submittingAccount: submittingAccount, requestedOrderId: requestedOrderId, catalog: catalog,
+            policy: policy, now: now)
+    }
+
+    /// One delivery in its own database transaction, retried when a concurrent delivery of
+    /// the same transaction wins the unique key (the retry then reads it: already_delivered).
+    static func deliverAlone(
+        _ database: Database, _ transaction: JWSTransactionDecodedPayload, submittingAccount: String?,
+        requestedOrderId: String?, catalog: Catalog, policy: OwnershipPolicy, now: Date
+    ) async throws -> DeliveryResult {
         var lastError: (any Error)?
-        // A concurrent delivery of the same transaction makes our insert fail on its unique
-        // key; the retry then reads that delivery and answers already_delivered.
         for _ in 0..<4 {
             do {
                 return try await database.transaction { sql in

@@ -74,6 +74,30 @@ import Testing
         }
     }
 
+    @Test(arguments: kinds)
+    func groupCommitKeepsEveryDeliveryDistinctAndExact(kind: Database.Kind) async throws {
+        try await TestDatabase.with(kind) { database in
+            let store = PurchaseStore(database: database)
+            // 150 distinct transactions, each submitted twice, all at once: batches mix
+            // first deliveries and duplicates of items in the same batch.
+            let ids = (0..<150).map { String(2_100_000_000_000_000 + $0) }
+            let outcomes = try await withThrowingTaskGroup(of: DeliveryPlanner.Outcome.self) { group in
+                for id in ids + ids {
+                    group.addTask {
+                        try await store.deliver(
+                            Self.transaction(id: id), submittingAccount: "bulk", catalog: Self.catalog, now: Self.now
+                        ).plan.outcome
+                    }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(outcomes.filter { $0 == .unattributed }.count == 150)
+            #expect(outcomes.filter { $0 == .alreadyDelivered }.count == 150)
+            #expect(try await store.balances(of: "bulk") == ["coins": 150 * 60])
+            #expect(try await store.deliveries(of: "bulk").count == 150)
+        }
+    }
+
     @Test func twoServerInstancesOnOnePostgreSQLDeliverOnce() async throws {
         guard Self.kinds.contains(.postgres) else { return }
         try await TestDatabase.with(.postgres) { database, url in
