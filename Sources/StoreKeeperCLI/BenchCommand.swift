@@ -18,6 +18,18 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Seconds per throughput measurement.")
     var seconds: Double = 3
 
+    @Flag(help: "Measure end-to-end POST /v1/purchases (real server, HTTP, database) instead.")
+    var purchases = false
+
+    @Option(help: "With --purchases: concurrency levels.")
+    var concurrency: [Int] = [1, 16, 64, 256]
+
+    @Option(help: "With --purchases: requests per concurrency level.")
+    var requests: Int = 3000
+
+    @Option(name: .customLong("database-url"), help: "With --purchases: database (default: a temporary SQLite file).")
+    var databaseURL: String?
+
     @Flag(help: "Only measure cached JWS verification (for profilers).")
     var onlyCached = false
 
@@ -28,6 +40,11 @@ struct BenchCommand: AsyncParsableCommand {
     var receiptSizes: [Int] = [1, 100, 10_000]
 
     func run() async throws {
+        if purchases {
+            try await PurchaseBench(databaseURL: databaseURL, concurrencies: concurrency, requestsPerLevel: requests)
+                .run()
+            return
+        }
         let pki = try ApplePKI.generate(name: "Bench")
         let signedDate: Int64 = 1_767_225_605_000
         let transaction = JWSTransactionDecodedPayload(

@@ -1,0 +1,143 @@
+import AppStoreModels
+import AppStoreVerification
+import AsyncHTTPClient
+import Foundation
+import Hummingbird
+import LocalAppStore
+import Logging
+import NIOCore
+import ServiceLifecycle
+import StoreKeeperServer
+import Synchronization
+
+/// End-to-end `POST /v1/purchases` load: the real server (HTTP, verification, group commit,
+/// durable database) and a load generator in one process, fresh signed transactions only.
+struct PurchaseBench {
+    let databaseURL: String?
+    let concurrencies: [Int]
+    let requestsPerLevel: Int
+
+    struct Level {
+        var concurrency: Int
+        var requests: Int
+        var seconds: Double
+        var latencies: [Double]
+        var deliveriesPerSecond: Double { Double(requests) / seconds }
+        func percentile(_ p: Double) -> Double {
+            let sorted = latencies.sorted()
+            return sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]
+        }
+    }
+
+    func run() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("storekeeper-bench-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        var configuration = ServerConfiguration()
+        configuration.port = 0
+        configuration.databaseURL = databaseURL ?? "sqlite:\(directory.path)/bench.sqlite"
+        configuration.secretKeys = ["bench"]
+        var logger = Logger(label: "bench")
+        logger.logLevel = .error
+        let app = try await StoreKeeperApp.make(configuration, dataDirectory: directory, logger: logger)
+        guard let store = app.localAppStore else { return }
+
+        let port = Mutex(0)
+        let application = app.application { bound in port.withLock { $0 = bound } }
+        let server = Task { try await application.runService() }
+        while port.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(20)) }
+        let base = "http://127.0.0.1:\(port.withLock { $0 })"
+
+        let total = requestsPerLevel * concurrencies.count
+        FileHandle.standardError.write(Data("signing \(total) transactions…\n".utf8))
+        let signer = store.pki.jwsSigner
+        let issuer = TransactionIssuer()
+        var bodies: [String] = []
+        bodies.reserveCapacity(total)
+        for index in 0..<total {
+            let payload = issuer.transaction(
+                for: .init(bundleId: "com.example.app", productId: "coins_60"), at: Date(),
+                id: String(2_500_000_000_000_000 + index))
+            bodies.append(#"{"accountId":"bench\#(index % 1000)","signedTransaction":"\#(try signer.sign(payload))"}"#)
+        }
+
+        // Verification alone, all cores, on the same proofs: the ceiling for deliveries.
+        let verifier = try SignedDataVerifier(
+            .init(trustedRoots: store.pki.trustRootsDER, bundleId: "com.example.app", environments: [.production]))
+        let jws = bodies.prefix(2000).map { String($0.split(separator: "\"")[7]) }
+        let verifyStart = ContinuousClock.now
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for worker in 0..<ProcessInfo.processInfo.activeProcessorCount {
+                group.addTask {
+                    for index in stride(from: worker, to: jws.count, by: ProcessInfo.processInfo.activeProcessorCount) {
+                        _ = try await verifier.verifyTransaction(jws[index])
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let verifyPerSecond = Double(jws.count) / BenchCommand.seconds(ContinuousClock.now - verifyStart)
+
+        let client = HTTPClient(
+            eventLoopGroupProvider: .singleton,
+            configuration: .init(
+                connectionPool: .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 512)))
+        var levels: [Level] = []
+        var offset = 0
+        for concurrency in concurrencies {
+            let slice = Array(bodies[offset..<(offset + requestsPerLevel)])
+            offset += requestsPerLevel
+            let latencies = LatencyLog()
+            let started = ContinuousClock.now
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for worker in 0..<concurrency {
+                    group.addTask {
+                        for index in stride(from: worker, to: slice.count, by: concurrency) {
+                            var request = HTTPClientRequest(url: base + "/v1/purchases")
+                            request.method = .POST
+                            request.headers.add(name: "Authorization", value: "Bearer bench")
+                            request.headers.add(name: "Content-Type", value: "application/json")
+                            request.body = .bytes(ByteBuffer(string: slice[index]))
+                            let sent = ContinuousClock.now
+                            let response = try await client.execute(request, timeout: .seconds(60))
+                            _ = try await response.body.collect(upTo: 1 << 20)
+                            guard response.status == .ok else { throw CocoaError(.featureUnsupported) }
+                            let elapsed = BenchCommand.seconds(ContinuousClock.now - sent)
+                            latencies.values.withLock { $0.append(elapsed) }
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            levels.append(
+                Level(
+                    concurrency: concurrency, requests: slice.count,
+                    seconds: BenchCommand.seconds(ContinuousClock.now - started),
+                    latencies: latencies.values.withLock { $0 }))
+        }
+        try await client.shutdown()
+        server.cancel()
+        _ = try? await server.value
+        try? await app.database.close()
+
+        print("## POST /v1/purchases end to end — \(app.database.kind.rawValue)")
+        print("")
+        print("verification alone (all cores): \(String(format: "%.0f", verifyPerSecond)) /s")
+        print("")
+        print("| concurrency | requests | deliveries/s | p50 | p99 | vs verification |")
+        print("|---:|---:|---:|---:|---:|---:|")
+        for level in levels {
+            print(
+                "| \(level.concurrency) | \(level.requests) | \(String(format: "%.0f", level.deliveriesPerSecond)) | "
+                    + "\(String(format: "%.1f ms", level.percentile(0.5) * 1000)) | "
+                    + "\(String(format: "%.1f ms", level.percentile(0.99) * 1000)) | "
+                    + "\(String(format: "%.2f", level.deliveriesPerSecond / verifyPerSecond)) |")
+        }
+        print("")
+    }
+}
+
+/// Latencies recorded by the load workers.
+final class LatencyLog: Sendable {
+    let values = Mutex<[Double]>([])
+}
