@@ -30,6 +30,8 @@ public struct ServerConfiguration: Sendable {
     public var maxBodyBytes = 1_048_576
     public var clientRequestsPerSecond = 20
     public var secretRequestsPerSecond: Int?
+    /// Longest a request may take before it is answered 503 (retryable).
+    public var requestTimeoutSeconds = 30
     public var ownershipPolicy: OwnershipPolicy = .firstBinder
     public var orderTTL: TimeInterval = 24 * 3600
     public var webhookURL: String?
@@ -49,7 +51,8 @@ public struct ServerConfiguration: Sendable {
         "apple.rootCertificates", "apple.serverAPI.issuerId", "apple.serverAPI.keyId", "apple.serverAPI.privateKeyFile",
         "apple.serverAPI.baseURL", "apple.verifyReceipt.productionURL", "apple.verifyReceipt.sandboxURL",
         "apple.sharedSecret", "auth.secretKeys", "auth.clientTokenSecret", "catalog.file", "limits.maxBodyBytes",
-        "limits.clientRequestsPerSecond", "limits.secretRequestsPerSecond", "ownership.policy", "webhooks.url",
+        "limits.clientRequestsPerSecond", "limits.secretRequestsPerSecond", "limits.requestTimeoutSeconds",
+        "ownership.policy", "webhooks.url",
         "webhooks.secret",
     ]
 
@@ -131,6 +134,11 @@ public struct ServerConfiguration: Sendable {
         configuration.clientRequestsPerSecond = reader.int(
             forKey: "limits.clientRequestsPerSecond", default: configuration.clientRequestsPerSecond)
         configuration.secretRequestsPerSecond = reader.int(forKey: "limits.secretRequestsPerSecond")
+        configuration.requestTimeoutSeconds = reader.int(
+            forKey: "limits.requestTimeoutSeconds", default: configuration.requestTimeoutSeconds)
+        guard configuration.requestTimeoutSeconds > 0 else {
+            throw Invalid(description: "limits.requestTimeoutSeconds must be positive")
+        }
         if let policy = reader.string(forKey: "ownership.policy") {
             guard let parsed = OwnershipPolicy(rawValue: policy) else {
                 throw Invalid(description: "ownership.policy must be first_binder or transfer")

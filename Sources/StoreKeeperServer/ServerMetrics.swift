@@ -91,3 +91,35 @@ struct RequestObservation<Context: RequestContext>: RouterMiddleware {
         }
     }
 }
+
+/// Answers 503 (retryable) when a request takes longer than the limit, so a stuck dependency
+/// never holds a client forever. A delivery already committing still completes; the client's
+/// retry then gets `already_delivered`.
+struct RequestTimeout<Context: RequestContext>: RouterMiddleware {
+    let limit: Duration
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+        -> Response
+    {
+        // The handler runs in a child task that is awaited before returning, so lending it
+        // the non-escaping `next` and the request is safe.
+        try await withoutActuallyEscaping(next) { next in
+            let work = Unchecked(value: (next, request, context))
+            return try await withThrowingTaskGroup(of: Unchecked<Response>.self) { group in
+                group.addTask { Unchecked(value: try await work.value.0(work.value.1, work.value.2)) }
+                group.addTask {
+                    try await Task.sleep(for: limit)
+                    throw APIError(
+                        .serviceUnavailable, "timeout", "the request took longer than \(limit)", retryable: true)
+                }
+                defer { group.cancelAll() }
+                return try await group.next()!.value
+            }
+        }
+    }
+}
+
+/// A value handed to a child task that the parent awaits (see `RequestTimeout`).
+struct Unchecked<Value>: @unchecked Sendable {
+    let value: Value
+}

@@ -37,7 +37,8 @@ public struct StoreKeeperApp: Sendable {
     public static func make(
         _ configuration: ServerConfiguration, dataDirectory: URL = URL(fileURLWithPath: "storekeeper-data"),
         logger: Logger = Logger(label: "storekeeper"), transactionSource: (any TransactionSource)? = nil,
-        lookupDeadline: Duration = .seconds(2)
+        lookupDeadline: Duration = .seconds(2),
+        rateLimitClock: @escaping @Sendable () -> ContinuousClock.Instant = { ContinuousClock.now }
     ) async throws -> StoreKeeperApp {
         if let secret = configuration.clientTokenSecret, secret.utf8.count < 32 {
             throw ServerConfiguration.Invalid(
@@ -142,7 +143,7 @@ public struct StoreKeeperApp: Sendable {
                 secretKeys: secretKeys, clientTokenSecret: configuration.clientTokenSecret),
             limiter: RateLimiter(
                 clientPerSecond: configuration.clientRequestsPerSecond,
-                secretPerSecond: configuration.secretRequestsPerSecond),
+                secretPerSecond: configuration.secretRequestsPerSecond, clock: rateLimitClock),
             localAppStore: localAppStore, logger: logger)
     }
 
@@ -152,6 +153,7 @@ public struct StoreKeeperApp: Sendable {
         let router = Router()
         router.add(middleware: RequestObservation(metrics: metrics))
         router.add(middleware: ErrorMiddleware())
+        router.add(middleware: RequestTimeout(limit: .seconds(configuration.requestTimeoutSeconds)))
         router.get("healthz") { _, _ in try await self.health() }
         router.get("metrics") { _, _ in
             self.metrics.jobsPending.record(try await self.jobs.pendingCount())
@@ -552,15 +554,21 @@ final class RateLimiter: Sendable {
 
     let clientPerSecond: Int
     let secretPerSecond: Int?
+    let clock: @Sendable () -> ContinuousClock.Instant
     private let buckets = Mutex<[Caller: Bucket]>([:])
 
-    init(clientPerSecond: Int, secretPerSecond: Int?) {
+    init(
+        clientPerSecond: Int, secretPerSecond: Int?,
+        clock: @escaping @Sendable () -> ContinuousClock.Instant = { ContinuousClock.now }
+    ) {
         self.clientPerSecond = clientPerSecond
         self.secretPerSecond = secretPerSecond
+        self.clock = clock
     }
 
     /// nil when admitted; otherwise seconds to wait.
-    func admit(_ caller: Caller, now: ContinuousClock.Instant = .now) -> Int? {
+    func admit(_ caller: Caller, now: ContinuousClock.Instant? = nil) -> Int? {
+        let now = now ?? clock()
         let rate: Int
         switch caller {
         case .secretKey:

@@ -21,6 +21,7 @@ import Testing
     /// A StoreKeeper server configured like production (Apple credentials, pinned roots), whose
     /// "Apple" is a local App Store listening on a real port.
     static func withSetup(
+        requestTimeout: Int = 30, lookupDeadline: Duration = .milliseconds(1500),
         _ body: @Sendable (LocalAppStore, StoreKeeperApp, String, any TestClientProtocol) async throws -> Void
     ) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("jobs-\(UUID())")
@@ -52,8 +53,9 @@ import Testing
             configuration.serverAPIKeyId = "KEY1"
             configuration.serverAPIPrivateKeyFile = keyFile.path
             configuration.serverAPIBaseURL = "http://127.0.0.1:\(appleClient.port!)"
+            configuration.requestTimeoutSeconds = requestTimeout
             let app = try await StoreKeeperApp.make(
-                configuration, dataDirectory: directory, lookupDeadline: .milliseconds(1500))
+                configuration, dataDirectory: directory, lookupDeadline: lookupDeadline)
             #expect(app.localAppStore == nil)  // Apple credentials configured: no zero-config
             do {
                 try await Application(router: app.router()).test(.router) { client in
@@ -125,6 +127,20 @@ import Testing
             #expect(reply.status == .accepted)
             #expect(await JobRunner(app: app).runDue(now: Date().addingTimeInterval(60)) == 1)
             #expect(try await Self.coins(client, "a3") == 60)
+        }
+    }
+
+    @Test func requestsOverTheTimeoutAre503Retryable() async throws {
+        try await Self.withSetup(requestTimeout: 1, lookupDeadline: .seconds(20)) { apple, _, _, client in
+            let id = try await apple.buy("p", items: [.init(productId: "coins_60")]).transactions[0].transactionId!
+            var faults = Faults()
+            faults.endpoints["transactionInfo"] = .init(latencyMilliseconds: 3000, count: 1)
+            await apple.setFaults(faults)
+            let reply = try await ServerAPITests.call(
+                client, .post, "/v1/purchases", body: #"{"accountId":"t9","transactionId":"\#(id)"}"#)
+            #expect(reply.status == .serviceUnavailable)
+            #expect(reply.errorCode == "timeout")
+            #expect((reply.json["error"] as? [String: Any])?["retryable"] as? Bool == true)
         }
     }
 
