@@ -6,10 +6,10 @@ import StoreKeeperCore
 import Synchronization
 
 /// Group commit for deliveries: concurrent submissions that arrive while a commit is in
-/// flight are planned and applied together in the next database transaction, one savepoint
-/// each, and made durable by one commit (one fsync) instead of one each. Nobody is answered
-/// before that commit, so durable-before-acknowledged holds (invariant 4); a failed item is
-/// rolled back to its savepoint alone and retried on its own.
+/// flight are planned and applied together in the next database transaction and made durable
+/// by one commit (one fsync) instead of one each. Nobody is answered before that commit, so
+/// durable-before-acknowledged holds (invariant 4); if anything in a batch fails, the batch
+/// rolls back whole and each item is delivered on its own.
 final class DeliveryBatcher: Sendable {
     struct Request: Sendable {
         var transaction: JWSTransactionDecodedPayload
@@ -70,42 +70,29 @@ final class DeliveryBatcher: Sendable {
         let items = batch.map {
             ($0.transaction, $0.submittingAccount, $0.requestedOrderId, $0.catalog, $0.policy, $0.now)
         }
-        let outcomes: [Result<PurchaseStore.DeliveryResult, any Error>]
+        let results: [PurchaseStore.DeliveryResult]
         do {
-            outcomes = try await database.transaction { sql in
-                var outcomes: [Result<PurchaseStore.DeliveryResult, any Error>] = []
-                for (index, item) in items.enumerated() {
-                    let savepoint = "sk_delivery_\(index)"
-                    try await sql.raw("SAVEPOINT \(ident: savepoint)").run()
-                    do {
-                        let context = try await PurchaseStore.context(
-                            sql, transaction: item.0, submittingAccount: item.1, requestedOrderId: item.2,
-                            catalog: item.3,
-                            policy: item.4)
-                        let plan = DeliveryPlanner.plan(context, now: item.5)
-                        try await PurchaseStore.apply(
-                            plan, transaction: item.0, context: context, sql: sql, now: item.5)
-                        try await sql.raw("RELEASE SAVEPOINT \(ident: savepoint)").run()
-                        outcomes.append(.success(.init(plan: plan, existing: context.existingDelivery)))
-                    } catch {
-                        try await sql.raw("ROLLBACK TO SAVEPOINT \(ident: savepoint)").run()
-                        try await sql.raw("RELEASE SAVEPOINT \(ident: savepoint)").run()
-                        outcomes.append(.failure(error))
-                    }
+            // No savepoint per item: they cost two statements each, and an item fails only
+            // when another instance delivered the same transaction at the same moment. Then
+            // the whole batch rolls back and every item goes again alone.
+            results = try await database.transaction { sql in
+                var results: [PurchaseStore.DeliveryResult] = []
+                results.reserveCapacity(items.count)
+                for item in items {
+                    let context = try await PurchaseStore.context(
+                        sql, transaction: item.0, submittingAccount: item.1, requestedOrderId: item.2, catalog: item.3,
+                        policy: item.4)
+                    let plan = DeliveryPlanner.plan(context, now: item.5)
+                    try await PurchaseStore.apply(plan, transaction: item.0, context: context, sql: sql, now: item.5)
+                    results.append(.init(plan: plan, existing: context.existingDelivery))
                 }
-                return outcomes
+                return results
             }
         } catch {
-            // The commit itself failed: nothing of the batch is durable; each goes again alone.
             for request in batch { await retryAlone(request) }
             return
         }
-        for (request, outcome) in zip(batch, outcomes) {
-            switch outcome {
-            case .success(let result): request.continuation.resume(returning: result)
-            case .failure: await retryAlone(request)
-            }
-        }
+        for (request, result) in zip(batch, results) { request.continuation.resume(returning: result) }
     }
 
     /// A conflicting item (another instance delivered the same transaction meanwhile) goes

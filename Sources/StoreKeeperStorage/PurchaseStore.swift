@@ -128,9 +128,14 @@ public struct PurchaseStore: Sendable {
                 """
             ).first().map(decodeOrder)
         }
-        let bound = try await sql.raw(
-            "SELECT account_id FROM ownership WHERE original_transaction_id = \(bind: transaction.originalTransactionId ?? transactionId)"
-        ).first().map { try $0.decode(column: "account_id", as: String.self) }
+        // Consumables bind nobody: no ownership to read.
+        let product = catalog.product(transaction.productId ?? "")
+        var bound: String?
+        if product?.type != .consumable {
+            bound = try await sql.raw(
+                "SELECT account_id FROM ownership WHERE original_transaction_id = \(bind: transaction.originalTransactionId ?? transactionId)"
+            ).first().map { try $0.decode(column: "account_id", as: String.self) }
+        }
         var currentExpiry: Date?
         if let product = catalog.product(transaction.productId ?? ""), product.type == .nonRenewing,
             let entitlement = product.grants.entitlement,
