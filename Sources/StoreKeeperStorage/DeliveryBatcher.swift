@@ -23,16 +23,20 @@ final class DeliveryBatcher: Sendable {
 
     private struct State {
         var pending: [Request] = []
-        var draining = false
+        var drains = 0
     }
 
     let database: Database
     let maxBatch: Int
+    /// Batches committing at once: one on SQLite (one writer), several on PostgreSQL, where
+    /// each batch has its own pooled connection.
+    let maxConcurrentBatches: Int
     private let state = Mutex(State())
 
     init(database: Database, maxBatch: Int = 128) {
         self.database = database
         self.maxBatch = maxBatch
+        self.maxConcurrentBatches = database.kind == .postgres ? 4 : 1
     }
 
     func deliver(
@@ -45,8 +49,12 @@ final class DeliveryBatcher: Sendable {
                 catalog: catalog, policy: policy, now: now, continuation: continuation)
             let startDrain = state.withLock { state -> Bool in
                 state.pending.append(request)
-                guard !state.draining else { return false }
-                state.draining = true
+                // Another drain when none runs, or when work is waiting beyond what the
+                // running ones take in their next batch.
+                guard state.drains == 0 || (state.drains < maxConcurrentBatches && state.pending.count > 1) else {
+                    return false
+                }
+                state.drains += 1
                 return true
             }
             if startDrain { Task { await self.drain() } }
@@ -58,7 +66,7 @@ final class DeliveryBatcher: Sendable {
             let batch = state.withLock { state -> [Request] in
                 let taken = Array(state.pending.prefix(maxBatch))
                 state.pending.removeFirst(taken.count)
-                if taken.isEmpty { state.draining = false }
+                if taken.isEmpty { state.drains -= 1 }
                 return taken
             }
             if batch.isEmpty { return }
