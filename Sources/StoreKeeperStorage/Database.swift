@@ -56,6 +56,21 @@ public final class Database: Sendable {
     public func close() async throws { try await backend.close() }
 }
 
+/// `begin` … `COMMIT`, or `ROLLBACK` when `body` throws.
+func inTransaction<T: Sendable>(
+    _ sql: any SQLDatabase, begin: String, _ body: @Sendable (any SQLDatabase) async throws -> T
+) async throws -> T {
+    try await sql.raw(SQLQueryString(begin)).run()
+    do {
+        let result = try await body(sql)
+        try await sql.raw("COMMIT").run()
+        return result
+    } catch {
+        try? await sql.raw("ROLLBACK").run()
+        throw error
+    }
+}
+
 protocol Backend: Sendable {
     func transaction<T: Sendable>(_ body: @Sendable (any SQLDatabase) async throws -> T) async throws -> T
     func read<T: Sendable>(_ body: @Sendable (any SQLDatabase) async throws -> T) async throws -> T
@@ -83,18 +98,7 @@ final class SQLiteBackend: Backend {
     }
 
     func transaction<T: Sendable>(_ body: @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
-        try await lock.withLock {
-            let sql = connection.sql()
-            try await sql.raw("BEGIN IMMEDIATE").run()
-            do {
-                let result = try await body(sql)
-                try await sql.raw("COMMIT").run()
-                return result
-            } catch {
-                try? await sql.raw("ROLLBACK").run()
-                throw error
-            }
-        }
+        try await lock.withLock { try await inTransaction(connection.sql(), begin: "BEGIN IMMEDIATE", body) }
     }
 
     func read<T: Sendable>(_ body: @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
@@ -163,17 +167,7 @@ final class PostgresBackend: Backend {
     }
 
     func transaction<T: Sendable>(_ body: @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
-        try await client.withConnection { connection in
-            let sql = connection.sql()
-            try await sql.raw("BEGIN").run()
-            do {
-                let result = try await body(sql)
-                try await sql.raw("COMMIT").run()
-                return result
-            } catch {
-                try? await sql.raw("ROLLBACK").run()
-                throw error
-            }
+        try await client.withConnection { connection in try await inTransaction(connection.sql(), begin: "BEGIN", body)
         }
     }
 

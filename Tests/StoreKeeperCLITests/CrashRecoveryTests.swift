@@ -111,7 +111,9 @@ final class ServerProcess: @unchecked Sendable {
         try process.run()
     }
 
-    func waitUntilListening() async throws {
+    /// Waits for the "listening" log line; returns the log so far.
+    @discardableResult
+    func waitUntilListening() async throws -> String {
         var log = ""
         let deadline = Date().addingTimeInterval(60)
         while Date() < deadline {
@@ -123,13 +125,14 @@ final class ServerProcess: @unchecked Sendable {
             log += String(decoding: chunk, as: UTF8.self)
             if let range = log.range(of: "StoreKeeper listening on http://127.0.0.1:") {
                 port = Int(log[range.upperBound...].prefix(while: \.isNumber)) ?? 0
-                if port > 0 { return }
+                if port > 0 { return log }
             }
         }
         throw CocoaError(.fileReadUnknown)
     }
 
     func kill() {
+        guard process.isRunning else { return }
         Foundation.kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
     }

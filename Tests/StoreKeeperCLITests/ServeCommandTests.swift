@@ -11,36 +11,10 @@ import Testing
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("serve-\(UUID())")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
-        let process = Process()
-        process.executableURL = VerifyCommandTests.binary
-        process.arguments = ["serve"]
-        process.currentDirectoryURL = directory
-        var environment = ProcessInfo.processInfo.environment.filter {
-            !$0.key.hasPrefix("APPLE_") && !$0.key.hasPrefix("AUTH_")
-        }
-        environment["HTTP_PORT"] = "0"
-        process.environment = environment
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        defer { if process.isRunning { process.terminate() } }
-
-        var log = ""
-        let deadline = Date().addingTimeInterval(60)
-        var port: Int?
-        while Date() < deadline, port == nil {
-            let chunk = output.fileHandleForReading.availableData
-            if chunk.isEmpty {
-                try await Task.sleep(for: .milliseconds(50))
-                continue
-            }
-            log += String(decoding: chunk, as: UTF8.self)
-            if let range = log.range(of: "StoreKeeper listening on http://127.0.0.1:") {
-                port = Int(log[range.upperBound...].prefix(while: \.isNumber))
-            }
-        }
-        let listening = try #require(port)
+        let server = try ServerProcess(directory: directory)
+        defer { server.kill() }
+        let log = try await server.waitUntilListening()
+        let listening = server.port
         #expect(log.contains("using the built-in local App Store"))
         // The development key is generated, stored beside the database and printed once.
         let key = try String(
@@ -62,7 +36,5 @@ import Testing
             try JSONSerialization.jsonObject(with: try await LocalStoreServeTests.fetch(order)) as? [String: Any]
         #expect(created?["status"] as? String == "created")
 
-        process.terminate()
-        process.waitUntilExit()
     }
 }
