@@ -83,7 +83,13 @@ final class DeliveryBatcher: Sendable {
             // No savepoint per item: they cost two statements each, and an item fails only
             // when another instance delivered the same transaction at the same moment. Then
             // the whole batch rolls back and every item goes again alone.
+            let batchItems = batch.map {
+                BatchDelivery.Item(
+                    transaction: $0.transaction, submittingAccount: $0.submittingAccount,
+                    requestedOrderId: $0.requestedOrderId, catalog: $0.catalog, policy: $0.policy, now: $0.now)
+            }
             results = try await database.transaction { sql in
+                if BatchDelivery.covers(batchItems) { return try await BatchDelivery.run(batchItems, sql: sql) }
                 var results: [PurchaseStore.DeliveryResult] = []
                 results.reserveCapacity(items.count)
                 for item in items {
