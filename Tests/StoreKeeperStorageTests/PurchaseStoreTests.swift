@@ -98,6 +98,50 @@ import Testing
         }
     }
 
+    @Test(arguments: kinds)
+    func batchedDeliveriesConsumeEachOpenOrderOnce(kind: Database.Kind) async throws {
+        try await TestDatabase.with(kind) { database in
+            let store = PurchaseStore(database: database)
+            let older = try await store.createOrder(
+                accountId: "fifo", productId: "coins_60", quantity: 1, now: Self.now)
+            let newer = try await store.createOrder(
+                accountId: "fifo", productId: "coins_60", quantity: 1, now: Self.now.addingTimeInterval(10))
+            let ids = (0..<5).map { String(2_200_000_000_000_000 + $0) }
+            // Five payments without a token, at once: two pay the open orders (oldest first),
+            // three are delivered to the account without an order; no order is paid twice.
+            let results = try await withThrowingTaskGroup(of: DeliveryPlanner.Plan.self) { group in
+                for id in ids {
+                    group.addTask {
+                        try await store.deliver(
+                            Self.transaction(id: id), submittingAccount: "fifo", catalog: Self.catalog, now: Self.now
+                        ).plan
+                    }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            let paid = results.compactMap { $0.order?.orderId }
+            #expect(Set(paid) == [older.orderId, newer.orderId])
+            #expect(paid.count == 2)
+            #expect(results.filter { $0.outcome == .unattributed }.count == 3)
+            #expect(try await store.order(older.orderId)?.status == .delivered)
+            #expect(try await store.order(newer.orderId)?.status == .delivered)
+            #expect(try await store.balances(of: "fifo") == ["coins": 300])
+            // Two accounts claiming one non-consumable in the same burst: one owner, one conflict.
+            let unlock = JWSTransactionDecodedPayload(
+                transactionId: "2200000000000100", originalTransactionId: "2200000000000100", productId: "remove_ads",
+                environment: .production)
+            let restore = JWSTransactionDecodedPayload(
+                transactionId: "2200000000000101", originalTransactionId: "2200000000000100", productId: "remove_ads",
+                environment: .production)
+            async let first = store.deliver(unlock, submittingAccount: "owner", catalog: Self.catalog, now: Self.now)
+            async let second = store.deliver(restore, submittingAccount: "thief", catalog: Self.catalog, now: Self.now)
+            let (a, b) = try await (first, second)
+            let refusals = [a.plan.refusal, b.plan.refusal].compactMap { $0 }
+            #expect(refusals.count == 1)
+            #expect(try await store.anomalies(status: "open").map(\.kind) == ["ownership_conflict"])
+        }
+    }
+
     @Test func twoServerInstancesOnOnePostgreSQLDeliverOnce() async throws {
         guard Self.kinds.contains(.postgres) else { return }
         try await TestDatabase.with(.postgres) { database, url in
