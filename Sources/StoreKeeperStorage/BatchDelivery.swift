@@ -58,10 +58,10 @@ struct BatchDelivery {
                 orders[order.orderId] = order
             }
         }
+        // Every submitting account: a token that matches no order falls back to the oldest
+        // open order too, as in one-by-one delivery.
         let searchingAccounts = Array(
-            Set(
-                items.filter { $0.transaction.appAccountToken == nil && $0.requestedOrderId == nil }
-                    .compactMap(\.submittingAccount)))
+            Set(items.filter { $0.requestedOrderId == nil }.compactMap(\.submittingAccount)))
         if !searchingAccounts.isEmpty {
             for row in try await sql.raw(
                 """

@@ -126,6 +126,18 @@ import Testing
             #expect(try await store.order(older.orderId)?.status == .delivered)
             #expect(try await store.order(newer.orderId)?.status == .delivered)
             #expect(try await store.balances(of: "fifo") == ["coins": 300])
+            // A token that matches no order still pays the oldest open order.
+            let third = try await store.createOrder(
+                accountId: "fifo", productId: "coins_60", quantity: 1, now: Self.now)
+            async let strayToken = store.deliver(
+                Self.transaction(id: "2200000000000050", token: UUID()), submittingAccount: "fifo",
+                catalog: Self.catalog,
+                now: Self.now)
+            async let other = store.deliver(
+                Self.transaction(id: "2200000000000051"), submittingAccount: "someone", catalog: Self.catalog,
+                now: Self.now)
+            let (stray, _) = try await (strayToken, other)
+            #expect(stray.plan.order?.orderId == third.orderId)
             // Two accounts claiming one non-consumable in the same burst: one owner, one conflict.
             let unlock = JWSTransactionDecodedPayload(
                 transactionId: "2200000000000100", originalTransactionId: "2200000000000100", productId: "remove_ads",
