@@ -21,7 +21,7 @@ import Testing
     /// A StoreKeeper server configured like production (Apple credentials, pinned roots), whose
     /// "Apple" is a local App Store listening on a real port.
     static func withSetup(
-        requestTimeout: Int = 30, lookupDeadline: Duration = .milliseconds(1500),
+        requestTimeout: Int = 30, lookupDeadline: Duration = .seconds(10),
         _ body: @Sendable (LocalAppStore, StoreKeeperApp, String, any TestClientProtocol) async throws -> Void
     ) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("jobs-\(UUID())")
@@ -117,7 +117,7 @@ import Testing
     }
 
     @Test func slowAppleBecomesAJobToo() async throws {
-        try await Self.withSetup { apple, app, _, client in
+        try await Self.withSetup(lookupDeadline: .milliseconds(1500)) { apple, app, _, client in
             let id = try await apple.buy("p", items: [.init(productId: "coins_60")]).transactions[0].transactionId!
             var faults = Faults()
             faults.endpoints["transactionInfo"] = .init(latencyMilliseconds: 4000, count: 1)
