@@ -207,6 +207,7 @@ let package = Package(
         .testTarget(
             name: "StoreKeeperCLITests",
             dependencies: [
+                "StoreKeeperStorage", .product(name: "SQLKit", package: "sql-kit"),
                 "StoreKeeperCLI", "AppStoreSigning", "AppStoreVerification", "AppStoreClient", "AppStoreModels",
             ]
         ),

@@ -1,4 +1,6 @@
 import Foundation
+import SQLKit
+import StoreKeeperStorage
 import Synchronization
 import Testing
 
@@ -20,12 +22,34 @@ import Testing
         return (try? JSONSerialization.jsonObject(with: data) as? [String: Any]) ?? [:]
     }
 
-    @Test func killedUnderLoadLosesNothingAndDuplicatesNothing() async throws {
+    static var databases: [String] {
+        ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_URL"] == nil
+            ? ["sqlite"] : ["sqlite", "postgres"]
+    }
+
+    @Test(arguments: databases)
+    func killedUnderLoadLosesNothingAndDuplicatesNothing(database kind: String) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("crash-\(UUID())")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
+        var databaseURL: String?
+        var dropDatabase: (() async -> Void)?
+        if kind == "postgres", let base = ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_URL"] {
+            let name = "sk_crash_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(16).lowercased())"
+            let admin = try await Database.open(url: base)
+            try await admin.read { sql in try await sql.raw("CREATE DATABASE \(ident: name)").run() }
+            var components = URLComponents(string: base)!
+            components.path = "/\(name)"
+            databaseURL = components.string!
+            dropDatabase = {
+                try? await admin.read { sql in
+                    try await sql.raw("DROP DATABASE IF EXISTS \(ident: name) WITH (FORCE)").run()
+                }
+                try? await admin.close()
+            }
+        }
 
-        let first = try ServerProcess(directory: directory)
+        let first = try ServerProcess(directory: directory, databaseURL: databaseURL)
         try await first.waitUntilListening()
         let key = try String(
             contentsOf: directory.appendingPathComponent("storekeeper-data/dev-secret-key"), encoding: .utf8)
@@ -68,8 +92,7 @@ import Testing
         let before = acknowledged.indices.withLock { $0 }
         #expect(before.count >= 20)
 
-        let second = try ServerProcess(directory: directory)
-        defer { second.kill() }
+        let second = try ServerProcess(directory: directory, databaseURL: databaseURL)
         try await second.waitUntilListening()
         for index in before {
             let reply = try await Self.post(
@@ -87,6 +110,8 @@ import Testing
         let account =
             try JSONSerialization.jsonObject(with: try await LocalStoreServeTests.fetch(request)) as? [String: Any]
         #expect((account?["balances"] as? [String: Int])?["coins"] == 60 * proofs.count)  // each exactly once
+        second.kill()
+        await dropDatabase?()
     }
 }
 
@@ -97,7 +122,7 @@ final class ServerProcess: @unchecked Sendable {
     var port = 0
     var key = ""
 
-    init(directory: URL) throws {
+    init(directory: URL, databaseURL: String? = nil) throws {
         process.executableURL = VerifyCommandTests.binary
         process.arguments = ["serve"]
         process.currentDirectoryURL = directory
@@ -105,6 +130,7 @@ final class ServerProcess: @unchecked Sendable {
             !$0.key.hasPrefix("APPLE_") && !$0.key.hasPrefix("AUTH_") && !$0.key.hasPrefix("DATABASE_")
         }
         environment["HTTP_PORT"] = "0"
+        if let databaseURL { environment["DATABASE_URL"] = databaseURL }
         process.environment = environment
         process.standardOutput = output
         process.standardError = output
