@@ -177,7 +177,8 @@ import Testing
         let store = Self.makeStore()
         let id = try await store.buy("bo", items: [.init(productId: "remove_ads")]).transactions[0].transactionId!
         try await Self.withServer(store) { port in
-            let client = try await Self.client(port: port, timeout: .milliseconds(300))
+            // Generous for a loaded machine; the latency fault below is far longer still.
+            let client = try await Self.client(port: port, timeout: .seconds(3))
             var faults = Faults()
             faults.endpoints["transactionInfo"] = .init(status: 503, count: 1)
             await store.setFaults(faults)
@@ -193,7 +194,7 @@ import Testing
             }
 
             faults = Faults()
-            faults.endpoints["*"] = .init(latencyMilliseconds: 1000, count: 1)
+            faults.endpoints["*"] = .init(latencyMilliseconds: 8000, count: 1)
             await store.setFaults(faults)
             await expectAPIError({ $0.kind == .timeout }) { _ = try await client.getTransactionInfo(id) }
         }
