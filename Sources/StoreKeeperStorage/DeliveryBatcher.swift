@@ -76,32 +76,20 @@ final class DeliveryBatcher: Sendable {
 
     private func run(_ batch: [Request]) async {
         let items = batch.map {
-            ($0.transaction, $0.submittingAccount, $0.requestedOrderId, $0.catalog, $0.policy, $0.now)
+            BatchDelivery.Item(
+                transaction: $0.transaction, submittingAccount: $0.submittingAccount,
+                requestedOrderId: $0.requestedOrderId, catalog: $0.catalog, policy: $0.policy, now: $0.now)
+        }
+        // Batches the fast path does not cover (non-renewing access windows) go one by one.
+        guard BatchDelivery.covers(items) else {
+            for request in batch { await retryAlone(request) }
+            return
         }
         let results: [PurchaseStore.DeliveryResult]
         do {
-            // No savepoint per item: they cost two statements each, and an item fails only
-            // when another instance delivered the same transaction at the same moment. Then
-            // the whole batch rolls back and every item goes again alone.
-            let batchItems = batch.map {
-                BatchDelivery.Item(
-                    transaction: $0.transaction, submittingAccount: $0.submittingAccount,
-                    requestedOrderId: $0.requestedOrderId, catalog: $0.catalog, policy: $0.policy, now: $0.now)
-            }
-            results = try await database.transaction { sql in
-                if BatchDelivery.covers(batchItems) { return try await BatchDelivery.run(batchItems, sql: sql) }
-                var results: [PurchaseStore.DeliveryResult] = []
-                results.reserveCapacity(items.count)
-                for item in items {
-                    let context = try await PurchaseStore.context(
-                        sql, transaction: item.0, submittingAccount: item.1, requestedOrderId: item.2, catalog: item.3,
-                        policy: item.4)
-                    let plan = DeliveryPlanner.plan(context, now: item.5)
-                    try await PurchaseStore.apply(plan, transaction: item.0, context: context, sql: sql, now: item.5)
-                    results.append(.init(plan: plan, existing: context.existingDelivery))
-                }
-                return results
-            }
+            // An item fails only when another instance delivered the same transaction at the
+            // same moment; then the whole batch rolls back and every item goes again alone.
+            results = try await database.transaction { sql in try await BatchDelivery.run(items, sql: sql) }
         } catch {
             for request in batch { await retryAlone(request) }
             return

@@ -235,6 +235,26 @@ import Testing
     }
 
     @Test(arguments: kinds)
+    func nonRenewingPassesTakeTheOneByOnePathAndExtendAccess(kind: Database.Kind) async throws {
+        try await TestDatabase.with(kind) { database in
+            let store = PurchaseStore(database: database)
+            let catalog = try Catalog.parse(
+                yaml:
+                    "products: [{ id: season_pass, type: non_renewing, duration: P30D, grants: { entitlement: season } }]"
+            )
+            for (index, id) in ["2300000000000001", "2300000000000002"].enumerated() {
+                let result = try await store.deliver(
+                    Self.transaction("season_pass", id: id), submittingAccount: "pass", catalog: catalog, now: Self.now)
+                #expect(result.plan.outcome == .unattributed, "pass \(index)")
+            }
+            let rows = try await store.entitlements(of: "pass")
+            let latest = try #require(rows.compactMap(\.expiresAt).max())
+            // The second pass starts when the first ends: 60 days of access in all.
+            #expect(latest == Self.now.addingTimeInterval(60 * 86_400))
+        }
+    }
+
+    @Test(arguments: kinds)
     func migrationsApplyOnceEvenConcurrently(kind: Database.Kind) async throws {
         try await TestDatabase.with(kind) { database in
             async let first: Void = Migrations.run(on: database)
