@@ -293,12 +293,14 @@ public struct StoreKeeperApp: Sendable {
 
         var results: [TransactionJSON] = []
         var refusals: [DeliveryPlanner.Refusal] = []
+        var committed: PurchaseStore.AccountState?
         let now = Date()
         for transaction in transactions {
             let result = try await store.deliver(
                 transaction, submittingAccount: body.accountId, requestedOrderId: body.orderId, catalog: catalog,
                 policy: configuration.ownershipPolicy, now: now)
             if let refusal = result.plan.refusal { refusals.append(refusal) }
+            committed = result.account
             switch result.plan.outcome {
             case .delivered: metrics.deliveries.increment()
             case .unattributed:
@@ -323,7 +325,7 @@ public struct StoreKeeperApp: Sendable {
         return try Self.json(
             PurchaseJSON(
                 status: delivered || results.isEmpty ? "delivered" : "already_delivered", transactions: results,
-                account: try await account(body.accountId)))
+                account: try await account(body.accountId, state: committed)))
     }
 
     enum Lookup {
@@ -479,15 +481,19 @@ public struct StoreKeeperApp: Sendable {
         return try Self.json(AnomalyJSON(resolved))
     }
 
-    func account(_ accountId: String) async throws -> AccountJSON {
+    /// The account as API.md shows it; `state` when the caller already read it.
+    func account(_ accountId: String, state: PurchaseStore.AccountState? = nil) async throws -> AccountJSON {
         let now = Date()
-        let entitlements = try await store.entitlements(of: accountId).map {
+        var state = state
+        if state == nil { state = try await store.account(accountId) }
+        guard let state else { throw CancellationError() }
+        let entitlements = state.entitlements.map {
             AccountJSON.Entitlement(
                 id: $0.entitlementId, active: $0.expiresAt.map { $0 > now } ?? true, productId: $0.productId,
                 expiresAt: $0.expiresAt.map(Self.iso), originalTransactionId: $0.originalTransactionId)
         }
         return AccountJSON(
-            accountId: accountId, entitlements: entitlements, balances: try await store.balances(of: accountId),
+            accountId: accountId, entitlements: entitlements, balances: state.balances,
             subscriptions: [])
     }
 

@@ -174,6 +174,12 @@ struct BatchDelivery {
         {
             try await PurchaseStore.apply(plan, transaction: transaction, context: context, sql: sql, now: now)
         }
+        // The submitting accounts as committed, for the answers.
+        let states = try await PurchaseStore.accountStates(
+            Array(Set(items.compactMap(\.submittingAccount))), sql: sql)
+        for (index, item) in items.enumerated() {
+            results[index].account = item.submittingAccount.map { states[$0] ?? PurchaseStore.AccountState() }
+        }
         return results
     }
 }

@@ -20,6 +20,15 @@ public struct PurchaseStore: Sendable {
         public var plan: DeliveryPlanner.Plan
         /// For `already_delivered`: the delivery recorded the first time.
         public var existing: DeliveryPlanner.Delivery?
+        /// The submitting account as committed with this delivery (balances and entitlements),
+        /// read in the same database transaction, so the answer needs no second round trip.
+        public var account: AccountState?
+    }
+
+    /// An account's consumable balances and entitlements.
+    public struct AccountState: Sendable, Hashable {
+        public var balances: [String: Int64] = [:]
+        public var entitlements: [EntitlementRow] = []
     }
 
     // MARK: Orders
@@ -89,7 +98,12 @@ public struct PurchaseStore: Sendable {
                         requestedOrderId: requestedOrderId, catalog: catalog, policy: policy)
                     let plan = DeliveryPlanner.plan(context, now: now)
                     try await Self.apply(plan, transaction: transaction, context: context, sql: sql, now: now)
-                    return DeliveryResult(plan: plan, existing: context.existingDelivery)
+                    var account: AccountState?
+                    if let submittingAccount {
+                        account = try await Self.accountStates([submittingAccount], sql: sql)[submittingAccount]
+                            ?? AccountState()
+                    }
+                    return DeliveryResult(plan: plan, existing: context.existingDelivery, account: account)
                 }
             } catch {
                 lastError = error
@@ -268,16 +282,42 @@ public struct PurchaseStore: Sendable {
     // MARK: Reads
 
     public func balances(of accountId: String) async throws -> [String: Int64] {
-        try await database.read { sql in
-            var result: [String: Int64] = [:]
-            for row in try await sql.raw(
-                "SELECT currency, CAST(SUM(amount) AS BIGINT) AS total FROM ledger WHERE account_id = \(bind: accountId) GROUP BY currency"
-            ).all() {
-                result[try row.decode(column: "currency", as: String.self)] = try row.decode(
+        try await account(accountId).balances
+    }
+
+    /// Balances and entitlements of an account, read together.
+    public func account(_ accountId: String) async throws -> AccountState {
+        try await database.read { sql in try await Self.accountStates([accountId], sql: sql)[accountId] ?? AccountState() }
+    }
+
+    /// Balances and entitlements of several accounts with two queries (accounts with neither are absent).
+    static func accountStates(_ accounts: [String], sql: any SQLDatabase) async throws -> [String: AccountState] {
+        guard !accounts.isEmpty else { return [:] }
+        var states: [String: AccountState] = [:]
+        for row in try await sql.raw(
+            """
+            SELECT account_id, currency, CAST(SUM(amount) AS BIGINT) AS total FROM ledger
+            WHERE account_id IN (\(binds: accounts)) GROUP BY account_id, currency
+            """
+        ).all() {
+            states[try row.decode(column: "account_id", as: String.self), default: AccountState()]
+                .balances[try row.decode(column: "currency", as: String.self)] = try row.decode(
                     column: "total", as: Int64.self)
-            }
-            return result
         }
+        for row in try await sql.raw(
+            """
+            SELECT * FROM entitlements WHERE account_id IN (\(binds: accounts))
+            ORDER BY account_id, entitlement_id, original_transaction_id
+            """
+        ).all() {
+            states[try row.decode(column: "account_id", as: String.self), default: AccountState()].entitlements.append(
+                EntitlementRow(
+                    entitlementId: try row.decode(column: "entitlement_id", as: String.self),
+                    productId: try row.decode(column: "product_id", as: String.self),
+                    originalTransactionId: try row.decode(column: "original_transaction_id", as: String.self),
+                    expiresAt: try row.decode(column: "expires_at", as: Int64?.self).map(Date.init(milliseconds:))))
+        }
+        return states
     }
 
     public func deliveries(of accountId: String) async throws -> [DeliveryPlanner.Delivery] {
@@ -420,17 +460,7 @@ public struct PurchaseStore: Sendable {
     }
 
     public func entitlements(of accountId: String) async throws -> [EntitlementRow] {
-        try await database.read { sql in
-            try await sql.raw(
-                "SELECT * FROM entitlements WHERE account_id = \(bind: accountId) ORDER BY entitlement_id, original_transaction_id"
-            ).all().map {
-                EntitlementRow(
-                    entitlementId: try $0.decode(column: "entitlement_id", as: String.self),
-                    productId: try $0.decode(column: "product_id", as: String.self),
-                    originalTransactionId: try $0.decode(column: "original_transaction_id", as: String.self),
-                    expiresAt: try $0.decode(column: "expires_at", as: Int64?.self).map(Date.init(milliseconds:)))
-            }
-        }
+        try await account(accountId).entitlements
     }
 
     public enum DebitResult: Sendable, Hashable {
