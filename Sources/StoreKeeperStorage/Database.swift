@@ -5,8 +5,6 @@ import NIOPosix
 import PostgresKit
 import PostgresNIO
 import SQLKit
-import SQLiteKit
-import SQLiteNIO
 import Synchronization
 
 /// The database behind StoreKeeper: SQLite (default, one file, WAL) or PostgreSQL (to scale
@@ -80,32 +78,45 @@ protocol Backend: Sendable {
 /// One connection, work serialized: SQLite has one writer anyway, and a single connection
 /// makes `BEGIN IMMEDIATE … COMMIT` the unit of atomicity. (An actor is not enough: it is
 /// reentrant at every `await`, and a second BEGIN would land inside the first transaction.)
+/// Every transaction runs on the backend's own thread, statement after statement without a
+/// thread hop, and its commit's fsync blocks that thread only.
 final class SQLiteBackend: Backend {
-    let connection: SQLiteConnection
-    let logger: Logger
+    let handle: SQLiteHandle
+    let database: SQLiteDirectDatabase
+    let executor = ThreadExecutor(name: "storekeeper-sqlite")
     let lock = AsyncLock()
 
     init(path: String, logger: Logger) async throws {
-        let storage: SQLiteConnection.Storage = path == ":memory:" ? .memory : .file(path: path)
-        connection = try await SQLiteConnection.open(storage: storage, logger: logger)
-        self.logger = logger
-        let sql = connection.sql()
-        // WAL for concurrent readers; FULL so a commit is on disk before it is acknowledged.
-        try await sql.raw("PRAGMA journal_mode=WAL").run()
-        try await sql.raw("PRAGMA synchronous=FULL").run()
-        try await sql.raw("PRAGMA foreign_keys=ON").run()
-        try await sql.raw("PRAGMA busy_timeout=10000").run()
+        handle = try SQLiteHandle(path: path)
+        database = SQLiteDirectDatabase(
+            handle: handle, logger: logger, eventLoop: MultiThreadedEventLoopGroup.singleton.any())
+        try await serialized { sql in
+            // WAL for concurrent readers; FULL so a commit is on disk before it is acknowledged.
+            try await sql.raw("PRAGMA journal_mode=WAL").run()
+            try await sql.raw("PRAGMA synchronous=FULL").run()
+            try await sql.raw("PRAGMA foreign_keys=ON").run()
+            try await sql.raw("PRAGMA busy_timeout=10000").run()
+        }
     }
 
     func transaction<T: Sendable>(_ body: @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
-        try await lock.withLock { try await inTransaction(connection.sql(), begin: "BEGIN IMMEDIATE", body) }
+        try await serialized { sql in try await inTransaction(sql, begin: "BEGIN IMMEDIATE", body) }
     }
 
     func read<T: Sendable>(_ body: @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
-        try await lock.withLock { try await body(connection.sql()) }
+        try await serialized(body)
     }
 
-    func close() async throws { try await connection.close() }
+    private func serialized<T: Sendable>(_ body: @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
+        try await withTaskExecutorPreference(executor) {
+            try await lock.withLock { try await body(database) }
+        }
+    }
+
+    func close() async throws {
+        _ = try? await serialized { _ in handle.close() }
+        executor.stop()
+    }
 }
 
 /// A FIFO async mutex: one holder at a time, waiters resumed in arrival order.

@@ -100,7 +100,8 @@ public struct PurchaseStore: Sendable {
                     try await Self.apply(plan, transaction: transaction, context: context, sql: sql, now: now)
                     var account: AccountState?
                     if let submittingAccount {
-                        account = try await Self.accountStates([submittingAccount], sql: sql)[submittingAccount]
+                        account =
+                            try await Self.accountStates([submittingAccount], sql: sql)[submittingAccount]
                             ?? AccountState()
                     }
                     return DeliveryResult(plan: plan, existing: context.existingDelivery, account: account)
@@ -287,7 +288,9 @@ public struct PurchaseStore: Sendable {
 
     /// Balances and entitlements of an account, read together.
     public func account(_ accountId: String) async throws -> AccountState {
-        try await database.read { sql in try await Self.accountStates([accountId], sql: sql)[accountId] ?? AccountState() }
+        try await database.read { sql in
+            try await Self.accountStates([accountId], sql: sql)[accountId] ?? AccountState()
+        }
     }
 
     /// Balances and entitlements of several accounts with two queries (accounts with neither are absent).
