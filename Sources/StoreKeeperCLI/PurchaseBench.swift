@@ -54,11 +54,15 @@ struct PurchaseBench {
         let issuer = TransactionIssuer()
         var bodies: [String] = []
         bodies.reserveCapacity(total)
+        // Fresh transaction ids and accounts on every run, so a database reused between runs
+        // (PostgreSQL) measures new deliveries, never already_delivered answers.
+        let run = UInt64.random(in: 0..<1_000_000)
         for index in 0..<total {
             let payload = issuer.transaction(
                 for: .init(bundleId: "com.example.app", productId: "coins_60"), at: Date(),
-                id: String(2_500_000_000_000_000 + index))
-            bodies.append(#"{"accountId":"bench\#(index % 1000)","signedTransaction":"\#(try signer.sign(payload))"}"#)
+                id: String(3_000_000_000_000_000 + run * 10_000_000 + UInt64(index)))
+            bodies.append(
+                #"{"accountId":"bench\#(run)-\#(index % 1000)","signedTransaction":"\#(try signer.sign(payload))"}"#)
         }
 
         // Verification alone, all cores, on the same proofs: the ceiling for deliveries.
@@ -100,8 +104,13 @@ struct PurchaseBench {
                             request.body = .bytes(ByteBuffer(string: slice[index]))
                             let sent = ContinuousClock.now
                             let response = try await client.execute(request, timeout: .seconds(60))
-                            _ = try await response.body.collect(upTo: 1 << 20)
-                            guard response.status == .ok else { throw CocoaError(.featureUnsupported) }
+                            let reply = try await response.body.collect(upTo: 1 << 20)
+                            // Every answer must be a new delivery, acknowledged after its commit.
+                            guard response.status == .ok, String(buffer: reply).contains(#""status":"delivered""#)
+                            else {
+                                throw BenchFailure(
+                                    description: "unexpected answer \(response.status.code): \(String(buffer: reply))")
+                            }
                             let elapsed = BenchCommand.seconds(ContinuousClock.now - sent)
                             latencies.values.withLock { $0.append(elapsed) }
                         }
@@ -140,4 +149,8 @@ struct PurchaseBench {
 /// Latencies recorded by the load workers.
 final class LatencyLog: Sendable {
     let values = Mutex<[Double]>([])
+}
+
+struct BenchFailure: Error, CustomStringConvertible {
+    var description: String
 }

@@ -26,7 +26,11 @@ struct BatchDelivery {
         }
     }
 
-    static func run(_ items: [Item], sql: any SQLDatabase) async throws -> [PurchaseStore.DeliveryResult] {
+    /// `combineWrites`: send the inserts as one statement (PostgreSQL, where each statement is a
+    /// network round trip; SQLite runs in-process and has no data-modifying WITH).
+    static func run(_ items: [Item], sql: any SQLDatabase, combineWrites: Bool) async throws
+        -> [PurchaseStore.DeliveryResult]
+    {
         // MARK: Read everything the batch needs.
         let transactionIds = Array(Set(items.compactMap(\.transaction.transactionId)))
         var deliveries: [String: DeliveryPlanner.Delivery] = [:]
@@ -43,32 +47,25 @@ struct BatchDelivery {
                 deliveries[delivery.transactionId] = delivery
             }
         }
+        // Every order an item could be attributed to, with one query: by token, by the order
+        // id in the request, and every open order of each submitting account (a token that
+        // matches no order falls back to the oldest open order too, as in one-by-one delivery).
         var orders: [String: Order] = [:]
         let tokens = Array(Set(items.compactMap { $0.transaction.appAccountToken?.lowercased() }))
-        if !tokens.isEmpty {
-            for row in try await sql.raw("SELECT * FROM orders WHERE app_account_token IN (\(binds: tokens))").all() {
-                let order = try PurchaseStore.decodeOrder(row)
-                orders[order.orderId] = order
-            }
-        }
         let requestedIds = Array(Set(items.compactMap(\.requestedOrderId)))
-        if !requestedIds.isEmpty {
-            for row in try await sql.raw("SELECT * FROM orders WHERE order_id IN (\(binds: requestedIds))").all() {
-                let order = try PurchaseStore.decodeOrder(row)
-                orders[order.orderId] = order
-            }
-        }
-        // Every submitting account: a token that matches no order falls back to the oldest
-        // open order too, as in one-by-one delivery.
         let searchingAccounts = Array(
             Set(items.filter { $0.requestedOrderId == nil }.compactMap(\.submittingAccount)))
+        var conditions: [any SQLExpression] = []
+        if !tokens.isEmpty { conditions.append(SQLQueryString("app_account_token IN (\(binds: tokens))")) }
+        if !requestedIds.isEmpty { conditions.append(SQLQueryString("order_id IN (\(binds: requestedIds))")) }
         if !searchingAccounts.isEmpty {
-            for row in try await sql.raw(
-                """
-                SELECT * FROM orders WHERE account_id IN (\(binds: searchingAccounts))
-                AND status IN ('created', 'pending', 'cancelled')
-                """
-            ).all() {
+            conditions.append(
+                SQLQueryString(
+                    "(account_id IN (\(binds: searchingAccounts)) AND status IN ('created', 'pending', 'cancelled'))"))
+        }
+        if !conditions.isEmpty {
+            let matching = SQLList(conditions, separator: SQLRaw(" OR "))
+            for row in try await sql.raw("SELECT * FROM orders WHERE \(matching)").all() {
                 let order = try PurchaseStore.decodeOrder(row)
                 orders[order.orderId] = order
             }
@@ -121,13 +118,7 @@ struct BatchDelivery {
                 deliveries[delivery.transactionId] = delivery
                 newDeliveries.append(
                     (delivery, originalId, transaction.environment?.rawValue ?? "Production", item.now.milliseconds))
-                let payload = try JSONSerialization.data(
-                    withJSONObject: [
-                        "transactionId": delivery.transactionId, "accountId": delivery.accountId,
-                        "orderId": delivery.orderId as Any, "productId": delivery.productId,
-                        "quantity": delivery.quantity,
-                    ], options: [.sortedKeys])
-                outbox.append((String(decoding: payload, as: UTF8.self), item.now.milliseconds))
+                outbox.append((PurchaseStore.outboxPayload(delivery), item.now.milliseconds))
             }
             if let order = plan.order { orders[order.orderId] = order }
             if let binding = plan.binding { bindings[originalId] = binding }
@@ -141,6 +132,7 @@ struct BatchDelivery {
         }
 
         // MARK: Write.
+        var inserts: [SQLInsert] = []
         if !newDeliveries.isEmpty {
             var insert = sql.insert(into: "deliveries").columns(
                 "transaction_id", "original_transaction_id", "account_id", "order_id", "product_id", "quantity",
@@ -151,7 +143,7 @@ struct BatchDelivery {
                     delivery.quantity, environment, at,
                 ])
             }
-            try await insert.run()
+            inserts.append(insert.insert)
         }
         if !ledger.isEmpty {
             var insert = sql.insert(into: "ledger").columns(
@@ -159,14 +151,20 @@ struct BatchDelivery {
             for (entry, at) in ledger {
                 insert = insert.values([entry.key, entry.accountId, entry.currency, entry.amount, at])
             }
-            try await insert.run()
+            inserts.append(insert.insert)
         }
         if !outbox.isEmpty {
             var insert = sql.insert(into: "outbox").columns("id", "event", "payload", "created_at")
             for (payload, at) in outbox {
                 insert = insert.values([UUID().uuidString.lowercased(), "delivery", payload, at])
             }
-            try await insert.run()
+            inserts.append(insert.insert)
+        }
+        if combineWrites && inserts.count > 1 {
+            // PostgreSQL: one statement (data-modifying WITH), one round trip for all three.
+            try await sql.execute(sql: CombinedInserts(inserts: inserts)) { _ in }
+        } else {
+            for insert in inserts { try await sql.execute(sql: insert) { _ in } }
         }
         for (plan, transaction, context, now) in applied
         where plan.order != nil || plan.binding != nil || !plan.anomalies.isEmpty
@@ -181,5 +179,22 @@ struct BatchDelivery {
             results[index].account = item.submittingAccount.map { states[$0] ?? PurchaseStore.AccountState() }
         }
         return results
+    }
+}
+
+/// `WITH w0 AS (INSERT …), w1 AS (INSERT …) INSERT …`: PostgreSQL runs every insert of the
+/// statement, atomically, in one round trip.
+struct CombinedInserts: SQLExpression {
+    var inserts: [SQLInsert]
+
+    func serialize(to serializer: inout SQLSerializer) {
+        for (index, insert) in inserts.dropLast().enumerated() {
+            serializer.write(index == 0 ? "WITH " : ", ")
+            serializer.write("w\(index) AS (")
+            insert.serialize(to: &serializer)
+            serializer.write(")")
+        }
+        serializer.write(" ")
+        inserts.last?.serialize(to: &serializer)
     }
 }

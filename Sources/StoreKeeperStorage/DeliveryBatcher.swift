@@ -89,7 +89,10 @@ final class DeliveryBatcher: Sendable {
         do {
             // An item fails only when another instance delivered the same transaction at the
             // same moment; then the whole batch rolls back and every item goes again alone.
-            results = try await database.transaction { sql in try await BatchDelivery.run(items, sql: sql) }
+            let combineWrites = database.kind == .postgres
+            results = try await database.transaction { sql in
+                try await BatchDelivery.run(items, sql: sql, combineWrites: combineWrites)
+            }
         } catch {
             for request in batch { await retryAlone(request) }
             return

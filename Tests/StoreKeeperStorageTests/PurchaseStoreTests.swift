@@ -315,4 +315,26 @@ enum TestDatabase {
         try? await database.close()
         try await cleanup()
     }
+
+}
+
+/// The outbox event is written by hand on the hot path: it must be exact JSON for any string.
+@Suite struct OutboxPayloadTests {
+    @Test func outboxPayloadIsExactJSONForAnyString() throws {
+        let hostile = "quote\" back\\slash \n\r\t \u{0}\u{1f} é ✓ 🎮 </script>"
+        for orderId in [nil, hostile] {
+            let delivery = DeliveryPlanner.Delivery(
+                transactionId: "2000000000000001", accountId: hostile, orderId: orderId, productId: "p\u{7f}",
+                quantity: 3)
+            let payload = PurchaseStore.outboxPayload(delivery)
+            let object = try #require(JSONSerialization.jsonObject(with: Data(payload.utf8)) as? [String: Any])
+            #expect(object["accountId"] as? String == hostile)
+            #expect(object["orderId"] as? String == orderId)
+            #expect(orderId != nil || object["orderId"] is NSNull)
+            #expect(object["productId"] as? String == "p\u{7f}")
+            #expect(object["quantity"] as? Int == 3)
+            #expect(object["transactionId"] as? String == "2000000000000001")
+            #expect(object.count == 5)
+        }
+    }
 }
