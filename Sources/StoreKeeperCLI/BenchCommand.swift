@@ -21,7 +21,7 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: "Measure end-to-end POST /v1/purchases (real server, HTTP, database) instead.")
     var purchases = false
 
-    @Option(help: "With --purchases: concurrency levels.")
+    @Option(parsing: .upToNextOption, help: "With --purchases: concurrency levels.")
     var concurrency: [Int] = [1, 16, 64, 256]
 
     @Option(help: "With --purchases: requests per concurrency level.")
@@ -30,19 +30,29 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(name: .customLong("database-url"), help: "With --purchases: database (default: a temporary SQLite file).")
     var databaseURL: String?
 
+    @Option(
+        name: .customLong("load-generator"),
+        help: "With --purchases: lean (raw keep-alive HTTP/1.1, default) or async-http-client.")
+    var loadGenerator: PurchaseBench.LoadGeneratorKind = .lean
+
     @Flag(help: "Only measure cached JWS verification (for profilers).")
     var onlyCached = false
 
     @Flag(help: "Also time the parts of a verification.")
     var breakdown = false
 
-    @Option(help: "Receipt sizes (in-app purchases) to measure.")
+    @Option(parsing: .upToNextOption, help: "Receipt sizes (in-app purchases) to measure.")
     var receiptSizes: [Int] = [1, 100, 10_000]
 
     func run() async throws {
         if purchases {
-            try await PurchaseBench(databaseURL: databaseURL, concurrencies: concurrency, requestsPerLevel: requests)
-                .run()
+            guard requests > 0, concurrency.allSatisfy({ $0 > 0 }) else {
+                throw ValidationError("--requests and --concurrency must be positive")
+            }
+            try await PurchaseBench(
+                databaseURL: databaseURL, concurrencies: concurrency, requestsPerLevel: requests,
+                loadGenerator: loadGenerator
+            ).run()
             return
         }
         let pki = try ApplePKI.generate(name: "Bench")

@@ -1,5 +1,6 @@
 import AppStoreModels
 import AppStoreVerification
+import ArgumentParser
 import AsyncHTTPClient
 import Foundation
 import Hummingbird
@@ -16,6 +17,12 @@ struct PurchaseBench {
     let databaseURL: String?
     let concurrencies: [Int]
     let requestsPerLevel: Int
+    var loadGenerator: LoadGeneratorKind = .lean
+
+    enum LoadGeneratorKind: String, CaseIterable, ExpressibleByArgument {
+        case lean
+        case asyncHTTPClient = "async-http-client"
+    }
 
     struct Level {
         var concurrency: Int
@@ -44,7 +51,9 @@ struct PurchaseBench {
 
         let port = Mutex(0)
         let application = app.application { bound in port.withLock { $0 = bound } }
-        let server = Task { try await application.runService() }
+        let serviceGroup = ServiceGroup(
+            configuration: .init(services: [application], gracefulShutdownSignals: [], logger: logger))
+        let server = Task { try await serviceGroup.run() }
         while port.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(20)) }
         let base = "http://127.0.0.1:\(port.withLock { $0 })"
 
@@ -91,41 +100,28 @@ struct PurchaseBench {
         for concurrency in concurrencies {
             let slice = Array(bodies[offset..<(offset + requestsPerLevel)])
             offset += requestsPerLevel
-            let latencies = LatencyLog()
             let started = ContinuousClock.now
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                for worker in 0..<concurrency {
-                    group.addTask {
-                        for index in stride(from: worker, to: slice.count, by: concurrency) {
-                            var request = HTTPClientRequest(url: base + "/v1/purchases")
-                            request.method = .POST
-                            request.headers.add(name: "Authorization", value: "Bearer bench")
-                            request.headers.add(name: "Content-Type", value: "application/json")
-                            request.body = .bytes(ByteBuffer(string: slice[index]))
-                            let sent = ContinuousClock.now
-                            let response = try await client.execute(request, timeout: .seconds(60))
-                            let reply = try await response.body.collect(upTo: 1 << 20)
-                            // Every answer must be a new delivery, acknowledged after its commit.
-                            guard response.status == .ok, String(buffer: reply).contains(#""status":"delivered""#)
-                            else {
-                                throw BenchFailure(
-                                    description: "unexpected answer \(response.status.code): \(String(buffer: reply))")
-                            }
-                            let elapsed = BenchCommand.seconds(ContinuousClock.now - sent)
-                            latencies.values.withLock { $0.append(elapsed) }
-                        }
-                    }
-                }
-                try await group.waitForAll()
+            let latencies: [Double]
+            switch loadGenerator {
+            case .lean:
+                latencies = try await LoadGenerator.run(
+                    host: "127.0.0.1", port: port.withLock { $0 }, path: "/v1/purchases",
+                    authorization: "Bearer bench", bodies: slice, concurrency: concurrency,
+                    expect: #""status":"delivered""#)
+            case .asyncHTTPClient:
+                latencies = try await Self.sendWithAsyncHTTPClient(
+                    client, url: base + "/v1/purchases", bodies: slice, concurrency: concurrency)
+            }
+            guard latencies.count == slice.count else {
+                throw BenchFailure(description: "\(latencies.count) answers for \(slice.count) requests")
             }
             levels.append(
                 Level(
                     concurrency: concurrency, requests: slice.count,
-                    seconds: BenchCommand.seconds(ContinuousClock.now - started),
-                    latencies: latencies.values.withLock { $0 }))
+                    seconds: BenchCommand.seconds(ContinuousClock.now - started), latencies: latencies))
         }
         try await client.shutdown()
-        server.cancel()
+        await serviceGroup.triggerGracefulShutdown()
         _ = try? await server.value
         try? await app.database.close()
 
@@ -143,6 +139,42 @@ struct PurchaseBench {
                     + "\(String(format: "%.2f", level.deliveriesPerSecond / verifyPerSecond)) |")
         }
         print("")
+    }
+}
+
+extension PurchaseBench {
+    /// The same load through AsyncHTTPClient (`--load-generator async-http-client`): a general
+    /// client, heavier on the shared cores, kept to show how much the load generator weighs.
+    static func sendWithAsyncHTTPClient(_ client: HTTPClient, url: String, bodies: [String], concurrency: Int)
+        async throws -> [Double]
+    {
+        let latencies = LatencyLog()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for worker in 0..<concurrency {
+                group.addTask {
+                    for index in stride(from: worker, to: bodies.count, by: concurrency) {
+                        var request = HTTPClientRequest(url: url)
+                        request.method = .POST
+                        request.headers.add(name: "Authorization", value: "Bearer bench")
+                        request.headers.add(name: "Content-Type", value: "application/json")
+                        request.body = .bytes(ByteBuffer(string: bodies[index]))
+                        let sent = ContinuousClock.now
+                        let response = try await client.execute(request, timeout: .seconds(60))
+                        let reply = try await response.body.collect(upTo: 1 << 20)
+                        // Every answer must be a new delivery, acknowledged after its commit.
+                        guard response.status == .ok, String(buffer: reply).contains(#""status":"delivered""#)
+                        else {
+                            throw BenchFailure(
+                                description: "unexpected answer \(response.status.code): \(String(buffer: reply))")
+                        }
+                        let elapsed = BenchCommand.seconds(ContinuousClock.now - sent)
+                        latencies.values.withLock { $0.append(elapsed) }
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        return latencies.values.withLock { $0 }
     }
 }
 
