@@ -132,7 +132,7 @@ struct BatchDelivery {
         }
 
         // MARK: Write.
-        var inserts: [SQLInsert] = []
+        var inserts: [any SQLExpression] = []
         if !newDeliveries.isEmpty {
             var insert = sql.insert(into: "deliveries").columns(
                 "transaction_id", "original_transaction_id", "account_id", "order_id", "product_id", "quantity",
@@ -145,14 +145,7 @@ struct BatchDelivery {
             }
             inserts.append(insert.insert)
         }
-        if !ledger.isEmpty {
-            var insert = sql.insert(into: "ledger").columns(
-                "entry_key", "account_id", "currency", "amount", "created_at")
-            for (entry, at) in ledger {
-                insert = insert.values([entry.key, entry.accountId, entry.currency, entry.amount, at])
-            }
-            inserts.append(insert.insert)
-        }
+        inserts += PurchaseStore.ledgerWrites(ledger)
         if !outbox.isEmpty {
             var insert = sql.insert(into: "outbox").columns("id", "event", "payload", "created_at")
             for (payload, at) in outbox {
@@ -161,8 +154,8 @@ struct BatchDelivery {
             inserts.append(insert.insert)
         }
         if combineWrites && inserts.count > 1 {
-            // PostgreSQL: one statement (data-modifying WITH), one round trip for all three.
-            try await sql.execute(sql: CombinedInserts(inserts: inserts)) { _ in }
+            // PostgreSQL: one statement (data-modifying WITH), one round trip for all of them.
+            try await sql.execute(sql: CombinedWrites(writes: inserts)) { _ in }
         } else {
             for insert in inserts { try await sql.execute(sql: insert) { _ in } }
         }
@@ -182,19 +175,19 @@ struct BatchDelivery {
     }
 }
 
-/// `WITH w0 AS (INSERT …), w1 AS (INSERT …) INSERT …`: PostgreSQL runs every insert of the
+/// `WITH w0 AS (INSERT …), w1 AS (INSERT …) INSERT …`: PostgreSQL runs every write of the
 /// statement, atomically, in one round trip.
-struct CombinedInserts: SQLExpression {
-    var inserts: [SQLInsert]
+struct CombinedWrites: SQLExpression {
+    var writes: [any SQLExpression]
 
     func serialize(to serializer: inout SQLSerializer) {
-        for (index, insert) in inserts.dropLast().enumerated() {
+        for (index, write) in writes.dropLast().enumerated() {
             serializer.write(index == 0 ? "WITH " : ", ")
             serializer.write("w\(index) AS (")
-            insert.serialize(to: &serializer)
+            write.serialize(to: &serializer)
             serializer.write(")")
         }
         serializer.write(" ")
-        inserts.last?.serialize(to: &serializer)
+        writes.last?.serialize(to: &serializer)
     }
 }

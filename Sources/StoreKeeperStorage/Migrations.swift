@@ -137,6 +137,26 @@ public enum Migrations {
                 "CREATE INDEX jobs_due ON jobs (status, run_at)",
             ]
         ),
+        (
+            4,
+            [
+                // Each balance kept beside its ledger, changed in the same transaction as the
+                // entries (always equal to their sum): O(1) to read, and a debit is one
+                // conditional UPDATE, which PostgreSQL serializes per account (no overdraw).
+                """
+                CREATE TABLE balances (
+                    account_id TEXT NOT NULL,
+                    currency TEXT NOT NULL,
+                    amount BIGINT NOT NULL,
+                    PRIMARY KEY (account_id, currency)
+                )
+                """,
+                """
+                INSERT INTO balances (account_id, currency, amount)
+                SELECT account_id, currency, CAST(SUM(amount) AS BIGINT) FROM ledger GROUP BY account_id, currency
+                """,
+            ]
+        ),
     ]
 
     /// Applies every migration not yet applied, each in its own transaction. Safe to run from

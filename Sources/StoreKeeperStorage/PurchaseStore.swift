@@ -196,14 +196,7 @@ public struct PurchaseStore: Sendable {
                 """
             ).run()
         }
-        for entry in plan.ledger {
-            try await sql.raw(
-                """
-                INSERT INTO ledger (entry_key, account_id, currency, amount, created_at)
-                VALUES (\(bind: entry.key), \(bind: entry.accountId), \(bind: entry.currency), \(bind: entry.amount), \(bind: at))
-                """
-            ).run()
-        }
+        for write in ledgerWrites(plan.ledger.map { ($0, at) }) { try await sql.execute(sql: write) { _ in } }
         if let account = plan.accountId {
             for case .entitlement(let id, let expiresAt) in plan.grants {
                 try await sql.raw(
@@ -275,6 +268,36 @@ public struct PurchaseStore: Sendable {
         ).run()
     }
 
+    /// Ledger entries and the balance changes they make: a multi-row insert into `ledger` and one
+    /// upsert into `balances` (one row per account and currency, in key order, so concurrent
+    /// transactions lock balance rows in the same order). Run in the caller's transaction.
+    static func ledgerWrites(_ entries: [(LedgerEntry, Int64)]) -> [any SQLExpression] {
+        guard !entries.isEmpty else { return [] }
+        var ledger = SQLInsert(table: SQLIdentifier("ledger"))
+        ledger.columns = ["entry_key", "account_id", "currency", "amount", "created_at"].map { SQLIdentifier($0) }
+        ledger.values = entries.map { entry, at in
+            [SQLBind(entry.key), SQLBind(entry.accountId), SQLBind(entry.currency), SQLBind(entry.amount), SQLBind(at)]
+        }
+        struct Key: Hashable, Comparable {
+            var account: String
+            var currency: String
+            static func < (a: Key, b: Key) -> Bool { (a.account, a.currency) < (b.account, b.currency) }
+        }
+        var changes: [Key: Int64] = [:]
+        for (entry, _) in entries {
+            changes[Key(account: entry.accountId, currency: entry.currency), default: 0] += entry.amount
+        }
+        let rows = changes.sorted { $0.key < $1.key }.map { key, amount in
+            SQLGroupExpression([SQLBind(key.account), SQLBind(key.currency), SQLBind(amount)] as [any SQLExpression])
+        }
+        let balances = SQLQueryString(
+            """
+            INSERT INTO balances (account_id, currency, amount) VALUES \(SQLList(rows))
+            ON CONFLICT (account_id, currency) DO UPDATE SET amount = balances.amount + excluded.amount
+            """)
+        return [ledger, balances]
+    }
+
     /// The outbox event of a delivery: `{"accountId","orderId","productId","quantity","transactionId"}`,
     /// keys sorted, written by hand (it is on the hot path; JSONSerialization cost ~7 % of a request).
     static func outboxPayload(_ delivery: DeliveryPlanner.Delivery) -> String {
@@ -327,8 +350,7 @@ public struct PurchaseStore: Sendable {
         var states: [String: AccountState] = [:]
         for row in try await sql.raw(
             """
-            SELECT account_id, currency, CAST(SUM(amount) AS BIGINT) AS total FROM ledger
-            WHERE account_id IN (\(binds: accounts)) GROUP BY account_id, currency
+            SELECT account_id, currency, amount AS total FROM balances WHERE account_id IN (\(binds: accounts))
             """
         ).all() {
             states[try row.decode(column: "account_id", as: String.self), default: AccountState()]
@@ -513,16 +535,24 @@ public struct PurchaseStore: Sendable {
                     ).first() {
                         return .debited(balance: try previous.decode(column: "balance_after", as: Int64.self))
                     }
-                    let balance =
-                        try await sql.raw(
-                            """
-                            SELECT CAST(COALESCE(SUM(amount), 0) AS BIGINT) AS total FROM ledger
-                            WHERE account_id = \(bind: accountId) AND currency = \(bind: currency)
-                            """
-                        ).first()?.decode(column: "total", as: Int64.self) ?? 0
-                    guard balance >= amount else { return .insufficient(balance: balance) }
-                    let after = balance - amount
-                    // The debit row claims the key; a concurrent twin fails here and retries.
+                    // One conditional UPDATE: on PostgreSQL concurrent debits of one account
+                    // queue on its balance row and each sees the balance the previous one left.
+                    let debited = try await sql.raw(
+                        """
+                        UPDATE balances SET amount = amount - \(bind: amount)
+                        WHERE account_id = \(bind: accountId) AND currency = \(bind: currency) AND amount >= \(bind: amount)
+                        RETURNING amount
+                        """
+                    ).first()
+                    guard let after = try debited?.decode(column: "amount", as: Int64.self) else {
+                        let balance =
+                            try await sql.raw(
+                                "SELECT amount FROM balances WHERE account_id = \(bind: accountId) AND currency = \(bind: currency)"
+                            ).first()?.decode(column: "amount", as: Int64.self) ?? 0
+                        return .insufficient(balance: balance)
+                    }
+                    // The debit row claims the key; a concurrent twin fails here, rolls back its
+                    // UPDATE and retries (then answers with the first one's result).
                     try await sql.raw(
                         """
                         INSERT INTO debits (idempotency_key, account_id, currency, amount, balance_after, created_at)
