@@ -169,6 +169,7 @@ public struct StoreKeeperApp: Sendable {
         v1.get("accounts/:accountId") { request, context in
             let caller = try await self.caller(request)
             let accountId = try Self.parameter(context, "accountId")
+            try Self.validateAccountId(accountId)
             try caller.require(accountId)
             return try Self.json(try await self.account(accountId))
         }
@@ -408,6 +409,7 @@ public struct StoreKeeperApp: Sendable {
     func debit(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
         let caller = try await self.caller(request)
         let accountId = try Self.parameter(context, "accountId")
+        try Self.validateAccountId(accountId)
         let currency = try Self.parameter(context, "currency")
         try caller.require(accountId)
         let body = try await decode(DebitBody.self, request)
@@ -524,9 +526,13 @@ public struct StoreKeeperApp: Sendable {
         }
     }
 
+    /// A path parameter, percent-decoded (`/v1/accounts/player%20one` is account `player one`).
     static func parameter(_ context: BasicRequestContext, _ name: String) throws -> String {
-        guard let value = context.parameters.get(name), !value.isEmpty, value.count <= 200 else {
-            throw APIError.badRequest("path parameter '\(name)' is missing or too long")
+        guard let raw = context.parameters.get(name), let value = raw.removingPercentEncoding else {
+            throw APIError.badRequest("path parameter '\(name)' is missing or not valid percent-encoding")
+        }
+        guard !value.isEmpty, value.count <= 200 else {
+            throw APIError.badRequest("path parameter '\(name)' must be 1…200 characters")
         }
         return value
     }

@@ -272,6 +272,36 @@ import Testing
         }
     }
 
+    @Test(arguments: databases)
+    func accountIdsInPathsArePercentDecoded(kind: String) async throws {
+        try await Self.withServer(kind) { app, client in
+            // An account id that needs escaping in a URL: space, slash, non-ASCII.
+            let account = "player one/é"
+            let bought = try await app.localAppStore!.buy("pe", items: [.init(productId: "coins_300")])
+            let purchase = try await Self.call(
+                client, .post, "/v1/purchases",
+                body: #"{"accountId":"\#(account)","signedTransaction":"\#(bought.signedTransactions[0])"}"#)
+            #expect(purchase.status == .ok)
+            let path = "/v1/accounts/player%20one%2F%C3%A9"
+            let read = try await Self.call(client, .get, path)
+            #expect(read.json["accountId"] as? String == account)
+            #expect((read.json["balances"] as? [String: Int])?["coins"] == 300)
+            let debit = try await Self.call(
+                client, .post, path + "/balances/coins/debit", body: #"{"amount":100,"idempotencyKey":"pe-1"}"#)
+            #expect(debit.json["balance"] as? Int == 200)
+            // A client token for that account may read it through the escaped path, and only it.
+            let own = try await Self.clientToken(account)
+            #expect(try await Self.call(client, .get, path, token: own).status == .ok)
+            #expect(try await Self.call(client, .get, "/v1/accounts/player%20one", token: own).status == .forbidden)
+            // Broken escapes and ids the body would refuse are 400, never a lookup of something else.
+            for bad in ["/v1/accounts/%E9", "/v1/accounts/%zz", "/v1/accounts/a%0Ab", "/v1/orders/%FF"] {
+                let reply = try await Self.call(client, .get, bad)
+                #expect(reply.status == .badRequest, "\(bad)")
+                #expect(reply.errorCode == "bad_request")
+            }
+        }
+    }
+
     @Test func authenticationAndScopes() async throws {
         try await Self.withServer("sqlite") { _, client in
             #expect(try await Self.call(client, .get, "/v1/accounts/u1", token: nil).status == .unauthorized)
