@@ -147,6 +147,15 @@ public struct ServerConfiguration: Sendable {
         }
         configuration.webhookURL = reader.string(forKey: "webhooks.url")
         configuration.webhookSecret = reader.string(forKey: "webhooks.secret", isSecret: true)
+        if let url = configuration.webhookURL {
+            guard let parsed = URL(string: url), ["http", "https"].contains(parsed.scheme?.lowercased() ?? ""),
+                parsed.host?.isEmpty == false
+            else { throw Invalid(description: "webhooks.url must be an http(s) URL") }
+            // Events are always signed: a backend must be able to tell them from forgeries.
+            guard let secret = configuration.webhookSecret, secret.utf8.count >= 16 else {
+                throw Invalid(description: "webhooks.secret (at least 16 bytes) is required with webhooks.url")
+            }
+        }
         if let secret = configuration.clientTokenSecret, secret.utf8.count < 32 {
             throw Invalid(description: "auth.clientTokenSecret must be at least 32 bytes (HS256 needs a 256-bit key)")
         }

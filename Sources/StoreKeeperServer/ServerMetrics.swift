@@ -17,6 +17,9 @@ public final class ServerMetrics: Sendable {
     let unattributed: CoreMetrics.Counter
     let jobsPending: CoreMetrics.Gauge
     let anomaliesOpen: CoreMetrics.Gauge
+    /// Outbox events not yet accepted by the webhook receiver (all events when no
+    /// `webhooks.url` is set: they wait in the outbox).
+    let webhooksPending: CoreMetrics.Gauge
 
     public init() {
         factory = PrometheusMetricsFactory(registry: registry)
@@ -25,6 +28,7 @@ public final class ServerMetrics: Sendable {
         unattributed = CoreMetrics.Counter(label: "storekeeper_unattributed_deliveries_total", factory: factory)
         jobsPending = CoreMetrics.Gauge(label: "storekeeper_jobs_pending", factory: factory)
         anomaliesOpen = CoreMetrics.Gauge(label: "storekeeper_anomalies_open", factory: factory)
+        webhooksPending = CoreMetrics.Gauge(label: "storekeeper_webhooks_pending", factory: factory)
     }
 
     func verificationFailure(_ code: String) {

@@ -158,6 +158,7 @@ public struct StoreKeeperApp: Sendable {
         router.get("metrics") { _, _ in
             self.metrics.jobsPending.record(try await self.jobs.pendingCount())
             self.metrics.anomaliesOpen.record(try await self.store.anomalies(status: "open").count)
+            self.metrics.webhooksPending.record(try await OutboxStore(database: self.database).pendingCount())
             return Response(
                 status: .ok, headers: [.contentType: "text/plain; version=0.0.4"],
                 body: .init(byteBuffer: ByteBuffer(string: self.metrics.text())))
@@ -197,6 +198,10 @@ public struct StoreKeeperApp: Sendable {
             OrderExpiry(store: store, ttl: configuration.orderTTL, logger: logger), JobRunner(app: self),
         ]
         if let localAppStore { services.append(NotificationSender(store: localAppStore)) }
+        if let url = configuration.webhookURL, let secret = configuration.webhookSecret {
+            services.append(
+                WebhookSender(outbox: OutboxStore(database: database), url: url, secret: secret, logger: logger))
+        }
         return Application(
             router: router(),
             configuration: .init(

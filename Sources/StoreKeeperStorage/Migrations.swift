@@ -157,6 +157,16 @@ public enum Migrations {
                 """,
             ]
         ),
+        (
+            5,
+            [
+                // Webhook delivery state of each outbox event: retried with backoff until sent.
+                "ALTER TABLE outbox ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0",
+                "ALTER TABLE outbox ADD COLUMN next_attempt_at BIGINT NOT NULL DEFAULT 0",
+                "ALTER TABLE outbox ADD COLUMN last_error TEXT",
+                "CREATE INDEX outbox_pending ON outbox (sent_at, next_attempt_at)",
+            ]
+        ),
     ]
 
     /// Applies every migration not yet applied, each in its own transaction. Safe to run from

@@ -314,7 +314,7 @@ public struct PurchaseStore: Sendable {
     }
 
     /// A JSON string literal (RFC 8259 escaping).
-    static func appendJSONString(_ string: String, to json: inout String) {
+    public static func appendJSONString(_ string: String, to json: inout String) {
         json += "\""
         for scalar in string.unicodeScalars {
             switch scalar {

@@ -1,0 +1,95 @@
+import Foundation
+import SQLKit
+
+/// The outbox: events written in the same transaction as the state they describe (a
+/// delivery), sent to the app's backend afterwards — at least once, in the order they were
+/// written when they succeed the first time, retried with backoff when they do not.
+public struct OutboxStore: Sendable {
+    public let database: Database
+
+    public init(database: Database) {
+        self.database = database
+    }
+
+    public struct Event: Sendable, Hashable {
+        public var id: String
+        public var type: String
+        /// The event's JSON object, as stored.
+        public var payload: String
+        public var createdAt: Date
+        public var attempts: Int
+    }
+
+    /// Unsent events that are due, oldest first, leased for `lease` seconds so another
+    /// instance (PostgreSQL: `SKIP LOCKED`) or the next poll does not send them meanwhile.
+    public func claimDue(now: Date, limit: Int = 64, lease: TimeInterval = 60) async throws -> [Event] {
+        let kind = database.kind
+        return try await database.transaction { sql in
+            let due = now.milliseconds
+            let lock = kind == .postgres ? " FOR UPDATE SKIP LOCKED" : ""
+            let rows = try await sql.raw(
+                """
+                SELECT id, event, payload, created_at, attempts FROM outbox
+                WHERE sent_at IS NULL AND next_attempt_at <= \(bind: due)
+                ORDER BY created_at, id LIMIT \(bind: limit)\(unsafeRaw: lock)
+                """
+            ).all()
+            let events = try rows.map(Self.event)
+            if !events.isEmpty {
+                try await sql.raw(
+                    """
+                    UPDATE outbox SET next_attempt_at = \(bind: now.addingTimeInterval(lease).milliseconds)
+                    WHERE id IN (\(binds: events.map(\.id)))
+                    """
+                ).run()
+            }
+            return events
+        }
+    }
+
+    static func event(_ row: any SQLRow) throws -> Event {
+        Event(
+            id: try row.decode(column: "id", as: String.self),
+            type: try row.decode(column: "event", as: String.self),
+            payload: try row.decode(column: "payload", as: String.self),
+            createdAt: Date(milliseconds: try row.decode(column: "created_at", as: Int64.self)),
+            attempts: try row.decode(column: "attempts", as: Int.self))
+    }
+
+    public func markSent(_ id: String, now: Date) async throws {
+        try await database.transaction { sql in
+            try await sql.raw("UPDATE outbox SET sent_at = \(bind: now.milliseconds) WHERE id = \(bind: id)").run()
+        }
+    }
+
+    public func reschedule(_ id: String, at: Date, error: String) async throws {
+        try await database.transaction { sql in
+            try await sql.raw(
+                """
+                UPDATE outbox SET attempts = attempts + 1, next_attempt_at = \(bind: at.milliseconds),
+                last_error = \(bind: String(error.prefix(500))) WHERE id = \(bind: id)
+                """
+            ).run()
+        }
+    }
+
+    public func pendingCount() async throws -> Int {
+        try await database.read { sql in
+            try await sql.raw("SELECT COUNT(*) AS pending FROM outbox WHERE sent_at IS NULL").first()?
+                .decode(column: "pending", as: Int.self) ?? 0
+        }
+    }
+
+    /// Every event, oldest first (operators and tests).
+    public func all() async throws -> [(event: Event, sentAt: Date?, lastError: String?)] {
+        try await database.read { sql in
+            try await sql.raw("SELECT * FROM outbox ORDER BY created_at, id").all().map { row in
+                (
+                    try Self.event(row),
+                    try row.decode(column: "sent_at", as: Int64?.self).map(Date.init(milliseconds:)),
+                    try row.decode(column: "last_error", as: String?.self)
+                )
+            }
+        }
+    }
+}
