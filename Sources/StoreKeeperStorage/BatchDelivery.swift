@@ -116,9 +116,10 @@ struct BatchDelivery {
             // The overlay: what later items of this batch must see.
             if let delivery = plan.delivery {
                 deliveries[delivery.transactionId] = delivery
-                newDeliveries.append(
-                    (delivery, originalId, transaction.environment?.rawValue ?? "Production", item.now.milliseconds))
-                outbox.append((PurchaseStore.outboxPayload(delivery), item.now.milliseconds))
+                let environment = transaction.environment?.rawValue ?? "Production"
+                newDeliveries.append((delivery, originalId, environment, item.now.milliseconds))
+                outbox.append(
+                    (PurchaseStore.outboxPayload(delivery, environment: environment), item.now.milliseconds))
             }
             if let order = plan.order { orders[order.orderId] = order }
             if let binding = plan.binding { bindings[originalId] = binding }

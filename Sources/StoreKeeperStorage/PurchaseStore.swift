@@ -249,7 +249,7 @@ public struct PurchaseStore: Sendable {
             try await sql.raw(
                 """
                 INSERT INTO outbox (id, event, payload, created_at)
-                VALUES (\(bind: UUID().uuidString.lowercased()), 'delivery', \(bind: Self.outboxPayload(delivery)), \(bind: at))
+                VALUES (\(bind: UUID().uuidString.lowercased()), 'delivery', \(bind: Self.outboxPayload(delivery, environment: transaction.environment?.rawValue ?? "Production")), \(bind: at))
                 """
             ).run()
         }
@@ -298,11 +298,14 @@ public struct PurchaseStore: Sendable {
         return [ledger, balances]
     }
 
-    /// The outbox event of a delivery: `{"accountId","orderId","productId","quantity","transactionId"}`,
-    /// keys sorted, written by hand (it is on the hot path; JSONSerialization cost ~7 % of a request).
-    static func outboxPayload(_ delivery: DeliveryPlanner.Delivery) -> String {
+    /// The outbox event of a delivery:
+    /// `{"accountId","environment","orderId","productId","quantity","transactionId"}`, keys sorted,
+    /// written by hand (it is on the hot path; JSONSerialization cost ~7 % of a request).
+    static func outboxPayload(_ delivery: DeliveryPlanner.Delivery, environment: String) -> String {
         var json = #"{"accountId":"#
         appendJSONString(delivery.accountId, to: &json)
+        json += #","environment":"#
+        appendJSONString(environment, to: &json)
         json += #","orderId":"#
         if let orderId = delivery.orderId { appendJSONString(orderId, to: &json) } else { json += "null" }
         json += #","productId":"#

@@ -27,6 +27,7 @@ import Testing
     /// A server in zero-config mode (local App Store built in) on a fresh database.
     static func withServer(
         _ kind: String, maxBodyBytes: Int = 1_048_576, clientRate: Int = 1000,
+        environments: Set<AppStoreEnvironment> = [.production, .sandbox],
         rateLimitClock: @escaping @Sendable () -> ContinuousClock.Instant = { ContinuousClock.now },
         _ body: @Sendable (StoreKeeperApp, any TestClientProtocol) async throws -> Void
     ) async throws {
@@ -51,6 +52,7 @@ import Testing
         configuration.clientTokenSecret = tokenSecret
         configuration.maxBodyBytes = maxBodyBytes
         configuration.clientRequestsPerSecond = clientRate
+        configuration.environments = environments
         let app = try await StoreKeeperApp.make(configuration, dataDirectory: directory, rateLimitClock: rateLimitClock)
         do {
             try await Application(router: app.router()).test(.router) { client in try await body(app, client) }
@@ -298,6 +300,43 @@ import Testing
                 let reply = try await Self.call(client, .get, bad)
                 #expect(reply.status == .badRequest, "\(bad)")
                 #expect(reply.errorCode == "bad_request")
+            }
+        }
+    }
+
+    /// V1: App Review buys in Sandbox against the production server.
+    @Test(arguments: databases)
+    func sandboxPurchasesAreAcceptedWhenConfiguredAndFlaggedEverywhere(kind: String) async throws {
+        for environments: Set<AppStoreEnvironment> in [[.production, .sandbox], [.production]] {
+            try await Self.withServer(kind, environments: environments) { app, client in
+                // A Sandbox store signing with the same (local) Apple chain, as App Review's device would.
+                let local = try #require(app.localAppStore)
+                let sandbox = LocalAppStore(
+                    configuration: .init(
+                        bundleId: "com.example.app", appAppleId: 1_234_567_890, environment: .sandbox,
+                        catalog: app.catalog),
+                    pki: local.pki)
+                let bought = try await sandbox.buy("reviewer", items: [.init(productId: "coins_60")])
+                let reply = try await Self.call(
+                    client, .post, "/v1/purchases",
+                    body: #"{"accountId":"review","signedTransaction":"\#(bought.signedTransactions[0])"}"#)
+                guard environments.contains(.sandbox) else {
+                    #expect(reply.status == .unprocessableContent)
+                    #expect(reply.errorCode == "wrong_environment")
+                    #expect(try await app.store.balances(of: "review").isEmpty)
+                    return
+                }
+                #expect(reply.status == .ok)
+                let transaction = try #require((reply.json["transactions"] as? [[String: Any]])?.first)
+                #expect(transaction["environment"] as? String == "Sandbox")
+                let stored = try await app.database.read { sql in
+                    try await sql.raw("SELECT environment FROM deliveries").all().map {
+                        try $0.decode(column: "environment", as: String.self)
+                    }
+                }
+                #expect(stored == ["Sandbox"])
+                let event = try #require(try await OutboxStore(database: app.database).all().first)
+                #expect(event.event.payload.contains(#""environment":"Sandbox""#))
             }
         }
     }

@@ -326,7 +326,7 @@ enum TestDatabase {
             let delivery = DeliveryPlanner.Delivery(
                 transactionId: "2000000000000001", accountId: hostile, orderId: orderId, productId: "p\u{7f}",
                 quantity: 3)
-            let payload = PurchaseStore.outboxPayload(delivery)
+            let payload = PurchaseStore.outboxPayload(delivery, environment: "Sandbox")
             let object = try #require(JSONSerialization.jsonObject(with: Data(payload.utf8)) as? [String: Any])
             #expect(object["accountId"] as? String == hostile)
             #expect(object["orderId"] as? String == orderId)
@@ -334,7 +334,8 @@ enum TestDatabase {
             #expect(object["productId"] as? String == "p\u{7f}")
             #expect(object["quantity"] as? Int == 3)
             #expect(object["transactionId"] as? String == "2000000000000001")
-            #expect(object.count == 5)
+            #expect(object["environment"] as? String == "Sandbox")
+            #expect(object.count == 6)
         }
     }
 }
