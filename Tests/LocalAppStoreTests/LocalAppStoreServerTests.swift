@@ -140,7 +140,7 @@ import Testing
             func status(_ token: String?) async throws -> Int {
                 var request = HTTPClientRequest(url: "http://127.0.0.1:\(port)/inApps/v1/transactions/1")
                 if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
-                let response = try await HTTPClient.shared.execute(request, timeout: .seconds(5))
+                let response = try await HTTPClient.shared.execute(request, timeout: .seconds(60))
                 let body = try await response.body.collect(upTo: 1024)
                 if response.status.code == 401 { #expect(body.readableBytes == 0) }
                 return Int(response.status.code)
@@ -178,7 +178,7 @@ import Testing
         let id = try await store.buy("bo", items: [.init(productId: "remove_ads")]).transactions[0].transactionId!
         try await Self.withServer(store) { port in
             // Generous for a loaded machine; the latency fault below is far longer still.
-            let client = try await Self.client(port: port, timeout: .seconds(3))
+            let client = try await Self.client(port: port, timeout: .seconds(5))
             var faults = Faults()
             faults.endpoints["transactionInfo"] = .init(status: 503, count: 1)
             await store.setFaults(faults)
@@ -194,7 +194,7 @@ import Testing
             }
 
             faults = Faults()
-            faults.endpoints["*"] = .init(latencyMilliseconds: 8000, count: 1)
+            faults.endpoints["*"] = .init(latencyMilliseconds: 10000, count: 1)
             await store.setFaults(faults)
             await expectAPIError({ $0.kind == .timeout }) { _ = try await client.getTransactionInfo(id) }
         }
@@ -397,7 +397,7 @@ import Testing
                     request.headers.add(name: "Content-Type", value: "application/json")
                     request.body = .bytes(ByteBuffer(string: body))
                 }
-                let response = try await HTTPClient.shared.execute(request, timeout: .seconds(5))
+                let response = try await HTTPClient.shared.execute(request, timeout: .seconds(60))
                 let bytes = try await response.body.collect(upTo: 10 * 1024 * 1024)
                 let json = (try? JSONSerialization.jsonObject(with: Data(buffer: bytes))) as? [String: Any] ?? [:]
                 return (Int(response.status.code), json)
