@@ -347,31 +347,35 @@ public struct PurchaseStore: Sendable {
         }
     }
 
-    /// Balances and entitlements of several accounts with two queries (accounts with neither are absent).
+    /// Balances and entitlements of several accounts in one statement (one round trip on
+    /// PostgreSQL); accounts with neither are absent.
     static func accountStates(_ accounts: [String], sql: any SQLDatabase) async throws -> [String: AccountState] {
         guard !accounts.isEmpty else { return [:] }
         var states: [String: AccountState] = [:]
         for row in try await sql.raw(
             """
-            SELECT account_id, currency, amount AS total FROM balances WHERE account_id IN (\(binds: accounts))
+            SELECT account_id, 'b' AS kind, currency AS name, amount, NULL AS product_id,
+                   NULL AS original_transaction_id, NULL AS expires_at
+            FROM balances WHERE account_id IN (\(binds: accounts))
+            UNION ALL
+            SELECT account_id, 'e' AS kind, entitlement_id AS name, NULL AS amount, product_id,
+                   original_transaction_id, expires_at
+            FROM entitlements WHERE account_id IN (\(binds: accounts))
+            ORDER BY account_id, kind, name, original_transaction_id
             """
         ).all() {
-            states[try row.decode(column: "account_id", as: String.self), default: AccountState()]
-                .balances[try row.decode(column: "currency", as: String.self)] = try row.decode(
-                    column: "total", as: Int64.self)
-        }
-        for row in try await sql.raw(
-            """
-            SELECT * FROM entitlements WHERE account_id IN (\(binds: accounts))
-            ORDER BY account_id, entitlement_id, original_transaction_id
-            """
-        ).all() {
-            states[try row.decode(column: "account_id", as: String.self), default: AccountState()].entitlements.append(
-                EntitlementRow(
-                    entitlementId: try row.decode(column: "entitlement_id", as: String.self),
-                    productId: try row.decode(column: "product_id", as: String.self),
-                    originalTransactionId: try row.decode(column: "original_transaction_id", as: String.self),
-                    expiresAt: try row.decode(column: "expires_at", as: Int64?.self).map(Date.init(milliseconds:))))
+            let account = try row.decode(column: "account_id", as: String.self)
+            let name = try row.decode(column: "name", as: String.self)
+            if try row.decode(column: "kind", as: String.self) == "b" {
+                states[account, default: AccountState()].balances[name] = try row.decode(
+                    column: "amount", as: Int64.self)
+            } else {
+                states[account, default: AccountState()].entitlements.append(
+                    EntitlementRow(
+                        entitlementId: name, productId: try row.decode(column: "product_id", as: String.self),
+                        originalTransactionId: try row.decode(column: "original_transaction_id", as: String.self),
+                        expiresAt: try row.decode(column: "expires_at", as: Int64?.self).map(Date.init(milliseconds:))))
+            }
         }
         return states
     }

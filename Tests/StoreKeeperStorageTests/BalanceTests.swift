@@ -129,4 +129,28 @@ import Testing
             #expect(try await Migrations.appliedVersions(on: database) == Migrations.all.map(\.version))
         }
     }
+
+    @Test(arguments: PurchaseStoreTests.kinds)
+    func accountStatesReadBalancesAndEntitlementsTogether(kind: Database.Kind) async throws {
+        try await TestDatabase.with(kind) { database in
+            let store = PurchaseStore(database: database)
+            try await Self.fund(store, account: "both", times: 2, base: 500)
+            for (account, id) in [("both", "2390000000000001"), ("ads-only", "2390000000000002")] {
+                _ = try await store.deliver(
+                    PurchaseStoreTests.transaction("remove_ads", id: id), submittingAccount: account,
+                    catalog: PurchaseStoreTests.catalog, now: Self.now)
+            }
+            let states = try await database.read { sql in
+                try await PurchaseStore.accountStates(["both", "ads-only", "nobody"], sql: sql)
+            }
+            #expect(states["both"]?.balances == ["coins": 600])
+            #expect(states["both"]?.entitlements.map(\.entitlementId) == ["no_ads"])
+            #expect(states["both"]?.entitlements.first?.originalTransactionId == "2390000000000001")
+            #expect(states["ads-only"]?.balances == [:])
+            #expect(states["ads-only"]?.entitlements.map(\.productId) == ["remove_ads"])
+            #expect(states["ads-only"]?.entitlements.first?.expiresAt == nil)
+            #expect(states["nobody"] == nil)
+            #expect(try await store.account("nobody") == PurchaseStore.AccountState())
+        }
+    }
 }
