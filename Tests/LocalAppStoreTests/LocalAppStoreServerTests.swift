@@ -177,8 +177,8 @@ import Testing
         let store = Self.makeStore()
         let id = try await store.buy("bo", items: [.init(productId: "remove_ads")]).transactions[0].transactionId!
         try await Self.withServer(store) { port in
-            // Generous for a loaded machine; the latency fault below is far longer still.
-            let client = try await Self.client(port: port, timeout: .seconds(5))
+            // Generous for a loaded machine (CI runs every suite at once).
+            let client = try await Self.client(port: port, timeout: .seconds(60))
             var faults = Faults()
             faults.endpoints["transactionInfo"] = .init(status: 503, count: 1)
             await store.setFaults(faults)
@@ -193,10 +193,13 @@ import Testing
                 _ = try await client.getTransactionInfo(id)
             }
 
+            // A client that gives up after 2 s, against a 10 s delay: a timeout however loaded
+            // the machine is.
+            let impatient = try await Self.client(port: port, timeout: .seconds(2))
             faults = Faults()
             faults.endpoints["*"] = .init(latencyMilliseconds: 10000, count: 1)
             await store.setFaults(faults)
-            await expectAPIError({ $0.kind == .timeout }) { _ = try await client.getTransactionInfo(id) }
+            await expectAPIError({ $0.kind == .timeout }) { _ = try await impatient.getTransactionInfo(id) }
         }
     }
 
@@ -262,7 +265,7 @@ import Testing
         let hook = Application(router: receiver, configuration: .init(address: .hostname("127.0.0.1", port: 0)))
         try await hook.test(.live) { hookClient in
             let store = Self.makeStore(notificationURL: "http://127.0.0.1:\(hookClient.port!)/hook")
-            let sender = NotificationSender(store: store)
+            let sender = NotificationSender(store: store, timeout: .seconds(60))
             _ = try await store.buy("dee", items: [.init(productId: "coins_60")])
             await sender.deliverDue()  // attempt 1 fails
             await sender.deliverDue()  // nothing due yet
@@ -335,7 +338,7 @@ import Testing
                 pki: LocalAppStoreEngineTests.pki,
                 clock: StoreClock(start: LocalAppStoreEngineTests.start, scale: 72_000))
             _ = try await store.buy("sal", items: [.init(productId: "coins_60")])
-            let sender = NotificationSender(store: store, pollInterval: .milliseconds(10))
+            let sender = NotificationSender(store: store, pollInterval: .milliseconds(10), timeout: .seconds(60))
             let running = Task { try await sender.run() }
             let deadline = ContinuousClock.now + .seconds(60)
             while await store.notifications[0].delivered == false, ContinuousClock.now < deadline {
@@ -372,7 +375,7 @@ import Testing
             await store.setFaults(faults)
             let id = try await store.buy("ray", items: [.init(productId: "coins_60")]).transactions[0].transactionId!
             try await store.refund(id)
-            await NotificationSender(store: store).deliverDue()
+            await NotificationSender(store: store, timeout: .seconds(60)).deliverDue()
             #expect(received.withLock { $0 } == ["REFUND", "ONE_TIME_CHARGE"])
         }
     }

@@ -101,7 +101,8 @@ import Testing
                 try await Self.deliver(app, client, account: "hook-1")
                 try await Self.deliver(app, client, account: "hook-2")
                 let sender = WebhookSender(
-                    outbox: OutboxStore(database: app.database), url: url, secret: Self.secret, logger: app.logger)
+                    outbox: OutboxStore(database: app.database), url: url, secret: Self.secret, logger: app.logger,
+                    timeout: .seconds(60))
                 #expect(await sender.sendDue(now: Date()) == 2)
                 #expect(await sender.sendDue(now: Date().addingTimeInterval(3600)) == 0)  // nothing twice
                 let received = receiver.received.withLock { $0 }
@@ -128,7 +129,8 @@ import Testing
                 try await Self.deliver(app, client, account: "retry-2")
                 let outbox = OutboxStore(database: app.database)
                 let sender = WebhookSender(
-                    outbox: outbox, url: url, secret: Self.secret, logger: app.logger, firstBackoff: 5)
+                    outbox: outbox, url: url, secret: Self.secret, logger: app.logger, timeout: .seconds(60),
+                    firstBackoff: 5)
                 let start = Date()
                 #expect(await sender.sendDue(now: start) == 0)  // 500: stop, keep the rest for later
                 let first = try await outbox.all()
@@ -159,7 +161,8 @@ import Testing
             #expect(await down.sendDue(now: start) == 0)
             #expect(try await outbox.pendingCount() == 1)
             try await Self.withReceiver { url, receiver in
-                let up = WebhookSender(outbox: outbox, url: url, secret: Self.secret, logger: app.logger)
+                let up = WebhookSender(
+                    outbox: outbox, url: url, secret: Self.secret, logger: app.logger, timeout: .seconds(60))
                 #expect(await up.sendDue(now: start.addingTimeInterval(120)) == 1)
                 #expect(receiver.received.withLock { $0.count } == 1)
             }
@@ -198,7 +201,7 @@ import Testing
             let response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
             #expect(response.status == .ok)
             // The sender polls every second; allow a generous while on a loaded machine.
-            for _ in 0..<300 where receiver.received.withLock({ $0.isEmpty }) {
+            for _ in 0..<600 where receiver.received.withLock({ $0.isEmpty }) {
                 try await Task.sleep(for: .milliseconds(100))
             }
             #expect(receiver.received.withLock { $0.count } == 1)
