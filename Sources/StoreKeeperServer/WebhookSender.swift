@@ -50,36 +50,52 @@ public struct WebhookSender: Service {
         }
     }
 
-    /// Sends every event due at `now`, oldest first; returns how many were accepted. Stops at
-    /// the first failure (the backend is likely down): the rest wait for their lease to end.
+    /// Sends every event due at `now`, oldest first, batch after batch while there is a
+    /// backlog; returns how many were accepted. Stops at the first failure (the backend is
+    /// likely down): the rest of that batch waits for its lease to end. Accepted events are
+    /// marked sent once per batch (one commit, not one per event).
     @discardableResult
-    public func sendDue(now: Date) async -> Int {
-        let events: [OutboxStore.Event]
-        do {
-            events = try await outbox.claimDue(now: now)
-        } catch {
-            logger.warning("cannot read the outbox", metadata: ["error": "\(error)"])
-            return 0
-        }
-        var sent = 0
-        for event in events {
+    public func sendDue(now: Date, batchSize: Int = 64) async -> Int {
+        var total = 0
+        while true {
+            let events: [OutboxStore.Event]
             do {
-                try await send(event, now: now)
-                try await outbox.markSent(event.id, now: Date())
-                sent += 1
+                events = try await outbox.claimDue(now: now, limit: batchSize)
             } catch {
-                let delay = backoff(afterAttempt: event.attempts + 1)
-                logger.warning(
-                    "webhook not accepted; will retry",
-                    metadata: [
-                        "event": "\(event.id)", "attempt": "\(event.attempts + 1)", "retryInSeconds": "\(Int(delay))",
-                        "error": "\(error)",
-                    ])
-                try? await outbox.reschedule(event.id, at: now.addingTimeInterval(delay), error: "\(error)")
-                break
+                logger.warning("cannot read the outbox", metadata: ["error": "\(error)"])
+                return total
             }
+            var accepted: [String] = []
+            var failed = false
+            for event in events {
+                do {
+                    try await send(event, now: now)
+                    accepted.append(event.id)
+                } catch {
+                    let delay = backoff(afterAttempt: event.attempts + 1)
+                    logger.warning(
+                        "webhook not accepted; will retry",
+                        metadata: [
+                            "event": "\(event.id)", "attempt": "\(event.attempts + 1)",
+                            "retryInSeconds": "\(Int(delay))", "error": "\(error)",
+                        ])
+                    try? await outbox.reschedule(event.id, at: now.addingTimeInterval(delay), error: "\(error)")
+                    failed = true
+                    break
+                }
+            }
+            if !accepted.isEmpty {
+                do {
+                    try await outbox.markSent(accepted, now: Date())
+                } catch {
+                    // Sent but not marked: they go again after their lease (at least once).
+                    logger.warning("cannot mark webhooks sent", metadata: ["error": "\(error)"])
+                    return total
+                }
+            }
+            total += accepted.count
+            if failed || events.count < batchSize { return total }
         }
-        return sent
     }
 
     struct Rejected: Error, CustomStringConvertible {

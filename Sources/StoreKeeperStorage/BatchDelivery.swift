@@ -150,7 +150,7 @@ struct BatchDelivery {
         if !outbox.isEmpty {
             var insert = sql.insert(into: "outbox").columns("id", "event", "payload", "created_at")
             for (payload, at) in outbox {
-                insert = insert.values([UUID().uuidString.lowercased(), "delivery", payload, at])
+                insert = insert.values([OutboxStore.newEventId(), "delivery", payload, at])
             }
             inserts.append(insert.insert)
         }

@@ -1,5 +1,6 @@
 import Foundation
 import SQLKit
+import Synchronization
 
 /// The outbox: events written in the same transaction as the state they describe (a
 /// delivery), sent to the app's backend afterwards — at least once, in the order they were
@@ -9,6 +10,42 @@ public struct OutboxStore: Sendable {
 
     public init(database: Database) {
         self.database = database
+    }
+
+    /// A new event id: a UUID version 7 (RFC 9562) — the millisecond time, then a counter
+    /// within the millisecond, then random bits — so ids sort in the order this process wrote
+    /// them, and ties of `created_at` keep that order when the outbox is sent.
+    public static func newEventId(now: Date = Date()) -> String {
+        eventIds.withLock { $0.next(now: now) }
+    }
+
+    private static let eventIds = Mutex(EventIdGenerator())
+
+    /// UUIDv7 with a 12-bit counter for ids made in the same millisecond (RFC 9562, method 1).
+    struct EventIdGenerator {
+        var milliseconds: UInt64 = 0
+        var counter: UInt64 = 0
+
+        mutating func next(now: Date) -> String {
+            let current = UInt64(max(0, now.timeIntervalSince1970 * 1000))
+            if current > milliseconds {
+                (milliseconds, counter) = (current, 0)
+            } else if counter < 0xFFF {
+                counter += 1
+            } else {
+                (milliseconds, counter) = (milliseconds + 1, 0)  // 4,096 in one millisecond: borrow the next
+            }
+            var bytes = [UInt8](repeating: 0, count: 16)
+            for index in 0..<6 { bytes[index] = UInt8(truncatingIfNeeded: milliseconds >> (40 - 8 * UInt64(index))) }
+            bytes[6] = 0x70 | UInt8(truncatingIfNeeded: counter >> 8)
+            bytes[7] = UInt8(truncatingIfNeeded: counter)
+            var random = SystemRandomNumberGenerator()
+            for index in 8..<16 { bytes[index] = random.next() }
+            bytes[8] = 0x80 | (bytes[8] & 0x3F)
+            let hex = bytes.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }
+            return [hex[0..<4], hex[4..<6], hex[6..<8], hex[8..<10], hex[10..<16]].map { $0.joined() }
+                .joined(separator: "-")
+        }
     }
 
     public struct Event: Sendable, Hashable {
@@ -56,9 +93,10 @@ public struct OutboxStore: Sendable {
             attempts: try row.decode(column: "attempts", as: Int.self))
     }
 
-    public func markSent(_ id: String, now: Date) async throws {
+    public func markSent(_ ids: [String], now: Date) async throws {
+        guard !ids.isEmpty else { return }
         try await database.transaction { sql in
-            try await sql.raw("UPDATE outbox SET sent_at = \(bind: now.milliseconds) WHERE id = \(bind: id)").run()
+            try await sql.raw("UPDATE outbox SET sent_at = \(bind: now.milliseconds) WHERE id IN (\(binds: ids))").run()
         }
     }
 

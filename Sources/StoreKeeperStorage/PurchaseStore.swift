@@ -249,7 +249,7 @@ public struct PurchaseStore: Sendable {
             try await sql.raw(
                 """
                 INSERT INTO outbox (id, event, payload, created_at)
-                VALUES (\(bind: UUID().uuidString.lowercased()), 'delivery', \(bind: Self.outboxPayload(delivery, environment: transaction.environment?.rawValue ?? "Production")), \(bind: at))
+                VALUES (\(bind: OutboxStore.newEventId()), 'delivery', \(bind: Self.outboxPayload(delivery, environment: transaction.environment?.rawValue ?? "Production")), \(bind: at))
                 """
             ).run()
         }

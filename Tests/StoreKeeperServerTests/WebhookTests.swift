@@ -149,6 +149,22 @@ import Testing
         }
     }
 
+    @Test func aBacklogDrainsInOneCallInOrder() async throws {
+        try await Self.withReceiver { url, receiver in
+            try await ServerAPITests.withServer("sqlite") { app, client in
+                for index in 0..<30 { try await Self.deliver(app, client, account: "backlog-\(index)") }
+                let sender = WebhookSender(
+                    outbox: OutboxStore(database: app.database), url: url, secret: Self.secret, logger: app.logger,
+                    timeout: .seconds(60))
+                // Batches of 8: the call keeps going while batches come back full.
+                #expect(await sender.sendDue(now: Date(), batchSize: 8) == 30)
+                let accounts = receiver.bodies.compactMap { ($0["data"] as? [String: Any])?["accountId"] as? String }
+                #expect(accounts == (0..<30).map { "backlog-\($0)" })
+                #expect(try await OutboxStore(database: app.database).pendingCount() == 0)
+            }
+        }
+    }
+
     @Test func anUnreachableBackendLosesNothing() async throws {
         try await ServerAPITests.withServer("sqlite") { app, client in
             try await Self.deliver(app, client, account: "down-1")

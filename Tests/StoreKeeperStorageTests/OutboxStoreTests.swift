@@ -27,7 +27,7 @@ import Testing
             #expect(claimed.count == 2)  // oldest first
             #expect(claimed.map { $0.payload.contains("outbox-0") || $0.payload.contains("outbox-1") } == [true, true])
             #expect(try await outbox.claimDue(now: now).count == 1)  // the two are leased
-            try await outbox.markSent(claimed[0].id, now: now)
+            try await outbox.markSent([claimed[0].id], now: now)
             try await outbox.reschedule(claimed[1].id, at: now.addingTimeInterval(300), error: "HTTP 500")
             #expect(
                 try await outbox.claimDue(now: now.addingTimeInterval(120)).map(\.id).contains(claimed[1].id) == false)
@@ -55,5 +55,32 @@ import Testing
             #expect(claimed.count == 80)
             try await other.close()
         }
+    }
+
+    @Test func eventIdsAreVersion7UUIDsInWritingOrder() {
+        let now = Date(timeIntervalSince1970: 1_767_225_600.123)
+        // Many in one millisecond (past the 4,096 a millisecond holds), then a later one.
+        var generator = OutboxStore.EventIdGenerator()
+        let ids = (0..<5_000).map { _ in generator.next(now: now) } + [generator.next(now: now.addingTimeInterval(10))]
+        #expect(UUID(uuidString: OutboxStore.newEventId()) != nil)  // the process-wide one
+        #expect(ids == ids.sorted())
+        #expect(Set(ids).count == ids.count)
+        for id in ids.prefix(3) + ids.suffix(1) {
+            let uuid = UUID(uuidString: id)
+            #expect(uuid != nil)
+            #expect(id == id.lowercased())
+            #expect(Array(id)[14] == "7")  // version
+            #expect("89ab".contains(Array(id)[19]))  // variant
+        }
+        // The first 48 bits are the millisecond time.
+        #expect(
+            ids[0].replacingOccurrences(of: "-", with: "").prefix(12)
+                == String(1_767_225_600_123, radix: 16).leftPadded(12))
+    }
+}
+
+extension String {
+    fileprivate func leftPadded(_ width: Int) -> String {
+        String(repeating: "0", count: max(0, width - count)) + self
     }
 }
