@@ -57,7 +57,10 @@ public struct WebhookSender: Service {
     @discardableResult
     public func sendDue(now: Date, batchSize: Int = 64) async -> Int {
         var total = 0
+        var now = now
         while true {
+            // A long backlog: each batch is leased from the time it is claimed.
+            now = max(now, Date())
             let events: [OutboxStore.Event]
             do {
                 events = try await outbox.claimDue(now: now, limit: batchSize)
@@ -69,7 +72,7 @@ public struct WebhookSender: Service {
             var failed = false
             for event in events {
                 do {
-                    try await send(event, now: now)
+                    try await send(event, signedAt: Date())
                     accepted.append(event.id)
                 } catch {
                     let delay = backoff(afterAttempt: event.attempts + 1)
@@ -102,9 +105,10 @@ public struct WebhookSender: Service {
         var description: String
     }
 
-    func send(_ event: OutboxStore.Event, now: Date) async throws {
+    /// `signedAt` is the wall clock when the request leaves (receivers reject stale signatures).
+    func send(_ event: OutboxStore.Event, signedAt: Date) async throws {
         let body = Self.body(event)
-        let timestamp = Int(now.timeIntervalSince1970)
+        let timestamp = Int(signedAt.timeIntervalSince1970)
         var request = HTTPClientRequest(url: url)
         request.method = .POST
         request.headers.add(name: "Content-Type", value: "application/json")

@@ -144,6 +144,13 @@ import Testing
                 // Every attempt carried the same event first: order is kept through failures.
                 let accounts = receiver.bodies.map { ($0["data"] as? [String: Any])?["accountId"] as? String }
                 #expect(accounts == ["retry-1", "retry-1", "retry-1", "retry-2"])
+                // Signed with the wall clock when sent, not the scheduling time (which ran ahead here).
+                let stamps = receiver.received.withLock { $0 }.compactMap { received -> Double? in
+                    received.headers[HTTPField.Name("StoreKeeper-Signature")!]?.split(separator: ",").first
+                        .flatMap { Double($0.dropFirst(2)) }
+                }
+                #expect(stamps.count == 4)
+                #expect(stamps.allSatisfy { abs($0 - Date().timeIntervalSince1970) < 120 })
                 #expect(try await outbox.pendingCount() == 0)
             }
         }
