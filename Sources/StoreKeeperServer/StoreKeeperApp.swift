@@ -491,9 +491,7 @@ public struct StoreKeeperApp: Sendable {
     /// The account as API.md shows it; `state` when the caller already read it.
     func account(_ accountId: String, state: PurchaseStore.AccountState? = nil) async throws -> AccountJSON {
         let now = Date()
-        var state = state
-        if state == nil { state = try await store.account(accountId) }
-        guard let state else { throw CancellationError() }
+        let state = if let state { state } else { try await store.account(accountId) }
         let entitlements = state.entitlements.map {
             AccountJSON.Entitlement(
                 id: $0.entitlementId, active: $0.expiresAt.map { $0 > now } ?? true, productId: $0.productId,

@@ -40,9 +40,8 @@ import Testing
             #expect(try await app.store.cancelExpiredOrders(olderThan: 0, now: Date().addingTimeInterval(1)) == 1)
             #expect(try await Self.status(client, order: orderId) == "cancelled")
             let approved = try await store.approve(try #require(asked.pendingId))
-            let reply = try await ServerAPITests.call(
-                client, .post, "/v1/purchases",
-                body: #"{"accountId":"kid","signedTransaction":"\#(approved.signedTransactions[0])"}"#)
+            let reply = try await ServerAPITests.submit(
+                client, account: "kid", signedTransaction: approved.signedTransactions[0])
             #expect(reply.status == .ok)
             let transaction = try #require((reply.json["transactions"] as? [[String: Any]])?.first)
             #expect(transaction["orderId"] as? String == orderId)
@@ -63,11 +62,8 @@ import Testing
             // The app never delivered it; now the player starts a new order for the same product,
             // and the app submits the old transaction with the new order's id.
             let new = try await Self.order(client, account: "p11", product: "coins_60")
-            let reply = try await ServerAPITests.call(
-                client, .post, "/v1/purchases",
-                body:
-                    #"{"accountId":"p11","orderId":"\#(new.id)","signedTransaction":"\#(paid.signedTransactions[0])"}"#
-            )
+            let reply = try await ServerAPITests.submit(
+                client, account: "p11", signedTransaction: paid.signedTransactions[0], orderId: new.id)
             #expect(reply.status == .ok)
             let transaction = try #require((reply.json["transactions"] as? [[String: Any]])?.first)
             #expect(transaction["orderId"] as? String == old.id)
@@ -77,11 +73,8 @@ import Testing
             // The new order's own payment then pays it.
             let second = try await store.buy(
                 "p11-apple-id", items: [.init(productId: "coins_60")], appAccountToken: new.token)
-            _ = try await ServerAPITests.call(
-                client, .post, "/v1/purchases",
-                body:
-                    #"{"accountId":"p11","orderId":"\#(new.id)","signedTransaction":"\#(second.signedTransactions[0])"}"#
-            )
+            _ = try await ServerAPITests.submit(
+                client, account: "p11", signedTransaction: second.signedTransactions[0], orderId: new.id)
             #expect(try await Self.status(client, order: new.id) == "delivered")
             #expect(try await app.store.balances(of: "p11") == ["coins": 120])
         }
@@ -95,11 +88,8 @@ import Testing
             let expensive = try await Self.order(client, account: "p12", product: "coins_300")
             let cheap = try await store.buy(
                 "p12-apple-id", items: [.init(productId: "coins_60")], appAccountToken: expensive.token)
-            let reply = try await ServerAPITests.call(
-                client, .post, "/v1/purchases",
-                body:
-                    #"{"accountId":"p12","orderId":"\#(expensive.id)","signedTransaction":"\#(cheap.signedTransactions[0])"}"#
-            )
+            let reply = try await ServerAPITests.submit(
+                client, account: "p12", signedTransaction: cheap.signedTransactions[0], orderId: expensive.id)
             #expect(reply.status == .ok)
             let transaction = try #require((reply.json["transactions"] as? [[String: Any]])?.first)
             #expect(transaction["productId"] as? String == "coins_60")

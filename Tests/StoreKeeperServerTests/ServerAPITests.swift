@@ -100,6 +100,16 @@ import Testing
         }
     }
 
+    /// `POST /v1/purchases` with a signed transaction (and an order id when given).
+    static func submit(
+        _ client: any TestClientProtocol, account: String, signedTransaction: String, orderId: String? = nil
+    ) async throws -> Reply {
+        let order = orderId.map { #","orderId":"\#($0)""# } ?? ""
+        return try await call(
+            client, .post, "/v1/purchases",
+            body: #"{"accountId":"\#(account)"\#(order),"signedTransaction":"\#(signedTransaction)"}"#)
+    }
+
     @Test(arguments: databases)
     func orderThenSignedTransactionDeliversOnce(kind: String) async throws {
         try await Self.withServer(kind) { app, client in

@@ -73,9 +73,8 @@ import Testing
 
     static func deliver(_ app: StoreKeeperApp, _ client: any TestClientProtocol, account: String) async throws {
         let bought = try await app.localAppStore!.buy(account, items: [.init(productId: "coins_60")])
-        let reply = try await ServerAPITests.call(
-            client, .post, "/v1/purchases",
-            body: #"{"accountId":"\#(account)","signedTransaction":"\#(bought.signedTransactions[0])"}"#)
+        let reply = try await ServerAPITests.submit(
+            client, account: account, signedTransaction: bought.signedTransactions[0])
         #expect(reply.status == .ok)
     }
 
