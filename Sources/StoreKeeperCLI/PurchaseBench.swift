@@ -44,6 +44,10 @@ struct PurchaseBench {
         configuration.port = 0
         configuration.databaseURL = databaseURL ?? "sqlite:\(directory.path)/bench.sqlite"
         configuration.secretKeys = ["bench"]
+        // The local App Store signs the load's proofs.
+        configuration.localAppStoreEnabled = true
+        configuration.bundleId = "com.example.app"
+        configuration.appAppleId = 1_234_567_890
         var logger = Logger(label: "bench")
         logger.logLevel = .error
         let app = try await StoreKeeperApp.make(configuration, dataDirectory: directory, logger: logger)

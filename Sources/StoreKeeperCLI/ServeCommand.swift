@@ -11,29 +11,31 @@ struct ServeCommand: AsyncParsableCommand {
         commandName: "serve",
         abstract: "Run the StoreKeeper server (API.md).",
         discussion: """
-            With no configuration at all it listens on 127.0.0.1:8080, keeps its data in \
-            ./storekeeper.sqlite and runs the local App Store built in (zero-config mode).
+            With no configuration at all (no --config, no APPLE_* variable) it starts in demo mode: \
+            127.0.0.1:8080, ./storekeeper.sqlite, and the built-in local App Store, trusted — for trying \
+            StoreKeeper out only. Any configuration trusts Apple's roots and not the local App Store \
+            (unless localAppStore.enabled). A configuration problem exits with code 2, naming the key.
             """
     )
 
     @Option(help: "Configuration file (JSON or YAML); every key can also come from the environment.")
     var config: String?
 
-    @Option(name: .customLong("data-dir"), help: "Where zero-config mode keeps the local App Store's keys.")
+    @Option(
+        name: .customLong("data-dir"),
+        help: "Where demo mode keeps the local App Store's keys and the development secret key.")
     var dataDirectory: String = "storekeeper-data"
 
     func run() async throws {
-        let configuration: ServerConfiguration
-        do {
-            configuration = try await ServerConfiguration.load(file: config)
-        } catch let error as ServerConfiguration.Invalid {
-            throw ValidationError(error.description)
-        }
         var mutableLogger = Logger(label: "storekeeper")
         mutableLogger.logLevel = .info
         let logger = mutableLogger
-        let app = try await StoreKeeperApp.make(
-            configuration, dataDirectory: URL(fileURLWithPath: dataDirectory, isDirectory: true), logger: logger)
+        let (configuration, app) = try await ConfigurationErrors.exitingWith2 {
+            let configuration = try await ServerConfiguration.load(file: config)
+            let app = try await StoreKeeperApp.make(
+                configuration, dataDirectory: URL(fileURLWithPath: dataDirectory, isDirectory: true), logger: logger)
+            return (configuration, app)
+        }
         do {
             try await app.application { port in
                 logger.notice("StoreKeeper listening on http://\(configuration.host):\(port)")
@@ -46,6 +48,18 @@ struct ServeCommand: AsyncParsableCommand {
     }
 }
 
+/// A configuration problem stops a command with exit code 2 and the key named on standard error.
+enum ConfigurationErrors {
+    static func exitingWith2<T>(_ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch let error as ServerConfiguration.Invalid {
+            FileHandle.standardError.write(Data("configuration error: \(error.description)\n".utf8))
+            throw ExitCode(2)
+        }
+    }
+}
+
 /// `storekeeper migrate`: applies the schema and exits.
 struct MigrateCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -55,7 +69,9 @@ struct MigrateCommand: AsyncParsableCommand {
     var config: String?
 
     func run() async throws {
-        let configuration = try await ServerConfiguration.load(file: config)
+        let configuration = try await ConfigurationErrors.exitingWith2 {
+            try await ServerConfiguration.load(file: config)
+        }
         let database = try await Database.open(url: configuration.databaseURL)
         try await Migrations.run(on: database)
         let versions = try await Migrations.appliedVersions(on: database)

@@ -6,7 +6,8 @@ struct StoreKeeperCommand: AsyncParsableCommand {
         commandName: "storekeeper",
         abstract: "StoreKeeper: a self-hosted App Store in-app-purchase system.",
         subcommands: [
-            ServeCommand.self, MigrateCommand.self, VerifyCommand.self, LocalStoreCommand.self, BenchCommand.self,
+            ServeCommand.self, MigrateCommand.self, ConfigCommand.self, ReverifyCommand.self, VerifyCommand.self,
+            LocalStoreCommand.self, BenchCommand.self,
         ]
     )
 }

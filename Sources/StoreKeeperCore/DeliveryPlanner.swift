@@ -27,13 +27,16 @@ public enum DeliveryPlanner {
         public var currentEntitlementExpiry: Date?
         public var catalog: Catalog
         public var policy: OwnershipPolicy
+        /// What the submission proves about who paid.
+        public var evidence: Evidence
 
         public init(
             transaction: JWSTransactionDecodedPayload, submittingAccount: String?, orderByToken: Order? = nil,
             requestedOrder: Order? = nil, oldestOpenOrder: Order? = nil, existingDelivery: Delivery? = nil,
             boundAccount: String? = nil, currentEntitlementExpiry: Date? = nil, catalog: Catalog,
-            policy: OwnershipPolicy = .firstBinder
+            policy: OwnershipPolicy = .firstBinder, evidence: Evidence = .device
         ) {
+            self.evidence = evidence
             self.transaction = transaction
             self.submittingAccount = submittingAccount
             self.orderByToken = orderByToken
@@ -45,6 +48,16 @@ public enum DeliveryPlanner {
             self.catalog = catalog
             self.policy = policy
         }
+    }
+
+    /// What a submission proves about who paid.
+    public enum Evidence: Hashable, Sendable {
+        /// A signed transaction or receipt from the device (or from Apple): holding it is the proof.
+        case device
+        /// A bare `transactionId`, looked up at Apple: anyone can send one, so it proves nothing
+        /// about who paid. It delivers only to the submitter whose order token it carries, or who
+        /// already owns its `originalTransactionId`.
+        case lookup
     }
 
     /// A recorded delivery: what a repeated submission answers with.
@@ -105,9 +118,33 @@ public enum DeliveryPlanner {
         let productId = transaction.productId ?? ""
 
         if let existing = context.existingDelivery {
-            return Plan(
-                outcome: .alreadyDelivered, accountId: existing.accountId,
-                order: nil, delivery: nil)
+            if transaction.isRevoked {
+                // Apple revoked what was delivered: say so. Reversing the grant is the refund
+                // path's (subscriptions and notifications); until then an operator sees it.
+                return Plan(
+                    outcome: .refunded, accountId: existing.accountId,
+                    anomalies: [
+                        AnomalyDraft(
+                            kind: .refundedAfterDelivery, transactionId: transactionId, orderId: existing.orderId,
+                            accountId: existing.accountId,
+                            detail:
+                                "transaction \(transactionId), delivered to \(existing.accountId), was revoked by Apple"
+                        )
+                    ])
+            }
+            if let submitter = context.submittingAccount, submitter != existing.accountId {
+                // Never "already delivered" to someone else, and never their order.
+                return Plan(
+                    outcome: .notDelivered, refusal: .ownedByOtherAccount(owner: existing.accountId), accountId: nil,
+                    anomalies: [
+                        AnomalyDraft(
+                            kind: .ownershipConflict, transactionId: transactionId, orderId: nil, accountId: submitter,
+                            detail:
+                                "account \(submitter) submitted transaction \(transactionId), already delivered to account \(existing.accountId)"
+                        )
+                    ])
+            }
+            return Plan(outcome: .alreadyDelivered, accountId: existing.accountId, order: nil, delivery: nil)
         }
         if transaction.isRevoked {
             return Plan(outcome: .refunded, refusal: .revoked, accountId: nil)
@@ -131,7 +168,24 @@ public enum DeliveryPlanner {
 
         // Attribution: the signed appAccountToken, then the order named in the request, then
         // the oldest open order of the account for the product.
-        let candidate = context.orderByToken ?? context.requestedOrder ?? context.oldestOpenOrder
+        var candidate = context.orderByToken ?? context.requestedOrder ?? context.oldestOpenOrder
+        if context.evidence == .lookup {
+            let submitter = context.submittingAccount
+            let carriesSubmittersToken = submitter != nil && context.orderByToken?.accountId == submitter
+            let submitterOwnsIt = submitter != nil && context.boundAccount == submitter
+            guard carriesSubmittersToken || submitterOwnsIt else {
+                return Plan(
+                    outcome: .unattributed, accountId: nil,
+                    anomalies: [
+                        AnomalyDraft(
+                            kind: .unattributedTransaction, transactionId: transactionId, orderId: nil, accountId: nil,
+                            detail:
+                                "transaction \(transactionId) ('\(productId)') was submitted by id by account \(submitter ?? "-"), but carries no token of its orders and is not owned by it"
+                        )
+                    ])
+            }
+            if !carriesSubmittersToken { candidate = context.requestedOrder ?? context.oldestOpenOrder }
+        }
         var anomalies: [AnomalyDraft] = []
         var paidOrder: Order?
         var recipient: String?
@@ -186,7 +240,7 @@ public enum DeliveryPlanner {
         guard let account = recipient else {
             // Nobody to give it to (a notification for a purchase no order or account knows).
             return Plan(
-                outcome: .notDelivered, accountId: nil,
+                outcome: .unattributed, accountId: nil,
                 anomalies: anomalies + [
                     AnomalyDraft(
                         kind: .unattributedTransaction, transactionId: transactionId, orderId: nil, accountId: nil,
@@ -198,7 +252,17 @@ public enum DeliveryPlanner {
         var grants: [Grant] = []
         var ledger: [LedgerEntry] = []
         if let currency = product.grants.currency, let amount = product.grants.amount {
-            let total = amount * Int64(quantity)
+            let (total, overflow) = amount.multipliedReportingOverflow(by: Int64(quantity))
+            guard !overflow else {
+                return Plan(
+                    outcome: .notDelivered, accountId: nil,
+                    anomalies: anomalies + [
+                        AnomalyDraft(
+                            kind: .grantOverflow, transactionId: transactionId, orderId: candidate?.orderId,
+                            accountId: account,
+                            detail: "\(quantity) × \(amount) \(currency) does not fit in a 64-bit amount")
+                    ])
+            }
             grants.append(.currency(code: currency, amount: total))
             ledger.append(
                 LedgerEntry(
@@ -218,7 +282,7 @@ public enum DeliveryPlanner {
             order?.deliveredAt = now
         }
         return Plan(
-            outcome: paidOrder == nil && candidate == nil ? .unattributed : .delivered, refusal: nil,
+            outcome: .delivered, refusal: nil,
             accountId: account,
             order: order, grants: grants, ledger: ledger, binding: binding, anomalies: anomalies,
             delivery: Delivery(

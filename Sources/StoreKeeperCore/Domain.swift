@@ -70,6 +70,8 @@ public struct AnomalyDraft: Hashable, Sendable {
         case verificationStuck = "verification_stuck"
         case refundedAfterDelivery = "refunded_after_delivery"
         case unknownProduct = "unknown_product"
+        /// A grant whose arithmetic overflows (amount × quantity, or a balance): never a crash.
+        case grantOverflow = "grant_overflow"
     }
 
     public var kind: Kind

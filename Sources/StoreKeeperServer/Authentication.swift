@@ -81,3 +81,16 @@ struct Authenticator: Sendable {
         return difference == 0
     }
 }
+
+/// Lets a request through only with a secret key: the local App Store's routes beside a
+/// configuration (`localAppStore.enabled`), where an app user must not mint purchases.
+struct SecretKeyRequired<Context: RequestContext>: RouterMiddleware {
+    let authenticator: Authenticator
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+        -> Response
+    {
+        try await authenticator.authenticate(request).requireSecretKey()
+        return try await next(request, context)
+    }
+}

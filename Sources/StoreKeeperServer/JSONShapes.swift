@@ -38,13 +38,17 @@ struct TransactionJSON: Encodable {
     var orderId: String?
     var outcome: String
 
-    init(_ transaction: JWSTransactionDecodedPayload, result: PurchaseStore.DeliveryResult) {
+    /// `submitter`: an order of another account is never shown to the submitter.
+    init(_ transaction: JWSTransactionDecodedPayload, result: PurchaseStore.DeliveryResult, submitter: String) {
         transactionId = transaction.transactionId ?? ""
         originalTransactionId = transaction.originalTransactionId ?? transactionId
         productId = transaction.productId ?? ""
         quantity = Int(transaction.quantity ?? 1)
         environment = transaction.environment?.rawValue ?? "Production"
-        orderId = result.plan.delivery?.orderId ?? result.existing?.orderId ?? result.plan.order?.orderId
+        let recipient = result.plan.delivery?.accountId ?? result.existing?.accountId ?? result.plan.accountId
+        orderId =
+            recipient == submitter
+            ? result.plan.delivery?.orderId ?? result.existing?.orderId ?? result.plan.order?.orderId : nil
         outcome = result.plan.outcome.rawValue
     }
 }

@@ -72,7 +72,7 @@ public struct JobRunner: Service {
             _ = try await app.store.deliver(
                 transaction, submittingAccount: lookup.accountId, requestedOrderId: lookup.orderId,
                 catalog: app.catalog,
-                policy: app.configuration.ownershipPolicy, now: now)
+                policy: app.configuration.ownershipPolicy, evidence: .lookup, now: now)
             try await app.jobs.complete(job.id)
             return true
         } catch let error as AppStoreAPIError where error.isRetryable {
@@ -81,6 +81,12 @@ public struct JobRunner: Service {
             await retry(job, lookup: lookup, reason: failure.description, retryAfter: nil, now: now)
         } catch {
             // Apple answered, and the answer is final (unknown id, forged data…): an operator looks.
+            if let failure = error as? VerificationFailure {
+                app.metrics.verificationFailure(failure.code)
+                await app.keepRejected(
+                    .transactionId(lookup.transactionId), failure: failure, accountId: lookup.accountId,
+                    orderId: lookup.orderId)
+            }
             try? await app.jobs.fail(job.id, error: "\(error)")
             try? await app.store.raiseAnomaly(
                 AnomalyDraft(

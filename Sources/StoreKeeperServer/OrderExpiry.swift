@@ -26,3 +26,26 @@ struct OrderExpiry: Service {
         }
     }
 }
+
+/// Deletes kept rejected proofs past `rejectedProofs.retentionDays`, once an hour.
+struct RejectedProofRetention: Service {
+    let store: RejectedProofStore
+    let retentionDays: Int
+    let logger: Logger
+
+    func run() async throws {
+        try? await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                do {
+                    let pruned = try await store.prune(olderThan: retentionDays, now: Date())
+                    if pruned > 0 { logger.info("pruned rejected proofs", metadata: ["count": "\(pruned)"]) }
+                } catch is CancellationError {
+                    return
+                } catch {
+                    logger.warning("pruning rejected proofs failed; will retry", metadata: ["error": "\(error)"])
+                }
+                try await Task.sleep(for: .seconds(3600))
+            }
+        }
+    }
+}

@@ -1,21 +1,32 @@
 import AppStoreModels
+import AppStoreVerification
 import Configuration
+import Crypto
 import Foundation
 import StoreKeeperCatalog
 import StoreKeeperCore
-import SystemPackage
 import Yams
 
 /// Everything `storekeeper serve` reads, with API.md's keys. One file (JSON or YAML) and the
 /// environment (`apple.bundleId` ↔ `APPLE_BUNDLEID`); the environment wins.
 public struct ServerConfiguration: Sendable {
+    /// Demo mode runs and trusts the built-in local App Store; it is chosen only when there is
+    /// no configuration at all. Any configuration is `configured`: Apple's roots, no fake store.
+    public enum Mode: String, Sendable {
+        case demo
+        case configured
+    }
+
+    /// Built programmatically (tests, embedding), a configuration is `configured`: production is
+    /// the default, and a caller who wants the local App Store says so.
+    public var mode: Mode = .configured
     public var host = "127.0.0.1"
     public var port = 8080
     public var databaseURL = "sqlite:storekeeper.sqlite"
     public var bundleId: String?
     public var appAppleId: Int64?
     public var environments: Set<AppStoreEnvironment> = [.production, .sandbox]
-    /// PEM/DER files; empty means Apple's roots (or the local App Store's in zero-config mode).
+    /// PEM/DER files; empty means Apple's roots (G3 and Apple Inc. Root).
     public var rootCertificateFiles: [String] = []
     public var serverAPIIssuerId: String?
     public var serverAPIKeyId: String?
@@ -36,141 +47,442 @@ public struct ServerConfiguration: Sendable {
     public var orderTTL: TimeInterval = 24 * 3600
     public var webhookURL: String?
     public var webhookSecret: String?
+    /// Run and trust the built-in local App Store beside a configuration (tests, staging).
+    public var localAppStoreEnabled = false
+    /// How long proofs that failed verification are kept for re-verification.
+    public var rejectedProofsRetentionDays = 90
 
     public init() {}
 
-    /// Zero-config mode: no Apple credentials and no trust roots configured, so the server runs
-    /// the local App Store in-process and trusts only it.
-    public var usesLocalAppStore: Bool {
-        serverAPIPrivateKeyFile == nil && rootCertificateFiles.isEmpty
+    /// Whether the built-in local App Store runs, is mounted at `/local-app-store` and is trusted.
+    public var usesLocalAppStore: Bool { mode == .demo || localAppStoreEnabled }
+
+    /// A configuration problem, naming the key (`serve` and `config check` exit 2 with it).
+    public struct Invalid: Error, CustomStringConvertible, Sendable {
+        /// The configuration key (or file) at fault.
+        public var key: String
+        public var message: String
+
+        public init(key: String, _ message: String) {
+            self.key = key
+            self.message = message
+        }
+
+        public var description: String { "\(key): \(message)" }
     }
 
-    /// Every key this server reads.
+    /// Every scalar (or list-of-scalars) key this server reads.
     static let keys = [
-        "http.host", "http.port", "database.url", "apple.bundleId", "apple.appAppleId", "apple.environments",
+        "http.host", "http.port", "http.idleTimeoutSeconds", "http.shutdownGraceSeconds", "database.url",
+        "database.startupTimeoutSeconds", "apple.bundleId", "apple.appAppleId", "apple.environments",
         "apple.rootCertificates", "apple.serverAPI.issuerId", "apple.serverAPI.keyId", "apple.serverAPI.privateKeyFile",
         "apple.serverAPI.baseURL", "apple.verifyReceipt.productionURL", "apple.verifyReceipt.sandboxURL",
-        "apple.sharedSecret", "auth.secretKeys", "auth.clientTokenSecret", "catalog.file", "limits.maxBodyBytes",
+        "apple.sharedSecret", "apple.offers.keyId", "apple.offers.privateKeyFile", "apple.offers.issuerId",
+        "auth.secretKeys", "auth.clientTokenSecret", "auth.clientTokenMaxLifetimeSeconds", "auth.metricsToken",
+        "catalog.file", "limits.maxBodyBytes", "limits.maxOpenOrdersPerAccount", "limits.maxInFlightRequests",
         "limits.clientRequestsPerSecond", "limits.secretRequestsPerSecond", "limits.requestTimeoutSeconds",
-        "ownership.policy", "webhooks.url",
-        "webhooks.secret",
+        "ownership.policy", "webhooks.url", "webhooks.secret", "localAppStore.enabled",
+        "rejectedProofs.retentionDays", "offers.introductoryOffers",
     ]
+    /// Keys whose value is a structure read by its own parser (the inline catalog).
+    static let structuredKeys = ["catalog.products", "catalog.retention"]
+    static let secretKeyNames: Set<String> = [
+        "auth.secretKeys", "auth.clientTokenSecret", "auth.metricsToken", "apple.sharedSecret", "webhooks.secret",
+    ]
+
+    /// The two environment names of a key: API.md's (`APPLE_BUNDLEID`) and swift-configuration's
+    /// camel-case split (`APPLE_BUNDLE_ID`).
+    static func environmentNames(_ key: String) -> (apiMd: String, split: String) {
+        let apiMd = key.uppercased().replacingOccurrences(of: ".", with: "_")
+        var split = ""
+        for component in key.split(separator: ".") {
+            if !split.isEmpty { split += "_" }
+            var previous: Character?
+            for char in component {
+                if let previous, previous.isLowercase, char.isUppercase { split += "_" }
+                split += String(char).uppercased()
+                previous = char
+            }
+        }
+        return (apiMd, split)
+    }
 
     /// API.md names environment variables by upper-casing the key (`apple.bundleId` ↔
     /// `APPLE_BUNDLEID`); swift-configuration splits camelCase (`APPLE_BUNDLE_ID`). Both work.
     static func aliasingAPIMdNames(in environment: [String: String]) -> [String: String] {
         var result = environment
         for key in keys {
-            let apiMd = key.uppercased().replacingOccurrences(of: ".", with: "_")
-            var split = ""
-            for component in key.split(separator: ".") {
-                if !split.isEmpty { split += "_" }
-                var previous: Character?
-                for char in component {
-                    if let previous, previous.isLowercase, char.isUppercase { split += "_" }
-                    split += String(char).uppercased()
-                    previous = char
-                }
-            }
-            if let value = environment[apiMd], environment[split] == nil { result[split] = value }
+            let names = environmentNames(key)
+            if let value = environment[names.apiMd], environment[names.split] == nil { result[names.split] = value }
         }
         return result
     }
 
-    public struct Invalid: Error, CustomStringConvertible {
-        public var description: String
+    /// Demo mode is chosen only when nothing is configured: no file and no `APPLE_*` variable.
+    static func isDemo(file: String?, environment: [String: String]) -> Bool {
+        file == nil && !environment.keys.contains { $0.uppercased().hasPrefix("APPLE_") }
     }
 
-    /// Reads `file` (optional) and the process environment.
+    /// Reads `file` (optional) and the process environment, then checks the result.
     public static func load(file: String?, environment: [String: String] = ProcessInfo.processInfo.environment)
         async throws -> ServerConfiguration
     {
-        var providers: [any ConfigProvider] = [
-            EnvironmentVariablesProvider(environmentVariables: Self.aliasingAPIMdNames(in: environment))
-        ]
-        var fileTree: [String: Any] = [:]
-        if let file {
-            guard FileManager.default.fileExists(atPath: file) else {
-                throw Invalid(description: "config file \(file) not found")
-            }
-            let text = (try? String(contentsOfFile: file, encoding: .utf8)) ?? ""
-            // YAML is a superset of JSON: one parser for both, to reach the nested catalog.
-            guard let tree = (try? Yams.load(yaml: text)) as? [String: Any] else {
-                throw Invalid(description: "config file \(file) is not a JSON or YAML object")
-            }
-            fileTree = tree
-            let path = FilePath(file)
-            if file.hasSuffix(".json") {
-                providers.append(try await FileProvider<JSONSnapshot>(filePath: path))
-            } else {
-                providers.append(try await FileProvider<YAMLSnapshot>(filePath: path))
-            }
-        }
-        let reader = ConfigReader(providers: providers)
         var configuration = ServerConfiguration()
-        configuration.host = reader.string(forKey: "http.host", default: configuration.host)
-        configuration.port = reader.int(forKey: "http.port", default: configuration.port)
-        configuration.databaseURL = reader.string(forKey: "database.url", default: configuration.databaseURL)
-        configuration.bundleId = reader.string(forKey: "apple.bundleId")
-        configuration.appAppleId = reader.int(forKey: "apple.appAppleId").map(Int64.init)
-        if let environments = reader.stringArray(forKey: "apple.environments") {
-            let parsed = environments.map { AppStoreEnvironment(rawValue: $0.trimmingCharacters(in: .whitespaces)) }
-            guard !parsed.isEmpty, parsed.allSatisfy({ $0 == .production || $0 == .sandbox }) else {
-                throw Invalid(description: "apple.environments must list Production and/or Sandbox")
+        configuration.mode = isDemo(file: file, environment: environment) ? .demo : .configured
+        var tree: [String: Any] = [:]
+        if let file {
+            guard let data = FileManager.default.contents(atPath: file) else {
+                throw Invalid(key: file, "the configuration file cannot be read")
             }
-            configuration.environments = Set(parsed)
-        }
-        configuration.rootCertificateFiles = reader.stringArray(forKey: "apple.rootCertificates") ?? []
-        configuration.serverAPIIssuerId = reader.string(forKey: "apple.serverAPI.issuerId")
-        configuration.serverAPIKeyId = reader.string(forKey: "apple.serverAPI.keyId")
-        configuration.serverAPIPrivateKeyFile = reader.string(forKey: "apple.serverAPI.privateKeyFile")
-        configuration.serverAPIBaseURL = reader.string(forKey: "apple.serverAPI.baseURL")
-        configuration.verifyReceiptProductionURL = reader.string(forKey: "apple.verifyReceipt.productionURL")
-        configuration.verifyReceiptSandboxURL = reader.string(forKey: "apple.verifyReceipt.sandboxURL")
-        configuration.sharedSecret = reader.string(forKey: "apple.sharedSecret", isSecret: true)
-        configuration.secretKeys = reader.stringArray(forKey: "auth.secretKeys", isSecret: true) ?? []
-        configuration.clientTokenSecret = reader.string(forKey: "auth.clientTokenSecret", isSecret: true)
-        configuration.maxBodyBytes = reader.int(forKey: "limits.maxBodyBytes", default: configuration.maxBodyBytes)
-        configuration.clientRequestsPerSecond = reader.int(
-            forKey: "limits.clientRequestsPerSecond", default: configuration.clientRequestsPerSecond)
-        configuration.secretRequestsPerSecond = reader.int(forKey: "limits.secretRequestsPerSecond")
-        configuration.requestTimeoutSeconds = reader.int(
-            forKey: "limits.requestTimeoutSeconds", default: configuration.requestTimeoutSeconds)
-        guard configuration.requestTimeoutSeconds > 0 else {
-            throw Invalid(description: "limits.requestTimeoutSeconds must be positive")
-        }
-        if let policy = reader.string(forKey: "ownership.policy") {
-            guard let parsed = OwnershipPolicy(rawValue: policy) else {
-                throw Invalid(description: "ownership.policy must be first_binder or transfer")
+            // YAML is a superset of JSON: one parser for both, so the inline catalog (a list of
+            // objects, which swift-configuration's file providers do not take) is reachable.
+            let parsed: Any?
+            do {
+                parsed = try Yams.load(yaml: String(decoding: data, as: UTF8.self))
+            } catch {
+                throw Invalid(key: file, "not valid JSON or YAML (\(String(describing: error).prefix(200)))")
             }
-            configuration.ownershipPolicy = parsed
+            guard let object = parsed as? [String: Any] else {
+                throw Invalid(key: file, "the configuration file must hold a JSON or YAML object")
+            }
+            tree = object
         }
-        configuration.webhookURL = reader.string(forKey: "webhooks.url")
-        configuration.webhookSecret = reader.string(forKey: "webhooks.secret", isSecret: true)
-        if let url = configuration.webhookURL {
-            guard let parsed = URL(string: url), ["http", "https"].contains(parsed.scheme?.lowercased() ?? ""),
-                parsed.host?.isEmpty == false
-            else { throw Invalid(description: "webhooks.url must be an http(s) URL") }
-            // Events are always signed: a backend must be able to tell them from forgeries.
-            guard let secret = configuration.webhookSecret, secret.utf8.count >= 16 else {
-                throw Invalid(description: "webhooks.secret (at least 16 bytes) is required with webhooks.url")
+        var flat: [String: ConfigValue] = [:]
+        var structured: [String: Any] = [:]
+        try flatten(tree, prefix: "", into: &flat, structured: &structured)
+        for key in flat.keys where !keys.contains(key) {
+            throw Invalid(key: key, "unknown key\(suggestion(for: key))")
+        }
+        for variable in environment.keys where variable.uppercased().hasPrefix("APPLE_") {
+            let known = keys.contains { key in
+                let names = environmentNames(key)
+                return variable == names.apiMd || variable == names.split
+            }
+            if !known {
+                throw Invalid(
+                    key: variable, "unknown environment variable\(suggestion(for: variable, environment: true))")
             }
         }
-        if let secret = configuration.clientTokenSecret, secret.utf8.count < 32 {
-            throw Invalid(description: "auth.clientTokenSecret must be at least 32 bytes (HS256 needs a 256-bit key)")
-        }
-        guard (0...65535).contains(configuration.port) else { throw Invalid(description: "http.port must be 0…65535") }
-        guard configuration.maxBodyBytes > 0 else { throw Invalid(description: "limits.maxBodyBytes must be positive") }
+
+        var values: [AbsoluteConfigKey: ConfigValue] = [:]
+        for (key, value) in flat { values[AbsoluteConfigKey(key.split(separator: ".").map(String.init))] = value }
+        let aliased = aliasingAPIMdNames(in: environment)
+        let reader = ConfigReader(providers: [
+            EnvironmentVariablesProvider(environmentVariables: aliased),
+            InMemoryProvider(name: file, values: values),
+        ])
+        let source = Source(reader: reader, file: flat, environment: aliased)
+        try configuration.read(source)
 
         do {
-            if let catalogFile = reader.string(forKey: "catalog.file") {
+            if let catalogFile = try source.string("catalog.file") {
+                if structured["catalog.products"] != nil {
+                    throw Invalid(key: "catalog.products", "give either catalog.file or an inline catalog, not both")
+                }
                 configuration.catalog = try Catalog.load(path: catalogFile)
-            } else if let inline = (fileTree["catalog"] as? [String: Any])?["products"] {
-                configuration.catalog = try Catalog.parse(yaml: try Yams.dump(object: ["products": inline]))
+            } else if let products = structured["catalog.products"] {
+                var inline: [String: Any] = ["products": products]
+                if let retention = structured["catalog.retention"] { inline["retention"] = retention }
+                configuration.catalog = try Catalog.parse(yaml: try Yams.dump(object: inline))
             }
         } catch let error as CatalogError {
-            throw Invalid(description: error.description)
+            let key = structured["catalog.products"] != nil ? "catalog.products" : "catalog.file"
+            throw Invalid(key: key, error.description)
         }
+        try configuration.validate()
         return configuration
+    }
+
+    /// Typed reads: a key that is present with the wrong type is an error naming it, never a
+    /// silent default.
+    struct Source {
+        let reader: ConfigReader
+        let file: [String: ConfigValue]
+        let environment: [String: String]
+
+        func present(_ key: String) -> Bool {
+            file[key] != nil || environment[ServerConfiguration.environmentNames(key).split] != nil
+        }
+
+        func string(_ key: String) throws -> String? {
+            guard present(key) else { return nil }
+            let secret = ServerConfiguration.secretKeyNames.contains(key)
+            if let value = try? reader.requiredString(forKey: ConfigKey(key), isSecret: secret) { return value }
+            if case .int(let number)? = file[key]?.content { return String(number) }
+            throw Invalid(key: key, "must be a string")
+        }
+
+        func int(_ key: String) throws -> Int? {
+            guard present(key) else { return nil }
+            if let value = try? reader.requiredInt(forKey: ConfigKey(key)) { return value }
+            if case .string(let text)? = file[key]?.content, let value = Int(text) { return value }
+            throw Invalid(key: key, "must be an integer")
+        }
+
+        func bool(_ key: String) throws -> Bool? {
+            guard present(key) else { return nil }
+            guard let value = try? reader.requiredBool(forKey: ConfigKey(key)) else {
+                throw Invalid(key: key, "must be true or false")
+            }
+            return value
+        }
+
+        func strings(_ key: String) throws -> [String]? {
+            guard present(key) else { return nil }
+            let secret = ServerConfiguration.secretKeyNames.contains(key)
+            if let value = try? reader.requiredStringArray(forKey: ConfigKey(key), isSecret: secret) { return value }
+            if let value = try? reader.requiredString(forKey: ConfigKey(key), isSecret: secret) {
+                return value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+            }
+            throw Invalid(key: key, "must be a list of strings")
+        }
+    }
+
+    mutating func read(_ source: Source) throws {
+        host = try source.string("http.host") ?? host
+        port = try source.int("http.port") ?? port
+        databaseURL = try source.string("database.url") ?? databaseURL
+        bundleId = try source.string("apple.bundleId")
+        if let value = try source.string("apple.appAppleId") {
+            guard let id = Int64(value), id > 0 else { throw Invalid(key: "apple.appAppleId", "must be a number") }
+            appAppleId = id
+        }
+        if let listed = try source.strings("apple.environments") {
+            let parsed = listed.map { AppStoreEnvironment(rawValue: $0.trimmingCharacters(in: .whitespaces)) }
+            guard !parsed.isEmpty, parsed.allSatisfy({ $0 == .production || $0 == .sandbox }) else {
+                throw Invalid(key: "apple.environments", "must list Production and/or Sandbox")
+            }
+            environments = Set(parsed)
+        }
+        rootCertificateFiles = try source.strings("apple.rootCertificates") ?? []
+        serverAPIIssuerId = try source.string("apple.serverAPI.issuerId")
+        serverAPIKeyId = try source.string("apple.serverAPI.keyId")
+        serverAPIPrivateKeyFile = try source.string("apple.serverAPI.privateKeyFile")
+        serverAPIBaseURL = try source.string("apple.serverAPI.baseURL")
+        verifyReceiptProductionURL = try source.string("apple.verifyReceipt.productionURL")
+        verifyReceiptSandboxURL = try source.string("apple.verifyReceipt.sandboxURL")
+        sharedSecret = try source.string("apple.sharedSecret")
+        secretKeys = try source.strings("auth.secretKeys") ?? []
+        clientTokenSecret = try source.string("auth.clientTokenSecret")
+        maxBodyBytes = try source.int("limits.maxBodyBytes") ?? maxBodyBytes
+        clientRequestsPerSecond = try source.int("limits.clientRequestsPerSecond") ?? clientRequestsPerSecond
+        secretRequestsPerSecond = try source.int("limits.secretRequestsPerSecond")
+        requestTimeoutSeconds = try source.int("limits.requestTimeoutSeconds") ?? requestTimeoutSeconds
+        if let policy = try source.string("ownership.policy") {
+            guard let parsed = OwnershipPolicy(rawValue: policy) else {
+                throw Invalid(key: "ownership.policy", "must be first_binder or transfer")
+            }
+            ownershipPolicy = parsed
+        }
+        webhookURL = try source.string("webhooks.url")
+        webhookSecret = try source.string("webhooks.secret")
+        localAppStoreEnabled = try source.bool("localAppStore.enabled") ?? false
+        rejectedProofsRetentionDays = try source.int("rejectedProofs.retentionDays") ?? rejectedProofsRetentionDays
+    }
+
+    /// The rules every configuration must meet, whether read from a file or built in code.
+    /// Files it names are read here, so a missing or unparsable one stops the server at start.
+    public func validate() throws {
+        guard (0...65535).contains(port) else { throw Invalid(key: "http.port", "must be 0…65535") }
+        guard maxBodyBytes > 0 else { throw Invalid(key: "limits.maxBodyBytes", "must be positive") }
+        guard requestTimeoutSeconds > 0 else { throw Invalid(key: "limits.requestTimeoutSeconds", "must be positive") }
+        guard clientRequestsPerSecond >= 0 else {
+            throw Invalid(key: "limits.clientRequestsPerSecond", "must not be negative")
+        }
+        guard (1...36_500).contains(rejectedProofsRetentionDays) else {
+            throw Invalid(key: "rejectedProofs.retentionDays", "must be 1…36500")
+        }
+        guard
+            databaseURL.hasPrefix("sqlite:") || databaseURL.hasPrefix("postgres://")
+                || databaseURL.hasPrefix("postgresql://")
+        else { throw Invalid(key: "database.url", "must be sqlite:PATH or postgres://…") }
+        if mode == .configured {
+            guard let bundleId, !bundleId.isEmpty else {
+                throw Invalid(key: "apple.bundleId", "is required: every signed object is checked against it")
+            }
+            if environments.contains(.production), appAppleId == nil {
+                throw Invalid(
+                    key: "apple.appAppleId",
+                    "is required when Production is accepted (Apple signs it into every Production object)")
+            }
+        }
+        if let secret = clientTokenSecret, secret.utf8.count < 32 {
+            throw Invalid(key: "auth.clientTokenSecret", "must be at least 32 bytes (HS256 needs a 256-bit key)")
+        }
+        if let url = webhookURL {
+            guard let parsed = URL(string: url), ["http", "https"].contains(parsed.scheme?.lowercased() ?? ""),
+                parsed.host?.isEmpty == false
+            else { throw Invalid(key: "webhooks.url", "must be an http(s) URL") }
+            // Events are always signed: a backend must be able to tell them from forgeries.
+            guard let secret = webhookSecret, secret.utf8.count >= 16 else {
+                throw Invalid(key: "webhooks.secret", "at least 16 bytes, is required with webhooks.url")
+            }
+        }
+        for file in rootCertificateFiles { _ = try Self.rootCertificates(in: file) }
+        let serverAPI = [serverAPIIssuerId, serverAPIKeyId, serverAPIPrivateKeyFile]
+        if serverAPI.contains(where: { $0 != nil }) {
+            for (key, value) in zip(
+                ["apple.serverAPI.issuerId", "apple.serverAPI.keyId", "apple.serverAPI.privateKeyFile"], serverAPI)
+            where value?.isEmpty != false {
+                throw Invalid(key: key, "is required with the other apple.serverAPI keys")
+            }
+            _ = try serverAPIPrivateKeyPEM()
+        }
+    }
+
+    /// The certificates of one `apple.rootCertificates` file, or the error naming the key.
+    static func rootCertificates(in file: String) throws -> [[UInt8]] {
+        guard let data = FileManager.default.contents(atPath: file) else {
+            throw Invalid(key: "apple.rootCertificates", "cannot read \(file)")
+        }
+        let certificates = CertificateFile.certificates(in: [UInt8](data))
+        guard !certificates.isEmpty else {
+            throw Invalid(key: "apple.rootCertificates", "\(file) holds no PEM or DER certificate")
+        }
+        return certificates
+    }
+
+    /// The App Store Connect key's PEM, checked to be an ES256 (P-256) private key.
+    func serverAPIPrivateKeyPEM() throws -> String? {
+        guard let file = serverAPIPrivateKeyFile else { return nil }
+        guard let data = FileManager.default.contents(atPath: file) else {
+            throw Invalid(key: "apple.serverAPI.privateKeyFile", "cannot read \(file)")
+        }
+        let pem = String(decoding: data, as: UTF8.self)
+        guard (try? P256.Signing.PrivateKey(pemRepresentation: pem)) != nil else {
+            throw Invalid(key: "apple.serverAPI.privateKeyFile", "\(file) is not an ES256 .p8 private key (PEM)")
+        }
+        return pem
+    }
+
+    /// Flattens the file's object to dotted keys; lists of objects are kept for their parsers.
+    static func flatten(
+        _ object: [String: Any], prefix: String, into flat: inout [String: ConfigValue],
+        structured: inout [String: Any]
+    ) throws {
+        for (name, value) in object {
+            let key = prefix.isEmpty ? name : "\(prefix).\(name)"
+            if structuredKeys.contains(key) {
+                structured[key] = value
+                continue
+            }
+            let secret = secretKeyNames.contains(key)
+            switch value {
+            case let nested as [String: Any]:
+                guard !keys.contains(key) else { throw Invalid(key: key, "must be a value, not an object") }
+                try flatten(nested, prefix: key, into: &flat, structured: &structured)
+            case let list as [Any]:
+                var strings: [String] = []
+                for item in list {
+                    switch item {
+                    case let string as String: strings.append(string)
+                    case let number as Int: strings.append(String(number))
+                    case let flag as Bool: strings.append(String(flag))
+                    case let number as Double: strings.append(String(number))
+                    default:
+                        guard keys.contains(key) else { throw Invalid(key: key, "unknown key\(suggestion(for: key))") }
+                        throw Invalid(key: key, "must be a list of strings")
+                    }
+                }
+                flat[key] = ConfigValue(.stringArray(strings), isSecret: secret)
+            case let string as String: flat[key] = ConfigValue(.string(string), isSecret: secret)
+            case let flag as Bool: flat[key] = ConfigValue(.bool(flag), isSecret: secret)
+            case let number as Int: flat[key] = ConfigValue(.int(number), isSecret: secret)
+            case let number as Double: flat[key] = ConfigValue(.double(number), isSecret: secret)
+            case is NSNull: continue
+            default: flat[key] = ConfigValue(.string(String(describing: value)), isSecret: secret)
+            }
+        }
+    }
+
+    /// ", did you mean 'apple.bundleId'?" for the nearest known key, when one is near.
+    static func suggestion(for key: String, environment: Bool = false) -> String {
+        let candidates =
+            environment ? keys.flatMap { [environmentNames($0).apiMd, environmentNames($0).split] } : keys
+        let scored = candidates.map { ($0, editDistance($0.lowercased(), key.lowercased())) }
+        guard let best = scored.min(by: { $0.1 < $1.1 }), best.1 <= max(3, key.count / 4) else { return "" }
+        return "; did you mean '\(best.0)'?"
+    }
+
+    static func editDistance(_ a: String, _ b: String) -> Int {
+        let a = Array(a)
+        let b = Array(b)
+        guard !a.isEmpty else { return b.count }
+        guard !b.isEmpty else { return a.count }
+        var previous = Array(0...b.count)
+        for i in 1...a.count {
+            var current = [i] + Array(repeating: 0, count: b.count)
+            for j in 1...b.count {
+                current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+            }
+            previous = current
+        }
+        return previous[b.count]
+    }
+}
+
+extension ServerConfiguration {
+    /// Every key with its effective value, secrets masked — what `storekeeper config check` prints.
+    public var effectiveValues: [(key: String, value: String)] {
+        func mask(_ secret: String?) -> String {
+            guard let secret else { return "-" }
+            return "****** (\(secret.utf8.count) bytes)"
+        }
+        func list(_ values: [String]) -> String { values.isEmpty ? "-" : values.joined(separator: ", ") }
+        let maskedURL: String = {
+            guard var components = URLComponents(string: databaseURL), components.password != nil else {
+                return databaseURL
+            }
+            components.password = "******"
+            return components.string ?? "******"
+        }()
+        return [
+            ("mode", mode.rawValue), ("http.host", host), ("http.port", String(port)), ("database.url", maskedURL),
+            ("apple.bundleId", bundleId ?? "-"), ("apple.appAppleId", appAppleId.map(String.init) ?? "-"),
+            ("apple.environments", environments.map(\.rawValue).sorted().joined(separator: ", ")),
+            (
+                "apple.rootCertificates",
+                rootCertificateFiles.isEmpty ? "(Apple's, built in)" : list(rootCertificateFiles)
+            ),
+            ("apple.serverAPI.issuerId", serverAPIIssuerId ?? "-"), ("apple.serverAPI.keyId", serverAPIKeyId ?? "-"),
+            ("apple.serverAPI.privateKeyFile", serverAPIPrivateKeyFile ?? "-"),
+            ("apple.serverAPI.baseURL", serverAPIBaseURL ?? "(Apple's)"),
+            ("apple.verifyReceipt.productionURL", verifyReceiptProductionURL ?? "(Apple's)"),
+            ("apple.verifyReceipt.sandboxURL", verifyReceiptSandboxURL ?? "(Apple's)"),
+            ("apple.sharedSecret", mask(sharedSecret)),
+            ("auth.secretKeys", secretKeys.isEmpty ? "-" : secretKeys.map { mask($0) }.joined(separator: ", ")),
+            ("auth.clientTokenSecret", mask(clientTokenSecret)),
+            ("catalog", catalog.map { "\($0.products.count) products" } ?? "(demo catalog)"),
+            ("limits.maxBodyBytes", String(maxBodyBytes)),
+            ("limits.clientRequestsPerSecond", String(clientRequestsPerSecond)),
+            ("limits.secretRequestsPerSecond", secretRequestsPerSecond.map(String.init) ?? "unlimited"),
+            ("limits.requestTimeoutSeconds", String(requestTimeoutSeconds)),
+            ("ownership.policy", ownershipPolicy.rawValue), ("webhooks.url", webhookURL ?? "-"),
+            ("webhooks.secret", mask(webhookSecret)), ("localAppStore.enabled", String(localAppStoreEnabled)),
+            ("rejectedProofs.retentionDays", String(rejectedProofsRetentionDays)),
+        ]
+    }
+
+    /// What a production deployment needs beyond a valid configuration (docs/deployment.md);
+    /// `storekeeper config check` fails on any of these.
+    public var productionProblems: [String] {
+        var problems: [String] = []
+        if mode == .demo {
+            problems.append("no configuration: demo mode trusts the built-in local App Store (give --config FILE)")
+        }
+        if localAppStoreEnabled {
+            problems.append("localAppStore.enabled is true: the local App Store is trusted beside Apple")
+        }
+        if secretKeys.isEmpty { problems.append("auth.secretKeys: no secret key, operators cannot reach the server") }
+        if clientTokenSecret == nil {
+            problems.append("auth.clientTokenSecret: not set, apps cannot authenticate with client tokens")
+        }
+        if catalog == nil {
+            problems.append("catalog.file or catalog.products: no catalog, the demo one would be used")
+        }
+        if !rootCertificateFiles.isEmpty {
+            problems.append("apple.rootCertificates: roots other than Apple's are trusted")
+        }
+        return problems
     }
 }

@@ -25,7 +25,7 @@ public final class ServerMetrics: Sendable {
         factory = PrometheusMetricsFactory(registry: registry)
         deliveries = CoreMetrics.Counter(label: "storekeeper_deliveries_total", factory: factory)
         duplicatesSuppressed = CoreMetrics.Counter(label: "storekeeper_duplicates_suppressed_total", factory: factory)
-        unattributed = CoreMetrics.Counter(label: "storekeeper_unattributed_deliveries_total", factory: factory)
+        unattributed = CoreMetrics.Counter(label: "storekeeper_unattributed_transactions_total", factory: factory)
         jobsPending = CoreMetrics.Gauge(label: "storekeeper_jobs_pending", factory: factory)
         anomaliesOpen = CoreMetrics.Gauge(label: "storekeeper_anomalies_open", factory: factory)
         webhooksPending = CoreMetrics.Gauge(label: "storekeeper_webhooks_pending", factory: factory)
@@ -33,7 +33,7 @@ public final class ServerMetrics: Sendable {
 
     func verificationFailure(_ code: String) {
         CoreMetrics.Counter(
-            label: "storekeeper_verification_failures_total", dimensions: [("code", code)], factory: factory
+            label: "storekeeper_proofs_rejected_total", dimensions: [("code", code)], factory: factory
         ).increment()
     }
 

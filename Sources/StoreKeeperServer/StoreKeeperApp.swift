@@ -33,95 +33,66 @@ public struct StoreKeeperApp: Sendable {
     let logger: Logger
     public let metrics = ServerMetrics()
 
-    /// Opens the database, applies migrations and builds the verifiers.
+    /// The trust set every verifier of this server was built from.
+    public let trust: TrustPolicy
+    public let rejectedProofs: RejectedProofStore
+
+    /// Checks the configuration, opens the database, applies migrations and builds the
+    /// verifiers from the trust policy.
     public static func make(
         _ configuration: ServerConfiguration, dataDirectory: URL = URL(fileURLWithPath: "storekeeper-data"),
         logger: Logger = Logger(label: "storekeeper"), transactionSource: (any TransactionSource)? = nil,
         lookupDeadline: Duration = .seconds(2),
         rateLimitClock: @escaping @Sendable () -> ContinuousClock.Instant = { ContinuousClock.now }
     ) async throws -> StoreKeeperApp {
-        if let secret = configuration.clientTokenSecret, secret.utf8.count < 32 {
-            throw ServerConfiguration.Invalid(
-                description: "auth.clientTokenSecret must be at least 32 bytes (HS256 needs a 256-bit key)")
-        }
-        let database = try await Database.open(url: configuration.databaseURL, logger: logger)
-        try await Migrations.run(on: database)
-
+        try configuration.validate()
         var localAppStore: LocalAppStore?
-        var roots: (jws: [[UInt8]], receipts: [[UInt8]])
-        let bundleId = configuration.bundleId ?? "com.example.app"
+        var localRoots: [[UInt8]]?
         let catalog = configuration.catalog ?? .demo
+        let localDirectory = dataDirectory.appendingPathComponent("local-store", isDirectory: true)
         if configuration.usesLocalAppStore {
-            let localDirectory = dataDirectory.appendingPathComponent("local-store", isDirectory: true)
             let pki = try PKIStore.loadOrCreate(dataDirectory: localDirectory)
             localAppStore = LocalAppStore(
                 configuration: .init(
-                    bundleId: bundleId, appAppleId: configuration.appAppleId ?? 1_234_567_890, catalog: catalog),
+                    bundleId: configuration.bundleId ?? "com.example.app",
+                    appAppleId: configuration.appAppleId ?? 1_234_567_890, catalog: catalog),
                 pki: pki)
-            roots = (pki.trustRootsDER, pki.trustRootsDER)
+            localRoots = pki.trustRootsDER
+        }
+        let trust = try TrustPolicy(configuration: configuration, localAppStoreRoots: localRoots)
+        if configuration.mode == .demo {
             logger.notice(
-                "no Apple credentials configured: using the built-in local App Store (zero-config mode)",
+                "demo mode: no configuration found, so the built-in local App Store runs and is trusted — for trying StoreKeeper out only; any configuration (a file or an APPLE_* variable) trusts Apple instead",
                 metadata: [
                     "localAppStore": "http://\(configuration.host):\(configuration.port)/local-app-store",
                     "keys": "\(localDirectory.path)",
                 ])
-        } else if configuration.rootCertificateFiles.isEmpty {
-            roots = ([AppleRootCertificates.appleRootCAG3DER], [AppleRootCertificates.appleIncRootDER])
-        } else {
-            var configured: [[UInt8]] = []
-            for file in configuration.rootCertificateFiles {
-                guard let data = FileManager.default.contents(atPath: file) else {
-                    throw ServerConfiguration.Invalid(description: "cannot read root certificate \(file)")
-                }
-                let certificates = CertificateFile.certificates(in: [UInt8](data))
-                guard !certificates.isEmpty else {
-                    throw ServerConfiguration.Invalid(description: "\(file) holds no PEM or DER certificate")
-                }
-                configured += certificates
-            }
-            roots = (configured, configured)
+        } else if configuration.localAppStoreEnabled {
+            logger.warning(
+                "localAppStore.enabled: the built-in local App Store is trusted beside Apple; its control API needs a secret key. Never in production."
+            )
         }
-        let verifier = try SignedDataVerifier(
-            .init(
-                trustedRoots: roots.jws, bundleId: bundleId, appAppleId: configuration.appAppleId,
-                environments: configuration.environments))
-        let receiptVerifier = try AppReceiptVerifier(
-            trustedRoots: roots.receipts, bundleId: bundleId, environments: configuration.environments)
+        for line in trust.lines { logger.notice("trust: \(line)") }
+        if configuration.catalog == nil {
+            logger.warning("no catalog configured (catalog.file or catalog.products): using the demo catalog")
+        }
+        let verifier = try trust.signedDataVerifier()
+        let receiptVerifier = try trust.receiptVerifier()
+        let database = try await Database.open(url: configuration.databaseURL, logger: logger)
+        try await Migrations.run(on: database)
+
         var secretKeys = configuration.secretKeys
-        if secretKeys.isEmpty {
-            // A development key, generated once and kept beside the data, so the quick start
-            // works with curl; configure auth.secretKeys for anything real.
-            let keyFile = dataDirectory.appendingPathComponent("dev-secret-key")
-            if let existing = FileManager.default.contents(atPath: keyFile.path) {
-                secretKeys = [String(decoding: existing, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)]
-            } else {
-                let key =
-                    "sk_dev_"
-                    + (0..<32).map { _ in String("abcdefghijklmnopqrstuvwxyz0123456789".randomElement()!) }
-                    .joined()
-                try FileManager.default.createDirectory(at: dataDirectory, withIntermediateDirectories: true)
-                guard
-                    FileManager.default.createFile(
-                        atPath: keyFile.path, contents: Data(key.utf8), attributes: [.posixPermissions: 0o600])
-                else { throw ServerConfiguration.Invalid(description: "cannot write \(keyFile.path)") }
-                secretKeys = [key]
-                logger.notice(
-                    "no auth.secretKeys configured: generated a development secret key (shown once)",
-                    metadata: ["secretKey": "\(key)", "file": "\(keyFile.path)"])
-            }
+        if secretKeys.isEmpty, configuration.mode == .demo {
+            secretKeys = [try developmentKey(in: dataDirectory, logger: logger)]
+        } else if secretKeys.isEmpty {
+            logger.warning("no auth.secretKeys configured: operator and back-end endpoints cannot be reached")
         }
         var source = transactionSource
-        if source == nil, let localAppStore {
-            source = LocalTransactionSource(store: localAppStore)
-        } else if source == nil, let keyFile = configuration.serverAPIPrivateKeyFile,
+        if source == nil, let pem = try configuration.serverAPIPrivateKeyPEM(),
             let issuerId = configuration.serverAPIIssuerId, let keyId = configuration.serverAPIKeyId
         {
-            guard let pem = FileManager.default.contents(atPath: keyFile) else {
-                throw ServerConfiguration.Invalid(description: "cannot read apple.serverAPI.privateKeyFile \(keyFile)")
-            }
             let credentials = ServerAPICredentials(
-                issuerId: issuerId, keyId: keyId, privateKeyPEM: String(decoding: pem, as: UTF8.self),
-                bundleId: bundleId)
+                issuerId: issuerId, keyId: keyId, privateKeyPEM: pem, bundleId: trust.bundleId)
             let production = try await AppStoreServerAPIClient(
                 configuration: .init(
                     credentials: credentials, environment: .production, baseURL: configuration.serverAPIBaseURL,
@@ -133,6 +104,8 @@ public struct StoreKeeperApp: Sendable {
                         credentials: credentials, environment: .sandbox, baseURL: configuration.serverAPIBaseURL,
                         timeout: .seconds(10), retryPolicy: .none)) : nil
             source = ServerAPITransactionSource(production: production, sandbox: sandbox)
+        } else if source == nil, let localAppStore {
+            source = LocalTransactionSource(store: localAppStore)
         }
         return StoreKeeperApp(
             configuration: configuration, database: database, store: PurchaseStore(database: database),
@@ -144,7 +117,31 @@ public struct StoreKeeperApp: Sendable {
             limiter: RateLimiter(
                 clientPerSecond: configuration.clientRequestsPerSecond,
                 secretPerSecond: configuration.secretRequestsPerSecond, clock: rateLimitClock),
-            localAppStore: localAppStore, logger: logger)
+            localAppStore: localAppStore, logger: logger, trust: trust,
+            rejectedProofs: RejectedProofStore(database: database))
+    }
+
+    /// Demo mode's operator key: generated once into `dev-secret-key` beside the data. Only its
+    /// path is logged; the key itself never reaches a log.
+    static func developmentKey(in dataDirectory: URL, logger: Logger) throws -> String {
+        let keyFile = dataDirectory.appendingPathComponent("dev-secret-key")
+        if let existing = FileManager.default.contents(atPath: keyFile.path) {
+            let key = String(decoding: existing, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            logger.notice("demo mode: the development secret key is in \(keyFile.path)")
+            return key
+        }
+        var generator = SystemRandomNumberGenerator()
+        let alphabet = Array("abcdefghijklmnopqrstuvwxyz0123456789")
+        let key = "sk_dev_" + String((0..<40).map { _ in alphabet[Int(generator.next() % UInt64(alphabet.count))] })
+        try FileManager.default.createDirectory(at: dataDirectory, withIntermediateDirectories: true)
+        guard
+            FileManager.default.createFile(
+                atPath: keyFile.path, contents: Data(key.utf8), attributes: [.posixPermissions: 0o600])
+        else { throw ServerConfiguration.Invalid(key: "auth.secretKeys", "cannot write \(keyFile.path)") }
+        logger.notice(
+            "demo mode: generated a development secret key (not for production) into \(keyFile.path) — read it with: cat \(keyFile.path)"
+        )
+        return key
     }
 
     // MARK: Application
@@ -179,14 +176,27 @@ public struct StoreKeeperApp: Sendable {
         }
         v1.get("anomalies") { request, _ in try await self.listAnomalies(request) }
         v1.post("anomalies/:id/resolve") { request, context in try await self.resolveAnomaly(request, context) }
+        v1.get("status") { request, _ in
+            try await self.caller(request).requireSecretKey()
+            return try Self.json(StatusJSON(self))
+        }
+        v1.get("rejected-proofs") { request, _ in try await self.listRejectedProofs(request) }
+        v1.post("rejected-proofs/reverify") { request, _ in try await self.reverifyRejectedProofs(request) }
         v1.get("audit") { request, _ in
             try await self.caller(request).requireSecretKey()
             return try Self.json(["entries": try await self.store.audit().map(AuditJSON.init)])
         }
         if let localAppStore {
-            // Zero-config: the local App Store's own API, for the demo and for curl.
+            // Demo mode: open, for curl and the quick start. Beside a configuration
+            // (`localAppStore.enabled`): every route needs a secret key, so no app user can mint
+            // purchases next to real data.
             let server = LocalAppStoreServer(unauthenticatedStore: localAppStore)
-            server.addRoutes(to: router.group("local-app-store"))
+            let group = router.group("local-app-store")
+            if configuration.mode == .demo {
+                server.addRoutes(to: group)
+            } else {
+                server.addRoutes(to: group.add(middleware: SecretKeyRequired(authenticator: authenticator)))
+            }
         }
         return router
     }
@@ -196,6 +206,8 @@ public struct StoreKeeperApp: Sendable {
     {
         var services: [any Service] = [
             OrderExpiry(store: store, ttl: configuration.orderTTL, logger: logger), JobRunner(app: self),
+            RejectedProofRetention(
+                store: rejectedProofs, retentionDays: configuration.rejectedProofsRetentionDays, logger: logger),
         ]
         if let localAppStore { services.append(NotificationSender(store: localAppStore)) }
         if let url = configuration.webhookURL, let secret = configuration.webhookSecret {
@@ -266,19 +278,17 @@ public struct StoreKeeperApp: Sendable {
         let body = try await decode(PurchaseBody.self, request)
         try Self.validateAccountId(body.accountId)
         try caller.require(body.accountId)
-        let proofs = [body.signedTransaction, body.receipt, body.transactionId].compactMap { $0 }
-        guard proofs.count == 1 else {
+        let proofs: [Proof] = [
+            body.signedTransaction.map(Proof.signedTransaction), body.receipt.map(Proof.receipt),
+            body.transactionId.map(Proof.transactionId),
+        ].compactMap { $0 }
+        guard proofs.count == 1, let proof = proofs.first else {
             throw APIError.badRequest("exactly one of 'signedTransaction', 'receipt', 'transactionId' is required")
         }
 
-        var transactions: [JWSTransactionDecodedPayload] = []
+        let transactions: [JWSTransactionDecodedPayload]
         do {
-            if let signed = body.signedTransaction {
-                transactions = [try await verifier.verifyTransaction(signed)]
-            } else if let receipt = body.receipt {
-                let verified = try await receiptVerifier.verify(base64: receipt)
-                transactions = verified.inAppPurchases.map { Self.transaction(from: $0, receipt: verified) }
-            } else if let transactionId = body.transactionId {
+            if case .transactionId(let transactionId) = proof {
                 switch try await lookUpOrQueue(transactionId, accountId: body.accountId, orderId: body.orderId) {
                 case .found(let transaction): transactions = [transaction]
                 case .queued(let retryAfter):
@@ -288,37 +298,24 @@ public struct StoreKeeperApp: Sendable {
                     }
                     return try Self.json(Pending(retryAfterSeconds: retryAfter), status: .accepted)
                 }
+            } else {
+                transactions = try await verifyOffline(proof)
             }
         } catch let failure as VerificationFailure {
             metrics.verificationFailure(failure.code)
             logger.warning(
                 "proof rejected",
                 metadata: ["code": "\(failure.code)", "reason": "\(failure.reason)", "account": "\(body.accountId)"])
+            if !failure.isRetryable {
+                await keepRejected(proof, failure: failure, accountId: body.accountId, orderId: body.orderId)
+            }
             throw APIError.verification(failure)
         }
 
-        var results: [TransactionJSON] = []
-        var refusals: [DeliveryPlanner.Refusal] = []
-        var committed: PurchaseStore.AccountState?
-        let now = Date()
-        for transaction in transactions {
-            let result = try await store.deliver(
-                transaction, submittingAccount: body.accountId, requestedOrderId: body.orderId, catalog: catalog,
-                policy: configuration.ownershipPolicy, now: now)
-            if let refusal = result.plan.refusal { refusals.append(refusal) }
-            committed = result.account
-            switch result.plan.outcome {
-            case .delivered: metrics.deliveries.increment()
-            case .unattributed:
-                metrics.deliveries.increment()
-                metrics.unattributed.increment()
-            case .alreadyDelivered: metrics.duplicatesSuppressed.increment()
-            case .refunded, .notDelivered: break
-            }
-            results.append(TransactionJSON(transaction, result: result))
-        }
+        let delivered = try await deliverVerified(
+            transactions, accountId: body.accountId, orderId: body.orderId, evidence: proof.evidence)
         // A single proof that cannot be delivered is an error; a receipt reports per transaction.
-        if transactions.count == 1, let refusal = refusals.first {
+        if transactions.count == 1, let refusal = delivered.refusals.first {
             switch refusal {
             case .revoked:
                 throw APIError(.unprocessableContent, "revoked", "the transaction was refunded or revoked by Apple")
@@ -327,11 +324,91 @@ public struct StoreKeeperApp: Sendable {
             case .orderOfAnotherAccount: throw APIError.forbidden("order belongs to another account")
             }
         }
-        let delivered = results.contains { $0.outcome != "already_delivered" }
+        let results = delivered.results
+        // "already_delivered" when nothing in the proof is new: delivered earlier (or refunded since).
+        let nothingNew =
+            !results.isEmpty && results.allSatisfy { $0.outcome == "already_delivered" || $0.outcome == "refunded" }
         return try Self.json(
             PurchaseJSON(
-                status: delivered || results.isEmpty ? "delivered" : "already_delivered", transactions: results,
-                account: try await account(body.accountId, state: committed)))
+                status: nothingNew ? "already_delivered" : "delivered", transactions: results,
+                account: try await account(body.accountId, state: delivered.account)))
+    }
+
+    /// A proof of purchase as submitted: one of the three fields of `POST /v1/purchases`.
+    enum Proof: Sendable {
+        case signedTransaction(String)
+        case receipt(String)
+        case transactionId(String)
+
+        var kind: RejectedProofStore.Kind {
+            switch self {
+            case .signedTransaction: .signedTransaction
+            case .receipt: .receipt
+            case .transactionId: .transactionId
+            }
+        }
+
+        /// A bare transaction id proves nothing about who paid (API.md); a JWS or receipt does.
+        var evidence: DeliveryPlanner.Evidence {
+            if case .transactionId = self { return .lookup }
+            return .device
+        }
+
+        var text: String {
+            switch self {
+            case .signedTransaction(let text), .receipt(let text), .transactionId(let text): text
+            }
+        }
+
+        init(kind: RejectedProofStore.Kind, text: String) {
+            switch kind {
+            case .signedTransaction: self = .signedTransaction(text)
+            case .receipt: self = .receipt(text)
+            case .transactionId: self = .transactionId(text)
+            }
+        }
+    }
+
+    /// The transactions a JWS or receipt proves, verified offline under the trust policy.
+    func verifyOffline(_ proof: Proof) async throws -> [JWSTransactionDecodedPayload] {
+        switch proof {
+        case .signedTransaction(let signed):
+            return [try await verifier.verifyTransaction(signed)]
+        case .receipt(let receipt):
+            let verified = try await receiptVerifier.verify(base64: receipt)
+            return verified.inAppPurchases.map { Self.transaction(from: $0, receipt: verified) }
+        case .transactionId(let transactionId):
+            return [try await fetchTransaction(transactionId)]
+        }
+    }
+
+    /// Delivers verified transactions to `accountId` (and its order), one by one through the
+    /// store's delivery path; the single path for submissions and re-verification.
+    func deliverVerified(
+        _ transactions: [JWSTransactionDecodedPayload], accountId: String, orderId: String?,
+        evidence: DeliveryPlanner.Evidence
+    ) async throws -> (
+        results: [TransactionJSON], refusals: [DeliveryPlanner.Refusal], account: PurchaseStore.AccountState?
+    ) {
+        var results: [TransactionJSON] = []
+        var refusals: [DeliveryPlanner.Refusal] = []
+        var committed: PurchaseStore.AccountState?
+        let now = Date()
+        for transaction in transactions {
+            let result = try await store.deliver(
+                transaction, submittingAccount: accountId, requestedOrderId: orderId, catalog: catalog,
+                policy: configuration.ownershipPolicy, evidence: evidence, now: now)
+            if let refusal = result.plan.refusal { refusals.append(refusal) }
+            committed = result.account
+            switch result.plan.outcome {
+            case .delivered: metrics.deliveries.increment()
+            case .unattributed: metrics.unattributed.increment()
+            case .alreadyDelivered: metrics.duplicatesSuppressed.increment()
+            case .refunded, .notDelivered: break
+            }
+            results.append(TransactionJSON(transaction, result: result, submitter: accountId))
+        }
+        return (results, refusals, committed)
     }
 
     enum Lookup {

@@ -15,6 +15,7 @@ struct BatchDelivery {
         var requestedOrderId: String?
         var catalog: Catalog
         var policy: OwnershipPolicy
+        var evidence: DeliveryPlanner.Evidence = .device
         var now: Date
     }
 
@@ -109,7 +110,8 @@ struct BatchDelivery {
             let context = DeliveryPlanner.Context(
                 transaction: transaction, submittingAccount: item.submittingAccount, orderByToken: byToken,
                 requestedOrder: requested, oldestOpenOrder: oldest, existingDelivery: deliveries[transactionId],
-                boundAccount: isConsumable ? nil : bindings[originalId], catalog: item.catalog, policy: item.policy)
+                boundAccount: isConsumable ? nil : bindings[originalId], catalog: item.catalog, policy: item.policy,
+                evidence: item.evidence)
             let plan = DeliveryPlanner.plan(context, now: item.now)
             results.append(.init(plan: plan, existing: context.existingDelivery))
 

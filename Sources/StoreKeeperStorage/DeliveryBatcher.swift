@@ -17,6 +17,7 @@ final class DeliveryBatcher: Sendable {
         var requestedOrderId: String?
         var catalog: Catalog
         var policy: OwnershipPolicy
+        var evidence: DeliveryPlanner.Evidence
         var now: Date
         var continuation: CheckedContinuation<PurchaseStore.DeliveryResult, any Error>
     }
@@ -43,12 +44,12 @@ final class DeliveryBatcher: Sendable {
 
     func deliver(
         _ transaction: JWSTransactionDecodedPayload, submittingAccount: String?, requestedOrderId: String?,
-        catalog: Catalog, policy: OwnershipPolicy, now: Date
+        catalog: Catalog, policy: OwnershipPolicy, evidence: DeliveryPlanner.Evidence, now: Date
     ) async throws -> PurchaseStore.DeliveryResult {
         try await withCheckedThrowingContinuation { continuation in
             let request = Request(
                 transaction: transaction, submittingAccount: submittingAccount, requestedOrderId: requestedOrderId,
-                catalog: catalog, policy: policy, now: now, continuation: continuation)
+                catalog: catalog, policy: policy, evidence: evidence, now: now, continuation: continuation)
             let startDrain = state.withLock { state -> Bool in
                 state.pending.append(request)
                 // Another drain when none runs, or when work is waiting beyond what the
@@ -80,7 +81,8 @@ final class DeliveryBatcher: Sendable {
         let items = batch.map {
             BatchDelivery.Item(
                 transaction: $0.transaction, submittingAccount: $0.submittingAccount,
-                requestedOrderId: $0.requestedOrderId, catalog: $0.catalog, policy: $0.policy, now: $0.now)
+                requestedOrderId: $0.requestedOrderId, catalog: $0.catalog, policy: $0.policy, evidence: $0.evidence,
+                now: $0.now)
         }
         // Batches the fast path does not cover (non-renewing access windows) go one by one.
         guard BatchDelivery.covers(items) else {
@@ -109,7 +111,7 @@ final class DeliveryBatcher: Sendable {
             let result = try await PurchaseStore.deliverAlone(
                 database, request.transaction, submittingAccount: request.submittingAccount,
                 requestedOrderId: request.requestedOrderId, catalog: request.catalog, policy: request.policy,
-                now: request.now)
+                evidence: request.evidence, now: request.now)
             request.continuation.resume(returning: result)
         } catch {
             request.continuation.resume(throwing: error)

@@ -167,6 +167,34 @@ public enum Migrations {
                 "CREATE INDEX outbox_pending ON outbox (sent_at, next_attempt_at)",
             ]
         ),
+        (
+            6,
+            [
+                // Proofs that failed verification, kept for re-verification after a configuration
+                // fix (deduplicated by SHA-256, capped per account per day, pruned after retention).
+                """
+                CREATE TABLE rejected_proofs (
+                    id TEXT PRIMARY KEY,
+                    sha256 TEXT NOT NULL UNIQUE,
+                    kind TEXT NOT NULL,
+                    proof TEXT NOT NULL,
+                    size BIGINT NOT NULL,
+                    code TEXT NOT NULL,
+                    reason TEXT NOT NULL,
+                    account_id TEXT NOT NULL,
+                    order_id TEXT,
+                    created_at BIGINT NOT NULL,
+                    server_version TEXT NOT NULL,
+                    status TEXT NOT NULL,
+                    checked_at BIGINT,
+                    outcome TEXT
+                )
+                """,
+                "CREATE INDEX rejected_proofs_account ON rejected_proofs (account_id, created_at)",
+                "CREATE INDEX rejected_proofs_status ON rejected_proofs (status, created_at)",
+                "CREATE INDEX rejected_proofs_created ON rejected_proofs (created_at)",
+            ]
+        ),
     ]
 
     /// Applies every migration not yet applied, each in its own transaction. Safe to run from

@@ -76,18 +76,20 @@ public struct PurchaseStore: Sendable {
     /// committed together (group commit); each is answered only once it is durable.
     public func deliver(
         _ transaction: JWSTransactionDecodedPayload, submittingAccount: String?, requestedOrderId: String? = nil,
-        catalog: Catalog, policy: OwnershipPolicy = .firstBinder, now: Date
+        catalog: Catalog, policy: OwnershipPolicy = .firstBinder, evidence: DeliveryPlanner.Evidence = .device,
+        now: Date
     ) async throws -> DeliveryResult {
         try await batcher.deliver(
             transaction, submittingAccount: submittingAccount, requestedOrderId: requestedOrderId, catalog: catalog,
-            policy: policy, now: now)
+            policy: policy, evidence: evidence, now: now)
     }
 
     /// One delivery in its own database transaction, retried when a concurrent delivery of
     /// the same transaction wins the unique key (the retry then reads it: already_delivered).
     static func deliverAlone(
         _ database: Database, _ transaction: JWSTransactionDecodedPayload, submittingAccount: String?,
-        requestedOrderId: String?, catalog: Catalog, policy: OwnershipPolicy, now: Date
+        requestedOrderId: String?, catalog: Catalog, policy: OwnershipPolicy,
+        evidence: DeliveryPlanner.Evidence = .device, now: Date
     ) async throws -> DeliveryResult {
         var lastError: (any Error)?
         for _ in 0..<4 {
@@ -95,7 +97,7 @@ public struct PurchaseStore: Sendable {
                 return try await database.transaction { sql in
                     let context = try await Self.context(
                         sql, transaction: transaction, submittingAccount: submittingAccount,
-                        requestedOrderId: requestedOrderId, catalog: catalog, policy: policy)
+                        requestedOrderId: requestedOrderId, catalog: catalog, policy: policy, evidence: evidence)
                     let plan = DeliveryPlanner.plan(context, now: now)
                     try await Self.apply(plan, transaction: transaction, context: context, sql: sql, now: now)
                     var account: AccountState?
@@ -115,7 +117,8 @@ public struct PurchaseStore: Sendable {
 
     static func context(
         _ sql: any SQLDatabase, transaction: JWSTransactionDecodedPayload, submittingAccount: String?,
-        requestedOrderId: String?, catalog: Catalog, policy: OwnershipPolicy
+        requestedOrderId: String?, catalog: Catalog, policy: OwnershipPolicy,
+        evidence: DeliveryPlanner.Evidence = .device
     ) async throws -> DeliveryPlanner.Context {
         let transactionId = transaction.transactionId ?? ""
         let existing = try await sql.raw("SELECT * FROM deliveries WHERE transaction_id = \(bind: transactionId)")
@@ -167,7 +170,7 @@ public struct PurchaseStore: Sendable {
             transaction: transaction, submittingAccount: submittingAccount, orderByToken: byToken,
             requestedOrder: requested,
             oldestOpenOrder: oldest, existingDelivery: existing, boundAccount: bound,
-            currentEntitlementExpiry: currentExpiry, catalog: catalog, policy: policy)
+            currentEntitlementExpiry: currentExpiry, catalog: catalog, policy: policy, evidence: evidence)
     }
 
     static func apply(

@@ -95,7 +95,8 @@ import Testing
         #expect(byOldest.order?.orderId == oldest.orderId)
         #expect(byOldest.order?.status == .delivered)
         let none = plan(.init(transaction: Self.transaction(), submittingAccount: "u42", catalog: Self.catalog))
-        #expect(none.outcome == .unattributed)
+        // No order: a device's proof is delivered to its submitter (holding it is the proof).
+        #expect(none.outcome == .delivered)
         #expect(none.accountId == "u42")
         #expect(none.grants == [.currency(code: "coins", amount: 60)])
         #expect(none.order == nil)
@@ -142,7 +143,7 @@ import Testing
         #expect(unknown.outcome == .notDelivered)
         #expect(unknown.anomalies.map(\.kind) == [.unknownProduct])
         let orphan = plan(.init(transaction: Self.transaction(), submittingAccount: nil, catalog: Self.catalog))
-        #expect(orphan.outcome == .notDelivered)
+        #expect(orphan.outcome == .unattributed)
         #expect(orphan.anomalies.map(\.kind) == [.unattributedTransaction])
         #expect(orphan.grants.isEmpty)
     }

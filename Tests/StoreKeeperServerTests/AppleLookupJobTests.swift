@@ -49,6 +49,8 @@ import Testing
             configuration.databaseURL = databaseURL
             configuration.secretKeys = [ServerAPITests.secret]
             configuration.rootCertificateFiles = [rootsFile.path]
+            configuration.bundleId = "com.example.app"
+            configuration.appAppleId = 1_234_567_890
             configuration.serverAPIIssuerId = "issuer-1"
             configuration.serverAPIKeyId = "KEY1"
             configuration.serverAPIPrivateKeyFile = keyFile.path
@@ -69,6 +71,18 @@ import Testing
         }
     }
 
+    /// A purchase carrying the token of an order of `account`: what a `transactionId`
+    /// submission needs to be delivered (a bare id proves nothing about who paid).
+    static func buyForOrder(_ apple: LocalAppStore, _ client: any TestClientProtocol, account: String) async throws
+        -> String
+    {
+        let order = try await ServerAPITests.call(
+            client, .post, "/v1/orders", body: #"{"accountId":"\#(account)","productId":"coins_60"}"#)
+        let token = try #require(UUID(uuidString: order.json["appAccountToken"] as? String ?? ""))
+        return try await apple.buy("p", items: [.init(productId: "coins_60")], appAccountToken: token)
+            .transactions[0].transactionId!
+    }
+
     static func coins(_ client: any TestClientProtocol, _ account: String) async throws -> Int? {
         let reply = try await ServerAPITests.call(client, .get, "/v1/accounts/\(account)")
         return (reply.json["balances"] as? [String: Int])?["coins"]
@@ -76,7 +90,7 @@ import Testing
 
     @Test func appleAnsweringAtOnceDelivers() async throws {
         try await Self.withSetup { apple, _, _, client in
-            let id = try await apple.buy("p", items: [.init(productId: "coins_60")]).transactions[0].transactionId!
+            let id = try await Self.buyForOrder(apple, client, account: "a1")
             let reply = try await ServerAPITests.call(
                 client, .post, "/v1/purchases", body: #"{"accountId":"a1","transactionId":"\#(id)"}"#)
             #expect(reply.status == .ok)
@@ -89,7 +103,7 @@ import Testing
 
     @Test func appleDownGives202ThenTheJobDelivers() async throws {
         try await Self.withSetup { apple, app, _, client in
-            let id = try await apple.buy("p", items: [.init(productId: "coins_60")]).transactions[0].transactionId!
+            let id = try await Self.buyForOrder(apple, client, account: "a2")
             var faults = Faults()
             // Three failures: the submission, its repeat, and the job's first attempt.
             faults.endpoints["transactionInfo"] = .init(status: 503, count: 3)
@@ -118,7 +132,7 @@ import Testing
 
     @Test func slowAppleBecomesAJobToo() async throws {
         try await Self.withSetup(lookupDeadline: .milliseconds(1500)) { apple, app, _, client in
-            let id = try await apple.buy("p", items: [.init(productId: "coins_60")]).transactions[0].transactionId!
+            let id = try await Self.buyForOrder(apple, client, account: "a3")
             var faults = Faults()
             faults.endpoints["transactionInfo"] = .init(latencyMilliseconds: 4000, count: 1)
             await apple.setFaults(faults)
@@ -132,7 +146,7 @@ import Testing
 
     @Test func requestsOverTheTimeoutAre503Retryable() async throws {
         try await Self.withSetup(requestTimeout: 1, lookupDeadline: .seconds(20)) { apple, _, _, client in
-            let id = try await apple.buy("p", items: [.init(productId: "coins_60")]).transactions[0].transactionId!
+            let id = try await Self.buyForOrder(apple, client, account: "t9")
             var faults = Faults()
             faults.endpoints["transactionInfo"] = .init(latencyMilliseconds: 3000, count: 1)
             await apple.setFaults(faults)
@@ -146,7 +160,7 @@ import Testing
 
     @Test func aLookupStuckTooLongIsAnAnomalyAndStillDelivers() async throws {
         try await Self.withSetup { apple, app, _, client in
-            let id = try await apple.buy("p", items: [.init(productId: "coins_60")]).transactions[0].transactionId!
+            let id = try await Self.buyForOrder(apple, client, account: "a4")
             var faults = Faults()
             faults.endpoints["transactionInfo"] = .init(status: 500)
             await apple.setFaults(faults)
@@ -169,7 +183,7 @@ import Testing
 
     @Test func pendingJobsSurviveARestart() async throws {
         try await Self.withSetup { apple, app, databaseURL, client in
-            let id = try await apple.buy("p", items: [.init(productId: "coins_60")]).transactions[0].transactionId!
+            let id = try await Self.buyForOrder(apple, client, account: "a5")
             var faults = Faults()
             faults.endpoints["transactionInfo"] = .init(status: 503, count: 1)
             await apple.setFaults(faults)

@@ -24,7 +24,7 @@ import Testing
             ? ["sqlite"] : ["sqlite", "postgres"]
     }
 
-    /// A server in zero-config mode (local App Store built in) on a fresh database.
+    /// A configured server with `localAppStore.enabled` (the local App Store built in and trusted) on a fresh database.
     static func withServer(
         _ kind: String, maxBodyBytes: Int = 1_048_576, clientRate: Int = 1000,
         environments: Set<AppStoreEnvironment> = [.production, .sandbox],
@@ -53,6 +53,10 @@ import Testing
         configuration.maxBodyBytes = maxBodyBytes
         configuration.clientRequestsPerSecond = clientRate
         configuration.environments = environments
+        // The local App Store signs the proofs: enabled explicitly (a configuration never trusts it otherwise).
+        configuration.localAppStoreEnabled = true
+        configuration.bundleId = "com.example.app"
+        configuration.appAppleId = 1_234_567_890
         let app = try await StoreKeeperApp.make(configuration, dataDirectory: directory, rateLimitClock: rateLimitClock)
         do {
             try await Application(router: app.router()).test(.router) { client in try await body(app, client) }
@@ -162,7 +166,11 @@ import Testing
     @Test(arguments: databases)
     func transactionIdIsLookedUpAtTheAppStore(kind: String) async throws {
         try await Self.withServer(kind) { app, client in
-            let bought = try await app.localAppStore!.buy("tid", items: [.init(productId: "remove_ads")])
+            let order = try await Self.call(
+                client, .post, "/v1/orders", body: #"{"accountId":"t1","productId":"remove_ads"}"#)
+            let token = try #require(UUID(uuidString: order.json["appAccountToken"] as? String ?? ""))
+            let bought = try await app.localAppStore!.buy(
+                "tid", items: [.init(productId: "remove_ads")], appAccountToken: token)
             let reply = try await Self.call(
                 client, .post, "/v1/purchases",
                 body: #"{"accountId":"t1","transactionId":"\#(bought.transactions[0].transactionId!)"}"#)
@@ -220,9 +228,16 @@ import Testing
             // A restore on another app account: a new transaction id, the same original.
             let restored = try await Self.call(
                 client, .post, "/v1/purchases", body: #"{"accountId":"bob","signedTransaction":"\#(jws)"}"#)
-            #expect(restored.json["status"] as? String == "already_delivered")  // same transaction: alice's
+            // Alice's own transaction: refused, with an anomaly, never "already delivered".
+            #expect(restored.status == .conflict)
+            #expect(restored.errorCode == "owned_by_other_account")
             let anomalies = try await Self.call(client, .get, "/v1/anomalies?status=open")
-            #expect((anomalies.json["anomalies"] as? [Any])?.isEmpty == true)
+            let first = try #require((anomalies.json["anomalies"] as? [[String: Any]])?.first)
+            #expect(first["kind"] as? String == "ownership_conflict")
+            #expect(first["accountId"] as? String == "bob")
+            _ = try await Self.call(
+                client, .post, "/v1/anomalies/\(first["id"] as? String ?? "")/resolve",
+                body: #"{"action":"dismiss","note":"same family"}"#)
             // A restore on bob's app account: a new transaction id for alice's original purchase.
             var restore = bought.transactions[0]
             restore.transactionId = "2888888888888888"
@@ -243,7 +258,7 @@ import Testing
             let orphan = try await app.store.deliver(
                 bought.transactions[0].with(id: "2999999999999999", product: "coins_60"), submittingAccount: nil,
                 catalog: app.catalog, now: Date())
-            #expect(orphan.plan.outcome == .notDelivered)
+            #expect(orphan.plan.outcome == .unattributed)
             let open = try await Self.call(client, .get, "/v1/anomalies?status=open")
             let anomaly = try #require((open.json["anomalies"] as? [[String: Any]])?.first)
             #expect(anomaly["kind"] as? String == "unattributed_transaction")
@@ -435,7 +450,7 @@ import Testing
             let text = try await client.execute(uri: "/metrics", method: .get) { String(buffer: $0.body) }
             #expect(text.contains("storekeeper_deliveries_total 1"))
             #expect(text.contains("storekeeper_duplicates_suppressed_total 1"))
-            #expect(text.contains(#"storekeeper_verification_failures_total{code="invalid_signature"} 1"#))
+            #expect(text.contains(#"storekeeper_proofs_rejected_total{code="invalid_signature"} 1"#))
             #expect(text.contains("storekeeper_jobs_pending 0"))
             #expect(text.contains("storekeeper_anomalies_open 0"))
             #expect(text.contains("storekeeper_http_request_duration_seconds"))

@@ -203,6 +203,9 @@ import Testing
             configuration.secretKeys = [ServerAPITests.secret]
             configuration.webhookURL = url
             configuration.webhookSecret = Self.secret
+            configuration.localAppStoreEnabled = true
+            configuration.bundleId = "com.example.app"
+            configuration.appAppleId = 1_234_567_890
             var logger = Logger(label: "webhook-test")
             logger.logLevel = .error
             let app = try await StoreKeeperApp.make(configuration, dataDirectory: directory, logger: logger)

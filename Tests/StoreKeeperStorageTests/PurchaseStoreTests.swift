@@ -91,7 +91,7 @@ import Testing
                 }
                 return try await group.reduce(into: []) { $0.append($1) }
             }
-            #expect(outcomes.filter { $0 == .unattributed }.count == 150)
+            #expect(outcomes.filter { $0 == .delivered }.count == 150)
             #expect(outcomes.filter { $0 == .alreadyDelivered }.count == 150)
             #expect(try await store.balances(of: "bulk") == ["coins": 150 * 60])
             #expect(try await store.deliveries(of: "bulk").count == 150)
@@ -122,7 +122,7 @@ import Testing
             let paid = results.compactMap { $0.order?.orderId }
             #expect(Set(paid) == [older.orderId, newer.orderId])
             #expect(paid.count == 2)
-            #expect(results.filter { $0.outcome == .unattributed }.count == 3)
+            #expect(results.filter { $0.outcome == .delivered && $0.order == nil }.count == 3)
             #expect(try await store.order(older.orderId)?.status == .delivered)
             #expect(try await store.order(newer.orderId)?.status == .delivered)
             #expect(try await store.balances(of: "fifo") == ["coins": 300])
@@ -189,8 +189,9 @@ import Testing
                     Self.transaction("remove_ads", id: "2000000000000010"), submittingAccount: "bob",
                     catalog: Self.catalog,
                     now: Self.now)
-                // A repeat of the same transaction is already delivered, to alice.
-                #expect(conflict.plan.outcome == .alreadyDelivered)
+                // Delivered to alice: bob gets a refusal, never "already delivered".
+                #expect(conflict.plan.outcome == .notDelivered)
+                #expect(conflict.plan.refusal == .ownedByOtherAccount(owner: "alice"))
             }
             let restore = JWSTransactionDecodedPayload(
                 transactionId: "2000000000000011", originalTransactionId: "2000000000000010", productId: "remove_ads",
@@ -201,7 +202,8 @@ import Testing
                 #expect(conflict.plan.refusal == .ownedByOtherAccount(owner: "alice"))
             }
             let anomalies = try await store.anomalies(status: "open")
-            #expect(anomalies.map(\.kind) == ["ownership_conflict"])  // recorded once, not three times
+            // One per conflicting transaction, not one per attempt.
+            #expect(anomalies.map(\.kind) == ["ownership_conflict", "ownership_conflict"])
             #expect(try await store.deliveries(of: "bob").isEmpty)
 
             let order = try await store.createOrder(
@@ -213,7 +215,10 @@ import Testing
             #expect(mismatch.plan.outcome == .delivered)
             #expect(try await store.order(order.orderId)?.status == .created)
             #expect(try await store.balances(of: "carl") == ["coins": 60])
-            #expect(try await store.anomalies().map(\.kind).sorted() == ["ownership_conflict", "product_mismatch"])
+            #expect(
+                try await store.anomalies().map(\.kind).sorted() == [
+                    "ownership_conflict", "ownership_conflict", "product_mismatch",
+                ])
         }
     }
 
@@ -245,7 +250,7 @@ import Testing
             for (index, id) in ["2300000000000001", "2300000000000002"].enumerated() {
                 let result = try await store.deliver(
                     Self.transaction("season_pass", id: id), submittingAccount: "pass", catalog: catalog, now: Self.now)
-                #expect(result.plan.outcome == .unattributed, "pass \(index)")
+                #expect(result.plan.outcome == .delivered, "pass \(index)")
             }
             let rows = try await store.entitlements(of: "pass")
             let latest = try #require(rows.compactMap(\.expiresAt).max())

@@ -1,0 +1,43 @@
+import Foundation
+
+/// The version this server reports in `/v1/status` and stamps on kept rejected proofs.
+public enum StoreKeeperVersion {
+    public static let current = "0.7.0"
+}
+
+/// `GET /v1/status`: what this server is and what it trusts (API.md "Operators").
+struct StatusJSON: Encodable {
+    struct Root: Encodable {
+        var subject: String
+        var sha256: String
+        var source: String
+        var anchors: [String]
+    }
+
+    var version: String
+    var mode: String
+    var trustedRoots: [Root]
+    var bundleId: String
+    var appAppleId: String?
+    var environments: [String]
+    var database: String
+    var localAppStoreTrusted: Bool
+    var localAppStoreMounted: Bool
+
+    init(_ app: StoreKeeperApp) {
+        version = StoreKeeperVersion.current
+        mode = app.trust.mode.rawValue
+        trustedRoots = app.trust.roots.map {
+            Root(
+                subject: $0.subject, sha256: $0.sha256, source: $0.source,
+                anchors: [$0.anchorsSignedData ? "signedData" : nil, $0.anchorsReceipts ? "receipts" : nil]
+                    .compactMap { $0 })
+        }
+        bundleId = app.trust.bundleId
+        appAppleId = app.trust.appAppleId.map(String.init)
+        environments = app.trust.environmentList
+        database = app.database.kind.rawValue
+        localAppStoreTrusted = app.trust.localAppStoreTrusted
+        localAppStoreMounted = app.localAppStore != nil
+    }
+}

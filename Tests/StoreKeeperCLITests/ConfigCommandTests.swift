@@ -1,0 +1,178 @@
+import Foundation
+import SQLKit
+import StoreKeeperStorage
+import Testing
+
+/// Configuration is checked, loudly: every problem stops `serve` with exit code 2 naming the
+/// key; `config check` prints the effective configuration and trust set; `reverify` delivers
+/// kept proofs once the configuration is fixed.
+@Suite struct ConfigCommandTests {
+    static let secret = "sk_live_0123456789abcdef0123456789abcdef"
+
+    static func directory() throws -> URL {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("config-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        return directory
+    }
+
+    static func write(_ text: String, _ name: String, in directory: URL) throws -> String {
+        let url = directory.appendingPathComponent(name)
+        try Data(text.utf8).write(to: url)
+        return url.path
+    }
+
+    static func good(_ directory: URL, extra: String = "") -> String {
+        """
+        database: { url: "sqlite:\(directory.path)/storekeeper.sqlite" }
+        apple:
+          bundleId: com.goodheartapp
+          appAppleId: 1234567890
+          environments: [Production, Sandbox]
+        auth:
+          secretKeys: ["\(secret)"]
+          clientTokenSecret: "client-token-secret-for-tests-0123456789"
+        catalog:
+          products:
+            - { id: gh_super_good_ticket_1, type: consumable, grants: { currency: tickets, amount: 5 } }
+        \(extra)
+        """
+    }
+
+    @Test func eachConfigurationErrorStopsServeWithExitCode2NamingTheKey() throws {
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let garbage = try Self.write("-----BEGIN CERTIFICATE-----\nnot a certificate\n", "bad.pem", in: directory)
+        let badKey = try Self.write(
+            "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n", "bad.p8", in: directory)
+        let base = Self.good(directory)
+        let cases: [(String, String, String)] = [
+            (
+                base.replacingOccurrences(of: "bundleId:", with: "bundleID:"), "apple.bundleID",
+                "did you mean 'apple.bundleId'"
+            ),
+            (base + "\nlimits: { maxBodyByte: 10 }\n", "limits.maxBodyByte", "did you mean 'limits.maxBodyBytes'"),
+            (base.replacingOccurrences(of: "  appAppleId: 1234567890\n", with: ""), "apple.appAppleId", "Production"),
+            (
+                base.replacingOccurrences(
+                    of:
+                        "catalog:\n  products:\n    - { id: gh_super_good_ticket_1, type: consumable, grants: { currency: tickets, amount: 5 } }",
+                    with: "catalog: { file: /nonexistent/catalog.yaml }"), "catalog.file", "cannot read"
+            ),
+            (
+                base.replacingOccurrences(
+                    of: "  environments: [Production, Sandbox]",
+                    with: "  environments: [Production, Sandbox]\n  rootCertificates: [\(garbage)]"),
+                "apple.rootCertificates", "no PEM or DER certificate"
+            ),
+            (
+                base.replacingOccurrences(
+                    of: "  environments: [Production, Sandbox]",
+                    with:
+                        "  environments: [Production, Sandbox]\n  serverAPI: { issuerId: i, keyId: K, privateKeyFile: \(badKey) }"
+                ),
+                "apple.serverAPI.privateKeyFile", "not an ES256"
+            ),
+            (
+                base.replacingOccurrences(of: "client-token-secret-for-tests-0123456789", with: "short"),
+                "auth.clientTokenSecret", "32 bytes"
+            ),
+            (
+                base.replacingOccurrences(of: "appAppleId: 1234567890", with: "appAppleId: nope"), "apple.appAppleId",
+                "number"
+            ),
+            (base + "\nhttp: { port: [1, 2] }\n", "http.port", "integer"),
+        ]
+        for (index, (text, key, message)) in cases.enumerated() where !key.isEmpty {
+            let file = try Self.write(text, "case-\(index).yaml", in: directory)
+            let run = try VerifyCommandTests.run(["serve", "--config", file])
+            #expect(run.status == 2, "case \(index): \(run.stderr)")
+            #expect(run.stderr.contains(key), "case \(index): \(run.stderr)")
+            #expect(run.stderr.contains(message), "case \(index): \(run.stderr)")
+        }
+        // An unreadable configuration file.
+        let missing = try VerifyCommandTests.run([
+            "serve", "--config", directory.appendingPathComponent("nope.yaml").path,
+        ])
+        #expect(missing.status == 2)
+        #expect(missing.stderr.contains("nope.yaml"))
+        // Not JSON or YAML at all.
+        let broken = try Self.write("{ this is: [not valid", "broken.json", in: directory)
+        let unparsable = try VerifyCommandTests.run(["serve", "--config", broken])
+        #expect(unparsable.status == 2)
+        #expect(unparsable.stderr.contains("broken.json"))
+    }
+
+    @Test func configCheckPrintsTheEffectiveConfigurationAndTrustSet() throws {
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let good = try Self.write(Self.good(directory), "good.yaml", in: directory)
+        let run = try VerifyCommandTests.run(["config", "check", "--config", good])
+        #expect(run.status == 0, "\(run.stdout) \(run.stderr)")
+        #expect(run.stdout.contains("mode: configured"))
+        #expect(run.stdout.contains("apple.bundleId: com.goodheartapp"))
+        #expect(run.stdout.contains("Apple Root CA - G3"))
+        #expect(run.stdout.contains("63343abfb89a6a03ebb57e9b3f5fa7be7c4f5c756f3017b3a8c488c3653e9179"))
+        #expect(run.stdout.contains("local App Store trusted: false"))
+        #expect(run.stdout.contains("ok: ready for production"))
+        // Secrets are masked.
+        #expect(!run.stdout.contains(Self.secret))
+        #expect(!run.stdout.contains("client-token-secret-for-tests"))
+        #expect(run.stdout.contains("******"))
+
+        // Valid but not for production: the local App Store enabled.
+        let staging = try Self.write(
+            Self.good(directory, extra: "localAppStore: { enabled: true }"), "staging.yaml", in: directory)
+        let stagingRun = try VerifyCommandTests.run(["config", "check", "--config", staging])
+        #expect(stagingRun.status == 1)
+        #expect(stagingRun.stdout.contains("problem: localAppStore.enabled"))
+        // Invalid: exit 2, the key named.
+        let bad = try Self.write(
+            Self.good(directory).replacingOccurrences(of: "appAppleId: 1234567890", with: "appAppleID: 1"), "bad.yaml",
+            in: directory)
+        let badRun = try VerifyCommandTests.run(["config", "check", "--config", bad])
+        #expect(badRun.status == 2)
+        #expect(badRun.stderr.contains("apple.appAppleID"))
+    }
+
+    @Test func reverifyDeliversKeptProofsOnceTheConfigurationIsFixed() async throws {
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        // A genuine proof kept after a wrong_bundle rejection, and a forgery.
+        let database = try await Database.open(url: "sqlite:\(directory.path)/storekeeper.sqlite")
+        try await Migrations.run(on: database)
+        let store = RejectedProofStore(database: database)
+        let genuine = try String(
+            contentsOf: VerifyCommandTests.fixtures.appendingPathComponent("apple-transaction-sandbox-consumable.jws"),
+            encoding: .utf8
+        ).trimmingCharacters(in: .whitespacesAndNewlines)
+        _ = try await store.keep(
+            kind: .signedTransaction, proof: genuine, code: "wrong_bundle", reason: "r", accountId: "p1", orderId: nil,
+            serverVersion: "0", now: Date())
+        _ = try await store.keep(
+            kind: .signedTransaction, proof: "eyJhbGciOiJub25lIn0.e30.", code: "invalid_signature", reason: "r",
+            accountId: "p2", orderId: nil, serverVersion: "0", now: Date())
+        try await database.close()
+
+        let config = try Self.write(Self.good(directory), "fixed.yaml", in: directory)
+        let first = try VerifyCommandTests.run(["reverify", "--config", config, "--data-dir", directory.path])
+        #expect(first.status == 0, "\(first.stderr)")
+        #expect(first.stdout.contains(#""delivered":1"#), "\(first.stdout)")
+        #expect(first.stdout.contains(#""stillRejected":1"#))
+        let second = try VerifyCommandTests.run(["reverify", "--config", config, "--data-dir", directory.path])
+        #expect(second.stdout.contains(#""delivered":0"#), "\(second.stdout)")
+        let onlyChain = try VerifyCommandTests.run([
+            "reverify", "--config", config, "--code", "invalid_chain", "--data-dir", directory.path,
+        ])
+        #expect(onlyChain.stdout.contains(#""checked":0"#))
+        let badCode = try VerifyCommandTests.run(["reverify", "--config", config, "--code", "whatever"])
+        #expect(badCode.status != 0)
+
+        let reopened = try await Database.open(url: "sqlite:\(directory.path)/storekeeper.sqlite")
+        let balance = try await reopened.read { sql in
+            try await sql.raw("SELECT amount FROM balances WHERE account_id = 'p1' AND currency = 'tickets'").first()?
+                .decode(column: "amount", as: Int.self)
+        }
+        #expect(balance == 5)
+        try await reopened.close()
+    }
+}
