@@ -38,5 +38,27 @@ import Testing
             try JSONSerialization.jsonObject(with: try await LocalStoreServeTests.fetch(order)) as? [String: Any]
         #expect(created?["status"] as? String == "created")
 
+        // The rest of the README's quick start, unchanged: pay at the open local App Store,
+        // submit, read the account.
+        let token = try #require(created?["appAccountToken"] as? String)
+        let paid = try await CrashRecoveryTests.post(
+            listening, "/local-app-store/control/purchases", key: nil,
+            body: #"{"appleId":"player1","productId":"coins_60","appAccountToken":"\#(token)"}"#)
+        let signed = try #require((paid["signedTransactions"] as? [String])?.first)
+        let delivered = try await CrashRecoveryTests.post(
+            listening, "/v1/purchases", key: key, body: #"{"accountId":"u42","signedTransaction":"\#(signed)"}"#)
+        #expect(delivered["status"] as? String == "delivered")
+        var account = URLRequest(url: URL(string: "http://127.0.0.1:\(listening)/v1/accounts/u42")!)
+        account.setValue("Bearer \(key)", forHTTPHeaderField: "Authorization")
+        let read =
+            try JSONSerialization.jsonObject(with: try await LocalStoreServeTests.fetch(account)) as? [String: Any]
+        #expect((read?["balances"] as? [String: Int])?["coins"] == 60)
+        // Demo mode says what it trusts.
+        var status = URLRequest(url: URL(string: "http://127.0.0.1:\(listening)/v1/status")!)
+        status.setValue("Bearer \(key)", forHTTPHeaderField: "Authorization")
+        let shown =
+            try JSONSerialization.jsonObject(with: try await LocalStoreServeTests.fetch(status)) as? [String: Any]
+        #expect(shown?["mode"] as? String == "demo")
+        #expect(shown?["localAppStoreTrusted"] as? Bool == true)
     }
 }
