@@ -55,6 +55,15 @@ public struct AppReceiptVerifier: Sendable {
             throw VerificationFailure.invalidSignature("receipt exceeds \(maxReceiptBytes) bytes")
         }
         let content = try PKCS7SignedData(bytes)
+        // Apple's shape before any path building, and the signer's path to a trusted root
+        // before the payload is parsed: a hostile receipt costs a few signature checks.
+        let signer = try content.verifySignature()
+        let intermediate = try Self.appleShapedIntermediate(content.certificates, signer: signer, roots: roots)
+        try Self.checkIssued(signer, by: intermediate)
+        guard let root = roots.first(where: { $0.subject == intermediate.issuer }) else {
+            throw VerificationFailure.invalidChain("the receipt's intermediate is not issued by a trusted root")
+        }
+        try Self.checkIssued(intermediate, by: root)
         let receipt: AppReceipt
         do {
             receipt = try AppReceiptParser.parsePayload(content.payload)
@@ -68,17 +77,10 @@ public struct AppReceiptVerifier: Sendable {
         case .fixed(let date): time = date
         case .signedDate: time = receipt.creationDate ?? Date()
         }
-        // Signature first (cheap, and says whether the certificates are even relevant), then
-        // the path from the signer to a trusted root.
-        let signer = try content.verifySignature()
-        let chain = try await ChainValidator.validate(
-            leaf: signer, intermediates: content.certificates, roots: roots, at: time, onlineChecks: nil)
-        // Every certificate the receipt carries is on the path or a copy of a trusted root, so
-        // no byte of the receipt is left unchecked.
-        for certificate in content.certificates where !chain.contains(certificate) && !roots.contains(certificate) {
-            throw VerificationFailure.invalidChain(
-                "receipt carries a certificate that is not on its signing path: \(certificate.subject)")
-        }
+        // The full RFC 5280 path (validity at the receipt's date, Apple's rules) over exactly
+        // one candidate intermediate: one path to try, whatever the receipt carries.
+        _ = try await ChainValidator.validate(
+            leaf: signer, intermediates: [intermediate], roots: roots, at: time, onlineChecks: nil)
 
         if let expected = bundleId, receipt.bundleId != expected {
             throw VerificationFailure.wrongBundle(expected: expected, actual: receipt.bundleId)
@@ -89,5 +91,35 @@ public struct AppReceiptVerifier: Sendable {
                 expected: accepted.map(\.rawValue).sorted(), actual: environment.rawValue)
         }
         return receipt
+    }
+
+    /// A receipt carries Apple's shape: its signer, one intermediate, and optionally a copy of a
+    /// trusted root — nothing else, no two certificates with one subject or one key. Returns
+    /// the intermediate.
+    static func appleShapedIntermediate(_ certificates: [Certificate], signer: Certificate, roots: [Certificate])
+        throws -> Certificate
+    {
+        let others = certificates.filter { $0 != signer && !roots.contains($0) }
+        guard others.count == 1, let intermediate = others.first, certificates.count <= 3 else {
+            throw VerificationFailure.invalidChain(
+                "a receipt carries its signer and one intermediate (found \(certificates.count) certificates)")
+        }
+        var subjects = Set<DistinguishedName>()
+        var keys = Set<Certificate.PublicKey>()
+        for certificate in certificates {
+            guard subjects.insert(certificate.subject).inserted, keys.insert(certificate.publicKey).inserted else {
+                throw VerificationFailure.invalidChain("the receipt's certificates repeat a subject or a key")
+            }
+        }
+        return intermediate
+    }
+
+    /// `certificate` names `issuer` and carries its signature.
+    static func checkIssued(_ certificate: Certificate, by issuer: Certificate) throws {
+        guard certificate.issuer == issuer.subject,
+            issuer.publicKey.isValidSignature(certificate.signature, for: certificate)
+        else {
+            throw VerificationFailure.invalidChain("the receipt's certificates do not chain to a trusted root")
+        }
     }
 }

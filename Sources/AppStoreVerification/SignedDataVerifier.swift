@@ -213,7 +213,7 @@ public final class SignedDataVerifier: Sendable {
     private static func certificates(in header: JWSDecodedHeader) throws -> VerifiedChainCache.Key {
         guard header.alg == "ES256" else {
             throw VerificationFailure.invalidSignature(
-                "JWS algorithm is \(header.alg.map { "'\($0)'" } ?? "missing"); only ES256 is accepted")
+                "JWS algorithm is \(header.alg.map { "'\($0.prefix(16))'" } ?? "missing"); only ES256 is accepted")
         }
         guard let x5c = header.x5c, x5c.count == 3 else {
             throw VerificationFailure.invalidChain(
@@ -253,6 +253,9 @@ public final class SignedDataVerifier: Sendable {
             intermediate = try Certificate(derEncoded: key.intermediate.storage)
         } catch {
             throw VerificationFailure.invalidChain("x5c holds a certificate that is not valid DER")
+        }
+        guard leaf.subject != intermediate.subject, leaf.publicKey != intermediate.publicKey else {
+            throw VerificationFailure.invalidChain("x5c repeats a subject or a key")
         }
         guard let leafKey = P256.Signing.PublicKey(leaf.publicKey) else {
             throw VerificationFailure.invalidChain("leaf certificate key is not P-256")

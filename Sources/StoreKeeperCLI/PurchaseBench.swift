@@ -14,6 +14,9 @@ import Synchronization
 /// End-to-end `POST /v1/purchases` load: the real server (HTTP, verification, group commit,
 /// durable database) and a load generator in one process, fresh signed transactions only.
 struct PurchaseBench {
+    /// The secret key of the benchmark's own server (secret keys are at least 32 bytes).
+    static let key = "sk_bench_" + String(repeating: "0", count: 32)
+
     let databaseURL: String?
     let concurrencies: [Int]
     let requestsPerLevel: Int
@@ -43,7 +46,7 @@ struct PurchaseBench {
         var configuration = ServerConfiguration()
         configuration.port = 0
         configuration.databaseURL = databaseURL ?? "sqlite:\(directory.path)/bench.sqlite"
-        configuration.secretKeys = ["bench"]
+        configuration.secretKeys = [Self.key]
         // The local App Store signs the load's proofs.
         configuration.localAppStoreEnabled = true
         configuration.bundleId = "com.example.app"
@@ -110,7 +113,7 @@ struct PurchaseBench {
             case .lean:
                 latencies = try await LoadGenerator.run(
                     host: "127.0.0.1", port: port.withLock { $0 }, path: "/v1/purchases",
-                    authorization: "Bearer bench", bodies: slice, concurrency: concurrency,
+                    authorization: "Bearer \(Self.key)", bodies: slice, concurrency: concurrency,
                     expect: #""status":"delivered""#)
             case .asyncHTTPClient:
                 latencies = try await Self.sendWithAsyncHTTPClient(
@@ -159,7 +162,7 @@ extension PurchaseBench {
                     for index in stride(from: worker, to: bodies.count, by: concurrency) {
                         var request = HTTPClientRequest(url: url)
                         request.method = .POST
-                        request.headers.add(name: "Authorization", value: "Bearer bench")
+                        request.headers.add(name: "Authorization", value: "Bearer \(Self.key)")
                         request.headers.add(name: "Content-Type", value: "application/json")
                         request.body = .bytes(ByteBuffer(string: bodies[index]))
                         let sent = ContinuousClock.now

@@ -26,6 +26,9 @@ public struct Catalog: Hashable, Sendable {
 
     public func product(_ id: String) -> Product? { products.first { $0.id == id } }
 
+    /// The largest currency amount one product may grant.
+    public static let maxGrantAmount: Int64 = 1_000_000_000_000
+
     /// Products of one subscription group, in catalog order (the order ranks them: first is the
     /// highest service level, as App Store Connect ranks a group).
     public func group(_ group: String) -> [Product] { products.filter { $0.group == group } }
@@ -93,6 +96,10 @@ public struct Catalog: Hashable, Sendable {
             if product.grants.currency != nil {
                 guard let amount = product.grants.amount, amount > 0 else {
                     throw CatalogError("\(name): a currency grant needs a positive amount")
+                }
+                // Bounded so amount × quantity and years of balances stay far from Int64's limit.
+                guard amount <= Catalog.maxGrantAmount else {
+                    throw CatalogError("\(name): amount must be at most \(Catalog.maxGrantAmount)")
                 }
             }
             for (storefront, price) in product.prices ?? [:] {

@@ -74,6 +74,9 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             }
         } catch let error as DecodingError {
             throw APIError.badRequest(Self.describe(error))
+        } catch is NIOTooManyBytesError {
+            // A chunked body grows past the limit while it is collected (no Content-Length to check first).
+            throw APIError(.contentTooLarge, "payload_too_large", "request body is over the configured limit")
         } catch {
             context.logger.error("internal error", metadata: ["error": "\(error)"])
             throw APIError(.internalServerError, "internal", "internal error", retryable: true)

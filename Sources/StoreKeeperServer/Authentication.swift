@@ -26,18 +26,22 @@ public enum Caller: Sendable, Hashable {
     }
 }
 
-/// The claims of a client token: HS256, `sub` = accountId, `exp` required.
+/// The claims of a client token: HS256, `sub` = accountId, `exp` required (at most
+/// `auth.clientTokenMaxLifetimeSeconds` ahead), `nbf` honoured.
 public struct ClientTokenClaims: JWTPayload {
     public var sub: SubjectClaim
     public var exp: ExpirationClaim
+    public var nbf: NotBeforeClaim?
 
-    public init(accountId: String, expires: Date) {
+    public init(accountId: String, expires: Date, notBefore: Date? = nil) {
         sub = SubjectClaim(value: accountId)
         exp = ExpirationClaim(value: expires)
+        nbf = notBefore.map { NotBeforeClaim(value: $0) }
     }
 
     public func verify(using algorithm: some JWTAlgorithm) async throws {
         try exp.verifyNotExpired()
+        try nbf?.verifyNotBefore()
         guard !sub.value.isEmpty else { throw JWTError.claimVerificationFailure(failedClaim: sub, reason: "empty sub") }
     }
 }
@@ -45,8 +49,15 @@ public struct ClientTokenClaims: JWTPayload {
 struct Authenticator: Sendable {
     let secretKeyDigests: [SHA256.Digest]
     let clientTokens: JWTKeyCollection?
+    let clientTokenMaxLifetime: TimeInterval
+    let metricsTokenDigest: SHA256.Digest?
 
-    init(secretKeys: [String], clientTokenSecret: String?) async {
+    init(
+        secretKeys: [String], clientTokenSecret: String?, clientTokenMaxLifetimeSeconds: Int = 86_400,
+        metricsToken: String? = nil
+    ) async {
+        clientTokenMaxLifetime = TimeInterval(clientTokenMaxLifetimeSeconds)
+        metricsTokenDigest = metricsToken.map { SHA256.hash(data: Data($0.utf8)) }
         secretKeyDigests = secretKeys.filter { !$0.isEmpty }.map { SHA256.hash(data: Data($0.utf8)) }
         if let clientTokenSecret, !clientTokenSecret.isEmpty {
             clientTokens = await JWTKeyCollection().add(
@@ -67,12 +78,38 @@ struct Authenticator: Sendable {
         var matched = false
         for digest in secretKeyDigests where Self.constantTimeEqual(digest, presented) { matched = true }
         if matched { return .secretKey }
-        if let clientTokens, credential.split(separator: ".").count == 3,
-            let claims = try? await clientTokens.verify(credential, as: ClientTokenClaims.self)
+        if let clientTokens, Self.headerAlgorithm(of: credential) == "HS256",
+            let claims = try? await clientTokens.verify(credential, as: ClientTokenClaims.self),
+            claims.exp.value.timeIntervalSinceNow <= clientTokenMaxLifetime + Self.clockLeeway
         {
             return .account(claims.sub.value)
         }
         throw APIError.unauthenticated
+    }
+
+    /// Clocks of the app's backend and this server may differ a little.
+    static let clockLeeway: TimeInterval = 60
+
+    /// The `alg` of a compact JWS header, read before any key is chosen: client tokens are
+    /// HS256 and nothing else.
+    static func headerAlgorithm(of token: String) -> String? {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, parts[0].count <= 512 else { return nil }
+        var base64 = parts[0].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while base64.count % 4 != 0 { base64 += "=" }
+        guard let data = Data(base64Encoded: base64),
+            let header = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+        else { return nil }
+        return header["alg"] as? String
+    }
+
+    /// `/metrics`: a secret key or `auth.metricsToken`.
+    func authenticateMetrics(_ request: Request) async throws {
+        if let metricsTokenDigest, let header = request.headers[.authorization], header.hasPrefix("Bearer ") {
+            let presented = SHA256.hash(data: Data(header.dropFirst("Bearer ".count).utf8))
+            if Self.constantTimeEqual(metricsTokenDigest, presented) { return }
+        }
+        try await authenticate(request).requireSecretKey()
     }
 
     static func constantTimeEqual(_ lhs: SHA256.Digest, _ rhs: SHA256.Digest) -> Bool {

@@ -39,6 +39,14 @@ public struct ServerConfiguration: Sendable {
     public var clientTokenSecret: String?
     public var catalog: Catalog?
     public var maxBodyBytes = 1_048_576
+    /// Unpaid, unexpired orders an account may hold (409 `too_many_open_orders` above).
+    public var maxOpenOrdersPerAccount = 100
+    /// Idle connections, and requests whose head is not complete, are closed after this.
+    public var idleTimeoutSeconds = 30
+    /// Client tokens may expire at most this far ahead.
+    public var clientTokenMaxLifetimeSeconds = 86_400
+    /// A bearer token for `/metrics` only (besides the secret keys).
+    public var metricsToken: String?
     public var clientRequestsPerSecond = 20
     public var secretRequestsPerSecond: Int?
     /// Longest a request may take before it is answered 503 (retryable).
@@ -265,6 +273,11 @@ public struct ServerConfiguration: Sendable {
         secretKeys = try source.strings("auth.secretKeys") ?? []
         clientTokenSecret = try source.string("auth.clientTokenSecret")
         maxBodyBytes = try source.int("limits.maxBodyBytes") ?? maxBodyBytes
+        maxOpenOrdersPerAccount = try source.int("limits.maxOpenOrdersPerAccount") ?? maxOpenOrdersPerAccount
+        idleTimeoutSeconds = try source.int("http.idleTimeoutSeconds") ?? idleTimeoutSeconds
+        clientTokenMaxLifetimeSeconds =
+            try source.int("auth.clientTokenMaxLifetimeSeconds") ?? clientTokenMaxLifetimeSeconds
+        metricsToken = try source.string("auth.metricsToken")
         clientRequestsPerSecond = try source.int("limits.clientRequestsPerSecond") ?? clientRequestsPerSecond
         secretRequestsPerSecond = try source.int("limits.secretRequestsPerSecond")
         requestTimeoutSeconds = try source.int("limits.requestTimeoutSeconds") ?? requestTimeoutSeconds
@@ -285,6 +298,22 @@ public struct ServerConfiguration: Sendable {
     public func validate() throws {
         guard (0...65535).contains(port) else { throw Invalid(key: "http.port", "must be 0…65535") }
         guard maxBodyBytes > 0 else { throw Invalid(key: "limits.maxBodyBytes", "must be positive") }
+        guard (1...100_000).contains(maxOpenOrdersPerAccount) else {
+            throw Invalid(key: "limits.maxOpenOrdersPerAccount", "must be 1…100000")
+        }
+        guard (1...3600).contains(idleTimeoutSeconds) else {
+            throw Invalid(key: "http.idleTimeoutSeconds", "must be 1…3600")
+        }
+        guard (60...31_536_000).contains(clientTokenMaxLifetimeSeconds) else {
+            throw Invalid(key: "auth.clientTokenMaxLifetimeSeconds", "must be 60…31536000")
+        }
+        for (index, key) in secretKeys.enumerated() where key.utf8.count < 32 {
+            throw Invalid(
+                key: "auth.secretKeys", "key \(index + 1) is \(key.utf8.count) bytes; secret keys are at least 32")
+        }
+        if let token = metricsToken, token.utf8.count < 32 {
+            throw Invalid(key: "auth.metricsToken", "must be at least 32 bytes")
+        }
         guard requestTimeoutSeconds > 0 else { throw Invalid(key: "limits.requestTimeoutSeconds", "must be positive") }
         guard clientRequestsPerSecond >= 0 else {
             throw Invalid(key: "limits.clientRequestsPerSecond", "must not be negative")
@@ -454,6 +483,10 @@ extension ServerConfiguration {
             ("auth.clientTokenSecret", mask(clientTokenSecret)),
             ("catalog", catalog.map { "\($0.products.count) products" } ?? "(demo catalog)"),
             ("limits.maxBodyBytes", String(maxBodyBytes)),
+            ("limits.maxOpenOrdersPerAccount", String(maxOpenOrdersPerAccount)),
+            ("http.idleTimeoutSeconds", String(idleTimeoutSeconds)),
+            ("auth.clientTokenMaxLifetimeSeconds", String(clientTokenMaxLifetimeSeconds)),
+            ("auth.metricsToken", mask(metricsToken)),
             ("limits.clientRequestsPerSecond", String(clientRequestsPerSecond)),
             ("limits.secretRequestsPerSecond", secretRequestsPerSecond.map(String.init) ?? "unlimited"),
             ("limits.requestTimeoutSeconds", String(requestTimeoutSeconds)),

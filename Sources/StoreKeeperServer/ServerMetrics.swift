@@ -58,12 +58,22 @@ public final class ServerMetrics: Sendable {
 struct RequestObservation<Context: RequestContext>: RouterMiddleware {
     let metrics: ServerMetrics
 
+    /// A client's request id is echoed into logs and headers only if it is `[A-Za-z0-9._-]{1,128}`:
+    /// nothing that could forge a log field or a header.
+    static func isAcceptable(_ id: String) -> Bool {
+        !id.isEmpty && id.utf8.count <= 128
+            && id.utf8.allSatisfy { byte in
+                (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
+                    || byte == 0x2E || byte == 0x5F || byte == 0x2D
+            }
+    }
+
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
         -> Response
     {
         let started = ContinuousClock.now
         let requestId =
-            request.headers[HTTPField.Name("X-Request-Id")!].flatMap { $0.count <= 128 ? $0 : nil }
+            request.headers[HTTPField.Name("X-Request-Id")!].flatMap { Self.isAcceptable($0) ? $0 : nil }
             ?? UUID().uuidString.lowercased()
         var context = context
         context.logger[metadataKey: "request_id"] = .string(requestId)

@@ -113,7 +113,9 @@ public struct StoreKeeperApp: Sendable {
             lookupDeadline: lookupDeadline,
             verifier: verifier, receiptVerifier: receiptVerifier,
             authenticator: await Authenticator(
-                secretKeys: secretKeys, clientTokenSecret: configuration.clientTokenSecret),
+                secretKeys: secretKeys, clientTokenSecret: configuration.clientTokenSecret,
+                clientTokenMaxLifetimeSeconds: configuration.clientTokenMaxLifetimeSeconds,
+                metricsToken: configuration.metricsToken),
             limiter: RateLimiter(
                 clientPerSecond: configuration.clientRequestsPerSecond,
                 secretPerSecond: configuration.secretRequestsPerSecond, clock: rateLimitClock),
@@ -152,9 +154,10 @@ public struct StoreKeeperApp: Sendable {
         router.add(middleware: ErrorMiddleware())
         router.add(middleware: RequestTimeout(limit: .seconds(configuration.requestTimeoutSeconds)))
         router.get("healthz") { _, _ in try await self.health() }
-        router.get("metrics") { _, _ in
+        router.get("metrics") { request, _ in
+            try await self.authenticator.authenticateMetrics(request)
             self.metrics.jobsPending.record(try await self.jobs.pendingCount())
-            self.metrics.anomaliesOpen.record(try await self.store.anomalies(status: "open").count)
+            self.metrics.anomaliesOpen.record(try await self.store.openAnomalyCount())
             self.metrics.webhooksPending.record(try await OutboxStore(database: self.database).pendingCount())
             return Response(
                 status: .ok, headers: [.contentType: "text/plain; version=0.0.4"],
@@ -216,6 +219,9 @@ public struct StoreKeeperApp: Sendable {
         }
         return Application(
             router: router(),
+            // Idle keep-alive connections, and requests whose head or body stalls, are closed
+            // after http.idleTimeoutSeconds: slow or silent sockets cannot pile up.
+            server: .http1(configuration: .init(idleTimeout: .seconds(Int64(configuration.idleTimeoutSeconds)))),
             configuration: .init(
                 address: .hostname(configuration.host, port: configuration.port), serverName: "StoreKeeper"),
             services: services,
@@ -250,8 +256,16 @@ public struct StoreKeeperApp: Sendable {
         guard catalog.product(body.productId) != nil else {
             throw APIError(.notFound, "unknown_product", "no product '\(body.productId.prefix(100))' in the catalog")
         }
-        let order = try await store.createOrder(
-            accountId: body.accountId, productId: body.productId, quantity: quantity, now: Date())
+        let order: Order
+        do {
+            order = try await store.createOrder(
+                accountId: body.accountId, productId: body.productId, quantity: quantity,
+                maxOpen: configuration.maxOpenOrdersPerAccount, ttl: configuration.orderTTL, now: Date())
+        } catch let error as PurchaseStore.TooManyOpenOrders {
+            throw APIError(
+                .conflict, "too_many_open_orders",
+                "the account has \(error.limit) unpaid orders; pay or let them expire before creating more")
+        }
         return try Self.json(OrderJSON(order), status: .created)
     }
 
@@ -278,6 +292,10 @@ public struct StoreKeeperApp: Sendable {
         let body = try await decode(PurchaseBody.self, request)
         try Self.validateAccountId(body.accountId)
         try caller.require(body.accountId)
+        if let orderId = body.orderId {
+            guard orderId.count <= 200 else { throw APIError.badRequest("field 'orderId' must be 1…200 characters") }
+            try Self.validateText(orderId, field: "orderId")
+        }
         let proofs: [Proof] = [
             body.signedTransaction.map(Proof.signedTransaction), body.receipt.map(Proof.receipt),
             body.transactionId.map(Proof.transactionId),
@@ -493,7 +511,11 @@ public struct StoreKeeperApp: Sendable {
         let accountId = try Self.parameter(context, "accountId")
         try Self.validateAccountId(accountId)
         let currency = try Self.parameter(context, "currency")
-        try caller.require(accountId)
+        try Self.validateText(currency, field: "currency")
+        // Only the app's backend spends: a client token could pre-claim the backend's keys.
+        guard caller == .secretKey else {
+            throw APIError.forbidden("debits need a secret key (the app's backend), not a client token")
+        }
         let body = try await decode(DebitBody.self, request)
         guard body.amount > 0, body.amount <= 1_000_000_000_000 else {
             throw APIError.badRequest("field 'amount' must be a positive integer")
@@ -501,11 +523,16 @@ public struct StoreKeeperApp: Sendable {
         guard !body.idempotencyKey.isEmpty, body.idempotencyKey.count <= 200 else {
             throw APIError.badRequest("field 'idempotencyKey' must be 1…200 characters")
         }
+        try Self.validateText(body.idempotencyKey, field: "idempotencyKey")
         switch try await store.debit(
-            accountId: accountId, currency: currency, amount: body.amount,
-            idempotencyKey: "\(accountId)|\(currency)|\(body.idempotencyKey)", now: Date())
+            accountId: accountId, currency: currency, amount: body.amount, idempotencyKey: body.idempotencyKey,
+            now: Date())
         {
         case .debited(let balance): return try Self.json(["balance": balance])
+        case .idempotencyConflict:
+            throw APIError(
+                .conflict, "idempotency_conflict",
+                "this idempotencyKey already answered a debit of another account, currency or amount")
         case .insufficient(let balance):
             throw APIError(.conflict, "insufficient_balance", "balance \(balance) is less than \(body.amount)")
         }
@@ -614,12 +641,22 @@ public struct StoreKeeperApp: Sendable {
         guard !value.isEmpty, value.count <= 200 else {
             throw APIError.badRequest("path parameter '\(name)' must be 1…200 characters")
         }
+        try validateText(value, field: name)
         return value
     }
 
     static func validateAccountId(_ accountId: String) throws {
-        guard !accountId.isEmpty, accountId.count <= 128, !accountId.contains(where: \.isNewline) else {
+        guard !accountId.isEmpty, accountId.count <= 128 else {
             throw APIError.badRequest("field 'accountId' must be 1…128 characters")
+        }
+        try validateText(accountId, field: "accountId")
+    }
+
+    /// Ids are printable text: no control characters (NUL, newlines, escapes) that could forge
+    /// log lines or break a database driver.
+    static func validateText(_ value: String, field: String) throws {
+        guard !value.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+            throw APIError.badRequest("field '\(field)' must not contain control characters")
         }
     }
 

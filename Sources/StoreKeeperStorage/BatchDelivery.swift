@@ -9,6 +9,11 @@ import StoreKeeperCore
 /// what earlier items of the same batch delivered, paid or bound), then written with
 /// multi-row inserts. Same decisions as one-by-one delivery; far fewer round trips.
 struct BatchDelivery {
+    struct OpenOrderKey: Hashable {
+        var account: String
+        var product: String
+    }
+
     struct Item {
         var transaction: JWSTransactionDecodedPayload
         var submittingAccount: String?
@@ -49,24 +54,36 @@ struct BatchDelivery {
             }
         }
         // Every order an item could be attributed to, with one query: by token, by the order
-        // id in the request, and every open order of each submitting account (a token that
-        // matches no order falls back to the oldest open order too, as in one-by-one delivery).
+        // id in the request, and — for a token that matches no order, as in one-by-one
+        // delivery — the oldest open orders of the submitting account for the product, through
+        // the orders_open index and no more of them than the batch could pay (an account's
+        // open orders never all enter the write transaction).
         var orders: [String: Order] = [:]
         let tokens = Array(Set(items.compactMap { $0.transaction.appAccountToken?.lowercased() }))
         let requestedIds = Array(Set(items.compactMap(\.requestedOrderId)))
-        let searchingAccounts = Array(
-            Set(items.filter { $0.requestedOrderId == nil }.compactMap(\.submittingAccount)))
-        var conditions: [any SQLExpression] = []
-        if !tokens.isEmpty { conditions.append(SQLQueryString("app_account_token IN (\(binds: tokens))")) }
-        if !requestedIds.isEmpty { conditions.append(SQLQueryString("order_id IN (\(binds: requestedIds))")) }
-        if !searchingAccounts.isEmpty {
-            conditions.append(
-                SQLQueryString(
-                    "(account_id IN (\(binds: searchingAccounts)) AND status IN ('created', 'pending', 'cancelled'))"))
+        var wanted: [OpenOrderKey: Int] = [:]
+        for item in items where item.requestedOrderId == nil {
+            guard let account = item.submittingAccount else { continue }
+            wanted[OpenOrderKey(account: account, product: item.transaction.productId ?? ""), default: 0] += 1
         }
-        if !conditions.isEmpty {
-            let matching = SQLList(conditions, separator: SQLRaw(" OR "))
-            for row in try await sql.raw("SELECT * FROM orders WHERE \(matching)").all() {
+        var selects: [any SQLExpression] = []
+        if !tokens.isEmpty {
+            selects.append(SQLQueryString("SELECT * FROM orders WHERE app_account_token IN (\(binds: tokens))"))
+        }
+        if !requestedIds.isEmpty {
+            selects.append(SQLQueryString("SELECT * FROM orders WHERE order_id IN (\(binds: requestedIds))"))
+        }
+        for (key, count) in wanted.sorted(by: { ($0.key.account, $0.key.product) < ($1.key.account, $1.key.product) }) {
+            selects.append(
+                SQLQueryString(
+                    """
+                    SELECT * FROM (SELECT * FROM orders WHERE account_id = \(bind: key.account) AND product_id = \(bind: key.product)
+                    AND status IN ('created', 'pending') ORDER BY created_at, order_id LIMIT \(unsafeRaw: String(count))) AS o
+                    """))
+        }
+        if !selects.isEmpty {
+            let union = SQLList(selects, separator: SQLRaw(" UNION ALL "))
+            for row in try await sql.raw("\(union)").all() {
                 let order = try PurchaseStore.decodeOrder(row)
                 orders[order.orderId] = order
             }
@@ -103,7 +120,8 @@ struct BatchDelivery {
             var oldest: Order?
             if let account = item.submittingAccount, byToken == nil, requested == nil {
                 oldest = orders.values.filter {
-                    $0.accountId == account && $0.productId == transaction.productId && $0.status.isOpen
+                    $0.accountId == account && $0.productId == transaction.productId
+                        && ($0.status == .created || $0.status == .pending)
                 }.min { ($0.createdAt, $0.orderId) < ($1.createdAt, $1.orderId) }
             }
             let isConsumable = item.catalog.product(transaction.productId ?? "")?.type == .consumable

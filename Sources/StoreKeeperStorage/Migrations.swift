@@ -195,6 +195,34 @@ public enum Migrations {
                 "CREATE INDEX rejected_proofs_created ON rejected_proofs (created_at)",
             ]
         ),
+        (
+            7,
+            [
+                // Counting an account's open orders (limits.maxOpenOrdersPerAccount) without
+                // reading its delivered ones.
+                "CREATE INDEX orders_account_status ON orders (account_id, status, created_at)"
+            ]
+        ),
+        (
+            8,
+            [
+                // Debit idempotency keys in their own column, bound to the request they first
+                // answered (a hash of account, currency and amount): a reuse with anything
+                // different is a conflict, never a silent no-op. (`debits` keeps the rows of
+                // the earlier scheme, still honoured for retries across the upgrade.)
+                """
+                CREATE TABLE debit_requests (
+                    idempotency_key TEXT PRIMARY KEY,
+                    request_hash TEXT NOT NULL,
+                    account_id TEXT NOT NULL,
+                    currency TEXT NOT NULL,
+                    amount BIGINT NOT NULL,
+                    balance_after BIGINT NOT NULL,
+                    created_at BIGINT NOT NULL
+                )
+                """
+            ]
+        ),
     ]
 
     /// Applies every migration not yet applied, each in its own transaction. Safe to run from

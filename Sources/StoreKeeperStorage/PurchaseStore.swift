@@ -1,4 +1,5 @@
 import AppStoreModels
+import Crypto
 import Foundation
 import SQLKit
 import StoreKeeperCatalog
@@ -33,12 +34,33 @@ public struct PurchaseStore: Sendable {
 
     // MARK: Orders
 
-    public func createOrder(accountId: String, productId: String, quantity: Int, now: Date) async throws -> Order {
+    /// The account already has `limit` unpaid, unexpired orders (`too_many_open_orders`).
+    public struct TooManyOpenOrders: Error, Sendable {
+        public var limit: Int
+    }
+
+    /// Creates an order; refused with `TooManyOpenOrders` when the account has `maxOpen`
+    /// unpaid orders created within `ttl` (cancelled and expired orders are not open).
+    public func createOrder(
+        accountId: String, productId: String, quantity: Int, maxOpen: Int? = nil, ttl: TimeInterval = 24 * 3600,
+        now: Date
+    ) async throws -> Order {
         let order = Order(
             orderId: UUID().uuidString.lowercased(), appAccountToken: UUID(), accountId: accountId,
             productId: productId,
             quantity: quantity, status: .created, createdAt: now)
+        let cutoff = now.addingTimeInterval(-ttl).milliseconds
         try await database.transaction { sql in
+            if let maxOpen {
+                let open =
+                    try await sql.raw(
+                        """
+                        SELECT COUNT(*) AS n FROM (SELECT 1 FROM orders WHERE account_id = \(bind: accountId)
+                        AND status IN ('created', 'pending') AND created_at >= \(bind: cutoff) LIMIT \(unsafeRaw: String(maxOpen))) AS o
+                        """
+                    ).first()?.decode(column: "n", as: Int.self) ?? 0
+                if open >= maxOpen { throw TooManyOpenOrders(limit: maxOpen) }
+            }
             try await sql.raw(
                 """
                 INSERT INTO orders (order_id, app_account_token, account_id, product_id, quantity, status, created_at)
@@ -142,7 +164,7 @@ public struct PurchaseStore: Sendable {
             oldest = try await sql.raw(
                 """
                 SELECT * FROM orders WHERE account_id = \(bind: account) AND product_id = \(bind: transaction.productId ?? "")
-                AND status IN ('created', 'pending', 'cancelled') ORDER BY created_at, order_id LIMIT 1
+                AND status IN ('created', 'pending') ORDER BY created_at, order_id LIMIT 1
                 """
             ).first().map(decodeOrder)
         }
@@ -425,6 +447,14 @@ public struct PurchaseStore: Sendable {
         }
     }
 
+    /// How many anomalies are open, counted by the database (for `/metrics`).
+    public func openAnomalyCount() async throws -> Int {
+        try await database.read { sql in
+            try await sql.raw("SELECT COUNT(*) AS n FROM anomalies WHERE status = 'open'").first()?
+                .decode(column: "n", as: Int.self) ?? 0
+        }
+    }
+
     public func anomaly(_ id: String) async throws -> StoredAnomaly? {
         try await database.read { sql in
             try await sql.raw("SELECT * FROM anomalies WHERE id = \(bind: id)").first().map(Self.decodeAnomaly)
@@ -529,21 +559,46 @@ public struct PurchaseStore: Sendable {
     public enum DebitResult: Sendable, Hashable {
         case debited(balance: Int64)
         case insufficient(balance: Int64)
+        /// The key already answered a debit of another account, currency or amount.
+        case idempotencyConflict
     }
 
-    /// Debits a consumable balance once per idempotency key: a repeated key answers the same
-    /// balance without debiting again.
+    /// What a debit idempotency key is bound to: length-prefixed, so no two requests share it.
+    static func debitRequestHash(accountId: String, currency: String, amount: Int64) -> String {
+        let canonical = "\(accountId.utf8.count):\(accountId)|\(currency.utf8.count):\(currency)|\(amount)"
+        return SHA256.hash(data: Data(canonical.utf8)).map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// Debits a consumable balance once per idempotency key: a repeated key with the same
+    /// account, currency and amount answers the same balance without debiting again; with
+    /// any of them different it is a conflict.
     public func debit(
         accountId: String, currency: String, amount: Int64, idempotencyKey: String, now: Date
     ) async throws -> DebitResult {
+        let requestHash = Self.debitRequestHash(accountId: accountId, currency: currency, amount: amount)
         var lastError: (any Error)?
         for _ in 0..<4 {
             do {
                 return try await database.transaction { sql in
                     if let previous = try await sql.raw(
-                        "SELECT * FROM debits WHERE idempotency_key = \(bind: idempotencyKey)"
+                        "SELECT request_hash, balance_after FROM debit_requests WHERE idempotency_key = \(bind: idempotencyKey)"
                     ).first() {
+                        guard try previous.decode(column: "request_hash", as: String.self) == requestHash else {
+                            return .idempotencyConflict
+                        }
                         return .debited(balance: try previous.decode(column: "balance_after", as: Int64.self))
+                    }
+                    // A retry of a debit made before keys had their own column.
+                    if let legacy = try await sql.raw(
+                        """
+                        SELECT amount, balance_after FROM debits WHERE idempotency_key = \(bind: "\(accountId)|\(currency)|\(idempotencyKey)")
+                        AND account_id = \(bind: accountId) AND currency = \(bind: currency)
+                        """
+                    ).first() {
+                        guard try legacy.decode(column: "amount", as: Int64.self) == amount else {
+                            return .idempotencyConflict
+                        }
+                        return .debited(balance: try legacy.decode(column: "balance_after", as: Int64.self))
                     }
                     // One conditional UPDATE: on PostgreSQL concurrent debits of one account
                     // queue on its balance row and each sees the balance the previous one left.
@@ -561,19 +616,19 @@ public struct PurchaseStore: Sendable {
                             ).first()?.decode(column: "amount", as: Int64.self) ?? 0
                         return .insufficient(balance: balance)
                     }
-                    // The debit row claims the key; a concurrent twin fails here, rolls back its
-                    // UPDATE and retries (then answers with the first one's result).
+                    // The request row claims the key; a concurrent twin fails here, rolls back
+                    // its UPDATE and retries (then answers with the first one's result).
                     try await sql.raw(
                         """
-                        INSERT INTO debits (idempotency_key, account_id, currency, amount, balance_after, created_at)
-                        VALUES (\(bind: idempotencyKey), \(bind: accountId), \(bind: currency), \(bind: amount),
-                                \(bind: after), \(bind: now.milliseconds))
+                        INSERT INTO debit_requests (idempotency_key, request_hash, account_id, currency, amount, balance_after, created_at)
+                        VALUES (\(bind: idempotencyKey), \(bind: requestHash), \(bind: accountId), \(bind: currency),
+                                \(bind: amount), \(bind: after), \(bind: now.milliseconds))
                         """
                     ).run()
                     try await sql.raw(
                         """
                         INSERT INTO ledger (entry_key, account_id, currency, amount, created_at)
-                        VALUES (\(bind: "debit:" + idempotencyKey), \(bind: accountId), \(bind: currency),
+                        VALUES (\(bind: "debit:v2:" + idempotencyKey), \(bind: accountId), \(bind: currency),
                                 \(bind: -amount), \(bind: now.milliseconds))
                         """
                     ).run()

@@ -16,7 +16,7 @@ import Testing
 /// The HTTP API of API.md against the real server on a real database (SQLite, and PostgreSQL
 /// when STOREKEEPER_TEST_POSTGRES_URL is set), with the local App Store signing the proofs.
 @Suite struct ServerAPITests {
-    static let secret = "sk_test_secret"
+    static let secret = "sk_test_secret_0123456789abcdefghij"
     static let tokenSecret = "client-token-secret-for-tests-0123456789"
 
     static var databases: [String] {
@@ -29,6 +29,7 @@ import Testing
         _ kind: String, maxBodyBytes: Int = 1_048_576, clientRate: Int = 1000,
         environments: Set<AppStoreEnvironment> = [.production, .sandbox],
         rateLimitClock: @escaping @Sendable () -> ContinuousClock.Instant = { ContinuousClock.now },
+        configure: @Sendable (inout ServerConfiguration) -> Void = { _ in },
         _ body: @Sendable (StoreKeeperApp, any TestClientProtocol) async throws -> Void
     ) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("server-\(UUID())")
@@ -57,6 +58,7 @@ import Testing
         configuration.localAppStoreEnabled = true
         configuration.bundleId = "com.example.app"
         configuration.appAppleId = 1_234_567_890
+        configure(&configuration)
         let app = try await StoreKeeperApp.make(configuration, dataDirectory: directory, rateLimitClock: rateLimitClock)
         do {
             try await Application(router: app.router()).test(.router) { client in try await body(app, client) }
@@ -447,7 +449,9 @@ import Testing
             _ = try await Self.call(client, .post, "/v1/purchases", body: body)
             _ = try await Self.call(
                 client, .post, "/v1/purchases", body: #"{"accountId":"m1","signedTransaction":"x.y.z"}"#)
-            let text = try await client.execute(uri: "/metrics", method: .get) { String(buffer: $0.body) }
+            let text = try await client.execute(
+                uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(Self.secret)"]
+            ) { String(buffer: $0.body) }
             #expect(text.contains("storekeeper_deliveries_total 1"))
             #expect(text.contains("storekeeper_duplicates_suppressed_total 1"))
             #expect(text.contains(#"storekeeper_proofs_rejected_total{code="invalid_signature"} 1"#))

@@ -289,7 +289,9 @@ import Testing
             #expect((future.json["rejectedProofs"] as? [[String: Any]])?.isEmpty == true)
             let badCode = try await ServerAPITests.call(client, .get, "/v1/rejected-proofs?code=nope")
             #expect(badCode.status == .badRequest)
-            let metrics = try await client.execute(uri: "/metrics", method: .get) { String(buffer: $0.body) }
+            let metrics = try await client.execute(
+                uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(Self.secret)"]
+            ) { String(buffer: $0.body) }
             #expect(metrics.contains(#"storekeeper_proofs_rejected_total{code="wrong_bundle"} 2"#))
             // Re-verifying under the wrong configuration delivers nothing.
             let early = try await ServerAPITests.call(client, .post, "/v1/rejected-proofs/reverify", body: "{}")

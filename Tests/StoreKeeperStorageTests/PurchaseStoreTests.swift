@@ -230,10 +230,17 @@ import Testing
                 accountId: "dora", productId: "coins_60", quantity: 1, now: Self.now)
             #expect(try await store.cancelExpiredOrders(olderThan: 3600, now: Self.now.addingTimeInterval(7200)) == 1)
             #expect(try await store.order(order.orderId)?.status == .cancelled)
-            // No token (the nil applicationUsername case): the oldest open order of the account.
-            let late = try await store.deliver(
-                Self.transaction(id: "2000000000000030"), submittingAccount: "dora", catalog: Self.catalog,
+            // Without a token, a cancelled (expired) order is not open: nothing to fall back to,
+            // and the payment still reaches the submitting account.
+            let tokenless = try await store.deliver(
+                Self.transaction(id: "2000000000000031"), submittingAccount: "dora", catalog: Self.catalog,
                 now: Self.now)
+            #expect(tokenless.plan.order == nil)
+            #expect(tokenless.plan.outcome == .delivered)
+            // With its token (Ask to Buy approved late, P10): the expired order takes the payment.
+            let late = try await store.deliver(
+                Self.transaction(id: "2000000000000030", token: order.appAccountToken), submittingAccount: "dora",
+                catalog: Self.catalog, now: Self.now)
             #expect(late.plan.order?.orderId == order.orderId)
             #expect(try await store.order(order.orderId)?.status == .delivered)
         }
