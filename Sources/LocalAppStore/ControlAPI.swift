@@ -53,6 +53,8 @@ extension LocalAppStoreServer {
                         [LocalAppStore.PurchaseItem(productId: $0, quantity: body.quantity ?? 1)]
                     }
                     ?? []
+                // One payment carries a handful of products (merged payments), never thousands.
+                guard items.count <= 20 else { throw LocalAppStore.StoreError.invalid("at most 20 items per purchase") }
                 await self.store.customer(body.appleId, storefront: body.storefront ?? "USA")
                 return Self.reply(
                     try await self.store.buy(
@@ -179,9 +181,17 @@ extension LocalAppStoreServer {
                 }
             return Self.json(ControlError(error: .init(code: code, message: error.description)), status: status)
         } catch let error as DecodingError {
-            return Self.json(
-                ControlError(error: .init(code: "bad_request", message: "malformed body: \(error)")),
-                status: .badRequest)
+            // The field at fault, not the decoder's internals.
+            let field: String
+            switch error {
+            case .keyNotFound(let key, let context):
+                field = (context.codingPath + [key]).map(\.stringValue).joined(separator: ".")
+            case .typeMismatch(_, let context), .valueNotFound(_, let context), .dataCorrupted(let context):
+                field = context.codingPath.map(\.stringValue).joined(separator: ".")
+            @unknown default: field = ""
+            }
+            let message = field.isEmpty ? "malformed body" : "malformed body: field '\(field.prefix(100))'"
+            return Self.json(ControlError(error: .init(code: "bad_request", message: message)), status: .badRequest)
         } catch let error as HTTPError where error.status == .badRequest || error.status == .contentTooLarge {
             return Self.json(
                 ControlError(error: .init(code: "bad_request", message: "malformed body")), status: error.status)

@@ -1,6 +1,7 @@
 import AppStoreClient
 import AppStoreModels
 import AppStoreVerification
+import Crypto
 import Foundation
 import Hummingbird
 import JWTKit
@@ -366,7 +367,7 @@ public struct LocalAppStoreServer: Sendable {
         guard let body = try? await request.decode(as: VerifyReceiptRequest.self, context: context) else {
             return Self.json(VerifyReceiptResponse(status: 21000))
         }
-        if let secret = store.configuration.sharedSecret, body.password != secret {
+        if let secret = store.configuration.sharedSecret, !Self.constantTimeEqual(body.password ?? "", secret) {
             return Self.json(VerifyReceiptResponse(status: 21004))
         }
         let verifier = try AppReceiptVerifier(trustedRoots: store.pki.trustRootsDER, environments: nil)
@@ -480,5 +481,15 @@ public struct LocalAppStoreServer: Sendable {
         var base64 = parts[1].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
         while base64.count % 4 != 0 { base64 += "=" }
         return try JSONDecoder().decode(JWSTransactionDecodedPayload.self, from: Data(base64Encoded: base64) ?? Data())
+    }
+
+    /// Compares a presented secret with the configured one without an early exit on the first
+    /// differing byte (digests of equal length, every byte visited).
+    static func constantTimeEqual(_ presented: String, _ secret: String) -> Bool {
+        let a = Array(SHA256.hash(data: Data(presented.utf8)))
+        let b = Array(SHA256.hash(data: Data(secret.utf8)))
+        var difference: UInt8 = 0
+        for index in 0..<a.count { difference |= a[index] ^ b[index] }
+        return difference == 0
     }
 }

@@ -27,22 +27,34 @@ struct OrderExpiry: Service {
     }
 }
 
-/// Deletes kept rejected proofs past `rejectedProofs.retentionDays`, once an hour.
-struct RejectedProofRetention: Service {
-    let store: RejectedProofStore
+/// Housekeeping, once an hour: kept rejected proofs past `rejectedProofs.retentionDays`, and
+/// webhook events sent more than `sentEventRetention` ago, are deleted.
+struct Housekeeping: Service {
+    let rejectedProofs: RejectedProofStore
     let retentionDays: Int
+    let outbox: OutboxStore
+    var sentEventRetention: TimeInterval = 7 * 86_400
     let logger: Logger
+
+    /// One pass; returns (proofs, events) deleted.
+    func runOnce(now: Date = Date()) async throws -> (proofs: Int, events: Int) {
+        let proofs = try await rejectedProofs.prune(olderThan: retentionDays, now: now)
+        let events = try await outbox.pruneSent(before: now.addingTimeInterval(-sentEventRetention))
+        if proofs > 0 || events > 0 {
+            logger.info("housekeeping", metadata: ["rejectedProofs": "\(proofs)", "sentEvents": "\(events)"])
+        }
+        return (proofs, events)
+    }
 
     func run() async throws {
         try? await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
                 do {
-                    let pruned = try await store.prune(olderThan: retentionDays, now: Date())
-                    if pruned > 0 { logger.info("pruned rejected proofs", metadata: ["count": "\(pruned)"]) }
+                    _ = try await runOnce()
                 } catch is CancellationError {
                     return
                 } catch {
-                    logger.warning("pruning rejected proofs failed; will retry", metadata: ["error": "\(error)"])
+                    logger.warning("housekeeping failed; will retry", metadata: ["error": "\(error)"])
                 }
                 try await Task.sleep(for: .seconds(3600))
             }

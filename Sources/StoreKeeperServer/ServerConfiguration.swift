@@ -5,6 +5,7 @@ import Crypto
 import Foundation
 import StoreKeeperCatalog
 import StoreKeeperCore
+import StoreKeeperStorage
 import Yams
 
 /// Everything `storekeeper serve` reads, with API.md's keys. One file (JSON or YAML) and the
@@ -321,10 +322,11 @@ public struct ServerConfiguration: Sendable {
         guard (1...36_500).contains(rejectedProofsRetentionDays) else {
             throw Invalid(key: "rejectedProofs.retentionDays", "must be 1…36500")
         }
-        guard
-            databaseURL.hasPrefix("sqlite:") || databaseURL.hasPrefix("postgres://")
-                || databaseURL.hasPrefix("postgresql://")
-        else { throw Invalid(key: "database.url", "must be sqlite:PATH or postgres://…") }
+        do {
+            try Database.validate(url: databaseURL)
+        } catch let error as Database.InvalidURL {
+            throw Invalid(key: "database.url", error.description.replacingOccurrences(of: "database.url: ", with: ""))
+        }
         if mode == .configured {
             guard let bundleId, !bundleId.isEmpty else {
                 throw Invalid(key: "apple.bundleId", "is required: every signed object is checked against it")

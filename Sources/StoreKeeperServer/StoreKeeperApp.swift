@@ -209,8 +209,9 @@ public struct StoreKeeperApp: Sendable {
     {
         var services: [any Service] = [
             OrderExpiry(store: store, ttl: configuration.orderTTL, logger: logger), JobRunner(app: self),
-            RejectedProofRetention(
-                store: rejectedProofs, retentionDays: configuration.rejectedProofsRetentionDays, logger: logger),
+            Housekeeping(
+                rejectedProofs: rejectedProofs, retentionDays: configuration.rejectedProofsRetentionDays,
+                outbox: OutboxStore(database: database), logger: logger),
         ]
         if let localAppStore { services.append(NotificationSender(store: localAppStore)) }
         if let url = configuration.webhookURL, let secret = configuration.webhookSecret {
@@ -684,7 +685,11 @@ final class RateLimiter: Sendable {
     let clientPerSecond: Int
     let secretPerSecond: Int?
     let clock: @Sendable () -> ContinuousClock.Instant
-    private let buckets = Mutex<[Caller: Bucket]>([:])
+    private struct Buckets {
+        var byCaller: [Caller: Bucket] = [:]
+        var lastSweep: ContinuousClock.Instant?
+    }
+    private let buckets = Mutex(Buckets())
 
     init(
         clientPerSecond: Int, secretPerSecond: Int?,
@@ -694,6 +699,11 @@ final class RateLimiter: Sendable {
         self.secretPerSecond = secretPerSecond
         self.clock = clock
     }
+
+    static let evictionThreshold = 10_000
+
+    /// Callers currently remembered.
+    var trackedCallers: Int { buckets.withLock { $0.byCaller.count } }
 
     /// nil when admitted; otherwise seconds to wait.
     func admit(_ caller: Caller, now: ContinuousClock.Instant? = nil) -> Int? {
@@ -707,13 +717,21 @@ final class RateLimiter: Sendable {
             rate = clientPerSecond
         }
         guard rate > 0 else { return nil }
-        return buckets.withLock { buckets in
-            var bucket = buckets[caller] ?? Bucket(tokens: Double(rate), updated: now)
+        return buckets.withLock { state in
+            // A bucket untouched for a second is full again: forgetting it changes nothing, and
+            // the map stays bounded however many accounts pass by (swept at most once a second).
+            if state.byCaller.count >= Self.evictionThreshold,
+                state.lastSweep.map({ now - $0 >= .seconds(1) }) ?? true
+            {
+                state.byCaller = state.byCaller.filter { now - $0.value.updated < .seconds(1) }
+                state.lastSweep = now
+            }
+            var bucket = state.byCaller[caller] ?? Bucket(tokens: Double(rate), updated: now)
             let elapsed = now - bucket.updated
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
             bucket.tokens = min(Double(rate), bucket.tokens + seconds * Double(rate))
             bucket.updated = now
-            defer { buckets[caller] = bucket }
+            defer { state.byCaller[caller] = bucket }
             guard bucket.tokens >= 1 else { return 1 }
             bucket.tokens -= 1
             return nil

@@ -36,6 +36,22 @@ public final class Database: Sendable {
         throw InvalidURL(description: "database.url must start with sqlite: or postgres:// (got '\(url.prefix(40))')")
     }
 
+    /// Checks a `database.url` without connecting: its form, and for PostgreSQL its `sslmode`
+    /// and `sslrootcert`.
+    public static func validate(url: String) throws {
+        if url.hasPrefix("sqlite:") {
+            guard url.count > "sqlite:".count else {
+                throw InvalidURL(description: "sqlite URL needs a path: sqlite:storekeeper.sqlite")
+            }
+            return
+        }
+        guard url.hasPrefix("postgres://") || url.hasPrefix("postgresql://"),
+            let components = URLComponents(string: url),
+            let host = components.host, components.user != nil, components.path.count > 1
+        else { throw InvalidURL(description: "database.url must be sqlite:PATH or postgres://user:pass@host:port/db") }
+        _ = try PostgresBackend.tls(components, host: host)
+    }
+
     private init(kind: Kind, backend: any Backend) {
         self.kind = kind
         self.backend = backend
@@ -171,10 +187,65 @@ final class PostgresBackend: Backend {
         else { throw Database.InvalidURL(description: "database.url is not postgres://user:pass@host:port/db") }
         let configuration = PostgresClient.Configuration(
             host: host, port: components.port ?? 5432, username: user, password: components.password,
-            database: database, tls: .disable)
+            database: database, tls: try Self.tls(components, host: host))
         client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         let client = self.client
         runner = Task { await client.run() }
+    }
+
+    /// The `sslmode` of `database.url`, as libpq names them.
+    public enum SSLMode: String, Sendable, CaseIterable {
+        /// Never TLS.
+        case disable
+        /// TLS when the server offers it, without verifying its certificate.
+        case prefer
+        /// TLS or no connection; the certificate is not verified (libpq's meaning).
+        case require
+        /// TLS, the certificate chained to a trusted root (`sslrootcert`, else the system's).
+        case verifyCA = "verify-ca"
+        /// TLS, the certificate chained to a trusted root and naming the host.
+        case verifyFull = "verify-full"
+    }
+
+    /// `sslmode` from the URL; without one, `require` for any host but loopback (where
+    /// nothing crosses a network) — a password never leaves the machine in clear text by default.
+    static func sslMode(_ components: URLComponents, host: String) throws -> SSLMode {
+        guard let value = components.queryItems?.last(where: { $0.name.lowercased() == "sslmode" })?.value else {
+            return isLoopback(host) ? .disable : .require
+        }
+        guard let mode = SSLMode(rawValue: value.lowercased()) else {
+            throw Database.InvalidURL(
+                description:
+                    "database.url: sslmode must be one of \(SSLMode.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+        return mode
+    }
+
+    static func isLoopback(_ host: String) -> Bool {
+        let bare = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]")).lowercased()
+        return bare == "localhost" || bare == "::1" || bare.hasPrefix("127.")
+    }
+
+    static func tls(_ components: URLComponents, host: String) throws -> PostgresClient.Configuration.TLS {
+        let mode = try sslMode(components, host: host)
+        var tls = TLSConfiguration.makeClientConfiguration()
+        switch mode {
+        case .disable:
+            return .disable
+        case .prefer, .require:
+            tls.certificateVerification = .none
+        case .verifyCA, .verifyFull:
+            tls.certificateVerification = mode == .verifyFull ? .fullVerification : .noHostnameVerification
+            if let rootFile = components.queryItems?.last(where: { $0.name.lowercased() == "sslrootcert" })?.value {
+                do {
+                    tls.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(rootFile))
+                } catch {
+                    throw Database.InvalidURL(
+                        description: "database.url: sslrootcert \(rootFile) is not a PEM certificate")
+                }
+            }
+        }
+        return mode == .prefer ? .prefer(tls) : .require(tls)
     }
 
     func transaction<T: Sendable>(_ body: @Sendable (any SQLDatabase) async throws -> T) async throws -> T {

@@ -111,6 +111,23 @@ public struct OutboxStore: Sendable {
         }
     }
 
+    /// Deletes events sent before `cutoff` (a backend that needs them again replays from its own
+    /// store); returns how many.
+    public func pruneSent(before cutoff: Date) async throws -> Int {
+        try await database.transaction { sql in
+            let count =
+                try await sql.raw(
+                    "SELECT COUNT(*) AS n FROM outbox WHERE sent_at IS NOT NULL AND sent_at < \(bind: cutoff.milliseconds)"
+                ).first()?.decode(column: "n", as: Int.self) ?? 0
+            if count > 0 {
+                try await sql.raw(
+                    "DELETE FROM outbox WHERE sent_at IS NOT NULL AND sent_at < \(bind: cutoff.milliseconds)"
+                ).run()
+            }
+            return count
+        }
+    }
+
     public func pendingCount() async throws -> Int {
         try await database.read { sql in
             try await sql.raw("SELECT COUNT(*) AS pending FROM outbox WHERE sent_at IS NULL").first()?

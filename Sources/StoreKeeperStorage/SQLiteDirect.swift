@@ -27,6 +27,11 @@ final class SQLiteHandle: @unchecked Sendable {
     init(path: String) throws {
         let flags = SQLITE_OPEN_CREATE | SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX | SQLITE_OPEN_URI
         var handle: OpaquePointer?
+        // A new database file is readable by its owner only (purchases, accounts, proofs);
+        // SQLite gives its -wal and -shm files the same permissions.
+        if !path.hasPrefix(":") && !path.hasPrefix("file:") && !FileManager.default.fileExists(atPath: path) {
+            _ = FileManager.default.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600])
+        }
         let status = sqlite_nio_sqlite3_open_v2(path, &handle, flags, nil)
         guard status == SQLITE_OK, let handle else {
             let message = handle.map { String(cString: sqlite_nio_sqlite3_errmsg($0)) } ?? "out of memory"

@@ -479,4 +479,65 @@ import _CryptoExtras
             #expect(try await API.call(client, .get, "/v1/orders/x%00y").status == .badRequest)
         }
     }
+
+    // MARK: Smaller findings
+
+    @Test func theSQLiteFileIsOwnerOnly() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("perm-\(UUID()).sqlite").path
+        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
+        let database = try await Database.open(url: "sqlite:\(path)")
+        try await Migrations.run(on: database)
+        for suffix in ["", "-wal"] {
+            let attributes = try FileManager.default.attributesOfItem(atPath: path + suffix)
+            #expect((attributes[.posixPermissions] as? Int).map { $0 & 0o077 } == 0, "\(suffix)")
+        }
+        try await database.close()
+    }
+
+    @Test func theRateLimiterForgetsIdleCallers() {
+        let start = ContinuousClock.now
+        let limiter = RateLimiter(clientPerSecond: 5, secretPerSecond: nil)
+        for index in 0..<(RateLimiter.evictionThreshold + 500) {
+            _ = limiter.admit(.account("passer-by-\(index)"), now: start)
+        }
+        #expect(limiter.trackedCallers > RateLimiter.evictionThreshold)
+        _ = limiter.admit(.account("later"), now: start + .seconds(2))
+        #expect(limiter.trackedCallers == 1)
+        // A caller still inside its second keeps its bucket (and its limit).
+        let busy = RateLimiter(clientPerSecond: 1, secretPerSecond: nil)
+        #expect(busy.admit(.account("a"), now: start) == nil)
+        #expect(busy.admit(.account("a"), now: start + .milliseconds(100)) != nil)
+    }
+
+    @Test(arguments: databases)
+    func sentWebhookEventsArePrunedAfterTheirRetention(kind: String) async throws {
+        try await API.withServer(kind) { app, client in
+            let bought = try await app.localAppStore!.buy("w", items: [.init(productId: "coins_60")])
+            _ = try await API.submit(client, account: "w1", signedTransaction: bought.signedTransactions[0])
+            let outbox = OutboxStore(database: app.database)
+            let claimed = try await outbox.claimDue(now: Date())
+            #expect(claimed.count == 1)
+            try await outbox.markSent(claimed.map(\.id), now: Date())
+            let housekeeping = Housekeeping(
+                rejectedProofs: app.rejectedProofs, retentionDays: 90, outbox: outbox, logger: .init(label: "t"))
+            #expect(try await housekeeping.runOnce(now: Date().addingTimeInterval(86_400)).events == 0)
+            #expect(try await housekeeping.runOnce(now: Date().addingTimeInterval(8 * 86_400)).events == 1)
+            #expect(try await outbox.all().isEmpty)
+        }
+    }
+
+    @Test func theLocalAppStoresControlAPIBoundsItemsAndKeepsItsInternals() async throws {
+        try await API.withServer("sqlite", configure: { $0.mode = .demo }) { _, client in
+            let items = (0..<21).map { _ in #"{"productId":"coins_60","quantity":1}"# }.joined(separator: ",")
+            let many = try await API.call(
+                client, .post, "/local-app-store/control/purchases", token: nil,
+                body: #"{"appleId":"x","items":[\#(items)]}"#)
+            #expect(many.status == .badRequest)
+            let malformed = try await API.call(
+                client, .post, "/local-app-store/control/purchases", token: nil, body: #"{"appleId":12}"#)
+            #expect(malformed.status == .badRequest)
+            let message = (malformed.json["error"] as? [String: Any])?["message"] as? String ?? ""
+            #expect(!message.contains("Swift.") && !message.contains("CodingKeys"))
+        }
+    }
 }

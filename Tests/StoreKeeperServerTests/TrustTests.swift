@@ -229,6 +229,11 @@ import Testing
             let anonymous = try await ServerAPITests.call(
                 client, .post, "/local-app-store/control/purchases", token: nil, body: body)
             #expect(anonymous.status == .unauthorized)
+            // Its Server API too: "Bearer x" no longer opens it (nor re-points an appAccountToken).
+            let bearerX = try await ServerAPITests.call(
+                client, .put, "/local-app-store/inApps/v1/transactions/1/appAccountToken", token: "x",
+                body: #"{"appAccountToken":"\#(UUID().uuidString)"}"#)
+            #expect(bearerX.status == .unauthorized)
             let token = try await ServerAPITests.clientToken("tester")
             let asApp = try await ServerAPITests.call(
                 client, .post, "/local-app-store/control/purchases", token: token, body: body)
