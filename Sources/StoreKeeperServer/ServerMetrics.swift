@@ -5,6 +5,7 @@ import Hummingbird
 import Metrics
 import NIOCore
 import Prometheus
+import Synchronization
 
 /// The server's metrics (swift-metrics, exported as Prometheus text at `/metrics`). Each app
 /// has its own registry, so tests and several apps in one process never mix their numbers.
@@ -106,34 +107,92 @@ struct RequestObservation<Context: RequestContext>: RouterMiddleware {
     }
 }
 
-/// Answers 503 (retryable) when a request takes longer than the limit, so a stuck dependency
-/// never holds a client forever. A delivery already committing still completes; the client's
-/// retry then gets `already_delivered`.
-struct RequestTimeout<Context: RequestContext>: RouterMiddleware {
+/// The server's responder: API.md's routes, answered 503 `timeout` (retryable) at
+/// `limits.requestTimeoutSeconds` without waiting for the handler — a stuck dependency or a
+/// long computation never holds a client (or a connection) past the deadline. The abandoned
+/// handler is cancelled; a delivery already committing still completes, and the client's retry
+/// then gets `already_delivered`.
+public struct DeadlineRouter: HTTPResponderBuilder {
+    let router: Router<BasicRequestContext>
     let limit: Duration
 
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
-        -> Response
-    {
-        // The handler runs in a child task that is awaited before returning, so lending it
-        // the non-escaping `next` and the request is safe.
-        try await withoutActuallyEscaping(next) { next in
-            let work = Unchecked(value: (next, request, context))
-            return try await withThrowingTaskGroup(of: Unchecked<Response>.self) { group in
-                group.addTask { Unchecked(value: try await work.value.0(work.value.1, work.value.2)) }
-                group.addTask {
-                    try await Task.sleep(for: limit)
-                    throw APIError(
-                        .serviceUnavailable, "timeout", "the request took longer than \(limit)", retryable: true)
-                }
-                defer { group.cancelAll() }
-                return try await group.next()!.value
-            }
-        }
+    public func buildResponder() -> DeadlineResponder<RouterResponder<BasicRequestContext>> {
+        DeadlineResponder(inner: router.buildResponder(), limit: limit)
     }
 }
 
-/// A value handed to a child task that the parent awaits (see `RequestTimeout`).
+public struct DeadlineResponder<Inner: HTTPResponder & Sendable>: HTTPResponder {
+    public typealias Context = Inner.Context
+    let inner: Inner
+    let limit: Duration
+
+    /// Who answered first: the handler or the deadline.
+    final class Race: Sendable {
+        private let state = Mutex<(finished: Bool, sleeper: Task<Void, Never>?)>((false, nil))
+        let handler = Mutex<Task<Void, Never>?>(nil)
+
+        /// `won` for the first caller only, with the deadline's task to cancel.
+        func finish() -> (won: Bool, sleeper: Task<Void, Never>?) {
+            state.withLock { state in
+                guard !state.finished else { return (false, nil) }
+                state.finished = true
+                return (true, state.sleeper)
+            }
+        }
+
+        func setSleeper(_ task: Task<Void, Never>) {
+            let finished = state.withLock { state in
+                state.sleeper = task
+                return state.finished
+            }
+            if finished { task.cancel() }
+        }
+    }
+
+    public func respond(to request: Request, context: Context) async throws -> Response {
+        let inner = self.inner
+        let limit = self.limit
+        let race = Race()
+        // The request and its context move to the handler task: nothing here touches them again.
+        let handed = Unchecked(value: (request, context))
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Response, any Error>) in
+                let work = Task {
+                    let result: Result<Response, any Error>
+                    do {
+                        result = .success(try await inner.respond(to: handed.value.0, context: handed.value.1))
+                    } catch {
+                        result = .failure(error)
+                    }
+                    let outcome = race.finish()
+                    if outcome.won {
+                        outcome.sleeper?.cancel()
+                        continuation.resume(with: result)
+                    }
+                }
+                race.handler.withLock { $0 = work }
+                race.setSleeper(
+                    Task {
+                        try? await Task.sleep(for: limit)
+                        guard !Task.isCancelled, race.finish().won else { return }
+                        work.cancel()
+                        continuation.resume(returning: Self.timeoutResponse(limit))
+                    })
+            }
+        } onCancel: {
+            race.handler.withLock { $0?.cancel() }
+        }
+    }
+
+    static func timeoutResponse(_ limit: Duration) -> Response {
+        let body = #"{"error":{"code":"timeout","message":"the request took longer than \#(limit)","retryable":true}}"#
+        return Response(
+            status: .serviceUnavailable, headers: [.contentType: "application/json", .retryAfter: "1"],
+            body: .init(byteBuffer: ByteBuffer(string: body)))
+    }
+}
+
+/// A value handed over to another task whose only user it becomes (see `DeadlineResponder`).
 struct Unchecked<Value>: @unchecked Sendable {
     let value: Value
 }

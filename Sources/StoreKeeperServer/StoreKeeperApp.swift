@@ -148,11 +148,15 @@ public struct StoreKeeperApp: Sendable {
 
     // MARK: Application
 
-    public func router() -> Router<BasicRequestContext> {
+    /// API.md's routes behind the request deadline: what the server (and the tests) run.
+    public func router() -> DeadlineRouter {
+        DeadlineRouter(router: routes(), limit: .seconds(configuration.requestTimeoutSeconds))
+    }
+
+    func routes() -> Router<BasicRequestContext> {
         let router = Router()
         router.add(middleware: RequestObservation(metrics: metrics))
         router.add(middleware: ErrorMiddleware())
-        router.add(middleware: RequestTimeout(limit: .seconds(configuration.requestTimeoutSeconds)))
         router.get("healthz") { _, _ in try await self.health() }
         router.get("metrics") { request, _ in
             try await self.authenticator.authenticateMetrics(request)

@@ -9,6 +9,7 @@ import LocalAppStore
 import NIOCore
 import StoreKeeperCatalog
 import StoreKeeperStorage
+import Synchronization
 import Testing
 import X509
 import _CryptoExtras
@@ -71,6 +72,33 @@ import _CryptoExtras
             let health = try await API.call(client, .get, "/healthz", token: nil)
             #expect(health.status == .ok)
         }
+    }
+
+    /// A handler that ignores cancellation (CPU work, a driver call that never returns) is
+    /// abandoned at the deadline: the client gets 503 while the handler is still running.
+    @Test func theRequestDeadlineAnswersWithoutWaitingForTheHandler() async throws {
+        let finished = Finished()
+        let router = Router()
+        router.get("stuck") { _, _ -> String in
+            // Not cancellable: resumes only when the test lets it.
+            await withCheckedContinuation { continuation in finished.release.withLock { $0 = continuation } }
+            finished.done.withLock { $0 = true }
+            return "late"
+        }
+        try await Application(router: DeadlineRouter(router: router, limit: .milliseconds(300))).test(.router) {
+            client in
+            let status = try await client.execute(uri: "/stuck", method: .get) { $0.status }
+            #expect(status == .serviceUnavailable)
+            #expect(finished.done.withLock { $0 } == false)
+        }
+        // Let the abandoned handler end.
+        for _ in 0..<100 where finished.release.withLock({ $0 }) == nil { try await Task.sleep(for: .milliseconds(10)) }
+        finished.release.withLock { $0?.resume() }
+    }
+
+    final class Finished: Sendable {
+        let done = Mutex(false)
+        let release = Mutex<CheckedContinuation<Void, Never>?>(nil)
     }
 
     // MARK: 2. Idle and half-sent connections are closed
