@@ -198,7 +198,8 @@ let package = Package(
             name: "StoreKeeperServerTests",
             dependencies: [
                 "StoreKeeperServer", "StoreKeeperStorage", "StoreKeeperCatalog", "AppStoreModels", "AppStoreSigning",
-                "LocalAppStore",
+                "LocalAppStore", "AppStoreClient",
+                .product(name: "SQLKit", package: "sql-kit"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),

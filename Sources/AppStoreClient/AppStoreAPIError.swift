@@ -28,6 +28,8 @@ public struct AppStoreAPIError: Error, Hashable, Sendable, CustomStringConvertib
     /// When Apple allows the next call (429), if it said.
     public var retryAfter: Date?
     public var isRetryable: Bool
+    /// Apple's clock, from the answer's `Date` header (a 401 may mean our clock is off).
+    public var appleDate: Date?
 
     public init(
         kind: Kind, httpStatus: Int? = nil, errorCode: Int64? = nil, message: String, retryAfter: Date? = nil,
@@ -39,6 +41,15 @@ public struct AppStoreAPIError: Error, Hashable, Sendable, CustomStringConvertib
         self.message = message
         self.retryAfter = retryAfter
         self.isRetryable = isRetryable
+    }
+
+    /// An HTTP-date (`Sun, 06 Nov 1994 08:49:37 GMT`, RFC 9110).
+    public static func httpDate(_ text: String) -> Date? {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
+        return formatter.date(from: text.trimmingCharacters(in: .whitespaces))
     }
 
     public var description: String {

@@ -258,10 +258,12 @@ public final class AppStoreServerAPIClient: Sendable {
     /// Maps a non-2xx answer to Apple's retry classes (server-api.md §3).
     static func classify(status: Int, headers: HTTPHeaders, body: [UInt8]) -> AppStoreAPIError {
         if status == 401 {
-            return AppStoreAPIError(
+            var error = AppStoreAPIError(
                 kind: .unauthorized, httpStatus: 401,
                 message: "Apple refused the API token (key, issuer, bundle id, clock?)",
                 isRetryable: false)
+            error.appleDate = headers.first(name: "Date").flatMap(AppStoreAPIError.httpDate)
+            return error
         }
         let payload = try? JSONDecoder().decode(ServerAPIErrorPayload.self, from: Data(body))
         let message = payload?.errorMessage ?? "HTTP \(status)"

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Hummingbird
 import Logging
+import ServiceLifecycle
 import StoreKeeperServer
 import StoreKeeperStorage
 
@@ -36,16 +37,50 @@ struct ServeCommand: AsyncParsableCommand {
                 configuration, dataDirectory: URL(fileURLWithPath: dataDirectory, isDirectory: true), logger: logger)
             return (configuration, app)
         }
+        // SIGTERM/SIGINT: stop accepting, give in-flight work http.shutdownGraceSeconds, then
+        // cancel; a watchdog exits regardless shortly after, so a hung call never keeps the
+        // process alive.
+        var groupConfiguration = ServiceGroupConfiguration(
+            services: [
+                .init(
+                    service: app.application { port in
+                        logger.notice("StoreKeeper listening on http://\(configuration.host):\(port)")
+                    })
+            ],
+            gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        groupConfiguration.maximumGracefulShutdownDuration = .seconds(configuration.shutdownGraceSeconds)
+        groupConfiguration.maximumCancellationDuration = .seconds(2)
+        let watchdog = ShutdownWatchdog(grace: configuration.shutdownGraceSeconds + 4)
         do {
-            try await app.application { port in
-                logger.notice("StoreKeeper listening on http://\(configuration.host):\(port)")
-            }.runService()
+            try await ServiceGroup(configuration: groupConfiguration).run()
         } catch {
             try? await app.database.close()
             throw error
         }
+        watchdog.cancel()
         try? await app.database.close()
     }
+}
+
+/// Exits the process `grace` seconds after SIGTERM or SIGINT, whatever is still running.
+final class ShutdownWatchdog: @unchecked Sendable {  // the sources are only resumed and cancelled
+    private let sources: [any DispatchSourceSignal]
+
+    init(grace: Int) {
+        sources = [SIGTERM, SIGINT].map { signalNumber in
+            let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
+            source.setEventHandler {
+                DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(grace)) {
+                    FileHandle.standardError.write(Data("shutdown grace passed; exiting\n".utf8))
+                    exit(0)
+                }
+            }
+            source.resume()
+            return source
+        }
+    }
+
+    func cancel() { for source in sources { source.cancel() } }
 }
 
 /// A configuration problem stops a command with exit code 2 and the key named on standard error.

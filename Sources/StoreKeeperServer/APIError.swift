@@ -2,6 +2,7 @@ import AppStoreVerification
 import Foundation
 import Hummingbird
 import NIOCore
+import StoreKeeperStorage
 
 /// Every non-2xx answer of the API: `{"error": {"code", "message", "retryable"}}` (API.md).
 /// HTTP mapping happens here and nowhere else.
@@ -23,6 +24,13 @@ public struct APIError: Error, HTTPResponseError, Sendable {
     public static let unauthenticated = APIError(.unauthorized, "unauthenticated", "missing or invalid credentials")
     public static func forbidden(_ message: String) -> APIError { .init(.forbidden, "forbidden", message) }
     public static func notFound(_ message: String) -> APIError { .init(.notFound, "not_found", message) }
+    /// 503 `storage_unavailable`, retryable, `Retry-After`.
+    public static var storageUnavailable: APIError {
+        var error = APIError(
+            .serviceUnavailable, "storage_unavailable", "the database is unavailable; retry shortly", retryable: true)
+        error.headers[.retryAfter] = "2"
+        return error
+    }
 
     /// A proof that failed verification: 422 with the failure's own code.
     public static func verification(_ failure: VerificationFailure) -> APIError {
@@ -74,6 +82,10 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             }
         } catch let error as DecodingError {
             throw APIError.badRequest(Self.describe(error))
+        } catch let error where StorageUnavailable.classify(error) != nil {
+            // Down, restarting, disk full, locked, a connection lost: the client retries.
+            context.logger.warning("storage unavailable", metadata: ["error": "\(error)"])
+            throw APIError.storageUnavailable
         } catch is NIOTooManyBytesError {
             // A chunked body grows past the limit while it is collected (no Content-Length to check first).
             throw APIError(.contentTooLarge, "payload_too_large", "request body is over the configured limit")

@@ -60,7 +60,7 @@ public struct JobRunner: Service {
         return delivered
     }
 
-    private func run(_ job: JobStore.Job, now: Date) async -> Bool {
+    func run(_ job: JobStore.Job, now: Date) async -> Bool {
         guard job.kind == "lookup_transaction",
             let lookup = try? JSONDecoder().decode(LookupJob.self, from: Data(job.payload.utf8))
         else {
@@ -79,6 +79,12 @@ public struct JobRunner: Service {
             await retry(job, lookup: lookup, reason: error.description, retryAfter: error.retryAfter, now: now)
         } catch let failure as VerificationFailure where failure.isRetryable {
             await retry(job, lookup: lookup, reason: failure.description, retryAfter: nil, now: now)
+        } catch let error as AppStoreAPIError where error.kind == .unauthorized {
+            app.noteAppleRefusal(error)
+            await retry(job, lookup: lookup, reason: error.description, retryAfter: nil, now: now)
+        } catch let error where !Self.isFinal(error) {
+            // The database, the network, anything but a final answer from Apple: try again later.
+            await retry(job, lookup: lookup, reason: "\(error)", retryAfter: nil, now: now)
         } catch {
             // Apple answered, and the answer is final (unknown id, forged data…): an operator looks.
             if let failure = error as? VerificationFailure {
@@ -95,6 +101,19 @@ public struct JobRunner: Service {
                 dedupeKey: "verification_stuck|\(job.id)", now: now)
         }
         return false
+    }
+
+    /// Only Apple's own final answers end a job: a permanent Server API error (unknown
+    /// transaction, bad request) or a proof that does not verify.
+    static func isFinal(_ error: any Error) -> Bool {
+        switch error {
+        case let error as AppStoreAPIError:
+            // A refused token (key or clock) is the server's to fix, not the purchase's fate.
+            if error.kind == .unauthorized { return false }
+            return !error.isRetryable
+        case let failure as VerificationFailure: return !failure.isRetryable
+        default: return false
+        }
     }
 
     private func retry(_ job: JobStore.Job, lookup: LookupJob, reason: String, retryAfter: Date?, now: Date) async {

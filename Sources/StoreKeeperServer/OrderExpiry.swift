@@ -61,3 +61,33 @@ struct Housekeeping: Service {
         }
     }
 }
+
+/// SQLite: checkpoints the write-ahead log into the database every 30 s and truncates it
+/// (`journal_size_limit` caps what is left after a burst). A checkpoint that fails (disk full)
+/// or cannot finish (long readers) is logged, so a growing WAL never goes unnoticed.
+struct WALCheckpointer: Service {
+    let database: Database
+    var interval: Duration = .seconds(30)
+    let logger: Logger
+
+    func run() async throws {
+        try? await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                try await Task.sleep(for: interval)
+                do {
+                    if try await database.checkpoint() == false {
+                        logger.warning(
+                            "WAL checkpoint could not finish (readers in the way); will retry",
+                            metadata: ["walBytes": "\(database.walBytes ?? 0)"])
+                    }
+                } catch is CancellationError {
+                    return
+                } catch {
+                    logger.error(
+                        "WAL checkpoint failed; will retry",
+                        metadata: ["error": "\(error)", "walBytes": "\(database.walBytes ?? 0)"])
+                }
+            }
+        }
+    }
+}

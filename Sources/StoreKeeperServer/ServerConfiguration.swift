@@ -42,6 +42,12 @@ public struct ServerConfiguration: Sendable {
     public var maxBodyBytes = 1_048_576
     /// Unpaid, unexpired orders an account may hold (409 `too_many_open_orders` above).
     public var maxOpenOrdersPerAccount = 100
+    /// Requests answered at once; above, 503 `overloaded`.
+    public var maxInFlightRequests = 512
+    /// `serve` waits this long for the database at start, then exits non-zero.
+    public var databaseStartupTimeoutSeconds = 60
+    /// SIGTERM: in-flight work gets this long, then the process exits.
+    public var shutdownGraceSeconds = 10
     /// Idle connections, and requests whose head is not complete, are closed after this.
     public var idleTimeoutSeconds = 30
     /// Client tokens may expire at most this far ahead.
@@ -276,6 +282,10 @@ public struct ServerConfiguration: Sendable {
         maxBodyBytes = try source.int("limits.maxBodyBytes") ?? maxBodyBytes
         maxOpenOrdersPerAccount = try source.int("limits.maxOpenOrdersPerAccount") ?? maxOpenOrdersPerAccount
         idleTimeoutSeconds = try source.int("http.idleTimeoutSeconds") ?? idleTimeoutSeconds
+        maxInFlightRequests = try source.int("limits.maxInFlightRequests") ?? maxInFlightRequests
+        databaseStartupTimeoutSeconds =
+            try source.int("database.startupTimeoutSeconds") ?? databaseStartupTimeoutSeconds
+        shutdownGraceSeconds = try source.int("http.shutdownGraceSeconds") ?? shutdownGraceSeconds
         clientTokenMaxLifetimeSeconds =
             try source.int("auth.clientTokenMaxLifetimeSeconds") ?? clientTokenMaxLifetimeSeconds
         metricsToken = try source.string("auth.metricsToken")
@@ -301,6 +311,15 @@ public struct ServerConfiguration: Sendable {
         guard maxBodyBytes > 0 else { throw Invalid(key: "limits.maxBodyBytes", "must be positive") }
         guard (1...100_000).contains(maxOpenOrdersPerAccount) else {
             throw Invalid(key: "limits.maxOpenOrdersPerAccount", "must be 1…100000")
+        }
+        guard (1...1_000_000).contains(maxInFlightRequests) else {
+            throw Invalid(key: "limits.maxInFlightRequests", "must be 1…1000000")
+        }
+        guard (1...3600).contains(databaseStartupTimeoutSeconds) else {
+            throw Invalid(key: "database.startupTimeoutSeconds", "must be 1…3600")
+        }
+        guard (0...600).contains(shutdownGraceSeconds) else {
+            throw Invalid(key: "http.shutdownGraceSeconds", "must be 0…600")
         }
         guard (1...3600).contains(idleTimeoutSeconds) else {
             throw Invalid(key: "http.idleTimeoutSeconds", "must be 1…3600")
@@ -487,6 +506,9 @@ extension ServerConfiguration {
             ("limits.maxBodyBytes", String(maxBodyBytes)),
             ("limits.maxOpenOrdersPerAccount", String(maxOpenOrdersPerAccount)),
             ("http.idleTimeoutSeconds", String(idleTimeoutSeconds)),
+            ("http.shutdownGraceSeconds", String(shutdownGraceSeconds)),
+            ("limits.maxInFlightRequests", String(maxInFlightRequests)),
+            ("database.startupTimeoutSeconds", String(databaseStartupTimeoutSeconds)),
             ("auth.clientTokenMaxLifetimeSeconds", String(clientTokenMaxLifetimeSeconds)),
             ("auth.metricsToken", mask(metricsToken)),
             ("limits.clientRequestsPerSecond", String(clientRequestsPerSecond)),

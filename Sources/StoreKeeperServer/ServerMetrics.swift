@@ -16,6 +16,10 @@ public final class ServerMetrics: Sendable {
     let deliveries: CoreMetrics.Counter
     let duplicatesSuppressed: CoreMetrics.Counter
     let unattributed: CoreMetrics.Counter
+    /// Requests answered 503 `overloaded` above `limits.maxInFlightRequests`.
+    let shed: CoreMetrics.Counter
+    /// SQLite's write-ahead log, in bytes (0 on PostgreSQL).
+    let walBytes: CoreMetrics.Gauge
     let jobsPending: CoreMetrics.Gauge
     let anomaliesOpen: CoreMetrics.Gauge
     /// Outbox events not yet accepted by the webhook receiver (all events when no
@@ -27,6 +31,8 @@ public final class ServerMetrics: Sendable {
         deliveries = CoreMetrics.Counter(label: "storekeeper_deliveries_total", factory: factory)
         duplicatesSuppressed = CoreMetrics.Counter(label: "storekeeper_duplicates_suppressed_total", factory: factory)
         unattributed = CoreMetrics.Counter(label: "storekeeper_unattributed_transactions_total", factory: factory)
+        shed = CoreMetrics.Counter(label: "storekeeper_requests_shed_total", factory: factory)
+        walBytes = CoreMetrics.Gauge(label: "storekeeper_sqlite_wal_bytes", factory: factory)
         jobsPending = CoreMetrics.Gauge(label: "storekeeper_jobs_pending", factory: factory)
         anomaliesOpen = CoreMetrics.Gauge(label: "storekeeper_anomalies_open", factory: factory)
         webhooksPending = CoreMetrics.Gauge(label: "storekeeper_webhooks_pending", factory: factory)
@@ -112,19 +118,49 @@ struct RequestObservation<Context: RequestContext>: RouterMiddleware {
 /// long computation never holds a client (or a connection) past the deadline. The abandoned
 /// handler is cancelled; a delivery already committing still completes, and the client's retry
 /// then gets `already_delivered`.
+///
+/// Above `maxInFlight` requests at once, a request is shed at once — 503 `overloaded` with
+/// `Retry-After`, before its body is read — so a flood queues nowhere.
 public struct DeadlineRouter: HTTPResponderBuilder {
     let router: Router<BasicRequestContext>
     let limit: Duration
+    var maxInFlight = Int.max
+    var metrics: ServerMetrics?
 
     public func buildResponder() -> DeadlineResponder<RouterResponder<BasicRequestContext>> {
-        DeadlineResponder(inner: router.buildResponder(), limit: limit)
+        DeadlineResponder(inner: router.buildResponder(), limit: limit, maxInFlight: maxInFlight, metrics: metrics)
     }
+}
+
+/// Requests being answered right now.
+final class InFlight: Sendable {
+    let count = Atomic<Int>(0)
 }
 
 public struct DeadlineResponder<Inner: HTTPResponder & Sendable>: HTTPResponder {
     public typealias Context = Inner.Context
     let inner: Inner
     let limit: Duration
+    let maxInFlight: Int
+    let metrics: ServerMetrics?
+    let inFlight = InFlight()
+
+    init(inner: Inner, limit: Duration, maxInFlight: Int = .max, metrics: ServerMetrics? = nil) {
+        self.inner = inner
+        self.limit = limit
+        self.maxInFlight = maxInFlight
+        self.metrics = metrics
+    }
+
+    static var overloaded: Response {
+        Response(
+            status: .serviceUnavailable, headers: [.contentType: "application/json", .retryAfter: "1"],
+            body: .init(
+                byteBuffer: ByteBuffer(
+                    string:
+                        #"{"error":{"code":"overloaded","message":"too many requests in flight; retry shortly","retryable":true}}"#
+                )))
+    }
 
     /// Who answered first: the handler or the deadline.
     final class Race: Sendable {
@@ -150,6 +186,12 @@ public struct DeadlineResponder<Inner: HTTPResponder & Sendable>: HTTPResponder 
     }
 
     public func respond(to request: Request, context: Context) async throws -> Response {
+        let current = inFlight.count.add(1, ordering: .relaxed).newValue
+        defer { inFlight.count.subtract(1, ordering: .relaxed) }
+        guard current <= maxInFlight else {
+            metrics?.shed.increment()
+            return Self.overloaded
+        }
         let inner = self.inner
         let limit = self.limit
         let race = Race()

@@ -23,6 +23,9 @@ struct StatusJSON: Encodable {
     var database: String
     var localAppStoreTrusted: Bool
     var localAppStoreMounted: Bool
+    /// Seconds this server's clock is ahead of Apple's (negative: behind), measured on Apple's
+    /// last 401; absent until then.
+    var appleClockSkewSeconds: Double?
 
     init(_ app: StoreKeeperApp) {
         version = StoreKeeperVersion.current
@@ -39,5 +42,6 @@ struct StatusJSON: Encodable {
         database = app.database.kind.rawValue
         localAppStoreTrusted = app.trust.localAppStoreTrusted
         localAppStoreMounted = app.localAppStore != nil
+        appleClockSkewSeconds = app.clock.withLock { $0?.skewSeconds }
     }
 }

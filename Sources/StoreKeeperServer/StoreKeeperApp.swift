@@ -36,6 +36,8 @@ public struct StoreKeeperApp: Sendable {
     /// The trust set every verifier of this server was built from.
     public let trust: TrustPolicy
     public let rejectedProofs: RejectedProofStore
+    /// The last comparison of this server's clock with Apple's (after a 401).
+    let clock = ClockState()
 
     /// Checks the configuration, opens the database, applies migrations and builds the
     /// verifiers from the trust policy.
@@ -79,7 +81,7 @@ public struct StoreKeeperApp: Sendable {
         let verifier = try trust.signedDataVerifier()
         let receiptVerifier = try trust.receiptVerifier()
         let database = try await Database.open(url: configuration.databaseURL, logger: logger)
-        try await Migrations.run(on: database)
+        try await waitForDatabase(database, configuration: configuration, logger: logger)
 
         var secretKeys = configuration.secretKeys
         if secretKeys.isEmpty, configuration.mode == .demo {
@@ -123,6 +125,43 @@ public struct StoreKeeperApp: Sendable {
             rejectedProofs: RejectedProofStore(database: database))
     }
 
+    /// The database did not answer within `database.startupTimeoutSeconds`: `serve` exits non-zero.
+    public struct StartupFailure: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    /// Applies migrations, waiting for the database up to `database.startupTimeoutSeconds`
+    /// (a warning every 5 s), then gives up with a clear message.
+    static func waitForDatabase(_ database: Database, configuration: ServerConfiguration, logger: Logger)
+        async throws
+    {
+        let started = ContinuousClock.now
+        let limit = Duration.seconds(configuration.databaseStartupTimeoutSeconds)
+        var lastWarning = started
+        while true {
+            do {
+                try await raceDeadline(.seconds(5), what: "migrations") { try await Migrations.run(on: database) }
+                return
+            } catch let error where StorageUnavailable.classify(error) != nil {
+                let waited = ContinuousClock.now - started
+                guard waited < limit else {
+                    try? await database.close()
+                    throw StartupFailure(
+                        description:
+                            "the database (\(database.kind.rawValue)) did not answer within database.startupTimeoutSeconds (\(configuration.databaseStartupTimeoutSeconds) s): \(error)"
+                    )
+                }
+                if ContinuousClock.now - lastWarning >= .seconds(5) || lastWarning == started {
+                    lastWarning = ContinuousClock.now
+                    logger.warning(
+                        "waiting for the database",
+                        metadata: ["waited": "\(waited.components.seconds) s", "error": "\(error)"])
+                }
+                try await Task.sleep(for: .milliseconds(500))
+            }
+        }
+    }
+
     /// Demo mode's operator key: generated once into `dev-secret-key` beside the data. Only its
     /// path is logged; the key itself never reaches a log.
     static func developmentKey(in dataDirectory: URL, logger: Logger) throws -> String {
@@ -150,7 +189,9 @@ public struct StoreKeeperApp: Sendable {
 
     /// API.md's routes behind the request deadline: what the server (and the tests) run.
     public func router() -> DeadlineRouter {
-        DeadlineRouter(router: routes(), limit: .seconds(configuration.requestTimeoutSeconds))
+        DeadlineRouter(
+            router: routes(), limit: .seconds(configuration.requestTimeoutSeconds),
+            maxInFlight: configuration.maxInFlightRequests, metrics: metrics)
     }
 
     func routes() -> Router<BasicRequestContext> {
@@ -163,6 +204,7 @@ public struct StoreKeeperApp: Sendable {
             self.metrics.jobsPending.record(try await self.jobs.pendingCount())
             self.metrics.anomaliesOpen.record(try await self.store.openAnomalyCount())
             self.metrics.webhooksPending.record(try await OutboxStore(database: self.database).pendingCount())
+            self.metrics.walBytes.record(self.database.walBytes ?? 0)
             return Response(
                 status: .ok, headers: [.contentType: "text/plain; version=0.0.4"],
                 body: .init(byteBuffer: ByteBuffer(string: self.metrics.text())))
@@ -218,6 +260,7 @@ public struct StoreKeeperApp: Sendable {
                 outbox: OutboxStore(database: database), logger: logger),
         ]
         if let localAppStore { services.append(NotificationSender(store: localAppStore)) }
+        if database.kind == .sqlite { services.append(WALCheckpointer(database: database, logger: logger)) }
         if let url = configuration.webhookURL, let secret = configuration.webhookSecret {
             services.append(
                 WebhookSender(outbox: OutboxStore(database: database), url: url, secret: secret, logger: logger))
@@ -236,13 +279,37 @@ public struct StoreKeeperApp: Sendable {
 
     // MARK: Handlers
 
+    struct HealthJSON: Encodable {
+        var status: String
+        var database: String
+        /// Seconds the oldest submitted delivery has waited for its batch (0: none waiting).
+        var oldestPendingDeliverySeconds: Double
+        /// Seconds since the oldest pending job (an Apple lookup) was queued (0: none).
+        var oldestPendingJobSeconds: Double
+    }
+
+    /// 200 when a database round trip completes within 2 s, else 503 — answered within 2 s
+    /// either way (API.md).
     func health() async throws -> Response {
+        let database = self.database
+        let jobs = self.jobs
+        let report: Date?
         do {
-            try await database.read { sql in _ = try await sql.raw("SELECT 1 AS one").first() }
-            return try Self.json(["status": "ok", "database": database.kind.rawValue])
+            report = try await raceDeadline(.seconds(2), what: "/healthz") {
+                try await database.ping(deadline: .seconds(2))
+                return try await jobs.oldestPending()
+            }
         } catch {
-            throw APIError(.serviceUnavailable, "unavailable", "database does not answer", retryable: true)
+            var failure = APIError(
+                .serviceUnavailable, "storage_unavailable", "the database does not answer within 2 s", retryable: true)
+            failure.headers[.retryAfter] = "1"
+            throw failure
         }
+        let waiting = store.oldestWaitingDelivery.map { Double($0.components.seconds) } ?? 0
+        return try Self.json(
+            HealthJSON(
+                status: "ok", database: database.kind.rawValue, oldestPendingDeliverySeconds: waiting,
+                oldestPendingJobSeconds: report.map { max(0, Date().timeIntervalSince($0)) } ?? 0))
     }
 
     struct CreateOrderBody: Decodable {
@@ -464,10 +531,33 @@ public struct StoreKeeperApp: Sendable {
                 throw APIError.notFound("the App Store does not know transaction '\(transactionId)'")
             }
             if error.kind == .unauthorized {
-                logger.error("Apple refused the Server API key", metadata: ["error": "\(error)"])
-                throw APIError(.internalServerError, "internal", "the server's App Store Server API key was refused")
+                // A wrong key, or a clock Apple does not believe: either way the purchase waits in
+                // the job queue (202) until it is fixed, and the log says which.
+                noteAppleRefusal(error)
+                try await queueLookup(transactionId, accountId: accountId, orderId: orderId, reason: error.description)
+                return .queued(retryAfterSeconds: 60)
             }
             throw APIError.badRequest("the App Store refused the lookup: \(error.message)")
+        }
+    }
+
+    /// On Apple's 401: compares Apple's `Date` with this clock and logs loudly — a skew makes
+    /// every token look expired or not yet valid. `/v1/status` shows the last measurement.
+    func noteAppleRefusal(_ error: AppStoreAPIError) {
+        guard let appleDate = error.appleDate else {
+            logger.error("Apple refused the Server API key (no Date header to compare clocks)")
+            return
+        }
+        let skew = Date().timeIntervalSince(appleDate)
+        clock.withLock { $0 = ClockCheck(skewSeconds: skew, measuredAt: Date()) }
+        if abs(skew) > 60 {
+            logger.critical(
+                "Apple refused the Server API token and this server's clock is \(Int(skew)) s \(skew > 0 ? "ahead of" : "behind") Apple's: fix the clock (NTP); lookups wait in the job queue until then",
+                metadata: ["skewSeconds": "\(Int(skew))"])
+        } else {
+            logger.error(
+                "Apple refused the Server API key (clocks agree within a minute: check apple.serverAPI.keyId, issuerId, privateKeyFile and the bundle id)",
+                metadata: ["skewSeconds": "\(Int(skew))"])
         }
     }
 
@@ -741,4 +831,16 @@ final class RateLimiter: Sendable {
             return nil
         }
     }
+}
+
+/// This clock against Apple's, measured on Apple's 401 answers.
+struct ClockCheck: Sendable, Encodable {
+    /// Positive: this server is ahead of Apple.
+    var skewSeconds: Double
+    var measuredAt: Date
+}
+
+final class ClockState: Sendable {
+    private let state = Mutex<ClockCheck?>(nil)
+    func withLock<T>(_ body: (inout ClockCheck?) -> T) -> T { state.withLock { body(&$0) } }
 }

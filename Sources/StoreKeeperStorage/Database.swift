@@ -58,16 +58,151 @@ public final class Database: Sendable {
     }
 
     /// Runs `body` in one database transaction: committed if it returns, rolled back if it throws.
-    public func transaction<T: Sendable>(_ body: @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
-        try await backend.transaction(body)
+    /// A database that cannot answer throws `StorageUnavailable` (never hangs: PostgreSQL work
+    /// runs under `deadline`, SQLite under its busy timeout).
+    public func transaction<T: Sendable>(_ body: @escaping @Sendable (any SQLDatabase) async throws -> T) async throws
+        -> T
+    {
+        do {
+            return try await backend.transaction(body)
+        } catch {
+            throw StorageUnavailable.classify(error) ?? error
+        }
     }
 
     /// Runs read-only work outside an explicit transaction.
-    public func read<T: Sendable>(_ body: @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
-        try await backend.read(body)
+    public func read<T: Sendable>(_ body: @escaping @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
+        do {
+            return try await backend.read(body)
+        } catch {
+            throw StorageUnavailable.classify(error) ?? error
+        }
+    }
+
+    /// One round trip, answered or failed within `deadline` (`/healthz`, startup).
+    public func ping(deadline: Duration = .seconds(2)) async throws {
+        try await raceDeadline(deadline, what: "a database round trip") {
+            try await self.read { sql in _ = try await sql.raw("SELECT 1 AS one").first() }
+        }
+    }
+
+    /// SQLite only: the write-ahead log's size in bytes, and a checkpoint that truncates it.
+    public var walBytes: Int64? { (backend as? SQLiteBackend)?.walBytes }
+
+    /// Checkpoints SQLite's WAL into the database and truncates it; nil on PostgreSQL.
+    /// Returns whether the checkpoint completed (false: readers kept it from finishing).
+    @discardableResult
+    public func checkpoint() async throws -> Bool? {
+        guard let sqlite = backend as? SQLiteBackend else { return nil }
+        return try await transactionless(sqlite)
+    }
+
+    private func transactionless(_ sqlite: SQLiteBackend) async throws -> Bool {
+        do {
+            return try await sqlite.checkpoint()
+        } catch {
+            throw StorageUnavailable.classify(error) ?? error
+        }
     }
 
     public func close() async throws { try await backend.close() }
+}
+
+/// The database cannot answer now — down, restarting, unreachable, disk full, read-only,
+/// locked past the busy timeout, a connection lost or a deadline passed. Retryable: the
+/// request is answered 503 `storage_unavailable`, the job retried, and the server recovers by
+/// itself when the database does.
+public struct StorageUnavailable: Error, CustomStringConvertible, Sendable {
+    public var reason: String
+
+    public init(_ reason: String) {
+        self.reason = reason
+    }
+
+    public var description: String { "storage unavailable: \(reason)" }
+
+    /// `error` as a storage outage, or nil when it is something else (a constraint, a bug).
+    public static func classify(_ error: any Error) -> StorageUnavailable? {
+        switch error {
+        case let unavailable as StorageUnavailable:
+            return unavailable
+        case let failure as SQLiteHandle.Failure:
+            // BUSY, LOCKED, NOMEM, READONLY, IOERR, FULL, CANTOPEN, PROTOCOL: the file or the
+            // machine, not the statement.
+            let primary = failure.code & 0xFF
+            return [5, 6, 7, 8, 10, 13, 14, 15].contains(primary)
+                ? StorageUnavailable("SQLite: \(failure.message)") : nil
+        case let error as PSQLError:
+            if error.code == .server {
+                let state = error.serverInfo?[.sqlState] ?? ""
+                // 08 connection, 53 resources (disk full), 57 operator intervention (shutdown,
+                // crash recovery, cannot connect now), 58 system, 25006 read-only (deadlocks are conflicts: retried one by one).
+                let unavailable =
+                    ["08", "53", "57", "58"].contains(String(state.prefix(2)))
+                    || state == "25006"
+                return unavailable ? StorageUnavailable("PostgreSQL \(state)") : nil
+            }
+            if [
+                .clientClosedConnection, .serverClosedConnection, .connectionError, .uncleanShutdown, .poolClosed,
+                .queryCancelled, .sslUnsupported, .failedToAddSSLHandler,
+            ].contains(error.code) {
+                return StorageUnavailable("PostgreSQL connection: \(error.code)")
+            }
+            return nil
+        case is CancellationError:
+            return StorageUnavailable("cancelled")
+        default:
+            // The connection pool's own errors (a lease that timed out or was cancelled).
+            let type = String(describing: Swift.type(of: error))
+            return type.contains("ConnectionPoolError") || type.contains("ChannelError")
+                ? StorageUnavailable(type) : nil
+        }
+    }
+}
+
+/// True for the first caller of `claim()` only.
+final class FirstClaim: Sendable {
+    private let claimed = Mutex(false)
+
+    func claim() -> Bool {
+        claimed.withLock { claimed in
+            defer { claimed = true }
+            return !claimed
+        }
+    }
+}
+
+/// `body`'s result, or `StorageUnavailable` at `deadline` without waiting for `body` any
+/// longer (it is cancelled, and `onTimeout` runs in the background).
+public func raceDeadline<T: Sendable>(
+    _ deadline: Duration, what: String, onTimeout: @escaping @Sendable () async -> Void = {},
+    _ body: @escaping @Sendable () async throws -> T
+) async throws -> T {
+    let once = FirstClaim()
+    let work = Task { try await body() }
+    do {
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+                let timer = Task {
+                    try? await Task.sleep(for: deadline)
+                    guard !Task.isCancelled, once.claim() else { return }
+                    work.cancel()
+                    Task { await onTimeout() }
+                    continuation.resume(throwing: StorageUnavailable("\(what) took longer than \(deadline)"))
+                }
+                Task {
+                    let result = await work.result
+                    timer.cancel()
+                    guard once.claim() else { return }
+                    continuation.resume(with: result)
+                }
+            }
+        } onCancel: {
+            work.cancel()
+        }
+    } catch {
+        throw StorageUnavailable.classify(error) ?? error
+    }
 }
 
 /// `begin` … `COMMIT`, or `ROLLBACK` when `body` throws.
@@ -86,8 +221,8 @@ func inTransaction<T: Sendable>(
 }
 
 protocol Backend: Sendable {
-    func transaction<T: Sendable>(_ body: @Sendable (any SQLDatabase) async throws -> T) async throws -> T
-    func read<T: Sendable>(_ body: @Sendable (any SQLDatabase) async throws -> T) async throws -> T
+    func transaction<T: Sendable>(_ body: @escaping @Sendable (any SQLDatabase) async throws -> T) async throws -> T
+    func read<T: Sendable>(_ body: @escaping @Sendable (any SQLDatabase) async throws -> T) async throws -> T
     func close() async throws
 }
 
@@ -103,6 +238,7 @@ final class SQLiteBackend: Backend {
     let lock = AsyncLock()
 
     init(path: String, logger: Logger) async throws {
+        self.path = path
         handle = try SQLiteHandle(path: path)
         database = SQLiteDirectDatabase(
             handle: handle, logger: logger, eventLoop: MultiThreadedEventLoopGroup.singleton.any())
@@ -112,14 +248,29 @@ final class SQLiteBackend: Backend {
             try await sql.raw("PRAGMA synchronous=FULL").run()
             try await sql.raw("PRAGMA foreign_keys=ON").run()
             try await sql.raw("PRAGMA busy_timeout=10000").run()
+            // A WAL left large after a burst (or failed checkpoints) is cut back to this.
+            try await sql.raw("PRAGMA journal_size_limit=67108864").run()
         }
     }
 
-    func transaction<T: Sendable>(_ body: @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
+    let path: String
+
+    var walBytes: Int64? {
+        (try? FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? NSNumber)?.int64Value ?? 0
+    }
+
+    func checkpoint() async throws -> Bool {
+        try await serialized { sql in
+            let row = try await sql.raw("PRAGMA wal_checkpoint(TRUNCATE)").first()
+            return try row?.decode(column: "busy", as: Int.self) == 0
+        }
+    }
+
+    func transaction<T: Sendable>(_ body: @escaping @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
         try await serialized { sql in try await inTransaction(sql, begin: "BEGIN IMMEDIATE", body) }
     }
 
-    func read<T: Sendable>(_ body: @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
+    func read<T: Sendable>(_ body: @escaping @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
         try await serialized(body)
     }
 
@@ -178,8 +329,38 @@ final class AsyncLock: Sendable {
 
 /// PostgresNIO's connection pool; each transaction on one pooled connection.
 final class PostgresBackend: Backend {
-    let client: PostgresClient
-    let runner: Task<Void, Never>
+    /// The pool in use, and its run task. When a call passes its deadline the whole pool is
+    /// replaced (at most every few seconds): connections wedged by a restart are never
+    /// handed out again, and new ones are made as soon as the server accepts them.
+    private struct Pool {
+        var client: PostgresClient
+        var runner: Task<Void, Never>
+        var createdAt: ContinuousClock.Instant
+    }
+    private let pool: Mutex<Pool>
+    private let configuration: PostgresClient.Configuration
+    private let logger: Logger
+
+    var client: PostgresClient { pool.withLock { $0.client } }
+
+    private static func start(_ configuration: PostgresClient.Configuration, logger: Logger) -> Pool {
+        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        return Pool(client: client, runner: Task { await client.run() }, createdAt: .now)
+    }
+
+    /// Replaces the pool after a deadline passed (not more than once every 5 s).
+    func replacePool(after failed: PostgresClient) {
+        let old = pool.withLock { pool -> Task<Void, Never>? in
+            guard pool.client === failed, ContinuousClock.now - pool.createdAt >= .seconds(5) else { return nil }
+            let old = pool.runner
+            pool = Self.start(configuration, logger: logger)
+            return old
+        }
+        if let old {
+            logger.warning("PostgreSQL calls passed their deadline: replaced the connection pool")
+            old.cancel()
+        }
+    }
 
     init(url: String, logger: Logger) throws {
         guard let components = URLComponents(string: url), let host = components.host, let user = components.user,
@@ -188,9 +369,9 @@ final class PostgresBackend: Backend {
         let configuration = PostgresClient.Configuration(
             host: host, port: components.port ?? 5432, username: user, password: components.password,
             database: database, tls: try Self.tls(components, host: host))
-        client = PostgresClient(configuration: configuration, backgroundLogger: logger)
-        let client = self.client
-        runner = Task { await client.run() }
+        self.configuration = configuration
+        self.logger = logger
+        pool = Mutex(Self.start(configuration, logger: logger))
     }
 
     /// The `sslmode` of `database.url`, as libpq names them.
@@ -248,16 +429,50 @@ final class PostgresBackend: Backend {
         return mode == .prefer ? .prefer(tls) : .require(tls)
     }
 
-    func transaction<T: Sendable>(_ body: @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
-        try await client.withConnection { connection in try await inTransaction(connection.sql(), begin: "BEGIN", body)
+    /// Every transaction and read ends within this: a statement on a dying connection (a
+    /// restart) would otherwise never complete.
+    let deadline: Duration = .seconds(30)
+
+    /// The connection a piece of work holds, so the deadline can close it: a closed connection
+    /// fails its pending statement at once and is never handed out again by the pool.
+    final class Held: Sendable {
+        let connection = Mutex<PostgresConnection?>(nil)
+        func close() async {
+            if let connection = self.connection.withLock({ $0 }) { try? await connection.close() }
         }
     }
 
-    func read<T: Sendable>(_ body: @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
-        try await client.withConnection { connection in try await body(connection.sql()) }
+    func transaction<T: Sendable>(_ body: @escaping @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
+        try await withDeadline { connection in try await inTransaction(connection.sql(), begin: "BEGIN", body) }
+    }
+
+    func read<T: Sendable>(_ body: @escaping @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
+        try await withDeadline { connection in try await body(connection.sql()) }
+    }
+
+    /// The work on a pooled connection, answered or failed by `deadline` — never waiting for a
+    /// call that does not return: at the deadline the connection is closed (in the background:
+    /// closing a dying connection may itself hang) and the caller gets `StorageUnavailable`.
+    private func withDeadline<T: Sendable>(
+        _ run: @escaping @Sendable (PostgresConnection) async throws -> T
+    ) async throws -> T {
+        let client = self.client
+        let held = Held()
+        return try await raceDeadline(
+            deadline, what: "a PostgreSQL call",
+            onTimeout: { [weak self] in
+                self?.replacePool(after: client)
+                await held.close()
+            }
+        ) {
+            try await client.withConnection { connection in
+                held.connection.withLock { $0 = connection }
+                return try await run(connection)
+            }
+        }
     }
 
     func close() async throws {
-        runner.cancel()
+        pool.withLock { $0.runner }.cancel()
     }
 }

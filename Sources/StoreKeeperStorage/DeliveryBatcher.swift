@@ -20,6 +20,7 @@ final class DeliveryBatcher: Sendable {
         var evidence: DeliveryPlanner.Evidence
         var now: Date
         var continuation: CheckedContinuation<PurchaseStore.DeliveryResult, any Error>
+        var enqueued = ContinuousClock.now
     }
 
     private struct State {
@@ -52,11 +53,9 @@ final class DeliveryBatcher: Sendable {
                 catalog: catalog, policy: policy, evidence: evidence, now: now, continuation: continuation)
             let startDrain = state.withLock { state -> Bool in
                 state.pending.append(request)
-                // Another drain when none runs, or when work is waiting beyond what the
-                // running ones take in their next batch.
-                guard state.drains == 0 || (state.drains < maxConcurrentBatches && state.pending.count > 1) else {
-                    return false
-                }
+                // Another drain whenever a slot is free: a lone request never waits behind a
+                // slow batch.
+                guard state.drains < maxConcurrentBatches else { return false }
                 state.drains += 1
                 return true
             }
@@ -98,6 +97,13 @@ final class DeliveryBatcher: Sendable {
                 try await BatchDelivery.run(items, sql: sql, combineWrites: combineWrites)
             }
         } catch {
+            // The database cannot answer (down, restarting, deadline passed): every caller gets
+            // a retryable failure now and the slot is free for the next batch. Only a conflict
+            // with another instance goes again, one by one.
+            if let unavailable = StorageUnavailable.classify(error) {
+                for request in batch { request.continuation.resume(throwing: unavailable) }
+                return
+            }
             for request in batch { await retryAlone(request) }
             return
         }
@@ -106,6 +112,11 @@ final class DeliveryBatcher: Sendable {
 
     /// A conflicting item (another instance delivered the same transaction meanwhile) goes
     /// through the single-delivery path, which re-reads and answers already_delivered.
+    /// How long the oldest delivery has been waiting for a batch (`/healthz`).
+    var oldestWaiting: Duration? {
+        state.withLock { state in state.pending.first.map { ContinuousClock.now - $0.enqueued } }
+    }
+
     private func retryAlone(_ request: Request) async {
         do {
             let result = try await PurchaseStore.deliverAlone(

@@ -110,6 +110,14 @@ public struct JobStore: Sendable {
         }
     }
 
+    /// When the oldest pending job was created, if any (`/healthz`).
+    public func oldestPending() async throws -> Date? {
+        try await database.read { sql in
+            try await sql.raw("SELECT MIN(created_at) AS oldest FROM jobs WHERE status = 'pending'").first()?
+                .decode(column: "oldest", as: Int64?.self).map(Date.init(milliseconds:))
+        }
+    }
+
     public func status(_ id: String) async throws -> String? {
         try await database.read { sql in
             try await sql.raw("SELECT status FROM jobs WHERE id = \(bind: id)").first()?.decode(

@@ -96,6 +96,9 @@ public struct PurchaseStore: Sendable {
 
     /// Plans and commits the delivery of one verified transaction. Concurrent deliveries are
     /// committed together (group commit); each is answered only once it is durable.
+    /// How long the oldest submitted delivery has waited for its batch, if one is waiting.
+    public var oldestWaitingDelivery: Duration? { batcher.oldestWaiting }
+
     public func deliver(
         _ transaction: JWSTransactionDecodedPayload, submittingAccount: String?, requestedOrderId: String? = nil,
         catalog: Catalog, policy: OwnershipPolicy = .firstBinder, evidence: DeliveryPlanner.Evidence = .device,

@@ -122,7 +122,7 @@ final class ServerProcess: @unchecked Sendable {
     var port = 0
     var key = ""
 
-    init(directory: URL, databaseURL: String? = nil) throws {
+    init(directory: URL, databaseURL: String? = nil, environment extra: [String: String] = [:]) throws {
         process.executableURL = VerifyCommandTests.binary
         process.arguments = ["serve"]
         process.currentDirectoryURL = directory
@@ -131,6 +131,7 @@ final class ServerProcess: @unchecked Sendable {
         }
         environment["HTTP_PORT"] = "0"
         if let databaseURL { environment["DATABASE_URL"] = databaseURL }
+        environment.merge(extra) { $1 }
         process.environment = environment
         process.standardOutput = output
         process.standardError = output

@@ -1,6 +1,10 @@
 import Foundation
 import Testing
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 #if canImport(FoundationNetworking)
     import FoundationNetworking
 #endif
@@ -60,5 +64,67 @@ import Testing
             try JSONSerialization.jsonObject(with: try await LocalStoreServeTests.fetch(status)) as? [String: Any]
         #expect(shown?["mode"] as? String == "demo")
         #expect(shown?["localAppStoreTrusted"] as? Bool == true)
+    }
+
+    /// No database at start: `serve` waits database.startupTimeoutSeconds, then exits non-zero
+    /// saying why — it neither hangs nor serves.
+    @Test(.timeLimit(.minutes(1)))
+    func serveGivesUpOnADatabaseThatNeverAnswers() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("nodb-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let config = directory.appendingPathComponent("c.yaml")
+        try Data(
+            """
+            database: { url: "postgres://storekeeper:pw@127.0.0.1:1/none", startupTimeoutSeconds: 3 }
+            apple: { bundleId: com.example.app, environments: [Sandbox] }
+            http: { port: 0 }
+            """.utf8
+        ).write(to: config)
+        let run = try VerifyCommandTests.run(["serve", "--config", config.path])
+        #expect(run.status != 0)
+        #expect((run.stdout + run.stderr).contains("database.startupTimeoutSeconds"))
+        #expect(!(run.stdout + run.stderr).contains("listening on"))
+    }
+
+    /// SIGTERM with a request that never completes: the process still exits within the grace.
+    @Test(.timeLimit(.minutes(1)))
+    func sigtermExitsWithinTheGraceEvenWithAHungRequest() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("term-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let server = try ServerProcess(
+            directory: directory, environment: ["HTTP_SHUTDOWN_GRACE_SECONDS": "1", "HTTP_IDLE_TIMEOUT_SECONDS": "600"])
+        defer { server.kill() }
+        try await server.waitUntilListening()
+        // A request whose body never arrives: its handler waits on it.
+        let hung = try FileHandle.hungRequest(port: server.port)
+        defer { close(hung) }
+        try await Task.sleep(for: .milliseconds(300))
+        kill(server.process.processIdentifier, SIGTERM)
+        let deadline = Date().addingTimeInterval(20)
+        while server.process.isRunning, Date() < deadline { try await Task.sleep(for: .milliseconds(100)) }
+        #expect(!server.process.isRunning)
+    }
+}
+
+extension FileHandle {
+    /// Opens a connection and sends a request head announcing a body that never comes.
+    static func hungRequest(port: Int) throws -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard connected == 0 else { throw CocoaError(.fileReadUnknown) }
+        let head =
+            "POST /v1/orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+        _ = head.withCString { send(fd, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+        return fd
     }
 }

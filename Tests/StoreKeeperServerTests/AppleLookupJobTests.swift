@@ -21,7 +21,7 @@ import Testing
     /// A StoreKeeper server configured like production (Apple credentials, pinned roots), whose
     /// "Apple" is a local App Store listening on a real port.
     static func withSetup(
-        requestTimeout: Int = 30, lookupDeadline: Duration = .seconds(10),
+        requestTimeout: Int = 30, lookupDeadline: Duration = .seconds(10), wrongAPIKey: Bool = false,
         _ body: @Sendable (LocalAppStore, StoreKeeperApp, String, any TestClientProtocol) async throws -> Void
     ) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("jobs-\(UUID())")
@@ -38,7 +38,8 @@ import Testing
         let rootsFile = directory.appendingPathComponent("roots.pem")
         try Data(try PKIStore.rootsPEM(pki).utf8).write(to: rootsFile)
         let keyFile = directory.appendingPathComponent("key.p8")
-        try Data(apiKey.pemRepresentation.utf8).write(to: keyFile)
+        // A key the App Store does not know: every token is refused (401).
+        try Data((wrongAPIKey ? P256.Signing.PrivateKey() : apiKey).pemRepresentation.utf8).write(to: keyFile)
 
         try await Application(
             router: appleServer.router(), configuration: .init(address: .hostname("127.0.0.1", port: 0))

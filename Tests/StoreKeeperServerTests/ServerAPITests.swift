@@ -60,13 +60,7 @@ import Testing
         configuration.appAppleId = 1_234_567_890
         configure(&configuration)
         let app = try await StoreKeeperApp.make(configuration, dataDirectory: directory, rateLimitClock: rateLimitClock)
-        do {
-            try await Application(router: app.router()).test(.router) { client in try await body(app, client) }
-        } catch {
-            try? await app.database.close()
-            throw error
-        }
-        try? await app.database.close()
+        try await drive(app, body)
         if let dropDatabase, let base = ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_URL"] {
             let admin = try await Database.open(url: base)
             try? await admin.read { sql in
@@ -74,6 +68,33 @@ import Testing
             }
             try? await admin.close()
         }
+    }
+
+    /// Drives `app`'s routes with a test client, then closes its database (also on failure).
+    static func drive(
+        _ app: StoreKeeperApp, _ body: @Sendable (StoreKeeperApp, any TestClientProtocol) async throws -> Void
+    )
+        async throws
+    {
+        do {
+            try await Application(router: app.router()).test(.router) { client in try await body(app, client) }
+        } catch {
+            try? await app.database.close()
+            throw error
+        }
+        try? await app.database.close()
+    }
+
+    /// `/healthz` answers 200 (retried a few times: its 2 s database deadline can pass on a
+    /// machine running every suite at once).
+    static func becomesHealthy(_ client: any TestClientProtocol) async throws -> Bool {
+        for _ in 0..<10 {
+            let status = try await call(client, .get, "/healthz", token: nil).status
+            if status == .ok { return true }
+            #expect(status == .serviceUnavailable)
+            try await Task.sleep(for: .milliseconds(300))
+        }
+        return false
     }
 
     static func clientToken(

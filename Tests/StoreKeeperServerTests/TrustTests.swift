@@ -89,14 +89,7 @@ import Testing
         let file = directory.appendingPathComponent(fileName)
         try Data(text.utf8).write(to: file)
         let configuration = try await ServerConfiguration.load(file: file.path, environment: [:])
-        let app = try await StoreKeeperApp.make(configuration, dataDirectory: directory)
-        do {
-            try await Application(router: app.router()).test(.router) { client in try await body(app, client) }
-        } catch {
-            try? await app.database.close()
-            throw error
-        }
-        try? await app.database.close()
+        try await ServerAPITests.drive(try await StoreKeeperApp.make(configuration, dataDirectory: directory), body)
     }
 
     /// Drops a test database without waiting (a failed test still cleans up).
