@@ -47,6 +47,9 @@ extension StoreKeeperApp {
             guard let last = page.last else { break }
             cursor = (Int64((last.createdAt.timeIntervalSince1970 * 1000).rounded()), last.id)
             for kept in page {
+                // A request deadline that passed stops the pass between proofs; a new pass
+                // continues where this one stopped (what was delivered stays delivered, once).
+                try Task.checkCancellation()
                 summary.checked += 1
                 let proof = Proof(kind: kept.kind, text: kept.proof)
                 let transactions: [JWSTransactionDecodedPayload]
