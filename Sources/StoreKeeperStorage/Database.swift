@@ -172,10 +172,38 @@ final class FirstClaim: Sendable {
     }
 }
 
-/// `body`'s result, or `StorageUnavailable` at `deadline` without waiting for `body` any
-/// longer (it is cancelled, and `onTimeout` runs in the background).
+/// A check part-way to a deadline: at `after`, give up already when `stillWaiting()` (say,
+/// no database connection could be had) instead of waiting for the whole deadline.
+public struct EarlyDeadline: Sendable {
+    public var after: Duration
+    public var what: String
+    public var stillWaiting: @Sendable () -> Bool
+
+    public init(after: Duration, what: String, stillWaiting: @escaping @Sendable () -> Bool) {
+        self.after = after
+        self.what = what
+        self.stillWaiting = stillWaiting
+    }
+}
+
+/// A way to end a `raceDeadline` early from outside, as if its deadline had passed.
+public final class DeadlineHandle: Sendable {
+    private let expiry = Mutex<(@Sendable (String) -> Void)?>(nil)
+
+    public init() {}
+
+    func arm(_ expire: @escaping @Sendable (String) -> Void) { expiry.withLock { $0 = expire } }
+
+    /// Fails the race now with `StorageUnavailable(reason)` (nothing when it has ended).
+    public func expire(_ reason: String) { expiry.withLock { $0 }?(reason) }
+}
+
+/// `body`'s result, or `StorageUnavailable` at `deadline` (or at `early`, when its check says
+/// so, or when `handle` is expired) without waiting for `body` any longer (it is cancelled,
+/// and `onTimeout` runs in the background).
 public func raceDeadline<T: Sendable>(
-    _ deadline: Duration, what: String, onTimeout: @escaping @Sendable () async -> Void = {},
+    _ deadline: Duration, what: String, early: EarlyDeadline? = nil, handle: DeadlineHandle? = nil,
+    onTimeout: @escaping @Sendable () async -> Void = {},
     _ body: @escaping @Sendable () async throws -> T
 ) async throws -> T {
     let once = FirstClaim()
@@ -183,12 +211,28 @@ public func raceDeadline<T: Sendable>(
     do {
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
-                let timer = Task {
-                    try? await Task.sleep(for: deadline)
-                    guard !Task.isCancelled, once.claim() else { return }
+                let giveUp: @Sendable (String) -> Bool = { reason in
+                    guard once.claim() else { return false }
                     work.cancel()
                     Task { await onTimeout() }
-                    continuation.resume(throwing: StorageUnavailable("\(what) took longer than \(deadline)"))
+                    continuation.resume(throwing: StorageUnavailable(reason))
+                    return true
+                }
+                handle?.arm { reason in _ = giveUp(reason) }
+                let timer = Task {
+                    var failure = "\(what) took longer than \(deadline)"
+                    if let early, early.after < deadline {
+                        try? await Task.sleep(for: early.after)
+                        if early.stillWaiting() {
+                            failure = "\(early.what) within \(early.after)"
+                        } else {
+                            try? await Task.sleep(for: deadline - early.after)
+                        }
+                    } else {
+                        try? await Task.sleep(for: deadline)
+                    }
+                    guard !Task.isCancelled else { return }
+                    _ = giveUp(failure)
                 }
                 Task {
                     let result = await work.result
@@ -348,16 +392,19 @@ final class PostgresBackend: Backend {
         return Pool(client: client, runner: Task { await client.run() }, createdAt: .now)
     }
 
-    /// Replaces the pool after a deadline passed (not more than once every 5 s).
-    func replacePool(after failed: PostgresClient) {
+    /// Replaces the pool after a deadline passed (not more than once every 5 s), or at once
+    /// (`force`) after a restart.
+    func replacePool(after failed: PostgresClient, force: Bool = false) {
         let old = pool.withLock { pool -> Task<Void, Never>? in
-            guard pool.client === failed, ContinuousClock.now - pool.createdAt >= .seconds(5) else { return nil }
+            guard pool.client === failed, force || ContinuousClock.now - pool.createdAt >= .seconds(5) else {
+                return nil
+            }
             let old = pool.runner
             pool = Self.start(configuration, logger: logger)
             return old
         }
         if let old {
-            logger.warning("PostgreSQL calls passed their deadline: replaced the connection pool")
+            if !force { logger.warning("PostgreSQL calls passed their deadline: replaced the connection pool") }
             old.cancel()
         }
     }
@@ -372,7 +419,11 @@ final class PostgresBackend: Backend {
         self.configuration = configuration
         self.logger = logger
         pool = Mutex(Self.start(configuration, logger: logger))
+        let watch = Task { [weak self] in _ = await self?.watchForRestarts() }
+        self.watch.withLock { $0 = watch }
     }
+
+    private let watch = Mutex<Task<Void, Never>?>(nil)
 
     /// The `sslmode` of `database.url`, as libpq names them.
     public enum SSLMode: String, Sendable, CaseIterable {
@@ -433,6 +484,12 @@ final class PostgresBackend: Backend {
     /// restart) would otherwise never complete.
     let deadline: Duration = .seconds(30)
 
+    /// A connection is had within this, or the database is taken to be unreachable (down,
+    /// restarting, refusing connections): the caller gets 503 at once rather than at `deadline`.
+    /// The pool hands out connections in microseconds when it has any; only connecting takes
+    /// long, and PostgresNIO retries that in the background.
+    let leaseDeadline: Duration = .seconds(5)
+
     /// The connection a piece of work holds, so the deadline can close it: a closed connection
     /// fails its pending statement at once and is never handed out again by the pool.
     final class Held: Sendable {
@@ -443,7 +500,34 @@ final class PostgresBackend: Backend {
     }
 
     func transaction<T: Sendable>(_ body: @escaping @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
-        try await withDeadline { connection in try await inTransaction(connection.sql(), begin: "BEGIN", body) }
+        try await withDeadline { connection in
+            let sql = connection.sql()
+            try await sql.raw("BEGIN").run()
+            do {
+                let result = try await body(sql)
+                try await sql.raw("COMMIT").run()
+                return result
+            } catch {
+                await Self.abandon(connection, after: error)
+                throw error
+            }
+        }
+    }
+
+    /// Ends a failed transaction so the connection goes back to the pool clean, or closes the
+    /// connection so it never does. A connection the server dropped or is shutting down gets no
+    /// ROLLBACK (PostgreSQL rolls back by itself; a statement sent on a dying connection may
+    /// never be answered); a ROLLBACK that fails or takes longer than 2 s closes it too.
+    static func abandon(_ connection: PostgresConnection, after error: any Error) async {
+        if StorageUnavailable.classify(error) == nil {
+            do {
+                try await raceDeadline(.seconds(2), what: "ROLLBACK") {
+                    try await connection.sql().raw("ROLLBACK").run()
+                }
+                return
+            } catch {}
+        }
+        Task { try? await connection.close() }
     }
 
     func read<T: Sendable>(_ body: @escaping @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
@@ -458,8 +542,15 @@ final class PostgresBackend: Backend {
     ) async throws -> T {
         let client = self.client
         let held = Held()
+        let handle = DeadlineHandle()
+        let id = inFlight.enter(handle, pool: client)
+        defer { inFlight.leave(id) }
         return try await raceDeadline(
             deadline, what: "a PostgreSQL call",
+            early: EarlyDeadline(
+                after: leaseDeadline, what: "no PostgreSQL connection",
+                stillWaiting: { held.connection.withLock { $0 == nil } }),
+            handle: handle,
             onTimeout: { [weak self] in
                 self?.replacePool(after: client)
                 await held.close()
@@ -472,7 +563,81 @@ final class PostgresBackend: Backend {
         }
     }
 
+    /// The calls in flight, each with when it began and the pool it used: a restart watch
+    /// (`watchForRestarts`) fails those left on a replaced pool's connections.
+    final class InFlight: Sendable {
+        struct Call {
+            var began: ContinuousClock.Instant
+            var pool: ObjectIdentifier
+            var handle: DeadlineHandle
+        }
+        private let calls = Mutex<(next: UInt64, running: [UInt64: Call])>((0, [:]))
+
+        func enter(_ handle: DeadlineHandle, pool: PostgresClient) -> UInt64 {
+            calls.withLock { calls in
+                calls.next += 1
+                calls.running[calls.next] = Call(began: .now, pool: ObjectIdentifier(pool), handle: handle)
+                return calls.next
+            }
+        }
+
+        func leave(_ id: UInt64) { _ = calls.withLock { $0.running.removeValue(forKey: id) } }
+
+        var oldest: ContinuousClock.Instant? { calls.withLock { $0.running.values.map(\.began).min() } }
+
+        /// Fails every call for which `stale` holds; how many.
+        func expire(_ reason: String, where stale: (Call) -> Bool) -> Int {
+            let handles = calls.withLock { $0.running.values.filter(stale).map(\.handle) }
+            for handle in handles { handle.expire(reason) }
+            return handles.count
+        }
+    }
+
+    /// A restart leaves the calls that were on the old server's connections waiting: most fail
+    /// with the dropped connection, but PostgresNIO was seen to leave a statement pending
+    /// forever — on a connection it had in use, or on an idle one handed out just after the
+    /// restart. Whenever a call has run for more than 2 s, this asks the server how long it has
+    /// been up (its own clock: `now() - pg_postmaster_start_time()`, no skew). When it started
+    /// after the pool was made, the pool is replaced, so no old connection is handed out again.
+    /// A call on a replaced pool that began before the restart, or has run for 2 s, is failed
+    /// (its connection closed). Deliveries resume within seconds of a restart, not at the 30 s
+    /// deadline.
+    func watchForRestarts() async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: .seconds(1))
+            guard let oldest = inFlight.oldest, ContinuousClock.now - oldest > .seconds(2) else { continue }
+            let client = self.client
+            let asked = ContinuousClock.now
+            let uptime: Double?? = try? await raceDeadline(.seconds(2), what: "PostgreSQL's uptime") {
+                try await client.withConnection { connection in
+                    try await connection.sql().raw(
+                        "SELECT EXTRACT(EPOCH FROM now() - pg_postmaster_start_time())::float8 AS uptime"
+                    ).first()?.decode(column: "uptime", as: Double.self)
+                }
+            }
+            var restarted: ContinuousClock.Instant?
+            if let uptime = uptime ?? nil {
+                let instant = asked - .milliseconds(Int64(uptime * 1000))
+                if pool.withLock({ $0.createdAt }) < instant {
+                    restarted = instant
+                    replacePool(after: client, force: true)
+                    logger.warning("PostgreSQL restarted \(uptime) s ago: replaced the connection pool")
+                }
+            }
+            let current = ObjectIdentifier(self.client)
+            let failed = inFlight.expire("a PostgreSQL call left on a connection from before a restart") { call in
+                call.pool != current && (asked - call.began > .seconds(2) || restarted.map { call.began < $0 } == true)
+            }
+            if failed > 0 {
+                logger.warning("failed \(failed) PostgreSQL call(s) left on connections from before a restart")
+            }
+        }
+    }
+
+    private let inFlight = InFlight()
+
     func close() async throws {
+        watch.withLock { $0 }?.cancel()
         pool.withLock { $0.runner }.cancel()
     }
 }

@@ -29,6 +29,10 @@ import Testing
         let value = Atomic<Int>(0)
     }
 
+    final class Flag: Sendable {
+        let value = Atomic<Bool>(false)
+    }
+
     /// 0 lost, 0 doubled: every acknowledged transaction has exactly one delivery, and balances
     /// equal the ledger's sums.
     static func checkNothingLostOrDoubled(_ app: StoreKeeperApp, acknowledged: Set<String>) async throws {
@@ -52,16 +56,22 @@ import Testing
         #expect(mismatched == 0)
     }
 
-    /// Submits proofs from `streams` concurrent workers until `stop` is set, recording answers.
+    /// Submits proofs from `streams` concurrent workers, recording answers: each proof once, or
+    /// round and round (repeats answer "already delivered") until `stop` is set.
     static func load(
-        _ client: any TestClientProtocol, proofs: [String], streams: Int, acknowledged: Acknowledged
+        _ client: any TestClientProtocol, proofs: [String], streams: Int, acknowledged: Acknowledged,
+        until stop: Flag? = nil
     ) async {
         let next = Counter()
         await withTaskGroup(of: Void.self) { group in
             for worker in 0..<streams {
                 group.addTask {
                     while true {
-                        let index = next.value.add(1, ordering: .relaxed).oldValue
+                        var index = next.value.add(1, ordering: .relaxed).oldValue
+                        if let stop {
+                            guard !stop.value.load(ordering: .relaxed) else { return }
+                            index %= proofs.count
+                        }
                         guard index < proofs.count else { return }
                         // One account per proof (stable across passes), so a repeat is "already delivered".
                         let account = "load-\(UInt(bitPattern: proofs[index].hashValue) % 16)"

@@ -29,6 +29,7 @@ import Testing
         _ kind: String, maxBodyBytes: Int = 1_048_576, clientRate: Int = 1000,
         environments: Set<AppStoreEnvironment> = [.production, .sandbox],
         rateLimitClock: @escaping @Sendable () -> ContinuousClock.Instant = { ContinuousClock.now },
+        postgresURL: String? = ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_URL"],
         configure: @Sendable (inout ServerConfiguration) -> Void = { _ in },
         _ body: @Sendable (StoreKeeperApp, any TestClientProtocol) async throws -> Void
     ) async throws {
@@ -37,7 +38,7 @@ import Testing
         defer { try? FileManager.default.removeItem(at: directory) }
         var url = "sqlite:\(directory.path)/storekeeper.sqlite"
         var dropDatabase: String?
-        if kind == "postgres", let base = ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_URL"] {
+        if kind == "postgres", let base = postgresURL {
             let name = "sk_srv_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(16).lowercased())"
             let admin = try await Database.open(url: base)
             try await admin.read { sql in try await sql.raw("CREATE DATABASE \(ident: name)").run() }
@@ -61,7 +62,7 @@ import Testing
         configure(&configuration)
         let app = try await StoreKeeperApp.make(configuration, dataDirectory: directory, rateLimitClock: rateLimitClock)
         try await drive(app, body)
-        if let dropDatabase, let base = ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_URL"] {
+        if let dropDatabase, let base = postgresURL {
             let admin = try await Database.open(url: base)
             try? await admin.read { sql in
                 try await sql.raw("DROP DATABASE IF EXISTS \(ident: dropDatabase) WITH (FORCE)").run()
