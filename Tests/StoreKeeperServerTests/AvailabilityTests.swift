@@ -155,6 +155,62 @@ import Testing
         }
     }
 
+    /// Mounting a tmpfs needs root (CI runs as root); elsewhere the page-count disk above stands in.
+    static let canMountTmpfs: Bool = {
+        guard getuid() == 0 else { return false }
+        let probe = FileManager.default.temporaryDirectory.appendingPathComponent("tmpfs-probe-\(UUID())").path
+        try? FileManager.default.createDirectory(atPath: probe, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: probe) }
+        guard mount("tmpfs", probe, "tmpfs", 0, "size=64k") == 0 else { return false }
+        umount(probe)
+        return true
+    }()
+
+    /// A real full disk: the database on an 8 MiB tmpfs, the rest of it taken by another file.
+    @Test(.enabled(if: canMountTmpfs), .timeLimit(.minutes(3)))
+    func aFullTmpfsDiskIs503AndRecovers() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tmpfs-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        #expect(mount("tmpfs", directory.path, "tmpfs", 0, "size=8m") == 0)
+        defer {
+            umount2(directory.path, Int32(MNT_DETACH))
+            try? FileManager.default.removeItem(at: directory)
+        }
+        let path = directory.appendingPathComponent("storekeeper.sqlite").path
+        let filler = directory.appendingPathComponent("filler").path
+        try await API.withServer("sqlite", configure: { $0.databaseURL = "sqlite:\(path)" }) { app, client in
+            var proofs: [String] = []
+            for index in 0..<150 {
+                proofs.append(
+                    try await app.localAppStore!.buy("t\(index)", items: [.init(productId: "coins_60")])
+                        .signedTransactions[0])
+            }
+            // Whatever is free on the disk is taken.
+            let handle = try #require(
+                FileHandle(forWritingAtPath: filler)
+                    ?? {
+                        FileManager.default.createFile(atPath: filler, contents: nil)
+                        return FileHandle(forWritingAtPath: filler)
+                    }())
+            let block = Data(repeating: 0, count: 4096)
+            while (try? handle.write(contentsOf: block)) != nil {}
+            try? handle.close()
+            let acknowledged = Acknowledged()
+            await Self.load(client, proofs: proofs, streams: 4, acknowledged: acknowledged)
+            #expect((acknowledged.statuses.withLock { $0[503] } ?? 0) > 0)
+            #expect(acknowledged.statuses.withLock { $0[500] } == nil)
+            let health = try await API.call(client, .get, "/healthz", token: nil)
+            #expect(health.status == .ok || health.status == .serviceUnavailable)
+            // Space again: everything goes through, once.
+            try FileManager.default.removeItem(atPath: filler)
+            let again = Acknowledged()
+            await Self.load(client, proofs: proofs, streams: 4, acknowledged: again)
+            #expect(again.statuses.withLock { $0[200] } == proofs.count)
+            try await Self.checkNothingLostOrDoubled(
+                app, acknowledged: acknowledged.ids.withLock { $0 }.union(again.ids.withLock { $0 }))
+        }
+    }
+
     @Test(.timeLimit(.minutes(2)))
     func aLockedSQLiteIs503NotAHang() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("locked-\(UUID())")

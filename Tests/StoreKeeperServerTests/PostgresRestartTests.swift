@@ -29,24 +29,10 @@ import Testing
         if Self.environment["CI"] == "true" { #expect(Self.available, "CI must run the PostgreSQL restart tests") }
     }
 
-    /// `pg_ctlcluster VERSION NAME action [options]`, waited for on a thread of its own (the
-    /// server under test runs on the two cooperative ones). posix_spawn and waitpid rather than
-    /// Foundation's Process, whose termination handler was seen never to run here.
+    /// `pg_ctlcluster VERSION NAME action [options]`.
     static func pgctl(_ action: String, _ options: [String] = []) async throws {
         let arguments = ["/usr/bin/pg_ctlcluster"] + (try #require(Self.cluster)) + [action] + options
-        let status: Int32 = await withCheckedContinuation { continuation in
-            Thread.detachNewThread {
-                var pid = pid_t()
-                let argv = arguments.map { strdup($0) } + [nil]
-                defer { for pointer in argv { free(pointer) } }
-                guard posix_spawn(&pid, arguments[0], nil, nil, argv, environ) == 0 else {
-                    return continuation.resume(returning: -1)
-                }
-                var status: Int32 = 0
-                while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
-                continuation.resume(returning: status)
-            }
-        }
+        let status = await Spawn.run(arguments)
         #expect(status == 0, "pg_ctlcluster \(action) exited with status \(status)")
     }
 
