@@ -151,6 +151,7 @@ let package = Package(
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "SQLKit", package: "sql-kit"),
             ]
         ),
         .testTarget(name: "AppStoreModelsTests", dependencies: ["AppStoreModels"]),

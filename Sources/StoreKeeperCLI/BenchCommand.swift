@@ -35,6 +35,18 @@ struct BenchCommand: AsyncParsableCommand {
         help: "With --purchases: lean (raw keep-alive HTTP/1.1, default) or async-http-client.")
     var loadGenerator: PurchaseBench.LoadGeneratorKind = .lean
 
+    @Option(
+        name: .customLong("max-in-flight"),
+        help: "With --purchases: the server's limits.maxInFlightRequests (requests above it are shed, 503 overloaded).")
+    var maxInFlight: Int?
+
+    @Option(
+        name: .customLong("restart-command"),
+        help: ArgumentHelp(
+            "With --purchases: a shell command run 1 s into each level (say, a database restart); reports how long deliveries took to resume."
+        ))
+    var restartCommand: String?
+
     @Flag(help: "Only measure cached JWS verification (for profilers).")
     var onlyCached = false
 
@@ -49,9 +61,10 @@ struct BenchCommand: AsyncParsableCommand {
             guard requests > 0, concurrency.allSatisfy({ $0 > 0 }) else {
                 throw ValidationError("--requests and --concurrency must be positive")
             }
+            guard maxInFlight.map({ $0 > 0 }) ?? true else { throw ValidationError("--max-in-flight must be positive") }
             try await PurchaseBench(
                 databaseURL: databaseURL, concurrencies: concurrency, requestsPerLevel: requests,
-                loadGenerator: loadGenerator
+                loadGenerator: loadGenerator, maxInFlight: maxInFlight, restartCommand: restartCommand
             ).run()
             return
         }

@@ -11,14 +11,29 @@ enum LoadGenerator {
         var description: String
     }
 
+    /// One answer: how long it took, when it came, and what it was.
+    struct Answer: Sendable {
+        enum Outcome: Sendable {
+            /// 200 with `expect` in its body.
+            case delivered
+            /// 503 `overloaded`: shed before any work.
+            case shed
+            /// Any other 503 (`storage_unavailable`, `timeout`): a fault answered.
+            case unavailable
+        }
+        var latency: Double
+        var at: NIODeadline
+        var outcome: Outcome
+    }
+
     /// Sends `bodies` as `POST path` over `concurrency` connections; every answer must be 200
-    /// and contain `expect`. Returns each request's latency in seconds.
+    /// containing `expect`, or a 503 (retryable, never retried here). Returns every answer.
     static func run(
         host: String, port: Int, path: String, authorization: String, bodies: [String], concurrency: Int,
         expect: String
-    ) async throws -> [Double] {
+    ) async throws -> [Answer] {
         let group = MultiThreadedEventLoopGroup.singleton
-        var futures: [EventLoopFuture<[Double]>] = []
+        var futures: [EventLoopFuture<[Answer]>] = []
         for worker in 0..<min(concurrency, bodies.count) {
             let requests = stride(from: worker, to: bodies.count, by: concurrency).map { index in
                 var request = ByteBuffer()
@@ -29,7 +44,7 @@ enum LoadGenerator {
                 return request
             }
             let eventLoop = group.next()
-            let done = eventLoop.makePromise(of: [Double].self)
+            let done = eventLoop.makePromise(of: [Answer].self)
             let connected = ClientBootstrap(group: eventLoop)
                 .channelOption(.socketOption(.tcp_nodelay), value: 1)
                 .channelInitializer { channel in
@@ -45,9 +60,9 @@ enum LoadGenerator {
                     connected.flatMap { $0.close() }.map { latencies }.recover { _ in latencies }
                 })
         }
-        var latencies: [Double] = []
-        for future in futures { latencies += try await future.get() }
-        return latencies
+        var answers: [Answer] = []
+        for future in futures { answers += try await future.get() }
+        return answers
     }
 
     /// Writes a request, reads its answer (status line, headers, Content-Length body), records
@@ -58,18 +73,18 @@ enum LoadGenerator {
 
         let requests: [ByteBuffer]
         let expect: [UInt8]
-        let done: EventLoopPromise<[Double]>
+        let done: EventLoopPromise<[Answer]>
         var next = 0
         var sentAt = NIODeadline.now()
-        var latencies: [Double] = []
+        var answers: [Answer] = []
         var received = ByteBuffer()
         var finished = false
 
-        init(requests: [ByteBuffer], expect: [UInt8], done: EventLoopPromise<[Double]>) {
+        init(requests: [ByteBuffer], expect: [UInt8], done: EventLoopPromise<[Answer]>) {
             self.requests = requests
             self.expect = expect
             self.done = done
-            latencies.reserveCapacity(requests.count)
+            answers.reserveCapacity(requests.count)
         }
 
         func channelActive(context: ChannelHandlerContext) {
@@ -80,11 +95,19 @@ enum LoadGenerator {
             var incoming = unwrapInboundIn(data)
             received.writeBuffer(&incoming)
             do {
-                while let body = try takeResponse() {
-                    latencies.append(Double((NIODeadline.now() - sentAt).nanoseconds) / 1e9)
-                    guard body.readableBytesView.firstRange(of: expect) != nil else {
-                        throw Failure(description: "unexpected answer: \(String(buffer: body).prefix(300))")
+                while let (status, body) = try takeResponse() {
+                    let now = NIODeadline.now()
+                    let outcome: Answer.Outcome
+                    if status == 200, body.readableBytesView.firstRange(of: expect) != nil {
+                        outcome = .delivered
+                    } else if status == 503 {
+                        outcome =
+                            body.readableBytesView.firstRange(of: Array(#""overloaded""#.utf8)) != nil
+                            ? .shed : .unavailable
+                    } else {
+                        throw Failure(description: "unexpected answer \(status): \(String(buffer: body).prefix(300))")
                     }
+                    answers.append(Answer(latency: Double((now - sentAt).nanoseconds) / 1e9, at: now, outcome: outcome))
                     send(context: context)
                 }
             } catch {
@@ -103,7 +126,7 @@ enum LoadGenerator {
         private func send(context: ChannelHandlerContext) {
             guard next < requests.count else {
                 finished = true
-                done.succeed(latencies)
+                done.succeed(answers)
                 return
             }
             sentAt = .now()
@@ -118,14 +141,16 @@ enum LoadGenerator {
             context.close(promise: nil)
         }
 
-        /// One complete answer's body, if `received` holds one; throws unless it is a 200 with
-        /// a Content-Length body (what the server sends for these requests).
-        private func takeResponse() throws -> ByteBuffer? {
+        /// One complete answer's status and body, if `received` holds one; throws unless it
+        /// has a Content-Length body (what the server sends for these requests).
+        private func takeResponse() throws -> (Int, ByteBuffer)? {
             let view = received.readableBytesView
             guard let headerEnd = view.firstRange(of: Array("\r\n\r\n".utf8)) else { return nil }
             let head = String(decoding: view[view.startIndex..<headerEnd.lowerBound], as: UTF8.self)
             let lines = head.split(separator: "\r\n")
-            guard let status = lines.first, status.hasPrefix("HTTP/1.1 200") else {
+            guard let statusLine = lines.first, statusLine.hasPrefix("HTTP/1.1 "),
+                let status = Int(statusLine.dropFirst(9).prefix(3))
+            else {
                 throw Failure(description: "unexpected answer: \(head.prefix(300))")
             }
             guard
@@ -140,7 +165,7 @@ enum LoadGenerator {
             received.moveReaderIndex(forwardBy: headerBytes)
             let body = received.readSlice(length: length)
             received.discardReadBytes()
-            return body
+            return body.map { (status, $0) }
         }
     }
 }

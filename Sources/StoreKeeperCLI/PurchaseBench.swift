@@ -7,6 +7,7 @@ import Hummingbird
 import LocalAppStore
 import Logging
 import NIOCore
+import SQLKit
 import ServiceLifecycle
 import StoreKeeperServer
 import Synchronization
@@ -27,16 +28,75 @@ struct PurchaseBench {
         case asyncHTTPClient = "async-http-client"
     }
 
+    /// Above this many requests at once the server sheds (`limits.maxInFlightRequests`); nil:
+    /// the server's default.
+    var maxInFlight: Int?
+    /// Run by `/bin/sh -c` once a level's load is under way (say, `pg_ctlcluster 15 main
+    /// restart -m fast`); the report then says how long deliveries took to resume.
+    var restartCommand: String?
+
     struct Level {
         var concurrency: Int
         var requests: Int
         var seconds: Double
-        var latencies: [Double]
-        var deliveriesPerSecond: Double { Double(requests) / seconds }
+        var answers: [LoadGenerator.Answer]
+        /// Peak resident memory of the process (server and load generator) during the level.
+        var peakMemory: Int
+        var restart: Restart?
+
+        var delivered: Int { answers.lazy.filter { $0.outcome == .delivered }.count }
+        var shed: Int { answers.lazy.filter { $0.outcome == .shed }.count }
+        var unavailable: Int { answers.lazy.filter { $0.outcome == .unavailable }.count }
+        var deliveriesPerSecond: Double { Double(delivered) / seconds }
+
+        /// A percentile of the delivered requests' latencies.
         func percentile(_ p: Double) -> Double {
-            let sorted = latencies.sorted()
+            let sorted = answers.filter { $0.outcome == .delivered }.map(\.latency).sorted()
+            guard !sorted.isEmpty else { return .nan }
             return sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]
         }
+    }
+
+    /// What a restart during a level looked like.
+    struct Restart {
+        /// When the command was started and when it returned.
+        var began: NIODeadline
+        var returned: NIODeadline
+        var status: Int32
+
+        /// From the command's return to the first delivery answered after it.
+        func recovery(_ answers: [LoadGenerator.Answer]) -> Double? {
+            answers.filter { $0.outcome == .delivered && $0.at > returned }.map(\.at).min().map {
+                Double(($0 - returned).nanoseconds) / 1e9
+            }
+        }
+
+        /// The longest time without any delivery, from the command's start on.
+        func longestGap(_ answers: [LoadGenerator.Answer]) -> Double {
+            let times = [began] + answers.filter { $0.outcome == .delivered && $0.at > began }.map(\.at).sorted()
+            return zip(times, times.dropFirst()).map { Double(($1 - $0).nanoseconds) / 1e9 }.max() ?? 0
+        }
+    }
+
+    /// `/bin/sh -c command` on a thread of its own, once the load has run for `after`.
+    static func restart(_ command: String, after: Duration) async -> Restart {
+        try? await Task.sleep(for: after)
+        let began = NIODeadline.now()
+        let status: Int32 = await withCheckedContinuation { continuation in
+            Thread.detachNewThread {
+                var pid = pid_t()
+                let arguments = ["/bin/sh", "-c", command]
+                let argv = arguments.map { strdup($0) } + [nil]
+                defer { for pointer in argv { free(pointer) } }
+                guard posix_spawn(&pid, arguments[0], nil, nil, argv, environ) == 0 else {
+                    return continuation.resume(returning: -1)
+                }
+                var status: Int32 = 0
+                while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
+                continuation.resume(returning: status)
+            }
+        }
+        return Restart(began: began, returned: .now(), status: status)
     }
 
     func run() async throws {
@@ -51,6 +111,7 @@ struct PurchaseBench {
         configuration.localAppStoreEnabled = true
         configuration.bundleId = "com.example.app"
         configuration.appAppleId = 1_234_567_890
+        if let maxInFlight { configuration.maxInFlightRequests = maxInFlight }
         var logger = Logger(label: "bench")
         logger.logLevel = .error
         let app = try await StoreKeeperApp.make(configuration, dataDirectory: directory, logger: logger)
@@ -107,26 +168,37 @@ struct PurchaseBench {
         for concurrency in concurrencies {
             let slice = Array(bodies[offset..<(offset + requestsPerLevel)])
             offset += requestsPerLevel
+            _ = Memory.resetPeak()
             let started = ContinuousClock.now
-            let latencies: [Double]
+            let restart = restartCommand.map { command in
+                Task { await Self.restart(command, after: .seconds(1)) }
+            }
+            let answers: [LoadGenerator.Answer]
             switch loadGenerator {
             case .lean:
-                latencies = try await LoadGenerator.run(
+                answers = try await LoadGenerator.run(
                     host: "127.0.0.1", port: port.withLock { $0 }, path: "/v1/purchases",
                     authorization: "Bearer \(Self.key)", bodies: slice, concurrency: concurrency,
                     expect: #""status":"delivered""#)
             case .asyncHTTPClient:
-                latencies = try await Self.sendWithAsyncHTTPClient(
+                answers = try await Self.sendWithAsyncHTTPClient(
                     client, url: base + "/v1/purchases", bodies: slice, concurrency: concurrency)
             }
-            guard latencies.count == slice.count else {
-                throw BenchFailure(description: "\(latencies.count) answers for \(slice.count) requests")
+            let seconds = BenchCommand.seconds(ContinuousClock.now - started)
+            guard answers.count == slice.count else {
+                throw BenchFailure(description: "\(answers.count) answers for \(slice.count) requests")
             }
             levels.append(
                 Level(
-                    concurrency: concurrency, requests: slice.count,
-                    seconds: BenchCommand.seconds(ContinuousClock.now - started), latencies: latencies))
+                    concurrency: concurrency, requests: slice.count, seconds: seconds, answers: answers,
+                    peakMemory: Memory.peak(), restart: await restart?.value))
         }
+        // Every acknowledged delivery is in the database, once (a 503 may still have committed).
+        let rows = try await app.database.read { sql in
+            try await sql.raw("SELECT COUNT(*) AS n FROM deliveries WHERE account_id LIKE \(bind: "bench\(run)-%")")
+                .first()?.decode(column: "n", as: Int.self) ?? 0
+        }
+        let acknowledged = levels.map(\.delivered).reduce(0, +)
         try await client.shutdown()
         await serviceGroup.triggerGracefulShutdown()
         _ = try? await server.value
@@ -136,16 +208,36 @@ struct PurchaseBench {
         print("")
         print("verification alone (all cores): \(String(format: "%.0f", verifyPerSecond)) /s")
         print("")
-        print("| concurrency | requests | deliveries/s | p50 | p99 | vs verification |")
-        print("|---:|---:|---:|---:|---:|---:|")
+        print(
+            "| concurrency | requests | deliveries/s | p50 | p99 | vs verification | shed (503 overloaded) | other 503 | peak memory |"
+        )
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for level in levels {
             print(
                 "| \(level.concurrency) | \(level.requests) | \(String(format: "%.0f", level.deliveriesPerSecond)) | "
                     + "\(String(format: "%.1f ms", level.percentile(0.5) * 1000)) | "
                     + "\(String(format: "%.1f ms", level.percentile(0.99) * 1000)) | "
-                    + "\(String(format: "%.2f", level.deliveriesPerSecond / verifyPerSecond)) |")
+                    + "\(String(format: "%.2f", level.deliveriesPerSecond / verifyPerSecond)) | "
+                    + "\(String(format: "%.1f %%", Double(level.shed) * 100 / Double(level.requests))) | "
+                    + "\(level.unavailable) | \(Memory.format(level.peakMemory)) |")
         }
         print("")
+        for level in levels {
+            guard let restart = level.restart else { continue }
+            let recovery = restart.recovery(level.answers).map { String(format: "%.2f s", $0) } ?? "never"
+            print(
+                "restart at concurrency \(level.concurrency) (command exited \(restart.status), took "
+                    + "\(String(format: "%.2f s", Double((restart.returned - restart.began).nanoseconds) / 1e9))): "
+                    + "first delivery \(recovery) after it returned; longest time without a delivery "
+                    + "\(String(format: "%.2f s", restart.longestGap(level.answers))); \(level.unavailable) answered 503"
+            )
+        }
+        print(
+            "acknowledged deliveries: \(acknowledged); in the database: \(rows) (lost: \(max(0, acknowledged - rows)))")
+        print("")
+        if rows < acknowledged {
+            throw BenchFailure(description: "\(acknowledged - rows) acknowledged deliveries are not in the database")
+        }
     }
 }
 
@@ -153,7 +245,7 @@ extension PurchaseBench {
     /// The same load through AsyncHTTPClient (`--load-generator async-http-client`): a general
     /// client, heavier on the shared cores, kept to show how much the load generator weighs.
     static func sendWithAsyncHTTPClient(_ client: HTTPClient, url: String, bodies: [String], concurrency: Int)
-        async throws -> [Double]
+        async throws -> [LoadGenerator.Answer]
     {
         let latencies = LatencyLog()
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -175,7 +267,8 @@ extension PurchaseBench {
                                 description: "unexpected answer \(response.status.code): \(String(buffer: reply))")
                         }
                         let elapsed = BenchCommand.seconds(ContinuousClock.now - sent)
-                        latencies.values.withLock { $0.append(elapsed) }
+                        let answer = LoadGenerator.Answer(latency: elapsed, at: .now(), outcome: .delivered)
+                        latencies.values.withLock { $0.append(answer) }
                     }
                 }
             }
@@ -187,7 +280,7 @@ extension PurchaseBench {
 
 /// Latencies recorded by the load workers.
 final class LatencyLog: Sendable {
-    let values = Mutex<[Double]>([])
+    let values = Mutex<[LoadGenerator.Answer]>([])
 }
 
 struct BenchFailure: Error, CustomStringConvertible {

@@ -19,11 +19,32 @@ import Testing
             #expect(run.stdout.contains("| 1 | 7 |"))
             #expect(run.stdout.contains("| 3 | 7 |"))
             #expect(run.stdout.contains(database == nil ? "end to end — sqlite" : "end to end — postgres"))
+            #expect(run.stdout.contains("acknowledged deliveries: 14; in the database: 14 (lost: 0)"))
         }
     }
 
+    /// Above --max-in-flight the server sheds: the bench counts those answers instead of failing,
+    /// and reports delivered throughput, the shed rate and peak memory per level; a restart
+    /// command runs during each level and its recovery is reported.
+    @Test func overloadAndRestartAreReported() throws {
+        let run = try VerifyCommandTests.run([
+            "bench", "--purchases", "--concurrency", "64", "--requests", "256", "--max-in-flight", "2",
+            "--restart-command", "true",
+        ])
+        #expect(run.status == 0, "\(run.stderr)")
+        let row = try #require(run.stdout.split(separator: "\n").first { $0.hasPrefix("| 64 | 256 |") })
+        let cells = row.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
+        let shed = try #require(Double(cells[6].dropLast(2)))
+        #expect(shed > 0 && shed < 100, "\(row)")
+        #expect(cells[8].hasSuffix("MiB"))
+        #expect(run.stdout.contains("restart at concurrency 64 (command exited 0"))
+        #expect(run.stdout.contains("(lost: 0)"))
+    }
+
     @Test func nonsenseIsRefused() throws {
-        for arguments in [["--requests", "0"], ["--concurrency", "0"], ["--load-generator", "curl"]] {
+        for arguments in [
+            ["--requests", "0"], ["--concurrency", "0"], ["--load-generator", "curl"], ["--max-in-flight", "0"],
+        ] {
             let run = try VerifyCommandTests.run(["bench", "--purchases"] + arguments)
             #expect(run.status != 0)
             #expect(run.stderr.contains("Error"), "\(run.stderr)")
