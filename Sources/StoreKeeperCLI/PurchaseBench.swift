@@ -40,8 +40,10 @@ struct PurchaseBench {
         var requests: Int
         var seconds: Double
         var answers: [LoadGenerator.Answer]
-        /// Peak resident memory of the process (server and load generator) during the level.
+        /// Peak resident memory of the process (server and load generator) during the level,
+        /// and what it was when the level began (the prepared requests of every level included).
         var peakMemory: Int
+        var startMemory: Int
         var restart: Restart?
 
         var delivered: Int { answers.lazy.filter { $0.outcome == .delivered }.count }
@@ -168,7 +170,7 @@ struct PurchaseBench {
         for concurrency in concurrencies {
             let slice = Array(bodies[offset..<(offset + requestsPerLevel)])
             offset += requestsPerLevel
-            _ = Memory.resetPeak()
+            let startMemory = Memory.resetPeak()
             let started = ContinuousClock.now
             let restart = restartCommand.map { command in
                 Task { await Self.restart(command, after: .seconds(1)) }
@@ -191,7 +193,7 @@ struct PurchaseBench {
             levels.append(
                 Level(
                     concurrency: concurrency, requests: slice.count, seconds: seconds, answers: answers,
-                    peakMemory: Memory.peak(), restart: await restart?.value))
+                    peakMemory: Memory.peak(), startMemory: startMemory, restart: await restart?.value))
         }
         // Every acknowledged delivery is in the database, once (a 503 may still have committed).
         let rows = try await app.database.read { sql in
@@ -209,9 +211,9 @@ struct PurchaseBench {
         print("verification alone (all cores): \(String(format: "%.0f", verifyPerSecond)) /s")
         print("")
         print(
-            "| concurrency | requests | deliveries/s | p50 | p99 | vs verification | shed (503 overloaded) | other 503 | peak memory |"
+            "| concurrency | requests | deliveries/s | p50 | p99 | vs verification | shed (503 overloaded) | other 503 | peak memory | above the level's start |"
         )
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for level in levels {
             print(
                 "| \(level.concurrency) | \(level.requests) | \(String(format: "%.0f", level.deliveriesPerSecond)) | "
@@ -219,7 +221,8 @@ struct PurchaseBench {
                     + "\(String(format: "%.1f ms", level.percentile(0.99) * 1000)) | "
                     + "\(String(format: "%.2f", level.deliveriesPerSecond / verifyPerSecond)) | "
                     + "\(String(format: "%.1f %%", Double(level.shed) * 100 / Double(level.requests))) | "
-                    + "\(level.unavailable) | \(Memory.format(level.peakMemory)) |")
+                    + "\(level.unavailable) | \(Memory.format(level.peakMemory)) | "
+                    + "\(Memory.format(max(0, level.peakMemory - level.startMemory))) |")
         }
         print("")
         for level in levels {

@@ -265,13 +265,23 @@ public struct StoreKeeperApp: Sendable {
             services.append(
                 WebhookSender(outbox: OutboxStore(database: database), url: url, secret: secret, logger: logger))
         }
+        // Shed on the event loop, before any task or body read (LoadShedder).
+        let inFlight = InFlightRequests(limit: configuration.maxInFlightRequests, metrics: metrics)
         return Application(
             router: router(),
             // Idle keep-alive connections, and requests whose head or body stalls, are closed
             // after http.idleTimeoutSeconds: slow or silent sockets cannot pile up.
-            server: .http1(configuration: .init(idleTimeout: .seconds(Int64(configuration.idleTimeoutSeconds)))),
+            server: .http1(
+                configuration: .init(
+                    additionalChannelHandlers: [LoadShedder(inFlight)],
+                    idleTimeout: .seconds(Int64(configuration.idleTimeoutSeconds)))),
+            // A deep accept queue (the kernel caps it at net.core.somaxconn): with Hummingbird's
+            // 256, a burst of thousands of connections overflowed it and the kernel dropped
+            // handshakes, so requests waited 1–7 s for SYN-ACK retransmissions before the server
+            // even saw them — no load shedding can answer what it never reads (BENCHMARKS.md).
             configuration: .init(
-                address: .hostname(configuration.host, port: configuration.port), serverName: "StoreKeeper"),
+                address: .hostname(configuration.host, port: configuration.port), serverName: "StoreKeeper",
+                backlog: 4096),
             services: services,
             onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? configuration.port) },
             logger: logger)

@@ -217,7 +217,13 @@ import Testing
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let path = directory.appendingPathComponent("db.sqlite").path
-        try await API.withServer("sqlite", configure: { $0.databaseURL = "sqlite:\(path)" }) { _, client in
+        try await API.withServer("sqlite", configure: { $0.databaseURL = "sqlite:\(path)" }) { app, client in
+            var proofs: [String] = []
+            for index in 0..<20 {
+                proofs.append(
+                    try await app.localAppStore!.buy("lk\(index)", items: [.init(productId: "coins_60")])
+                        .signedTransactions[0])
+            }
             // Another process holds the write lock past the busy timeout.
             let intruder = try SQLiteHandle(path: path)
             try intruder.execute("BEGIN EXCLUSIVE", binds: []) { _ in }
@@ -226,14 +232,46 @@ import Testing
                 client, .post, "/v1/orders", body: #"{"accountId":"lk","productId":"coins_60"}"#)
             #expect(order.status == .serviceUnavailable)
             #expect(order.errorCode == "storage_unavailable")
+            #expect(order.headers[.retryAfter] != nil)
+            let locked = Acknowledged()
+            await Self.load(client, proofs: Array(proofs.prefix(4)), streams: 4, acknowledged: locked)
+            #expect(locked.statuses.withLock { $0 } == [503: 4])
             try intruder.execute("ROLLBACK", binds: []) { _ in }
             let after = try await API.call(
                 client, .post, "/v1/orders", body: #"{"accountId":"lk","productId":"coins_60"}"#)
             #expect(after.status == .created)
+            let again = Acknowledged()
+            await Self.load(client, proofs: proofs, streams: 4, acknowledged: again)
+            #expect(again.statuses.withLock { $0 } == [200: proofs.count])
+            try await Self.checkNothingLostOrDoubled(app, acknowledged: again.ids.withLock { $0 })
         }
     }
 
     // MARK: Overload
+
+    /// The real server, purchases from 48 streams, at most 4 requests in flight: the rest are
+    /// shed (503 `overloaded`, Retry-After) and a retry delivers them; each delivered once.
+    @Test(arguments: ServerAPITests.databases)
+    func overloadedPurchasesAreShedThenDeliveredOnce(kind: String) async throws {
+        try await API.withServer(kind, configure: { $0.maxInFlightRequests = 4 }) { app, client in
+            var proofs: [String] = []
+            for index in 0..<300 {
+                proofs.append(
+                    try await app.localAppStore!.buy("ov\(index)", items: [.init(productId: "coins_60")])
+                        .signedTransactions[0])
+            }
+            let flood = Acknowledged()
+            await Self.load(client, proofs: proofs, streams: 48, acknowledged: flood)
+            #expect((flood.statuses.withLock { $0[503] } ?? 0) > 0, "\(flood.statuses.withLock { $0 })")
+            #expect(Set(flood.statuses.withLock { $0 }.keys).isSubset(of: [200, 503]))
+            // Retried calmly, every proof is delivered (or already was), once.
+            let retry = Acknowledged()
+            await Self.load(client, proofs: proofs, streams: 2, acknowledged: retry)
+            #expect(retry.statuses.withLock { $0 } == [200: proofs.count])
+            try await Self.checkNothingLostOrDoubled(
+                app, acknowledged: flood.ids.withLock { $0 }.union(retry.ids.withLock { $0 }))
+        }
+    }
 
     @Test func aboveMaxInFlightRequestsAreShedWithRetryAfter() async throws {
         let gate = Gate()
@@ -305,6 +343,7 @@ import Testing
             #expect(try await app.store.anomalies(status: "open").isEmpty)
             #expect(await runner.runDue(now: Date().addingTimeInterval(7200)) == 1)
             #expect(try await AppleLookupJobTests.coins(client, "j1") == 60)
+            try await Self.checkNothingLostOrDoubled(app, acknowledged: [id])
         }
     }
 
