@@ -155,6 +155,29 @@ import Testing
         }
     }
 
+    /// A database that turned read-only (SQLITE_READONLY: a remounted disk, a replica) is
+    /// 503 `storage_unavailable`, and the server writes again as soon as it may.
+    @Test func aReadOnlySQLiteIs503AndRecovers() async throws {
+        try await API.withServer("sqlite") { app, client in
+            let proof = try await app.localAppStore!.buy("ro", items: [.init(productId: "coins_60")])
+                .signedTransactions[0]
+            try await app.database.read { sql in try await sql.raw("PRAGMA query_only = ON").run() }
+            let order = try await API.call(
+                client, .post, "/v1/orders", body: #"{"accountId":"ro","productId":"coins_60"}"#)
+            #expect(order.status == .serviceUnavailable)
+            #expect(order.errorCode == "storage_unavailable")
+            #expect(order.headers[.retryAfter] != nil)
+            let refused = Acknowledged()
+            await Self.load(client, proofs: [proof], streams: 1, acknowledged: refused)
+            #expect(refused.statuses.withLock { $0 } == [503: 1])
+            try await app.database.read { sql in try await sql.raw("PRAGMA query_only = OFF").run() }
+            let delivered = Acknowledged()
+            await Self.load(client, proofs: [proof], streams: 1, acknowledged: delivered)
+            #expect(delivered.statuses.withLock { $0 } == [200: 1])
+            try await Self.checkNothingLostOrDoubled(app, acknowledged: delivered.ids.withLock { $0 })
+        }
+    }
+
     /// Mounting a tmpfs needs root (CI runs as root); elsewhere the page-count disk above stands in.
     static let canMountTmpfs: Bool = {
         guard getuid() == 0 else { return false }

@@ -193,3 +193,12 @@ extension StoreKeeperApp {
         return try Self.json(try await reverify(since: filters.since, code: filters.code))
     }
 }
+
+struct RejectedProofsController {
+    let app: StoreKeeperApp
+
+    func addRoutes(to v1: some RouterMethods<BasicRequestContext>) {
+        v1.get("rejected-proofs") { request, _ in try await app.listRejectedProofs(request) }
+        v1.post("rejected-proofs/reverify") { request, _ in try await app.reverifyRejectedProofs(request) }
+    }
+}

@@ -1,0 +1,85 @@
+import AppStoreClient
+import AppStoreModels
+import AppStoreSigning
+import AppStoreVerification
+import Foundation
+import Hummingbird
+import LocalAppStore
+import Logging
+import NIOCore
+import ServiceLifecycle
+import StoreKeeperCatalog
+import StoreKeeperCore
+import StoreKeeperStorage
+import Synchronization
+
+/// Account reads and debits.
+extension StoreKeeperApp {
+    /// The account as API.md shows it; `state` when the caller already read it.
+    func account(_ accountId: String, state: PurchaseStore.AccountState? = nil) async throws -> AccountJSON {
+        let now = Date()
+        let state = if let state { state } else { try await store.account(accountId) }
+        let entitlements = state.entitlements.map {
+            AccountJSON.Entitlement(
+                id: $0.entitlementId, active: $0.expiresAt.map { $0 > now } ?? true, productId: $0.productId,
+                expiresAt: $0.expiresAt.map(Self.iso), originalTransactionId: $0.originalTransactionId)
+        }
+        return AccountJSON(
+            accountId: accountId, entitlements: entitlements, balances: state.balances,
+            subscriptions: [])
+    }
+
+    struct DebitBody: Decodable {
+        var amount: Int64
+        var idempotencyKey: String
+    }
+
+    func debit(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+        let caller = try await self.caller(request)
+        let accountId = try Self.parameter(context, "accountId")
+        try Self.validateAccountId(accountId)
+        let currency = try Self.parameter(context, "currency")
+        try Self.validateText(currency, field: "currency")
+        // Only the app's backend spends: a client token could pre-claim the backend's keys.
+        guard caller == .secretKey else {
+            throw APIError.forbidden("debits need a secret key (the app's backend), not a client token")
+        }
+        let body = try await decode(DebitBody.self, request)
+        guard body.amount > 0, body.amount <= 1_000_000_000_000 else {
+            throw APIError.badRequest("field 'amount' must be a positive integer")
+        }
+        guard !body.idempotencyKey.isEmpty, body.idempotencyKey.count <= 200 else {
+            throw APIError.badRequest("field 'idempotencyKey' must be 1…200 characters")
+        }
+        try Self.validateText(body.idempotencyKey, field: "idempotencyKey")
+        switch try await store.debit(
+            accountId: accountId, currency: currency, amount: body.amount, idempotencyKey: body.idempotencyKey,
+            now: Date())
+        {
+        case .debited(let balance): return try Self.json(["balance": balance])
+        case .idempotencyConflict:
+            throw APIError(
+                .conflict, "idempotency_conflict",
+                "this idempotencyKey already answered a debit of another account, currency or amount")
+        case .insufficient(let balance):
+            throw APIError(.conflict, "insufficient_balance", "balance \(balance) is less than \(body.amount)")
+        }
+    }
+}
+
+struct AccountsController {
+    let app: StoreKeeperApp
+
+    func addRoutes(to v1: some RouterMethods<BasicRequestContext>) {
+        v1.get("accounts/:accountId") { request, context in
+            let caller = try await app.caller(request)
+            let accountId = try StoreKeeperApp.parameter(context, "accountId")
+            try StoreKeeperApp.validateAccountId(accountId)
+            try caller.require(accountId)
+            return try StoreKeeperApp.json(try await app.account(accountId))
+        }
+        v1.post("accounts/:accountId/balances/:currency/debit") { request, context in
+            try await app.debit(request, context)
+        }
+    }
+}

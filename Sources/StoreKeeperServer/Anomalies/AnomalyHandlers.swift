@@ -1,0 +1,80 @@
+import AppStoreClient
+import AppStoreModels
+import AppStoreSigning
+import AppStoreVerification
+import Foundation
+import Hummingbird
+import LocalAppStore
+import Logging
+import NIOCore
+import ServiceLifecycle
+import StoreKeeperCatalog
+import StoreKeeperCore
+import StoreKeeperStorage
+import Synchronization
+
+/// The anomaly queue: list and resolve (with an audit entry).
+extension StoreKeeperApp {
+    func listAnomalies(_ request: Request) async throws -> Response {
+        try await caller(request).requireSecretKey()
+        let status = request.uri.query.flatMap { query in
+            query.split(separator: "&").first { $0.hasPrefix("status=") }.map { String($0.dropFirst("status=".count)) }
+        }
+        if let status, !["open", "resolved"].contains(status) {
+            throw APIError.badRequest("query 'status' must be open or resolved")
+        }
+        return try Self.json(["anomalies": try await store.anomalies(status: status).map(AnomalyJSON.init)])
+    }
+
+    struct ResolveBody: Decodable {
+        var action: String
+        var accountId: String?
+        var note: String?
+    }
+
+    func resolveAnomaly(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+        try await caller(request).requireSecretKey()
+        let id = try Self.parameter(context, "id")
+        let body = try await decode(ResolveBody.self, request)
+        guard let anomaly = try await store.anomaly(id) else {
+            throw APIError.notFound("no anomaly '\(id.prefix(64))'")
+        }
+        let note = body.note ?? ""
+        switch body.action {
+        case "dismiss":
+            break
+        case "deliver":
+            guard anomaly.status == "open" else { return try Self.json(AnomalyJSON(anomaly)) }
+            guard let transaction = anomaly.transaction else {
+                throw APIError.badRequest("this anomaly holds no transaction to deliver")
+            }
+            guard let accountId = body.accountId ?? anomaly.accountId else {
+                throw APIError.badRequest("field 'accountId' is required to deliver this anomaly")
+            }
+            try Self.validateAccountId(accountId)
+            // The operator decides: delivered to the account named, exactly once (keyed by transactionId).
+            let result = try await store.deliver(
+                transaction, submittingAccount: accountId, catalog: catalog, policy: .transfer, now: Date())
+            try await store.recordAudit(
+                actor: "operator", action: "manual_delivery", subject: transaction.transactionId,
+                detail: "anomaly \(id) delivered to \(accountId): \(result.plan.outcome.rawValue). \(note)", now: Date()
+            )
+        default:
+            throw APIError.badRequest("field 'action' must be deliver or dismiss")
+        }
+        guard
+            let resolved = try await store.resolveAnomaly(
+                id, resolution: body.action, actor: "operator", note: note, now: Date())
+        else { throw APIError.notFound("no anomaly '\(id.prefix(64))'") }
+        return try Self.json(AnomalyJSON(resolved))
+    }
+}
+
+struct AnomaliesController {
+    let app: StoreKeeperApp
+
+    func addRoutes(to v1: some RouterMethods<BasicRequestContext>) {
+        v1.get("anomalies") { request, _ in try await app.listAnomalies(request) }
+        v1.post("anomalies/:id/resolve") { request, context in try await app.resolveAnomaly(request, context) }
+    }
+}

@@ -1,0 +1,50 @@
+import AppStoreModels
+import Foundation
+import StoreKeeperCore
+import StoreKeeperStorage
+
+// The JSON bodies of API.md: camelCase keys, ISO 8601 UTC timestamps, Apple ids as strings.
+
+struct AnomalyJSON: Encodable {
+    var id: String
+    var kind: String
+    var status: String
+    var transactionId: String?
+    var orderId: String?
+    var accountId: String?
+    var detail: String
+    var createdAt: String
+    var resolvedAt: String?
+    var resolution: String?
+
+    init(_ anomaly: PurchaseStore.StoredAnomaly) {
+        id = anomaly.id
+        kind = anomaly.kind
+        status = anomaly.status
+        transactionId = anomaly.transactionId
+        orderId = anomaly.orderId
+        accountId = anomaly.accountId
+        detail = anomaly.detail
+        createdAt = StoreKeeperApp.iso(anomaly.createdAt)
+        resolvedAt = anomaly.resolvedAt.map(StoreKeeperApp.iso)
+        resolution = anomaly.resolution
+    }
+}
+
+struct AuditJSON: Encodable {
+    var id: String
+    var actor: String
+    var action: String
+    var subject: String?
+    var detail: String
+    var createdAt: String
+
+    init(_ entry: PurchaseStore.AuditEntry) {
+        id = entry.id
+        actor = entry.actor
+        action = entry.action
+        subject = entry.subject
+        detail = entry.detail
+        createdAt = StoreKeeperApp.iso(entry.createdAt)
+    }
+}

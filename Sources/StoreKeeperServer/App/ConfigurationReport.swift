@@ -1,0 +1,82 @@
+import AppStoreModels
+import AppStoreVerification
+import Configuration
+import Crypto
+import Foundation
+import StoreKeeperCatalog
+import StoreKeeperCore
+import StoreKeeperStorage
+import Yams
+
+extension ServerConfiguration {
+    /// Every key with its effective value, secrets masked — what `storekeeper config check` prints.
+    public var effectiveValues: [(key: String, value: String)] {
+        func mask(_ secret: String?) -> String {
+            guard let secret else { return "-" }
+            return "****** (\(secret.utf8.count) bytes)"
+        }
+        func list(_ values: [String]) -> String { values.isEmpty ? "-" : values.joined(separator: ", ") }
+        let maskedURL: String = {
+            guard var components = URLComponents(string: databaseURL), components.password != nil else {
+                return databaseURL
+            }
+            components.password = "******"
+            return components.string ?? "******"
+        }()
+        return [
+            ("mode", mode.rawValue), ("http.host", host), ("http.port", String(port)), ("database.url", maskedURL),
+            ("apple.bundleId", bundleId ?? "-"), ("apple.appAppleId", appAppleId.map(String.init) ?? "-"),
+            ("apple.environments", environments.map(\.rawValue).sorted().joined(separator: ", ")),
+            (
+                "apple.rootCertificates",
+                rootCertificateFiles.isEmpty ? "(Apple's, built in)" : list(rootCertificateFiles)
+            ),
+            ("apple.serverAPI.issuerId", serverAPIIssuerId ?? "-"), ("apple.serverAPI.keyId", serverAPIKeyId ?? "-"),
+            ("apple.serverAPI.privateKeyFile", serverAPIPrivateKeyFile ?? "-"),
+            ("apple.serverAPI.baseURL", serverAPIBaseURL ?? "(Apple's)"),
+            ("apple.verifyReceipt.productionURL", verifyReceiptProductionURL ?? "(Apple's)"),
+            ("apple.verifyReceipt.sandboxURL", verifyReceiptSandboxURL ?? "(Apple's)"),
+            ("apple.sharedSecret", mask(sharedSecret)),
+            ("auth.secretKeys", secretKeys.isEmpty ? "-" : secretKeys.map { mask($0) }.joined(separator: ", ")),
+            ("auth.clientTokenSecret", mask(clientTokenSecret)),
+            ("catalog", catalog.map { "\($0.products.count) products" } ?? "(demo catalog)"),
+            ("limits.maxBodyBytes", String(maxBodyBytes)),
+            ("limits.maxOpenOrdersPerAccount", String(maxOpenOrdersPerAccount)),
+            ("http.idleTimeoutSeconds", String(idleTimeoutSeconds)),
+            ("http.shutdownGraceSeconds", String(shutdownGraceSeconds)),
+            ("limits.maxInFlightRequests", String(maxInFlightRequests)),
+            ("database.startupTimeoutSeconds", String(databaseStartupTimeoutSeconds)),
+            ("auth.clientTokenMaxLifetimeSeconds", String(clientTokenMaxLifetimeSeconds)),
+            ("auth.metricsToken", mask(metricsToken)),
+            ("limits.clientRequestsPerSecond", String(clientRequestsPerSecond)),
+            ("limits.secretRequestsPerSecond", secretRequestsPerSecond.map(String.init) ?? "unlimited"),
+            ("limits.requestTimeoutSeconds", String(requestTimeoutSeconds)),
+            ("ownership.policy", ownershipPolicy.rawValue), ("webhooks.url", webhookURL ?? "-"),
+            ("webhooks.secret", mask(webhookSecret)), ("localAppStore.enabled", String(localAppStoreEnabled)),
+            ("rejectedProofs.retentionDays", String(rejectedProofsRetentionDays)),
+        ]
+    }
+
+    /// What a production deployment needs beyond a valid configuration (docs/deployment.md);
+    /// `storekeeper config check` fails on any of these.
+    public var productionProblems: [String] {
+        var problems: [String] = []
+        if mode == .demo {
+            problems.append("no configuration: demo mode trusts the built-in local App Store (give --config FILE)")
+        }
+        if localAppStoreEnabled {
+            problems.append("localAppStore.enabled is true: the local App Store is trusted beside Apple")
+        }
+        if secretKeys.isEmpty { problems.append("auth.secretKeys: no secret key, operators cannot reach the server") }
+        if clientTokenSecret == nil {
+            problems.append("auth.clientTokenSecret: not set, apps cannot authenticate with client tokens")
+        }
+        if catalog == nil {
+            problems.append("catalog.file or catalog.products: no catalog, the demo one would be used")
+        }
+        if !rootCertificateFiles.isEmpty {
+            problems.append("apple.rootCertificates: roots other than Apple's are trusted")
+        }
+        return problems
+    }
+}

@@ -1,0 +1,112 @@
+import AppStoreModels
+import AppStoreVerification
+import Configuration
+import Crypto
+import Foundation
+import StoreKeeperCatalog
+import StoreKeeperCore
+import StoreKeeperStorage
+import Yams
+
+extension ServerConfiguration {
+    /// The rules every configuration must meet, whether read from a file or built in code.
+    /// Files it names are read here, so a missing or unparsable one stops the server at start.
+    public func validate() throws {
+        guard (0...65535).contains(port) else { throw Invalid(key: "http.port", "must be 0…65535") }
+        guard maxBodyBytes > 0 else { throw Invalid(key: "limits.maxBodyBytes", "must be positive") }
+        guard (1...100_000).contains(maxOpenOrdersPerAccount) else {
+            throw Invalid(key: "limits.maxOpenOrdersPerAccount", "must be 1…100000")
+        }
+        guard (1...1_000_000).contains(maxInFlightRequests) else {
+            throw Invalid(key: "limits.maxInFlightRequests", "must be 1…1000000")
+        }
+        guard (1...3600).contains(databaseStartupTimeoutSeconds) else {
+            throw Invalid(key: "database.startupTimeoutSeconds", "must be 1…3600")
+        }
+        guard (0...600).contains(shutdownGraceSeconds) else {
+            throw Invalid(key: "http.shutdownGraceSeconds", "must be 0…600")
+        }
+        guard (1...3600).contains(idleTimeoutSeconds) else {
+            throw Invalid(key: "http.idleTimeoutSeconds", "must be 1…3600")
+        }
+        guard (60...31_536_000).contains(clientTokenMaxLifetimeSeconds) else {
+            throw Invalid(key: "auth.clientTokenMaxLifetimeSeconds", "must be 60…31536000")
+        }
+        for (index, key) in secretKeys.enumerated() where key.utf8.count < 32 {
+            throw Invalid(
+                key: "auth.secretKeys", "key \(index + 1) is \(key.utf8.count) bytes; secret keys are at least 32")
+        }
+        if let token = metricsToken, token.utf8.count < 32 {
+            throw Invalid(key: "auth.metricsToken", "must be at least 32 bytes")
+        }
+        guard requestTimeoutSeconds > 0 else { throw Invalid(key: "limits.requestTimeoutSeconds", "must be positive") }
+        guard clientRequestsPerSecond >= 0 else {
+            throw Invalid(key: "limits.clientRequestsPerSecond", "must not be negative")
+        }
+        guard (1...36_500).contains(rejectedProofsRetentionDays) else {
+            throw Invalid(key: "rejectedProofs.retentionDays", "must be 1…36500")
+        }
+        do {
+            try Database.validate(url: databaseURL)
+        } catch let error as Database.InvalidURL {
+            throw Invalid(key: "database.url", error.description.replacingOccurrences(of: "database.url: ", with: ""))
+        }
+        if mode == .configured {
+            guard let bundleId, !bundleId.isEmpty else {
+                throw Invalid(key: "apple.bundleId", "is required: every signed object is checked against it")
+            }
+            if environments.contains(.production), appAppleId == nil {
+                throw Invalid(
+                    key: "apple.appAppleId",
+                    "is required when Production is accepted (Apple signs it into every Production object)")
+            }
+        }
+        if let secret = clientTokenSecret, secret.utf8.count < 32 {
+            throw Invalid(key: "auth.clientTokenSecret", "must be at least 32 bytes (HS256 needs a 256-bit key)")
+        }
+        if let url = webhookURL {
+            guard let parsed = URL(string: url), ["http", "https"].contains(parsed.scheme?.lowercased() ?? ""),
+                parsed.host?.isEmpty == false
+            else { throw Invalid(key: "webhooks.url", "must be an http(s) URL") }
+            // Events are always signed: a backend must be able to tell them from forgeries.
+            guard let secret = webhookSecret, secret.utf8.count >= 16 else {
+                throw Invalid(key: "webhooks.secret", "at least 16 bytes, is required with webhooks.url")
+            }
+        }
+        for file in rootCertificateFiles { _ = try Self.rootCertificates(in: file) }
+        let serverAPI = [serverAPIIssuerId, serverAPIKeyId, serverAPIPrivateKeyFile]
+        if serverAPI.contains(where: { $0 != nil }) {
+            for (key, value) in zip(
+                ["apple.serverAPI.issuerId", "apple.serverAPI.keyId", "apple.serverAPI.privateKeyFile"], serverAPI)
+            where value?.isEmpty != false {
+                throw Invalid(key: key, "is required with the other apple.serverAPI keys")
+            }
+            _ = try serverAPIPrivateKeyPEM()
+        }
+    }
+
+    /// The certificates of one `apple.rootCertificates` file, or the error naming the key.
+    static func rootCertificates(in file: String) throws -> [[UInt8]] {
+        guard let data = FileManager.default.contents(atPath: file) else {
+            throw Invalid(key: "apple.rootCertificates", "cannot read \(file)")
+        }
+        let certificates = CertificateFile.certificates(in: [UInt8](data))
+        guard !certificates.isEmpty else {
+            throw Invalid(key: "apple.rootCertificates", "\(file) holds no PEM or DER certificate")
+        }
+        return certificates
+    }
+
+    /// The App Store Connect key's PEM, checked to be an ES256 (P-256) private key.
+    func serverAPIPrivateKeyPEM() throws -> String? {
+        guard let file = serverAPIPrivateKeyFile else { return nil }
+        guard let data = FileManager.default.contents(atPath: file) else {
+            throw Invalid(key: "apple.serverAPI.privateKeyFile", "cannot read \(file)")
+        }
+        let pem = String(decoding: data, as: UTF8.self)
+        guard (try? P256.Signing.PrivateKey(pemRepresentation: pem)) != nil else {
+            throw Invalid(key: "apple.serverAPI.privateKeyFile", "\(file) is not an ES256 .p8 private key (PEM)")
+        }
+        return pem
+    }
+}

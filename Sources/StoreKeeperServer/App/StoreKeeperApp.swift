@@ -1,0 +1,261 @@
+import AppStoreClient
+import AppStoreModels
+import AppStoreSigning
+import AppStoreVerification
+import Foundation
+import Hummingbird
+import LocalAppStore
+import Logging
+import NIOCore
+import ServiceLifecycle
+import StoreKeeperCatalog
+import StoreKeeperCore
+import StoreKeeperStorage
+import Synchronization
+
+/// The StoreKeeper server: API.md's HTTP API over the purchase store.
+public struct StoreKeeperApp: Sendable {
+    public let configuration: ServerConfiguration
+    public let database: Database
+    public let store: PurchaseStore
+    public let jobs: JobStore
+    public let catalog: Catalog
+    /// Where `transactionId` submissions are looked up; nil when no Apple key is configured.
+    let transactionSource: (any TransactionSource)?
+    /// How long a submission waits for Apple before the lookup becomes a durable job.
+    let lookupDeadline: Duration
+    let verifier: SignedDataVerifier
+    let receiptVerifier: AppReceiptVerifier
+    let authenticator: Authenticator
+    let limiter: RateLimiter
+    /// The in-process local App Store of zero-config mode.
+    public let localAppStore: LocalAppStore?
+    let logger: Logger
+    public let metrics = ServerMetrics()
+
+    /// The trust set every verifier of this server was built from.
+    public let trust: TrustPolicy
+    public let rejectedProofs: RejectedProofStore
+    /// The last comparison of this server's clock with Apple's (after a 401).
+    let clock = ClockState()
+
+    /// Checks the configuration, opens the database, applies migrations and builds the
+    /// verifiers from the trust policy.
+    public static func make(
+        _ configuration: ServerConfiguration, dataDirectory: URL = URL(fileURLWithPath: "storekeeper-data"),
+        logger: Logger = Logger(label: "storekeeper"), transactionSource: (any TransactionSource)? = nil,
+        lookupDeadline: Duration = .seconds(2),
+        rateLimitClock: @escaping @Sendable () -> ContinuousClock.Instant = { ContinuousClock.now }
+    ) async throws -> StoreKeeperApp {
+        try configuration.validate()
+        var localAppStore: LocalAppStore?
+        var localRoots: [[UInt8]]?
+        let catalog = configuration.catalog ?? .demo
+        let localDirectory = dataDirectory.appendingPathComponent("local-store", isDirectory: true)
+        if configuration.usesLocalAppStore {
+            let pki = try PKIStore.loadOrCreate(dataDirectory: localDirectory)
+            localAppStore = LocalAppStore(
+                configuration: .init(
+                    bundleId: configuration.bundleId ?? "com.example.app",
+                    appAppleId: configuration.appAppleId ?? 1_234_567_890, catalog: catalog),
+                pki: pki)
+            localRoots = pki.trustRootsDER
+        }
+        let trust = try TrustPolicy(configuration: configuration, localAppStoreRoots: localRoots)
+        if configuration.mode == .demo {
+            logger.notice(
+                "demo mode: no configuration found, so the built-in local App Store runs and is trusted — for trying StoreKeeper out only; any configuration (a file or an APPLE_* variable) trusts Apple instead",
+                metadata: [
+                    "localAppStore": "http://\(configuration.host):\(configuration.port)/local-app-store",
+                    "keys": "\(localDirectory.path)",
+                ])
+        } else if configuration.localAppStoreEnabled {
+            logger.warning(
+                "localAppStore.enabled: the built-in local App Store is trusted beside Apple; its control API needs a secret key. Never in production."
+            )
+        }
+        for line in trust.lines { logger.notice("trust: \(line)") }
+        if configuration.catalog == nil {
+            logger.warning("no catalog configured (catalog.file or catalog.products): using the demo catalog")
+        }
+        let verifier = try trust.signedDataVerifier()
+        let receiptVerifier = try trust.receiptVerifier()
+        let database = try await Database.open(url: configuration.databaseURL, logger: logger)
+        try await waitForDatabase(database, configuration: configuration, logger: logger)
+
+        var secretKeys = configuration.secretKeys
+        if secretKeys.isEmpty, configuration.mode == .demo {
+            secretKeys = [try developmentKey(in: dataDirectory, logger: logger)]
+        } else if secretKeys.isEmpty {
+            logger.warning("no auth.secretKeys configured: operator and back-end endpoints cannot be reached")
+        }
+        var source = transactionSource
+        if source == nil, let pem = try configuration.serverAPIPrivateKeyPEM(),
+            let issuerId = configuration.serverAPIIssuerId, let keyId = configuration.serverAPIKeyId
+        {
+            let credentials = ServerAPICredentials(
+                issuerId: issuerId, keyId: keyId, privateKeyPEM: pem, bundleId: trust.bundleId)
+            let production = try await AppStoreServerAPIClient(
+                configuration: .init(
+                    credentials: credentials, environment: .production, baseURL: configuration.serverAPIBaseURL,
+                    timeout: .seconds(10), retryPolicy: .none))
+            let sandbox =
+                configuration.environments.contains(.sandbox)
+                ? try await AppStoreServerAPIClient(
+                    configuration: .init(
+                        credentials: credentials, environment: .sandbox, baseURL: configuration.serverAPIBaseURL,
+                        timeout: .seconds(10), retryPolicy: .none)) : nil
+            source = ServerAPITransactionSource(production: production, sandbox: sandbox)
+        } else if source == nil, let localAppStore {
+            source = LocalTransactionSource(store: localAppStore)
+        }
+        return StoreKeeperApp(
+            configuration: configuration, database: database, store: PurchaseStore(database: database),
+            jobs: JobStore(database: database), catalog: catalog, transactionSource: source,
+            lookupDeadline: lookupDeadline,
+            verifier: verifier, receiptVerifier: receiptVerifier,
+            authenticator: await Authenticator(
+                secretKeys: secretKeys, clientTokenSecret: configuration.clientTokenSecret,
+                clientTokenMaxLifetimeSeconds: configuration.clientTokenMaxLifetimeSeconds,
+                metricsToken: configuration.metricsToken),
+            limiter: RateLimiter(
+                clientPerSecond: configuration.clientRequestsPerSecond,
+                secretPerSecond: configuration.secretRequestsPerSecond, clock: rateLimitClock),
+            localAppStore: localAppStore, logger: logger, trust: trust,
+            rejectedProofs: RejectedProofStore(database: database))
+    }
+
+    /// The database did not answer within `database.startupTimeoutSeconds`: `serve` exits non-zero.
+    public struct StartupFailure: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    /// Applies migrations, waiting for the database up to `database.startupTimeoutSeconds`
+    /// (a warning every 5 s), then gives up with a clear message.
+    static func waitForDatabase(_ database: Database, configuration: ServerConfiguration, logger: Logger)
+        async throws
+    {
+        let started = ContinuousClock.now
+        let limit = Duration.seconds(configuration.databaseStartupTimeoutSeconds)
+        var lastWarning = started
+        while true {
+            do {
+                try await raceDeadline(.seconds(5), what: "migrations") { try await Migrations.run(on: database) }
+                return
+            } catch let error where StorageUnavailable.classify(error) != nil {
+                let waited = ContinuousClock.now - started
+                guard waited < limit else {
+                    try? await database.close()
+                    throw StartupFailure(
+                        description:
+                            "the database (\(database.kind.rawValue)) did not answer within database.startupTimeoutSeconds (\(configuration.databaseStartupTimeoutSeconds) s): \(error)"
+                    )
+                }
+                if ContinuousClock.now - lastWarning >= .seconds(5) || lastWarning == started {
+                    lastWarning = ContinuousClock.now
+                    logger.warning(
+                        "waiting for the database",
+                        metadata: ["waited": "\(waited.components.seconds) s", "error": "\(error)"])
+                }
+                try await Task.sleep(for: .milliseconds(500))
+            }
+        }
+    }
+
+    /// Demo mode's operator key: generated once into `dev-secret-key` beside the data. Only its
+    /// path is logged; the key itself never reaches a log.
+    static func developmentKey(in dataDirectory: URL, logger: Logger) throws -> String {
+        let keyFile = dataDirectory.appendingPathComponent("dev-secret-key")
+        if let existing = FileManager.default.contents(atPath: keyFile.path) {
+            let key = String(decoding: existing, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            logger.notice("demo mode: the development secret key is in \(keyFile.path)")
+            return key
+        }
+        var generator = SystemRandomNumberGenerator()
+        let alphabet = Array("abcdefghijklmnopqrstuvwxyz0123456789")
+        let key = "sk_dev_" + String((0..<40).map { _ in alphabet[Int(generator.next() % UInt64(alphabet.count))] })
+        try FileManager.default.createDirectory(at: dataDirectory, withIntermediateDirectories: true)
+        guard
+            FileManager.default.createFile(
+                atPath: keyFile.path, contents: Data(key.utf8), attributes: [.posixPermissions: 0o600])
+        else { throw ServerConfiguration.Invalid(key: "auth.secretKeys", "cannot write \(keyFile.path)") }
+        logger.notice(
+            "demo mode: generated a development secret key (not for production) into \(keyFile.path) — read it with: cat \(keyFile.path)"
+        )
+        return key
+    }
+
+    // MARK: Application
+
+    /// API.md's routes behind the request deadline: what the server (and the tests) run.
+    public func router() -> DeadlineRouter {
+        DeadlineRouter(
+            router: routes(), limit: .seconds(configuration.requestTimeoutSeconds),
+            maxInFlight: configuration.maxInFlightRequests, metrics: metrics)
+    }
+
+    func routes() -> Router<BasicRequestContext> {
+        let router = Router()
+        router.add(middleware: RequestObservation(metrics: metrics))
+        router.add(middleware: ErrorMiddleware())
+        // One controller per feature, each owning its routes (API.md's paths).
+        OperationsController(app: self).addRoutes(to: router)
+        let v1 = router.group("v1")
+        OrdersController(app: self).addRoutes(to: v1)
+        PurchasesController(app: self).addRoutes(to: v1)
+        AccountsController(app: self).addRoutes(to: v1)
+        AnomaliesController(app: self).addRoutes(to: v1)
+        RejectedProofsController(app: self).addRoutes(to: v1)
+        if let localAppStore {
+            // Demo mode: open, for curl and the quick start. Beside a configuration
+            // (`localAppStore.enabled`): every route needs a secret key, so no app user can mint
+            // purchases next to real data.
+            let server = LocalAppStoreServer(unauthenticatedStore: localAppStore)
+            let group = router.group("local-app-store")
+            if configuration.mode == .demo {
+                server.addRoutes(to: group)
+            } else {
+                server.addRoutes(to: group.add(middleware: SecretKeyRequired(authenticator: authenticator)))
+            }
+        }
+        return router
+    }
+
+    public func application(onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in })
+        -> some ApplicationProtocol
+    {
+        var services: [any Service] = [
+            OrderExpiry(store: store, ttl: configuration.orderTTL, logger: logger), JobRunner(app: self),
+            Housekeeping(
+                rejectedProofs: rejectedProofs, retentionDays: configuration.rejectedProofsRetentionDays,
+                outbox: OutboxStore(database: database), logger: logger),
+        ]
+        if let localAppStore { services.append(NotificationSender(store: localAppStore)) }
+        if database.kind == .sqlite { services.append(WALCheckpointer(database: database, logger: logger)) }
+        if let url = configuration.webhookURL, let secret = configuration.webhookSecret {
+            services.append(
+                WebhookSender(outbox: OutboxStore(database: database), url: url, secret: secret, logger: logger))
+        }
+        // Shed on the event loop, before any task or body read (LoadShedder).
+        let inFlight = InFlightRequests(limit: configuration.maxInFlightRequests, metrics: metrics)
+        return Application(
+            router: router(),
+            // Idle keep-alive connections, and requests whose head or body stalls, are closed
+            // after http.idleTimeoutSeconds: slow or silent sockets cannot pile up.
+            server: .http1(
+                configuration: .init(
+                    additionalChannelHandlers: [LoadShedder(inFlight)],
+                    idleTimeout: .seconds(Int64(configuration.idleTimeoutSeconds)))),
+            // A deep accept queue (the kernel caps it at net.core.somaxconn): with Hummingbird's
+            // 256, a burst of thousands of connections overflowed it and the kernel dropped
+            // handshakes, so requests waited 1–7 s for SYN-ACK retransmissions before the server
+            // even saw them — no load shedding can answer what it never reads (BENCHMARKS.md).
+            configuration: .init(
+                address: .hostname(configuration.host, port: configuration.port), serverName: "StoreKeeper",
+                backlog: 4096),
+            services: services,
+            onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? configuration.port) },
+            logger: logger)
+    }
+
+}

@@ -1,0 +1,82 @@
+import AppStoreClient
+import AppStoreModels
+import AppStoreSigning
+import AppStoreVerification
+import Foundation
+import Hummingbird
+import LocalAppStore
+import Logging
+import NIOCore
+import ServiceLifecycle
+import StoreKeeperCatalog
+import StoreKeeperCore
+import StoreKeeperStorage
+import Synchronization
+
+/// `GET /healthz`: a database round trip within 2 s, and the oldest waiting delivery and job.
+extension StoreKeeperApp {
+    struct HealthJSON: Encodable {
+        var status: String
+        var database: String
+        /// Seconds the oldest submitted delivery has waited for its batch (0: none waiting).
+        var oldestPendingDeliverySeconds: Double
+        /// Seconds since the oldest pending job (an Apple lookup) was queued (0: none).
+        var oldestPendingJobSeconds: Double
+    }
+
+    /// 200 when a database round trip completes within 2 s, else 503 — answered within 2 s
+    /// either way (API.md).
+    func health() async throws -> Response {
+        let database = self.database
+        let jobs = self.jobs
+        let report: Date?
+        do {
+            report = try await raceDeadline(.seconds(2), what: "/healthz") {
+                try await database.ping(deadline: .seconds(2))
+                return try await jobs.oldestPending()
+            }
+        } catch {
+            var failure = APIError(
+                .serviceUnavailable, "storage_unavailable", "the database does not answer within 2 s", retryable: true)
+            failure.headers[.retryAfter] = "1"
+            throw failure
+        }
+        let waiting = store.oldestWaitingDelivery.map { Double($0.components.seconds) } ?? 0
+        return try Self.json(
+            HealthJSON(
+                status: "ok", database: database.kind.rawValue, oldestPendingDeliverySeconds: waiting,
+                oldestPendingJobSeconds: report.map { max(0, Date().timeIntervalSince($0)) } ?? 0))
+    }
+}
+
+/// Operations: `/healthz`, `/metrics`, `GET /v1/status` and `GET /v1/audit`.
+struct OperationsController {
+    let app: StoreKeeperApp
+
+    func addRoutes(to router: some RouterMethods<BasicRequestContext>) {
+        router.get("healthz") { _, _ in try await app.health() }
+        router.get("metrics") { request, _ in try await app.metricsText(request) }
+        router.get("v1/status") { request, _ in
+            try await app.caller(request).requireSecretKey()
+            return try StoreKeeperApp.json(StatusJSON(app))
+        }
+        router.get("v1/audit") { request, _ in
+            try await app.caller(request).requireSecretKey()
+            return try StoreKeeperApp.json(["entries": try await app.store.audit().map(AuditJSON.init)])
+        }
+    }
+}
+
+extension StoreKeeperApp {
+    /// `GET /metrics` (a secret key or `auth.metricsToken`): the gauges read now, then every metric.
+    func metricsText(_ request: Request) async throws -> Response {
+        try await authenticator.authenticateMetrics(request)
+        metrics.jobsPending.record(try await jobs.pendingCount())
+        metrics.anomaliesOpen.record(try await store.openAnomalyCount())
+        metrics.webhooksPending.record(try await OutboxStore(database: database).pendingCount())
+        metrics.walBytes.record(database.walBytes ?? 0)
+        return Response(
+            status: .ok, headers: [.contentType: "text/plain; version=0.0.4"],
+            body: .init(byteBuffer: ByteBuffer(string: metrics.text())))
+    }
+}

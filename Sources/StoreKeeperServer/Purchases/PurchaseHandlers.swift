@@ -1,0 +1,271 @@
+import AppStoreClient
+import AppStoreModels
+import AppStoreSigning
+import AppStoreVerification
+import Foundation
+import Hummingbird
+import LocalAppStore
+import Logging
+import NIOCore
+import ServiceLifecycle
+import StoreKeeperCatalog
+import StoreKeeperCore
+import StoreKeeperStorage
+import Synchronization
+
+/// `POST /v1/purchases`: verify a proof (or look a transaction id up at Apple, queueing it
+/// when Apple is slow), then deliver it through the batcher — exactly once.
+extension StoreKeeperApp {
+    struct PurchaseBody: Decodable {
+        var accountId: String
+        var orderId: String?
+        var signedTransaction: String?
+        var receipt: String?
+        var transactionId: String?
+    }
+
+    func submitPurchase(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+        let caller = try await self.caller(request)
+        let body = try await decode(PurchaseBody.self, request)
+        try Self.validateAccountId(body.accountId)
+        try caller.require(body.accountId)
+        if let orderId = body.orderId {
+            guard orderId.count <= 200 else { throw APIError.badRequest("field 'orderId' must be 1…200 characters") }
+            try Self.validateText(orderId, field: "orderId")
+        }
+        let proofs: [Proof] = [
+            body.signedTransaction.map(Proof.signedTransaction), body.receipt.map(Proof.receipt),
+            body.transactionId.map(Proof.transactionId),
+        ].compactMap { $0 }
+        guard proofs.count == 1, let proof = proofs.first else {
+            throw APIError.badRequest("exactly one of 'signedTransaction', 'receipt', 'transactionId' is required")
+        }
+
+        let transactions: [JWSTransactionDecodedPayload]
+        do {
+            if case .transactionId(let transactionId) = proof {
+                switch try await lookUpOrQueue(transactionId, accountId: body.accountId, orderId: body.orderId) {
+                case .found(let transaction): transactions = [transaction]
+                case .queued(let retryAfter):
+                    struct Pending: Encodable {
+                        var status = "pending"
+                        var retryAfterSeconds: Int
+                    }
+                    return try Self.json(Pending(retryAfterSeconds: retryAfter), status: .accepted)
+                }
+            } else {
+                transactions = try await verifyOffline(proof)
+            }
+        } catch let failure as VerificationFailure {
+            metrics.verificationFailure(failure.code)
+            logger.warning(
+                "proof rejected",
+                metadata: ["code": "\(failure.code)", "reason": "\(failure.reason)", "account": "\(body.accountId)"])
+            if !failure.isRetryable {
+                await keepRejected(proof, failure: failure, accountId: body.accountId, orderId: body.orderId)
+            }
+            throw APIError.verification(failure)
+        }
+
+        let delivered = try await deliverVerified(
+            transactions, accountId: body.accountId, orderId: body.orderId, evidence: proof.evidence)
+        // A single proof that cannot be delivered is an error; a receipt reports per transaction.
+        if transactions.count == 1, let refusal = delivered.refusals.first {
+            switch refusal {
+            case .revoked:
+                throw APIError(.unprocessableContent, "revoked", "the transaction was refunded or revoked by Apple")
+            case .ownedByOtherAccount:
+                throw APIError(.conflict, "owned_by_other_account", "this purchase belongs to another account")
+            case .orderOfAnotherAccount: throw APIError.forbidden("order belongs to another account")
+            }
+        }
+        let results = delivered.results
+        // "already_delivered" when nothing in the proof is new: delivered earlier (or refunded since).
+        let nothingNew =
+            !results.isEmpty && results.allSatisfy { $0.outcome == "already_delivered" || $0.outcome == "refunded" }
+        return try Self.json(
+            PurchaseJSON(
+                status: nothingNew ? "already_delivered" : "delivered", transactions: results,
+                account: try await account(body.accountId, state: delivered.account)))
+    }
+
+    /// A proof of purchase as submitted: one of the three fields of `POST /v1/purchases`.
+    enum Proof: Sendable {
+        case signedTransaction(String)
+        case receipt(String)
+        case transactionId(String)
+
+        var kind: RejectedProofStore.Kind {
+            switch self {
+            case .signedTransaction: .signedTransaction
+            case .receipt: .receipt
+            case .transactionId: .transactionId
+            }
+        }
+
+        /// A bare transaction id proves nothing about who paid (API.md); a JWS or receipt does.
+        var evidence: DeliveryPlanner.Evidence {
+            if case .transactionId = self { return .lookup }
+            return .device
+        }
+
+        var text: String {
+            switch self {
+            case .signedTransaction(let text), .receipt(let text), .transactionId(let text): text
+            }
+        }
+
+        init(kind: RejectedProofStore.Kind, text: String) {
+            switch kind {
+            case .signedTransaction: self = .signedTransaction(text)
+            case .receipt: self = .receipt(text)
+            case .transactionId: self = .transactionId(text)
+            }
+        }
+    }
+
+    /// The transactions a JWS or receipt proves, verified offline under the trust policy.
+    func verifyOffline(_ proof: Proof) async throws -> [JWSTransactionDecodedPayload] {
+        switch proof {
+        case .signedTransaction(let signed):
+            return [try await verifier.verifyTransaction(signed)]
+        case .receipt(let receipt):
+            let verified = try await receiptVerifier.verify(base64: receipt)
+            return verified.inAppPurchases.map { Self.transaction(from: $0, receipt: verified) }
+        case .transactionId(let transactionId):
+            return [try await fetchTransaction(transactionId)]
+        }
+    }
+
+    /// Delivers verified transactions to `accountId` (and its order), one by one through the
+    /// store's delivery path; the single path for submissions and re-verification.
+    func deliverVerified(
+        _ transactions: [JWSTransactionDecodedPayload], accountId: String, orderId: String?,
+        evidence: DeliveryPlanner.Evidence
+    ) async throws -> (
+        results: [TransactionJSON], refusals: [DeliveryPlanner.Refusal], account: PurchaseStore.AccountState?
+    ) {
+        var results: [TransactionJSON] = []
+        var refusals: [DeliveryPlanner.Refusal] = []
+        var committed: PurchaseStore.AccountState?
+        let now = Date()
+        for transaction in transactions {
+            let result = try await store.deliver(
+                transaction, submittingAccount: accountId, requestedOrderId: orderId, catalog: catalog,
+                policy: configuration.ownershipPolicy, evidence: evidence, now: now)
+            if let refusal = result.plan.refusal { refusals.append(refusal) }
+            committed = result.account
+            switch result.plan.outcome {
+            case .delivered: metrics.deliveries.increment()
+            case .unattributed: metrics.unattributed.increment()
+            case .alreadyDelivered: metrics.duplicatesSuppressed.increment()
+            case .refunded, .notDelivered: break
+            }
+            results.append(TransactionJSON(transaction, result: result, submitter: accountId))
+        }
+        return (results, refusals, committed)
+    }
+
+    enum Lookup {
+        case found(JWSTransactionDecodedPayload)
+        case queued(retryAfterSeconds: Int)
+    }
+
+    /// `transactionId` submissions: ask Apple with a short deadline; if Apple is slow, down or
+    /// rate-limiting, the lookup becomes a durable job and the client gets 202 (invariant 5).
+    func lookUpOrQueue(_ transactionId: String, accountId: String, orderId: String?) async throws -> Lookup {
+        guard transactionId.count <= 64, transactionId.allSatisfy(\.isNumber), !transactionId.isEmpty else {
+            throw APIError.badRequest("field 'transactionId' must be an App Store transaction id (digits)")
+        }
+        guard transactionSource != nil else {
+            throw APIError.badRequest("transactionId submissions need apple.serverAPI credentials on this server")
+        }
+        do {
+            let deadline = lookupDeadline
+            return .found(try await withDeadline(deadline) { try await self.fetchTransaction(transactionId) })
+        } catch let error as AppStoreAPIError where error.isRetryable {
+            try await queueLookup(transactionId, accountId: accountId, orderId: orderId, reason: error.description)
+            let wait =
+                error.retryAfter.map { max(1, Int($0.timeIntervalSinceNow.rounded(FloatingPointRoundingRule.up))) } ?? 2
+            return .queued(retryAfterSeconds: wait)
+        } catch let failure as VerificationFailure where failure.isRetryable {
+            try await queueLookup(transactionId, accountId: accountId, orderId: orderId, reason: failure.description)
+            return .queued(retryAfterSeconds: 2)
+        } catch let error as AppStoreAPIError {
+            if error.errorCode == AppStoreAPIError.transactionIdNotFound {
+                throw APIError.notFound("the App Store does not know transaction '\(transactionId)'")
+            }
+            if error.kind == .unauthorized {
+                // A wrong key, or a clock Apple does not believe: either way the purchase waits in
+                // the job queue (202) until it is fixed, and the log says which.
+                noteAppleRefusal(error)
+                try await queueLookup(transactionId, accountId: accountId, orderId: orderId, reason: error.description)
+                return .queued(retryAfterSeconds: 60)
+            }
+            throw APIError.badRequest("the App Store refused the lookup: \(error.message)")
+        }
+    }
+
+    /// On Apple's 401: compares Apple's `Date` with this clock and logs loudly — a skew makes
+    /// every token look expired or not yet valid. `/v1/status` shows the last measurement.
+    func noteAppleRefusal(_ error: AppStoreAPIError) {
+        guard let appleDate = error.appleDate else {
+            logger.error("Apple refused the Server API key (no Date header to compare clocks)")
+            return
+        }
+        let skew = Date().timeIntervalSince(appleDate)
+        clock.withLock { $0 = ClockCheck(skewSeconds: skew, measuredAt: Date()) }
+        if abs(skew) > 60 {
+            logger.critical(
+                "Apple refused the Server API token and this server's clock is \(Int(skew)) s \(skew > 0 ? "ahead of" : "behind") Apple's: fix the clock (NTP); lookups wait in the job queue until then",
+                metadata: ["skewSeconds": "\(Int(skew))"])
+        } else {
+            logger.error(
+                "Apple refused the Server API key (clocks agree within a minute: check apple.serverAPI.keyId, issuerId, privateKeyFile and the bundle id)",
+                metadata: ["skewSeconds": "\(Int(skew))"])
+        }
+    }
+
+    func queueLookup(_ transactionId: String, accountId: String, orderId: String?, reason: String) async throws {
+        let payload = String(
+            decoding: try JSONEncoder().encode(
+                LookupJob(transactionId: transactionId, accountId: accountId, orderId: orderId)),
+            as: UTF8.self)
+        let now = Date()
+        try await jobs.enqueue(
+            kind: "lookup_transaction", dedupeKey: "lookup_transaction|\(transactionId)|\(accountId)", payload: payload,
+            runAt: now.addingTimeInterval(1), now: now)
+        logger.info(
+            "Apple unavailable; lookup queued", metadata: ["transactionId": "\(transactionId)", "reason": "\(reason)"])
+    }
+
+    /// The verified transaction, from Apple (or the local App Store).
+    func fetchTransaction(_ transactionId: String) async throws -> JWSTransactionDecodedPayload {
+        guard let transactionSource else {
+            throw APIError.badRequest("no App Store Server API configured")
+        }
+        return try await verifier.verifyTransaction(try await transactionSource.signedTransaction(transactionId))
+    }
+
+    /// A receipt's in-app entry as a transaction payload (receipts carry no appAccountToken).
+    static func transaction(from item: AppReceiptInAppPurchase, receipt: AppReceipt) -> JWSTransactionDecodedPayload {
+        func milliseconds(_ date: Date?) -> Int64? {
+            date.map { Int64(($0.timeIntervalSince1970 * 1000).rounded(.down)) }
+        }
+        return JWSTransactionDecodedPayload(
+            transactionId: item.transactionId, originalTransactionId: item.originalTransactionId ?? item.transactionId,
+            webOrderLineItemId: item.webOrderLineItemId, bundleId: receipt.bundleId, productId: item.productId,
+            purchaseDate: milliseconds(item.purchaseDate),
+            originalPurchaseDate: milliseconds(item.originalPurchaseDate),
+            expiresDate: milliseconds(item.subscriptionExpirationDate), quantity: Int32(clamping: item.quantity ?? 1),
+            revocationDate: milliseconds(item.cancellationDate), environment: receipt.environment ?? .production)
+    }
+}
+
+struct PurchasesController {
+    let app: StoreKeeperApp
+
+    func addRoutes(to v1: some RouterMethods<BasicRequestContext>) {
+        v1.post("purchases") { request, context in try await app.submitPurchase(request, context) }
+    }
+}

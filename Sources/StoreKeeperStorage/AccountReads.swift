@@ -1,0 +1,78 @@
+import AppStoreModels
+import Crypto
+import Foundation
+import SQLKit
+import StoreKeeperCatalog
+import StoreKeeperCore
+
+/// What an account holds: balances, entitlements, deliveries.
+extension PurchaseStore {
+    public func balances(of accountId: String) async throws -> [String: Int64] {
+        try await account(accountId).balances
+    }
+
+    /// Balances and entitlements of an account, read together.
+    public func account(_ accountId: String) async throws -> AccountState {
+        try await database.read { sql in
+            try await Self.accountStates([accountId], sql: sql)[accountId] ?? AccountState()
+        }
+    }
+
+    /// Balances and entitlements of several accounts in one statement (one round trip on
+    /// PostgreSQL); accounts with neither are absent.
+    static func accountStates(_ accounts: [String], sql: any SQLDatabase) async throws -> [String: AccountState] {
+        guard !accounts.isEmpty else { return [:] }
+        var states: [String: AccountState] = [:]
+        for row in try await sql.raw(
+            """
+            SELECT account_id, 'b' AS kind, currency AS name, amount, NULL AS product_id,
+                   NULL AS original_transaction_id, NULL AS expires_at
+            FROM balances WHERE account_id IN (\(binds: accounts))
+            UNION ALL
+            SELECT account_id, 'e' AS kind, entitlement_id AS name, NULL AS amount, product_id,
+                   original_transaction_id, expires_at
+            FROM entitlements WHERE account_id IN (\(binds: accounts))
+            ORDER BY account_id, kind, name, original_transaction_id
+            """
+        ).all() {
+            let account = try row.decode(column: "account_id", as: String.self)
+            let name = try row.decode(column: "name", as: String.self)
+            if try row.decode(column: "kind", as: String.self) == "b" {
+                states[account, default: AccountState()].balances[name] = try row.decode(
+                    column: "amount", as: Int64.self)
+            } else {
+                states[account, default: AccountState()].entitlements.append(
+                    EntitlementRow(
+                        entitlementId: name, productId: try row.decode(column: "product_id", as: String.self),
+                        originalTransactionId: try row.decode(column: "original_transaction_id", as: String.self),
+                        expiresAt: try row.decode(column: "expires_at", as: Int64?.self).map(Date.init(milliseconds:))))
+            }
+        }
+        return states
+    }
+
+    public func deliveries(of accountId: String) async throws -> [DeliveryPlanner.Delivery] {
+        try await database.read { sql in
+            try await sql.raw("SELECT * FROM deliveries WHERE account_id = \(bind: accountId) ORDER BY delivered_at")
+                .all().map {
+                    DeliveryPlanner.Delivery(
+                        transactionId: try $0.decode(column: "transaction_id", as: String.self),
+                        accountId: try $0.decode(column: "account_id", as: String.self),
+                        orderId: try $0.decode(column: "order_id", as: String?.self),
+                        productId: try $0.decode(column: "product_id", as: String.self),
+                        quantity: try $0.decode(column: "quantity", as: Int.self))
+                }
+        }
+    }
+
+    public struct EntitlementRow: Sendable, Hashable {
+        public var entitlementId: String
+        public var productId: String
+        public var originalTransactionId: String
+        public var expiresAt: Date?
+    }
+
+    public func entitlements(of accountId: String) async throws -> [EntitlementRow] {
+        try await account(accountId).entitlements
+    }
+}

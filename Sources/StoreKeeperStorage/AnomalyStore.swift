@@ -1,0 +1,135 @@
+import AppStoreModels
+import Crypto
+import Foundation
+import SQLKit
+import StoreKeeperCatalog
+import StoreKeeperCore
+
+/// The anomaly queue and the audit trail.
+extension PurchaseStore {
+    public struct StoredAnomaly: Sendable, Hashable {
+        public var id: String
+        public var kind: String
+        public var status: String
+        public var transactionId: String?
+        public var orderId: String?
+        public var accountId: String?
+        public var detail: String
+        public var createdAt: Date
+        public var resolvedAt: Date?
+        public var resolution: String?
+        /// The verified transaction the anomaly holds, for manual delivery.
+        public var transaction: JWSTransactionDecodedPayload?
+    }
+
+    public func anomalies(status: String? = nil) async throws -> [StoredAnomaly] {
+        try await database.read { sql in
+            let rows =
+                if let status {
+                    try await sql.raw("SELECT * FROM anomalies WHERE status = \(bind: status) ORDER BY created_at, id")
+                        .all()
+                } else {
+                    try await sql.raw("SELECT * FROM anomalies ORDER BY created_at, id").all()
+                }
+            return try rows.map(Self.decodeAnomaly)
+        }
+    }
+
+    /// How many anomalies are open, counted by the database (for `/metrics`).
+    public func openAnomalyCount() async throws -> Int {
+        try await database.read { sql in
+            try await sql.raw("SELECT COUNT(*) AS n FROM anomalies WHERE status = 'open'").first()?
+                .decode(column: "n", as: Int.self) ?? 0
+        }
+    }
+
+    public func anomaly(_ id: String) async throws -> StoredAnomaly? {
+        try await database.read { sql in
+            try await sql.raw("SELECT * FROM anomalies WHERE id = \(bind: id)").first().map(Self.decodeAnomaly)
+        }
+    }
+
+    static func decodeAnomaly(_ row: any SQLRow) throws -> StoredAnomaly {
+        StoredAnomaly(
+            id: try row.decode(column: "id", as: String.self), kind: try row.decode(column: "kind", as: String.self),
+            status: try row.decode(column: "status", as: String.self),
+            transactionId: try row.decode(column: "transaction_id", as: String?.self),
+            orderId: try row.decode(column: "order_id", as: String?.self),
+            accountId: try row.decode(column: "account_id", as: String?.self),
+            detail: try row.decode(column: "detail", as: String.self),
+            createdAt: Date(milliseconds: try row.decode(column: "created_at", as: Int64.self)),
+            resolvedAt: try row.decode(column: "resolved_at", as: Int64?.self).map(Date.init(milliseconds:)),
+            resolution: try row.decode(column: "resolution", as: String?.self),
+            transaction: try row.decode(column: "payload", as: String?.self).flatMap {
+                try? JSONDecoder().decode(JWSTransactionDecodedPayload.self, from: Data($0.utf8))
+            })
+    }
+
+    /// Marks an anomaly resolved with an audit entry; idempotent (resolving twice changes nothing).
+    public func resolveAnomaly(_ id: String, resolution: String, actor: String, note: String, now: Date) async throws
+        -> StoredAnomaly?
+    {
+        try await database.transaction { sql in
+            guard
+                let current = try await sql.raw("SELECT * FROM anomalies WHERE id = \(bind: id)").first().map(
+                    Self.decodeAnomaly)
+            else { return nil }
+            guard current.status == "open" else { return current }
+            try await sql.raw(
+                """
+                UPDATE anomalies SET status = 'resolved', resolved_at = \(bind: now.milliseconds), resolution = \(bind: resolution)
+                WHERE id = \(bind: id) AND status = 'open'
+                """
+            ).run()
+            try await Self.audit(
+                sql, actor: actor, action: "anomaly_\(resolution)", subject: id, detail: note, at: now.milliseconds)
+            return try await sql.raw("SELECT * FROM anomalies WHERE id = \(bind: id)").first().map(Self.decodeAnomaly)
+        }
+    }
+
+    public struct AuditEntry: Sendable, Hashable {
+        public var id: String
+        public var actor: String
+        public var action: String
+        public var subject: String?
+        public var detail: String
+        public var createdAt: Date
+    }
+
+    public func audit(limit: Int = 500) async throws -> [AuditEntry] {
+        try await database.read { sql in
+            try await sql.raw("SELECT * FROM audit ORDER BY created_at DESC, id LIMIT \(bind: limit)").all().map {
+                AuditEntry(
+                    id: try $0.decode(column: "id", as: String.self),
+                    actor: try $0.decode(column: "actor", as: String.self),
+                    action: try $0.decode(column: "action", as: String.self),
+                    subject: try $0.decode(column: "subject", as: String?.self),
+                    detail: try $0.decode(column: "detail", as: String.self),
+                    createdAt: Date(milliseconds: try $0.decode(column: "created_at", as: Int64.self)))
+            }
+        }
+    }
+
+    /// Records an anomaly outside a delivery (e.g. `verification_stuck` from the job runner);
+    /// the same dedupe key is recorded once.
+    public func raiseAnomaly(_ anomaly: AnomalyDraft, dedupeKey: String, now: Date) async throws {
+        try await database.transaction { sql in
+            try await sql.raw(
+                """
+                INSERT INTO anomalies (id, dedupe_key, kind, status, transaction_id, order_id, account_id, detail, created_at)
+                VALUES (\(bind: UUID().uuidString.lowercased()), \(bind: dedupeKey), \(bind: anomaly.kind.rawValue), 'open',
+                        \(bind: anomaly.transactionId), \(bind: anomaly.orderId), \(bind: anomaly.accountId),
+                        \(bind: anomaly.detail), \(bind: now.milliseconds))
+                ON CONFLICT (dedupe_key) DO NOTHING
+                """
+            ).run()
+        }
+    }
+
+    public func recordAudit(actor: String, action: String, subject: String?, detail: String, now: Date) async throws {
+        try await database.transaction { sql in
+            try await Self.audit(
+                sql, actor: actor, action: action, subject: subject, detail: detail, at: now.milliseconds)
+        }
+    }
+}

@@ -1,0 +1,94 @@
+import AppStoreModels
+import Crypto
+import Foundation
+import SQLKit
+import StoreKeeperCatalog
+import StoreKeeperCore
+
+/// Debits: one conditional UPDATE of the balance, idempotent per key.
+extension PurchaseStore {
+    public enum DebitResult: Sendable, Hashable {
+        case debited(balance: Int64)
+        case insufficient(balance: Int64)
+        /// The key already answered a debit of another account, currency or amount.
+        case idempotencyConflict
+    }
+
+    /// What a debit idempotency key is bound to: length-prefixed, so no two requests share it.
+    static func debitRequestHash(accountId: String, currency: String, amount: Int64) -> String {
+        let canonical = "\(accountId.utf8.count):\(accountId)|\(currency.utf8.count):\(currency)|\(amount)"
+        return SHA256.hash(data: Data(canonical.utf8)).map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// Debits a consumable balance once per idempotency key: a repeated key with the same
+    /// account, currency and amount answers the same balance without debiting again; with
+    /// any of them different it is a conflict.
+    public func debit(
+        accountId: String, currency: String, amount: Int64, idempotencyKey: String, now: Date
+    ) async throws -> DebitResult {
+        let requestHash = Self.debitRequestHash(accountId: accountId, currency: currency, amount: amount)
+        var lastError: (any Error)?
+        for _ in 0..<4 {
+            do {
+                return try await database.transaction { sql in
+                    if let previous = try await sql.raw(
+                        "SELECT request_hash, balance_after FROM debit_requests WHERE idempotency_key = \(bind: idempotencyKey)"
+                    ).first() {
+                        guard try previous.decode(column: "request_hash", as: String.self) == requestHash else {
+                            return .idempotencyConflict
+                        }
+                        return .debited(balance: try previous.decode(column: "balance_after", as: Int64.self))
+                    }
+                    // A retry of a debit made before keys had their own column.
+                    if let legacy = try await sql.raw(
+                        """
+                        SELECT amount, balance_after FROM debits WHERE idempotency_key = \(bind: "\(accountId)|\(currency)|\(idempotencyKey)")
+                        AND account_id = \(bind: accountId) AND currency = \(bind: currency)
+                        """
+                    ).first() {
+                        guard try legacy.decode(column: "amount", as: Int64.self) == amount else {
+                            return .idempotencyConflict
+                        }
+                        return .debited(balance: try legacy.decode(column: "balance_after", as: Int64.self))
+                    }
+                    // One conditional UPDATE: on PostgreSQL concurrent debits of one account
+                    // queue on its balance row and each sees the balance the previous one left.
+                    let debited = try await sql.raw(
+                        """
+                        UPDATE balances SET amount = amount - \(bind: amount)
+                        WHERE account_id = \(bind: accountId) AND currency = \(bind: currency) AND amount >= \(bind: amount)
+                        RETURNING amount
+                        """
+                    ).first()
+                    guard let after = try debited?.decode(column: "amount", as: Int64.self) else {
+                        let balance =
+                            try await sql.raw(
+                                "SELECT amount FROM balances WHERE account_id = \(bind: accountId) AND currency = \(bind: currency)"
+                            ).first()?.decode(column: "amount", as: Int64.self) ?? 0
+                        return .insufficient(balance: balance)
+                    }
+                    // The request row claims the key; a concurrent twin fails here, rolls back
+                    // its UPDATE and retries (then answers with the first one's result).
+                    try await sql.raw(
+                        """
+                        INSERT INTO debit_requests (idempotency_key, request_hash, account_id, currency, amount, balance_after, created_at)
+                        VALUES (\(bind: idempotencyKey), \(bind: requestHash), \(bind: accountId), \(bind: currency),
+                                \(bind: amount), \(bind: after), \(bind: now.milliseconds))
+                        """
+                    ).run()
+                    try await sql.raw(
+                        """
+                        INSERT INTO ledger (entry_key, account_id, currency, amount, created_at)
+                        VALUES (\(bind: "debit:v2:" + idempotencyKey), \(bind: accountId), \(bind: currency),
+                                \(bind: -amount), \(bind: now.milliseconds))
+                        """
+                    ).run()
+                    return .debited(balance: after)
+                }
+            } catch {
+                lastError = error
+            }
+        }
+        throw lastError ?? CancellationError()
+    }
+}

@@ -1,0 +1,84 @@
+import AppStoreModels
+import Crypto
+import Foundation
+import SQLKit
+import StoreKeeperCatalog
+import StoreKeeperCore
+
+/// Orders before payment: created with their appAccountToken, read, expired.
+extension PurchaseStore {
+    /// The account already has `limit` unpaid, unexpired orders (`too_many_open_orders`).
+    public struct TooManyOpenOrders: Error, Sendable {
+        public var limit: Int
+    }
+
+    /// Creates an order; refused with `TooManyOpenOrders` when the account has `maxOpen`
+    /// unpaid orders created within `ttl` (cancelled and expired orders are not open).
+    public func createOrder(
+        accountId: String, productId: String, quantity: Int, maxOpen: Int? = nil, ttl: TimeInterval = 24 * 3600,
+        now: Date
+    ) async throws -> Order {
+        let order = Order(
+            orderId: UUID().uuidString.lowercased(), appAccountToken: UUID(), accountId: accountId,
+            productId: productId,
+            quantity: quantity, status: .created, createdAt: now)
+        let cutoff = now.addingTimeInterval(-ttl).milliseconds
+        try await database.transaction { sql in
+            if let maxOpen {
+                let open =
+                    try await sql.raw(
+                        """
+                        SELECT COUNT(*) AS n FROM (SELECT 1 FROM orders WHERE account_id = \(bind: accountId)
+                        AND status IN ('created', 'pending') AND created_at >= \(bind: cutoff) LIMIT \(unsafeRaw: String(maxOpen))) AS o
+                        """
+                    ).first()?.decode(column: "n", as: Int.self) ?? 0
+                if open >= maxOpen { throw TooManyOpenOrders(limit: maxOpen) }
+            }
+            try await sql.raw(
+                """
+                INSERT INTO orders (order_id, app_account_token, account_id, product_id, quantity, status, created_at)
+                VALUES (\(bind: order.orderId), \(bind: order.appAccountToken.uuidString.lowercased()), \(bind: accountId),
+                        \(bind: productId), \(bind: quantity), \(bind: order.status.rawValue), \(bind: now.milliseconds))
+                """
+            ).run()
+        }
+        return order
+    }
+
+    public func order(_ orderId: String) async throws -> Order? {
+        try await database.read { sql in try await Self.order(sql, where: "order_id", orderId) }
+    }
+
+    /// Orders still `created` after `ttl` become `cancelled` (a late payment is still delivered).
+    @discardableResult
+    public func cancelExpiredOrders(olderThan ttl: TimeInterval, now: Date) async throws -> Int {
+        let cutoff = now.addingTimeInterval(-ttl).milliseconds
+        return try await database.transaction { sql in
+            let expired = try await sql.raw(
+                "SELECT order_id FROM orders WHERE status = 'created' AND created_at < \(bind: cutoff)"
+            ).all().count
+            try await sql.raw(
+                "UPDATE orders SET status = 'cancelled' WHERE status = 'created' AND created_at < \(bind: cutoff)"
+            )
+            .run()
+            return expired
+        }
+    }
+
+    static func order(_ sql: any SQLDatabase, where column: String, _ value: String) async throws -> Order? {
+        try await sql.raw("SELECT * FROM orders WHERE \(ident: column) = \(bind: value)").first().map(decodeOrder)
+    }
+
+    static func decodeOrder(_ row: any SQLRow) throws -> Order {
+        Order(
+            orderId: try row.decode(column: "order_id", as: String.self),
+            appAccountToken: UUID(uuidString: try row.decode(column: "app_account_token", as: String.self)) ?? UUID(),
+            accountId: try row.decode(column: "account_id", as: String.self),
+            productId: try row.decode(column: "product_id", as: String.self),
+            quantity: try row.decode(column: "quantity", as: Int.self),
+            status: Order.Status(rawValue: try row.decode(column: "status", as: String.self)) ?? .failed,
+            createdAt: Date(milliseconds: try row.decode(column: "created_at", as: Int64.self)),
+            transactionId: try row.decode(column: "transaction_id", as: String?.self),
+            deliveredAt: try row.decode(column: "delivered_at", as: Int64?.self).map(Date.init(milliseconds:)))
+    }
+}

@@ -1,0 +1,319 @@
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import PostgresKit
+import PostgresNIO
+import SQLKit
+import Synchronization
+
+/// PostgresNIO's connection pool; each transaction on one pooled connection.
+final class PostgresBackend: Backend {
+    /// The pool in use, and its run task. When a call passes its deadline the whole pool is
+    /// replaced (at most every few seconds): connections wedged by a restart are never
+    /// handed out again, and new ones are made as soon as the server accepts them.
+    private struct Pool {
+        var client: PostgresClient
+        var runner: Task<Void, Never>
+        var createdAt: ContinuousClock.Instant
+    }
+    private let pool: Mutex<Pool>
+    private let configuration: PostgresClient.Configuration
+    private let probeConfiguration: PostgresConnection.Configuration
+    private let logger: Logger
+
+    var client: PostgresClient { pool.withLock { $0.client } }
+
+    private static func start(_ configuration: PostgresClient.Configuration, logger: Logger) -> Pool {
+        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        return Pool(client: client, runner: Task { await client.run() }, createdAt: .now)
+    }
+
+    /// Replaces the pool after a deadline passed (not more than once every 5 s), or at once
+    /// (`force`) after a restart.
+    func replacePool(after failed: PostgresClient, force: Bool = false) {
+        let old = pool.withLock { pool -> Task<Void, Never>? in
+            guard pool.client === failed, force || ContinuousClock.now - pool.createdAt >= .seconds(5) else {
+                return nil
+            }
+            let old = pool.runner
+            pool = Self.start(configuration, logger: logger)
+            return old
+        }
+        if let old {
+            if !force { logger.warning("PostgreSQL calls passed their deadline: replaced the connection pool") }
+            old.cancel()
+        }
+    }
+
+    init(url: String, logger: Logger) throws {
+        guard let components = URLComponents(string: url), let host = components.host, let user = components.user,
+            let database = components.path.split(separator: "/").first.map(String.init)
+        else { throw Database.InvalidURL(description: "database.url is not postgres://user:pass@host:port/db") }
+        let configuration = PostgresClient.Configuration(
+            host: host, port: components.port ?? 5432, username: user, password: components.password,
+            database: database, tls: try Self.tls(components, host: host))
+        self.configuration = configuration
+        probeConfiguration = PostgresConnection.Configuration(
+            host: host, port: components.port ?? 5432, username: user, password: components.password,
+            database: database, tls: try Self.probeTLS(components, host: host))
+        self.logger = logger
+        pool = Mutex(Self.start(configuration, logger: logger))
+        let watch = Task { [weak self] in _ = await self?.watchForRestarts() }
+        self.watch.withLock { $0 = watch }
+    }
+
+    private let watch = Mutex<Task<Void, Never>?>(nil)
+
+    /// The `sslmode` of `database.url`, as libpq names them.
+    public enum SSLMode: String, Sendable, CaseIterable {
+        /// Never TLS.
+        case disable
+        /// TLS when the server offers it, without verifying its certificate.
+        case prefer
+        /// TLS or no connection; the certificate is not verified (libpq's meaning).
+        case require
+        /// TLS, the certificate chained to a trusted root (`sslrootcert`, else the system's).
+        case verifyCA = "verify-ca"
+        /// TLS, the certificate chained to a trusted root and naming the host.
+        case verifyFull = "verify-full"
+    }
+
+    /// `sslmode` from the URL; without one, `require` for any host but loopback (where
+    /// nothing crosses a network) — a password never leaves the machine in clear text by default.
+    static func sslMode(_ components: URLComponents, host: String) throws -> SSLMode {
+        guard let value = components.queryItems?.last(where: { $0.name.lowercased() == "sslmode" })?.value else {
+            return isLoopback(host) ? .disable : .require
+        }
+        guard let mode = SSLMode(rawValue: value.lowercased()) else {
+            throw Database.InvalidURL(
+                description:
+                    "database.url: sslmode must be one of \(SSLMode.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+        return mode
+    }
+
+    static func isLoopback(_ host: String) -> Bool {
+        let bare = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]")).lowercased()
+        return bare == "localhost" || bare == "::1" || bare.hasPrefix("127.")
+    }
+
+    static func tls(_ components: URLComponents, host: String) throws -> PostgresClient.Configuration.TLS {
+        guard let (prefer, tls) = try tlsConfiguration(components, host: host) else { return .disable }
+        return prefer ? .prefer(tls) : .require(tls)
+    }
+
+    /// The same TLS for a connection of its own (the probe), outside the pool.
+    static func probeTLS(_ components: URLComponents, host: String) throws -> PostgresConnection.Configuration.TLS {
+        guard let (prefer, tls) = try tlsConfiguration(components, host: host) else { return .disable }
+        let context = try NIOSSLContext(configuration: tls)
+        return prefer ? .prefer(context) : .require(context)
+    }
+
+    /// nil: no TLS (`disable`); else whether TLS is only preferred, and its configuration.
+    static func tlsConfiguration(_ components: URLComponents, host: String) throws -> (Bool, TLSConfiguration)? {
+        let mode = try sslMode(components, host: host)
+        var tls = TLSConfiguration.makeClientConfiguration()
+        switch mode {
+        case .disable:
+            return nil
+        case .prefer, .require:
+            tls.certificateVerification = .none
+        case .verifyCA, .verifyFull:
+            tls.certificateVerification = mode == .verifyFull ? .fullVerification : .noHostnameVerification
+            if let rootFile = components.queryItems?.last(where: { $0.name.lowercased() == "sslrootcert" })?.value {
+                do {
+                    tls.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(rootFile))
+                } catch {
+                    throw Database.InvalidURL(
+                        description: "database.url: sslrootcert \(rootFile) is not a PEM certificate")
+                }
+            }
+        }
+        return (mode == .prefer, tls)
+    }
+
+    /// Every transaction and read ends within this: a statement on a dying connection (a
+    /// restart) would otherwise never complete.
+    let deadline: Duration = .seconds(30)
+
+    /// A call still waiting for a connection after this, while the restart watch's own
+    /// connection attempt has just failed (the server is down, restarting or unreachable), is
+    /// answered 503 then rather than at `deadline`. A pool that is merely busy, or a server at
+    /// `max_connections` that still accepts the probe, is waited for up to `deadline`.
+    let leaseDeadline: Duration = .seconds(3)
+
+    /// The last probe's verdict (`watchForRestarts`): unreachable when it could not connect.
+    final class Reachability: Sendable {
+        private let failedAt = Mutex<ContinuousClock.Instant?>(nil)
+        func record(reachable: Bool) { failedAt.withLock { $0 = reachable ? nil : .now } }
+        /// The last probe, within 5 s, could not connect.
+        var unreachable: Bool { failedAt.withLock { $0.map { ContinuousClock.now - $0 < .seconds(5) } ?? false } }
+    }
+    let reachability = Reachability()
+
+    /// The connection a piece of work holds, so the deadline can close it: a closed connection
+    /// fails its pending statement at once and is never handed out again by the pool.
+    final class Held: Sendable {
+        let connection = Mutex<PostgresConnection?>(nil)
+        func close() async {
+            if let connection = self.connection.withLock({ $0 }) { try? await connection.close() }
+        }
+    }
+
+    func transaction<T: Sendable>(_ body: @escaping @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
+        try await withDeadline { connection in
+            let sql = connection.sql()
+            try await sql.raw("BEGIN").run()
+            do {
+                let result = try await body(sql)
+                try await sql.raw("COMMIT").run()
+                return result
+            } catch {
+                await Self.abandon(connection, after: error)
+                throw error
+            }
+        }
+    }
+
+    /// Ends a failed transaction so the connection goes back to the pool clean, or closes the
+    /// connection so it never does. A connection the server dropped or is shutting down gets no
+    /// ROLLBACK (PostgreSQL rolls back by itself; a statement sent on a dying connection may
+    /// never be answered); a ROLLBACK that fails or takes longer than 2 s closes it too.
+    static func abandon(_ connection: PostgresConnection, after error: any Error) async {
+        if StorageUnavailable.classify(error) == nil {
+            do {
+                try await raceDeadline(.seconds(2), what: "ROLLBACK") {
+                    try await connection.sql().raw("ROLLBACK").run()
+                }
+                return
+            } catch {}
+        }
+        Task { try? await connection.close() }
+    }
+
+    func read<T: Sendable>(_ body: @escaping @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
+        try await withDeadline { connection in try await body(connection.sql()) }
+    }
+
+    /// The work on a pooled connection, answered or failed by `deadline` — never waiting for a
+    /// call that does not return: at the deadline the connection is closed (in the background:
+    /// closing a dying connection may itself hang) and the caller gets `StorageUnavailable`.
+    private func withDeadline<T: Sendable>(
+        _ run: @escaping @Sendable (PostgresConnection) async throws -> T
+    ) async throws -> T {
+        let client = self.client
+        let held = Held()
+        let handle = DeadlineHandle()
+        let id = inFlight.enter(handle, pool: client)
+        defer { inFlight.leave(id) }
+        return try await raceDeadline(
+            deadline, what: "a PostgreSQL call",
+            early: EarlyDeadline(
+                after: leaseDeadline, what: "PostgreSQL unreachable: no connection",
+                stillWaiting: { [reachability] in
+                    held.connection.withLock { $0 == nil } && reachability.unreachable
+                }),
+            handle: handle,
+            onTimeout: { [weak self] in
+                self?.replacePool(after: client)
+                await held.close()
+            }
+        ) {
+            try await client.withConnection { connection in
+                held.connection.withLock { $0 = connection }
+                return try await run(connection)
+            }
+        }
+    }
+
+    /// The calls in flight, each with when it began and the pool it used: a restart watch
+    /// (`watchForRestarts`) fails those left on a replaced pool's connections.
+    final class InFlight: Sendable {
+        struct Call {
+            var began: ContinuousClock.Instant
+            var pool: ObjectIdentifier
+            var handle: DeadlineHandle
+        }
+        private let calls = Mutex<(next: UInt64, running: [UInt64: Call])>((0, [:]))
+
+        func enter(_ handle: DeadlineHandle, pool: PostgresClient) -> UInt64 {
+            calls.withLock { calls in
+                calls.next += 1
+                calls.running[calls.next] = Call(began: .now, pool: ObjectIdentifier(pool), handle: handle)
+                return calls.next
+            }
+        }
+
+        func leave(_ id: UInt64) { _ = calls.withLock { $0.running.removeValue(forKey: id) } }
+
+        var oldest: ContinuousClock.Instant? { calls.withLock { $0.running.values.map(\.began).min() } }
+
+        /// Fails every call for which `stale` holds; how many.
+        func expire(_ reason: String, where stale: (Call) -> Bool) -> Int {
+            let handles = calls.withLock { $0.running.values.filter(stale).map(\.handle) }
+            for handle in handles { handle.expire(reason) }
+            return handles.count
+        }
+    }
+
+    /// A restart leaves the calls that were on the old server's connections waiting: most fail
+    /// with the dropped connection, but PostgresNIO was seen to leave a statement pending
+    /// forever — on a connection it had in use, or on an idle one handed out just after the
+    /// restart. Whenever a call has run for more than 2 s, this asks the server how long it has
+    /// been up (its own clock: `now() - pg_postmaster_start_time()`, no skew). When it started
+    /// after the pool was made, the pool is replaced, so no old connection is handed out again.
+    /// A call on a replaced pool that began before the restart, or has run for 2 s, is failed
+    /// (its connection closed). Deliveries resume within seconds of a restart, not at the 30 s
+    /// deadline.
+    func watchForRestarts() async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: .seconds(1))
+            guard let oldest = inFlight.oldest, ContinuousClock.now - oldest > .seconds(2) else { continue }
+            let client = self.client
+            let asked = ContinuousClock.now
+            let uptime = await probeUptime()
+            reachability.record(reachable: uptime != nil)
+            var restarted: ContinuousClock.Instant?
+            if let uptime {
+                let instant = asked - .milliseconds(Int64(uptime * 1000))
+                if pool.withLock({ $0.createdAt }) < instant {
+                    restarted = instant
+                    replacePool(after: client, force: true)
+                    logger.warning("PostgreSQL restarted \(uptime) s ago: replaced the connection pool")
+                }
+            }
+            let current = ObjectIdentifier(self.client)
+            let failed = inFlight.expire("a PostgreSQL call left on a connection from before a restart") { call in
+                call.pool != current && (asked - call.began > .seconds(2) || restarted.map { call.began < $0 } == true)
+            }
+            if failed > 0 {
+                logger.warning("failed \(failed) PostgreSQL call(s) left on connections from before a restart")
+            }
+        }
+    }
+
+    private let inFlight = InFlight()
+
+    /// PostgreSQL's uptime by its own clock, asked on a connection of the probe's own (never
+    /// the pool's: its connections may be the ones that hang); nil when none could be made
+    /// and used within 5 s.
+    func probeUptime() async -> Double? {
+        let configuration = probeConfiguration
+        let logger = self.logger
+        let uptime: Double?? = try? await raceDeadline(.seconds(5), what: "a PostgreSQL probe") {
+            let connection = try await PostgresConnection.connect(
+                configuration: configuration, id: 0, logger: logger)
+            defer { Task { try? await connection.close() } }
+            return try await connection.sql().raw(
+                "SELECT EXTRACT(EPOCH FROM now() - pg_postmaster_start_time())::float8 AS uptime"
+            ).first()?.decode(column: "uptime", as: Double.self)
+        }
+        return uptime ?? nil
+    }
+
+    func close() async throws {
+        watch.withLock { $0 }?.cancel()
+        pool.withLock { $0.runner }.cancel()
+    }
+}
