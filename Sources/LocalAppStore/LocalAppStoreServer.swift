@@ -166,7 +166,7 @@ public struct LocalAppStoreServer: Sendable {
     }
 
     /// Authentication and faults around every Server API call.
-    private func serve(
+    func serve(
         _ request: Request, _ endpoint: String, _ body: () async throws -> Response
     ) async throws -> Response {
         guard await authorized(request) else { return Response(status: .unauthorized) }
@@ -186,7 +186,7 @@ public struct LocalAppStoreServer: Sendable {
     }
 
     /// Apple's rules for the bearer token (server-api.md §2); any failure is a bare 401.
-    private func authorized(_ request: Request) async -> Bool {
+    func authorized(_ request: Request) async -> Bool {
         guard let keys, let key = store.configuration.serverAPIKey else {
             // No key configured: any well-formed bearer token is accepted (documented).
             return request.headers[.authorization]?.hasPrefix("Bearer ") == true
@@ -203,7 +203,7 @@ public struct LocalAppStoreServer: Sendable {
             && claims.iat.value <= now.addingTimeInterval(60)
     }
 
-    private func history(_ request: Request, _ context: BasicRequestContext, excludeFinished: Bool) async throws
+    func history(_ request: Request, _ context: BasicRequestContext, excludeFinished: Bool) async throws
         -> Response
     {
         let id = try Self.transactionId(context)
@@ -259,7 +259,7 @@ public struct LocalAppStoreServer: Sendable {
                 signedTransactions: signed))
     }
 
-    private func statuses(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+    func statuses(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
         let id = try Self.transactionId(context)
         guard let owner = await store.owner(of: id) else { return Self.appleError(404, 4_040_010) }
         let wanted = try Self.query(request).filter { $0.0 == "status" }.map { pair -> SubscriptionStatus in
@@ -286,7 +286,7 @@ public struct LocalAppStoreServer: Sendable {
                 }))
     }
 
-    private func refunds(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+    func refunds(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
         let id = try Self.transactionId(context)
         guard let owner = await store.owner(of: id) else { return Self.appleError(404, 4_040_010) }
         let refunded = await store.history(of: owner).filter { $0.payload.revocationDate != nil }
@@ -303,7 +303,7 @@ public struct LocalAppStoreServer: Sendable {
                 signedTransactions: signed, revision: Self.revision(offset: next), hasMore: next < refunded.count))
     }
 
-    private func notificationHistory(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+    func notificationHistory(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
         guard let body = try? await request.decode(as: NotificationHistoryRequest.self, context: context) else {
             return Self.appleError(400, 4_000_000)
         }
@@ -341,155 +341,5 @@ public struct LocalAppStoreServer: Sendable {
                         signedPayload: $0.signedPayload, sendAttempts: Array($0.attempts.prefix(6)),
                         firstSendAttemptResult: $0.attempts.first?.sendAttemptResult)
                 }))
-    }
-
-    // MARK: verifyReceipt
-
-    func addVerifyReceipt(to router: some RouterMethods<BasicRequestContext>) {
-        router.post("verifyReceipt") { request, context in
-            try await self.verifyReceipt(request, context, endpoint: .production)
-        }
-        router.post("sandbox/verifyReceipt") { request, context in
-            try await self.verifyReceipt(request, context, endpoint: .sandbox)
-        }
-    }
-
-    private func verifyReceipt(
-        _ request: Request, _ context: BasicRequestContext, endpoint: AppStoreEnvironment
-    ) async throws -> Response {
-        if let fault = await store.takeFault("verifyReceipt") {
-            if let latency = fault.latencyMilliseconds { try await Task.sleep(for: .milliseconds(latency)) }
-            if let status = fault.status { return Response(status: .init(code: status)) }
-            if let receiptStatus = fault.receiptStatus {
-                return Self.json(VerifyReceiptResponse(status: Int64(receiptStatus)))
-            }
-        }
-        guard let body = try? await request.decode(as: VerifyReceiptRequest.self, context: context) else {
-            return Self.json(VerifyReceiptResponse(status: 21000))
-        }
-        if let secret = store.configuration.sharedSecret, !Self.constantTimeEqual(body.password ?? "", secret) {
-            return Self.json(VerifyReceiptResponse(status: 21004))
-        }
-        let verifier = try AppReceiptVerifier(trustedRoots: store.pki.trustRootsDER, environments: nil)
-        let receipt: AppReceipt
-        do {
-            receipt = try await verifier.verify(base64: body.receiptData)
-        } catch let failure as VerificationFailure {
-            if case .invalidSignature(let reason) = failure, reason.contains("base64") || reason.contains("PKCS#7") {
-                return Self.json(VerifyReceiptResponse(status: 21002))
-            }
-            return Self.json(VerifyReceiptResponse(status: 21003))
-        }
-        let receiptEnvironment = receipt.environment ?? .production
-        if receiptEnvironment == .sandbox && endpoint == .production {
-            return Self.json(VerifyReceiptResponse(status: 21007, environment: .sandbox))
-        }
-        if receiptEnvironment == .production && endpoint == .sandbox {
-            return Self.json(VerifyReceiptResponse(status: 21008, environment: .production))
-        }
-        let legacy = await store.legacyResponse(
-            for: receipt, excludeOldTransactions: body.excludeOldTransactions == true)
-        return Self.json(legacy)
-    }
-
-    // MARK: Helpers
-
-    static func transactionId(_ context: BasicRequestContext, code: Int64 = 4_000_006) throws -> String {
-        guard let id = context.parameters.get("id"), !id.isEmpty, id.count <= 64, id.allSatisfy(\.isNumber) else {
-            throw AppleErrorResponse(status: 400, code: code)
-        }
-        return id
-    }
-
-    struct AppleErrorResponse: Error, HTTPResponseError {
-        var status: HTTPResponse.Status
-        var code: Int64
-        init(status: Int, code: Int64) {
-            self.status = .init(code: status)
-            self.code = code
-        }
-        func response(from request: Request, context: some RequestContext) throws -> Response {
-            LocalAppStoreServer.appleError(Int(status.code), code)
-        }
-    }
-
-    static func appleError(_ status: Int, _ code: Int64) -> Response {
-        var response = json(ServerAPIErrorPayload(errorCode: code, errorMessage: errorMessages[code] ?? "Error."))
-        response.status = .init(code: status)
-        return response
-    }
-
-    static let errorMessages: [Int64: String] = [
-        4_000_000: "Invalid request.", 4_000_005: "Invalid request revision.", 4_000_006: "Invalid transaction id.",
-        4_000_008: "Invalid original transaction id.", 4_000_009: "Invalid extend by days value.",
-        4_000_010: "Invalid extend reason code.", 4_000_011: "Invalid request identifier.",
-        4_000_013: "Start date after end date.", 4_000_014: "Invalid pagination token.",
-        4_000_015: "Invalid start date.",
-        4_000_016: "Invalid end date.", 4_000_019: "Multiple filters supplied.", 4_000_021: "Invalid sort.",
-        4_000_022: "Invalid product type.", 4_000_030: "Invalid revoked.", 4_000_035: "Customer did not consent.",
-        4_000_041: "Invalid sample content provided.", 4_000_183: "Invalid app account token.",
-        4_000_187: "Transaction id is not an original transaction id.",
-        4_030_004: "Subscription extension ineligible.", 4_040_005: "Original transaction id not found.",
-        4_040_007: "Server notification URL not found.", 4_040_008: "Test notification not found.",
-        4_040_010: "Transaction id not found.", 4_290_000: "Rate limit exceeded.",
-        5_000_000: "An unknown error occurred.",
-    ]
-
-    static func json<T: Encodable>(_ value: T, status: HTTPResponse.Status = .ok) -> Response {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        let data = (try? encoder.encode(value)) ?? Data("{}".utf8)
-        return Response(
-            status: status, headers: [.contentType: "application/json"],
-            body: .init(byteBuffer: ByteBuffer(bytes: data)))
-    }
-
-    static func query(_ request: Request) -> [(String, String)] {
-        guard let query = request.uri.query, !query.isEmpty else { return [] }
-        return query.split(separator: "&").map { pair in
-            let parts = pair.split(separator: "=", maxSplits: 1).map {
-                String($0).removingPercentEncoding ?? String($0)
-            }
-            return (parts[0], parts.count > 1 ? parts[1] : "")
-        }
-    }
-
-    /// Page tokens are opaque to clients; here they carry the offset.
-    static func revision(offset: Int) -> String { Data("page:\(offset)".utf8).base64EncodedString() }
-
-    static func offset(fromRevision revision: String?) -> Int? {
-        guard let revision else { return 0 }
-        guard let data = Data(base64Encoded: revision), let text = String(data: data, encoding: .utf8),
-            text.hasPrefix("page:"), let offset = Int(text.dropFirst(5)), offset >= 0
-        else { return nil }
-        return offset
-    }
-
-    static func keyId(of token: String) -> String? {
-        guard let header = token.split(separator: ".").first else { return nil }
-        var base64 = header.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while base64.count % 4 != 0 { base64 += "=" }
-        guard let data = Data(base64Encoded: base64),
-            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
-        else { return nil }
-        return object["kid"] as? String
-    }
-
-    static func unverifiedTransaction(_ jws: String) throws -> JWSTransactionDecodedPayload {
-        let parts = jws.split(separator: ".")
-        guard parts.count == 3 else { throw HTTPError(.badRequest) }
-        var base64 = parts[1].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while base64.count % 4 != 0 { base64 += "=" }
-        return try JSONDecoder().decode(JWSTransactionDecodedPayload.self, from: Data(base64Encoded: base64) ?? Data())
-    }
-
-    /// Compares a presented secret with the configured one without an early exit on the first
-    /// differing byte (digests of equal length, every byte visited).
-    static func constantTimeEqual(_ presented: String, _ secret: String) -> Bool {
-        let a = Array(SHA256.hash(data: Data(presented.utf8)))
-        let b = Array(SHA256.hash(data: Data(secret.utf8)))
-        var difference: UInt8 = 0
-        for index in 0..<a.count { difference |= a[index] ^ b[index] }
-        return difference == 0
     }
 }

@@ -1,0 +1,114 @@
+import AppStoreModels
+import AppStoreSigning
+import Crypto
+import Foundation
+import StoreKeeperCatalog
+
+/// Customers and purchases: buying (with Ask to Buy), charging, issuing signed transactions.
+extension LocalAppStore {
+    // MARK: Customers
+
+    @discardableResult
+    public func customer(_ appleId: String, storefront: String = "USA") -> Customer {
+        if let existing = customers[appleId] { return existing }
+        let customer = Customer(
+            appleId: appleId, storefront: storefront, deviceId: UUID(), appTransactionId: TransactionIds.next())
+        customers[appleId] = customer
+        return customer
+    }
+
+    public func setBillingFails(_ appleId: String, _ fails: Bool) {
+        customer(appleId)
+        customers[appleId]?.billingFails = fails
+    }
+
+    // MARK: Purchases
+
+    /// A customer buys `items` in one payment (several items: a merged payment, one receipt
+    /// holding them all). With `askToBuy` nothing is charged until `approve`.
+    public func buy(
+        _ appleId: String, items: [PurchaseItem], appAccountToken: UUID? = nil, askToBuy: Bool = false
+    ) throws -> PurchaseResult {
+        guard !items.isEmpty else { throw StoreError.invalid("a purchase needs at least one product") }
+        for item in items {
+            guard let product = configuration.catalog.product(item.productId) else {
+                throw StoreError.unknownProduct(item.productId)
+            }
+            guard (1...10).contains(item.quantity) else { throw StoreError.invalid("quantity must be 1…10") }
+            if product.type != .consumable && item.quantity != 1 {
+                throw StoreError.invalid("only consumables can be bought in quantity")
+            }
+        }
+        customer(appleId)
+        if askToBuy {
+            let id = UUID().uuidString.lowercased()
+            pending[id] = PendingPurchase(id: id, appleId: appleId, items: items, appAccountToken: appAccountToken)
+            return PurchaseResult(
+                signedTransactions: [], transactions: [], receipt: try receipt(for: appleId), pendingId: id)
+        }
+        return try charge(appleId, items: items, appAccountToken: appAccountToken)
+    }
+
+    /// A parent approves an Ask to Buy request: now the purchase happens.
+    public func approve(_ pendingId: String) throws -> PurchaseResult {
+        guard let request = pending.removeValue(forKey: pendingId) else { throw StoreError.unknownPending(pendingId) }
+        return try charge(request.appleId, items: request.items, appAccountToken: request.appAccountToken)
+    }
+
+    /// A parent declines: nothing is ever charged.
+    public func decline(_ pendingId: String) throws {
+        guard pending.removeValue(forKey: pendingId) != nil else { throw StoreError.unknownPending(pendingId) }
+    }
+
+    func charge(_ appleId: String, items: [PurchaseItem], appAccountToken: UUID?) throws -> PurchaseResult {
+        let now = clock.now()
+        var payloads: [JWSTransactionDecodedPayload] = []
+        for item in items {
+            let product = configuration.catalog.product(item.productId)!
+            var payload = issue(product, quantity: item.quantity, appleId: appleId, token: appAccountToken, at: now)
+            if product.type == .autoRenewable {
+                payload = try subscribe(product, payload: payload, appleId: appleId, at: now)
+            } else {
+                store(payload, appleId: appleId, at: now)
+                notify(.oneTimeCharge, subtype: nil, transaction: payload, at: now)
+            }
+            payloads.append(payload)
+        }
+        return PurchaseResult(
+            signedTransactions: try payloads.map { try signer.sign(signed($0, at: now)) }, transactions: payloads,
+            receipt: try receipt(for: appleId), pendingId: nil)
+    }
+
+    func issue(
+        _ product: Product, quantity: Int32, appleId: String, token: UUID?, at now: Date,
+        original: String? = nil, originalPurchase: Date? = nil, reason: TransactionReason = .purchase
+    ) -> JWSTransactionDecodedPayload {
+        let storefront = customers[appleId]?.storefront ?? "USA"
+        let price = product.price(in: storefront)
+        let purchase = TransactionIssuer.Purchase(
+            bundleId: configuration.bundleId, productId: product.id, type: product.type.appleType, quantity: quantity,
+            appAccountToken: token, environment: configuration.environment, storefront: storefront,
+            currency: price.currency, unitPrice: price.milliunits, subscriptionGroupIdentifier: product.group)
+        var payload = TransactionIssuer().transaction(for: purchase, at: now, id: TransactionIds.next())
+        if let original { payload.originalTransactionId = original }
+        if let originalPurchase { payload.originalPurchaseDate = originalPurchase.milliseconds }
+        payload.transactionReason = reason
+        payload.appTransactionId = customers[appleId]?.appTransactionId
+        if product.type == .autoRenewable {
+            payload.expiresDate = (product.period ?? ISODuration(months: 1)).added(to: now).milliseconds
+        }
+        return payload
+    }
+
+    func store(_ payload: JWSTransactionDecodedPayload, appleId: String, at now: Date) {
+        let id = payload.transactionId!
+        transactions[id] = StoredTransaction(payload: payload, appleId: appleId, modified: now)
+        customers[appleId]?.transactionIds.append(id)
+    }
+
+    /// The app finished a transaction: consumables leave the device's receipt.
+    public func finish(_ transactionId: String) throws {
+        guard let stored = transactions[transactionId] else { throw StoreError.unknownTransaction(transactionId) }
+        customers[stored.appleId]?.finished.insert(transactionId)
+    }
+}
