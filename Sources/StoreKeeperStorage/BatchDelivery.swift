@@ -7,7 +7,8 @@ import StoreKeeperCore
 /// A whole batch of deliveries with a handful of statements: the context of every item read
 /// with one query per table, planned in order against an in-memory overlay (so an item sees
 /// what earlier items of the same batch delivered, paid or bound), then written with
-/// multi-row inserts. Same decisions as one-by-one delivery; far fewer round trips.
+/// multi-row inserts. It is the only way to a delivery's context: a single delivery (the
+/// retry after a conflict with another instance) is a batch of one.
 struct BatchDelivery {
     struct OpenOrderKey: Hashable {
         var account: String
@@ -24,12 +25,9 @@ struct BatchDelivery {
         var now: Date
     }
 
-    /// Whether the fast path covers these items; otherwise they go one by one. (Non-renewing
-    /// access windows depend on earlier grants; they take the simple path.)
-    static func covers(_ items: [Item]) -> Bool {
-        items.allSatisfy { item in
-            item.catalog.product(item.transaction.productId ?? "")?.type != .nonRenewing
-        }
+    struct EntitlementKey: Hashable {
+        var account: String
+        var entitlement: String
     }
 
     /// `combineWrites`: send the inserts as one statement (PostgreSQL, where each statement is a
@@ -108,6 +106,9 @@ struct BatchDelivery {
         var ledger: [(LedgerEntry, Int64)] = []
         var outbox: [(String, Int64)] = []
         var applied: [(DeliveryPlanner.Plan, JWSTransactionDecodedPayload, DeliveryPlanner.Context, Date)] = []
+        // Non-renewing access windows extend the latest expiry of the entitlement: read when
+        // an item needs it (rare products), then kept up to date by the batch's own grants.
+        var expiries: [EntitlementKey: Date?] = [:]
         for item in items {
             let transaction = item.transaction
             let transactionId = transaction.transactionId ?? ""
@@ -124,13 +125,39 @@ struct BatchDelivery {
                         && ($0.status == .created || $0.status == .pending)
                 }.min { ($0.createdAt, $0.orderId) < ($1.createdAt, $1.orderId) }
             }
-            let isConsumable = item.catalog.product(transaction.productId ?? "")?.type == .consumable
+            let product = item.catalog.product(transaction.productId ?? "")
+            let isConsumable = product?.type == .consumable
+            let bound = isConsumable ? nil : bindings[originalId]
+            var currentExpiry: Date?
+            if let product, product.type == .nonRenewing, let entitlement = product.grants.entitlement,
+                let account = byToken?.accountId ?? requested?.accountId ?? item.submittingAccount ?? bound
+            {
+                let key = EntitlementKey(account: account, entitlement: entitlement)
+                if let known = expiries[key] {
+                    currentExpiry = known
+                } else {
+                    currentExpiry = try await sql.raw(
+                        """
+                        SELECT MAX(expires_at) AS expiry FROM entitlements
+                        WHERE account_id = \(bind: account) AND entitlement_id = \(bind: entitlement)
+                        """
+                    ).first().flatMap { try $0.decode(column: "expiry", as: Int64?.self) }.map(Date.init(milliseconds:))
+                    expiries[key] = currentExpiry
+                }
+            }
             let context = DeliveryPlanner.Context(
                 transaction: transaction, submittingAccount: item.submittingAccount, orderByToken: byToken,
                 requestedOrder: requested, oldestOpenOrder: oldest, existingDelivery: deliveries[transactionId],
-                boundAccount: isConsumable ? nil : bindings[originalId], catalog: item.catalog, policy: item.policy,
-                evidence: item.evidence)
+                boundAccount: bound, currentEntitlementExpiry: currentExpiry, catalog: item.catalog,
+                policy: item.policy, evidence: item.evidence)
             let plan = DeliveryPlanner.plan(context, now: item.now)
+            if product?.type == .nonRenewing, let account = plan.accountId {
+                for case .entitlement(let id, let expiresAt?) in plan.grants {
+                    let key = EntitlementKey(account: account, entitlement: id)
+                    let known = expiries[key] ?? nil
+                    expiries[key] = max(known ?? expiresAt, expiresAt)
+                }
+            }
             results.append(.init(plan: plan, existing: context.existingDelivery))
 
             // The overlay: what later items of this batch must see.

@@ -83,11 +83,6 @@ final class DeliveryBatcher: Sendable {
                 requestedOrderId: $0.requestedOrderId, catalog: $0.catalog, policy: $0.policy, evidence: $0.evidence,
                 now: $0.now)
         }
-        // Batches the fast path does not cover (non-renewing access windows) go one by one.
-        guard BatchDelivery.covers(items) else {
-            for request in batch { await retryAlone(request) }
-            return
-        }
         let results: [PurchaseStore.DeliveryResult]
         do {
             // An item fails only when another instance delivered the same transaction at the
@@ -120,9 +115,11 @@ final class DeliveryBatcher: Sendable {
     private func retryAlone(_ request: Request) async {
         do {
             let result = try await PurchaseStore.deliverAlone(
-                database, request.transaction, submittingAccount: request.submittingAccount,
-                requestedOrderId: request.requestedOrderId, catalog: request.catalog, policy: request.policy,
-                evidence: request.evidence, now: request.now)
+                database,
+                BatchDelivery.Item(
+                    transaction: request.transaction, submittingAccount: request.submittingAccount,
+                    requestedOrderId: request.requestedOrderId, catalog: request.catalog, policy: request.policy,
+                    evidence: request.evidence, now: request.now))
             request.continuation.resume(returning: result)
         } catch {
             request.continuation.resume(throwing: error)

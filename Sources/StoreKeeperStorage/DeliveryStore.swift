@@ -23,93 +23,24 @@ extension PurchaseStore {
             policy: policy, evidence: evidence, now: now)
     }
 
-    /// One delivery in its own database transaction, retried when a concurrent delivery of
-    /// the same transaction wins the unique key (the retry then reads it: already_delivered).
-    static func deliverAlone(
-        _ database: Database, _ transaction: JWSTransactionDecodedPayload, submittingAccount: String?,
-        requestedOrderId: String?, catalog: Catalog, policy: OwnershipPolicy,
-        evidence: DeliveryPlanner.Evidence = .device, now: Date
-    ) async throws -> DeliveryResult {
+    /// One delivery in its own database transaction — a batch of one, through the same read
+    /// and plan as every batch — retried when a concurrent delivery of the same transaction
+    /// wins the unique key (the retry then reads it: already_delivered).
+    static func deliverAlone(_ database: Database, _ item: BatchDelivery.Item) async throws -> DeliveryResult {
         var lastError: (any Error)?
+        let combineWrites = database.kind == .postgres
         for _ in 0..<4 {
             do {
                 return try await database.transaction { sql in
-                    let context = try await Self.context(
-                        sql, transaction: transaction, submittingAccount: submittingAccount,
-                        requestedOrderId: requestedOrderId, catalog: catalog, policy: policy, evidence: evidence)
-                    let plan = DeliveryPlanner.plan(context, now: now)
-                    try await Self.apply(plan, transaction: transaction, context: context, sql: sql, now: now)
-                    var account: AccountState?
-                    if let submittingAccount {
-                        account =
-                            try await Self.accountStates([submittingAccount], sql: sql)[submittingAccount]
-                            ?? AccountState()
-                    }
-                    return DeliveryResult(plan: plan, existing: context.existingDelivery, account: account)
+                    try await BatchDelivery.run([item], sql: sql, combineWrites: combineWrites)[0]
                 }
             } catch {
+                // An outage is not a conflict: retrying it here would only wait longer.
+                if let unavailable = StorageUnavailable.classify(error) { throw unavailable }
                 lastError = error
             }
         }
         throw lastError ?? CancellationError()
-    }
-
-    static func context(
-        _ sql: any SQLDatabase, transaction: JWSTransactionDecodedPayload, submittingAccount: String?,
-        requestedOrderId: String?, catalog: Catalog, policy: OwnershipPolicy,
-        evidence: DeliveryPlanner.Evidence = .device
-    ) async throws -> DeliveryPlanner.Context {
-        let transactionId = transaction.transactionId ?? ""
-        let existing = try await sql.raw("SELECT * FROM deliveries WHERE transaction_id = \(bind: transactionId)")
-            .first()
-            .map { row in
-                DeliveryPlanner.Delivery(
-                    transactionId: try row.decode(column: "transaction_id", as: String.self),
-                    accountId: try row.decode(column: "account_id", as: String.self),
-                    orderId: try row.decode(column: "order_id", as: String?.self),
-                    productId: try row.decode(column: "product_id", as: String.self),
-                    quantity: try row.decode(column: "quantity", as: Int.self))
-            }
-        var byToken: Order?
-        if let token = transaction.appAccountToken?.lowercased() {
-            byToken = try await order(sql, where: "app_account_token", token)
-        }
-        var requested: Order?
-        if let requestedOrderId { requested = try await order(sql, where: "order_id", requestedOrderId) }
-        var oldest: Order?
-        if let account = submittingAccount, byToken == nil, requested == nil {
-            oldest = try await sql.raw(
-                """
-                SELECT * FROM orders WHERE account_id = \(bind: account) AND product_id = \(bind: transaction.productId ?? "")
-                AND status IN ('created', 'pending') ORDER BY created_at, order_id LIMIT 1
-                """
-            ).first().map(decodeOrder)
-        }
-        // Consumables bind nobody: no ownership to read.
-        let product = catalog.product(transaction.productId ?? "")
-        var bound: String?
-        if product?.type != .consumable {
-            bound = try await sql.raw(
-                "SELECT account_id FROM ownership WHERE original_transaction_id = \(bind: transaction.originalTransactionId ?? transactionId)"
-            ).first().map { try $0.decode(column: "account_id", as: String.self) }
-        }
-        var currentExpiry: Date?
-        if let product = catalog.product(transaction.productId ?? ""), product.type == .nonRenewing,
-            let entitlement = product.grants.entitlement,
-            let account = byToken?.accountId ?? requested?.accountId ?? submittingAccount ?? bound
-        {
-            currentExpiry = try await sql.raw(
-                """
-                SELECT MAX(expires_at) AS expiry FROM entitlements
-                WHERE account_id = \(bind: account) AND entitlement_id = \(bind: entitlement)
-                """
-            ).first().flatMap { try $0.decode(column: "expiry", as: Int64?.self) }.map(Date.init(milliseconds:))
-        }
-        return DeliveryPlanner.Context(
-            transaction: transaction, submittingAccount: submittingAccount, orderByToken: byToken,
-            requestedOrder: requested,
-            oldestOpenOrder: oldest, existingDelivery: existing, boundAccount: bound,
-            currentEntitlementExpiry: currentExpiry, catalog: catalog, policy: policy, evidence: evidence)
     }
 
     static func apply(

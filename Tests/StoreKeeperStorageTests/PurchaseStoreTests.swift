@@ -266,6 +266,32 @@ import Testing
         }
     }
 
+    /// Passes bought at once land in one batch: each window starts where the batch's previous
+    /// grant ended (the batch keeps the expiry it read up to date), never where the database's did.
+    @Test(arguments: kinds)
+    func concurrentNonRenewingPassesAddUpInOneBatch(kind: Database.Kind) async throws {
+        try await TestDatabase.with(kind) { database in
+            let store = PurchaseStore(database: database)
+            let catalog = try Catalog.parse(
+                yaml:
+                    "products: [{ id: season_pass, type: non_renewing, duration: P30D, grants: { entitlement: season } }]"
+            )
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for index in 0..<5 {
+                    group.addTask {
+                        let result = try await store.deliver(
+                            Self.transaction("season_pass", id: "24000000000000\(10 + index)"),
+                            submittingAccount: "passes", catalog: catalog, now: Self.now)
+                        #expect(result.plan.outcome == .delivered)
+                    }
+                }
+                try await group.waitForAll()
+            }
+            let latest = try #require(try await store.entitlements(of: "passes").compactMap(\.expiresAt).max())
+            #expect(latest == Self.now.addingTimeInterval(5 * 30 * 86_400))
+        }
+    }
+
     @Test(arguments: kinds)
     func migrationsApplyOnceEvenConcurrently(kind: Database.Kind) async throws {
         try await TestDatabase.with(kind) { database in
