@@ -43,7 +43,7 @@ extension LocalAppStoreServer {
         var error: Body
     }
 
-    func addControl(to router: some RouterMethods<BasicRequestContext>) {
+    func addControl<Context: RequestContext>(to router: some RouterMethods<Context>) {
         let control = router.group("control")
         control.post("purchases") { request, context in
             try await self.control {

@@ -40,7 +40,7 @@ public struct LocalAppStoreServer: Sendable {
 
     /// Adds every route (Server API, verifyReceipt, control) under `router`, e.g. a group
     /// `/local-app-store` of the StoreKeeper server in zero-config mode.
-    public func addRoutes(to router: some RouterMethods<BasicRequestContext>) {
+    public func addRoutes<Context: RequestContext>(to router: some RouterMethods<Context>) {
         addServerAPI(to: router)
         addVerifyReceipt(to: router)
         addControl(to: router)
@@ -60,7 +60,7 @@ public struct LocalAppStoreServer: Sendable {
 
     // MARK: Server API
 
-    func addServerAPI(to router: some RouterMethods<BasicRequestContext>) {
+    func addServerAPI<Context: RequestContext>(to router: some RouterMethods<Context>) {
         let api = router.group("inApps")
         api.get("v1/transactions/:id") { request, context in
             try await self.serve(request, "transactionInfo") {
@@ -203,7 +203,7 @@ public struct LocalAppStoreServer: Sendable {
             && claims.iat.value <= now.addingTimeInterval(60)
     }
 
-    func history(_ request: Request, _ context: BasicRequestContext, excludeFinished: Bool) async throws
+    func history(_ request: Request, _ context: some RequestContext, excludeFinished: Bool) async throws
         -> Response
     {
         let id = try Self.transactionId(context)
@@ -259,7 +259,7 @@ public struct LocalAppStoreServer: Sendable {
                 signedTransactions: signed))
     }
 
-    func statuses(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+    func statuses(_ request: Request, _ context: some RequestContext) async throws -> Response {
         let id = try Self.transactionId(context)
         guard let owner = await store.owner(of: id) else { return Self.appleError(404, 4_040_010) }
         let wanted = try Self.query(request).filter { $0.0 == "status" }.map { pair -> SubscriptionStatus in
@@ -286,7 +286,7 @@ public struct LocalAppStoreServer: Sendable {
                 }))
     }
 
-    func refunds(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+    func refunds(_ request: Request, _ context: some RequestContext) async throws -> Response {
         let id = try Self.transactionId(context)
         guard let owner = await store.owner(of: id) else { return Self.appleError(404, 4_040_010) }
         let refunded = await store.history(of: owner).filter { $0.payload.revocationDate != nil }
@@ -303,7 +303,7 @@ public struct LocalAppStoreServer: Sendable {
                 signedTransactions: signed, revision: Self.revision(offset: next), hasMore: next < refunded.count))
     }
 
-    func notificationHistory(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+    func notificationHistory(_ request: Request, _ context: some RequestContext) async throws -> Response {
         guard let body = try? await request.decode(as: NotificationHistoryRequest.self, context: context) else {
             return Self.appleError(400, 4_000_000)
         }

@@ -9,7 +9,7 @@ import NIOCore
 
 /// Apple's error bodies, JSON answers, query strings, revisions and token checks.
 extension LocalAppStoreServer {
-    static func transactionId(_ context: BasicRequestContext, code: Int64 = 4_000_006) throws -> String {
+    static func transactionId(_ context: some RequestContext, code: Int64 = 4_000_006) throws -> String {
         guard let id = context.parameters.get("id"), !id.isEmpty, id.count <= 64, id.allSatisfy(\.isNumber) else {
             throw AppleErrorResponse(status: 400, code: code)
         }

@@ -9,7 +9,7 @@ import NIOCore
 
 /// The legacy `/verifyReceipt` endpoints (production and sandbox).
 extension LocalAppStoreServer {
-    func addVerifyReceipt(to router: some RouterMethods<BasicRequestContext>) {
+    func addVerifyReceipt<Context: RequestContext>(to router: some RouterMethods<Context>) {
         router.post("verifyReceipt") { request, context in
             try await self.verifyReceipt(request, context, endpoint: .production)
         }
@@ -19,7 +19,7 @@ extension LocalAppStoreServer {
     }
 
     func verifyReceipt(
-        _ request: Request, _ context: BasicRequestContext, endpoint: AppStoreEnvironment
+        _ request: Request, _ context: some RequestContext, endpoint: AppStoreEnvironment
     ) async throws -> Response {
         if let fault = await store.takeFault("verifyReceipt") {
             if let latency = fault.latencyMilliseconds { try await Task.sleep(for: .milliseconds(latency)) }

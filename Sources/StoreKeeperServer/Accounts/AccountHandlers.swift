@@ -34,8 +34,8 @@ extension StoreKeeperApp {
         var idempotencyKey: String
     }
 
-    func debit(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
-        let caller = try await self.caller(request)
+    func debit(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        let caller = try context.caller()
         let accountId = try Self.parameter(context, "accountId")
         try Self.validateAccountId(accountId)
         let currency = try Self.parameter(context, "currency")
@@ -70,9 +70,9 @@ extension StoreKeeperApp {
 struct AccountsController {
     let app: StoreKeeperApp
 
-    func addRoutes(to v1: some RouterMethods<BasicRequestContext>) {
+    func addRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
         v1.get("accounts/:accountId") { request, context in
-            let caller = try await app.caller(request)
+            let caller = try context.caller()
             let accountId = try StoreKeeperApp.parameter(context, "accountId")
             try StoreKeeperApp.validateAccountId(accountId)
             try caller.require(accountId)

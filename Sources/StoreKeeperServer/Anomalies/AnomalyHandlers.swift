@@ -15,8 +15,8 @@ import Synchronization
 
 /// The anomaly queue: list and resolve (with an audit entry).
 extension StoreKeeperApp {
-    func listAnomalies(_ request: Request) async throws -> Response {
-        try await caller(request).requireSecretKey()
+    func listAnomalies(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        try context.caller().requireSecretKey()
         let status = request.uri.query.flatMap { query in
             query.split(separator: "&").first { $0.hasPrefix("status=") }.map { String($0.dropFirst("status=".count)) }
         }
@@ -32,8 +32,8 @@ extension StoreKeeperApp {
         var note: String?
     }
 
-    func resolveAnomaly(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
-        try await caller(request).requireSecretKey()
+    func resolveAnomaly(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        try context.caller().requireSecretKey()
         let id = try Self.parameter(context, "id")
         let body = try await decode(ResolveBody.self, request)
         guard let anomaly = try await store.anomaly(id) else {
@@ -73,8 +73,8 @@ extension StoreKeeperApp {
 struct AnomaliesController {
     let app: StoreKeeperApp
 
-    func addRoutes(to v1: some RouterMethods<BasicRequestContext>) {
-        v1.get("anomalies") { request, _ in try await app.listAnomalies(request) }
+    func addRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
+        v1.get("anomalies") { request, context in try await app.listAnomalies(request, context) }
         v1.post("anomalies/:id/resolve") { request, context in try await app.resolveAnomaly(request, context) }
     }
 }

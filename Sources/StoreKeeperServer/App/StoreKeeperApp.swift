@@ -188,19 +188,21 @@ public struct StoreKeeperApp: Sendable {
     // MARK: Application
 
     /// API.md's routes behind the request deadline: what the server (and the tests) run.
-    public func router() -> DeadlineRouter {
+    public func router() -> DeadlineRouter<StoreKeeperContext> {
         DeadlineRouter(
             router: routes(), limit: .seconds(configuration.requestTimeoutSeconds),
             maxInFlight: configuration.maxInFlightRequests, metrics: metrics)
     }
 
-    func routes() -> Router<BasicRequestContext> {
-        let router = Router()
+    func routes() -> Router<StoreKeeperContext> {
+        let router = Router(context: StoreKeeperContext.self)
         router.add(middleware: RequestObservation(metrics: metrics))
         router.add(middleware: ErrorMiddleware())
-        // One controller per feature, each owning its routes (API.md's paths).
+        // One controller per feature, each owning its routes (API.md's paths). Everything
+        // under /v1 is authenticated and rate limited once, by `Authenticate`.
         OperationsController(app: self).addRoutes(to: router)
-        let v1 = router.group("v1")
+        let v1 = router.group("v1").add(middleware: Authenticate(authenticator: authenticator, limiter: limiter))
+        OperationsController(app: self).addAPIRoutes(to: v1)
         OrdersController(app: self).addRoutes(to: v1)
         PurchasesController(app: self).addRoutes(to: v1)
         AccountsController(app: self).addRoutes(to: v1)

@@ -2,6 +2,7 @@ import AppStoreVerification
 import Foundation
 import Hummingbird
 import NIOCore
+import StoreKeeperCore
 import StoreKeeperStorage
 
 /// Every non-2xx answer of the API: `{"error": {"code", "message", "retryable"}}` (API.md).
@@ -38,6 +39,18 @@ public struct APIError: Error, HTTPResponseError, Sendable {
             return .init(.serviceUnavailable, failure.code, failure.reason, retryable: true)
         }
         return .init(.unprocessableContent, failure.code, failure.reason)
+    }
+
+    /// A delivery the planner refused (StoreKeeperCore's decision, API.md's answer).
+    public static func refusal(_ refusal: DeliveryPlanner.Refusal) -> APIError {
+        switch refusal {
+        case .revoked:
+            return .init(.unprocessableContent, "revoked", "the transaction was refunded or revoked by Apple")
+        case .ownedByOtherAccount:
+            return .init(.conflict, "owned_by_other_account", "this purchase belongs to another account")
+        case .orderOfAnotherAccount:
+            return .forbidden("order belongs to another account")
+        }
     }
 
     struct Body: Codable {

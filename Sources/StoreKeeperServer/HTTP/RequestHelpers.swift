@@ -16,16 +16,6 @@ import Synchronization
 /// What every handler shares: the caller (authenticated, rate limited), bodies, path
 /// parameters, text checks and JSON answers.
 extension StoreKeeperApp {
-    func caller(_ request: Request) async throws -> Caller {
-        let caller = try await authenticator.authenticate(request)
-        if let retryAfter = limiter.admit(caller) {
-            var error = APIError(.tooManyRequests, "rate_limited", "too many requests", retryable: true)
-            error.headers[.retryAfter] = String(retryAfter)
-            throw error
-        }
-        return caller
-    }
-
     func decode<T: Decodable>(_ type: T.Type, _ request: Request) async throws -> T {
         if let length = request.headers[.contentLength].flatMap(Int.init), length > configuration.maxBodyBytes {
             throw APIError(
@@ -37,12 +27,12 @@ extension StoreKeeperApp {
         do {
             return try JSONDecoder().decode(T.self, from: Data(buffer: buffer))
         } catch let error as DecodingError {
-            throw APIError.badRequest(ErrorMiddleware<BasicRequestContext>.describe(error))
+            throw APIError.badRequest(ErrorMiddleware<StoreKeeperContext>.describe(error))
         }
     }
 
     /// A path parameter, percent-decoded (`/v1/accounts/player%20one` is account `player one`).
-    static func parameter(_ context: BasicRequestContext, _ name: String) throws -> String {
+    static func parameter(_ context: StoreKeeperContext, _ name: String) throws -> String {
         guard let raw = context.parameters.get(name), let value = raw.removingPercentEncoding else {
             throw APIError.badRequest("path parameter '\(name)' is missing or not valid percent-encoding")
         }

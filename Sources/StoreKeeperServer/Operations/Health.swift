@@ -49,19 +49,23 @@ extension StoreKeeperApp {
     }
 }
 
-/// Operations: `/healthz`, `/metrics`, `GET /v1/status` and `GET /v1/audit`.
+/// Operations: `/healthz` and `/metrics` (open to the load balancer and the scraper; metrics
+/// check their own token), `GET /v1/status` and `GET /v1/audit` (secret key).
 struct OperationsController {
     let app: StoreKeeperApp
 
-    func addRoutes(to router: some RouterMethods<BasicRequestContext>) {
+    func addRoutes(to router: some RouterMethods<StoreKeeperContext>) {
         router.get("healthz") { _, _ in try await app.health() }
         router.get("metrics") { request, _ in try await app.metricsText(request) }
-        router.get("v1/status") { request, _ in
-            try await app.caller(request).requireSecretKey()
+    }
+
+    func addAPIRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
+        v1.get("status") { _, context in
+            try context.caller().requireSecretKey()
             return try StoreKeeperApp.json(StatusJSON(app))
         }
-        router.get("v1/audit") { request, _ in
-            try await app.caller(request).requireSecretKey()
+        v1.get("audit") { _, context in
+            try context.caller().requireSecretKey()
             return try StoreKeeperApp.json(["entries": try await app.store.audit().map(AuditJSON.init)])
         }
     }

@@ -121,13 +121,13 @@ struct RequestObservation<Context: RequestContext>: RouterMiddleware {
 ///
 /// Above `maxInFlight` requests at once, a request is shed at once — 503 `overloaded` with
 /// `Retry-After`, before its body is read — so a flood queues nowhere.
-public struct DeadlineRouter: HTTPResponderBuilder {
-    let router: Router<BasicRequestContext>
+public struct DeadlineRouter<Context: RequestContext>: HTTPResponderBuilder {
+    let router: Router<Context>
     let limit: Duration
     var maxInFlight = Int.max
     var metrics: ServerMetrics?
 
-    public func buildResponder() -> DeadlineResponder<RouterResponder<BasicRequestContext>> {
+    public func buildResponder() -> DeadlineResponder<RouterResponder<Context>> {
         DeadlineResponder(inner: router.buildResponder(), limit: limit, maxInFlight: maxInFlight, metrics: metrics)
     }
 }

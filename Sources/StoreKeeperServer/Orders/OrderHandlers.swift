@@ -21,8 +21,8 @@ extension StoreKeeperApp {
         var quantity: Int?
     }
 
-    func createOrder(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
-        let caller = try await self.caller(request)
+    func createOrder(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        let caller = try context.caller()
         let body = try await decode(CreateOrderBody.self, request)
         try Self.validateAccountId(body.accountId)
         try caller.require(body.accountId)
@@ -44,8 +44,8 @@ extension StoreKeeperApp {
         return try Self.json(OrderJSON(order), status: .created)
     }
 
-    func getOrder(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
-        let caller = try await self.caller(request)
+    func getOrder(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        let caller = try context.caller()
         let orderId = try Self.parameter(context, "orderId")
         guard let order = try await store.order(orderId) else {
             throw APIError.notFound("no order '\(orderId.prefix(64))'")
@@ -58,7 +58,7 @@ extension StoreKeeperApp {
 struct OrdersController {
     let app: StoreKeeperApp
 
-    func addRoutes(to v1: some RouterMethods<BasicRequestContext>) {
+    func addRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
         v1.post("orders") { request, context in try await app.createOrder(request, context) }
         v1.get("orders/:orderId") { request, context in try await app.getOrder(request, context) }
     }

@@ -24,8 +24,8 @@ extension StoreKeeperApp {
         var transactionId: String?
     }
 
-    func submitPurchase(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
-        let caller = try await self.caller(request)
+    func submitPurchase(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        let caller = try context.caller()
         let body = try await decode(PurchaseBody.self, request)
         try Self.validateAccountId(body.accountId)
         try caller.require(body.accountId)
@@ -70,15 +70,7 @@ extension StoreKeeperApp {
         let delivered = try await deliverVerified(
             transactions, accountId: body.accountId, orderId: body.orderId, evidence: proof.evidence)
         // A single proof that cannot be delivered is an error; a receipt reports per transaction.
-        if transactions.count == 1, let refusal = delivered.refusals.first {
-            switch refusal {
-            case .revoked:
-                throw APIError(.unprocessableContent, "revoked", "the transaction was refunded or revoked by Apple")
-            case .ownedByOtherAccount:
-                throw APIError(.conflict, "owned_by_other_account", "this purchase belongs to another account")
-            case .orderOfAnotherAccount: throw APIError.forbidden("order belongs to another account")
-            }
-        }
+        if transactions.count == 1, let refusal = delivered.refusals.first { throw APIError.refusal(refusal) }
         let results = delivered.results
         // "already_delivered" when nothing in the proof is new: delivered earlier (or refunded since).
         let nothingNew =
@@ -265,7 +257,7 @@ extension StoreKeeperApp {
 struct PurchasesController {
     let app: StoreKeeperApp
 
-    func addRoutes(to v1: some RouterMethods<BasicRequestContext>) {
+    func addRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
         v1.post("purchases") { request, context in try await app.submitPurchase(request, context) }
     }
 }

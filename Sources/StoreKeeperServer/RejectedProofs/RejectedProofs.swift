@@ -151,8 +151,8 @@ extension StoreKeeperApp {
         return try? Date(text, strategy: .iso8601.year().month().day())
     }
 
-    func listRejectedProofs(_ request: Request) async throws -> Response {
-        try await caller(request).requireSecretKey()
+    func listRejectedProofs(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        try context.caller().requireSecretKey()
         let query = request.uri.queryParameters
         let filters = try Self.rejectedProofFilters(
             code: query["code"].map(String.init), since: query["since"].map(String.init))
@@ -177,8 +177,8 @@ extension StoreKeeperApp {
         var code: String?
     }
 
-    func reverifyRejectedProofs(_ request: Request) async throws -> Response {
-        try await caller(request).requireSecretKey()
+    func reverifyRejectedProofs(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        try context.caller().requireSecretKey()
         var request = request
         let buffer = try await request.collectBody(upTo: configuration.maxBodyBytes)
         var body = ReverifyBody()
@@ -186,7 +186,7 @@ extension StoreKeeperApp {
             do {
                 body = try JSONDecoder().decode(ReverifyBody.self, from: Data(buffer: buffer))
             } catch let error as DecodingError {
-                throw APIError.badRequest(ErrorMiddleware<BasicRequestContext>.describe(error))
+                throw APIError.badRequest(ErrorMiddleware<StoreKeeperContext>.describe(error))
             }
         }
         let filters = try Self.rejectedProofFilters(code: body.code, since: body.since)
@@ -197,8 +197,9 @@ extension StoreKeeperApp {
 struct RejectedProofsController {
     let app: StoreKeeperApp
 
-    func addRoutes(to v1: some RouterMethods<BasicRequestContext>) {
-        v1.get("rejected-proofs") { request, _ in try await app.listRejectedProofs(request) }
-        v1.post("rejected-proofs/reverify") { request, _ in try await app.reverifyRejectedProofs(request) }
+    func addRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
+        v1.get("rejected-proofs") { request, context in try await app.listRejectedProofs(request, context) }
+        v1.post("rejected-proofs/reverify") { request, context in try await app.reverifyRejectedProofs(request, context)
+        }
     }
 }
