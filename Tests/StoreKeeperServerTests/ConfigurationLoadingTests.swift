@@ -1,0 +1,90 @@
+import AppStoreModels
+import AppStoreSigning
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import LocalAppStore
+import NIOCore
+import StoreKeeperStorage
+import Synchronization
+import Testing
+
+@testable import StoreKeeperServer
+
+@Suite struct ConfigurationLoadingTests {
+    @Test func demoModeOnlyWithoutAnyConfiguration() async throws {
+        let demo = try await ServerConfiguration.load(file: nil, environment: ["DATABASE_URL": "sqlite:x.sqlite"])
+        #expect(demo.mode == .demo)
+        #expect(demo.usesLocalAppStore)
+        // One APPLE_* variable is a configuration: Apple's rules apply, so appAppleId is required.
+        await #expect(throws: ServerConfiguration.Invalid.self) {
+            _ = try await ServerConfiguration.load(file: nil, environment: ["APPLE_BUNDLEID": "com.example.game"])
+        }
+        let configured = try await ServerConfiguration.load(
+            file: nil, environment: ["APPLE_BUNDLEID": "com.example.game", "APPLE_APPAPPLEID": "42"])
+        #expect(configured.mode == .configured)
+        #expect(!configured.usesLocalAppStore)
+        #expect(configured.bundleId == "com.example.game")
+        #expect(configured.appAppleId == 42)
+        let trust = try TrustPolicy(configuration: configured)
+        #expect(trust.roots.map(\.subject).contains { $0.contains("Apple Root CA - G3") })
+        #expect(trust.roots.map(\.subject).contains { $0.contains("Apple Root CA") && !$0.contains("G3") })
+        // A misspelt APPLE_ variable is named, with a suggestion.
+        do {
+            _ = try await ServerConfiguration.load(
+                file: nil, environment: ["APPLE_BUNDLE_IDD": "x", "APPLE_APPAPPLEID": "42"])
+            Issue.record("accepted a misspelt variable")
+        } catch let error as ServerConfiguration.Invalid {
+            #expect(error.key == "APPLE_BUNDLE_IDD")
+            #expect(error.message.contains("APPLE_BUNDLE_ID"))
+        }
+    }
+
+    @Test func inlineCatalogInYAMLAndJSON() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("cfg-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let yaml = directory.appendingPathComponent("c.yaml")
+        try Data(
+            """
+            apple: { bundleId: com.example.game, environments: [Sandbox] }
+            catalog:
+              products:
+                - id: coins_60
+                  type: consumable
+                  grants: { currency: coins, amount: 60 }
+                - { id: pro_monthly, type: auto_renewable, group: pro, grants: { entitlement: pro } }
+            """.utf8
+        ).write(to: yaml)
+        let fromYAML = try await ServerConfiguration.load(file: yaml.path, environment: [:])
+        #expect(fromYAML.catalog?.products.map(\.id) == ["coins_60", "pro_monthly"])
+        #expect(fromYAML.environments == [.sandbox])
+        let json = directory.appendingPathComponent("c.json")
+        try Data(
+            #"""
+            {"apple": {"bundleId": "com.example.game", "appAppleId": "1234", "environments": ["Production"]},
+             "http": {"port": 9090},
+             "catalog": {"products": [{"id": "coins_60", "type": "consumable", "grants": {"currency": "coins", "amount": 60}}]}}
+            """#.utf8
+        ).write(to: json)
+        let fromJSON = try await ServerConfiguration.load(file: json.path, environment: [:])
+        #expect(fromJSON.catalog?.products.map(\.id) == ["coins_60"])
+        #expect(fromJSON.port == 9090)
+        #expect(fromJSON.appAppleId == 1234)
+        // The environment wins over the file.
+        let overridden = try await ServerConfiguration.load(file: json.path, environment: ["HTTP_PORT": "7070"])
+        #expect(overridden.port == 7070)
+        // A broken inline catalog names its key.
+        try Data(
+            #"{"apple": {"bundleId": "b", "environments": ["Sandbox"]}, "catalog": {"products": [{"id": "x"}]}}"#.utf8
+        )
+        .write(to: json)
+        do {
+            _ = try await ServerConfiguration.load(file: json.path, environment: [:])
+            Issue.record("accepted a broken catalog")
+        } catch let error as ServerConfiguration.Invalid {
+            #expect(error.key == "catalog.products")
+        }
+    }
+}
