@@ -112,6 +112,18 @@ public enum DeliveryPlanner {
         public var delivery: Delivery?
     }
 
+    /// The FIFO rule for a payment that names no order (its token matches none, no order id
+    /// was sent): the submitting account's oldest unpaid order for the product — created or
+    /// pending, never a cancelled one (those take only payments that name them). Storage
+    /// hands over the candidates it read; the choice is made here, once.
+    public static func oldestOpenOrder(
+        of account: String, product: String?, among orders: some Sequence<Order>
+    ) -> Order? {
+        orders.filter {
+            $0.accountId == account && $0.productId == product && ($0.status == .created || $0.status == .pending)
+        }.min { ($0.createdAt, $0.orderId) < ($1.createdAt, $1.orderId) }
+    }
+
     public static func plan(_ context: Context, now: Date) -> Plan {
         let transaction = context.transaction
         let transactionId = transaction.transactionId ?? ""

@@ -120,10 +120,8 @@ struct BatchDelivery {
             let requested = item.requestedOrderId.flatMap { orders[$0] }
             var oldest: Order?
             if let account = item.submittingAccount, byToken == nil, requested == nil {
-                oldest = orders.values.filter {
-                    $0.accountId == account && $0.productId == transaction.productId
-                        && ($0.status == .created || $0.status == .pending)
-                }.min { ($0.createdAt, $0.orderId) < ($1.createdAt, $1.orderId) }
+                oldest = DeliveryPlanner.oldestOpenOrder(
+                    of: account, product: transaction.productId, among: orders.values)
             }
             let product = item.catalog.product(transaction.productId ?? "")
             let isConsumable = product?.type == .consumable

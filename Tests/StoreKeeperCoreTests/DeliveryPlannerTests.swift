@@ -80,6 +80,32 @@ import Testing
         #expect(result.grants.isEmpty)
     }
 
+    /// FIFO among the candidates storage read: the account's oldest created or pending order
+    /// for the product (ties by order id); other accounts, products, paid and cancelled
+    /// orders never.
+    @Test func theOldestOpenOrderIsChosenHere() {
+        func order(_ id: String, _ account: String, _ product: String, _ status: Order.Status, _ age: TimeInterval)
+            -> Order
+        {
+            Order(
+                orderId: id, appAccountToken: UUID(), accountId: account, productId: product, quantity: 1,
+                status: status, createdAt: Self.now.addingTimeInterval(-age))
+        }
+        let orders = [
+            order("a-other-account", "u1", "coins_60", .created, 900),
+            order("b-other-product", "u42", "gems", .created, 800),
+            order("c-delivered", "u42", "coins_60", .delivered, 700),
+            order("d-cancelled", "u42", "coins_60", .cancelled, 600),
+            order("f-pending", "u42", "coins_60", .pending, 500),
+            order("e-created", "u42", "coins_60", .created, 500),
+            order("g-newer", "u42", "coins_60", .created, 100),
+        ]
+        #expect(DeliveryPlanner.oldestOpenOrder(of: "u42", product: "coins_60", among: orders)?.orderId == "e-created")
+        #expect(
+            DeliveryPlanner.oldestOpenOrder(of: "u42", product: "gems", among: orders)?.orderId == "b-other-product")
+        #expect(DeliveryPlanner.oldestOpenOrder(of: "u9", product: "coins_60", among: orders) == nil)
+    }
+
     @Test func attributionFallsBackToRequestedThenOldestOpenOrder() {
         let requested = Self.order()
         let byRequest = plan(
