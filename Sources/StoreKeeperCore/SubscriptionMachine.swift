@@ -1,0 +1,286 @@
+import AppStoreModels
+import Foundation
+
+/// An auto-renewable subscription's status, as API.md lists it.
+public enum SubscriptionStatus: String, Sendable, Hashable, Codable, CaseIterable {
+    case active
+    case gracePeriod = "grace_period"
+    case billingRetry = "billing_retry"
+    case expired
+    case revoked
+
+    /// Active and grace period give access; billing retry, expired and revoked do not.
+    public var entitles: Bool { self == .active || self == .gracePeriod }
+
+    /// Apple's `status` in Get All Subscription Statuses (1 active, 2 expired, 3 billing retry,
+    /// 4 grace period, 5 revoked).
+    public init?(appleStatus: Int) {
+        switch appleStatus {
+        case 1: self = .active
+        case 2: self = .expired
+        case 3: self = .billingRetry
+        case 4: self = .gracePeriod
+        case 5: self = .revoked
+        default: return nil
+        }
+    }
+}
+
+/// One subscription (per `originalTransactionId`) as far as the events applied so far say.
+public struct SubscriptionState: Sendable, Hashable {
+    public var originalTransactionId: String
+    public var productId: String
+    public var status: SubscriptionStatus
+    public var expiresAt: Date?
+    public var autoRenew: Bool
+    /// The product it renews into (`autoRenewProductId`): another one after a downgrade or
+    /// crossgrade, effective at the next renewal.
+    public var nextProductId: String?
+    public var offerType: OfferType?
+    public var offerIdentifier: String?
+    public var gracePeriodEndsAt: Date?
+    public var renewalPrice: Int64?
+    public var currency: String?
+    /// The latest transaction of the subscription, and the one a refund revoked (so a
+    /// REFUND_REVERSED reinstates exactly it).
+    public var latestTransactionId: String?
+    public var revokedTransactionId: String?
+    /// The `signedDate` of the newest event applied: older ones are stale.
+    public var signedDate: Date
+
+    public init(
+        originalTransactionId: String, productId: String, status: SubscriptionStatus, expiresAt: Date?,
+        autoRenew: Bool, signedDate: Date
+    ) {
+        self.originalTransactionId = originalTransactionId
+        self.productId = productId
+        self.status = status
+        self.expiresAt = expiresAt
+        self.autoRenew = autoRenew
+        self.signedDate = signedDate
+    }
+
+    /// Whether it gives access at `now`: active until it expires, grace period until the grace
+    /// ends.
+    public func entitles(at now: Date) -> Bool {
+        switch status {
+        case .active: return expiresAt.map { $0 > now } ?? true
+        case .gracePeriod: return (gracePeriodEndsAt ?? expiresAt).map { $0 > now } ?? true
+        case .billingRetry, .expired, .revoked: return false
+        }
+    }
+}
+
+/// What changes a subscription: a notification, a transaction an app submitted, or Apple's
+/// answer to Get All Subscription Statuses. Each carries the `signedDate` Apple signed it with.
+public struct SubscriptionEvent: Sendable {
+    public enum Source: Sendable, Hashable {
+        case notification(NotificationType, NotificationSubtype?)
+        /// A signed transaction submitted by an app (or found in the transaction history).
+        case submittedTransaction
+        /// Get All Subscription Statuses: Apple's `status` for the subscription.
+        case appleStatus(Int)
+    }
+
+    public var source: Source
+    public var signedDate: Date
+    public var transaction: JWSTransactionDecodedPayload?
+    public var renewalInfo: JWSRenewalInfoDecodedPayload?
+
+    public init(
+        _ source: Source, signedDate: Date, transaction: JWSTransactionDecodedPayload? = nil,
+        renewalInfo: JWSRenewalInfoDecodedPayload? = nil
+    ) {
+        self.source = source
+        self.signedDate = signedDate
+        self.transaction = transaction
+        self.renewalInfo = renewalInfo
+    }
+}
+
+/// The subscription engine's decisions: `apply(state, event) -> (state, effects)`, no I/O.
+/// Events apply in `signedDate` order; an older one than the state's is recorded and never
+/// applied (a late DID_RENEW cannot undo a REFUND, a late EXPIRED cannot undo a later renewal).
+public enum SubscriptionMachine {
+    public enum Effect: Sendable, Hashable {
+        /// The status moved (a `subscription_status_changed` event).
+        case statusChanged(from: SubscriptionStatus?, to: SubscriptionStatus)
+        /// Access to `productId` is now granted until `expiresAt` (nil: no end), or removed.
+        case entitlementGranted(productId: String, expiresAt: Date?)
+        case entitlementRemoved(productId: String)
+        /// Older than what was applied already: kept, not applied.
+        case stale
+        /// Nothing for the subscription's state (TEST, CONSUMPTION_REQUEST, REFUND_DECLINED, an
+        /// unknown type…): recorded as deliberately ignored, with why.
+        case ignored(String)
+    }
+
+    public static func apply(_ state: SubscriptionState?, _ event: SubscriptionEvent)
+        -> (SubscriptionState?, [Effect])
+    {
+        if let state, event.signedDate < state.signedDate { return (state, [.stale]) }
+        guard var next = state ?? start(event) else {
+            return (nil, [.ignored("no subscription to apply it to, and nothing to start one from")])
+        }
+        let before = state
+        switch event.source {
+        case .notification(let type, let subtype):
+            guard let reason = notification(&next, type, subtype, event) else { break }
+            return (state.map { advanced($0, to: event.signedDate) }, [.ignored(reason)])
+        case .submittedTransaction:
+            submitted(&next, event)
+        case .appleStatus(let code):
+            guard let status = SubscriptionStatus(appleStatus: code) else {
+                return (state, [.ignored("unknown Apple status \(code)")])
+            }
+            renewal(&next, event.renewalInfo)
+            if let transaction = event.transaction { take(&next, transaction) }
+            next.status = status
+        }
+        next.signedDate = event.signedDate
+        return (next, effects(from: before, to: next))
+    }
+
+    /// The state an event starts when none exists yet (the first transaction of the
+    /// subscription), nil when it carries no transaction.
+    static func start(_ event: SubscriptionEvent) -> SubscriptionState? {
+        guard let transaction = event.transaction, let productId = transaction.productId,
+            let original = transaction.originalTransactionId ?? transaction.transactionId
+        else { return nil }
+        return SubscriptionState(
+            originalTransactionId: original, productId: productId, status: .active,
+            expiresAt: transaction.expiresDate.map(Date.init(appleMilliseconds:)),
+            autoRenew: event.renewalInfo?.autoRenewStatus != .off, signedDate: event.signedDate)
+    }
+
+    /// Applies a notification; returns why it was ignored, or nil when applied.
+    static func notification(
+        _ state: inout SubscriptionState, _ type: NotificationType, _ subtype: NotificationSubtype?,
+        _ event: SubscriptionEvent
+    ) -> String? {
+        renewal(&state, event.renewalInfo)
+        switch type {
+        case .subscribed, .didRenew, .offerRedeemed, .renewalExtended:
+            // A new period (first buy, resubscribe, renewal, billing recovery, an offer, an
+            // extension), or an immediate upgrade: the transaction says the product and expiry.
+            if let transaction = event.transaction { take(&state, transaction) }
+            state.status = .active
+            state.gracePeriodEndsAt = nil
+        case .didFailToRenew:
+            if subtype == .gracePeriod {
+                state.status = .gracePeriod
+                state.gracePeriodEndsAt =
+                    event.renewalInfo?.gracePeriodExpiresDate.map(Date.init(appleMilliseconds:))
+                    ?? state.gracePeriodEndsAt
+            } else {
+                state.status = .billingRetry
+            }
+        case .gracePeriodExpired:
+            state.status = .billingRetry
+        case .expired:
+            state.status = .expired
+            state.autoRenew = false
+        case .didChangeRenewalStatus:
+            if subtype == .autoRenewEnabled { state.autoRenew = true }
+            if subtype == .autoRenewDisabled { state.autoRenew = false }
+        case .didChangeRenewalPref:
+            // An upgrade takes effect at once (its transaction is the new product's); a
+            // downgrade or crossgrade at the next renewal (autoRenewProductId, above).
+            if subtype == .upgrade, let transaction = event.transaction { take(&state, transaction) }
+        case .priceIncrease:
+            break  // renewal price and currency, above
+        case .refund:
+            state.revokedTransactionId = event.transaction?.transactionId ?? state.latestTransactionId
+            state.status = .revoked
+        case .revoke:
+            state.revokedTransactionId = event.transaction?.transactionId ?? state.latestTransactionId
+            state.status = .revoked
+        case .refundReversed:
+            guard state.status == .revoked else { return "REFUND_REVERSED for a subscription that is not revoked" }
+            state.revokedTransactionId = nil
+            let expires = event.transaction?.expiresDate.map(Date.init(appleMilliseconds:)) ?? state.expiresAt
+            state.expiresAt = expires
+            state.status = expires.map { $0 > event.signedDate } ?? true ? .active : .expired
+        case .refundDeclined:
+            return "REFUND_DECLINED: recorded, nothing changes"
+        case .consumptionRequest:
+            return "CONSUMPTION_REQUEST: answered through the job queue, not a state change"
+        case .renewalExtension:
+            return
+                "RENEWAL_EXTENSION \(subtype?.rawValue ?? ""): a mass extension's summary; each subscription gets its own RENEWAL_EXTENDED"
+        case .test:
+            return "TEST"
+        default:
+            return "\(type.rawValue) does not change a subscription"
+        }
+        return nil
+    }
+
+    /// A transaction an app submitted: a newer period (a renewal the server learns of from the
+    /// device) moves the subscription forward; a revoked one revokes it.
+    static func submitted(_ state: inout SubscriptionState, _ event: SubscriptionEvent) {
+        guard let transaction = event.transaction else { return }
+        if transaction.revocationDate != nil {
+            state.revokedTransactionId = transaction.transactionId
+            state.status = .revoked
+            return
+        }
+        let expires = transaction.expiresDate.map(Date.init(appleMilliseconds:))
+        if let expires, let current = state.expiresAt, expires <= current, state.status != .expired { return }
+        take(&state, transaction)
+        state.status = expires.map { $0 > event.signedDate } ?? true ? .active : .expired
+        state.gracePeriodEndsAt = nil
+    }
+
+    /// The product, expiry, offer and transaction of `transaction`.
+    static func take(_ state: inout SubscriptionState, _ transaction: JWSTransactionDecodedPayload) {
+        if let productId = transaction.productId { state.productId = productId }
+        if let expires = transaction.expiresDate { state.expiresAt = Date(appleMilliseconds: expires) }
+        state.offerType = transaction.offerType
+        state.offerIdentifier = transaction.offerIdentifier
+        if let id = transaction.transactionId { state.latestTransactionId = id }
+    }
+
+    /// What the renewal info says about the next renewal.
+    static func renewal(_ state: inout SubscriptionState, _ info: JWSRenewalInfoDecodedPayload?) {
+        guard let info else { return }
+        if let status = info.autoRenewStatus { state.autoRenew = status == .on }
+        if let next = info.autoRenewProductId { state.nextProductId = next }
+        if let price = info.renewalPrice { state.renewalPrice = price }
+        if let currency = info.currency { state.currency = currency }
+        if let grace = info.gracePeriodExpiresDate { state.gracePeriodEndsAt = Date(appleMilliseconds: grace) }
+    }
+
+    static func advanced(_ state: SubscriptionState, to signedDate: Date) -> SubscriptionState {
+        var state = state
+        state.signedDate = max(state.signedDate, signedDate)
+        return state
+    }
+
+    /// Status changes and what access they grant or remove: one entitlement per subscription,
+    /// for its current product.
+    static func effects(from before: SubscriptionState?, to after: SubscriptionState) -> [Effect] {
+        var effects: [Effect] = []
+        if before?.status != after.status { effects.append(.statusChanged(from: before?.status, to: after.status)) }
+        let had = before.map { $0.status.entitles } ?? false
+        let has = after.status.entitles
+        if had, let before, !has || before.productId != after.productId {
+            effects.append(.entitlementRemoved(productId: before.productId))
+        }
+        if has,
+            !had || before?.productId != after.productId || before?.expiresAt != after.expiresAt
+                || before?.gracePeriodEndsAt != after.gracePeriodEndsAt
+        {
+            let until = after.status == .gracePeriod ? after.gracePeriodEndsAt ?? after.expiresAt : after.expiresAt
+            effects.append(.entitlementGranted(productId: after.productId, expiresAt: until))
+        }
+        return effects
+    }
+}
+
+extension Date {
+    /// Apple's timestamps: milliseconds since 1970.
+    fileprivate init(appleMilliseconds value: Int64) {
+        self.init(timeIntervalSince1970: Double(value) / 1000)
+    }
+}

@@ -1,0 +1,314 @@
+import AppStoreModels
+import Foundation
+import Testing
+
+@testable import StoreKeeperCore
+
+/// The subscription state machine, event by event (SCENARIOS.md S1–S7): statuses, access,
+/// product changes, refunds, and `signedDate` order.
+@Suite struct SubscriptionMachineTests {
+    static let start = Date(timeIntervalSince1970: 1_767_225_600)
+    static let day: TimeInterval = 86_400
+
+    static func at(_ days: Double) -> Date { start.addingTimeInterval(days * day) }
+    static func ms(_ date: Date) -> Int64 { Int64(date.timeIntervalSince1970 * 1000) }
+
+    static func transaction(
+        _ id: String, product: String = "pro_monthly", expires days: Double, revoked: Bool = false
+    ) -> JWSTransactionDecodedPayload {
+        var payload = JWSTransactionDecodedPayload()
+        payload.transactionId = id
+        payload.originalTransactionId = "1000"
+        payload.productId = product
+        payload.type = .autoRenewable
+        payload.expiresDate = ms(at(days))
+        if revoked { payload.revocationDate = ms(at(days - 1)) }
+        return payload
+    }
+
+    static func renewal(
+        autoRenew: Bool = true, next: String? = nil, graceUntil days: Double? = nil
+    ) -> JWSRenewalInfoDecodedPayload {
+        var info = JWSRenewalInfoDecodedPayload()
+        info.originalTransactionId = "1000"
+        info.autoRenewStatus = autoRenew ? .on : .off
+        info.autoRenewProductId = next
+        info.gracePeriodExpiresDate = days.map { ms(at($0)) }
+        return info
+    }
+
+    static func notification(
+        _ type: NotificationType, _ subtype: NotificationSubtype? = nil, signed days: Double,
+        transaction: JWSTransactionDecodedPayload? = nil, renewal: JWSRenewalInfoDecodedPayload? = nil
+    ) -> SubscriptionEvent {
+        SubscriptionEvent(
+            .notification(type, subtype), signedDate: at(days), transaction: transaction, renewalInfo: renewal)
+    }
+
+    /// A subscription bought on day 0, renewing monthly.
+    static func subscribed() -> SubscriptionState {
+        let (state, effects) = SubscriptionMachine.apply(
+            nil,
+            notification(
+                .subscribed, .initialBuy, signed: 0, transaction: transaction("1000", expires: 30),
+                renewal: renewal()))
+        #expect(effects.contains(.statusChanged(from: nil, to: .active)))
+        #expect(effects.contains(.entitlementGranted(productId: "pro_monthly", expiresAt: at(30))))
+        return state!
+    }
+
+    @Test func subscribeThenRenewMovesTheExpiryOnly() {
+        var state = Self.subscribed()
+        #expect(state.status == .active && state.autoRenew && state.entitles(at: Self.at(29)))
+        for month in 1...3 {
+            let (next, effects) = SubscriptionMachine.apply(
+                state,
+                Self.notification(
+                    .didRenew, signed: Double(30 * month),
+                    transaction: Self.transaction("\(1000 + month)", expires: Double(30 * (month + 1)))))
+            state = next!
+            #expect(
+                effects == [.entitlementGranted(productId: "pro_monthly", expiresAt: Self.at(Double(30 * (month + 1))))]
+            )
+        }
+        #expect(state.expiresAt == Self.at(120))
+        #expect(state.latestTransactionId == "1003")
+    }
+
+    @Test func billingFailureGraceThenRetryThenRecovery() {
+        var state = Self.subscribed()
+        var effects: [SubscriptionMachine.Effect]
+        (state, effects) = unwrap(
+            SubscriptionMachine.apply(
+                state,
+                Self.notification(.didFailToRenew, .gracePeriod, signed: 30, renewal: Self.renewal(graceUntil: 46))))
+        #expect(state.status == .gracePeriod)
+        #expect(state.entitles(at: Self.at(40)) && !state.entitles(at: Self.at(47)))
+        #expect(effects.contains(.entitlementGranted(productId: "pro_monthly", expiresAt: Self.at(46))))
+        (state, effects) = unwrap(
+            SubscriptionMachine.apply(state, Self.notification(.gracePeriodExpired, signed: 46)))
+        #expect(state.status == .billingRetry)
+        #expect(
+            effects == [
+                .statusChanged(from: .gracePeriod, to: .billingRetry), .entitlementRemoved(productId: "pro_monthly"),
+            ])
+        (state, effects) = unwrap(
+            SubscriptionMachine.apply(
+                state,
+                Self.notification(
+                    .didRenew, .billingRecovery, signed: 50, transaction: Self.transaction("1001", expires: 80))))
+        #expect(state.status == .active && state.gracePeriodEndsAt == nil)
+        #expect(effects.contains(.entitlementGranted(productId: "pro_monthly", expiresAt: Self.at(80))))
+    }
+
+    @Test func billingRetryThenExpiryAndVoluntaryCancelThenResubscribe() {
+        var state = Self.subscribed()
+        (state, _) = unwrap(SubscriptionMachine.apply(state, Self.notification(.didFailToRenew, signed: 30)))
+        #expect(state.status == .billingRetry && !state.entitles(at: Self.at(31)))
+        (state, _) = unwrap(SubscriptionMachine.apply(state, Self.notification(.expired, .billingRetry, signed: 90)))
+        #expect(state.status == .expired && !state.autoRenew)
+
+        var other = Self.subscribed()
+        (other, _) = unwrap(
+            SubscriptionMachine.apply(
+                other,
+                Self.notification(
+                    .didChangeRenewalStatus, .autoRenewDisabled, signed: 10, renewal: Self.renewal(autoRenew: false))))
+        #expect(!other.autoRenew && other.status == .active)
+        (other, _) = unwrap(SubscriptionMachine.apply(other, Self.notification(.expired, .voluntary, signed: 30)))
+        #expect(other.status == .expired)
+        let effects: [SubscriptionMachine.Effect]
+        (other, effects) = unwrap(
+            SubscriptionMachine.apply(
+                other,
+                Self.notification(
+                    .subscribed, .resubscribe, signed: 40, transaction: Self.transaction("1005", expires: 70),
+                    renewal: Self.renewal())))
+        #expect(other.status == .active && other.autoRenew)
+        #expect(effects.contains(.statusChanged(from: .expired, to: .active)))
+    }
+
+    /// A late DID_RENEW cannot undo a REFUND; REFUND_REVERSED reinstates exactly what was
+    /// reversed.
+    @Test func refundRevokesAndALateRenewalCannotUndoIt() {
+        var state = Self.subscribed()
+        var effects: [SubscriptionMachine.Effect]
+        (state, effects) = unwrap(
+            SubscriptionMachine.apply(
+                state,
+                Self.notification(
+                    .refund, signed: 10, transaction: Self.transaction("1000", expires: 30, revoked: true))))
+        #expect(state.status == .revoked && state.revokedTransactionId == "1000")
+        #expect(
+            effects == [.statusChanged(from: .active, to: .revoked), .entitlementRemoved(productId: "pro_monthly")])
+        let late = SubscriptionMachine.apply(
+            state, Self.notification(.didRenew, signed: 9, transaction: Self.transaction("1001", expires: 60)))
+        #expect(late.1 == [.stale])
+        #expect(late.0 == state)
+        (state, effects) = unwrap(
+            SubscriptionMachine.apply(
+                state,
+                Self.notification(.refundReversed, signed: 12, transaction: Self.transaction("1000", expires: 30))))
+        #expect(state.status == .active && state.revokedTransactionId == nil)
+        #expect(effects.contains(.entitlementGranted(productId: "pro_monthly", expiresAt: Self.at(30))))
+    }
+
+    /// A late EXPIRED cannot undo a renewal signed after it.
+    @Test func aLateExpiryIsStale() {
+        var state = Self.subscribed()
+        (state, _) = unwrap(
+            SubscriptionMachine.apply(
+                state, Self.notification(.didRenew, signed: 30, transaction: Self.transaction("1001", expires: 60))))
+        let (after, effects) = SubscriptionMachine.apply(state, Self.notification(.expired, .voluntary, signed: 29))
+        #expect(effects == [.stale])
+        #expect(after?.status == .active)
+    }
+
+    /// One entitlement per subscription: an upgrade switches at once, a downgrade at renewal.
+    @Test func upgradeIsImmediateAndDowngradeWaitsForTheRenewal() {
+        var state = Self.subscribed()
+        var effects: [SubscriptionMachine.Effect]
+        (state, effects) = unwrap(
+            SubscriptionMachine.apply(
+                state,
+                Self.notification(
+                    .didChangeRenewalPref, .upgrade, signed: 5,
+                    transaction: Self.transaction("1001", product: "pro_yearly", expires: 370),
+                    renewal: Self.renewal(next: "pro_yearly"))))
+        #expect(state.productId == "pro_yearly" && state.expiresAt == Self.at(370))
+        #expect(
+            effects == [
+                .entitlementRemoved(productId: "pro_monthly"),
+                .entitlementGranted(productId: "pro_yearly", expiresAt: Self.at(370)),
+            ])
+        (state, effects) = unwrap(
+            SubscriptionMachine.apply(
+                state,
+                Self.notification(
+                    .didChangeRenewalPref, .downgrade, signed: 20, renewal: Self.renewal(next: "basic_yearly"))))
+        #expect(state.productId == "pro_yearly" && state.nextProductId == "basic_yearly")
+        #expect(effects.isEmpty)
+        (state, effects) = unwrap(
+            SubscriptionMachine.apply(
+                state,
+                Self.notification(
+                    .didRenew, signed: 370, transaction: Self.transaction("1002", product: "basic_yearly", expires: 735)
+                )))
+        #expect(state.productId == "basic_yearly")
+        #expect(
+            effects == [
+                .entitlementRemoved(productId: "pro_yearly"),
+                .entitlementGranted(productId: "basic_yearly", expiresAt: Self.at(735)),
+            ])
+    }
+
+    @Test func familySharingRevokeRemovesAccess() {
+        let (state, effects) = SubscriptionMachine.apply(
+            Self.subscribed(), Self.notification(.revoke, signed: 3, transaction: Self.transaction("1000", expires: 30))
+        )
+        #expect(state?.status == .revoked)
+        #expect(effects.contains(.entitlementRemoved(productId: "pro_monthly")))
+    }
+
+    @Test func recordedButIgnoredTypesChangeNothing() {
+        let state = Self.subscribed()
+        for type in [
+            NotificationType.test, .consumptionRequest, .refundDeclined, .renewalExtension, .externalPurchaseToken,
+            .metadataUpdate, .migration, .priceChange, .rescindConsent, .oneTimeCharge,
+            NotificationType(rawValue: "SOMETHING_APPLE_ADDS_LATER"),
+        ] {
+            let (after, effects) = SubscriptionMachine.apply(state, Self.notification(type, signed: 5))
+            #expect(effects.count == 1)
+            if case .ignored = effects.first {} else { Issue.record("\(type.rawValue) was not ignored: \(effects)") }
+            #expect(after?.status == state.status && after?.expiresAt == state.expiresAt)
+            #expect(after?.signedDate == Self.at(5))
+        }
+    }
+
+    /// Every type and subtype Apple documents, on every status: applied or ignored, never a
+    /// crash, and never a stale answer for a newer event.
+    @Test func everyTypeAndSubtypeIsHandledOnEveryStatus() {
+        for status in SubscriptionStatus.allCases {
+            var base = Self.subscribed()
+            base.status = status
+            for type in NotificationType.knownValues {
+                for subtype in [nil] + NotificationSubtype.knownValues {
+                    let (after, effects) = SubscriptionMachine.apply(
+                        base,
+                        Self.notification(
+                            type, subtype, signed: 1, transaction: Self.transaction("1009", expires: 60),
+                            renewal: Self.renewal()))
+                    #expect(after != nil)
+                    #expect(!effects.contains(.stale))
+                    #expect(after.map { $0.signedDate == Self.at(1) } == true)
+                }
+            }
+        }
+    }
+
+    @Test func submittedTransactionsMoveForwardNeverBack() {
+        var state = Self.subscribed()
+        var effects: [SubscriptionMachine.Effect]
+        (state, effects) = unwrap(
+            SubscriptionMachine.apply(
+                state,
+                SubscriptionEvent(
+                    .submittedTransaction, signedDate: Self.at(31), transaction: Self.transaction("1001", expires: 60)))
+        )
+        #expect(state.expiresAt == Self.at(60))
+        #expect(effects == [.entitlementGranted(productId: "pro_monthly", expiresAt: Self.at(60))])
+        // An older period submitted again changes nothing.
+        (state, effects) = unwrap(
+            SubscriptionMachine.apply(
+                state,
+                SubscriptionEvent(
+                    .submittedTransaction, signedDate: Self.at(32), transaction: Self.transaction("1000", expires: 30)))
+        )
+        #expect(state.expiresAt == Self.at(60) && effects.isEmpty)
+        // A revoked one revokes.
+        (state, _) = unwrap(
+            SubscriptionMachine.apply(
+                state,
+                SubscriptionEvent(
+                    .submittedTransaction, signedDate: Self.at(33),
+                    transaction: Self.transaction("1001", expires: 60, revoked: true))))
+        #expect(state.status == .revoked)
+    }
+
+    @Test func applesStatusesMapAndUnknownOnesAreIgnored() {
+        let state = Self.subscribed()
+        for (code, status) in [
+            (1, SubscriptionStatus.active), (2, .expired), (3, .billingRetry), (4, .gracePeriod), (5, .revoked),
+        ] {
+            let (after, _) = SubscriptionMachine.apply(
+                state, SubscriptionEvent(.appleStatus(code), signedDate: Self.at(2), renewalInfo: Self.renewal()))
+            #expect(after?.status == status)
+        }
+        let (after, effects) = SubscriptionMachine.apply(
+            state, SubscriptionEvent(.appleStatus(9), signedDate: Self.at(2)))
+        #expect(after == state)
+        #expect(effects == [.ignored("unknown Apple status 9")])
+    }
+
+    @Test func nothingStartsWithoutATransaction() {
+        let (state, effects) = SubscriptionMachine.apply(nil, Self.notification(.didFailToRenew, signed: 1))
+        #expect(state == nil)
+        #expect(effects.count == 1)
+    }
+
+    @Test func accessByStatus() {
+        var state = Self.subscribed()
+        for status in SubscriptionStatus.allCases {
+            state.status = status
+            #expect(state.entitles(at: Self.at(1)) == status.entitles)
+        }
+        state.status = .active
+        #expect(!state.entitles(at: Self.at(31)))
+    }
+
+    func unwrap(_ result: (SubscriptionState?, [SubscriptionMachine.Effect])) -> (
+        SubscriptionState, [SubscriptionMachine.Effect]
+    ) {
+        (result.0!, result.1)
+    }
+}
