@@ -1,0 +1,67 @@
+import AppStoreModels
+import Foundation
+
+/// What the developer keeps of a transaction's price, for revenue figures: 70 % by default;
+/// 85 % for an auto-renewable subscription's periods after one year of paid service (a lapse
+/// of more than 60 days starts the year again), or for everything under the Small Business
+/// Program. Sandbox transactions earn nothing and are left out.
+public enum Proceeds {
+    /// One paid period of a subscription.
+    public struct Period: Sendable, Hashable {
+        public var start: Date
+        public var end: Date
+
+        public init(start: Date, end: Date) {
+            self.start = start
+            self.end = end
+        }
+    }
+
+    /// Percent of the price kept (integers: 990 × 70 % is 693, not 692.999…).
+    public static let standardPercent = 70
+    public static let reducedCommissionPercent = 85
+    /// A gap between paid periods longer than this resets the year of paid service.
+    public static let maximumGap: TimeInterval = 60 * 86_400
+    public static let oneYear: TimeInterval = 365 * 86_400
+
+    /// Seconds of paid service before `date`, counted back to the last gap of more than 60 days.
+    public static func paidService(before date: Date, periods: [Period]) -> TimeInterval {
+        var total: TimeInterval = 0
+        var previousEnd: Date?
+        for period in periods.sorted(by: { $0.start < $1.start }) where period.start < date {
+            if let previousEnd, period.start.timeIntervalSince(previousEnd) > maximumGap { total = 0 }
+            let end = min(period.end, date)
+            total += max(0, end.timeIntervalSince(period.start))
+            previousEnd = max(previousEnd ?? end, end)
+        }
+        if let previousEnd, date.timeIntervalSince(previousEnd) > maximumGap { total = 0 }
+        return total
+    }
+
+    /// The percent of the price the developer keeps; nil for Sandbox and Xcode.
+    public static func percent(
+        of transaction: JWSTransactionDecodedPayload, earlierPeriods: [Period] = [], smallBusinessProgram: Bool = false
+    ) -> Int? {
+        if transaction.environment == .sandbox || transaction.environment == .xcode { return nil }
+        if smallBusinessProgram { return reducedCommissionPercent }
+        guard transaction.type == .autoRenewable, let purchased = transaction.purchaseDate else {
+            return standardPercent
+        }
+        let start = Date(timeIntervalSince1970: Double(purchased) / 1000)
+        return paidService(before: start, periods: earlierPeriods) >= oneYear
+            ? reducedCommissionPercent : standardPercent
+    }
+
+    /// The proceeds in Apple's price unit (milliunits of `currency`), rounded down; nil for
+    /// Sandbox or a transaction without a price.
+    public static func amount(
+        of transaction: JWSTransactionDecodedPayload, earlierPeriods: [Period] = [], smallBusinessProgram: Bool = false
+    ) -> Int64? {
+        guard let price = transaction.price, price >= 0,
+            let percent = percent(
+                of: transaction, earlierPeriods: earlierPeriods, smallBusinessProgram: smallBusinessProgram)
+        else { return nil }
+        let (product, overflow) = price.multipliedReportingOverflow(by: Int64(percent))
+        return overflow ? price / 100 * Int64(percent) : product / 100
+    }
+}
