@@ -32,12 +32,24 @@ extension PurchaseStore {
             SELECT account_id, 'e' AS kind, entitlement_id AS name, NULL AS amount, product_id,
                    original_transaction_id, expires_at
             FROM entitlements WHERE account_id IN (\(binds: accounts))
+            UNION ALL
+            SELECT account_id, 's' AS kind, status AS name, auto_renew AS amount, product_id,
+                   original_transaction_id, expires_at
+            FROM subscriptions WHERE account_id IN (\(binds: accounts))
             ORDER BY account_id, kind, name, original_transaction_id
             """
         ).all() {
             let account = try row.decode(column: "account_id", as: String.self)
             let name = try row.decode(column: "name", as: String.self)
-            if try row.decode(column: "kind", as: String.self) == "b" {
+            let kind = try row.decode(column: "kind", as: String.self)
+            if kind == "s" {
+                states[account, default: AccountState()].subscriptions.append(
+                    SubscriptionRow(
+                        originalTransactionId: try row.decode(column: "original_transaction_id", as: String.self),
+                        productId: try row.decode(column: "product_id", as: String.self), status: name,
+                        expiresAt: try row.decode(column: "expires_at", as: Int64?.self).map(Date.init(milliseconds:)),
+                        autoRenew: try row.decode(column: "amount", as: Int64.self) != 0))
+            } else if kind == "b" {
                 states[account, default: AccountState()].balances[name] = try row.decode(
                     column: "amount", as: Int64.self)
             } else {

@@ -100,6 +100,10 @@ struct BatchDelivery {
             }
         }
 
+        // Auto-renewable subscriptions the batch touches, as SubscriptionMachine left them.
+        var subscriptions = try await Self.subscriptions(of: items, sql: sql)
+        var changedSubscriptions: [String: (SubscriptionState, String, Int64)] = [:]  // + account, at
+
         // MARK: Plan in order, against the overlay.
         var results: [PurchaseStore.DeliveryResult] = []
         var newDeliveries: [(DeliveryPlanner.Delivery, String, String, Int64)] = []  // + original id, environment, at
@@ -149,6 +153,19 @@ struct BatchDelivery {
                 boundAccount: bound, currentEntitlementExpiry: currentExpiry, catalog: item.catalog,
                 policy: item.policy, evidence: item.evidence)
             let plan = DeliveryPlanner.plan(context, now: item.now)
+            // A new period of an auto-renewable subscription, submitted: the subscription's
+            // state moves through the core's machine (`signedDate` order), bound where the
+            // delivery went.
+            if product?.type == .autoRenewable, plan.delivery != nil, let account = plan.accountId {
+                let signed = transaction.signedDate.map { Date(milliseconds: $0) } ?? item.now
+                let (state, _) = SubscriptionMachine.apply(
+                    subscriptions[originalId],
+                    SubscriptionEvent(.submittedTransaction, signedDate: signed, transaction: transaction))
+                if let state, state != subscriptions[originalId] {
+                    subscriptions[originalId] = state
+                    changedSubscriptions[originalId] = (state, account, item.now.milliseconds)
+                }
+            }
             if product?.type == .nonRenewing, let account = plan.accountId {
                 for case .entitlement(let id, let expiresAt?) in plan.grants {
                     let key = EntitlementKey(account: account, entitlement: id)
@@ -211,6 +228,9 @@ struct BatchDelivery {
         {
             try await PurchaseStore.apply(plan, transaction: transaction, context: context, sql: sql, now: now)
         }
+        for (state, account, at) in changedSubscriptions.values {
+            try await Self.save(state, account: account, at: at, sql: sql)
+        }
         // The submitting accounts as committed, for the answers.
         let states = try await PurchaseStore.accountStates(
             Array(Set(items.compactMap(\.submittingAccount))), sql: sql)
@@ -218,6 +238,58 @@ struct BatchDelivery {
             results[index].account = item.submittingAccount.map { states[$0] ?? PurchaseStore.AccountState() }
         }
         return results
+    }
+}
+
+extension BatchDelivery {
+    /// The stored state of every auto-renewable subscription among `items`, one query.
+    static func subscriptions(of items: [Item], sql: any SQLDatabase) async throws -> [String: SubscriptionState] {
+        let originals = Array(
+            Set(
+                items.filter { $0.catalog.product($0.transaction.productId ?? "")?.type == .autoRenewable }
+                    .map { $0.transaction.originalTransactionId ?? $0.transaction.transactionId ?? "" }))
+        guard !originals.isEmpty else { return [:] }
+        var states: [String: SubscriptionState] = [:]
+        for row in try await sql.raw(
+            "SELECT * FROM subscriptions WHERE original_transaction_id IN (\(binds: originals))"
+        ).all() {
+            let original = try row.decode(column: "original_transaction_id", as: String.self)
+            var state = SubscriptionState(
+                originalTransactionId: original, productId: try row.decode(column: "product_id", as: String.self),
+                status: SubscriptionStatus(rawValue: try row.decode(column: "status", as: String.self)) ?? .expired,
+                expiresAt: try row.decode(column: "expires_at", as: Int64?.self).map(Date.init(milliseconds:)),
+                autoRenew: try row.decode(column: "auto_renew", as: Int64.self) != 0,
+                signedDate: Date(milliseconds: try row.decode(column: "signed_at", as: Int64.self)))
+            state.nextProductId = try row.decode(column: "next_product_id", as: String?.self)
+            state.gracePeriodEndsAt = try row.decode(column: "grace_ends_at", as: Int64?.self).map(
+                Date.init(milliseconds:))
+            state.latestTransactionId = try row.decode(column: "latest_transaction_id", as: String?.self)
+            state.revokedTransactionId = try row.decode(column: "revoked_transaction_id", as: String?.self)
+            states[original] = state
+        }
+        return states
+    }
+
+    static func save(_ state: SubscriptionState, account: String, at: Int64, sql: any SQLDatabase) async throws {
+        try await sql.raw(
+            """
+            INSERT INTO subscriptions (original_transaction_id, account_id, product_id, status, expires_at, auto_renew,
+                                       next_product_id, grace_ends_at, latest_transaction_id, revoked_transaction_id,
+                                       signed_at, updated_at)
+            VALUES (\(bind: state.originalTransactionId), \(bind: account), \(bind: state.productId),
+                    \(bind: state.status.rawValue), \(bind: state.expiresAt?.milliseconds), \(bind: state.autoRenew ? 1 : 0),
+                    \(bind: state.nextProductId), \(bind: state.gracePeriodEndsAt?.milliseconds),
+                    \(bind: state.latestTransactionId), \(bind: state.revokedTransactionId),
+                    \(bind: state.signedDate.milliseconds), \(bind: at))
+            ON CONFLICT (original_transaction_id) DO UPDATE SET
+                account_id = excluded.account_id, product_id = excluded.product_id, status = excluded.status,
+                expires_at = excluded.expires_at, auto_renew = excluded.auto_renew,
+                next_product_id = excluded.next_product_id, grace_ends_at = excluded.grace_ends_at,
+                latest_transaction_id = excluded.latest_transaction_id,
+                revoked_transaction_id = excluded.revoked_transaction_id, signed_at = excluded.signed_at,
+                updated_at = excluded.updated_at
+            """
+        ).run()
     }
 }
 

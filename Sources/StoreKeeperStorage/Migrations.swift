@@ -223,6 +223,30 @@ public enum Migrations {
                 """
             ]
         ),
+        (
+            9,
+            [
+                // Auto-renewable subscriptions, one row per original transaction, as
+                // SubscriptionMachine left them; bound to the account the delivery was.
+                """
+                CREATE TABLE subscriptions (
+                    original_transaction_id TEXT PRIMARY KEY,
+                    account_id TEXT NOT NULL,
+                    product_id TEXT NOT NULL,
+                    status TEXT NOT NULL,
+                    expires_at BIGINT,
+                    auto_renew INTEGER NOT NULL,
+                    next_product_id TEXT,
+                    grace_ends_at BIGINT,
+                    latest_transaction_id TEXT,
+                    revoked_transaction_id TEXT,
+                    signed_at BIGINT NOT NULL,
+                    updated_at BIGINT NOT NULL
+                )
+                """,
+                "CREATE INDEX subscriptions_account ON subscriptions (account_id)",
+            ]
+        ),
     ]
 
     /// Applies every migration not yet applied, each in its own transaction. Safe to run from

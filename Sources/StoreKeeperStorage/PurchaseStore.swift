@@ -30,5 +30,15 @@ public struct PurchaseStore: Sendable {
     public struct AccountState: Sendable, Hashable {
         public var balances: [String: Int64] = [:]
         public var entitlements: [EntitlementRow] = []
+        public var subscriptions: [SubscriptionRow] = []
+    }
+
+    /// An auto-renewable subscription as the account read shows it.
+    public struct SubscriptionRow: Sendable, Hashable {
+        public var originalTransactionId: String
+        public var productId: String
+        public var status: String
+        public var expiresAt: Date?
+        public var autoRenew: Bool
     }
 }

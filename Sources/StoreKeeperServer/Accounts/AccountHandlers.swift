@@ -26,7 +26,11 @@ extension StoreKeeperApp {
         }
         return AccountJSON(
             accountId: accountId, entitlements: entitlements, balances: state.balances,
-            subscriptions: [])
+            subscriptions: state.subscriptions.map {
+                AccountJSON.Subscription(
+                    originalTransactionId: $0.originalTransactionId, productId: $0.productId, status: $0.status,
+                    expiresAt: $0.expiresAt.map(Self.iso), autoRenew: $0.autoRenew)
+            })
     }
 
     struct DebitBody: Decodable {
