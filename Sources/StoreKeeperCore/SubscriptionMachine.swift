@@ -220,13 +220,19 @@ public enum SubscriptionMachine {
     /// device) moves the subscription forward; a revoked one revokes it.
     static func submitted(_ state: inout SubscriptionState, _ event: SubscriptionEvent) {
         guard let transaction = event.transaction else { return }
+        let expires = transaction.expiresDate.map(Date.init(appleMilliseconds:))
+        // An older period than the one the state holds never moves it back, revoked or not
+        // (a refunded period of last year does not end this year's access).
+        let isOlder =
+            transaction.transactionId != state.latestTransactionId
+            && expires.flatMap { expires in state.expiresAt.map { expires < $0 } } == true
         if transaction.revocationDate != nil {
+            guard !isOlder else { return }
             state.revokedTransactionId = transaction.transactionId
             state.status = .revoked
             return
         }
-        let expires = transaction.expiresDate.map(Date.init(appleMilliseconds:))
-        if let expires, let current = state.expiresAt, expires <= current, state.status != .expired { return }
+        if let expires, let current = state.expiresAt, expires <= current { return }
         take(&state, transaction)
         state.status = expires.map { $0 > event.signedDate } ?? true ? .active : .expired
         state.gracePeriodEndsAt = nil

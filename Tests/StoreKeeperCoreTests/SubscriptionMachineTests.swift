@@ -275,6 +275,26 @@ import Testing
         #expect(state.status == .revoked)
     }
 
+    /// After expiry an older period, even a refunded one, moves nothing back.
+    @Test func olderPeriodsNeverMoveAnExpiredOrCurrentSubscriptionBack() {
+        var state = Self.subscribed()
+        (state, _) = unwrap(
+            SubscriptionMachine.apply(
+                state, Self.notification(.didRenew, signed: 30, transaction: Self.transaction("1001", expires: 60))))
+        (state, _) = unwrap(SubscriptionMachine.apply(state, Self.notification(.expired, .voluntary, signed: 60)))
+        let (afterOld, oldEffects) = SubscriptionMachine.apply(
+            state,
+            SubscriptionEvent(
+                .submittedTransaction, signedDate: Self.at(61), transaction: Self.transaction("1000", expires: 30)))
+        #expect(afterOld?.expiresAt == Self.at(60) && afterOld?.status == .expired && oldEffects.isEmpty)
+        let (afterRefunded, _) = SubscriptionMachine.apply(
+            state,
+            SubscriptionEvent(
+                .submittedTransaction, signedDate: Self.at(62),
+                transaction: Self.transaction("1000", expires: 30, revoked: true)))
+        #expect(afterRefunded?.status == .expired)
+    }
+
     @Test func applesStatusesMapAndUnknownOnesAreIgnored() {
         let state = Self.subscribed()
         for (code, status) in [
