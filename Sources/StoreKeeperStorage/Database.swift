@@ -59,11 +59,15 @@ public final class Database: Sendable {
 
     /// Runs `body` in one database transaction: committed if it returns, rolled back if it throws.
     /// A database that cannot answer throws `StorageUnavailable` (never hangs: PostgreSQL work
-    /// runs under `deadline`, SQLite under its busy timeout).
-    public func transaction<T: Sendable>(_ body: @escaping @Sendable (any SQLDatabase) async throws -> T) async throws
-        -> T
-    {
+    /// runs under a deadline — 30 s, or `deadline` for work known to be long, like a migration
+    /// building an index on a large table — SQLite under its busy timeout).
+    public func transaction<T: Sendable>(
+        deadline: Duration? = nil, _ body: @escaping @Sendable (any SQLDatabase) async throws -> T
+    ) async throws -> T {
         do {
+            if let deadline, let postgres = backend as? PostgresBackend {
+                return try await postgres.transaction(deadline: deadline, body)
+            }
             return try await backend.transaction(body)
         } catch {
             throw StorageUnavailable.classify(error) ?? error

@@ -259,7 +259,9 @@ public enum Migrations {
         }
         for migration in all {
             do {
-                try await database.transaction { sql in
+                // A migration may build an index on a large table: far longer than the 30 s an
+                // ordinary PostgreSQL transaction is given.
+                try await database.transaction(deadline: .seconds(3600)) { sql in
                     let applied = try await sql.raw(
                         "SELECT version FROM schema_migrations WHERE version = \(bind: migration.version)"
                     ).first()

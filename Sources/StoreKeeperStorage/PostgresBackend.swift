@@ -162,7 +162,13 @@ final class PostgresBackend: Backend {
     }
 
     func transaction<T: Sendable>(_ body: @escaping @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
-        try await withDeadline { connection in
+        try await transaction(deadline: deadline, body)
+    }
+
+    func transaction<T: Sendable>(
+        deadline: Duration, _ body: @escaping @Sendable (any SQLDatabase) async throws -> T
+    ) async throws -> T {
+        try await withDeadline(deadline) { connection in
             let sql = connection.sql()
             try await sql.raw("BEGIN").run()
             do {
@@ -193,14 +199,14 @@ final class PostgresBackend: Backend {
     }
 
     func read<T: Sendable>(_ body: @escaping @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
-        try await withDeadline { connection in try await body(connection.sql()) }
+        try await withDeadline(deadline) { connection in try await body(connection.sql()) }
     }
 
     /// The work on a pooled connection, answered or failed by `deadline` — never waiting for a
     /// call that does not return: at the deadline the connection is closed (in the background:
     /// closing a dying connection may itself hang) and the caller gets `StorageUnavailable`.
     private func withDeadline<T: Sendable>(
-        _ run: @escaping @Sendable (PostgresConnection) async throws -> T
+        _ deadline: Duration, _ run: @escaping @Sendable (PostgresConnection) async throws -> T
     ) async throws -> T {
         let client = self.client
         let held = Held()

@@ -131,7 +131,9 @@ public struct StoreKeeperApp: Sendable {
     }
 
     /// Applies migrations, waiting for the database up to `database.startupTimeoutSeconds`
-    /// (a warning every 5 s), then gives up with a clear message.
+    /// (a warning every 5 s), then gives up with a clear message. Only reaching the database is
+    /// bounded by 5 s a try; the migrations themselves take as long as they take (an index on a
+    /// large table), each under its own long deadline.
     static func waitForDatabase(_ database: Database, configuration: ServerConfiguration, logger: Logger)
         async throws
     {
@@ -140,7 +142,8 @@ public struct StoreKeeperApp: Sendable {
         var lastWarning = started
         while true {
             do {
-                try await raceDeadline(.seconds(5), what: "migrations") { try await Migrations.run(on: database) }
+                try await database.ping(deadline: .seconds(5))
+                try await Migrations.run(on: database)
                 return
             } catch let error where StorageUnavailable.classify(error) != nil {
                 let waited = ContinuousClock.now - started
