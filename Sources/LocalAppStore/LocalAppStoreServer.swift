@@ -95,9 +95,11 @@ public struct LocalAppStoreServer: Sendable {
                 guard let body = try? await request.decode(as: ConsumptionRequest.self, context: context) else {
                     return Self.appleError(400, 4_000_000)
                 }
-                guard body.customerConsented == true else { return Self.appleError(400, 4_000_035) }
-                guard body.sampleContentProvided != nil else { return Self.appleError(400, 4_000_041) }
-                guard await self.store.transaction(id) != nil else { return Self.appleError(404, 4_040_010) }
+                do {
+                    try await self.store.receiveConsumption(id, body)
+                } catch let refusal as LocalAppStore.ConsumptionRefusal {
+                    return Self.appleError(refusal.status, refusal.code)
+                }
                 return Response(status: .accepted)
             }
         }

@@ -65,6 +65,24 @@ extension LocalAppStore {
             .consumptionRequest, subtype: nil, transaction: stored.payload, at: clock.now(), consumptionReason: reason)
     }
 
+    /// Send Consumption Information (v2), checked as Apple does: Apple's error code when refused.
+    public func receiveConsumption(_ transactionId: String, _ request: ConsumptionRequest) throws(ConsumptionRefusal) {
+        guard request.customerConsented == true else { throw ConsumptionRefusal(code: 4_000_035) }
+        guard request.sampleContentProvided != nil else { throw ConsumptionRefusal(code: 4_000_041) }
+        guard var stored = transactions[transactionId] else { throw ConsumptionRefusal(code: 4_040_010) }
+        if stored.payload.type == .autoRenewable, request.consumptionPercentage != nil {
+            throw ConsumptionRefusal(code: 4_000_209)
+        }
+        stored.consumptionReceived.append(request)
+        transactions[transactionId] = stored
+    }
+
+    /// Apple's refusal of a Send Consumption Information request.
+    public struct ConsumptionRefusal: Error, Hashable {
+        public var code: Int64
+        public var status: Int { code == 4_040_010 ? 404 : 400 }
+    }
+
     public func declineRefund(_ transactionId: String) throws {
         guard let stored = transactions[transactionId] else { throw StoreError.unknownTransaction(transactionId) }
         notify(.refundDeclined, subtype: nil, transaction: stored.payload, at: clock.now())

@@ -81,6 +81,8 @@ extension LocalAppStore {
         /// When Apple last changed it (history v2 sorts by this).
         public var modified: Date
         public var consumptionRequested = false
+        /// What the developer sent with Send Consumption Information, last first-come.
+        public var consumptionReceived: [ConsumptionRequest] = []
     }
 
     public struct Subscription: Sendable, Hashable {

@@ -225,8 +225,11 @@ public enum DeliveryPlanner {
         var binding: String?
         if product.type != .consumable {
             if let owner = context.boundAccount {
-                if recipient == nil {
-                    recipient = owner  // a renewal arriving from Apple goes to the owner
+                if recipient == nil || context.submittingAccount == nil {
+                    // What arrives from Apple (a renewal, a notification) goes to the owner,
+                    // never to whichever order or account its token points at now.
+                    if recipient != owner { paidOrder = nil }
+                    recipient = owner
                 } else if recipient != owner {
                     switch context.policy {
                     case .firstBinder:
@@ -305,7 +308,8 @@ public enum DeliveryPlanner {
     /// Access end of an entitlement: Apple's expiresDate for auto-renewables; for
     /// non-renewing subscriptions the server's own window, extended from whichever is later
     /// of now-held access and the purchase date.
-    static func expiry(of product: Product, transaction: JWSTransactionDecodedPayload, context: Context) -> Date? {
+    public static func expiry(of product: Product, transaction: JWSTransactionDecodedPayload, context: Context) -> Date?
+    {
         switch product.type {
         case .autoRenewable:
             return transaction.expiresDate.map { Date(timeIntervalSince1970: Double($0) / 1000) }

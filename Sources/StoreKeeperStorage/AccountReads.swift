@@ -88,3 +88,57 @@ extension PurchaseStore {
         try await account(accountId).entitlements
     }
 }
+
+extension Optional {
+    fileprivate func asyncMap<T>(_ transform: (Wrapped) async throws -> T) async rethrows -> T? {
+        guard let self else { return nil }
+        return try await transform(self)
+    }
+}
+
+extension PurchaseStore {
+    /// What a delivery credited: its ledger entry `purchase:<transactionId>:<currency>`.
+    static func credit(of transactionId: String, sql: any SQLDatabase) async throws -> RefundPlanner.Credit? {
+        try await sql.raw(
+            """
+            SELECT currency, amount FROM ledger
+            WHERE entry_key >= \(bind: "purchase:\(transactionId):") AND entry_key < \(bind: "purchase:\(transactionId);")
+            """
+        ).first().map {
+            RefundPlanner.Credit(
+                currency: try $0.decode(column: "currency", as: String.self),
+                amount: try $0.decode(column: "amount", as: Int64.self))
+        }
+    }
+
+    static func balance(_ account: String, _ currency: String, sql: any SQLDatabase) async throws -> Int64 {
+        try await sql.raw(
+            "SELECT amount FROM balances WHERE account_id = \(bind: account) AND currency = \(bind: currency)"
+        ).first()?.decode(column: "amount", as: Int64.self) ?? 0
+    }
+
+    /// What the records say about a transaction, for Send Consumption Information, and the
+    /// environment it was bought in.
+    public func consumptionFacts(_ transactionId: String, catalog: Catalog) async throws -> (
+        ConsumptionPlanner.Facts, environment: String?
+    ) {
+        try await database.read { sql in
+            guard
+                let row = try await sql.raw("SELECT * FROM deliveries WHERE transaction_id = \(bind: transactionId)")
+                    .first()
+            else {
+                return (ConsumptionPlanner.Facts(delivered: false, productType: nil, credited: nil, balance: nil), nil)
+            }
+            let account = try row.decode(column: "account_id", as: String.self)
+            let product = catalog.product(try row.decode(column: "product_id", as: String.self))
+            let credit = try await Self.credit(of: transactionId, sql: sql)
+            let balance = try await credit.asyncMap { try await Self.balance(account, $0.currency, sql: sql) }
+            let refunded = try row.decode(column: "refunded_at", as: Int64?.self) != nil
+            return (
+                ConsumptionPlanner.Facts(
+                    delivered: !refunded, productType: product?.type, credited: credit?.amount, balance: balance),
+                try row.decode(column: "environment", as: String.self)
+            )
+        }
+    }
+}

@@ -83,6 +83,18 @@ extension PurchaseStore {
             ).run()
             try await Self.audit(
                 sql, actor: actor, action: "anomaly_\(resolution)", subject: id, detail: note, at: now.milliseconds)
+            let draft = AnomalyDraft(
+                kind: AnomalyDraft.Kind(rawValue: current.kind) ?? .verificationStuck,
+                transactionId: current.transactionId, orderId: current.orderId, accountId: current.accountId,
+                detail: current.detail)
+            try await sql.raw(
+                """
+                INSERT INTO outbox (id, event, payload, created_at)
+                VALUES (\(bind: OutboxStore.newEventId()), 'anomaly_resolved',
+                        \(bind: Self.anomalyPayload(id: id, kind: current.kind, status: "resolved", resolution: resolution, anomaly: draft)),
+                        \(bind: now.milliseconds))
+                """
+            ).run()
             return try await sql.raw("SELECT * FROM anomalies WHERE id = \(bind: id)").first().map(Self.decodeAnomaly)
         }
     }
@@ -114,16 +126,63 @@ extension PurchaseStore {
     /// the same dedupe key is recorded once.
     public func raiseAnomaly(_ anomaly: AnomalyDraft, dedupeKey: String, now: Date) async throws {
         try await database.transaction { sql in
-            try await sql.raw(
-                """
-                INSERT INTO anomalies (id, dedupe_key, kind, status, transaction_id, order_id, account_id, detail, created_at)
-                VALUES (\(bind: UUID().uuidString.lowercased()), \(bind: dedupeKey), \(bind: anomaly.kind.rawValue), 'open',
-                        \(bind: anomaly.transactionId), \(bind: anomaly.orderId), \(bind: anomaly.accountId),
-                        \(bind: anomaly.detail), \(bind: now.milliseconds))
-                ON CONFLICT (dedupe_key) DO NOTHING
-                """
-            ).run()
+            try await Self.insertAnomaly(anomaly, dedupeKey: dedupeKey, payload: nil, sql: sql, at: now.milliseconds)
         }
+    }
+
+    /// The one way an anomaly is recorded: once per dedupe key, and an `anomaly_opened`
+    /// webhook event in the same transaction when it is new.
+    static func insertAnomaly(
+        _ anomaly: AnomalyDraft, dedupeKey: String, payload: String?, sql: any SQLDatabase, at: Int64
+    ) async throws {
+        let id = UUID().uuidString.lowercased()
+        let inserted = try await sql.raw(
+            """
+            INSERT INTO anomalies (id, dedupe_key, kind, status, transaction_id, order_id, account_id, detail, created_at,
+                                   payload)
+            VALUES (\(bind: id), \(bind: dedupeKey), \(bind: anomaly.kind.rawValue), 'open',
+                    \(bind: anomaly.transactionId), \(bind: anomaly.orderId), \(bind: anomaly.accountId),
+                    \(bind: anomaly.detail), \(bind: at), \(bind: payload))
+            ON CONFLICT (dedupe_key) DO NOTHING RETURNING id
+            """
+        ).first()
+        guard inserted != nil else { return }
+        try await sql.raw(
+            """
+            INSERT INTO outbox (id, event, payload, created_at)
+            VALUES (\(bind: OutboxStore.newEventId()), 'anomaly_opened',
+                    \(bind: anomalyPayload(id: id, kind: anomaly.kind.rawValue, status: "open", resolution: nil, anomaly: anomaly)),
+                    \(bind: at))
+            """
+        ).run()
+    }
+
+    /// `{"accountId","detail","id","kind","orderId","resolution","status","transactionId"}`.
+    static func anomalyPayload(id: String, kind: String, status: String, resolution: String?, anomaly: AnomalyDraft)
+        -> String
+    {
+        var json = #"{"accountId":"#
+        appendOptional(anomaly.accountId, to: &json)
+        json += #","detail":"#
+        appendJSONString(anomaly.detail, to: &json)
+        json += #","id":"#
+        appendJSONString(id, to: &json)
+        json += #","kind":"#
+        appendJSONString(kind, to: &json)
+        json += #","orderId":"#
+        appendOptional(anomaly.orderId, to: &json)
+        json += #","resolution":"#
+        appendOptional(resolution, to: &json)
+        json += #","status":"#
+        appendJSONString(status, to: &json)
+        json += #","transactionId":"#
+        appendOptional(anomaly.transactionId, to: &json)
+        json += "}"
+        return json
+    }
+
+    static func appendOptional(_ string: String?, to json: inout String) {
+        if let string { appendJSONString(string, to: &json) } else { json += "null" }
     }
 
     public func recordAudit(actor: String, action: String, subject: String?, detail: String, now: Date) async throws {

@@ -23,6 +23,10 @@ struct BatchDelivery {
         var policy: OwnershipPolicy
         var evidence: DeliveryPlanner.Evidence = .device
         var now: Date
+        /// What moves an auto-renewable subscription: a notification's event (applied even
+        /// when the transaction was delivered before); nil for a submitted transaction (applied
+        /// with a new delivery).
+        var event: SubscriptionEvent? = nil
     }
 
     struct EntitlementKey: Hashable {
@@ -101,8 +105,14 @@ struct BatchDelivery {
         }
 
         // Auto-renewable subscriptions the batch touches, as SubscriptionMachine left them.
-        var subscriptions = try await Self.subscriptions(of: items, sql: sql)
-        var changedSubscriptions: [String: (SubscriptionState, String, Int64)] = [:]  // + account, at
+        var subscriptions = try await SubscriptionStore.states(
+            Array(
+                Set(
+                    items.filter { $0.catalog.product($0.transaction.productId ?? "")?.type == .autoRenewable }
+                        .map { $0.transaction.originalTransactionId ?? $0.transaction.transactionId ?? "" })),
+            sql: sql)
+        var subscriptionWrites: [SubscriptionStore.Write] = []
+        var newSubscriptions: Set<String> = []
 
         // MARK: Plan in order, against the overlay.
         var results: [PurchaseStore.DeliveryResult] = []
@@ -152,18 +162,32 @@ struct BatchDelivery {
                 requestedOrder: requested, oldestOpenOrder: oldest, existingDelivery: deliveries[transactionId],
                 boundAccount: bound, currentEntitlementExpiry: currentExpiry, catalog: item.catalog,
                 policy: item.policy, evidence: item.evidence)
-            let plan = DeliveryPlanner.plan(context, now: item.now)
-            // A new period of an auto-renewable subscription, submitted: the subscription's
-            // state moves through the core's machine (`signedDate` order), bound where the
-            // delivery went.
-            if product?.type == .autoRenewable, plan.delivery != nil, let account = plan.accountId {
-                let signed = transaction.signedDate.map { Date(milliseconds: $0) } ?? item.now
-                let (state, _) = SubscriptionMachine.apply(
-                    subscriptions[originalId],
-                    SubscriptionEvent(.submittedTransaction, signedDate: signed, transaction: transaction))
-                if let state, state != subscriptions[originalId] {
-                    subscriptions[originalId] = state
-                    changedSubscriptions[originalId] = (state, account, item.now.milliseconds)
+            var plan = DeliveryPlanner.plan(context, now: item.now)
+            // An auto-renewable subscription's state moves through the core's machine
+            // (`signedDate` order), bound where the delivery went: with a new period submitted,
+            // or with any notification about it. Its entitlement follows that state, never the
+            // transaction alone (an older period, or one in billing retry, grants nothing).
+            var subscriptionEffects: [SubscriptionMachine.Effect] = []
+            if product?.type == .autoRenewable {
+                plan.grants.removeAll { if case .entitlement = $0 { true } else { false } }
+                if plan.delivery != nil || item.event != nil,
+                    let account = plan.accountId ?? context.existingDelivery?.accountId ?? bound
+                {
+                    let signed = transaction.signedDate.map { Date(milliseconds: $0) } ?? item.now
+                    let event =
+                        item.event
+                        ?? SubscriptionEvent(.submittedTransaction, signedDate: signed, transaction: transaction)
+                    let before = subscriptions[originalId]
+                    let (state, effects) = SubscriptionMachine.apply(before, event)
+                    subscriptionEffects = effects
+                    if let state, state != before {
+                        if before == nil { newSubscriptions.insert(originalId) }
+                        subscriptions[originalId] = state
+                        subscriptionWrites.append(
+                            SubscriptionStore.Write(
+                                state: state, account: account, effects: effects, catalog: item.catalog,
+                                at: item.now.milliseconds))
+                    }
                 }
             }
             if product?.type == .nonRenewing, let account = plan.accountId {
@@ -173,7 +197,8 @@ struct BatchDelivery {
                     expiries[key] = max(known ?? expiresAt, expiresAt)
                 }
             }
-            results.append(.init(plan: plan, existing: context.existingDelivery))
+            results.append(
+                .init(plan: plan, existing: context.existingDelivery, subscriptionEffects: subscriptionEffects))
 
             // The overlay: what later items of this batch must see.
             if let delivery = plan.delivery {
@@ -228,8 +253,12 @@ struct BatchDelivery {
         {
             try await PurchaseStore.apply(plan, transaction: transaction, context: context, sql: sql, now: now)
         }
-        for (state, account, at) in changedSubscriptions.values {
-            try await Self.save(state, account: account, at: at, sql: sql)
+        for write in subscriptionWrites { try await SubscriptionStore.apply(write, sql: sql) }
+        if !newSubscriptions.isEmpty {
+            // Notifications held for want of an account (a subscription bought while the
+            // server was down, an offer code redeemed outside the app) apply now that one
+            // owns it.
+            try await NotificationStore.release(Array(newSubscriptions), sql: sql, now: items[0].now)
         }
         // The submitting accounts as committed, for the answers.
         let states = try await PurchaseStore.accountStates(
@@ -238,58 +267,6 @@ struct BatchDelivery {
             results[index].account = item.submittingAccount.map { states[$0] ?? PurchaseStore.AccountState() }
         }
         return results
-    }
-}
-
-extension BatchDelivery {
-    /// The stored state of every auto-renewable subscription among `items`, one query.
-    static func subscriptions(of items: [Item], sql: any SQLDatabase) async throws -> [String: SubscriptionState] {
-        let originals = Array(
-            Set(
-                items.filter { $0.catalog.product($0.transaction.productId ?? "")?.type == .autoRenewable }
-                    .map { $0.transaction.originalTransactionId ?? $0.transaction.transactionId ?? "" }))
-        guard !originals.isEmpty else { return [:] }
-        var states: [String: SubscriptionState] = [:]
-        for row in try await sql.raw(
-            "SELECT * FROM subscriptions WHERE original_transaction_id IN (\(binds: originals))"
-        ).all() {
-            let original = try row.decode(column: "original_transaction_id", as: String.self)
-            var state = SubscriptionState(
-                originalTransactionId: original, productId: try row.decode(column: "product_id", as: String.self),
-                status: SubscriptionStatus(rawValue: try row.decode(column: "status", as: String.self)) ?? .expired,
-                expiresAt: try row.decode(column: "expires_at", as: Int64?.self).map(Date.init(milliseconds:)),
-                autoRenew: try row.decode(column: "auto_renew", as: Int64.self) != 0,
-                signedDate: Date(milliseconds: try row.decode(column: "signed_at", as: Int64.self)))
-            state.nextProductId = try row.decode(column: "next_product_id", as: String?.self)
-            state.gracePeriodEndsAt = try row.decode(column: "grace_ends_at", as: Int64?.self).map(
-                Date.init(milliseconds:))
-            state.latestTransactionId = try row.decode(column: "latest_transaction_id", as: String?.self)
-            state.revokedTransactionId = try row.decode(column: "revoked_transaction_id", as: String?.self)
-            states[original] = state
-        }
-        return states
-    }
-
-    static func save(_ state: SubscriptionState, account: String, at: Int64, sql: any SQLDatabase) async throws {
-        try await sql.raw(
-            """
-            INSERT INTO subscriptions (original_transaction_id, account_id, product_id, status, expires_at, auto_renew,
-                                       next_product_id, grace_ends_at, latest_transaction_id, revoked_transaction_id,
-                                       signed_at, updated_at)
-            VALUES (\(bind: state.originalTransactionId), \(bind: account), \(bind: state.productId),
-                    \(bind: state.status.rawValue), \(bind: state.expiresAt?.milliseconds), \(bind: state.autoRenew ? 1 : 0),
-                    \(bind: state.nextProductId), \(bind: state.gracePeriodEndsAt?.milliseconds),
-                    \(bind: state.latestTransactionId), \(bind: state.revokedTransactionId),
-                    \(bind: state.signedDate.milliseconds), \(bind: at))
-            ON CONFLICT (original_transaction_id) DO UPDATE SET
-                account_id = excluded.account_id, product_id = excluded.product_id, status = excluded.status,
-                expires_at = excluded.expires_at, auto_renew = excluded.auto_renew,
-                next_product_id = excluded.next_product_id, grace_ends_at = excluded.grace_ends_at,
-                latest_transaction_id = excluded.latest_transaction_id,
-                revoked_transaction_id = excluded.revoked_transaction_id, signed_at = excluded.signed_at,
-                updated_at = excluded.updated_at
-            """
-        ).run()
     }
 }
 

@@ -107,16 +107,7 @@ extension PurchaseStore {
                 anomaly.kind.rawValue, anomaly.transactionId ?? "", anomaly.orderId ?? "", anomaly.accountId ?? "",
             ]
             .joined(separator: "|")
-            try await sql.raw(
-                """
-                INSERT INTO anomalies (id, dedupe_key, kind, status, transaction_id, order_id, account_id, detail, created_at,
-                                       payload)
-                VALUES (\(bind: UUID().uuidString.lowercased()), \(bind: key), \(bind: anomaly.kind.rawValue), 'open',
-                        \(bind: anomaly.transactionId), \(bind: anomaly.orderId), \(bind: anomaly.accountId),
-                        \(bind: anomaly.detail), \(bind: at), \(bind: held))
-                ON CONFLICT (dedupe_key) DO NOTHING
-                """
-            ).run()
+            try await insertAnomaly(anomaly, dedupeKey: key, payload: held, sql: sql, at: at)
         }
         if let delivery = plan.delivery {
             try await sql.raw(

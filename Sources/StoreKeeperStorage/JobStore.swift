@@ -15,30 +15,41 @@ public struct JobStore: Sendable {
         public var attempts: Int
         public var createdAt: Date
         public var stuckReported: Bool
+        /// The end of the lease this claim took: `complete(_:ifLeasedUntil:)` leaves a job
+        /// woken meanwhile pending.
+        public var leasedUntil: Date
     }
 
     /// Enqueues a job unless one with the same `dedupeKey` exists; returns the job's id.
     @discardableResult
     public func enqueue(kind: String, dedupeKey: String, payload: String, runAt: Date, now: Date) async throws -> String
     {
-        let id = UUID().uuidString.lowercased()
-        return try await database.transaction { sql in
-            try await sql.raw(
-                """
-                INSERT INTO jobs (id, kind, dedupe_key, payload, status, attempts, run_at, created_at, stuck_reported)
-                VALUES (\(bind: id), \(bind: kind), \(bind: dedupeKey), \(bind: payload), 'pending', 0,
-                        \(bind: runAt.milliseconds), \(bind: now.milliseconds), 0)
-                ON CONFLICT (dedupe_key) DO NOTHING
-                """
-            ).run()
-            return try await sql.raw("SELECT id FROM jobs WHERE dedupe_key = \(bind: dedupeKey)").first()?
-                .decode(column: "id", as: String.self) ?? id
+        try await database.transaction { sql in
+            try await Self.insert(kind: kind, dedupeKey: dedupeKey, payload: payload, sql: sql, now: now, runAt: runAt)
         }
+    }
+
+    /// Enqueues in the caller's transaction (a job decided together with other writes).
+    @discardableResult
+    static func insert(
+        kind: String, dedupeKey: String, payload: String, sql: any SQLDatabase, now: Date, runAt: Date? = nil
+    ) async throws -> String {
+        let id = UUID().uuidString.lowercased()
+        try await sql.raw(
+            """
+            INSERT INTO jobs (id, kind, dedupe_key, payload, status, attempts, run_at, created_at, stuck_reported)
+            VALUES (\(bind: id), \(bind: kind), \(bind: dedupeKey), \(bind: payload), 'pending', 0,
+                    \(bind: (runAt ?? now).milliseconds), \(bind: now.milliseconds), 0)
+            ON CONFLICT (dedupe_key) DO NOTHING
+            """
+        ).run()
+        return try await sql.raw("SELECT id FROM jobs WHERE dedupe_key = \(bind: dedupeKey)").first()?
+            .decode(column: "id", as: String.self) ?? id
     }
 
     /// Claims up to `limit` due jobs for `lease`: they are not due again until the lease runs
     /// out, so a runner that dies mid-job only delays it.
-    public func claimDue(now: Date, limit: Int = 16, lease: TimeInterval = 60) async throws -> [Job] {
+    public func claimDue(now: Date, limit: Int = 64, lease: TimeInterval = 60) async throws -> [Job] {
         let kind = database.kind
         return try await database.transaction { sql in
             let due = now.milliseconds
@@ -63,9 +74,10 @@ public struct JobStore: Sendable {
                     payload: try row.decode(column: "payload", as: String.self),
                     attempts: try row.decode(column: "attempts", as: Int.self),
                     createdAt: Date(milliseconds: try row.decode(column: "created_at", as: Int64.self)),
-                    stuckReported: try row.decode(column: "stuck_reported", as: Int.self) != 0)
+                    stuckReported: try row.decode(column: "stuck_reported", as: Int.self) != 0,
+                    leasedUntil: Date(milliseconds: now.addingTimeInterval(lease).milliseconds))
                 try await sql.raw(
-                    "UPDATE jobs SET run_at = \(bind: now.addingTimeInterval(lease).milliseconds) WHERE id = \(bind: job.id)"
+                    "UPDATE jobs SET run_at = \(bind: job.leasedUntil.milliseconds) WHERE id = \(bind: job.id)"
                 ).run()
                 jobs.append(job)
             }
@@ -76,6 +88,16 @@ public struct JobStore: Sendable {
     public func complete(_ id: String) async throws {
         try await database.transaction { sql in
             try await sql.raw("UPDATE jobs SET status = 'done' WHERE id = \(bind: id)").run()
+        }
+    }
+
+    /// Done — unless it was woken while it ran (its `run_at` is no longer the lease this run
+    /// took): then it stays pending and runs again.
+    public func complete(_ id: String, ifLeasedUntil lease: Date) async throws {
+        try await database.transaction { sql in
+            try await sql.raw(
+                "UPDATE jobs SET status = 'done' WHERE id = \(bind: id) AND run_at = \(bind: lease.milliseconds)"
+            ).run()
         }
     }
 

@@ -247,6 +247,35 @@ public enum Migrations {
                 "CREATE INDEX subscriptions_account ON subscriptions (account_id)",
             ]
         ),
+        (
+            10,
+            [
+                // App Store Server Notifications, committed before the 200 (unique by UUID: a
+                // retry is a no-op) and applied per subject (the original transaction) in
+                // signedDate order: pending → applied | ignored | stale | unattributed.
+                """
+                CREATE TABLE notifications (
+                    notification_uuid TEXT PRIMARY KEY,
+                    notification_type TEXT NOT NULL,
+                    subtype TEXT,
+                    subject TEXT NOT NULL,
+                    transaction_id TEXT,
+                    signed_date BIGINT NOT NULL,
+                    environment TEXT,
+                    record TEXT NOT NULL,
+                    signed_payload TEXT NOT NULL,
+                    status TEXT NOT NULL,
+                    outcome TEXT,
+                    received_at BIGINT NOT NULL,
+                    applied_at BIGINT
+                )
+                """,
+                "CREATE INDEX notifications_subject ON notifications (subject, status, signed_date)",
+                "CREATE INDEX notifications_status ON notifications (status, received_at)",
+                // A refunded delivery (REFUND until a REFUND_REVERSED): what a repeat changes nothing on.
+                "ALTER TABLE deliveries ADD COLUMN refunded_at BIGINT",
+            ]
+        ),
     ]
 
     /// Applies every migration not yet applied, each in its own transaction. Safe to run from

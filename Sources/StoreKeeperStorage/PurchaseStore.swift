@@ -24,6 +24,8 @@ public struct PurchaseStore: Sendable {
         /// The submitting account as committed with this delivery (balances and entitlements),
         /// read in the same database transaction, so the answer needs no second round trip.
         public var account: AccountState?
+        /// What SubscriptionMachine decided for an auto-renewable (`stale`, `ignored`…).
+        public var subscriptionEffects: [SubscriptionMachine.Effect] = []
     }
 
     /// An account's consumable balances and entitlements.

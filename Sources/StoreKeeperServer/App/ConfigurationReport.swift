@@ -54,6 +54,8 @@ extension ServerConfiguration {
             ("ownership.policy", ownershipPolicy.rawValue), ("webhooks.url", webhookURL ?? "-"),
             ("webhooks.secret", mask(webhookSecret)), ("localAppStore.enabled", String(localAppStoreEnabled)),
             ("rejectedProofs.retentionDays", String(rejectedProofsRetentionDays)),
+            ("apple.consumption.enabled", String(consumptionEnabled)),
+            ("webhooks.maxAttemptHours", String(webhookMaxAttemptHours)),
         ]
     }
 

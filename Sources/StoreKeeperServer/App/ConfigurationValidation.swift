@@ -46,6 +46,9 @@ extension ServerConfiguration {
         guard (1...36_500).contains(rejectedProofsRetentionDays) else {
             throw Invalid(key: "rejectedProofs.retentionDays", "must be 1…36500")
         }
+        guard (1...8_760).contains(webhookMaxAttemptHours) else {
+            throw Invalid(key: "webhooks.maxAttemptHours", "must be 1…8760")
+        }
         do {
             try Database.validate(url: databaseURL)
         } catch let error as Database.InvalidURL {

@@ -66,6 +66,11 @@ public struct ServerConfiguration: Sendable {
     public var localAppStoreEnabled = false
     /// How long proofs that failed verification are kept for re-verification.
     public var rejectedProofsRetentionDays = 90
+    /// Answer Apple's CONSUMPTION_REQUEST with Send Consumption Information (the customer
+    /// consented in the refund request; needs the Server API key).
+    public var consumptionEnabled = false
+    /// A webhook event still refused after this long moves to the dead-letter list.
+    public var webhookMaxAttemptHours = 72
 
     public init() {}
 
@@ -97,7 +102,8 @@ public struct ServerConfiguration: Sendable {
         "catalog.file", "limits.maxBodyBytes", "limits.maxOpenOrdersPerAccount", "limits.maxInFlightRequests",
         "limits.clientRequestsPerSecond", "limits.secretRequestsPerSecond", "limits.requestTimeoutSeconds",
         "ownership.policy", "webhooks.url", "webhooks.secret", "localAppStore.enabled",
-        "rejectedProofs.retentionDays", "offers.introductoryOffers",
+        "rejectedProofs.retentionDays", "offers.introductoryOffers", "apple.consumption.enabled",
+        "webhooks.maxAttemptHours",
     ]
     /// Keys whose value is a structure read by its own parser (the inline catalog).
     static let structuredKeys = ["catalog.products", "catalog.retention"]
@@ -302,5 +308,7 @@ public struct ServerConfiguration: Sendable {
         webhookSecret = try source.string("webhooks.secret")
         localAppStoreEnabled = try source.bool("localAppStore.enabled") ?? false
         rejectedProofsRetentionDays = try source.int("rejectedProofs.retentionDays") ?? rejectedProofsRetentionDays
+        consumptionEnabled = try source.bool("apple.consumption.enabled") ?? false
+        webhookMaxAttemptHours = try source.int("webhooks.maxAttemptHours") ?? webhookMaxAttemptHours
     }
 }

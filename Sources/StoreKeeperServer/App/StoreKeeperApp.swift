@@ -19,6 +19,7 @@ public struct StoreKeeperApp: Sendable {
     public let database: Database
     public let store: PurchaseStore
     public let jobs: JobStore
+    public let notifications: NotificationStore
     public let catalog: Catalog
     /// Where `transactionId` submissions are looked up; nil when no Apple key is configured.
     let transactionSource: (any TransactionSource)?
@@ -111,7 +112,8 @@ public struct StoreKeeperApp: Sendable {
         }
         return StoreKeeperApp(
             configuration: configuration, database: database, store: PurchaseStore(database: database),
-            jobs: JobStore(database: database), catalog: catalog, transactionSource: source,
+            jobs: JobStore(database: database), notifications: NotificationStore(database: database), catalog: catalog,
+            transactionSource: source,
             lookupDeadline: lookupDeadline,
             verifier: verifier, receiptVerifier: receiptVerifier,
             authenticator: await Authenticator(
@@ -204,6 +206,7 @@ public struct StoreKeeperApp: Sendable {
         // One controller per feature, each owning its routes (API.md's paths). Everything
         // under /v1 is authenticated and rate limited once, by `Authenticate`.
         OperationsController(app: self).addRoutes(to: router)
+        NotificationsController(app: self).addRoutes(to: router)
         let v1 = router.group("v1").add(middleware: Authenticate(authenticator: authenticator, limiter: limiter))
         OperationsController(app: self).addAPIRoutes(to: v1)
         OrdersController(app: self).addRoutes(to: v1)

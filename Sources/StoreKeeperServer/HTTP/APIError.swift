@@ -34,11 +34,15 @@ public struct APIError: Error, HTTPResponseError, Sendable {
     }
 
     /// A proof that failed verification: 422 with the failure's own code.
-    public static func verification(_ failure: VerificationFailure) -> APIError {
+    /// `status`: what a proof that does not verify is answered with (422 for a purchase, 400
+    /// for a notification, as API.md says); one that could not be checked yet is 503.
+    public static func verification(
+        _ failure: VerificationFailure, status: HTTPResponse.Status = .unprocessableContent
+    ) -> APIError {
         if failure.isRetryable {
             return .init(.serviceUnavailable, failure.code, failure.reason, retryable: true)
         }
-        return .init(.unprocessableContent, failure.code, failure.reason)
+        return .init(status, failure.code, failure.reason)
     }
 
     /// A delivery the planner refused (StoreKeeperCore's decision, API.md's answer).

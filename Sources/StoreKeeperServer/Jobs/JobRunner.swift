@@ -37,8 +37,11 @@ public struct JobRunner: Service {
     public func run() async throws {
         try? await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
-                _ = await runDue(now: Date())
-                try await Task.sleep(for: pollInterval)
+                // A full claim means more are due: go again at once (a notification burst is
+                // applied as fast as the database allows, not 64 a second).
+                if await runDueCounting(now: Date()).claimed < claimLimit {
+                    try await Task.sleep(for: pollInterval)
+                }
             }
         }
     }
@@ -46,21 +49,37 @@ public struct JobRunner: Service {
     /// Runs every job due at `now`; returns how many were delivered.
     @discardableResult
     public func runDue(now: Date) async -> Int {
+        await runDueCounting(now: now).delivered
+    }
+
+    let claimLimit = 64
+
+    func runDueCounting(now: Date) async -> (claimed: Int, delivered: Int) {
         let jobs: [JobStore.Job]
         do {
-            jobs = try await app.jobs.claimDue(now: now)
+            jobs = try await app.jobs.claimDue(now: now, limit: claimLimit)
         } catch {
             app.logger.warning("cannot claim jobs", metadata: ["error": "\(error)"])
-            return 0
+            return (0, 0)
         }
         var delivered = 0
         for job in jobs {
             if await run(job, now: now) { delivered += 1 }
         }
-        return delivered
+        return (jobs.count, delivered)
     }
 
     func run(_ job: JobStore.Job, now: Date) async -> Bool {
+        switch job.kind {
+        case NotificationStore.jobKind:
+            await applyNotifications(job, now: now)
+            return false
+        case NotificationStore.consumptionJobKind:
+            await sendConsumption(job, now: now)
+            return false
+        default:
+            break
+        }
         guard job.kind == "lookup_transaction",
             let lookup = try? JSONDecoder().decode(LookupJob.self, from: Data(job.payload.utf8))
         else {
@@ -101,6 +120,70 @@ public struct JobRunner: Service {
                 dedupeKey: "verification_stuck|\(job.id)", now: now)
         }
         return false
+    }
+
+    /// Applies the pending notifications of one subject (the job's payload), in order.
+    func applyNotifications(_ job: JobStore.Job, now: Date) async {
+        do {
+            let applied = try await app.notifications.apply(
+                subject: job.payload,
+                settings: .init(
+                    catalog: app.catalog, policy: app.configuration.ownershipPolicy,
+                    consumptionEnabled: app.configuration.consumptionEnabled),
+                now: now)
+            for result in applied where result.status != "applied" {
+                app.logger.info(
+                    "notification \(result.status)",
+                    metadata: ["notification": "\(result.notificationUUID)", "outcome": "\(result.outcome)"])
+            }
+            try await app.jobs.complete(job.id, ifLeasedUntil: job.leasedUntil)
+        } catch {
+            // The database (down, restarting, locked): the notifications stay pending, the job
+            // comes back soon.
+            let backoff = min(60, pow(2, Double(min(job.attempts, 6))))
+            try? await app.jobs.reschedule(job.id, runAt: now.addingTimeInterval(backoff), error: "\(error)")
+        }
+    }
+
+    /// Answers a CONSUMPTION_REQUEST (the job's payload is the transaction id) with Send
+    /// Consumption Information built from our records; the request sent and Apple's answer
+    /// are kept in the audit log. Retried like any Apple call, within Apple's 12 hours.
+    func sendConsumption(_ job: JobStore.Job, now: Date) async {
+        let transactionId = job.payload
+        guard let source = app.transactionSource else {
+            try? await app.jobs.fail(job.id, error: "no App Store Server API key configured")
+            return
+        }
+        guard now.timeIntervalSince(job.createdAt) < 12 * 3600 else {
+            try? await app.jobs.fail(job.id, error: "Apple's 12-hour window to answer has passed")
+            try? await app.store.recordAudit(
+                actor: "storekeeper", action: "consumption_expired", subject: transactionId,
+                detail: "not answered within Apple's 12 hours: \(job.attempts) attempts", now: now)
+            return
+        }
+        do {
+            let (facts, environment) = try await app.store.consumptionFacts(transactionId, catalog: app.catalog)
+            let request = ConsumptionPlanner.request(facts)
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = .sortedKeys
+            let body = String(decoding: try encoder.encode(request), as: UTF8.self)
+            do {
+                try await source.sendConsumption(transactionId, environment: environment, request)
+            } catch let error as AppStoreAPIError where Self.isFinal(error) {
+                try await app.store.recordAudit(
+                    actor: "storekeeper", action: "consumption_refused", subject: transactionId,
+                    detail: "sent \(body); Apple refused: \(error)", now: now)
+                try await app.jobs.fail(job.id, error: "\(error)")
+                return
+            }
+            try await app.store.recordAudit(
+                actor: "storekeeper", action: "consumption_sent", subject: transactionId,
+                detail: "sent \(body); Apple accepted it", now: now)
+            try await app.jobs.complete(job.id)
+        } catch {
+            let backoff = min(1800, pow(2, Double(min(job.attempts, 20))))
+            try? await app.jobs.reschedule(job.id, runAt: now.addingTimeInterval(backoff), error: "\(error)")
+        }
     }
 
     /// Only Apple's own final answers end a job: a permanent Server API error (unknown

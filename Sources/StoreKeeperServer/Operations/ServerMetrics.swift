@@ -25,6 +25,11 @@ public final class ServerMetrics: Sendable {
     /// Outbox events not yet accepted by the webhook receiver (all events when no
     /// `webhooks.url` is set: they wait in the outbox).
     let webhooksPending: CoreMetrics.Gauge
+    /// App Store Server Notifications accepted (durably recorded) and refused (did not verify).
+    let notificationAccepted: CoreMetrics.Counter
+    let notificationRejected: CoreMetrics.Counter
+    /// Notifications recorded and not yet applied: the applier's backlog.
+    let notificationsPending: CoreMetrics.Gauge
 
     public init() {
         factory = PrometheusMetricsFactory(registry: registry)
@@ -36,6 +41,9 @@ public final class ServerMetrics: Sendable {
         jobsPending = CoreMetrics.Gauge(label: "storekeeper_jobs_pending", factory: factory)
         anomaliesOpen = CoreMetrics.Gauge(label: "storekeeper_anomalies_open", factory: factory)
         webhooksPending = CoreMetrics.Gauge(label: "storekeeper_webhooks_pending", factory: factory)
+        notificationAccepted = CoreMetrics.Counter(label: "storekeeper_notifications_accepted_total", factory: factory)
+        notificationRejected = CoreMetrics.Counter(label: "storekeeper_notifications_rejected_total", factory: factory)
+        notificationsPending = CoreMetrics.Gauge(label: "storekeeper_notifications_pending", factory: factory)
     }
 
     func verificationFailure(_ code: String) {

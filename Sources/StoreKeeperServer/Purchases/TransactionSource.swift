@@ -9,6 +9,8 @@ import LocalAppStore
 /// answer is always verified like any other JWS.
 public protocol TransactionSource: Sendable {
     func signedTransaction(_ transactionId: String) async throws -> String
+    /// Send Consumption Information (v2) for a transaction of `environment`.
+    func sendConsumption(_ transactionId: String, environment: String?, _ request: ConsumptionRequest) async throws
 }
 
 public struct ServerAPITransactionSource: TransactionSource {
@@ -25,10 +27,29 @@ public struct ServerAPITransactionSource: TransactionSource {
         }
         return signed
     }
+
+    public func sendConsumption(_ transactionId: String, environment: String?, _ request: ConsumptionRequest)
+        async throws
+    {
+        let client =
+            environment == AppStoreEnvironment.sandbox.rawValue
+            ? lookup.sandbox ?? lookup.production : lookup.production
+        try await client.sendConsumptionInformation(transactionId, request)
+    }
 }
 
 struct LocalTransactionSource: TransactionSource {
     let store: LocalAppStore
+
+    func sendConsumption(_ transactionId: String, environment: String?, _ request: ConsumptionRequest) async throws {
+        do {
+            try await store.receiveConsumption(transactionId, request)
+        } catch {
+            throw AppStoreAPIError(
+                kind: .apple, httpStatus: error.status, errorCode: error.code,
+                message: "Send Consumption Information refused", isRetryable: false)
+        }
+    }
 
     func signedTransaction(_ transactionId: String) async throws -> String {
         do {

@@ -1,0 +1,208 @@
+import AppStoreModels
+import Foundation
+import SQLKit
+import StoreKeeperCatalog
+import StoreKeeperCore
+
+/// Applies one verified notification inside the applier's transaction, as
+/// NotificationPlanner routes it: deliveries and subscription events through the one
+/// delivery path (BatchDelivery), refunds and their reversals through RefundPlanner.
+/// Returns the notification's new status and what happened.
+enum NotificationApplier {
+    static func apply(
+        _ record: NotificationRecord, settings: NotificationStore.Settings, sql: any SQLDatabase, now: Date
+    ) async throws -> (String, String) {
+        switch NotificationPlanner.action(for: record) {
+        case .ignored(let reason):
+            return ("ignored", reason)
+        case .deliver:
+            return try await deliver(record, settings: settings, sql: sql, now: now)
+        case .refund:
+            return try await refund(record, reversed: false, settings: settings, sql: sql, now: now)
+        case .refundReversed:
+            return try await refund(record, reversed: true, settings: settings, sql: sql, now: now)
+        case .consumptionRequest:
+            guard settings.consumptionEnabled, let transactionId = record.transaction?.transactionId else {
+                return ("ignored", "CONSUMPTION_REQUEST: apple.consumption.enabled is off, so Apple gets no answer")
+            }
+            // Answered from the job queue (Apple allows 12 hours), once per request.
+            try await JobStore.insert(
+                kind: NotificationStore.consumptionJobKind,
+                dedupeKey: "\(NotificationStore.consumptionJobKind)|\(record.notificationUUID)",
+                payload: transactionId, sql: sql, now: now)
+            return ("applied", "CONSUMPTION_REQUEST for \(transactionId): Send Consumption Information queued")
+        }
+    }
+
+    /// A purchase, renewal or subscription event: the transaction is delivered to whoever
+    /// owns it (exactly once; again, it is already_delivered) and the subscription moves.
+    static func deliver(
+        _ record: NotificationRecord, settings: NotificationStore.Settings, sql: any SQLDatabase, now: Date
+    ) async throws -> (String, String) {
+        guard let transaction = record.transaction else { return ("ignored", "no transaction") }
+        let product = settings.catalog.product(transaction.productId ?? "")
+        let item = BatchDelivery.Item(
+            transaction: transaction, submittingAccount: nil, requestedOrderId: nil, catalog: settings.catalog,
+            policy: settings.policy, evidence: .device, now: now,
+            event: product?.type == .autoRenewable ? record.subscriptionEvent : nil)
+        let result = try await BatchDelivery.run([item], sql: sql, combineWrites: false)[0]
+        let id = transaction.transactionId ?? ""
+        if result.subscriptionEffects.contains(.stale) {
+            return ("stale", "signed before the subscription's newest applied event: recorded, not applied")
+        }
+        for case .ignored(let reason) in result.subscriptionEffects { return ("ignored", reason) }
+        let plan = result.plan
+        switch plan.outcome {
+        case .delivered:
+            return ("applied", "transaction \(id) delivered to account \(plan.accountId ?? "-")")
+        case .alreadyDelivered:
+            let status = result.subscriptionEffects.compactMap { effect -> String? in
+                if case .statusChanged(let from, let to) = effect {
+                    return "\(from?.rawValue ?? "none") → \(to.rawValue)"
+                }
+                return nil
+            }
+            return ("applied", "account \(plan.accountId ?? "-"): " + (status.first ?? "subscription updated"))
+        case .unattributed:
+            return ("unattributed", "no account owns transaction \(id) yet: held until one submits it")
+        case .refunded:
+            return ("applied", "transaction \(id) is revoked: nothing delivered")
+        case .notDelivered:
+            return ("applied", "transaction \(id) not delivered: \(plan.anomalies.first?.detail ?? "refused")")
+        }
+    }
+
+    /// REFUND or REVOKE (`reversed` false), REFUND_REVERSED (true): the ledger, the
+    /// entitlement, the order, the subscription — each exactly once, audited, with a webhook event.
+    static func refund(
+        _ record: NotificationRecord, reversed: Bool, settings: NotificationStore.Settings, sql: any SQLDatabase,
+        now: Date
+    ) async throws -> (String, String) {
+        guard let transaction = record.transaction, let transactionId = transaction.transactionId else {
+            return ("ignored", "no transaction")
+        }
+        let at = now.milliseconds
+        let originalId = transaction.originalTransactionId ?? transactionId
+        let row = try await sql.raw("SELECT * FROM deliveries WHERE transaction_id = \(bind: transactionId)").first()
+        let delivery = try row.map {
+            DeliveryPlanner.Delivery(
+                transactionId: transactionId, accountId: try $0.decode(column: "account_id", as: String.self),
+                orderId: try $0.decode(column: "order_id", as: String?.self),
+                productId: try $0.decode(column: "product_id", as: String.self),
+                quantity: try $0.decode(column: "quantity", as: Int.self))
+        }
+        let refundedAt = try row.flatMap { try $0.decode(column: "refunded_at", as: Int64?.self) }
+        let product = settings.catalog.product(delivery?.productId ?? transaction.productId ?? "")
+        var credit: RefundPlanner.Credit?
+        var balance: Int64 = 0
+        if let delivery, let credited = try await PurchaseStore.credit(of: transactionId, sql: sql) {
+            credit = credited
+            balance = try await PurchaseStore.balance(delivery.accountId, credited.currency, sql: sql)
+        }
+        let context = RefundPlanner.Context(
+            delivery: delivery, refunded: refundedAt != nil, credited: credit, balance: balance,
+            entitlement: product?.grants.entitlement, productType: product?.type)
+        let kind = reversed ? "refund_reversed" : record.type == NotificationType.revoke.rawValue ? "revoke" : "refund"
+        let plan =
+            reversed
+            ? RefundPlanner.reversal(context, transactionId: transactionId, key: record.notificationUUID)
+            : RefundPlanner.refund(
+                context, transactionId: transactionId, key: record.notificationUUID, reason: record.type)
+
+        // An auto-renewable's access follows its state: revoked, or reinstated.
+        var subscriptionNote = ""
+        if product?.type == .autoRenewable,
+            let account = try await sql.raw(
+                "SELECT account_id FROM ownership WHERE original_transaction_id = \(bind: originalId)"
+            ).first()?.decode(column: "account_id", as: String.self) ?? delivery?.accountId
+        {
+            let before = try await SubscriptionStore.states([originalId], sql: sql)[originalId]
+            let (state, effects) = SubscriptionMachine.apply(before, record.subscriptionEvent)
+            if effects.contains(.stale) {
+                subscriptionNote = "; the subscription has newer events"
+            } else if let state, state != before {
+                try await SubscriptionStore.apply(
+                    .init(state: state, account: account, effects: effects, catalog: settings.catalog, at: at), sql: sql
+                )
+                subscriptionNote = "; subscription \(originalId) is \(state.status.rawValue)"
+            }
+        }
+        if let skipped = plan.skipped {
+            return (subscriptionNote.isEmpty ? "ignored" : "applied", skipped + subscriptionNote)
+        }
+        guard let delivery, let account = plan.accountId else { return ("ignored", "nothing delivered") }
+
+        for write in PurchaseStore.ledgerWrites(plan.ledger.map { ($0, at) }) {
+            try await sql.execute(sql: write) { _ in }
+        }
+        if let entitlement = plan.removeEntitlement {
+            try await sql.raw(
+                """
+                DELETE FROM entitlements WHERE account_id = \(bind: account) AND entitlement_id = \(bind: entitlement)
+                AND original_transaction_id = \(bind: originalId)
+                """
+            ).run()
+        }
+        if let entitlement = plan.reinstateEntitlement, let product {
+            let context = DeliveryPlanner.Context(
+                transaction: transaction, submittingAccount: nil, catalog: settings.catalog)
+            try await sql.raw(
+                """
+                INSERT INTO entitlements (account_id, entitlement_id, original_transaction_id, product_id, expires_at)
+                VALUES (\(bind: account), \(bind: entitlement), \(bind: originalId), \(bind: product.id),
+                        \(bind: DeliveryPlanner.expiry(of: product, transaction: transaction, context: context)?.milliseconds))
+                ON CONFLICT (account_id, entitlement_id, original_transaction_id) DO NOTHING
+                """
+            ).run()
+        }
+        if let refunded = plan.refunded {
+            try await sql.raw(
+                "UPDATE deliveries SET refunded_at = \(bind: refunded ? at : nil) WHERE transaction_id = \(bind: transactionId)"
+            ).run()
+        }
+        if let status = plan.orderStatus, let orderId = delivery.orderId {
+            try await sql.raw("UPDATE orders SET status = \(bind: status.rawValue) WHERE order_id = \(bind: orderId)")
+                .run()
+        }
+        for anomaly in plan.anomalies {
+            try await PurchaseStore.insertAnomaly(
+                anomaly, dedupeKey: "\(anomaly.kind.rawValue)|\(transactionId)|\(record.notificationUUID)",
+                payload: nil, sql: sql, at: at)
+        }
+        let amount = plan.ledger.first
+        var detail = "\(kind) of transaction \(transactionId) ('\(delivery.productId)') for account \(account)"
+        if let amount { detail += ": \(amount.amount) \(amount.currency)" }
+        try await PurchaseStore.audit(sql, actor: "apple", action: kind, subject: transactionId, detail: detail, at: at)
+        try await sql.raw(
+            """
+            INSERT INTO outbox (id, event, payload, created_at)
+            VALUES (\(bind: OutboxStore.newEventId()), \(bind: reversed ? "refund_reversed" : "refund"),
+                    \(bind: refundPayload(delivery, kind: kind, ledger: amount, transaction: transaction)), \(bind: at))
+            """
+        ).run()
+        return ("applied", detail + subscriptionNote)
+    }
+
+    /// `{"accountId","amount","currency","kind","orderId","productId","revocationReason","transactionId"}`.
+    static func refundPayload(
+        _ delivery: DeliveryPlanner.Delivery, kind: String, ledger: LedgerEntry?,
+        transaction: JWSTransactionDecodedPayload
+    ) -> String {
+        var json = #"{"accountId":"#
+        PurchaseStore.appendJSONString(delivery.accountId, to: &json)
+        json += #","amount":"# + (ledger.map { String($0.amount) } ?? "null")
+        json += #","currency":"#
+        PurchaseStore.appendOptional(ledger?.currency, to: &json)
+        json += #","kind":"#
+        PurchaseStore.appendJSONString(kind, to: &json)
+        json += #","orderId":"#
+        PurchaseStore.appendOptional(delivery.orderId, to: &json)
+        json += #","productId":"#
+        PurchaseStore.appendJSONString(delivery.productId, to: &json)
+        json += #","revocationReason":"# + (transaction.revocationReason.map { String($0.rawValue) } ?? "null")
+        json += #","transactionId":"#
+        PurchaseStore.appendJSONString(delivery.transactionId, to: &json)
+        json += "}"
+        return json
+    }
+}

@@ -1,0 +1,233 @@
+import AppStoreModels
+import Foundation
+import SQLKit
+import StoreKeeperCatalog
+import StoreKeeperCore
+
+/// App Store Server Notifications on the database. Accepting one is a single insert, group
+/// committed, before the 200 (unique by `notificationUUID`: Apple's retries change nothing),
+/// plus a wake-up of the subject's `apply_notifications` job. Applying happens from the job
+/// queue: every pending notification of one subject (its original transaction), in
+/// `signedDate` order, in one database transaction that holds the subject's lock — so two
+/// server instances never apply events of one subscription at the same time.
+public struct NotificationStore: Sendable {
+    public let database: Database
+    let committer: GroupCommit<Accepted>
+
+    public static let jobKind = "apply_notifications"
+
+    struct Accepted: Sendable {
+        var record: NotificationRecord
+        var signedPayload: String
+        var now: Date
+    }
+
+    public init(database: Database) {
+        self.database = database
+        self.committer = GroupCommit(database: database) { items, sql in
+            try await Self.insert(items, sql: sql)
+        }
+    }
+
+    /// Records a verified notification durably; returns once it is committed.
+    public func accept(_ record: NotificationRecord, signedPayload: String, now: Date) async throws {
+        try await committer.commit(Accepted(record: record, signedPayload: signedPayload, now: now))
+    }
+
+    static func insert(_ items: [Accepted], sql: any SQLDatabase) async throws {
+        var seen: Set<String> = []
+        var insert = sql.insert(into: "notifications").columns(
+            "notification_uuid", "notification_type", "subtype", "subject", "transaction_id", "signed_date",
+            "environment", "record", "signed_payload", "status", "outcome", "received_at")
+        var subjects: [String] = []
+        for item in items where seen.insert(item.record.notificationUUID).inserted {
+            let record = item.record
+            let json = String(decoding: try JSONEncoder().encode(record), as: UTF8.self)
+            // Nothing to apply without a subject (TEST, a mass extension's summary…): recorded
+            // as ignored at once, with why.
+            var status = "pending"
+            var outcome: String?
+            if record.subject == nil {
+                status = "ignored"
+                if case .ignored(let reason) = NotificationPlanner.action(for: record) {
+                    outcome = reason
+                } else {
+                    outcome = "\(record.type) without a signed transaction"
+                }
+            } else {
+                subjects.append(record.subject!)
+            }
+            insert = insert.values([
+                record.notificationUUID, record.type, record.subtype, record.subject ?? "",
+                record.transaction?.transactionId, record.signedDate, record.environment, json, item.signedPayload,
+                status, outcome, item.now.milliseconds,
+            ])
+        }
+        guard !seen.isEmpty else { return }
+        try await sql.execute(sql: insert.ignoringConflicts(with: ["notification_uuid"]).insert) { _ in }
+        try await wake(Array(Set(subjects)), sql: sql, now: items[0].now)
+    }
+
+    /// Makes the `apply_notifications` job of each subject due now: created, woken after it
+    /// finished, or — while it runs — marked to run again (its completion then leaves it
+    /// pending: `JobStore.complete(_:ifLeasedUntil:)`).
+    static func wake(_ subjects: [String], sql: any SQLDatabase, now: Date) async throws {
+        guard !subjects.isEmpty else { return }
+        var insert = sql.insert(into: "jobs").columns(
+            "id", "kind", "dedupe_key", "payload", "status", "attempts", "run_at", "created_at", "stuck_reported")
+        for subject in subjects.sorted() {
+            insert = insert.values([
+                UUID().uuidString.lowercased(), jobKind, "\(jobKind)|\(subject)", subject, "pending", 0,
+                now.milliseconds, now.milliseconds, 0,
+            ])
+        }
+        try await sql.raw(
+            """
+            \(insert.insert) ON CONFLICT (dedupe_key) DO UPDATE SET status = 'pending', run_at = excluded.run_at,
+            attempts = 0, created_at = CASE WHEN jobs.status = 'pending' THEN jobs.created_at ELSE excluded.created_at END
+            """
+        ).run()
+    }
+
+    /// Notifications held for want of an account become pending again, and their subjects'
+    /// jobs due (an account now owns the subscription).
+    static func release(_ subjects: [String], sql: any SQLDatabase, now: Date) async throws {
+        let held = try await sql.raw(
+            """
+            SELECT DISTINCT subject FROM notifications WHERE subject IN (\(binds: subjects)) AND status = 'unattributed'
+            """
+        ).all().map { try $0.decode(column: "subject", as: String.self) }
+        guard !held.isEmpty else { return }
+        try await sql.raw(
+            "UPDATE notifications SET status = 'pending' WHERE subject IN (\(binds: held)) AND status = 'unattributed'"
+        ).run()
+        try await wake(held, sql: sql, now: now)
+    }
+
+    // MARK: Applying
+
+    /// How one notification was applied.
+    public struct Applied: Sendable, Hashable {
+        public var notificationUUID: String
+        public var status: String
+        public var outcome: String
+    }
+
+    /// What the server does with a CONSUMPTION_REQUEST: nothing, or a `send_consumption` job.
+    public struct Settings: Sendable {
+        public var catalog: Catalog
+        public var policy: OwnershipPolicy
+        public var consumptionEnabled: Bool
+
+        public init(catalog: Catalog, policy: OwnershipPolicy, consumptionEnabled: Bool) {
+            self.catalog = catalog
+            self.policy = policy
+            self.consumptionEnabled = consumptionEnabled
+        }
+    }
+
+    public static let consumptionJobKind = "send_consumption"
+
+    /// Applies every pending notification of `subject`, oldest `signedDate` first, in one
+    /// transaction under the subject's lock.
+    public func apply(subject: String, settings: Settings, now: Date) async throws -> [Applied] {
+        let kind = database.kind
+        return try await database.transaction { sql in
+            if kind == .postgres {
+                // Held to the end of the transaction: another instance applying the same
+                // subject waits here, then finds nothing pending.
+                try await sql.raw("SELECT pg_advisory_xact_lock(hashtext(\(bind: "notifications|" + subject)))").run()
+            }
+            let rows = try await sql.raw(
+                """
+                SELECT notification_uuid, record FROM notifications WHERE subject = \(bind: subject) AND status = 'pending'
+                ORDER BY signed_date, notification_uuid
+                """
+            ).all()
+            var applied: [Applied] = []
+            for row in rows {
+                let uuid = try row.decode(column: "notification_uuid", as: String.self)
+                let text = try row.decode(column: "record", as: String.self)
+                let (status, outcome): (String, String)
+                if let record = try? JSONDecoder().decode(NotificationRecord.self, from: Data(text.utf8)) {
+                    (status, outcome) = try await NotificationApplier.apply(
+                        record, settings: settings, sql: sql, now: now)
+                } else {
+                    (status, outcome) = ("ignored", "the stored record cannot be read")
+                }
+                try await sql.raw(
+                    """
+                    UPDATE notifications SET status = \(bind: status), outcome = \(bind: String(outcome.prefix(2000))),
+                    applied_at = \(bind: now.milliseconds) WHERE notification_uuid = \(bind: uuid)
+                    """
+                ).run()
+                applied.append(Applied(notificationUUID: uuid, status: status, outcome: outcome))
+            }
+            return applied
+        }
+    }
+
+    // MARK: Reads
+
+    public struct Stored: Sendable, Hashable {
+        public var notificationUUID: String
+        public var type: String
+        public var subtype: String?
+        public var subject: String
+        public var signedDate: Date
+        public var status: String
+        public var outcome: String?
+        public var receivedAt: Date
+    }
+
+    public func notification(_ uuid: String) async throws -> Stored? {
+        try await database.read { sql in
+            try await sql.raw("SELECT * FROM notifications WHERE notification_uuid = \(bind: uuid)").first().map(
+                Self.decode)
+        }
+    }
+
+    public func notifications(subject: String? = nil) async throws -> [Stored] {
+        try await database.read { sql in
+            if let subject {
+                return try await sql.raw(
+                    "SELECT * FROM notifications WHERE subject = \(bind: subject) ORDER BY signed_date, notification_uuid"
+                ).all().map(Self.decode)
+            }
+            return try await sql.raw("SELECT * FROM notifications ORDER BY received_at, notification_uuid").all().map(
+                Self.decode)
+        }
+    }
+
+    /// Notifications by status (`pending` is the applier's backlog).
+    public func counts() async throws -> [String: Int] {
+        try await database.read { sql in
+            var counts: [String: Int] = [:]
+            for row in try await sql.raw("SELECT status, COUNT(*) AS n FROM notifications GROUP BY status").all() {
+                counts[try row.decode(column: "status", as: String.self)] = try row.decode(column: "n", as: Int.self)
+            }
+            return counts
+        }
+    }
+
+    /// Subjects with notifications still pending (a job lost with its lease is found again).
+    public func pendingSubjects(limit: Int = 1000) async throws -> [String] {
+        try await database.read { sql in
+            try await sql.raw(
+                "SELECT DISTINCT subject FROM notifications WHERE status = 'pending' LIMIT \(unsafeRaw: String(limit))"
+            ).all().map { try $0.decode(column: "subject", as: String.self) }
+        }
+    }
+
+    static func decode(_ row: any SQLRow) throws -> Stored {
+        Stored(
+            notificationUUID: try row.decode(column: "notification_uuid", as: String.self),
+            type: try row.decode(column: "notification_type", as: String.self),
+            subtype: try row.decode(column: "subtype", as: String?.self),
+            subject: try row.decode(column: "subject", as: String.self),
+            signedDate: Date(milliseconds: try row.decode(column: "signed_date", as: Int64.self)),
+            status: try row.decode(column: "status", as: String.self),
+            outcome: try row.decode(column: "outcome", as: String?.self),
+            receivedAt: Date(milliseconds: try row.decode(column: "received_at", as: Int64.self)))
+    }
+}
