@@ -274,6 +274,10 @@ public enum Migrations {
                 "CREATE INDEX notifications_status ON notifications (status, received_at)",
                 // A refunded delivery (REFUND until a REFUND_REVERSED): what a repeat changes nothing on.
                 "ALTER TABLE deliveries ADD COLUMN refunded_at BIGINT",
+                // Webhook events refused for webhooks.maxAttemptHours move to the dead letters
+                // (dead_at); a replay starts a new attempt window (window_start, else created_at).
+                "ALTER TABLE outbox ADD COLUMN dead_at BIGINT",
+                "ALTER TABLE outbox ADD COLUMN window_start BIGINT",
             ]
         ),
     ]

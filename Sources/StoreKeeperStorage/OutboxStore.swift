@@ -55,6 +55,8 @@ public struct OutboxStore: Sendable {
         public var payload: String
         public var createdAt: Date
         public var attempts: Int
+        /// When the current attempt window began (a replay starts a new one); nil: `createdAt`.
+        public var windowStart: Date? = nil
     }
 
     /// Unsent events that are due, oldest first, leased for `lease` seconds so another
@@ -66,8 +68,8 @@ public struct OutboxStore: Sendable {
             let lock = kind == .postgres ? " FOR UPDATE SKIP LOCKED" : ""
             let rows = try await sql.raw(
                 """
-                SELECT id, event, payload, created_at, attempts FROM outbox
-                WHERE sent_at IS NULL AND next_attempt_at <= \(bind: due)
+                SELECT id, event, payload, created_at, attempts, window_start FROM outbox
+                WHERE sent_at IS NULL AND dead_at IS NULL AND next_attempt_at <= \(bind: due)
                 ORDER BY created_at, id LIMIT \(bind: limit)\(unsafeRaw: lock)
                 """
             ).all()
@@ -90,7 +92,62 @@ public struct OutboxStore: Sendable {
             type: try row.decode(column: "event", as: String.self),
             payload: try row.decode(column: "payload", as: String.self),
             createdAt: Date(milliseconds: try row.decode(column: "created_at", as: Int64.self)),
-            attempts: try row.decode(column: "attempts", as: Int.self))
+            attempts: try row.decode(column: "attempts", as: Int.self),
+            windowStart: try row.decode(column: "window_start", as: Int64?.self).map(Date.init(milliseconds:)))
+    }
+
+    /// Gives up on an event (refused for the whole attempt window): it leaves the queue for the
+    /// dead letters, and no longer holds back the events behind it.
+    public func markDead(_ id: String, now: Date, error: String) async throws {
+        try await database.transaction { sql in
+            try await sql.raw(
+                """
+                UPDATE outbox SET attempts = attempts + 1, dead_at = \(bind: now.milliseconds),
+                last_error = \(bind: String(error.prefix(500))) WHERE id = \(bind: id) AND sent_at IS NULL
+                """
+            ).run()
+        }
+    }
+
+    public struct DeadLetter: Sendable, Hashable {
+        public var event: Event
+        public var deadAt: Date
+        public var lastError: String?
+    }
+
+    public func deadLetters(limit: Int = 500) async throws -> [DeadLetter] {
+        try await database.read { sql in
+            try await sql.raw(
+                """
+                SELECT id, event, payload, created_at, attempts, window_start, dead_at, last_error FROM outbox
+                WHERE dead_at IS NOT NULL AND sent_at IS NULL ORDER BY dead_at, id LIMIT \(unsafeRaw: String(limit))
+                """
+            ).all().map {
+                DeadLetter(
+                    event: try Self.event($0),
+                    deadAt: Date(milliseconds: try $0.decode(column: "dead_at", as: Int64.self)),
+                    lastError: try $0.decode(column: "last_error", as: String?.self))
+            }
+        }
+    }
+
+    /// Puts a dead letter back in the queue, due now, with a new attempt window; false when
+    /// there is no such dead letter.
+    public func replay(_ id: String, now: Date) async throws -> Bool {
+        try await database.transaction { sql in
+            guard
+                try await sql.raw(
+                    "SELECT id FROM outbox WHERE id = \(bind: id) AND dead_at IS NOT NULL AND sent_at IS NULL"
+                ).first() != nil
+            else { return false }
+            try await sql.raw(
+                """
+                UPDATE outbox SET dead_at = NULL, attempts = 0, next_attempt_at = \(bind: now.milliseconds),
+                window_start = \(bind: now.milliseconds) WHERE id = \(bind: id)
+                """
+            ).run()
+            return true
+        }
     }
 
     public func markSent(_ ids: [String], now: Date) async throws {
@@ -130,7 +187,8 @@ public struct OutboxStore: Sendable {
 
     public func pendingCount() async throws -> Int {
         try await database.read { sql in
-            try await sql.raw("SELECT COUNT(*) AS pending FROM outbox WHERE sent_at IS NULL").first()?
+            try await sql.raw("SELECT COUNT(*) AS pending FROM outbox WHERE sent_at IS NULL AND dead_at IS NULL")
+                .first()?
                 .decode(column: "pending", as: Int.self) ?? 0
         }
     }

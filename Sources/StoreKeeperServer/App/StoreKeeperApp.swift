@@ -214,6 +214,7 @@ public struct StoreKeeperApp: Sendable {
         AccountsController(app: self).addRoutes(to: v1)
         AnomaliesController(app: self).addRoutes(to: v1)
         RejectedProofsController(app: self).addRoutes(to: v1)
+        WebhooksController(app: self).addRoutes(to: v1)
         if let localAppStore {
             // Demo mode: open, for curl and the quick start. Beside a configuration
             // (`localAppStore.enabled`): every route needs a secret key, so no app user can mint
@@ -242,7 +243,9 @@ public struct StoreKeeperApp: Sendable {
         if database.kind == .sqlite { services.append(WALCheckpointer(database: database, logger: logger)) }
         if let url = configuration.webhookURL, let secret = configuration.webhookSecret {
             services.append(
-                WebhookSender(outbox: OutboxStore(database: database), url: url, secret: secret, logger: logger))
+                WebhookSender(
+                    outbox: OutboxStore(database: database), url: url, secret: secret, logger: logger,
+                    maxAttemptAge: TimeInterval(configuration.webhookMaxAttemptHours) * 3600))
         }
         // Shed on the event loop, before any task or body read (LoadShedder).
         let inFlight = InFlightRequests(limit: configuration.maxInFlightRequests, metrics: metrics)

@@ -24,12 +24,15 @@ public struct WebhookSender: Service {
     let timeout: TimeAmount
     let firstBackoff: TimeInterval
     let maxBackoff: TimeInterval
+    /// An event refused for this long moves to the dead letters (webhooks.maxAttemptHours).
+    let maxAttemptAge: TimeInterval
 
     public init(
         outbox: OutboxStore, url: String, secret: String, client: HTTPClient = .shared, logger: Logger,
         pollInterval: Duration = .seconds(1), timeout: TimeAmount = .seconds(10), firstBackoff: TimeInterval = 5,
-        maxBackoff: TimeInterval = 3600
+        maxBackoff: TimeInterval = 3600, maxAttemptAge: TimeInterval = 72 * 3600
     ) {
+        self.maxAttemptAge = maxAttemptAge
         self.outbox = outbox
         self.url = url
         self.secret = secret
@@ -75,6 +78,14 @@ public struct WebhookSender: Service {
                     try await send(event, signedAt: Date())
                     accepted.append(event.id)
                 } catch {
+                    if now.timeIntervalSince(event.windowStart ?? event.createdAt) >= maxAttemptAge {
+                        logger.error(
+                            "webhook refused for \(Int(maxAttemptAge / 3600)) h: moved to the dead letters",
+                            metadata: ["event": "\(event.id)", "type": "\(event.type)", "error": "\(error)"])
+                        try? await outbox.markDead(event.id, now: now, error: "\(error)")
+                        // It no longer holds back the events behind it.
+                        continue
+                    }
                     let delay = backoff(afterAttempt: event.attempts + 1)
                     logger.warning(
                         "webhook not accepted; will retry",
