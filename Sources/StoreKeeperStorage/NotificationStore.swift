@@ -133,11 +133,7 @@ public struct NotificationStore: Sendable {
     public func apply(subject: String, settings: Settings, now: Date) async throws -> [Applied] {
         let kind = database.kind
         return try await database.transaction { sql in
-            if kind == .postgres {
-                // Held to the end of the transaction: another instance applying the same
-                // subject waits here, then finds nothing pending.
-                try await sql.raw("SELECT pg_advisory_xact_lock(hashtext(\(bind: "notifications|" + subject)))").run()
-            }
+            try await Self.lock(subject, sql: sql, kind: kind)
             let rows = try await sql.raw(
                 """
                 SELECT notification_uuid, record FROM notifications WHERE subject = \(bind: subject) AND status = 'pending'
@@ -165,6 +161,14 @@ public struct NotificationStore: Sendable {
             }
             return applied
         }
+    }
+
+    /// Holds `subject`'s lock to the end of the transaction (PostgreSQL; SQLite has one
+    /// writer): another instance applying the same subject waits here, then finds nothing
+    /// pending.
+    static func lock(_ subject: String, sql: any SQLDatabase, kind: Database.Kind) async throws {
+        guard kind == .postgres else { return }
+        try await sql.raw("SELECT pg_advisory_xact_lock(hashtext(\(bind: "notifications|" + subject)))").run()
     }
 
     // MARK: Reads
@@ -196,6 +200,13 @@ public struct NotificationStore: Sendable {
             }
             return try await sql.raw("SELECT * FROM notifications ORDER BY received_at, notification_uuid").all().map(
                 Self.decode)
+        }
+    }
+
+    /// Every notification recorded.
+    public func count() async throws -> Int {
+        try await database.read { sql in
+            try await sql.raw("SELECT COUNT(*) AS n FROM notifications").first()?.decode(column: "n", as: Int.self) ?? 0
         }
     }
 

@@ -23,6 +23,9 @@ public struct StoreKeeperApp: Sendable {
     public let catalog: Catalog
     /// Where `transactionId` submissions are looked up; nil when no Apple key is configured.
     let transactionSource: (any TransactionSource)?
+    /// The App Store Server API (production, then sandbox), when a key is configured:
+    /// reconciliation's source.
+    let appleAPI: EnvironmentFallback?
     /// How long a submission waits for Apple before the lookup becomes a durable job.
     let lookupDeadline: Duration
     let verifier: SignedDataVerifier
@@ -91,6 +94,7 @@ public struct StoreKeeperApp: Sendable {
             logger.warning("no auth.secretKeys configured: operator and back-end endpoints cannot be reached")
         }
         var source = transactionSource
+        var appleAPI: EnvironmentFallback?
         if source == nil, let pem = try configuration.serverAPIPrivateKeyPEM(),
             let issuerId = configuration.serverAPIIssuerId, let keyId = configuration.serverAPIKeyId
         {
@@ -107,13 +111,14 @@ public struct StoreKeeperApp: Sendable {
                         credentials: credentials, environment: .sandbox, baseURL: configuration.serverAPIBaseURL,
                         timeout: .seconds(10), retryPolicy: .none)) : nil
             source = ServerAPITransactionSource(production: production, sandbox: sandbox)
+            appleAPI = EnvironmentFallback(production: production, sandbox: sandbox)
         } else if source == nil, let localAppStore {
             source = LocalTransactionSource(store: localAppStore)
         }
         return StoreKeeperApp(
             configuration: configuration, database: database, store: PurchaseStore(database: database),
             jobs: JobStore(database: database), notifications: NotificationStore(database: database), catalog: catalog,
-            transactionSource: source,
+            transactionSource: source, appleAPI: appleAPI,
             lookupDeadline: lookupDeadline,
             verifier: verifier, receiptVerifier: receiptVerifier,
             authenticator: await Authenticator(
@@ -240,6 +245,7 @@ public struct StoreKeeperApp: Sendable {
                 outbox: OutboxStore(database: database), logger: logger),
         ]
         if let localAppStore { services.append(NotificationSender(store: localAppStore)) }
+        if appleAPI != nil { services.append(ReconcileService(app: self)) }
         if database.kind == .sqlite { services.append(WALCheckpointer(database: database, logger: logger)) }
         if let url = configuration.webhookURL, let secret = configuration.webhookSecret {
             services.append(

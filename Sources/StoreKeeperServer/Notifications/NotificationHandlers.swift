@@ -18,6 +18,14 @@ extension StoreKeeperApp {
         guard let signedPayload = body.signedPayload, !signedPayload.isEmpty else {
             throw APIError.badRequest("field 'signedPayload' is required")
         }
+        try await acceptNotification(signedPayload)
+        metrics.notificationAccepted.increment()
+        return Response(status: .ok)
+    }
+
+    /// Verifies a notification and records it durably (a known UUID changes nothing): the
+    /// endpoint's work, and reconciliation's for what Notification History returns.
+    func acceptNotification(_ signedPayload: String) async throws {
         let verified: VerifiedNotification
         do {
             verified = try await verifier.verifyNotification(signedPayload)
@@ -48,8 +56,6 @@ extension StoreKeeperApp {
             consumptionRequestReason: payload.data?.consumptionRequestReason?.rawValue,
             transaction: verified.transaction, renewalInfo: verified.renewalInfo)
         try await notifications.accept(record, signedPayload: signedPayload, now: Date())
-        metrics.notificationAccepted.increment()
-        return Response(status: .ok)
     }
 }
 

@@ -1,0 +1,68 @@
+import AppStoreModels
+import Foundation
+import SQLKit
+import StoreKeeperCatalog
+import StoreKeeperCore
+
+/// What reconciliation reads and applies besides notifications.
+extension PurchaseStore {
+    /// Subscriptions that still entitle although their period (or grace) ended before `now`:
+    /// Apple's news about them was missed.
+    public func overdueSubscriptions(now: Date, limit: Int = 10_000) async throws -> [String] {
+        try await database.read { sql in
+            try await sql.raw(
+                """
+                SELECT original_transaction_id FROM subscriptions
+                WHERE status IN ('active', 'grace_period', 'billing_retry')
+                AND COALESCE(grace_ends_at, expires_at) < \(bind: now.milliseconds)
+                ORDER BY original_transaction_id LIMIT \(unsafeRaw: String(limit))
+                """
+            ).all().map { try $0.decode(column: "original_transaction_id", as: String.self) }
+        }
+    }
+
+    /// Accounts with a delivery since `since`, each with one of its transactions (the key to
+    /// its Apple ID's transaction history).
+    public func recentAccounts(since: Date, limit: Int = 10_000) async throws -> [(
+        account: String, transactionId: String
+    )] {
+        try await database.read { sql in
+            try await sql.raw(
+                """
+                SELECT account_id, MAX(transaction_id) AS transaction_id FROM deliveries
+                WHERE delivered_at >= \(bind: since.milliseconds) GROUP BY account_id ORDER BY account_id
+                LIMIT \(unsafeRaw: String(limit))
+                """
+            ).all().map {
+                (
+                    try $0.decode(column: "account_id", as: String.self),
+                    try $0.decode(column: "transaction_id", as: String.self)
+                )
+            }
+        }
+    }
+
+    /// Apple's status for a subscription (Get All Subscription Statuses), applied like any
+    /// event: its latest transaction delivered to the owner if it is new, the state moved by
+    /// SubscriptionMachine in `signedDate` order — under the subject's lock, like notifications.
+    public func applyAppleStatus(
+        _ status: Int, transaction: JWSTransactionDecodedPayload, renewalInfo: JWSRenewalInfoDecodedPayload?,
+        catalog: Catalog, policy: OwnershipPolicy, now: Date
+    ) async throws -> DeliveryResult {
+        let kind = database.kind
+        let subject = transaction.originalTransactionId ?? transaction.transactionId ?? ""
+        let signed = max(transaction.signedDate ?? 0, renewalInfo?.signedDate ?? 0)
+        let event = SubscriptionEvent(
+            .appleStatus(status), signedDate: signed > 0 ? Date(milliseconds: signed) : now, transaction: transaction,
+            renewalInfo: renewalInfo)
+        return try await database.transaction { sql in
+            try await NotificationStore.lock(subject, sql: sql, kind: kind)
+            return try await BatchDelivery.run(
+                [
+                    BatchDelivery.Item(
+                        transaction: transaction, submittingAccount: nil, requestedOrderId: nil, catalog: catalog,
+                        policy: policy, evidence: .device, now: now, event: event)
+                ], sql: sql, combineWrites: false)[0]
+        }
+    }
+}
