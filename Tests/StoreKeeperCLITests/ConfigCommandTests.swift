@@ -176,3 +176,17 @@ import Testing
         try await reopened.close()
     }
 }
+
+extension ConfigCommandTests {
+    @Test func reconcileNeedsTheServerAPIKeyAndAValidSince() throws {
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let good = try Self.write(Self.good(directory), "good.yaml", in: directory)
+        let unconfigured = try VerifyCommandTests.run(["reconcile", "--config", good])
+        #expect(unconfigured.status == 2, "\(unconfigured.stdout) \(unconfigured.stderr)")
+        #expect(unconfigured.stderr.contains("apple.serverAPI"))
+        let badSince = try VerifyCommandTests.run(["reconcile", "--config", good, "--since", "last tuesday"])
+        #expect(badSince.status != 0)
+        #expect(badSince.stderr.contains("--since"))
+    }
+}

@@ -139,7 +139,7 @@ extension StoreKeeperApp {
     }
 
     /// `2026-11-22`, `2026-11-22T10:00:00Z` or with fractional seconds.
-    static func parseDate(_ text: String) -> Date? {
+    public static func parseDate(_ text: String) -> Date? {
         if let date = try? Date(text, strategy: .iso8601) { return date }
         if let date = try? Date(
             text,

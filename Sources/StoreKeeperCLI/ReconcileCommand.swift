@@ -1,0 +1,62 @@
+import ArgumentParser
+import Foundation
+import Logging
+import StoreKeeperServer
+
+/// `storekeeper reconcile [--since DATE]`: one reconciliation pass against the App Store
+/// Server API (what `serve` also runs every hour), its report printed as JSON.
+struct ReconcileCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "reconcile",
+        abstract: "Pull what Apple sent while the server was not listening, and apply it.",
+        discussion: """
+            Notification History (failures first), Get All Subscription Statuses for subscriptions past their \
+            period without news, Transaction History for accounts active since DATE. Needs the \
+            apple.serverAPI key. Idempotent and safe beside running servers. Prints the report as JSON; \
+            exits 1 when a step failed (the report's "errors" says which), 2 on a configuration problem.
+            """
+    )
+
+    @Option(help: "Configuration file (JSON or YAML), as given to serve.")
+    var config: String?
+
+    @Option(help: "Start of the window: an ISO 8601 date or date-time (default: 3 days ago).")
+    var since: String?
+
+    @Option(name: .customLong("data-dir"), help: "Where demo mode keeps the local App Store's keys.")
+    var dataDirectory: String = "storekeeper-data"
+
+    func run() async throws {
+        var start = Date().addingTimeInterval(-3 * 86_400)
+        if let since {
+            guard let date = StoreKeeperApp.parseDate(since) else {
+                throw ValidationError("--since must be an ISO 8601 date or date-time")
+            }
+            start = date
+        }
+        var logger = Logger(label: "storekeeper")
+        logger.logLevel = .warning
+        let quiet = logger
+        let app = try await ConfigurationErrors.exitingWith2 {
+            try await StoreKeeperApp.make(
+                try await ServerConfiguration.load(file: config),
+                dataDirectory: URL(fileURLWithPath: dataDirectory, isDirectory: true), logger: quiet)
+        }
+        let report: Reconciler.Report
+        do {
+            report = try await Reconciler(app: app).run(since: start)
+        } catch let error as Reconciler.NotConfigured {
+            try? await app.database.close()
+            FileHandle.standardError.write(Data("storekeeper: \(error)\n".utf8))
+            throw ExitCode(2)
+        } catch {
+            try? await app.database.close()
+            throw error
+        }
+        try? await app.database.close()
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        print(String(decoding: try encoder.encode(report), as: UTF8.self))
+        if !report.errors.isEmpty { throw ExitCode(1) }
+    }
+}
