@@ -42,7 +42,8 @@ import Testing
             let now = apple.clock.now()
             let report = try await reconciler.run(since: start.addingTimeInterval(-3600), now: now)
             #expect(report.errors.isEmpty, "\(report.errors)")
-            #expect(report.notificationsRecorded == 6, "\(report)")  // SUBSCRIBED, ONE_TIME_CHARGE, DID_RENEW ×2, REFUND, DID_FAIL_TO_RENEW
+            // SUBSCRIBED, ONE_TIME_CHARGE, DID_RENEW ×2, REFUND, DID_FAIL_TO_RENEW.
+            #expect(report.notificationsRecorded == 6, "\(report)")
             #expect(report.notificationsRefused == 0)
 
             let sue = try #require(try await SubscriptionAccountTests.subscriptions(client, "sue").first)
