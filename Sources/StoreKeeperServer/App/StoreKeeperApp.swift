@@ -58,10 +58,17 @@ public struct StoreKeeperApp: Sendable {
         let localDirectory = dataDirectory.appendingPathComponent("local-store", isDirectory: true)
         if configuration.usesLocalAppStore {
             let pki = try PKIStore.loadOrCreate(dataDirectory: localDirectory)
+            // The local App Store sends its notifications to this server, as Apple would (not
+            // with an ephemeral port, unknown until the server runs).
+            let host =
+                ["0.0.0.0", "::"].contains(configuration.host)
+                ? "127.0.0.1" : configuration.host.contains(":") ? "[\(configuration.host)]" : configuration.host
             localAppStore = LocalAppStore(
                 configuration: .init(
                     bundleId: configuration.bundleId ?? "com.example.app",
-                    appAppleId: configuration.appAppleId ?? 1_234_567_890, catalog: catalog),
+                    appAppleId: configuration.appAppleId ?? 1_234_567_890, catalog: catalog,
+                    notificationURL: configuration.port == 0
+                        ? nil : "http://\(host):\(configuration.port)/v1/notifications/apple"),
                 pki: pki)
             localRoots = pki.trustRootsDER
         }
