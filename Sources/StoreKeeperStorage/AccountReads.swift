@@ -89,13 +89,6 @@ extension PurchaseStore {
     }
 }
 
-extension Optional {
-    fileprivate func asyncMap<T>(_ transform: (Wrapped) async throws -> T) async rethrows -> T? {
-        guard let self else { return nil }
-        return try await transform(self)
-    }
-}
-
 extension PurchaseStore {
     /// What a delivery credited: its ledger entry `purchase:<transactionId>:<currency>`.
     static func credit(of transactionId: String, sql: any SQLDatabase) async throws -> RefundPlanner.Credit? {
@@ -132,7 +125,8 @@ extension PurchaseStore {
             let account = try row.decode(column: "account_id", as: String.self)
             let product = catalog.product(try row.decode(column: "product_id", as: String.self))
             let credit = try await Self.credit(of: transactionId, sql: sql)
-            let balance = try await credit.asyncMap { try await Self.balance(account, $0.currency, sql: sql) }
+            var balance: Int64?
+            if let credit { balance = try await Self.balance(account, credit.currency, sql: sql) }
             let refunded = try row.decode(column: "refunded_at", as: Int64?.self) != nil
             return (
                 ConsumptionPlanner.Facts(

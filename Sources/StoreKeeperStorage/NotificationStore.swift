@@ -54,9 +54,8 @@ public struct NotificationStore: Sendable {
                 } else {
                     outcome = "\(record.type) without a signed transaction"
                 }
-            } else {
-                subjects.append(record.subject!)
             }
+            if let subject = record.subject { subjects.append(subject) }
             insert = insert.values([
                 record.notificationUUID, record.type, record.subtype, record.subject ?? "",
                 record.transaction?.transactionId, record.signedDate, record.environment, json, item.signedPayload,
@@ -113,7 +112,8 @@ public struct NotificationStore: Sendable {
         public var outcome: String
     }
 
-    /// What the server does with a CONSUMPTION_REQUEST: nothing, or a `send_consumption` job.
+    /// What applying needs from the configuration: the catalog, the ownership policy, and
+    /// whether a CONSUMPTION_REQUEST gets a `send_consumption` job.
     public struct Settings: Sendable {
         public var catalog: Catalog
         public var policy: OwnershipPolicy

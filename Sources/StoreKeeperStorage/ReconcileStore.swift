@@ -7,13 +7,15 @@ import StoreKeeperCore
 /// What reconciliation reads and applies besides notifications.
 extension PurchaseStore {
     /// Subscriptions that still entitle although their period (or grace) ended before `now`:
-    /// Apple's news about them was missed.
+    /// Apple's news about them was missed. (Billing retry, which lasts up to 60 days, is not
+    /// asked about every hour: its end arrives as a notification, and a missed one is in
+    /// Notification History.)
     public func overdueSubscriptions(now: Date, limit: Int = 10_000) async throws -> [String] {
         try await database.read { sql in
             try await sql.raw(
                 """
                 SELECT original_transaction_id FROM subscriptions
-                WHERE status IN ('active', 'grace_period', 'billing_retry')
+                WHERE status IN ('active', 'grace_period')
                 AND COALESCE(grace_ends_at, expires_at) < \(bind: now.milliseconds)
                 ORDER BY original_transaction_id LIMIT \(unsafeRaw: String(limit))
                 """

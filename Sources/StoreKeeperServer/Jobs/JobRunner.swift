@@ -64,6 +64,10 @@ public struct JobRunner: Service {
         }
         var delivered = 0
         for job in jobs {
+            // Jobs run one after another and an Apple lookup may take its whole timeout: a job
+            // whose lease is (nearly) over may be another runner's by now — it waits for the
+            // next claim instead of running twice at once.
+            guard Date() < job.leasedUntil.addingTimeInterval(-15) else { continue }
             if await run(job, now: now) { delivered += 1 }
         }
         return (jobs.count, delivered)

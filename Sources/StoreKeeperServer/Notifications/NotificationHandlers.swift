@@ -23,9 +23,15 @@ extension StoreKeeperApp {
         return Response(status: .ok)
     }
 
-    /// Verifies a notification and records it durably (a known UUID changes nothing): the
-    /// endpoint's work, and reconciliation's for what Notification History returns.
+    /// Verifies a notification and records it durably (a known UUID changes nothing).
     func acceptNotification(_ signedPayload: String) async throws {
+        let record = try await verifiedNotification(signedPayload)
+        try await notifications.accept(record, signedPayload: signedPayload, now: Date())
+    }
+
+    /// A notification and everything signed in it, verified (a refusal is a security event),
+    /// as it is recorded: the endpoint's check, and reconciliation's for Notification History.
+    func verifiedNotification(_ signedPayload: String) async throws -> NotificationRecord {
         let verified: VerifiedNotification
         do {
             verified = try await verifier.verifyNotification(signedPayload)
@@ -49,13 +55,12 @@ extension StoreKeeperApp {
             throw APIError.badRequest("the notification has no notificationUUID, notificationType or signedDate")
         }
         try Self.validateText(uuid, field: "notificationUUID")
-        let record = NotificationRecord(
+        return NotificationRecord(
             notificationUUID: uuid, type: type, subtype: payload.subtype?.rawValue, signedDate: signedDate,
             environment: payload.data?.environment?.rawValue ?? payload.summary?.environment?.rawValue,
             appleStatus: payload.data?.status.map { Int($0.rawValue) },
             consumptionRequestReason: payload.data?.consumptionRequestReason?.rawValue,
             transaction: verified.transaction, renewalInfo: verified.renewalInfo)
-        try await notifications.accept(record, signedPayload: signedPayload, now: Date())
     }
 }
 

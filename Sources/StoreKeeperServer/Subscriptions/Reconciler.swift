@@ -35,8 +35,9 @@ public struct Reconciler: Sendable {
             "reconciliation needs the App Store Server API: set apple.serverAPI.issuerId, .keyId and .privateKeyFile"
     }
 
-    /// One pass over `since…now`; applies what it recorded before it returns.
-    public func run(since: Date, now: Date = Date()) async throws -> Report {
+    /// One pass over `since…now` (the transaction histories of accounts with deliveries since
+    /// `accountsSince`, by default `since` too); applies what it recorded before it returns.
+    public func run(since: Date, accountsSince: Date? = nil, now: Date = Date()) async throws -> Report {
         guard let api = app.appleAPI else { throw NotConfigured() }
         var report = Report(since: StoreKeeperApp.iso(since))
         var clients = [api.production]
@@ -60,9 +61,11 @@ public struct Reconciler: Sendable {
                 for signed in items.compactMap(\.signedPayload) {
                     report.notificationsSeen += 1
                     do {
-                        let before = try await app.notifications.count()
-                        try await app.acceptNotification(signed)
-                        if try await app.notifications.count() > before { report.notificationsRecorded += 1 }
+                        // A primary-key read per notification: what was recorded is skipped.
+                        let record = try await app.verifiedNotification(signed)
+                        guard try await app.notifications.notification(record.notificationUUID) == nil else { continue }
+                        try await app.notifications.accept(record, signedPayload: signed, now: Date())
+                        report.notificationsRecorded += 1
                     } catch {
                         report.notificationsRefused += 1
                     }
@@ -80,9 +83,8 @@ public struct Reconciler: Sendable {
                 where item.originalTransactionId == original {
                     guard let status = item.status, let signed = item.signedTransactionInfo else { continue }
                     let transaction = try await app.verifier.verifyTransaction(signed)
-                    let renewal = try await item.signedRenewalInfo.asyncMap {
-                        try await app.verifier.verifyRenewalInfo($0)
-                    }
+                    var renewal: JWSRenewalInfoDecodedPayload?
+                    if let info = item.signedRenewalInfo { renewal = try await app.verifier.verifyRenewalInfo(info) }
                     let result = try await app.store.applyAppleStatus(
                         Int(status.rawValue), transaction: transaction, renewalInfo: renewal, catalog: app.catalog,
                         policy: app.configuration.ownershipPolicy, now: now)
@@ -99,7 +101,7 @@ public struct Reconciler: Sendable {
 
         // 3. Accounts active recently: anything paid and not delivered is delivered now, or
         // becomes an anomaly.
-        for (account, transactionId) in try await app.store.recentAccounts(since: since) {
+        for (account, transactionId) in try await app.store.recentAccounts(since: accountsSince ?? since) {
             report.accountsChecked += 1
             do {
                 var filter = TransactionHistoryFilter()
@@ -135,10 +137,11 @@ public struct Reconciler: Sendable {
         return report
     }
 
-    /// Applies what was recorded (the job runner would, a second later).
+    /// Applies what was recorded (the job runner would, a second later); bounded.
     func drainJobs(now: Date) async {
         let runner = JobRunner(app: app)
-        for _ in 0..<1000 where await runner.runDueCounting(now: now).claimed > 0 {}
+        var rounds = 0
+        while rounds < 1000, await runner.runDueCounting(now: now).claimed > 0 { rounds += 1 }
     }
 
     /// Production first, then sandbox for an id production does not know.
@@ -154,7 +157,10 @@ public struct Reconciler: Sendable {
     }
 }
 
-/// Reconciliation on a schedule: every `interval`, the last `window`.
+/// Reconciliation on a schedule: every `interval`, notifications and statuses over the last
+/// `window`; transaction histories only of accounts with deliveries since the previous run
+/// (two intervals back) — one Server API call per account, so proportional to recent traffic,
+/// not to every account of the last days. `storekeeper reconcile` does the whole window.
 public struct ReconcileService: Service {
     let reconciler: Reconciler
     let interval: Duration
@@ -170,15 +176,11 @@ public struct ReconcileService: Service {
         try? await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
                 try await Task.sleep(for: interval)
-                _ = try? await reconciler.run(since: Date().addingTimeInterval(-window))
+                let now = Date()
+                _ = try? await reconciler.run(
+                    since: now.addingTimeInterval(-window),
+                    accountsSince: now.addingTimeInterval(-2 * Double(interval.components.seconds)), now: now)
             }
         }
-    }
-}
-
-extension Optional {
-    func asyncMap<T>(_ transform: (Wrapped) async throws -> T) async rethrows -> T? {
-        guard let self else { return nil }
-        return try await transform(self)
     }
 }
