@@ -34,26 +34,15 @@ struct ReconcileCommand: AsyncParsableCommand {
             }
             start = date
         }
-        var logger = Logger(label: "storekeeper")
-        logger.logLevel = .warning
-        let quiet = logger
-        let app = try await ConfigurationErrors.exitingWith2 {
-            try await StoreKeeperApp.make(
-                try await ServerConfiguration.load(file: config),
-                dataDirectory: URL(fileURLWithPath: dataDirectory, isDirectory: true), logger: quiet)
-        }
         let report: Reconciler.Report
         do {
-            report = try await Reconciler(app: app).run(since: start)
+            report = try await ConfigurationErrors.withApp(config: config, dataDirectory: dataDirectory) { app in
+                try await Reconciler(app: app).run(since: start)
+            }
         } catch let error as Reconciler.NotConfigured {
-            try? await app.database.close()
             FileHandle.standardError.write(Data("storekeeper: \(error)\n".utf8))
             throw ExitCode(2)
-        } catch {
-            try? await app.database.close()
-            throw error
         }
-        try? await app.database.close()
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         print(String(decoding: try encoder.encode(report), as: UTF8.self))

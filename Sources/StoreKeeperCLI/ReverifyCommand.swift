@@ -35,23 +35,11 @@ struct ReverifyCommand: AsyncParsableCommand {
         } catch let error as APIError {
             throw ValidationError(error.message)
         }
-        var logger = Logger(label: "storekeeper")
-        logger.logLevel = .warning
-        let quiet = logger
-        let app = try await ConfigurationErrors.exitingWith2 {
-            try await StoreKeeperApp.make(
-                try await ServerConfiguration.load(file: config),
-                dataDirectory: URL(fileURLWithPath: dataDirectory, isDirectory: true), logger: quiet)
+        let summary = try await ConfigurationErrors.withApp(config: config, dataDirectory: dataDirectory) { app in
+            try await app.reverify(since: filters.since, code: filters.code, actor: "cli")
         }
-        do {
-            let summary = try await app.reverify(since: filters.since, code: filters.code, actor: "cli")
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.sortedKeys]
-            print(String(decoding: try encoder.encode(summary), as: UTF8.self))
-        } catch {
-            try? await app.database.close()
-            throw error
-        }
-        try? await app.database.close()
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        print(String(decoding: try encoder.encode(summary), as: UTF8.self))
     }
 }

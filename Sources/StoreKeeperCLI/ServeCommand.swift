@@ -95,6 +95,31 @@ enum ConfigurationErrors {
     }
 }
 
+extension ConfigurationErrors {
+    /// A one-shot command's server (`reverify`, `reconcile`): built from the configuration as
+    /// `serve` builds it, quiet but for warnings, its database closed when `body` ends.
+    static func withApp<T: Sendable>(
+        config: String?, dataDirectory: String, _ body: (StoreKeeperApp) async throws -> T
+    ) async throws -> T {
+        var logger = Logger(label: "storekeeper")
+        logger.logLevel = .warning
+        let quiet = logger
+        let app = try await exitingWith2 {
+            try await StoreKeeperApp.make(
+                try await ServerConfiguration.load(file: config),
+                dataDirectory: URL(fileURLWithPath: dataDirectory, isDirectory: true), logger: quiet)
+        }
+        do {
+            let result = try await body(app)
+            try? await app.database.close()
+            return result
+        } catch {
+            try? await app.database.close()
+            throw error
+        }
+    }
+}
+
 /// `storekeeper migrate`: applies the schema and exits.
 struct MigrateCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
