@@ -87,14 +87,9 @@ extension PurchaseStore {
                 kind: AnomalyDraft.Kind(rawValue: current.kind) ?? .verificationStuck,
                 transactionId: current.transactionId, orderId: current.orderId, accountId: current.accountId,
                 detail: current.detail)
-            try await sql.raw(
-                """
-                INSERT INTO outbox (id, event, payload, created_at)
-                VALUES (\(bind: OutboxStore.newEventId()), 'anomaly_resolved',
-                        \(bind: Self.anomalyPayload(id: id, kind: current.kind, status: "resolved", resolution: resolution, anomaly: draft)),
-                        \(bind: now.milliseconds))
-                """
-            ).run()
+            try await Self.anomalyEvent(
+                "anomaly_resolved", id: id, kind: current.kind, resolution: resolution, anomaly: draft, sql: sql,
+                at: now.milliseconds)
             return try await sql.raw("SELECT * FROM anomalies WHERE id = \(bind: id)").first().map(Self.decodeAnomaly)
         }
     }
@@ -147,42 +142,23 @@ extension PurchaseStore {
             """
         ).first()
         guard inserted != nil else { return }
-        try await sql.raw(
-            """
-            INSERT INTO outbox (id, event, payload, created_at)
-            VALUES (\(bind: OutboxStore.newEventId()), 'anomaly_opened',
-                    \(bind: anomalyPayload(id: id, kind: anomaly.kind.rawValue, status: "open", resolution: nil, anomaly: anomaly)),
-                    \(bind: at))
-            """
-        ).run()
+        try await anomalyEvent(
+            "anomaly_opened", id: id, kind: anomaly.kind.rawValue, resolution: nil, anomaly: anomaly, sql: sql, at: at)
     }
 
-    /// `{"accountId","detail","id","kind","orderId","resolution","status","transactionId"}`.
-    static func anomalyPayload(id: String, kind: String, status: String, resolution: String?, anomaly: AnomalyDraft)
-        -> String
-    {
-        var json = #"{"accountId":"#
-        appendOptional(anomaly.accountId, to: &json)
-        json += #","detail":"#
-        appendJSONString(anomaly.detail, to: &json)
-        json += #","id":"#
-        appendJSONString(id, to: &json)
-        json += #","kind":"#
-        appendJSONString(kind, to: &json)
-        json += #","orderId":"#
-        appendOptional(anomaly.orderId, to: &json)
-        json += #","resolution":"#
-        appendOptional(resolution, to: &json)
-        json += #","status":"#
-        appendJSONString(status, to: &json)
-        json += #","transactionId":"#
-        appendOptional(anomaly.transactionId, to: &json)
-        json += "}"
-        return json
-    }
-
-    static func appendOptional(_ string: String?, to json: inout String) {
-        if let string { appendJSONString(string, to: &json) } else { json += "null" }
+    /// An anomaly's webhook event (`anomaly_opened`, `anomaly_resolved`).
+    static func anomalyEvent(
+        _ event: String, id: String, kind: String, resolution: String?, anomaly: AnomalyDraft, sql: any SQLDatabase,
+        at: Int64
+    ) async throws {
+        try await OutboxStore.append(
+            event,
+            [
+                "id": .string(id), "kind": .string(kind), "status": .string(resolution == nil ? "open" : "resolved"),
+                "resolution": .string(resolution), "accountId": .string(anomaly.accountId),
+                "orderId": .string(anomaly.orderId), "transactionId": .string(anomaly.transactionId),
+                "detail": .string(anomaly.detail),
+            ], sql: sql, at: at)
     }
 
     public func recordAudit(actor: String, action: String, subject: String?, detail: String, now: Date) async throws {

@@ -173,36 +173,14 @@ enum NotificationApplier {
         var detail = "\(kind) of transaction \(transactionId) ('\(delivery.productId)') for account \(account)"
         if let amount { detail += ": \(amount.amount) \(amount.currency)" }
         try await PurchaseStore.audit(sql, actor: "apple", action: kind, subject: transactionId, detail: detail, at: at)
-        try await sql.raw(
-            """
-            INSERT INTO outbox (id, event, payload, created_at)
-            VALUES (\(bind: OutboxStore.newEventId()), \(bind: reversed ? "refund_reversed" : "refund"),
-                    \(bind: refundPayload(delivery, kind: kind, ledger: amount, transaction: transaction)), \(bind: at))
-            """
-        ).run()
+        try await OutboxStore.append(
+            reversed ? "refund_reversed" : "refund",
+            [
+                "transactionId": .string(transactionId), "accountId": .string(account),
+                "orderId": .string(delivery.orderId), "productId": .string(delivery.productId), "kind": .string(kind),
+                "currency": .string(amount?.currency), "amount": .number(amount?.amount),
+                "revocationReason": .number(transaction.revocationReason.map { Int64($0.rawValue) }),
+            ], sql: sql, at: at)
         return ("applied", detail + subscriptionNote)
-    }
-
-    /// `{"accountId","amount","currency","kind","orderId","productId","revocationReason","transactionId"}`.
-    static func refundPayload(
-        _ delivery: DeliveryPlanner.Delivery, kind: String, ledger: LedgerEntry?,
-        transaction: JWSTransactionDecodedPayload
-    ) -> String {
-        var json = #"{"accountId":"#
-        PurchaseStore.appendJSONString(delivery.accountId, to: &json)
-        json += #","amount":"# + (ledger.map { String($0.amount) } ?? "null")
-        json += #","currency":"#
-        PurchaseStore.appendOptional(ledger?.currency, to: &json)
-        json += #","kind":"#
-        PurchaseStore.appendJSONString(kind, to: &json)
-        json += #","orderId":"#
-        PurchaseStore.appendOptional(delivery.orderId, to: &json)
-        json += #","productId":"#
-        PurchaseStore.appendJSONString(delivery.productId, to: &json)
-        json += #","revocationReason":"# + (transaction.revocationReason.map { String($0.rawValue) } ?? "null")
-        json += #","transactionId":"#
-        PurchaseStore.appendJSONString(delivery.transactionId, to: &json)
-        json += "}"
-        return json
     }
 }

@@ -206,3 +206,35 @@ public struct OutboxStore: Sendable {
         }
     }
 }
+
+extension OutboxStore {
+    /// A value of an event's JSON object.
+    enum Field {
+        case string(String?)
+        case number(Int64?)
+    }
+
+    /// Writes an event in the caller's transaction — the refunds, status changes and anomalies
+    /// (deliveries, on the hot path, write theirs in bulk): a JSON object with its keys sorted
+    /// and an absent value as `null`.
+    static func append(_ event: String, _ fields: [String: Field], sql: any SQLDatabase, at: Int64) async throws {
+        var json = "{"
+        for (index, key) in fields.keys.sorted().enumerated() {
+            if index > 0 { json += "," }
+            PurchaseStore.appendJSONString(key, to: &json)
+            json += ":"
+            switch fields[key]! {
+            case .string(let value?): PurchaseStore.appendJSONString(value, to: &json)
+            case .number(let value?): json += String(value)
+            case .string(nil), .number(nil): json += "null"
+            }
+        }
+        json += "}"
+        try await sql.raw(
+            """
+            INSERT INTO outbox (id, event, payload, created_at)
+            VALUES (\(bind: newEventId()), \(bind: event), \(bind: json), \(bind: at))
+            """
+        ).run()
+    }
+}

@@ -87,42 +87,18 @@ enum SubscriptionStore {
                     """
                 ).run()
             case .statusChanged(let from, let to):
-                try await sql.raw(
-                    """
-                    INSERT INTO outbox (id, event, payload, created_at)
-                    VALUES (\(bind: OutboxStore.newEventId()), 'subscription_status_changed',
-                            \(bind: statusPayload(state, account: write.account, from: from, to: to)), \(bind: write.at))
-                    """
-                ).run()
+                try await OutboxStore.append(
+                    "subscription_status_changed",
+                    [
+                        "originalTransactionId": .string(state.originalTransactionId),
+                        "accountId": .string(write.account), "productId": .string(state.productId),
+                        "oldStatus": .string(from?.rawValue), "newStatus": .string(to.rawValue),
+                        "expiresAt": .string(state.expiresAt.map(Self.iso8601)),
+                    ], sql: sql, at: write.at)
             case .stale, .ignored:
                 break
             }
         }
-    }
-
-    /// `{"accountId","expiresAt","newStatus","oldStatus","originalTransactionId","productId"}`.
-    static func statusPayload(
-        _ state: SubscriptionState, account: String, from: StoreKeeperCore.SubscriptionStatus?,
-        to: StoreKeeperCore.SubscriptionStatus
-    ) -> String {
-        var json = #"{"accountId":"#
-        PurchaseStore.appendJSONString(account, to: &json)
-        json += #","expiresAt":"#
-        if let expires = state.expiresAt {
-            PurchaseStore.appendJSONString(iso8601(expires), to: &json)
-        } else {
-            json += "null"
-        }
-        json += #","newStatus":"#
-        PurchaseStore.appendJSONString(to.rawValue, to: &json)
-        json += #","oldStatus":"#
-        if let from { PurchaseStore.appendJSONString(from.rawValue, to: &json) } else { json += "null" }
-        json += #","originalTransactionId":"#
-        PurchaseStore.appendJSONString(state.originalTransactionId, to: &json)
-        json += #","productId":"#
-        PurchaseStore.appendJSONString(state.productId, to: &json)
-        json += "}"
-        return json
     }
 
     static func iso8601(_ date: Date) -> String {

@@ -256,6 +256,25 @@ import Testing
             try await store.reverseRefund(ads.transactionId!)
             #expect(try await relay.deliver() == ["REFUND_REVERSED"])
             #expect(try await relay.entitlements("spender").count == 1)
+            // The webhook events, as docs/webhooks.md shows them.
+            let events = try await OutboxStore(database: relay.app.database).all().map(\.event)
+            func data(_ type: String) -> [[String: Any]] {
+                events.filter { $0.type == type }.compactMap {
+                    try? JSONSerialization.jsonObject(with: Data($0.payload.utf8)) as? [String: Any]
+                }
+            }
+            let refunds = data("refund")
+            #expect(refunds.count == 2)
+            #expect(refunds.first?["amount"] as? Int == -60)
+            #expect(refunds.first?["currency"] as? String == "coins")
+            #expect(refunds.first?["kind"] as? String == "refund")
+            #expect(refunds.first?["orderId"] as? String == order)
+            #expect(refunds.last?["amount"] is NSNull)
+            #expect(data("refund_reversed").first?["amount"] as? Int == 60)
+            let opened = data("anomaly_opened").filter { $0["kind"] as? String == "refunded_after_delivery" }
+            #expect(opened.count == 1)
+            #expect(opened.first?["status"] as? String == "open" && opened.first?["resolution"] is NSNull)
+            #expect(opened.first?["accountId"] as? String == "spender")
             let audit = try await relay.app.store.audit().map(\.action)
             #expect(audit.filter { $0 == "refund" }.count == 2)
             #expect(audit.filter { $0 == "refund_reversed" }.count == 2)
