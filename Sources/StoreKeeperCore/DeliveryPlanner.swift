@@ -67,13 +67,19 @@ public enum DeliveryPlanner {
         public var orderId: String?
         public var productId: String
         public var quantity: Int
+        /// Apple's refund of it was applied (the refund path took back what it gave).
+        public var refunded = false
 
-        public init(transactionId: String, accountId: String, orderId: String?, productId: String, quantity: Int) {
+        public init(
+            transactionId: String, accountId: String, orderId: String?, productId: String, quantity: Int,
+            refunded: Bool = false
+        ) {
             self.transactionId = transactionId
             self.accountId = accountId
             self.orderId = orderId
             self.productId = productId
             self.quantity = quantity
+            self.refunded = refunded
         }
     }
 
@@ -132,7 +138,8 @@ public enum DeliveryPlanner {
         if let existing = context.existingDelivery {
             if transaction.isRevoked {
                 // Apple revoked what was delivered: say so. Reversing the grant is the refund
-                // path's (subscriptions and notifications); until then an operator sees it.
+                // path's (Apple's REFUND notification); until it has run, an operator sees it.
+                if existing.refunded { return Plan(outcome: .refunded, accountId: existing.accountId) }
                 return Plan(
                     outcome: .refunded, accountId: existing.accountId,
                     anomalies: [

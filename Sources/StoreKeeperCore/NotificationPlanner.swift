@@ -158,13 +158,23 @@ public enum RefundPlanner {
         public var refunded: Bool?
         public var orderStatus: Order.Status?
         public var anomalies: [AnomalyDraft] = []
+        /// Refunded before it was ever delivered here: record it as delivered with nothing
+        /// (quantity 0) and refunded, so a late notification or submission of it never
+        /// delivers it.
+        public var recordUndelivered = false
     }
 
     /// A REFUND or REVOKE of `transactionId`. `key` makes the ledger entries unique (the
     /// notification's UUID): the notification itself is applied once.
     public static func refund(_ context: Context, transactionId: String, key: String, reason: String) -> Plan {
         guard let delivery = context.delivery else {
-            return Plan(skipped: "transaction \(transactionId) was never delivered here: nothing to take back")
+            var plan = Plan(
+                skipped:
+                    "transaction \(transactionId) was never delivered here: nothing to take back; recorded as refunded so it never is"
+            )
+            plan.recordUndelivered = true
+            plan.orderStatus = .refunded
+            return plan
         }
         guard !context.refunded else {
             return Plan(skipped: "transaction \(transactionId) is refunded already")

@@ -72,7 +72,8 @@ extension PurchaseStore {
                         accountId: try $0.decode(column: "account_id", as: String.self),
                         orderId: try $0.decode(column: "order_id", as: String?.self),
                         productId: try $0.decode(column: "product_id", as: String.self),
-                        quantity: try $0.decode(column: "quantity", as: Int.self))
+                        quantity: try $0.decode(column: "quantity", as: Int.self),
+                        refunded: try $0.decode(column: "refunded_at", as: Int64?.self) != nil)
                 }
         }
     }

@@ -51,7 +51,8 @@ struct BatchDelivery {
                     accountId: try row.decode(column: "account_id", as: String.self),
                     orderId: try row.decode(column: "order_id", as: String?.self),
                     productId: try row.decode(column: "product_id", as: String.self),
-                    quantity: try row.decode(column: "quantity", as: Int.self))
+                    quantity: try row.decode(column: "quantity", as: Int.self),
+                    refunded: try row.decode(column: "refunded_at", as: Int64?.self) != nil)
                 deliveries[delivery.transactionId] = delivery
             }
         }

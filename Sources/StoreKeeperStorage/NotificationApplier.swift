@@ -89,9 +89,9 @@ enum NotificationApplier {
                 transactionId: transactionId, accountId: try $0.decode(column: "account_id", as: String.self),
                 orderId: try $0.decode(column: "order_id", as: String?.self),
                 productId: try $0.decode(column: "product_id", as: String.self),
-                quantity: try $0.decode(column: "quantity", as: Int.self))
+                quantity: try $0.decode(column: "quantity", as: Int.self),
+                refunded: try $0.decode(column: "refunded_at", as: Int64?.self) != nil)
         }
-        let refundedAt = try row.flatMap { try $0.decode(column: "refunded_at", as: Int64?.self) }
         let product = settings.catalog.product(delivery?.productId ?? transaction.productId ?? "")
         var credit: RefundPlanner.Credit?
         var balance: Int64 = 0
@@ -100,7 +100,7 @@ enum NotificationApplier {
             balance = try await PurchaseStore.balance(delivery.accountId, credited.currency, sql: sql)
         }
         let context = RefundPlanner.Context(
-            delivery: delivery, refunded: refundedAt != nil, credited: credit, balance: balance,
+            delivery: delivery, refunded: delivery?.refunded == true, credited: credit, balance: balance,
             entitlement: product?.grants.entitlement, productType: product?.type)
         let kind = reversed ? "refund_reversed" : record.type == NotificationType.revoke.rawValue ? "revoke" : "refund"
         let plan =
@@ -127,8 +127,34 @@ enum NotificationApplier {
                 subscriptionNote = "; subscription \(originalId) is \(state.status.rawValue)"
             }
         }
+        if plan.recordUndelivered,
+            let (account, orderId) = try await owner(of: transaction, originalId: originalId, sql: sql)
+        {
+            // The marker: delivered with nothing, refunded — the exactly-once key now says so.
+            try await sql.raw(
+                """
+                INSERT INTO deliveries (transaction_id, original_transaction_id, account_id, order_id, product_id, quantity,
+                                        environment, delivered_at, refunded_at)
+                VALUES (\(bind: transactionId), \(bind: originalId), \(bind: account), \(bind: orderId),
+                        \(bind: transaction.productId ?? ""), 0, \(bind: transaction.environment?.rawValue ?? "Production"),
+                        \(bind: at), \(bind: at))
+                ON CONFLICT (transaction_id) DO NOTHING
+                """
+            ).run()
+            if let orderId, let status = plan.orderStatus {
+                try await sql.raw(
+                    "UPDATE orders SET status = \(bind: status.rawValue) WHERE order_id = \(bind: orderId) AND status IN ('created', 'pending', 'cancelled')"
+                ).run()
+            }
+            try await PurchaseStore.audit(
+                sql, actor: "apple", action: kind, subject: transactionId,
+                detail: "\(kind) of transaction \(transactionId), never delivered: recorded for account \(account)",
+                at: at)
+        }
         if let skipped = plan.skipped {
-            return (subscriptionNote.isEmpty ? "ignored" : "applied", skipped + subscriptionNote)
+            return (
+                subscriptionNote.isEmpty && !plan.recordUndelivered ? "ignored" : "applied", skipped + subscriptionNote
+            )
         }
         guard let delivery, let account = plan.accountId else { return ("ignored", "nothing delivered") }
 
@@ -182,5 +208,30 @@ enum NotificationApplier {
                 "revocationReason": .number(transaction.revocationReason.map { Int64($0.rawValue) }),
             ], sql: sql, at: at)
         return ("applied", detail + subscriptionNote)
+    }
+
+    /// Who a transaction that was never delivered belongs to: the account its original
+    /// transaction is bound to, else the order its token names (and that order).
+    static func owner(of transaction: JWSTransactionDecodedPayload, originalId: String, sql: any SQLDatabase)
+        async throws -> (String, String?)?
+    {
+        var order: (String, String)?
+        if let token = transaction.appAccountToken?.lowercased(),
+            let row = try await sql.raw(
+                "SELECT order_id, account_id FROM orders WHERE app_account_token = \(bind: token)"
+            )
+            .first()
+        {
+            order = (
+                try row.decode(column: "account_id", as: String.self),
+                try row.decode(column: "order_id", as: String.self)
+            )
+        }
+        if let bound = try await sql.raw(
+            "SELECT account_id FROM ownership WHERE original_transaction_id = \(bind: originalId)"
+        ).first()?.decode(column: "account_id", as: String.self) {
+            return (bound, order?.0 == bound ? order?.1 : nil)
+        }
+        return order.map { ($0.0, $0.1) }
     }
 }

@@ -214,6 +214,21 @@ import Testing
             let stale = try await relay.app.notifications.notifications(subject: first.originalTransactionId!)
                 .filter { $0.type == "DID_RENEW" }
             #expect(stale.map(\.status) == ["stale"])
+            // The refunded period was never delivered: it is recorded as refunded with nothing,
+            // so neither the late renewal nor the app's submission of it delivers it.
+            let marker = try await relay.app.store.deliveries(of: "ola").filter { $0.transactionId == renewal }
+            #expect(marker.map(\.quantity) == [0])
+            #expect(marker.first?.refunded == true)
+            let resubmitted = try await API.submit(
+                relay.client, account: "ola", signedTransaction: try await store.signTransaction(renewal))
+            #expect(resubmitted.status == .ok)
+            #expect((resubmitted.json["transactions"] as? [[String: Any]])?.first?["outcome"] as? String == "refunded")
+            #expect(try await relay.subscription("ola")?["status"] as? String == "revoked")
+            #expect(try await relay.entitlements("ola").isEmpty)
+            let noisy =
+                try await API.call(relay.client, .get, "/v1/anomalies?status=open").json["anomalies"]
+                as? [[String: Any]] ?? []
+            #expect(!noisy.contains { $0["kind"] as? String == "refunded_after_delivery" })
         }
     }
 
