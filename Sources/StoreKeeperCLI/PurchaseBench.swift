@@ -101,31 +101,53 @@ struct PurchaseBench {
         return Restart(began: began, returned: .now(), status: status)
     }
 
-    func run() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("storekeeper-bench-\(UUID())")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        var configuration = ServerConfiguration()
-        configuration.port = 0
-        configuration.databaseURL = databaseURL ?? "sqlite:\(directory.path)/bench.sqlite"
-        configuration.secretKeys = [Self.key]
-        // The local App Store signs the load's proofs.
-        configuration.localAppStoreEnabled = true
-        configuration.bundleId = "com.example.app"
-        configuration.appAppleId = 1_234_567_890
-        if let maxInFlight { configuration.maxInFlightRequests = maxInFlight }
-        var logger = Logger(label: "bench")
-        logger.logLevel = .error
-        let app = try await StoreKeeperApp.make(configuration, dataDirectory: directory, logger: logger)
-        guard let store = app.localAppStore else { return }
+    /// The benchmark's own server, the real one (HTTP, services, database), on a free port;
+    /// the local App Store enabled to sign the load.
+    struct Server {
+        let app: StoreKeeperApp
+        let store: LocalAppStore
+        let port: Int
+        let directory: URL
+        let group: ServiceGroup
+        let running: Task<Void, any Error>
 
-        let port = Mutex(0)
-        let application = app.application { bound in port.withLock { $0 = bound } }
-        let serviceGroup = ServiceGroup(
-            configuration: .init(services: [application], gracefulShutdownSignals: [], logger: logger))
-        let server = Task { try await serviceGroup.run() }
-        while port.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(20)) }
-        let base = "http://127.0.0.1:\(port.withLock { $0 })"
+        static func start(databaseURL: String?, maxInFlight: Int? = nil) async throws -> Server {
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("storekeeper-bench-\(UUID())")
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            var configuration = ServerConfiguration()
+            configuration.port = 0
+            configuration.databaseURL = databaseURL ?? "sqlite:\(directory.path)/bench.sqlite"
+            configuration.secretKeys = [PurchaseBench.key]
+            configuration.localAppStoreEnabled = true
+            configuration.bundleId = "com.example.app"
+            configuration.appAppleId = 1_234_567_890
+            if let maxInFlight { configuration.maxInFlightRequests = maxInFlight }
+            var logger = Logger(label: "bench")
+            logger.logLevel = .error
+            let app = try await StoreKeeperApp.make(configuration, dataDirectory: directory, logger: logger)
+            let port = Mutex(0)
+            let application = app.application { bound in port.withLock { $0 = bound } }
+            let group = ServiceGroup(
+                configuration: .init(services: [application], gracefulShutdownSignals: [], logger: logger))
+            let running = Task { try await group.run() }
+            while port.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(20)) }
+            return Server(
+                app: app, store: app.localAppStore!, port: port.withLock { $0 }, directory: directory, group: group,
+                running: running)
+        }
+
+        func stop() async {
+            await group.triggerGracefulShutdown()
+            _ = try? await running.value
+            try? await app.database.close()
+            try? FileManager.default.removeItem(at: directory)
+        }
+    }
+
+    func run() async throws {
+        let server = try await Server.start(databaseURL: databaseURL, maxInFlight: maxInFlight)
+        let (app, store) = (server.app, server.store)
+        let base = "http://127.0.0.1:\(server.port)"
 
         let total = requestsPerLevel * concurrencies.count
         FileHandle.standardError.write(Data("signing \(total) transactions…\n".utf8))
@@ -179,7 +201,7 @@ struct PurchaseBench {
             switch loadGenerator {
             case .lean:
                 answers = try await LoadGenerator.run(
-                    host: "127.0.0.1", port: port.withLock { $0 }, path: "/v1/purchases",
+                    host: "127.0.0.1", port: server.port, path: "/v1/purchases",
                     authorization: "Bearer \(Self.key)", bodies: slice, concurrency: concurrency,
                     expect: #""status":"delivered""#)
             case .asyncHTTPClient:
@@ -202,9 +224,7 @@ struct PurchaseBench {
         }
         let acknowledged = levels.map(\.delivered).reduce(0, +)
         try await client.shutdown()
-        await serviceGroup.triggerGracefulShutdown()
-        _ = try? await server.value
-        try? await app.database.close()
+        await server.stop()
 
         print("## POST /v1/purchases end to end — \(app.database.kind.rawValue)")
         print("")

@@ -203,6 +203,14 @@ public struct NotificationStore: Sendable {
         }
     }
 
+    /// Notifications recorded and not yet applied (the applier's backlog), by index.
+    public func pendingCount() async throws -> Int {
+        try await database.read { sql in
+            try await sql.raw("SELECT COUNT(*) AS n FROM notifications WHERE status = 'pending'").first()?.decode(
+                column: "n", as: Int.self) ?? 0
+        }
+    }
+
     /// Every notification recorded.
     public func count() async throws -> Int {
         try await database.read { sql in

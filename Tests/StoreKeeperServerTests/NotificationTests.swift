@@ -430,6 +430,30 @@ import Testing
         }
     }
 
+    // MARK: Metrics
+
+    @Test func metricsCountAcceptedRefusedAndTheBacklog() async throws {
+        try await Self.withRelay("sqlite") { relay in
+            func metrics() async throws -> String {
+                try await relay.client.execute(
+                    uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(API.secret)"]
+                ) { String(buffer: $0.body) }
+            }
+            _ = try await relay.store.buy("m", items: [.init(productId: "coins_60")])
+            let payload = try #require(await relay.take().first?.signedPayload)
+            #expect(try await relay.post(payload).status == .ok)
+            #expect(try await relay.post(payload).status == .ok)
+            #expect(try await relay.post("x.y.z").status == .badRequest)
+            var text = try await metrics()
+            #expect(text.contains("storekeeper_notifications_accepted_total 2"))
+            #expect(text.contains("storekeeper_notifications_rejected_total 1"))
+            #expect(text.contains("storekeeper_notifications_pending 1"))
+            await relay.apply()
+            text = try await metrics()
+            #expect(text.contains("storekeeper_notifications_pending 0"))
+        }
+    }
+
     // MARK: Types with nothing to apply, and the future
 
     @Test(arguments: ServerAPITests.databases)

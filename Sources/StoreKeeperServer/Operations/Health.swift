@@ -78,6 +78,7 @@ extension StoreKeeperApp {
         metrics.jobsPending.record(try await jobs.pendingCount())
         metrics.anomaliesOpen.record(try await store.openAnomalyCount())
         metrics.webhooksPending.record(try await OutboxStore(database: database).pendingCount())
+        metrics.notificationsPending.record(try await notifications.pendingCount())
         metrics.walBytes.record(database.walBytes ?? 0)
         return Response(
             status: .ok, headers: [.contentType: "text/plain; version=0.0.4"],
