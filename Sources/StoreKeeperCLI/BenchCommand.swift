@@ -47,6 +47,21 @@ struct BenchCommand: AsyncParsableCommand {
         ))
     var restartCommand: String?
 
+    @Flag(
+        help: ArgumentHelp(
+            "Measure App Store Server Notifications end to end instead: --requests renewals at --senders, then --notification-rate a second for --steady-seconds."
+        ))
+    var notifications = false
+
+    @Option(help: "With --notifications: concurrent senders.")
+    var senders: Int = 64
+
+    @Option(name: .customLong("notification-rate"), help: "With --notifications: the steady rate (per second).")
+    var notificationRate: Int = 1000
+
+    @Option(name: .customLong("steady-seconds"), help: "With --notifications: how long the steady rate lasts.")
+    var steadySeconds: Int = 10
+
     @Flag(help: "Only measure cached JWS verification (for profilers).")
     var onlyCached = false
 
@@ -57,6 +72,16 @@ struct BenchCommand: AsyncParsableCommand {
     var receiptSizes: [Int] = [1, 100, 10_000]
 
     func run() async throws {
+        if notifications {
+            guard requests > 0, senders > 0, notificationRate > 0, steadySeconds >= 0 else {
+                throw ValidationError("--requests, --senders and --notification-rate must be positive")
+            }
+            try await NotificationBench(
+                databaseURL: databaseURL, concurrency: senders, count: requests, rate: notificationRate,
+                seconds: steadySeconds
+            ).run()
+            return
+        }
         if purchases {
             guard requests > 0, concurrency.allSatisfy({ $0 > 0 }) else {
                 throw ValidationError("--requests and --concurrency must be positive")

@@ -128,16 +128,33 @@ public struct NotificationStore: Sendable {
 
     public static let consumptionJobKind = "send_consumption"
 
-    /// Applies every pending notification of `subject`, oldest `signedDate` first, in one
-    /// transaction under the subject's lock.
-    public func apply(subject: String, settings: Settings, now: Date) async throws -> [Applied] {
+    /// The `apply_notifications` job a run completes: done with the notifications, unless it
+    /// was woken meanwhile (`JobStore.complete(_:ifLeasedUntil:)`).
+    public struct Claim: Sendable {
+        public var jobId: String
+        public var leasedUntil: Date
+
+        public init(jobId: String, leasedUntil: Date) {
+            self.jobId = jobId
+            self.leasedUntil = leasedUntil
+        }
+    }
+
+    /// Applies every pending notification of `subjects` — each subject's oldest `signedDate`
+    /// first — in one transaction under the subjects' locks (taken in one order, so two
+    /// instances never wait on each other in a circle), and completes their jobs in it: one
+    /// commit for a whole claim of jobs.
+    public func apply(subjects: [String], completing claims: [Claim] = [], settings: Settings, now: Date)
+        async throws -> [Applied]
+    {
         let kind = database.kind
+        let subjects = Array(Set(subjects)).sorted()
         return try await database.transaction { sql in
-            try await Self.lock(subject, sql: sql, kind: kind)
+            for subject in subjects { try await Self.lock(subject, sql: sql, kind: kind) }
             let rows = try await sql.raw(
                 """
-                SELECT notification_uuid, record FROM notifications WHERE subject = \(bind: subject) AND status = 'pending'
-                ORDER BY signed_date, notification_uuid
+                SELECT notification_uuid, record FROM notifications WHERE subject IN (\(binds: subjects))
+                AND status = 'pending' ORDER BY subject, signed_date, notification_uuid
                 """
             ).all()
             var applied: [Applied] = []
@@ -158,6 +175,14 @@ public struct NotificationStore: Sendable {
                     """
                 ).run()
                 applied.append(Applied(notificationUUID: uuid, status: status, outcome: outcome))
+            }
+            for claim in claims {
+                try await sql.raw(
+                    """
+                    UPDATE jobs SET status = 'done'
+                    WHERE id = \(bind: claim.jobId) AND run_at = \(bind: claim.leasedUntil.milliseconds)
+                    """
+                ).run()
             }
             return applied
         }

@@ -62,12 +62,15 @@ public struct JobRunner: Service {
             app.logger.warning("cannot claim jobs", metadata: ["error": "\(error)"])
             return (0, 0)
         }
+        // Jobs run one after another and an Apple lookup may take its whole timeout: a job
+        // whose lease is (nearly) over may be another runner's by now — it waits for the next
+        // claim instead of running twice at once.
+        func current(_ job: JobStore.Job) -> Bool { Date() < job.leasedUntil.addingTimeInterval(-15) }
+        // Notifications first, every claimed subject in one transaction.
+        await applyNotifications(jobs.filter { $0.kind == NotificationStore.jobKind && current($0) }, now: now)
         var delivered = 0
-        for job in jobs {
-            // Jobs run one after another and an Apple lookup may take its whole timeout: a job
-            // whose lease is (nearly) over may be another runner's by now — it waits for the
-            // next claim instead of running twice at once.
-            guard Date() < job.leasedUntil.addingTimeInterval(-15) else { continue }
+        for job in jobs where job.kind != NotificationStore.jobKind {
+            guard current(job) else { continue }
             if await run(job, now: now) { delivered += 1 }
         }
         return (jobs.count, delivered)
@@ -76,7 +79,7 @@ public struct JobRunner: Service {
     func run(_ job: JobStore.Job, now: Date) async -> Bool {
         switch job.kind {
         case NotificationStore.jobKind:
-            await applyNotifications(job, now: now)
+            await applyNotifications([job], now: now)
             return false
         case NotificationStore.consumptionJobKind:
             await sendConsumption(job, now: now)
@@ -126,27 +129,45 @@ public struct JobRunner: Service {
         return false
     }
 
-    /// Applies the pending notifications of one subject (the job's payload), in order.
-    func applyNotifications(_ job: JobStore.Job, now: Date) async {
-        do {
+    /// Applies the pending notifications of the jobs' subjects (their payloads), each subject in
+    /// order, all in one transaction; if that fails for anything but an outage (a conflict
+    /// with a delivery another instance made at the same moment), each subject goes alone.
+    func applyNotifications(_ jobs: [JobStore.Job], now: Date) async {
+        guard !jobs.isEmpty else { return }
+        let settings = NotificationStore.Settings(
+            catalog: app.catalog, policy: app.configuration.ownershipPolicy,
+            consumptionEnabled: app.configuration.consumptionEnabled)
+        func apply(_ jobs: [JobStore.Job]) async throws {
             let applied = try await app.notifications.apply(
-                subject: job.payload,
-                settings: .init(
-                    catalog: app.catalog, policy: app.configuration.ownershipPolicy,
-                    consumptionEnabled: app.configuration.consumptionEnabled),
-                now: now)
+                subjects: jobs.map(\.payload),
+                completing: jobs.map { .init(jobId: $0.id, leasedUntil: $0.leasedUntil) }, settings: settings, now: now)
             for result in applied where result.status != "applied" {
                 app.logger.info(
                     "notification \(result.status)",
                     metadata: ["notification": "\(result.notificationUUID)", "outcome": "\(result.outcome)"])
             }
-            try await app.jobs.complete(job.id, ifLeasedUntil: job.leasedUntil)
-        } catch {
-            // The database (down, restarting, locked): the notifications stay pending, the job
-            // comes back soon.
-            let backoff = min(60, pow(2, Double(min(job.attempts, 6))))
-            try? await app.jobs.reschedule(job.id, runAt: now.addingTimeInterval(backoff), error: "\(error)")
         }
+        do {
+            try await apply(jobs)
+            return
+        } catch  where jobs.count > 1 && StorageUnavailable.classify(error) == nil {
+            for job in jobs {
+                do {
+                    try await apply([job])
+                } catch {
+                    await retry(job, error: error, now: now)
+                }
+            }
+        } catch {
+            for job in jobs { await retry(job, error: error, now: now) }
+        }
+    }
+
+    /// The database (down, restarting, locked) or a conflict: the notifications stay pending,
+    /// the job comes back soon.
+    private func retry(_ job: JobStore.Job, error: any Error, now: Date) async {
+        let backoff = min(60, pow(2, Double(min(job.attempts, 6))))
+        try? await app.jobs.reschedule(job.id, runAt: now.addingTimeInterval(backoff), error: "\(error)")
     }
 
     /// Answers a CONSUMPTION_REQUEST (the job's payload is the transaction id) with Send

@@ -1,0 +1,188 @@
+import AppStoreModels
+import Foundation
+import LocalAppStore
+import NIOCore
+import StoreKeeperServer
+
+/// `bench --notifications`: App Store Server Notifications through the real server. The
+/// baseline, in the same run: deliveries of the subscriptions' first periods (`POST
+/// /v1/purchases`, which also binds each to its account). Then a renewal notification per
+/// subscription at `concurrency` senders — accepted per second (verify the payload, the
+/// transaction and the renewal info, one group-committed insert, the answer) while the job
+/// runner applies them — and applied per second until the backlog is empty. Last, a steady
+/// `rate` per second for `seconds`: the backlog must return to zero.
+struct NotificationBench {
+    let databaseURL: String?
+    let concurrency: Int
+    let count: Int
+    let rate: Int
+    let seconds: Int
+
+    struct Phase {
+        var answers: [LoadGenerator.Answer]
+        var seconds: Double
+
+        var accepted: Int { answers.lazy.filter { $0.outcome == .delivered }.count }
+        var perSecond: Double { Double(accepted) / seconds }
+
+        func percentile(_ p: Double) -> Double {
+            let sorted = answers.filter { $0.outcome == .delivered }.map(\.latency).sorted()
+            guard !sorted.isEmpty else { return .nan }
+            return sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]
+        }
+    }
+
+    func run() async throws {
+        let server = try await PurchaseBench.Server.start(databaseURL: databaseURL)
+        let app = server.app
+        let signer = server.store.pki.jwsSigner
+        let issuer = TransactionIssuer()
+        let steady = rate * seconds
+        let total = count + steady
+        FileHandle.standardError.write(Data("signing \(total) subscriptions and their renewal notifications…\n".utf8))
+        // Fresh ids on every run, so a database reused between runs measures new work.
+        let run = UInt64.random(in: 0..<1_000_000)
+        // Short periods in the recent past: the local App Store's certificates are valid from a
+        // day ago, and a signature is checked at its signing date.
+        let firstPeriod = Date().addingTimeInterval(-20 * 3600)
+        let purchase = TransactionIssuer.Purchase(
+            bundleId: "com.example.app", productId: "pro_monthly", type: .autoRenewable, unitPrice: 4990,
+            subscriptionGroupIdentifier: "pro", subscriptionPeriod: 10 * 3600)
+        var purchases: [String] = []
+        var notifications: [String] = []
+        purchases.reserveCapacity(total)
+        notifications.reserveCapacity(total)
+        for index in 0..<total {
+            let original = String(4_000_000_000_000_000 + run * 100_000_000 + UInt64(index) * 2)
+            let first = issuer.transaction(for: purchase, at: firstPeriod, id: original)
+            purchases.append(
+                #"{"accountId":"nb\#(run)-\#(index)","signedTransaction":"\#(try signer.sign(first))"}"#)
+            let renewedAt = Date(timeIntervalSince1970: Double(first.expiresDate!) / 1000)
+            var renewal = issuer.transaction(
+                for: purchase, at: renewedAt, id: String(4_000_000_000_000_001 + run * 100_000_000 + UInt64(index) * 2))
+            renewal.originalTransactionId = original
+            renewal.originalPurchaseDate = first.purchaseDate
+            renewal.transactionReason = .renewal
+            let renewalInfo = JWSRenewalInfoDecodedPayload(
+                originalTransactionId: original, productId: "pro_monthly", autoRenewProductId: "pro_monthly",
+                autoRenewStatus: .on, signedDate: renewal.signedDate, environment: .production,
+                renewalDate: renewal.expiresDate, renewalPrice: 4990, currency: "USD")
+            let payload = ResponseBodyV2DecodedPayload(
+                notificationType: .didRenew, notificationUUID: UUID().uuidString.lowercased(), version: "2.0",
+                signedDate: renewal.signedDate,
+                data: NotificationData(
+                    appAppleId: 1_234_567_890, bundleId: "com.example.app", bundleVersion: "1",
+                    environment: .production, signedTransactionInfo: try signer.sign(renewal),
+                    signedRenewalInfo: try signer.sign(renewalInfo), status: .init(rawValue: 1)))
+            notifications.append(#"{"signedPayload":"\#(try signer.sign(payload))"}"#)
+        }
+
+        func send(_ path: String, _ bodies: ArraySlice<String>, concurrency: Int, expect: String) async throws -> Phase
+        {
+            let started = ContinuousClock.now
+            let answers = try await LoadGenerator.run(
+                host: "127.0.0.1", port: server.port, path: path, authorization: "Bearer \(PurchaseBench.key)",
+                bodies: Array(bodies), concurrency: concurrency, expect: expect)
+            return Phase(answers: answers, seconds: BenchCommand.seconds(ContinuousClock.now - started))
+        }
+
+        // 1. The baseline: the first periods, delivered.
+        let deliveries = try await send(
+            "/v1/purchases", purchases[...], concurrency: concurrency, expect: #""status":"delivered""#)
+        // 2. A renewal for `count` of them, as fast as `concurrency` senders go, applied meanwhile.
+        let burstStart = ContinuousClock.now
+        let accepted = try await send(
+            "/v1/notifications/apple", notifications[..<count], concurrency: concurrency, expect: "")
+        var drained: Double?
+        for _ in 0..<1200 {
+            if try await app.notifications.pendingCount() == 0 {
+                drained = BenchCommand.seconds(ContinuousClock.now - burstStart)
+                break
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        // 3. A steady rate: `rate` a second in 100 ms slices, the backlog sampled meanwhile.
+        var steadyAnswers: [LoadGenerator.Answer] = []
+        var backlog: [Int] = []
+        let steadyStart = ContinuousClock.now
+        let slice = max(1, rate / 10)
+        var offset = count
+        while offset < total {
+            let due = steadyStart + .milliseconds(100 * (offset - count) / slice)
+            if ContinuousClock.now < due { try await Task.sleep(until: due) }
+            let end = min(total, offset + slice)
+            steadyAnswers += try await send(
+                "/v1/notifications/apple", notifications[offset..<end], concurrency: min(16, slice), expect: ""
+            ).answers
+            backlog.append(try await app.notifications.pendingCount())
+            offset = end
+        }
+        let steadySent = BenchCommand.seconds(ContinuousClock.now - steadyStart)
+        var settled: Double?
+        let stopped = ContinuousClock.now
+        for _ in 0..<600 {
+            let pending = try await app.notifications.pendingCount()
+            backlog.append(pending)
+            if pending == 0 {
+                settled = BenchCommand.seconds(ContinuousClock.now - stopped)
+                break
+            }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        let steadyPhase = Phase(answers: steadyAnswers, seconds: steadySent)
+
+        // Every acknowledged notification is recorded, once, and applied: each renewal delivered.
+        let recorded = try await app.notifications.count()
+        let statuses = try await app.notifications.counts()
+        let renewals = try await app.database.read { sql in
+            try await sql.raw(
+                "SELECT COUNT(*) AS n FROM deliveries WHERE account_id LIKE \(bind: "nb\(run)-%")"
+            ).first()?.decode(column: "n", as: Int.self) ?? 0
+        }
+        await server.stop()
+
+        let acknowledged = accepted.accepted + steadyPhase.accepted
+        print("## App Store Server Notifications end to end — \(app.database.kind.rawValue)")
+        print("")
+        print(
+            "machine: \(BenchCommand.machine()), \(ProcessInfo.processInfo.activeProcessorCount) cores; "
+                + "\(count) renewals at \(concurrency) senders, then \(rate)/s for \(seconds) s")
+        print("")
+        print("| measurement | count | per second | p50 | p99 | vs deliveries |")
+        print("|---|---:|---:|---:|---:|---:|")
+        func row(_ name: String, _ phase: Phase) {
+            print(
+                "| \(name) | \(phase.accepted) | \(String(format: "%.0f", phase.perSecond)) | "
+                    + "\(String(format: "%.1f ms", phase.percentile(0.5) * 1000)) | "
+                    + "\(String(format: "%.1f ms", phase.percentile(0.99) * 1000)) | "
+                    + "\(String(format: "%.2f", phase.perSecond / deliveries.perSecond)) |")
+        }
+        row("deliveries, `POST /v1/purchases` (baseline)", deliveries)
+        row("notifications accepted (verify + durable insert, answered)", accepted)
+        if let drained {
+            let applied = Double(count) / drained
+            print(
+                "| notifications applied (accepted → all applied) | \(count) | \(String(format: "%.0f", applied)) | | | "
+                    + "\(String(format: "%.2f", applied / deliveries.perSecond)) |")
+        } else {
+            print("| notifications applied | not all within 60 s | | | | |")
+        }
+        print("")
+        print(
+            "steady \(rate)/s: sent \(steadyPhase.accepted) in \(String(format: "%.1f", steadySent)) s "
+                + "(p99 \(String(format: "%.1f ms", steadyPhase.percentile(0.99) * 1000))); backlog at most "
+                + "\(backlog.max() ?? 0), back to zero "
+                + (settled.map { String(format: "%.2f s after the last one", $0) } ?? "NOT within 60 s"))
+        print(
+            "acknowledged: \(acknowledged); recorded: \(recorded) (\(statuses.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))); "
+                + "deliveries: \(renewals) (first periods \(deliveries.accepted) + renewals)")
+        print("")
+        if recorded < acknowledged {
+            throw BenchFailure(description: "\(acknowledged - recorded) acknowledged notifications are not recorded")
+        }
+        if renewals != deliveries.accepted + acknowledged {
+            throw BenchFailure(
+                description: "\(renewals) deliveries, expected \(deliveries.accepted + acknowledged): applied wrongly")
+        }
+    }
+}
