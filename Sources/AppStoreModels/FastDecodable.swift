@@ -28,7 +28,9 @@ extension FastJSON {
         public let values: [String: FastJSON]
         public init(_ values: [String: FastJSON]) { self.values = values }
 
-        public struct Unsupported: Error {}
+        public struct Unsupported: Error {
+            public init() {}
+        }
 
         public func string(_ key: String) throws -> String? {
             switch values[key] {

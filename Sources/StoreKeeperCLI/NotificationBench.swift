@@ -86,6 +86,7 @@ struct NotificationBench {
             return Phase(answers: answers, seconds: BenchCommand.seconds(ContinuousClock.now - started))
         }
 
+        FileHandle.standardError.write(Data("measuring…\n".utf8))
         // 1. The baseline: the first periods, delivered.
         let deliveries = try await send(
             "/v1/purchases", purchases[...], concurrency: concurrency, expect: #""status":"delivered""#)

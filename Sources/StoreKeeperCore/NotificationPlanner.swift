@@ -270,3 +270,19 @@ public enum ConsumptionPlanner {
         return request
     }
 }
+
+extension NotificationRecord: FastDecodable {
+    /// The applier reads every stored record: the hand-written reader, as on the verification
+    /// path (JSONDecoder when it meets anything unusual).
+    public init(fast f: FastJSON.Fields) throws {
+        guard let uuid = try f.string("notificationUUID"), let type = try f.string("type"),
+            let signedDate = try f.int64("signedDate")
+        else { throw FastJSON.Fields.Unsupported() }
+        self.init(
+            notificationUUID: uuid, type: type, subtype: try f.string("subtype"), signedDate: signedDate,
+            environment: try f.string("environment"), appleStatus: try f.int32("appleStatus").map(Int.init),
+            consumptionRequestReason: try f.string("consumptionRequestReason"),
+            transaction: try f.object("transaction").map(JWSTransactionDecodedPayload.init(fast:)),
+            renewalInfo: try f.object("renewalInfo").map(JWSRenewalInfoDecodedPayload.init(fast:)))
+    }
+}

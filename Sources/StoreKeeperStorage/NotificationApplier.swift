@@ -16,7 +16,7 @@ enum NotificationApplier {
         case .ignored(let reason):
             return ("ignored", reason)
         case .deliver:
-            return try await deliver(record, settings: settings, sql: sql, now: now)
+            return try await deliver([record], settings: settings, sql: sql, combineWrites: false, now: now)[0]
         case .refund:
             return try await refund(record, reversed: false, settings: settings, sql: sql, now: now)
         case .refundReversed:
@@ -34,19 +34,29 @@ enum NotificationApplier {
         }
     }
 
-    /// A purchase, renewal or subscription event: the transaction is delivered to whoever
-    /// owns it (exactly once; again, it is already_delivered) and the subscription moves.
+    /// Purchases, renewals and subscription events (NotificationPlanner's `.deliver`, each
+    /// with a transaction): delivered to whoever owns them (exactly once; again, they are
+    /// already_delivered) and the subscriptions moved — as one batch through the delivery
+    /// path, which plans them in order (a later one sees what an earlier one did).
     static func deliver(
-        _ record: NotificationRecord, settings: NotificationStore.Settings, sql: any SQLDatabase, now: Date
-    ) async throws -> (String, String) {
-        guard let transaction = record.transaction else { return ("ignored", "no transaction") }
-        let product = settings.catalog.product(transaction.productId ?? "")
-        let item = BatchDelivery.Item(
-            transaction: transaction, submittingAccount: nil, requestedOrderId: nil, catalog: settings.catalog,
-            policy: settings.policy, evidence: .device, now: now,
-            event: product?.type == .autoRenewable ? record.subscriptionEvent : nil)
-        let result = try await BatchDelivery.run([item], sql: sql, combineWrites: false)[0]
-        let id = transaction.transactionId ?? ""
+        _ records: [NotificationRecord], settings: NotificationStore.Settings, sql: any SQLDatabase,
+        combineWrites: Bool, now: Date
+    ) async throws -> [(String, String)] {
+        let items = records.compactMap { record -> BatchDelivery.Item? in
+            guard let transaction = record.transaction else { return nil }
+            let product = settings.catalog.product(transaction.productId ?? "")
+            return BatchDelivery.Item(
+                transaction: transaction, submittingAccount: nil, requestedOrderId: nil, catalog: settings.catalog,
+                policy: settings.policy, evidence: .device, now: now,
+                event: product?.type == .autoRenewable ? record.subscriptionEvent : nil)
+        }
+        precondition(items.count == records.count, "NotificationPlanner delivers only what has a transaction")
+        let results = try await BatchDelivery.run(items, sql: sql, combineWrites: combineWrites)
+        return zip(items, results).map { outcome(of: $1, transactionId: $0.transaction.transactionId ?? "") }
+    }
+
+    /// A delivery's result as the notification's status and outcome.
+    static func outcome(of result: PurchaseStore.DeliveryResult, transactionId id: String) -> (String, String) {
         if result.subscriptionEffects.contains(.stale) {
             return ("stale", "signed before the subscription's newest applied event: recorded, not applied")
         }

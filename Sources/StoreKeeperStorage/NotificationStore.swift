@@ -157,24 +157,56 @@ public struct NotificationStore: Sendable {
                 AND status = 'pending' ORDER BY subject, signed_date, notification_uuid
                 """
             ).all()
+            // Deliveries (most notifications) go through the delivery path in runs, one batch
+            // each; anything else (a refund, a consumption request…) ends a run, so every
+            // subject's notifications still apply in order.
             var applied: [Applied] = []
+            var run: [(String, NotificationRecord)] = []
+            func flush() async throws {
+                guard !run.isEmpty else { return }
+                let results = try await NotificationApplier.deliver(
+                    run.map(\.1), settings: settings, sql: sql, combineWrites: kind == .postgres, now: now)
+                for ((uuid, _), (status, outcome)) in zip(run, results) {
+                    applied.append(Applied(notificationUUID: uuid, status: status, outcome: outcome))
+                }
+                run = []
+            }
             for row in rows {
                 let uuid = try row.decode(column: "notification_uuid", as: String.self)
                 let text = try row.decode(column: "record", as: String.self)
-                let (status, outcome): (String, String)
-                if let record = try? JSONDecoder().decode(NotificationRecord.self, from: Data(text.utf8)) {
-                    (status, outcome) = try await NotificationApplier.apply(
-                        record, settings: settings, sql: sql, now: now)
-                } else {
-                    (status, outcome) = ("ignored", "the stored record cannot be read")
+                guard let record = try? NotificationRecord.decode(json: Array(text.utf8)) else {
+                    try await flush()
+                    applied.append(
+                        Applied(notificationUUID: uuid, status: "ignored", outcome: "the stored record cannot be read"))
+                    continue
+                }
+                if NotificationPlanner.action(for: record) == .deliver {
+                    run.append((uuid, record))
+                    continue
+                }
+                try await flush()
+                let (status, outcome) = try await NotificationApplier.apply(
+                    record, settings: settings, sql: sql, now: now)
+                applied.append(Applied(notificationUUID: uuid, status: status, outcome: outcome))
+            }
+            try await flush()
+            if !applied.isEmpty {
+                // One statement for every status (VALUES names its columns column1… on both
+                // databases).
+                let rows = applied.map { result in
+                    SQLGroupExpression(
+                        [
+                            SQLBind(result.notificationUUID), SQLBind(result.status),
+                            SQLBind(String(result.outcome.prefix(2000))),
+                        ]
+                            as [any SQLExpression])
                 }
                 try await sql.raw(
                     """
-                    UPDATE notifications SET status = \(bind: status), outcome = \(bind: String(outcome.prefix(2000))),
-                    applied_at = \(bind: now.milliseconds) WHERE notification_uuid = \(bind: uuid)
+                    UPDATE notifications SET status = v.column2, outcome = v.column3, applied_at = \(bind: now.milliseconds)
+                    FROM (VALUES \(SQLList(rows))) AS v WHERE notifications.notification_uuid = v.column1
                     """
                 ).run()
-                applied.append(Applied(notificationUUID: uuid, status: status, outcome: outcome))
             }
             for claim in claims {
                 try await sql.raw(

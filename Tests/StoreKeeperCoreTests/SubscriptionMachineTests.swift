@@ -332,3 +332,41 @@ import Testing
         (result.0!, result.1)
     }
 }
+
+/// The applier's fast reader of stored notifications agrees with JSONDecoder.
+@Suite struct NotificationRecordTests {
+    @Test func theFastReaderAgreesWithJSONDecoder() throws {
+        let transaction = JWSTransactionDecodedPayload(
+            transactionId: "2000000000000002", originalTransactionId: "2000000000000001", bundleId: "com.example.app",
+            productId: "pro_monthly", purchaseDate: 1_767_225_600_000, expiresDate: 1_769_904_000_000, quantity: 1,
+            type: .autoRenewable, appAccountToken: "7e3fb20b-4cdb-47cc-936d-99d65f608138",
+            signedDate: 1_767_225_600_000, environment: .production, currency: "USD", price: 4990)
+        let renewal = JWSRenewalInfoDecodedPayload(
+            originalTransactionId: "2000000000000001", productId: "pro_monthly", autoRenewProductId: "pro_yearly",
+            autoRenewStatus: .on, gracePeriodExpiresDate: 1_770_000_000_000, signedDate: 1_767_225_600_000,
+            renewalPrice: 49_990, currency: "USD")
+        let records = [
+            NotificationRecord(
+                notificationUUID: "u1", type: "DID_RENEW", subtype: "BILLING_RECOVERY", signedDate: 1_767_225_600_001,
+                environment: "Production", appleStatus: 1, consumptionRequestReason: nil, transaction: transaction,
+                renewalInfo: renewal),
+            NotificationRecord(
+                notificationUUID: "u2", type: "TEST", subtype: nil, signedDate: 1, environment: nil),
+            NotificationRecord(
+                notificationUUID: "u3", type: "CONSUMPTION_REQUEST", subtype: nil, signedDate: 2,
+                environment: "Sandbox",
+                consumptionRequestReason: "UNINTENDED_PURCHASE", transaction: transaction),
+        ]
+        for record in records {
+            let json = try JSONEncoder().encode(record)
+            guard case .object(let fields)? = try? FastJSON.parse(Array(json)) else {
+                Issue.record("not an object")
+                continue
+            }
+            let fast = try NotificationRecord(fast: FastJSON.Fields(fields))
+            #expect(fast == record)
+            #expect(try JSONDecoder().decode(NotificationRecord.self, from: json) == record)
+            #expect(try NotificationRecord.decode(json: Array(json)) == record)
+        }
+    }
+}
