@@ -28,9 +28,7 @@ extension FastJSON {
         public let values: [String: FastJSON]
         public init(_ values: [String: FastJSON]) { self.values = values }
 
-        public struct Unsupported: Error {
-            public init() {}
-        }
+        public struct Unsupported: Error {}
 
         public func string(_ key: String) throws -> String? {
             switch values[key] {
@@ -155,6 +153,28 @@ extension JWSRenewalInfoDecodedPayload: FastDecodable {
                     commitmentRenewalBillingPlanType: try $0.enum("commitmentRenewalBillingPlanType"),
                     commitmentRenewalDate: try $0.int64("commitmentRenewalDate"),
                     commitmentRenewalPrice: try $0.int64("commitmentRenewalPrice"))
+            })
+    }
+}
+
+extension ResponseBodyV2DecodedPayload: FastDecodable {
+    /// The common shape — `data` — by hand; a summary, an external purchase token or app data
+    /// (rare) fall back to `JSONDecoder`.
+    public init(fast f: FastJSON.Fields) throws {
+        try f.absent("summary")
+        try f.absent("externalPurchaseToken")
+        try f.absent("appData")
+        self.init(
+            notificationType: try f.enum("notificationType"), subtype: try f.enum("subtype"),
+            notificationUUID: try f.string("notificationUUID"), version: try f.string("version"),
+            signedDate: try f.int64("signedDate"),
+            data: try f.object("data").map {
+                NotificationData(
+                    appAppleId: try $0.int64("appAppleId"), bundleId: try $0.string("bundleId"),
+                    bundleVersion: try $0.string("bundleVersion"), environment: try $0.enum("environment"),
+                    signedTransactionInfo: try $0.string("signedTransactionInfo"),
+                    signedRenewalInfo: try $0.string("signedRenewalInfo"), status: try $0.enum("status"),
+                    consumptionRequestReason: try $0.enum("consumptionRequestReason"))
             })
     }
 }

@@ -115,9 +115,8 @@ public final class SignedDataVerifier: Sendable {
 
     /// A notification `signedPayload`, and every signed object nested in it.
     public func verifyNotification(_ signedPayload: String) async throws -> VerifiedNotification {
-        let payload = try await verifySignedPayload(signedPayload, as: ResponseBodyV2DecodedPayload.self) {
-            $0.signedDate
-        }
+        let payload = try await verifySignedPayload(
+            signedPayload, decode: ResponseBodyV2DecodedPayload.decode(json:), signingDate: { $0.signedDate })
         let bundleId: String?
         let appAppleId: Int64?
         let environment: AppStoreEnvironment?
@@ -147,6 +146,20 @@ public final class SignedDataVerifier: Sendable {
             verified.appTransaction = try await verifyAppTransaction(signed)
         }
         return verified
+    }
+
+    /// A notification this server verified when it accepted it, read back from its own
+    /// database: decoded, **not verified** — never for anything that came from outside.
+    public static func decodeVerifiedEarlier(notification signedPayload: String) throws -> VerifiedNotification {
+        let payload = try CompactJWS(signedPayload).decodePayload(ResponseBodyV2DecodedPayload.decode(json:))
+        var decoded = VerifiedNotification(payload: payload)
+        if let signed = payload.data?.signedTransactionInfo {
+            decoded.transaction = try CompactJWS(signed).decodePayload(JWSTransactionDecodedPayload.decode(json:))
+        }
+        if let signed = payload.data?.signedRenewalInfo {
+            decoded.renewalInfo = try CompactJWS(signed).decodePayload(JWSRenewalInfoDecodedPayload.decode(json:))
+        }
+        return decoded
     }
 
     // MARK: Checks

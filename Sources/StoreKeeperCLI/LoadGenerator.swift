@@ -29,11 +29,14 @@ enum LoadGenerator {
     /// Sends `bodies` as `POST path` over `concurrency` connections; every answer must be 200
     /// containing `expect` (any 200 when it is empty), or a 503 (retryable, never retried
     /// here). Returns every answer.
+    /// With `interval`, request k is not sent before `k × interval` from the start (a steady
+    /// rate; latency is counted from when it is sent).
     static func run(
         host: String, port: Int, path: String, authorization: String, bodies: [String], concurrency: Int,
-        expect: String
+        expect: String, interval: TimeAmount? = nil
     ) async throws -> [Answer] {
         let group = MultiThreadedEventLoopGroup.singleton
+        let start = NIODeadline.now()
         var futures: [EventLoopFuture<[Answer]>] = []
         for worker in 0..<min(concurrency, bodies.count) {
             let requests = stride(from: worker, to: bodies.count, by: concurrency).map { index in
@@ -51,7 +54,13 @@ enum LoadGenerator {
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
                         try channel.pipeline.syncOperations.addHandler(
-                            ClientHandler(requests: requests, expect: Array(expect.utf8), done: done))
+                            ClientHandler(
+                                requests: requests,
+                                due: interval.map { interval in
+                                    stride(from: worker, to: bodies.count, by: concurrency).map {
+                                        start + .nanoseconds(interval.nanoseconds * Int64($0))
+                                    }
+                                }, expect: Array(expect.utf8), done: done))
                     }
                 }
                 .connect(host: host, port: port)
@@ -73,6 +82,8 @@ enum LoadGenerator {
         typealias OutboundOut = ByteBuffer
 
         let requests: [ByteBuffer]
+        /// When each request may go, if paced.
+        let due: [NIODeadline]?
         let expect: [UInt8]
         let done: EventLoopPromise<[Answer]>
         var next = 0
@@ -81,8 +92,9 @@ enum LoadGenerator {
         var received = ByteBuffer()
         var finished = false
 
-        init(requests: [ByteBuffer], expect: [UInt8], done: EventLoopPromise<[Answer]>) {
+        init(requests: [ByteBuffer], due: [NIODeadline]?, expect: [UInt8], done: EventLoopPromise<[Answer]>) {
             self.requests = requests
+            self.due = due
             self.expect = expect
             self.done = done
             answers.reserveCapacity(requests.count)
@@ -130,6 +142,16 @@ enum LoadGenerator {
                 done.succeed(answers)
                 return
             }
+            if let due, due[next] > .now() {
+                let context = NIOLoopBound(context, eventLoop: context.eventLoop)
+                context.value.eventLoop.scheduleTask(deadline: due[next]) { self.write(context: context.value) }
+                return
+            }
+            write(context: context)
+        }
+
+        private func write(context: ChannelHandlerContext) {
+            guard !finished else { return }
             sentAt = .now()
             context.writeAndFlush(wrapOutboundOut(requests[next]), promise: nil)
             next += 1

@@ -111,7 +111,7 @@ struct PurchaseBench {
         let group: ServiceGroup
         let running: Task<Void, any Error>
 
-        static func start(databaseURL: String?, maxInFlight: Int? = nil) async throws -> Server {
+        static func start(databaseURL: String?, maxInFlight: Int? = nil, runJobs: Bool = true) async throws -> Server {
             let directory = FileManager.default.temporaryDirectory.appendingPathComponent("storekeeper-bench-\(UUID())")
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
             var configuration = ServerConfiguration()
@@ -126,7 +126,7 @@ struct PurchaseBench {
             logger.logLevel = .error
             let app = try await StoreKeeperApp.make(configuration, dataDirectory: directory, logger: logger)
             let port = Mutex(0)
-            let application = app.application { bound in port.withLock { $0 = bound } }
+            let application = app.application(runJobs: runJobs) { bound in port.withLock { $0 = bound } }
             let group = ServiceGroup(
                 configuration: .init(services: [application], gracefulShutdownSignals: [], logger: logger))
             let running = Task { try await group.run() }

@@ -33,6 +33,23 @@ public struct NotificationRecord: Codable, Sendable, Hashable {
         self.renewalInfo = renewalInfo
     }
 
+    /// The record of a verified payload (and the signed objects in it); nil without the
+    /// fields every notification has.
+    public init?(
+        payload: ResponseBodyV2DecodedPayload, transaction: JWSTransactionDecodedPayload?,
+        renewalInfo: JWSRenewalInfoDecodedPayload?
+    ) {
+        guard let uuid = payload.notificationUUID, !uuid.isEmpty, let type = payload.notificationType?.rawValue,
+            let signedDate = payload.signedDate
+        else { return nil }
+        self.init(
+            notificationUUID: uuid, type: type, subtype: payload.subtype?.rawValue, signedDate: signedDate,
+            environment: payload.data?.environment?.rawValue ?? payload.summary?.environment?.rawValue,
+            appleStatus: payload.data?.status.map { Int($0.rawValue) },
+            consumptionRequestReason: payload.data?.consumptionRequestReason?.rawValue, transaction: transaction,
+            renewalInfo: renewalInfo)
+    }
+
     /// The subscription (or one-time purchase) the notification is about: events of one
     /// subject apply one at a time, in `signedDate` order. Nil when it has no transaction.
     public var subject: String? {
@@ -268,21 +285,5 @@ public enum ConsumptionPlanner {
             request.consumptionPercentage = 100_000
         }
         return request
-    }
-}
-
-extension NotificationRecord: FastDecodable {
-    /// The applier reads every stored record: the hand-written reader, as on the verification
-    /// path (JSONDecoder when it meets anything unusual).
-    public init(fast f: FastJSON.Fields) throws {
-        guard let uuid = try f.string("notificationUUID"), let type = try f.string("type"),
-            let signedDate = try f.int64("signedDate")
-        else { throw FastJSON.Fields.Unsupported() }
-        self.init(
-            notificationUUID: uuid, type: type, subtype: try f.string("subtype"), signedDate: signedDate,
-            environment: try f.string("environment"), appleStatus: try f.int32("appleStatus").map(Int.init),
-            consumptionRequestReason: try f.string("consumptionRequestReason"),
-            transaction: try f.object("transaction").map(JWSTransactionDecodedPayload.init(fast:)),
-            renewalInfo: try f.object("renewalInfo").map(JWSRenewalInfoDecodedPayload.init(fast:)))
     }
 }

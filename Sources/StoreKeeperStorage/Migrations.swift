@@ -262,7 +262,6 @@ public enum Migrations {
                     transaction_id TEXT,
                     signed_date BIGINT NOT NULL,
                     environment TEXT,
-                    record TEXT NOT NULL,
                     signed_payload TEXT NOT NULL,
                     status TEXT NOT NULL,
                     outcome TEXT,

@@ -38,11 +38,10 @@ public struct NotificationStore: Sendable {
         var seen: Set<String> = []
         var insert = sql.insert(into: "notifications").columns(
             "notification_uuid", "notification_type", "subtype", "subject", "transaction_id", "signed_date",
-            "environment", "record", "signed_payload", "status", "outcome", "received_at")
+            "environment", "signed_payload", "status", "outcome", "received_at")
         var subjects: [String] = []
         for item in items where seen.insert(item.record.notificationUUID).inserted {
             let record = item.record
-            let json = String(decoding: try JSONEncoder().encode(record), as: UTF8.self)
             // Nothing to apply without a subject (TEST, a mass extension's summary…): recorded
             // as ignored at once, with why.
             var status = "pending"
@@ -58,7 +57,7 @@ public struct NotificationStore: Sendable {
             if let subject = record.subject { subjects.append(subject) }
             insert = insert.values([
                 record.notificationUUID, record.type, record.subtype, record.subject ?? "",
-                record.transaction?.transactionId, record.signedDate, record.environment, json, item.signedPayload,
+                record.transaction?.transactionId, record.signedDate, record.environment, item.signedPayload,
                 status, outcome, item.now.milliseconds,
             ])
         }
@@ -118,11 +117,18 @@ public struct NotificationStore: Sendable {
         public var catalog: Catalog
         public var policy: OwnershipPolicy
         public var consumptionEnabled: Bool
+        /// Reads a stored `signedPayload` back (it was verified when it was accepted; the raw
+        /// notification is what is kept, nothing decoded beside it).
+        public var read: @Sendable (String) throws -> NotificationRecord
 
-        public init(catalog: Catalog, policy: OwnershipPolicy, consumptionEnabled: Bool) {
+        public init(
+            catalog: Catalog, policy: OwnershipPolicy, consumptionEnabled: Bool,
+            read: @escaping @Sendable (String) throws -> NotificationRecord
+        ) {
             self.catalog = catalog
             self.policy = policy
             self.consumptionEnabled = consumptionEnabled
+            self.read = read
         }
     }
 
@@ -153,7 +159,7 @@ public struct NotificationStore: Sendable {
             for subject in subjects { try await Self.lock(subject, sql: sql, kind: kind) }
             let rows = try await sql.raw(
                 """
-                SELECT notification_uuid, record FROM notifications WHERE subject IN (\(binds: subjects))
+                SELECT notification_uuid, signed_payload FROM notifications WHERE subject IN (\(binds: subjects))
                 AND status = 'pending' ORDER BY subject, signed_date, notification_uuid
                 """
             ).all()
@@ -173,11 +179,13 @@ public struct NotificationStore: Sendable {
             }
             for row in rows {
                 let uuid = try row.decode(column: "notification_uuid", as: String.self)
-                let text = try row.decode(column: "record", as: String.self)
-                guard let record = try? NotificationRecord.decode(json: Array(text.utf8)) else {
+                let signedPayload = try row.decode(column: "signed_payload", as: String.self)
+                guard let record = try? settings.read(signedPayload) else {
                     try await flush()
                     applied.append(
-                        Applied(notificationUUID: uuid, status: "ignored", outcome: "the stored record cannot be read"))
+                        Applied(
+                            notificationUUID: uuid, status: "ignored", outcome: "the stored notification cannot be read"
+                        ))
                     continue
                 }
                 if NotificationPlanner.action(for: record) == .deliver {

@@ -72,6 +72,46 @@ import Testing
         }
     }
 
+    static let notification = """
+        {"notificationType":"DID_RENEW","subtype":"BILLING_RECOVERY","notificationUUID":"002e14d5-51f5-4503-b5a8-c3a1af68eb20",
+         "version":"2.0","signedDate":1767225605000,"extra":[1,{"x":null}],
+         "data":{"appAppleId":1234567890,"bundleId":"com.example.app","bundleVersion":"42","environment":"Production",
+         "signedTransactionInfo":"eyJ.a.b","signedRenewalInfo":"eyJ.c.d","status":1,
+         "consumptionRequestReason":"UNINTENDED_PURCHASE","future":"x"}}
+        """
+
+    /// The notification payload's reader: the same agreement, full and mutated; a summary or
+    /// other rare shapes take JSONDecoder.
+    @Test func notificationDecodersAgreeUnderMutation() throws {
+        let original = Array(Self.notification.utf8)
+        guard case .object(let fields) = try FastJSON.parse(original) else {
+            Issue.record("not an object")
+            return
+        }
+        let fast = try ResponseBodyV2DecodedPayload(fast: .init(fields))
+        #expect(fast == (try JSONDecoder().decode(ResponseBodyV2DecodedPayload.self, from: Data(original))))
+        #expect(fast.data?.status == .active)
+        let summary = Array(
+            #"{"notificationType":"RENEWAL_EXTENSION","subtype":"SUMMARY","summary":{"succeededCount":3}}"#.utf8)
+        #expect(try ResponseBodyV2DecodedPayload.decode(json: summary).summary?.succeededCount == 3)
+        var rng = SeededGenerator(seed: 0xFA57_0002)
+        let alphabet = Array("0123456789-.eE\"{}[]:,tfnul \\abcxyz".utf8)
+        for _ in 0..<5000 {
+            var bytes = original
+            for _ in 0..<Int.random(in: 1...3, using: &rng) {
+                let position = Int.random(in: 0..<bytes.count, using: &rng)
+                switch Int.random(in: 0..<3, using: &rng) {
+                case 0: bytes[position] = alphabet.randomElement(using: &rng)!
+                case 1: bytes.remove(at: position)
+                default: bytes.insert(alphabet.randomElement(using: &rng)!, at: position)
+                }
+            }
+            let reference = try? JSONDecoder().decode(ResponseBodyV2DecodedPayload.self, from: Data(bytes))
+            let combined = try? ResponseBodyV2DecodedPayload.decode(json: bytes)
+            #expect(combined == reference, "\(String(decoding: bytes, as: UTF8.self))")
+        }
+    }
+
     @Test func typeMismatchesFallBackToJSONDecodersError() {
         #expect(throws: DecodingError.self) {
             try JWSTransactionDecodedPayload.decode(json: Array(#"{"transactionId":5}"#.utf8))

@@ -242,15 +242,18 @@ public struct StoreKeeperApp: Sendable {
         return router
     }
 
-    public func application(onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in })
-        -> some ApplicationProtocol
-    {
+    /// `runJobs: false` leaves the job queue to a runner the caller starts (`bench
+    /// --notifications` measures accepting and applying apart).
+    public func application(
+        runJobs: Bool = true, onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
+    ) -> some ApplicationProtocol {
         var services: [any Service] = [
-            OrderExpiry(store: store, ttl: configuration.orderTTL, logger: logger), JobRunner(app: self),
+            OrderExpiry(store: store, ttl: configuration.orderTTL, logger: logger),
             Housekeeping(
                 rejectedProofs: rejectedProofs, retentionDays: configuration.rejectedProofsRetentionDays,
                 outbox: OutboxStore(database: database), logger: logger),
         ]
+        if runJobs { services.append(JobRunner(app: self)) }
         if let localAppStore { services.append(NotificationSender(store: localAppStore)) }
         if appleAPI != nil { services.append(ReconcileService(app: self)) }
         if database.kind == .sqlite { services.append(WALCheckpointer(database: database, logger: logger)) }

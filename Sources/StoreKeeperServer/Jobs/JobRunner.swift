@@ -136,7 +136,7 @@ public struct JobRunner: Service {
         guard !jobs.isEmpty else { return }
         let settings = NotificationStore.Settings(
             catalog: app.catalog, policy: app.configuration.ownershipPolicy,
-            consumptionEnabled: app.configuration.consumptionEnabled)
+            consumptionEnabled: app.configuration.consumptionEnabled, read: StoreKeeperApp.storedNotification)
         func apply(_ jobs: [JobStore.Job]) async throws {
             let applied = try await app.notifications.apply(
                 subjects: jobs.map(\.payload),

@@ -48,19 +48,26 @@ extension StoreKeeperApp {
                 ])
             throw APIError.verification(failure, status: .badRequest)
         }
-        let payload = verified.payload
-        guard let uuid = payload.notificationUUID, !uuid.isEmpty, uuid.count <= 128,
-            let type = payload.notificationType?.rawValue, let signedDate = payload.signedDate
+        guard
+            let record = NotificationRecord(
+                payload: verified.payload, transaction: verified.transaction, renewalInfo: verified.renewalInfo),
+            record.notificationUUID.count <= 128
         else {
             throw APIError.badRequest("the notification has no notificationUUID, notificationType or signedDate")
         }
-        try Self.validateText(uuid, field: "notificationUUID")
-        return NotificationRecord(
-            notificationUUID: uuid, type: type, subtype: payload.subtype?.rawValue, signedDate: signedDate,
-            environment: payload.data?.environment?.rawValue ?? payload.summary?.environment?.rawValue,
-            appleStatus: payload.data?.status.map { Int($0.rawValue) },
-            consumptionRequestReason: payload.data?.consumptionRequestReason?.rawValue,
-            transaction: verified.transaction, renewalInfo: verified.renewalInfo)
+        try Self.validateText(record.notificationUUID, field: "notificationUUID")
+        return record
+    }
+
+    /// How the applier reads back a notification this server recorded (verified when it was
+    /// accepted): decoded from the stored `signedPayload`, not verified again.
+    static func storedNotification(_ signedPayload: String) throws -> NotificationRecord {
+        let decoded = try SignedDataVerifier.decodeVerifiedEarlier(notification: signedPayload)
+        guard
+            let record = NotificationRecord(
+                payload: decoded.payload, transaction: decoded.transaction, renewalInfo: decoded.renewalInfo)
+        else { throw APIError.badRequest("stored notification without notificationUUID, type or signedDate") }
+        return record
     }
 }
 
