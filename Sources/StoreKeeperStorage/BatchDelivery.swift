@@ -113,6 +113,7 @@ struct BatchDelivery {
                         .map { $0.transaction.originalTransactionId ?? $0.transaction.transactionId ?? "" })),
             sql: sql)
         var subscriptionWrites: [SubscriptionStore.Write] = []
+        var newBindings: [(String, String, Int64)] = []  // original id, account, at
         var newSubscriptions: Set<String> = []
 
         // MARK: Plan in order, against the overlay.
@@ -212,11 +213,16 @@ struct BatchDelivery {
             if let order = plan.order { orders[order.orderId] = order }
             if let binding = plan.binding { bindings[originalId] = binding }
             ledger += plan.ledger.map { ($0, item.now.milliseconds) }
-            // Everything else (orders, entitlements, ownership, anomalies) is rare: written
-            // per item below, through the same code as one-by-one delivery.
+            // A first binding (every new subscription or non-consumable) goes into one insert;
+            // everything else (orders, entitlements, transfers, anomalies) is rare: written per
+            // item below, through the same code as one-by-one delivery.
             var rest = plan
             rest.delivery = nil
             rest.ledger = []
+            if let binding = plan.binding, context.boundAccount == nil {
+                newBindings.append((originalId, binding, item.now.milliseconds))
+                rest.binding = nil
+            }
             applied.append((rest, transaction, context, item.now))
         }
 
@@ -235,6 +241,11 @@ struct BatchDelivery {
             inserts.append(insert.insert)
         }
         inserts += PurchaseStore.ledgerWrites(ledger)
+        if !newBindings.isEmpty {
+            var insert = sql.insert(into: "ownership").columns("original_transaction_id", "account_id", "bound_at")
+            for (originalId, account, at) in newBindings { insert = insert.values([originalId, account, at]) }
+            inserts.append(insert.insert)
+        }
         if !outbox.isEmpty {
             var insert = sql.insert(into: "outbox").columns("id", "event", "payload", "created_at")
             for (payload, at) in outbox {
@@ -254,7 +265,7 @@ struct BatchDelivery {
         {
             try await PurchaseStore.apply(plan, transaction: transaction, context: context, sql: sql, now: now)
         }
-        for write in subscriptionWrites { try await SubscriptionStore.apply(write, sql: sql) }
+        try await SubscriptionStore.apply(subscriptionWrites, sql: sql)
         if !newSubscriptions.isEmpty {
             // Notifications held for want of an account (a subscription bought while the
             // server was down, an offer code redeemed outside the app) apply now that one

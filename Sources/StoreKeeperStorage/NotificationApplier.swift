@@ -132,8 +132,8 @@ enum NotificationApplier {
                 subscriptionNote = "; the subscription has newer events"
             } else if let state, state != before {
                 try await SubscriptionStore.apply(
-                    .init(state: state, account: account, effects: effects, catalog: settings.catalog, at: at), sql: sql
-                )
+                    [.init(state: state, account: account, effects: effects, catalog: settings.catalog, at: at)],
+                    sql: sql)
                 subscriptionNote = "; subscription \(originalId) is \(state.status.rawValue)"
             }
         }

@@ -215,9 +215,21 @@ extension OutboxStore {
     }
 
     /// Writes an event in the caller's transaction — the refunds, status changes and anomalies
-    /// (deliveries, on the hot path, write theirs in bulk): a JSON object with its keys sorted
-    /// and an absent value as `null`.
+    /// (deliveries, on the hot path, write theirs in bulk).
     static func append(_ event: String, _ fields: [String: Field], sql: any SQLDatabase, at: Int64) async throws {
+        try await insert(event, [(json(fields), at)], sql: sql)
+    }
+
+    /// Events of one type, one multi-row insert.
+    static func insert(_ event: String, _ payloads: [(String, Int64)], sql: any SQLDatabase) async throws {
+        guard !payloads.isEmpty else { return }
+        var insert = sql.insert(into: "outbox").columns("id", "event", "payload", "created_at")
+        for (payload, at) in payloads { insert = insert.values([newEventId(), event, payload, at]) }
+        try await sql.execute(sql: insert.insert) { _ in }
+    }
+
+    /// An event's JSON object: its keys sorted, an absent value `null`.
+    static func json(_ fields: [String: Field]) -> String {
         var json = "{"
         for (index, key) in fields.keys.sorted().enumerated() {
             if index > 0 { json += "," }
@@ -229,12 +241,6 @@ extension OutboxStore {
             case .string(nil), .number(nil): json += "null"
             }
         }
-        json += "}"
-        try await sql.raw(
-            """
-            INSERT INTO outbox (id, event, payload, created_at)
-            VALUES (\(bind: newEventId()), \(bind: event), \(bind: json), \(bind: at))
-            """
-        ).run()
+        return json + "}"
     }
 }

@@ -42,21 +42,71 @@ enum SubscriptionStore {
         return states
     }
 
-    /// Saves the state and applies its effects: entitlements follow the subscription (one per
-    /// subscription, for its current product), status changes become webhook events.
-    static func apply(_ write: Write, sql: any SQLDatabase) async throws {
-        let state = write.state
+    /// Saves the states and applies their effects, in order: entitlements follow each
+    /// subscription (one per subscription, for its current product), status changes become
+    /// webhook events. A batch's writes become a handful of multi-row statements: each
+    /// subscription's last state, each entitlement's last grant (or its removal), every event.
+    static func apply(_ writes: [Write], sql: any SQLDatabase) async throws {
+        guard !writes.isEmpty else { return }
+        struct EntitlementKey: Hashable {
+            var account: String
+            var entitlement: String
+            var original: String
+        }
+        var states: [String: Write] = [:]
+        var order: [String] = []
+        var entitlements: [EntitlementKey: (productId: String, expiresAt: Date?)?] = [:]  // nil: removed
+        var entitlementOrder: [EntitlementKey] = []
+        var events: [(String, Int64)] = []
+        for write in writes {
+            let state = write.state
+            if states.updateValue(write, forKey: state.originalTransactionId) == nil {
+                order.append(state.originalTransactionId)
+            }
+            for effect in write.effects {
+                switch effect {
+                case .entitlementRemoved(let productId), .entitlementGranted(let productId, _):
+                    guard let entitlement = write.catalog.product(productId)?.grants.entitlement else { continue }
+                    let key = EntitlementKey(
+                        account: write.account, entitlement: entitlement, original: state.originalTransactionId)
+                    if entitlements.index(forKey: key) == nil { entitlementOrder.append(key) }
+                    if case .entitlementGranted(_, let expiresAt) = effect {
+                        entitlements[key] = (productId, expiresAt)
+                    } else {
+                        entitlements[key] = .some(nil)
+                    }
+                case .statusChanged(let from, let to):
+                    events.append(
+                        (
+                            OutboxStore.json([
+                                "originalTransactionId": .string(state.originalTransactionId),
+                                "accountId": .string(write.account), "productId": .string(state.productId),
+                                "oldStatus": .string(from?.rawValue), "newStatus": .string(to.rawValue),
+                                "expiresAt": .string(state.expiresAt.map(Self.iso8601)),
+                            ]), write.at
+                        ))
+                case .stale, .ignored:
+                    break
+                }
+            }
+        }
+        var upsert = sql.insert(into: "subscriptions").columns(
+            "original_transaction_id", "account_id", "product_id", "status", "expires_at", "auto_renew",
+            "next_product_id", "grace_ends_at", "latest_transaction_id", "revoked_transaction_id", "signed_at",
+            "updated_at")
+        for original in order {
+            let write = states[original]!
+            let state = write.state
+            upsert = upsert.values([
+                state.originalTransactionId, write.account, state.productId, state.status.rawValue,
+                state.expiresAt?.milliseconds, state.autoRenew ? 1 : 0, state.nextProductId,
+                state.gracePeriodEndsAt?.milliseconds, state.latestTransactionId, state.revokedTransactionId,
+                state.signedDate.milliseconds, write.at,
+            ])
+        }
         try await sql.raw(
             """
-            INSERT INTO subscriptions (original_transaction_id, account_id, product_id, status, expires_at, auto_renew,
-                                       next_product_id, grace_ends_at, latest_transaction_id, revoked_transaction_id,
-                                       signed_at, updated_at)
-            VALUES (\(bind: state.originalTransactionId), \(bind: write.account), \(bind: state.productId),
-                    \(bind: state.status.rawValue), \(bind: state.expiresAt?.milliseconds), \(bind: state.autoRenew ? 1 : 0),
-                    \(bind: state.nextProductId), \(bind: state.gracePeriodEndsAt?.milliseconds),
-                    \(bind: state.latestTransactionId), \(bind: state.revokedTransactionId),
-                    \(bind: state.signedDate.milliseconds), \(bind: write.at))
-            ON CONFLICT (original_transaction_id) DO UPDATE SET
+            \(upsert.insert) ON CONFLICT (original_transaction_id) DO UPDATE SET
                 account_id = excluded.account_id, product_id = excluded.product_id, status = excluded.status,
                 expires_at = excluded.expires_at, auto_renew = excluded.auto_renew,
                 next_product_id = excluded.next_product_id, grace_ends_at = excluded.grace_ends_at,
@@ -65,40 +115,33 @@ enum SubscriptionStore {
                 updated_at = excluded.updated_at
             """
         ).run()
-        for effect in write.effects {
-            switch effect {
-            case .entitlementRemoved(let productId):
-                guard let entitlement = write.catalog.product(productId)?.grants.entitlement else { continue }
+        var grants = sql.insert(into: "entitlements").columns(
+            "account_id", "entitlement_id", "original_transaction_id", "product_id", "expires_at")
+        var granted = false
+        for key in entitlementOrder {
+            guard let grant = entitlements[key]! else {
                 try await sql.raw(
                     """
-                    DELETE FROM entitlements WHERE account_id = \(bind: write.account)
-                    AND entitlement_id = \(bind: entitlement) AND original_transaction_id = \(bind: state.originalTransactionId)
+                    DELETE FROM entitlements WHERE account_id = \(bind: key.account)
+                    AND entitlement_id = \(bind: key.entitlement) AND original_transaction_id = \(bind: key.original)
                     """
                 ).run()
-            case .entitlementGranted(let productId, let expiresAt):
-                guard let entitlement = write.catalog.product(productId)?.grants.entitlement else { continue }
-                try await sql.raw(
-                    """
-                    INSERT INTO entitlements (account_id, entitlement_id, original_transaction_id, product_id, expires_at)
-                    VALUES (\(bind: write.account), \(bind: entitlement), \(bind: state.originalTransactionId),
-                            \(bind: productId), \(bind: expiresAt?.milliseconds))
-                    ON CONFLICT (account_id, entitlement_id, original_transaction_id)
-                    DO UPDATE SET expires_at = excluded.expires_at, product_id = excluded.product_id
-                    """
-                ).run()
-            case .statusChanged(let from, let to):
-                try await OutboxStore.append(
-                    "subscription_status_changed",
-                    [
-                        "originalTransactionId": .string(state.originalTransactionId),
-                        "accountId": .string(write.account), "productId": .string(state.productId),
-                        "oldStatus": .string(from?.rawValue), "newStatus": .string(to.rawValue),
-                        "expiresAt": .string(state.expiresAt.map(Self.iso8601)),
-                    ], sql: sql, at: write.at)
-            case .stale, .ignored:
-                break
+                continue
             }
+            grants = grants.values([
+                key.account, key.entitlement, key.original, grant.productId, grant.expiresAt?.milliseconds,
+            ])
+            granted = true
         }
+        if granted {
+            try await sql.raw(
+                """
+                \(grants.insert) ON CONFLICT (account_id, entitlement_id, original_transaction_id)
+                DO UPDATE SET expires_at = excluded.expires_at, product_id = excluded.product_id
+                """
+            ).run()
+        }
+        try await OutboxStore.insert("subscription_status_changed", events, sql: sql)
     }
 
     static func iso8601(_ date: Date) -> String {
