@@ -76,10 +76,15 @@ public struct JobStore: Sendable {
                     createdAt: Date(milliseconds: try row.decode(column: "created_at", as: Int64.self)),
                     stuckReported: try row.decode(column: "stuck_reported", as: Int.self) != 0,
                     leasedUntil: Date(milliseconds: now.addingTimeInterval(lease).milliseconds))
-                try await sql.raw(
-                    "UPDATE jobs SET run_at = \(bind: job.leasedUntil.milliseconds) WHERE id = \(bind: job.id)"
-                ).run()
                 jobs.append(job)
+            }
+            if !jobs.isEmpty {
+                try await sql.raw(
+                    """
+                    UPDATE jobs SET run_at = \(bind: now.addingTimeInterval(lease).milliseconds)
+                    WHERE id IN (\(binds: jobs.map(\.id)))
+                    """
+                ).run()
             }
             return jobs
         }

@@ -156,7 +156,7 @@ public struct NotificationStore: Sendable {
         let kind = database.kind
         let subjects = Array(Set(subjects)).sorted()
         return try await database.transaction { sql in
-            for subject in subjects { try await Self.lock(subject, sql: sql, kind: kind) }
+            try await Self.lock(subjects, sql: sql, kind: kind)
             let rows = try await sql.raw(
                 """
                 SELECT notification_uuid, signed_payload FROM notifications WHERE subject IN (\(binds: subjects))
@@ -216,11 +216,15 @@ public struct NotificationStore: Sendable {
                     """
                 ).run()
             }
-            for claim in claims {
+            if !claims.isEmpty {
+                let rows = claims.map {
+                    SQLGroupExpression(
+                        [SQLBind($0.jobId), SQLBind($0.leasedUntil.milliseconds)] as [any SQLExpression])
+                }
                 try await sql.raw(
                     """
-                    UPDATE jobs SET status = 'done'
-                    WHERE id = \(bind: claim.jobId) AND run_at = \(bind: claim.leasedUntil.milliseconds)
+                    UPDATE jobs SET status = 'done' FROM (VALUES \(SQLList(rows))) AS v
+                    WHERE jobs.id = v.column1 AND jobs.run_at = v.column2
                     """
                 ).run()
             }
@@ -231,9 +235,17 @@ public struct NotificationStore: Sendable {
     /// Holds `subject`'s lock to the end of the transaction (PostgreSQL; SQLite has one
     /// writer): another instance applying the same subject waits here, then finds nothing
     /// pending.
-    static func lock(_ subject: String, sql: any SQLDatabase, kind: Database.Kind) async throws {
-        guard kind == .postgres else { return }
-        try await sql.raw("SELECT pg_advisory_xact_lock(hashtext(\(bind: "notifications|" + subject)))").run()
+    static func lock(_ subjects: [String], sql: any SQLDatabase, kind: Database.Kind) async throws {
+        guard kind == .postgres, !subjects.isEmpty else { return }
+        // One statement, the locks taken in one order (sorted), so two instances locking
+        // overlapping sets never wait on each other in a circle.
+        let keys = subjects.sorted().map { SQLGroupExpression([SQLBind("notifications|" + $0)] as [any SQLExpression]) }
+        try await sql.raw(
+            """
+            SELECT pg_advisory_xact_lock(hashtext(k)) FROM (SELECT column1 AS k FROM (VALUES \(SQLList(keys))) AS v
+            ORDER BY column1) AS ordered
+            """
+        ).run()
     }
 
     // MARK: Reads

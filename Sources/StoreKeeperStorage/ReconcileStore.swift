@@ -58,7 +58,7 @@ extension PurchaseStore {
             .appleStatus(status), signedDate: signed > 0 ? Date(milliseconds: signed) : now, transaction: transaction,
             renewalInfo: renewalInfo)
         return try await database.transaction { sql in
-            try await NotificationStore.lock(subject, sql: sql, kind: kind)
+            try await NotificationStore.lock([subject], sql: sql, kind: kind)
             return try await BatchDelivery.run(
                 [
                     BatchDelivery.Item(
