@@ -220,6 +220,7 @@ let package = Package(
             dependencies: [
                 "StoreKeeperStorage", .product(name: "SQLKit", package: "sql-kit"),
                 "StoreKeeperCLI", "AppStoreSigning", "AppStoreVerification", "AppStoreClient", "AppStoreModels",
+                "LocalAppStore",
             ]
         ),
     ]
