@@ -1,0 +1,136 @@
+#if canImport(StoreKit)
+    import Foundation
+    import StoreKit
+    import StoreKeeperKitCore
+
+    /// StoreKit 1 (`SKPaymentQueue`) as a `PaymentQueue`: mapping only. The observer is added
+    /// when it is made — at launch — so StoreKit re-delivers unfinished transactions at once;
+    /// what arrives before `configure()` asks for `updates()` is buffered.
+    public final class StoreKit1PaymentQueue: NSObject, PaymentQueue, SKPaymentTransactionObserver, @unchecked Sendable {
+        struct State {
+            var continuation: AsyncStream<PaymentUpdate>.Continuation?
+            var buffered: [PaymentUpdate] = []
+            var held: [String: SKPaymentTransaction] = [:]
+            var restoring: CheckedContinuation<[StoreTransaction], Error>?
+            var restored: [StoreTransaction] = []
+        }
+        private let queue: SKPaymentQueue
+        private let state = Locked(State())
+
+        public init(queue: SKPaymentQueue = SKPaymentQueue.default()) {
+            self.queue = queue
+            super.init()
+            queue.add(self)
+        }
+
+        /// A payment from the product id alone (no product request first: P8), carrying the
+        /// order's token as `applicationUsername`. The outcome comes through the observer.
+        public func purchase(productId: String, quantity: Int, appAccountToken: UUID) async throws -> PaymentResult {
+            let payment = SKMutablePayment()
+            payment.productIdentifier = productId
+            payment.quantity = quantity
+            payment.applicationUsername = appAccountToken.uuidString.lowercased()
+            queue.add(payment)
+            return .enqueued
+        }
+
+        public func finish(transactionId: String) async {
+            let transaction =
+                state.withValue { $0.held.removeValue(forKey: transactionId) }
+                ?? queue.transactions.first { $0.transactionIdentifier == transactionId }
+            if let transaction { queue.finishTransaction(transaction) }
+        }
+
+        public func unfinished() async -> [StoreTransaction] {
+            queue.transactions.filter { $0.transactionState == .purchased || $0.transactionState == .restored }
+                .map(map)
+        }
+
+        public func restore() async throws -> [StoreTransaction] {
+            try await withCheckedThrowingContinuation { continuation in
+                state.withValue {
+                    $0.restoring = continuation
+                    $0.restored = []
+                }
+                queue.restoreCompletedTransactions()
+            }
+        }
+
+        public func updates() -> AsyncStream<PaymentUpdate> {
+            AsyncStream { continuation in
+                let buffered = state.withValue { state -> [PaymentUpdate] in
+                    state.continuation = continuation
+                    defer { state.buffered = [] }
+                    return state.buffered
+                }
+                for update in buffered { continuation.yield(update) }
+            }
+        }
+
+        func map(_ transaction: SKPaymentTransaction) -> StoreTransaction {
+            let id = transaction.transactionIdentifier ?? "failed-\(ObjectIdentifier(transaction).hashValue)"
+            state.withValue { $0.held[id] = transaction }
+            return StoreTransaction(
+                id: id, originalId: transaction.original?.transactionIdentifier,
+                productId: transaction.payment.productIdentifier, quantity: transaction.payment.quantity,
+                appAccountToken: transaction.payment.applicationUsername.flatMap(UUID.init(uuidString:)),
+                purchaseDate: transaction.transactionDate ?? Date())
+        }
+
+        func emit(_ update: PaymentUpdate) {
+            let continuation = state.withValue { state -> AsyncStream<PaymentUpdate>.Continuation? in
+                if state.continuation == nil { state.buffered.append(update) }
+                return state.continuation
+            }
+            continuation?.yield(update)
+        }
+
+        public func paymentQueue(_ queue: SKPaymentQueue, updatedTransactions transactions: [SKPaymentTransaction]) {
+            for transaction in transactions {
+                switch transaction.transactionState {
+                case .purchased:
+                    emit(.transaction(map(transaction)))
+                case .restored:
+                    let mapped = map(transaction)
+                    state.withValue { $0.restored.append(mapped) }
+                    emit(.restored(mapped))
+                case .failed:
+                    let mapped = map(transaction)
+                    let cancelled = (transaction.error as? SKError)?.code == .paymentCancelled
+                    emit(.failed(productId: mapped.productId, transactionId: mapped.id, cancelled: cancelled))
+                case .deferred:
+                    emit(.deferred(productId: transaction.payment.productIdentifier))
+                case .purchasing:
+                    break
+                @unknown default:
+                    break
+                }
+            }
+        }
+
+        /// A purchase started on the App Store: not added now; the coordinator buys it with an
+        /// order of the logged-in account (after login if nobody is).
+        public func paymentQueue(_ queue: SKPaymentQueue, shouldAddStorePayment payment: SKPayment, for product: SKProduct)
+            -> Bool
+        {
+            emit(.promoted(productId: product.productIdentifier, quantity: payment.quantity))
+            return false
+        }
+
+        public func paymentQueueRestoreCompletedTransactionsFinished(_ queue: SKPaymentQueue) {
+            let (waiter, restored) = state.withValue { state in
+                defer { state.restoring = nil }
+                return (state.restoring, state.restored)
+            }
+            waiter?.resume(returning: restored)
+        }
+
+        public func paymentQueue(_ queue: SKPaymentQueue, restoreCompletedTransactionsFailedWithError error: Error) {
+            let waiter = state.withValue { state in
+                defer { state.restoring = nil }
+                return state.restoring
+            }
+            waiter?.resume(throwing: error)
+        }
+    }
+#endif

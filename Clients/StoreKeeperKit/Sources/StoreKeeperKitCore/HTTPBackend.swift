@@ -1,0 +1,175 @@
+import Foundation
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// Errors from the server other than a submission's verdict.
+public enum BackendError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// The server answered with an error (API.md's `{"error": {"code", "message", "retryable"}}`).
+    case server(status: Int, code: String, message: String, retryable: Bool)
+    /// No answer: offline, timeout, connection reset.
+    case network(String)
+    /// An answer that is not the contract's JSON.
+    case malformed(String)
+
+    public var description: String {
+        switch self {
+        case .server(let status, let code, let message, _): "\(status) \(code): \(message)"
+        case .network(let message): "network: \(message)"
+        case .malformed(let message): "malformed answer: \(message)"
+        }
+    }
+
+    public var isRetryable: Bool {
+        switch self {
+        case .server(_, _, _, let retryable): retryable
+        case .network: true
+        case .malformed: false
+        }
+    }
+}
+
+/// The app's client tokens (API.md: HS256 JWT, `sub` = accountId), minted by the app's own
+/// backend. `refresh` is true after the server answered 401 to the previous one.
+public typealias ClientTokenProvider = @Sendable (_ accountId: String, _ refresh: Bool) async throws -> String
+
+/// The StoreKeeper server over HTTP, with a client token on every call; a 401 asks the app
+/// for a fresh token once, then tries again.
+public struct HTTPBackend: Backend {
+    public var baseURL: URL
+    public var timeout: TimeInterval
+    let session: URLSession
+    let tokens: ClientTokenProvider
+
+    public init(
+        baseURL: URL, timeout: TimeInterval = 30, session: URLSession = .shared, tokens: @escaping ClientTokenProvider
+    ) {
+        self.baseURL = baseURL
+        self.timeout = timeout
+        self.session = session
+        self.tokens = tokens
+    }
+
+    struct Answer {
+        var status: Int
+        var body: Data
+        var retryAfter: TimeInterval?
+    }
+
+    struct ErrorBody: Decodable {
+        struct Inner: Decodable {
+            var code: String
+            var message: String?
+            var retryable: Bool?
+        }
+        var error: Inner
+    }
+
+    func send(_ method: String, _ path: String, accountId: String, body: Data?) async throws -> Answer {
+        var answer = try await sendOnce(method, path, token: try await tokens(accountId, false), body: body)
+        if answer.status == 401 {
+            answer = try await sendOnce(method, path, token: try await tokens(accountId, true), body: body)
+        }
+        return answer
+    }
+
+    func sendOnce(_ method: String, _ path: String, token: String, body: Data?) async throws -> Answer {
+        var base = baseURL.absoluteString
+        while base.hasSuffix("/") { base.removeLast() }
+        guard let url = URL(string: base + "/" + path) else { throw BackendError.malformed("bad URL for \(path)") }
+        var request = URLRequest(url: url, timeoutInterval: timeout)
+        request.httpMethod = method
+        request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+        request.setValue("application/json", forHTTPHeaderField: "Accept")
+        if let body {
+            request.httpBody = body
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        }
+        let (data, response): (Data, URLResponse)
+        do {
+            (data, response) = try await session.data(for: request)
+        } catch {
+            throw BackendError.network(String(describing: error))
+        }
+        guard let http = response as? HTTPURLResponse else { throw BackendError.network("no HTTP response") }
+        let retryAfter = (http.value(forHTTPHeaderField: "Retry-After")).flatMap(TimeInterval.init)
+        return Answer(status: http.statusCode, body: data, retryAfter: retryAfter)
+    }
+
+    static func error(_ answer: Answer) -> BackendError {
+        let parsed = try? JSONDecoder().decode(ErrorBody.self, from: answer.body)
+        return .server(
+            status: answer.status, code: parsed?.error.code ?? "http_\(answer.status)",
+            message: parsed?.error.message ?? "",
+            retryable: parsed?.error.retryable ?? (answer.status >= 500 || answer.status == 408 || answer.status == 429))
+    }
+
+    static func path(_ segment: String) -> String {
+        var allowed = CharacterSet.urlPathAllowed
+        allowed.remove(charactersIn: "/?#")
+        return segment.addingPercentEncoding(withAllowedCharacters: allowed) ?? segment
+    }
+
+    public func createOrder(accountId: String, productId: String, quantity: Int) async throws -> ServerOrder {
+        struct Body: Encodable {
+            var accountId: String
+            var productId: String
+            var quantity: Int
+        }
+        let answer = try await send(
+            "POST", "v1/orders", accountId: accountId,
+            body: try JSONEncoder().encode(Body(accountId: accountId, productId: productId, quantity: quantity)))
+        guard answer.status == 201 || answer.status == 200 else { throw Self.error(answer) }
+        do {
+            return try JSONDecoder().decode(ServerOrder.self, from: answer.body)
+        } catch {
+            throw BackendError.malformed("order: \(error)")
+        }
+    }
+
+    public func submitPurchase(accountId: String, orderId: String?, proof: Proof) async -> SubmissionVerdict {
+        var body: [String: String] = ["accountId": accountId]
+        if let orderId { body["orderId"] = orderId }
+        switch proof {
+        case .signedTransaction(let jws): body["signedTransaction"] = jws
+        case .receipt(let receipt): body["receipt"] = receipt
+        case .transactionId(let id): body["transactionId"] = id
+        }
+        let answer: Answer
+        do {
+            answer = try await send("POST", "v1/purchases", accountId: accountId, body: try JSONEncoder().encode(body))
+        } catch {
+            return .retryable(status: nil, code: "network", retryAfter: nil)
+        }
+        switch answer.status {
+        case 200:
+            guard let response = try? JSONDecoder().decode(PurchaseResponse.self, from: answer.body) else {
+                // A 200 that is not the contract's: something between us and the server
+                // (a captive portal) answered. Not a verdict.
+                return .retryable(status: 200, code: "malformed_answer", retryAfter: nil)
+            }
+            return .accepted(response)
+        case 202:
+            struct Pending: Decodable { var retryAfterSeconds: Double? }
+            let pending = try? JSONDecoder().decode(Pending.self, from: answer.body)
+            return .pending(retryAfter: pending?.retryAfterSeconds ?? answer.retryAfter)
+        default:
+            let parsed = try? JSONDecoder().decode(ErrorBody.self, from: answer.body)
+            return SubmissionVerdict.classify(
+                status: answer.status, code: parsed?.error.code, message: parsed?.error.message,
+                retryAfter: answer.retryAfter)
+                ?? .retryable(status: answer.status, code: nil, retryAfter: answer.retryAfter)
+        }
+    }
+
+    public func customerInfo(accountId: String) async throws -> CustomerInfo {
+        let answer = try await send("GET", "v1/accounts/\(Self.path(accountId))", accountId: accountId, body: nil)
+        guard answer.status == 200 else { throw Self.error(answer) }
+        do {
+            return try JSONDecoder().decode(CustomerInfo.self, from: answer.body)
+        } catch {
+            throw BackendError.malformed("account: \(error)")
+        }
+    }
+}

@@ -1,0 +1,393 @@
+import Foundation
+import XCTest
+
+@testable import StoreKeeperKitCore
+
+final class PurchaseCoordinatorTests: XCTestCase {
+    var queue: FakeQueue!
+    var backend: FakeBackend!
+    var store: MemoryStore!
+    var clock: ManualClock!
+
+    override func setUp() { reset() }
+
+    func reset() {
+        queue = FakeQueue()
+        backend = FakeBackend()
+        store = MemoryStore()
+        clock = ManualClock()
+    }
+
+    func coordinator() throws -> PurchaseCoordinator {
+        try PurchaseCoordinator(
+            queue: queue, backend: backend, store: store, clock: clock,
+            configuration: .init(retry: RetryPolicy(base: 10, cap: 100), random: { 1 }))
+    }
+
+    func started(login account: String? = "u1") async throws -> PurchaseCoordinator {
+        let coordinator = try coordinator()
+        await coordinator.configure()
+        if let account { await coordinator.login(account) }
+        return coordinator
+    }
+
+    // P1: order first, intent durable before the payment, finished after the server's 200.
+    func testHappyPathWritesTheIntentBeforePayingAndFinishesAfterTheVerdict() async throws {
+        let coordinator = try await started()
+        let store = self.store!
+        let seen = Locked<[PurchaseIntent]>([])
+        queue.state.withValue { $0.onPurchase = { seen.withValue { $0 = store.state.intents } } }
+        let outcome = try await coordinator.purchase(productId: "coins_60", quantity: 2)
+        guard case .delivered = outcome else { return XCTFail("\(outcome)") }
+        let order = try XCTUnwrap(backend.orders.first)
+        XCTAssertEqual(order.quantity, 2)
+        XCTAssertEqual(seen.withValue { $0.map(\.orderId) }, [order.orderId], "intent durable before the payment")
+        XCTAssertEqual(queue.payments.map(\.token), [order.appAccountToken])
+        XCTAssertEqual(backend.submissions.map(\.orderId), [order.orderId])
+        XCTAssertEqual(backend.submissions.map(\.accountId), ["u1"])
+        XCTAssertEqual(queue.finished.count, 1)
+        XCTAssertEqual(store.state.pending, [])
+        XCTAssertEqual(store.state.settled.count, 1)
+    }
+
+    // P6: one purchase in flight per account.
+    func testSecondTapGetsAlreadyInProgressAndNoSecondPayment() async throws {
+        let coordinator = try await started()
+        queue.state.withValue { $0.purchaseDelay = 200_000_000 }
+        async let first = coordinator.purchase(productId: "coins_60")
+        try await Task.sleep(nanoseconds: 50_000_000)
+        do {
+            _ = try await coordinator.purchase(productId: "coins_60")
+            XCTFail("second tap went through")
+        } catch PurchaseError.alreadyInProgress {}
+        _ = try await first
+        XCTAssertEqual(queue.payments.count, 1)
+        XCTAssertEqual(backend.orders.count, 1)
+        // Once settled, the next purchase goes through.
+        _ = try await coordinator.purchase(productId: "coins_60")
+        XCTAssertEqual(queue.payments.count, 2)
+    }
+
+    // The intent cannot be written: no payment is added.
+    func testNoPaymentWithoutADurableIntent() async throws {
+        let coordinator = try await started()
+        store.failing.withValue { $0 = true }
+        do {
+            _ = try await coordinator.purchase(productId: "coins_60")
+            XCTFail("paid without a durable intent")
+        } catch PurchaseError.storage {}
+        XCTAssertEqual(queue.payments.count, 0)
+    }
+
+    func testOrderFailureChargesNothing() async throws {
+        let coordinator = try await started()
+        backend.state.withValue { $0.orderFailure = .server(status: 404, code: "unknown_product", message: "", retryable: false) }
+        do {
+            _ = try await coordinator.purchase(productId: "nope")
+            XCTFail()
+        } catch PurchaseError.order(let error) {
+            XCTAssertEqual(error, .server(status: 404, code: "unknown_product", message: "", retryable: false))
+        }
+        XCTAssertEqual(queue.payments.count, 0)
+    }
+
+    func testNotLoggedInAndNotConfigured() async throws {
+        let bare = try coordinator()
+        do {
+            _ = try await bare.purchase(productId: "coins_60")
+            XCTFail()
+        } catch PurchaseError.notConfigured {}
+        let coordinator = try await started(login: nil)
+        do {
+            _ = try await coordinator.purchase(productId: "coins_60")
+            XCTFail()
+        } catch PurchaseError.notLoggedIn {}
+    }
+
+    // Finish if and only if the verdict is final.
+    func testFinishOnlyOnAFinalVerdict() async throws {
+        let cases: [(SubmissionVerdict, Bool)] = [
+            (.retryable(status: nil, code: "network", retryAfter: nil), false),
+            (.retryable(status: 500, code: "internal", retryAfter: nil), false),
+            (.retryable(status: 503, code: "storage_unavailable", retryAfter: 2), false),
+            (.retryable(status: 429, code: "rate_limited", retryAfter: 1), false),
+            (.retryable(status: 408, code: nil, retryAfter: nil), false),
+            (.retryable(status: 401, code: "unauthenticated", retryAfter: nil), false),
+            (.pending(retryAfter: 5), false),
+            (.rejected(status: 422, code: "invalid_signature", message: ""), true),
+            (.rejected(status: 409, code: "owned_by_other_account", message: ""), true),
+            (.rejected(status: 400, code: "bad_request", message: ""), true),
+            (.accepted(PurchaseResponse(status: "already_delivered", transactions: [], account: nil)), true),
+        ]
+        for (verdict, final) in cases {
+            reset()
+            backend.script(verdict)
+            let coordinator = try await started()
+            let outcome = try await coordinator.purchase(productId: "coins_60")
+            XCTAssertEqual(queue.finished.count, final ? 1 : 0, "\(verdict)")
+            XCTAssertEqual(store.state.pending.count, final ? 0 : 1, "\(verdict)")
+            if !final { XCTAssertEqual(outcome, .pending) }
+            await coordinator.shutdown()
+        }
+    }
+
+    func testClassifyingHTTPStatuses() {
+        XCTAssertNil(SubmissionVerdict.classify(status: 200, code: nil, message: nil, retryAfter: nil))
+        for status in [401, 403, 408, 429, 500, 502, 503, 504] {
+            XCTAssertEqual(
+                SubmissionVerdict.classify(status: status, code: "x", message: nil, retryAfter: nil)?.isFinal, false,
+                "\(status)")
+        }
+        for status in [400, 404, 409, 413, 422] {
+            XCTAssertEqual(
+                SubmissionVerdict.classify(status: status, code: "x", message: nil, retryAfter: nil)?.isFinal, true,
+                "\(status)")
+        }
+    }
+
+    // P4: upload fails → kept, retried with backoff; the network coming back re-drives it.
+    func testFailedUploadIsRetriedWithBackoffAndOnNetworkChange() async throws {
+        backend.script(
+            .retryable(status: nil, code: "network", retryAfter: nil), .retryable(status: 503, code: nil, retryAfter: nil))
+        let coordinator = try await started()
+        let outcome = try await coordinator.purchase(productId: "coins_60")
+        XCTAssertEqual(outcome, .pending)
+        var held = try XCTUnwrap(store.state.pending.first)
+        XCTAssertEqual(held.attempts, 1)
+        XCTAssertEqual(held.nextAttemptAt.timeIntervalSince(clock.now()), 10, accuracy: 0.01)
+        // Backoff: nothing before it is due.
+        clock.advance(5)
+        try await Task.sleep(nanoseconds: 50_000_000)
+        XCTAssertEqual(backend.submissions.count, 1)
+        clock.advance(6)
+        let backend = self.backend!
+        let waited = await eventually { backend.submissions.count == 2 }
+        XCTAssertTrue(waited)
+        held = try XCTUnwrap(store.state.pending.first)
+        XCTAssertEqual(held.attempts, 2)
+        XCTAssertEqual(held.nextAttemptAt.timeIntervalSince(clock.now()), 20, accuracy: 0.5)
+        XCTAssertEqual(queue.finished.count, 0)
+        // The network comes back: re-driven at once, delivered, finished.
+        await coordinator.redrive(.networkChange)
+        XCTAssertEqual(backend.submissions.count, 3)
+        XCTAssertEqual(queue.finished.count, 1)
+        XCTAssertEqual(store.state.pending, [])
+    }
+
+    func testRetryAfterHoldsAgainstReDrives() async throws {
+        backend.script(.retryable(status: 429, code: "rate_limited", retryAfter: 30))
+        let coordinator = try await started()
+        _ = try await coordinator.purchase(productId: "coins_60")
+        await coordinator.redrive(.foreground)
+        XCTAssertEqual(backend.submissions.count, 1, "Retry-After is honoured")
+        clock.advance(31)
+        await coordinator.redrive(.foreground)
+        XCTAssertEqual(backend.submissions.count, 2)
+        XCTAssertEqual(queue.finished.count, 1)
+    }
+
+    func testBackoffGrowsIsCappedAndJittered() {
+        let policy = RetryPolicy(base: 2, cap: 60)
+        XCTAssertEqual(policy.delay(afterAttempt: 1, random: 1), 2)
+        XCTAssertEqual(policy.delay(afterAttempt: 2, random: 1), 4)
+        XCTAssertEqual(policy.delay(afterAttempt: 5, random: 1), 32)
+        XCTAssertEqual(policy.delay(afterAttempt: 6, random: 1), 60)
+        XCTAssertEqual(policy.delay(afterAttempt: 1_000, random: 1), 60)
+        XCTAssertEqual(policy.delay(afterAttempt: 3, random: 0), 4)
+        XCTAssertEqual(policy.delay(afterAttempt: 3, random: 0.5), 6)
+    }
+
+    // P3: killed after paying, before uploading: the next launch re-drives it, once.
+    func testCrashAfterPaymentIsReDrivenAtNextLaunch() async throws {
+        backend.script(.retryable(status: nil, code: "network", retryAfter: nil))
+        let first = try await started()
+        _ = try await first.purchase(productId: "coins_60")
+        await first.shutdown()
+        XCTAssertEqual(queue.finished, [])
+        let order = try XCTUnwrap(backend.orders.first)
+
+        let second = try await started(login: nil)
+        // Not even logged in: the intent names the account; submitted for it.
+        XCTAssertEqual(backend.submissions.count, 2)
+        XCTAssertEqual(backend.submissions.last, .init(accountId: "u1", orderId: order.orderId, proof: backend.submissions[0].proof))
+        XCTAssertEqual(queue.finished.count, 1)
+        await second.shutdown()
+    }
+
+    // The same transaction from the purchase result, `updates`, the sweep and restore: one submission.
+    func testDedupeAcrossEverySource() async throws {
+        let coordinator = try await started()
+        _ = try await coordinator.purchase(productId: "coins_60")
+        let order = try XCTUnwrap(backend.orders.first)
+        let transaction = queue.transaction(productId: "coins_60", token: order.appAccountToken, id: "1001")
+        queue.send(.transaction(transaction))
+        queue.send(.transaction(transaction))
+        queue.state.withValue { $0.restorable = [transaction] }
+        try await coordinator.restore()
+        try await Task.sleep(nanoseconds: 100_000_000)
+        await coordinator.shutdown()
+        queue.send(.transaction(transaction))
+        let relaunched = try await started()
+        XCTAssertEqual(backend.submissions.count, 1)
+        // Re-deliveries of a settled transaction are finished again, never resubmitted.
+        XCTAssertGreaterThanOrEqual(queue.finished.filter { $0 == "1001" }.count, 3)
+        let left = await queue.unfinished()
+        XCTAssertEqual(left, [])
+        await relaunched.shutdown()
+    }
+
+    // P5: the token comes back missing: the intent bound to it, else the open intent.
+    func testMissingTokenIsAttributedThroughTheIntent() async throws {
+        let coordinator = try await started()
+        let dropped = queue.transaction(productId: "coins_60", token: nil, id: "2001", date: clock.now().addingTimeInterval(5))
+        queue.answer(.enqueued)
+        async let outcome = coordinator.purchase(productId: "coins_60")
+        let queue = self.queue!
+        _ = await eventually { queue.payments.count == 1 }
+        queue.send(.transaction(dropped))
+        let result = await (try? outcome)
+        guard case .delivered = result else { return XCTFail("\(String(describing: result))") }
+        let order = try XCTUnwrap(backend.orders.first)
+        XCTAssertEqual(backend.submissions.first?.orderId, order.orderId)
+        XCTAssertEqual(backend.submissions.first?.accountId, "u1")
+    }
+
+    func testMissingTokenWithNoIntentIsSubmittedForTheServerToDecide() async throws {
+        let coordinator = try await started()
+        queue.send(.transaction(queue.transaction(productId: "coins_60", token: nil, id: "3001")))
+        let backend = self.backend!
+        _ = await eventually { backend.submissions.count == 1 }
+        XCTAssertEqual(backend.submissions.first?.orderId, nil)
+        XCTAssertEqual(backend.submissions.first?.accountId, "u1")
+        _ = coordinator
+    }
+
+    // An intent older than the purchase is eligible; one made after it is not.
+    func testOnlyAnIntentOlderThanThePurchaseIsEligible() async throws {
+        let coordinator = try await started()
+        queue.answer(.deferred)
+        _ = try await coordinator.purchase(productId: "pro")
+        let early = queue.transaction(productId: "pro", token: nil, id: "4001", date: clock.now().addingTimeInterval(-600))
+        queue.send(.transaction(early))
+        let backend = self.backend!
+        _ = await eventually { backend.submissions.count == 1 }
+        XCTAssertEqual(backend.submissions.first?.orderId, nil, "bought before the intent existed")
+        let late = queue.transaction(productId: "pro", token: nil, id: "4002", date: clock.now().addingTimeInterval(60))
+        queue.send(.transaction(late))
+        _ = await eventually { backend.submissions.count == 2 }
+        XCTAssertEqual(backend.submissions.last?.orderId, backend.orders.first?.orderId)
+    }
+
+    // Transactions with no user are held, unfinished, until one logs in.
+    func testNoUserHoldsUntilLogin() async throws {
+        let coordinator = try await started(login: nil)
+        queue.send(.transaction(queue.transaction(productId: "coins_60", token: nil, id: "5001")))
+        let store = self.store!
+        _ = await eventually { store.state.pending.count == 1 }
+        XCTAssertEqual(backend.submissions.count, 0)
+        XCTAssertEqual(queue.finished, [])
+        await coordinator.login("u9")
+        XCTAssertEqual(backend.submissions.map(\.accountId), ["u9"])
+        XCTAssertEqual(queue.finished, ["5001"])
+    }
+
+    // Promoted purchases wait for login, then buy with an order of that account.
+    func testPromotedPurchaseWaitsForLogin() async throws {
+        let coordinator = try await started(login: nil)
+        queue.send(.promoted(productId: "pro", quantity: 1))
+        try await Task.sleep(nanoseconds: 50_000_000)
+        XCTAssertEqual(queue.payments.count, 0)
+        await coordinator.login("u2")
+        let queue = self.queue!
+        let paid = await eventually { queue.finished.count == 1 }
+        XCTAssertTrue(paid)
+        XCTAssertEqual(backend.orders.map(\.accountId), ["u2"])
+    }
+
+    // P10: Ask to Buy, approved after a restart, while another user is logged in.
+    func testAskToBuyApprovedAfterRestartGoesToTheOrdersAccount() async throws {
+        let first = try await started(login: "parent-child")
+        queue.answer(.deferred)
+        let outcome = try await first.purchase(productId: "pro")
+        XCTAssertEqual(outcome, .deferred)
+        // Not blocked: another purchase can start while the parent decides.
+        _ = try await first.purchase(productId: "coins_60")
+        await first.shutdown()
+
+        let second = try await started(login: "someone-else")
+        let order = try XCTUnwrap(backend.orders.first)
+        queue.send(.transaction(queue.transaction(productId: "pro", token: order.appAccountToken, id: "6001")))
+        let backend = self.backend!
+        _ = await eventually { backend.submissions.count == 2 }
+        XCTAssertEqual(backend.submissions.last, .init(accountId: "parent-child", orderId: order.orderId, proof: .signedTransaction("jws-6001")))
+        _ = second
+    }
+
+    // P9: cancelled or failed: nothing submitted; StoreKit 1's failed transaction finished.
+    func testCancelledAndFailedPayments() async throws {
+        let coordinator = try await started()
+        queue.answer(.cancelled)
+        let cancelled = try await coordinator.purchase(productId: "coins_60")
+        XCTAssertEqual(cancelled, .cancelled)
+        queue.answer(.enqueued)
+        async let failed = coordinator.purchase(productId: "coins_60")
+        let queue = self.queue!
+        _ = await eventually { queue.payments.count == 2 }
+        queue.send(.failed(productId: "coins_60", transactionId: "failed-1", cancelled: false))
+        let result = try await failed
+        XCTAssertEqual(result, .failed("payment failed"))
+        XCTAssertEqual(backend.submissions.count, 0)
+        XCTAssertEqual(queue.finished, ["failed-1"])
+        XCTAssertTrue(store.state.intents.allSatisfy { !$0.isOpen })
+    }
+
+    // User switch: a purchase of account A is submitted for A even with B logged in.
+    func testUserSwitchNeverRebindsAnOwnedPurchase() async throws {
+        backend.script(.retryable(status: nil, code: "network", retryAfter: nil))
+        let coordinator = try await started(login: "alice")
+        _ = try await coordinator.purchase(productId: "pro")
+        await coordinator.logout()
+        await coordinator.login("bob")
+        XCTAssertEqual(backend.submissions.map(\.accountId), ["alice", "alice"])
+    }
+
+    // Revocation hints are forwarded to the server for the account that had it.
+    func testRevocationIsForwarded() async throws {
+        let coordinator = try await started(login: "alice")
+        _ = try await coordinator.purchase(productId: "pro")
+        var revoked = queue.transaction(productId: "pro", token: nil, id: "1001")
+        revoked.revocationDate = clock.now()
+        await coordinator.logout()
+        queue.send(.transaction(revoked))
+        let backend = self.backend!
+        _ = await eventually { backend.submissions.count == 2 }
+        XCTAssertEqual(backend.submissions.last?.accountId, "alice")
+    }
+
+    func testRestoreSubmitsForTheLoggedInAccount() async throws {
+        let coordinator = try await started(login: "carol")
+        queue.state.withValue { $0.restorable = [self.queue.transaction(productId: "pro", token: UUID(), id: "7001")] }
+        try await coordinator.restore()
+        XCTAssertEqual(backend.submissions.map(\.accountId), ["carol"])
+        XCTAssertEqual(backend.submissions.first?.orderId, nil)
+    }
+
+    // customerInfo: the server's view, cached durably, the cache when offline, and a stream.
+    func testCustomerInfoCachedOfflineAndStreamed() async throws {
+        let coordinator = try await started(login: "dana")
+        let updates = await coordinator.customerInfoUpdates()
+        backend.state.withValue { $0.accounts["dana"] = CustomerInfo(accountId: "dana", balances: ["coins": 60]) }
+        let online = try await coordinator.customerInfo()
+        XCTAssertEqual(online.balances["coins"], 60)
+        var iterator = updates.makeAsyncIterator()
+        let streamed = await iterator.next()
+        XCTAssertEqual(streamed?.balances["coins"], 60)
+        backend.state.withValue { $0.offline = true }
+        let offline = try await coordinator.customerInfo()
+        XCTAssertEqual(offline, online)
+        await coordinator.shutdown()
+        let rebuilt = try await started(login: "dana")
+        let cached = await rebuilt.cachedCustomerInfo()
+        XCTAssertEqual(cached, online)
+    }
+}

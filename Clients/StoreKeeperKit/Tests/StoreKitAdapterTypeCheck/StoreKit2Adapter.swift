@@ -1,0 +1,1 @@
+../../Sources/StoreKeeperKit/StoreKit2Adapter.swift

@@ -1,0 +1,157 @@
+// The StoreKit API surface StoreKeeperKit's adapters use, declared with Apple's signatures
+// (developer.apple.com/documentation/storekit), so that the adapters type-check on Linux: a
+// renamed call or a wrong type fails the build. Test-only: nothing here runs; every body
+// traps. Linux only — elsewhere the real StoreKit is imported.
+#if os(Linux)
+    import Foundation
+
+    private func unavailable() -> Never { fatalError("StoreKit shim: declarations only") }
+
+    // MARK: StoreKit 2
+
+    public struct Product: Sendable, Identifiable, Hashable {
+        public typealias ID = String
+        public let id: Product.ID
+
+        public static func products<Identifiers: Collection>(for identifiers: Identifiers) async throws -> [Product]
+        where Identifiers.Element == Product.ID { unavailable() }
+
+        @MainActor
+        public func purchase(options: Set<Product.PurchaseOption> = []) async throws -> Product.PurchaseResult {
+            unavailable()
+        }
+
+        public struct PurchaseOption: Hashable, Sendable {
+            public static func appAccountToken(_ token: UUID) -> Product.PurchaseOption { unavailable() }
+            public static func quantity(_ quantity: Int) -> Product.PurchaseOption { unavailable() }
+        }
+
+        public enum PurchaseResult: Sendable {
+            case success(VerificationResult<Transaction>)
+            case userCancelled
+            case pending
+        }
+    }
+
+    public enum VerificationResult<SignedType: Sendable>: Sendable {
+        public enum VerificationError: Error, Sendable {
+            case revokedCertificate, invalidCertificateChain, invalidDeviceVerification, invalidEncoding,
+                invalidSignature, missingRequiredProperties
+        }
+        case unverified(SignedType, VerificationResult<SignedType>.VerificationError)
+        case verified(SignedType)
+
+        public var jwsRepresentation: String { unavailable() }
+        public var unsafePayloadValue: SignedType { unavailable() }
+    }
+
+    public struct Transaction: Sendable, Identifiable, Hashable {
+        public let id: UInt64
+        public let originalID: UInt64
+        public let productID: String
+        public let purchasedQuantity: Int
+        public let appAccountToken: UUID?
+        public let purchaseDate: Date
+        public let revocationDate: Date?
+
+        public func finish() async { unavailable() }
+
+        public static var updates: Transaction.Transactions { unavailable() }
+        public static var unfinished: Transaction.Transactions { unavailable() }
+        public static var currentEntitlements: Transaction.Transactions { unavailable() }
+        public static var all: Transaction.Transactions { unavailable() }
+
+        public struct Transactions: AsyncSequence, Sendable {
+            public typealias Element = VerificationResult<Transaction>
+            public struct AsyncIterator: AsyncIteratorProtocol {
+                public mutating func next() async -> VerificationResult<Transaction>? { unavailable() }
+            }
+            public func makeAsyncIterator() -> AsyncIterator { unavailable() }
+        }
+    }
+
+    public enum AppStore {
+        public static func sync() async throws { unavailable() }
+    }
+
+    public struct PurchaseIntent: Sendable {
+        public let product: Product
+        public var id: Product.ID { unavailable() }
+        public static var intents: PurchaseIntent.PurchaseIntents { unavailable() }
+
+        public struct PurchaseIntents: AsyncSequence, Sendable {
+            public typealias Element = PurchaseIntent
+            public struct AsyncIterator: AsyncIteratorProtocol {
+                public mutating func next() async -> PurchaseIntent? { unavailable() }
+            }
+            public func makeAsyncIterator() -> AsyncIterator { unavailable() }
+        }
+    }
+
+    // MARK: StoreKit 1
+
+    open class SKPayment: NSObject {
+        open var productIdentifier: String { unavailable() }
+        open var quantity: Int { unavailable() }
+        open var applicationUsername: String? { unavailable() }
+    }
+
+    open class SKMutablePayment: SKPayment {
+        public override init() { super.init() }
+        open override var productIdentifier: String {
+            get { unavailable() }
+            set { unavailable() }
+        }
+        open override var quantity: Int {
+            get { unavailable() }
+            set { unavailable() }
+        }
+        open override var applicationUsername: String? {
+            get { unavailable() }
+            set { unavailable() }
+        }
+    }
+
+    open class SKProduct: NSObject {
+        open var productIdentifier: String { unavailable() }
+    }
+
+    public enum SKPaymentTransactionState: Int, @unchecked Sendable {
+        case purchasing, purchased, failed, restored, deferred
+    }
+
+    open class SKPaymentTransaction: NSObject {
+        open var error: Error? { unavailable() }
+        open var original: SKPaymentTransaction? { unavailable() }
+        open var payment: SKPayment { unavailable() }
+        open var transactionDate: Date? { unavailable() }
+        open var transactionIdentifier: String? { unavailable() }
+        open var transactionState: SKPaymentTransactionState { unavailable() }
+    }
+
+    public struct SKError: Error {
+        public enum Code: Int {
+            case unknown, clientInvalid, paymentCancelled, paymentInvalid, paymentNotAllowed
+        }
+        public var code: SKError.Code { unavailable() }
+    }
+
+    /// In StoreKit an Objective-C protocol with optional methods; here each method the adapter
+    /// implements is required, so a signature that differs from Apple's fails to conform.
+    public protocol SKPaymentTransactionObserver: NSObjectProtocol {
+        func paymentQueue(_ queue: SKPaymentQueue, updatedTransactions transactions: [SKPaymentTransaction])
+        func paymentQueue(_ queue: SKPaymentQueue, shouldAddStorePayment payment: SKPayment, for product: SKProduct)
+            -> Bool
+        func paymentQueueRestoreCompletedTransactionsFinished(_ queue: SKPaymentQueue)
+        func paymentQueue(_ queue: SKPaymentQueue, restoreCompletedTransactionsFailedWithError error: Error)
+    }
+
+    open class SKPaymentQueue: NSObject {
+        open class func `default`() -> SKPaymentQueue { unavailable() }
+        open var transactions: [SKPaymentTransaction] { unavailable() }
+        open func add(_ observer: SKPaymentTransactionObserver) { unavailable() }
+        open func add(_ payment: SKPayment) { unavailable() }
+        open func finishTransaction(_ transaction: SKPaymentTransaction) { unavailable() }
+        open func restoreCompletedTransactions() { unavailable() }
+    }
+#endif
