@@ -37,6 +37,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        // The client SDK, its own package (it depends on nothing of ours): `storekeeper
+        // simulate` and the device-side integration tests run its real core.
+        .package(path: "Clients/StoreKeeperKit"),
     ],
     targets: [
         // Codable types for every Apple payload; no dependencies so the client SDK can share them.
@@ -137,9 +140,22 @@ let package = Package(
                 .product(name: "SwiftASN1", package: "swift-asn1"),
             ]
         ),
+        // Simulated devices: StoreKeeperKit's core against a scripted payment queue paid at the
+        // local App Store, through crashes and faults (`storekeeper simulate`, integration tests).
+        .target(
+            name: "StoreKeeperSimulator",
+            dependencies: [
+                .product(name: "StoreKeeperKitCore", package: "StoreKeeperKit"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOFoundationCompat", package: "swift-nio"),
+            ]
+        ),
         .executableTarget(
             name: "StoreKeeperCLI",
             dependencies: [
+                "StoreKeeperSimulator",
                 "AppStoreModels",
                 "AppStoreVerification",
                 "AppStoreSigning",
@@ -201,7 +217,8 @@ let package = Package(
             name: "StoreKeeperServerTests",
             dependencies: [
                 "StoreKeeperServer", "StoreKeeperStorage", "StoreKeeperCatalog", "AppStoreModels", "AppStoreSigning",
-                "LocalAppStore", "AppStoreClient",
+                "LocalAppStore", "AppStoreClient", "StoreKeeperSimulator",
+                .product(name: "StoreKeeperKitCore", package: "StoreKeeperKit"),
                 .product(name: "SQLKit", package: "sql-kit"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),

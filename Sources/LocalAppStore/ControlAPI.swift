@@ -120,6 +120,12 @@ extension LocalAppStoreServer {
                 return Self.json(["receipt": Data(receipt).base64EncodedString()])
             }
         }
+        control.get("customers/:appleId/purchases") { _, context in
+            Self.json(await self.store.paidRecord(for: context.parameters.get("appleId") ?? ""))
+        }
+        control.get("catalog") { _, _ in
+            Self.json(["products": self.store.configuration.catalog.products])
+        }
         control.get("clock") { _, _ in
             Self.json(["now": self.store.clock.now().milliseconds])
         }

@@ -6,7 +6,8 @@
     /// StoreKit 1 (`SKPaymentQueue`) as a `PaymentQueue`: mapping only. The observer is added
     /// when it is made — at launch — so StoreKit re-delivers unfinished transactions at once;
     /// what arrives before `configure()` asks for `updates()` is buffered.
-    public final class StoreKit1PaymentQueue: NSObject, PaymentQueue, SKPaymentTransactionObserver, @unchecked Sendable {
+    public final class StoreKit1PaymentQueue: NSObject, PaymentQueue, SKPaymentTransactionObserver, @unchecked Sendable
+    {
         struct State {
             var continuation: AsyncStream<PaymentUpdate>.Continuation?
             var buffered: [PaymentUpdate] = []
@@ -110,7 +111,9 @@
 
         /// A purchase started on the App Store: not added now; the coordinator buys it with an
         /// order of the logged-in account (after login if nobody is).
-        public func paymentQueue(_ queue: SKPaymentQueue, shouldAddStorePayment payment: SKPayment, for product: SKProduct)
+        public func paymentQueue(
+            _ queue: SKPaymentQueue, shouldAddStorePayment payment: SKPayment, for product: SKProduct
+        )
             -> Bool
         {
             emit(.promoted(productId: product.productIdentifier, quantity: payment.quantity))

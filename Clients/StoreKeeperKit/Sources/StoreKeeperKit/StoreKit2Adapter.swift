@@ -132,7 +132,8 @@
             #if canImport(Security) && canImport(Darwin)
                 return KeychainPendingStore()
             #else
-                let directory = FileManager.default.urls(for: .applicationSupportDirectory, in: .userDomainMask).first
+                let directory =
+                    FileManager.default.urls(for: .applicationSupportDirectory, in: .userDomainMask).first
                     ?? URL(fileURLWithPath: NSTemporaryDirectory())
                 return FilePendingStore(url: directory.appendingPathComponent("StoreKeeperKit/pending.json"))
             #endif

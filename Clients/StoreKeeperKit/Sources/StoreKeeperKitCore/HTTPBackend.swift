@@ -34,20 +34,38 @@ public enum BackendError: Error, Equatable, Sendable, CustomStringConvertible {
 /// backend. `refresh` is true after the server answered 401 to the previous one.
 public typealias ClientTokenProvider = @Sendable (_ accountId: String, _ refresh: Bool) async throws -> String
 
+/// How requests reach the server: `URLSession` by default; an app with its own networking
+/// stack (or a simulator running hundreds of devices on Linux, where `URLSession` stalls under
+/// that much concurrency) brings its own.
+public protocol HTTPTransport: Sendable {
+    func send(_ request: URLRequest) async throws -> (Data, HTTPURLResponse)
+}
+
+public struct URLSessionTransport: HTTPTransport {
+    let session: URLSession
+    public init(session: URLSession = .shared) { self.session = session }
+    public func send(_ request: URLRequest) async throws -> (Data, HTTPURLResponse) {
+        let (data, response) = try await session.data(for: request)
+        guard let http = response as? HTTPURLResponse else { throw BackendError.network("no HTTP response") }
+        return (data, http)
+    }
+}
+
 /// The StoreKeeper server over HTTP, with a client token on every call; a 401 asks the app
 /// for a fresh token once, then tries again.
 public struct HTTPBackend: Backend {
     public var baseURL: URL
     public var timeout: TimeInterval
-    let session: URLSession
+    let transport: HTTPTransport
     let tokens: ClientTokenProvider
 
     public init(
-        baseURL: URL, timeout: TimeInterval = 30, session: URLSession = .shared, tokens: @escaping ClientTokenProvider
+        baseURL: URL, timeout: TimeInterval = 30, transport: HTTPTransport = URLSessionTransport(),
+        tokens: @escaping ClientTokenProvider
     ) {
         self.baseURL = baseURL
         self.timeout = timeout
-        self.session = session
+        self.transport = transport
         self.tokens = tokens
     }
 
@@ -86,13 +104,12 @@ public struct HTTPBackend: Backend {
             request.httpBody = body
             request.setValue("application/json", forHTTPHeaderField: "Content-Type")
         }
-        let (data, response): (Data, URLResponse)
+        let (data, http): (Data, HTTPURLResponse)
         do {
-            (data, response) = try await session.data(for: request)
+            (data, http) = try await transport.send(request)
         } catch {
             throw BackendError.network(String(describing: error))
         }
-        guard let http = response as? HTTPURLResponse else { throw BackendError.network("no HTTP response") }
         let retryAfter = (http.value(forHTTPHeaderField: "Retry-After")).flatMap(TimeInterval.init)
         return Answer(status: http.statusCode, body: data, retryAfter: retryAfter)
     }
@@ -102,7 +119,8 @@ public struct HTTPBackend: Backend {
         return .server(
             status: answer.status, code: parsed?.error.code ?? "http_\(answer.status)",
             message: parsed?.error.message ?? "",
-            retryable: parsed?.error.retryable ?? (answer.status >= 500 || answer.status == 408 || answer.status == 429))
+            retryable: parsed?.error.retryable ?? (answer.status >= 500 || answer.status == 408 || answer.status == 429)
+        )
     }
 
     static func path(_ segment: String) -> String {

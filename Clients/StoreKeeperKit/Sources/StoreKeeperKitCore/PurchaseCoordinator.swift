@@ -205,6 +205,8 @@ public actor PurchaseCoordinator {
             try? persist()
             throw PurchaseError.storeKit(String(describing: error))
         }
+        // Shut down while StoreKit was busy: whatever it paid is swept at the next launch.
+        guard !stopped else { return .pending }
         switch result {
         case .purchased(let transaction):
             let verdict = await accept(transaction, reason: .purchase, intentToken: intent.appAccountToken)
@@ -223,7 +225,11 @@ public actor PurchaseCoordinator {
             return .failed(message)
         case .enqueued:
             return await withCheckedContinuation { continuation in
-                purchaseWaiters[intent.appAccountToken] = continuation
+                if stopped {
+                    continuation.resume(returning: .pending)
+                } else {
+                    purchaseWaiters[intent.appAccountToken] = continuation
+                }
             }
         }
     }
@@ -410,7 +416,8 @@ public actor PurchaseCoordinator {
         guard !stopped else { return }
         let now = clock.now()
         let due = state.pending.filter {
-            $0.accountId != nil && $0.nextAttemptAt <= now && ($0.notBefore ?? now) <= now && !submitting.contains($0.key)
+            $0.accountId != nil && $0.nextAttemptAt <= now && ($0.notBefore ?? now) <= now
+                && !submitting.contains($0.key)
         }.map(\.key)
         for key in due {
             guard !stopped else { return }
@@ -476,8 +483,7 @@ public actor PurchaseCoordinator {
             scheduleWake()
         }
         for waiter in verdictWaiters.removeValue(forKey: key) ?? [] { waiter.resume(returning: verdict) }
-        if let token = purchaseToken, let waiter = purchaseWaiters.removeValue(forKey: token)
-        {
+        if let token = purchaseToken, let waiter = purchaseWaiters.removeValue(forKey: token) {
             waiter.resume(returning: Self.outcome(verdict))
         }
         return verdict
@@ -493,9 +499,13 @@ public actor PurchaseCoordinator {
         if let verdict { return Self.outcome(verdict) }
         let key = PendingSubmission.key(transaction, .purchase)
         if let known = recentVerdicts[key] { return Self.outcome(known) }
-        guard submitting.contains(key) else { return .pending }
-        let verdict = await withCheckedContinuation { continuation in
-            verdictWaiters[key, default: []].append(continuation)
+        guard submitting.contains(key), !stopped else { return .pending }
+        let verdict = await withCheckedContinuation { (continuation: CheckedContinuation<SubmissionVerdict?, Never>) in
+            if stopped {
+                continuation.resume(returning: nil)
+            } else {
+                verdictWaiters[key, default: []].append(continuation)
+            }
         }
         return verdict.map(Self.outcome) ?? .pending
     }

@@ -19,7 +19,8 @@ final class FilePendingStoreTests: XCTestCase {
         var state = PendingState()
         state.intents = [
             PurchaseIntent(
-                orderId: "o1", appAccountToken: UUID(uuidString: "5742E386-757E-4762-9349-D6ADAA160407")!, productId: "coins_60", quantity: 2, accountId: "u1",
+                orderId: "o1", appAccountToken: UUID(uuidString: "5742E386-757E-4762-9349-D6ADAA160407")!,
+                productId: "coins_60", quantity: 2, accountId: "u1",
                 createdAt: Date(timeIntervalSince1970: 1_800_000_000.123), state: .paying, transactionId: nil)
         ]
         state.pending = [

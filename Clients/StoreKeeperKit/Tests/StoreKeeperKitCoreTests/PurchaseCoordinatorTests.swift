@@ -81,7 +81,9 @@ final class PurchaseCoordinatorTests: XCTestCase {
 
     func testOrderFailureChargesNothing() async throws {
         let coordinator = try await started()
-        backend.state.withValue { $0.orderFailure = .server(status: 404, code: "unknown_product", message: "", retryable: false) }
+        backend.state.withValue {
+            $0.orderFailure = .server(status: 404, code: "unknown_product", message: "", retryable: false)
+        }
         do {
             _ = try await coordinator.purchase(productId: "nope")
             XCTFail()
@@ -148,7 +150,8 @@ final class PurchaseCoordinatorTests: XCTestCase {
     // P4: upload fails → kept, retried with backoff; the network coming back re-drives it.
     func testFailedUploadIsRetriedWithBackoffAndOnNetworkChange() async throws {
         backend.script(
-            .retryable(status: nil, code: "network", retryAfter: nil), .retryable(status: 503, code: nil, retryAfter: nil))
+            .retryable(status: nil, code: "network", retryAfter: nil),
+            .retryable(status: 503, code: nil, retryAfter: nil))
         let coordinator = try await started()
         let outcome = try await coordinator.purchase(productId: "coins_60")
         XCTAssertEqual(outcome, .pending)
@@ -209,7 +212,9 @@ final class PurchaseCoordinatorTests: XCTestCase {
         let second = try await started(login: nil)
         // Not even logged in: the intent names the account; submitted for it.
         XCTAssertEqual(backend.submissions.count, 2)
-        XCTAssertEqual(backend.submissions.last, .init(accountId: "u1", orderId: order.orderId, proof: backend.submissions[0].proof))
+        XCTAssertEqual(
+            backend.submissions.last,
+            .init(accountId: "u1", orderId: order.orderId, proof: backend.submissions[0].proof))
         XCTAssertEqual(queue.finished.count, 1)
         await second.shutdown()
     }
@@ -239,7 +244,8 @@ final class PurchaseCoordinatorTests: XCTestCase {
     // P5: the token comes back missing: the intent bound to it, else the open intent.
     func testMissingTokenIsAttributedThroughTheIntent() async throws {
         let coordinator = try await started()
-        let dropped = queue.transaction(productId: "coins_60", token: nil, id: "2001", date: clock.now().addingTimeInterval(5))
+        let dropped = queue.transaction(
+            productId: "coins_60", token: nil, id: "2001", date: clock.now().addingTimeInterval(5))
         queue.answer(.enqueued)
         async let outcome = coordinator.purchase(productId: "coins_60")
         let queue = self.queue!
@@ -267,7 +273,8 @@ final class PurchaseCoordinatorTests: XCTestCase {
         let coordinator = try await started()
         queue.answer(.deferred)
         _ = try await coordinator.purchase(productId: "pro")
-        let early = queue.transaction(productId: "pro", token: nil, id: "4001", date: clock.now().addingTimeInterval(-600))
+        let early = queue.transaction(
+            productId: "pro", token: nil, id: "4001", date: clock.now().addingTimeInterval(-600))
         queue.send(.transaction(early))
         let backend = self.backend!
         _ = await eventually { backend.submissions.count == 1 }
@@ -319,7 +326,9 @@ final class PurchaseCoordinatorTests: XCTestCase {
         queue.send(.transaction(queue.transaction(productId: "pro", token: order.appAccountToken, id: "6001")))
         let backend = self.backend!
         _ = await eventually { backend.submissions.count == 2 }
-        XCTAssertEqual(backend.submissions.last, .init(accountId: "parent-child", orderId: order.orderId, proof: .signedTransaction("jws-6001")))
+        XCTAssertEqual(
+            backend.submissions.last,
+            .init(accountId: "parent-child", orderId: order.orderId, proof: .signedTransaction("jws-6001")))
         _ = second
     }
 

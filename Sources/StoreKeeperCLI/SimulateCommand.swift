@@ -1,0 +1,79 @@
+import ArgumentParser
+import Foundation
+import StoreKeeperSimulator
+
+/// `storekeeper simulate`: devices running StoreKeeperKit's real core against the server and
+/// its local App Store, through crashes and faults; exits 1 if anything paid was lost, doubled,
+/// misattributed or finished before the server had it.
+struct SimulateCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "simulate",
+        abstract:
+            "Drive simulated devices (the real StoreKeeperKit core) through crashes and faults, then compare paid with delivered.",
+        discussion: """
+            The server must run its local App Store (demo mode, or localAppStore.enabled with this
+            secret key). Each device has its own Apple ID and account; a payment queue backed by
+            URL/local-app-store pays, and drops, duplicates, delays and reorders callbacks, drops
+            tokens, merges payments, defers (Ask to Buy) and lets the user double-tap. When all has
+            settled, what each account paid (the local App Store's record) is compared with what
+            the server delivered. Exit status: 0 clean, 1 a purchase was lost, doubled,
+            misattributed or finished before the server acknowledged it (or nothing settled),
+            2 usage or connection errors.
+            """)
+
+    @Option(name: .long, help: "The StoreKeeper server, e.g. http://127.0.0.1:8080.") var server: String
+    @Option(name: .long, help: "A secret key of the server.") var key: String
+    @Option(name: .long, help: "Simulated devices (default 10).") var devices: Int = 10
+    @Option(name: .long, help: "Purchases in all (default 100).") var purchases: Int = 100
+    @Option(name: .customLong("crash-rate"), help: "Share of purchases during which the app is killed (0…1).")
+    var crashRate: Double = 0.05
+    @Option(name: .customLong("network-failure-rate"), help: "Share of requests that fail (0…1).")
+    var networkFailureRate: Double = 0.1
+    @Option(name: .long, help: "Random seed: the same seed makes the same choices.") var seed: UInt64 = 1
+    @Option(name: .customLong("settle-seconds"), help: "How long settling may take (default 300).")
+    var settleSeconds: Double = 300
+    @Flag(name: .long, help: "Print the report as JSON.") var json = false
+
+    func validate() throws {
+        guard let url = URL(string: server), url.scheme == "http" || url.scheme == "https", url.host != nil else {
+            throw ValidationError("--server must be an http(s) URL")
+        }
+        guard (1...10_000).contains(devices) else { throw ValidationError("--devices must be 1…10000") }
+        guard (0...1_000_000).contains(purchases) else { throw ValidationError("--purchases must be 0…1000000") }
+        guard (0...1).contains(crashRate) else { throw ValidationError("--crash-rate must be 0…1") }
+        guard (0...1).contains(networkFailureRate) else { throw ValidationError("--network-failure-rate must be 0…1") }
+        guard settleSeconds > 0 else { throw ValidationError("--settle-seconds must be positive") }
+    }
+
+    func run() async throws {
+        var options = Simulation.Options(server: URL(string: server)!, key: key)
+        options.devices = devices
+        options.purchases = purchases
+        options.crashRate = crashRate
+        options.networkFailureRate = networkFailureRate
+        options.seed = seed
+        options.settleSeconds = settleSeconds
+        let report: Simulation.Report
+        do {
+            report = try await Simulation(options: options).run { line in
+                if !json { FileHandle.standardError.write(Data("simulate: \(line)\n".utf8)) }
+            }
+        } catch {
+            FileHandle.standardError.write(Data("simulate: \(error)\n".utf8))
+            throw ExitCode(2)
+        }
+        if json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            print(String(decoding: try encoder.encode(report), as: UTF8.self))
+        } else {
+            print(
+                """
+                purchases \(report.purchases) · paid \(report.paid) · delivered \(report.delivered)
+                lost \(report.lost) · doubled \(report.doubled) · misattributed \(report.misattributed) · finished before ack \(report.finishedBeforeAck)
+                settled \(report.settled ? "in \(report.secondsToSettle) s" : "NOT within \(settleSeconds) s") · \(report.crashes) crashes · \(report.networkFailures) network failures · seed \(report.seed)
+                """)
+        }
+        if !report.clean { throw ExitCode(1) }
+    }
+}

@@ -1,0 +1,207 @@
+import Foundation
+import StoreKeeperKitCore
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// `storekeeper simulate`: N devices, each the real StoreKeeperKit core against a scripted
+/// payment queue paid at the server's local App Store, through crashes, dropped, duplicated,
+/// delayed and reordered callbacks, missing tokens, merged payments, Ask to Buy, double taps
+/// and network failures; then a report of what was paid against what was delivered.
+public struct Simulation: Sendable {
+    public struct Options: Sendable {
+        public var server: URL
+        public var key: String
+        public var devices = 10
+        public var purchases = 100
+        public var crashRate = 0.0
+        public var networkFailureRate = 0.0
+        public var seed: UInt64 = 1
+        public var settleSeconds: TimeInterval = 300
+        public var directory: URL?
+        /// The other faults, each a probability per purchase.
+        public var faults: DeviceFaults = {
+            var faults = DeviceFaults()
+            faults.dropToken = 0.15
+            faults.duplicate = 0.15
+            faults.dropCallback = 0.03
+            faults.delay = 0.1
+            faults.merge = 0.05
+            faults.askToBuy = 0.05
+            faults.doubleTap = 0.1
+            return faults
+        }()
+
+        public init(server: URL, key: String) {
+            self.server = server
+            self.key = key
+        }
+    }
+
+    public struct Report: Codable, Sendable, Equatable {
+        public struct Account: Codable, Sendable, Equatable {
+            public var accountId: String
+            public var paid: [String: LocalStoreControl.PaidValue]
+        }
+        public var purchases: Int
+        public var paid: Int
+        public var delivered: Int
+        public var lost: Int
+        public var doubled: Int
+        public var misattributed: Int
+        public var finishedBeforeAck: Int
+        public var secondsToSettle: Double
+        public var accounts: [Account]
+        // Beyond the contract: what the run went through.
+        public var devices: Int
+        public var seed: UInt64
+        public var crashes: Int
+        public var networkFailures: Int
+        public var settled: Bool
+
+        public var clean: Bool { lost == 0 && doubled == 0 && misattributed == 0 && finishedBeforeAck == 0 && settled }
+    }
+
+    public var options: Options
+    public init(options: Options) { self.options = options }
+
+    public func run(progress: @escaping @Sendable (String) -> Void = { _ in }) async throws -> Report {
+        let control = LocalStoreControl(server: options.server, key: options.key)
+        let catalog = try await control.catalog()
+        let consumables = catalog.filter { $0.type == "consumable" }.map(\.id)
+        let unlocks = catalog.filter { $0.type == "non_consumable" }.map(\.id)
+        guard !consumables.isEmpty else {
+            throw LocalStoreControl.Failure(description: "the catalog has no consumable to simulate with")
+        }
+        let directory =
+            options.directory
+            ?? FileManager.default.temporaryDirectory.appendingPathComponent(
+                "storekeeper-simulate-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { if options.directory == nil { try? FileManager.default.removeItem(at: directory) } }
+
+        // Each run its own customers and accounts: a rerun against the same server starts clean.
+        let run = String(UUID().uuidString.prefix(8)).lowercased()
+        var faults = options.faults
+        faults.crash = options.crashRate
+        faults.network = options.networkFailureRate
+        var seeds = SeededRandom(seed: options.seed)
+        let devices = (0..<max(1, options.devices)).map { index in
+            SimulatedDevice(
+                appleId: "sim-\(run)-apple-\(index)", accountId: "sim-\(run)-account-\(index)", server: options.server,
+                key: options.key, directory: directory, seed: seeds.next(), faults: faults)
+        }
+        // Purchases spread over the devices; each device buys one unlock at most once.
+        var plans: [[(String, Int)]] = Array(repeating: [], count: devices.count)
+        var planner = SeededRandom(seed: options.seed ^ 0x5EED)
+        for index in 0..<max(0, options.purchases) {
+            let device = index % devices.count
+            if !unlocks.isEmpty, plans[device].isEmpty, planner.chance(0.3) {
+                plans[device].append((unlocks[planner.below(unlocks.count)], 1))
+            } else {
+                plans[device].append((consumables[planner.below(consumables.count)], 1 + planner.below(3)))
+            }
+        }
+
+        progress("simulating \(options.purchases) purchases on \(devices.count) devices (seed \(options.seed))")
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for (device, plan) in zip(devices, plans) {
+                group.addTask {
+                    await device.setConsumables(consumables)
+                    try await device.launch()
+                    for (productId, quantity) in plan { try await device.buy(productId: productId, quantity: quantity) }
+                }
+            }
+            try await group.waitForAll()
+        }
+
+        progress("settling")
+        let start = Date()
+        let deadline = start.addingTimeInterval(options.settleSeconds)
+        let settledAll = try await withThrowingTaskGroup(of: Bool.self) { group in
+            for device in devices { group.addTask { try await device.settle(deadline: deadline) } }
+            var all = true
+            for try await settled in group { all = all && settled }
+            return all
+        }
+        let secondsToSettle = Date().timeIntervalSince(start)
+        for device in devices { await device.stop() }
+
+        progress("comparing what was paid with what was delivered")
+        return try await report(
+            devices: devices, control: control, secondsToSettle: secondsToSettle, settled: settledAll)
+    }
+
+    func report(devices: [SimulatedDevice], control: LocalStoreControl, secondsToSettle: Double, settled: Bool)
+        async throws -> Report
+    {
+        var report = Report(
+            purchases: 0, paid: 0, delivered: 0, lost: 0, doubled: 0, misattributed: 0, finishedBeforeAck: 0,
+            secondsToSettle: (secondsToSettle * 1000).rounded() / 1000, accounts: [], devices: devices.count,
+            seed: options.seed, crashes: 0, networkFailures: 0, settled: settled)
+        var surplus: [String: Int] = [:]
+        var deficit: [String: Int] = [:]
+        for device in devices {
+            let record = try await control.paid(appleId: device.appleId)
+            let (_, deliveredTo, answers) = await device.observations()
+            report.purchases += await device.purchasesStarted
+            report.finishedBeforeAck += await device.finishedBeforeAck
+            report.doubled += await device.doubleCharges
+            report.crashes += await device.crashes
+            report.networkFailures += await device.networkFailures
+            report.accounts.append(Report.Account(accountId: device.accountId, paid: record.paid))
+
+            // Per transaction, as the device heard the server.
+            for transaction in record.transactions where !transaction.revoked {
+                report.paid += 1
+                let accounts = deliveredTo[transaction.transactionId] ?? []
+                if accounts.contains(device.accountId) { report.delivered += 1 } else { report.lost += 1 }
+                if accounts.contains(where: { $0 != device.accountId }) { report.misattributed += 1 }
+                if (answers[transaction.transactionId] ?? 0) > 1 { report.doubled += 1 }
+            }
+
+            // Per account, as the server holds it: balances and entitlements against what was paid.
+            let account = try await accountView(device.accountId)
+            for (key, value) in record.paid {
+                if case .amount(let amount) = value {
+                    let held = account.balances[key] ?? 0
+                    if held > amount { surplus[device.accountId, default: 0] += 1 }
+                    if held < amount { deficit[device.accountId, default: 0] += 1 }
+                }
+            }
+            for (currency, held) in account.balances where record.paid[currency] == nil && held != 0 {
+                surplus[device.accountId, default: 0] += 1
+            }
+            var paidEntitlements: Set<String> = []
+            if case .list(let list)? = record.paid["entitlements"] { paidEntitlements = Set(list) }
+            let active = Set(account.entitlements.filter(\.active).map(\.id))
+            if !active.subtracting(paidEntitlements).isEmpty { surplus[device.accountId, default: 0] += 1 }
+            if !paidEntitlements.subtracting(active).isEmpty { deficit[device.accountId, default: 0] += 1 }
+        }
+        // What the per-transaction view missed: a surplus where another account lacks something
+        // is misattribution; a surplus alone is a double delivery; a deficit alone a loss.
+        let deficits = deficit.values.reduce(0, +)
+        let surpluses = surplus.values.reduce(0, +)
+        if report.misattributed == 0, surpluses > 0, deficits > 0 { report.misattributed += min(surpluses, deficits) }
+        if report.doubled == 0, surpluses > deficits { report.doubled += surpluses - deficits }
+        if report.lost == 0, deficits > surpluses { report.lost += deficits - surpluses }
+        return report
+    }
+
+    func accountView(_ accountId: String) async throws -> CustomerInfo {
+        var base = options.server.absoluteString
+        while base.hasSuffix("/") { base.removeLast() }
+        guard let url = URL(string: base + "/v1/accounts/" + LocalStoreControl.path(accountId)) else {
+            throw LocalStoreControl.Failure(description: "bad account id \(accountId)")
+        }
+        var request = URLRequest(url: url, timeoutInterval: 30)
+        request.setValue("Bearer \(options.key)", forHTTPHeaderField: "Authorization")
+        let (data, response) = try await AsyncHTTPTransport().send(request)
+        guard response.statusCode == 200 else {
+            throw LocalStoreControl.Failure(
+                description: "GET /v1/accounts/\(accountId): \(String(decoding: data, as: UTF8.self))")
+        }
+        return try JSONDecoder().decode(CustomerInfo.self, from: data)
+    }
+}
