@@ -13,6 +13,8 @@ struct SimulatedCrash: Error {}
 public struct DeviceFaults: Sendable, Equatable {
     public var crash: Double = 0
     public var network: Double = 0
+    /// Submissions only fail (the order was created; the upload does not get through).
+    public var submissionFailure: Double = 0
     /// StoreKit returns the transaction without its token (and the payment carried none).
     public var dropToken: Double = 0
     /// The same callback twice.
@@ -25,6 +27,9 @@ public struct DeviceFaults: Sendable, Equatable {
     public var merge: Double = 0
     /// Ask to Buy: a parent approves later, after a restart.
     public var askToBuy: Double = 0
+    /// StoreKit hands the oldest unfinished transaction to the new payment instead of paying
+    /// (P11: an unfinished consumable resurfacing under a new order).
+    public var staleCallback: Double = 0
     /// The user taps buy twice.
     public var doubleTap: Double = 0
 
@@ -54,8 +59,8 @@ struct SeededRandom: Sendable {
 /// crash. Every component the coordinator talks to is wrapped for one run of the app (a
 /// generation): when the generation crashes, its writes, payments, finishes and requests stop.
 public actor SimulatedDevice {
-    public let appleId: String
-    public let accountId: String
+    nonisolated public let appleId: String
+    nonisolated public let accountId: String
     let control: LocalStoreControl
     let server: URL
     let key: String
@@ -85,16 +90,23 @@ public actor SimulatedDevice {
     public private(set) var networkFailures = 0
 
     var generation: Generation
-    var coordinator: PurchaseCoordinator?
+    public private(set) var coordinator: PurchaseCoordinator?
+    let tokens: ClientTokenProvider
+    let transport: HTTPTransport
 
+    /// `tokens` mints the client tokens the SDK sends (default: the secret key, which the
+    /// server accepts for every call); `transport` carries them (default AsyncHTTPClient).
     public init(
         appleId: String, accountId: String, server: URL, key: String, directory: URL, seed: UInt64,
-        faults: DeviceFaults, retry: RetryPolicy = RetryPolicy(base: 0.05, cap: 1)
+        faults: DeviceFaults, retry: RetryPolicy = RetryPolicy(base: 0.05, cap: 1),
+        tokens: ClientTokenProvider? = nil, transport: HTTPTransport = AsyncHTTPTransport()
     ) {
         self.appleId = appleId
         self.accountId = accountId
         self.server = server
         self.key = key
+        self.tokens = tokens ?? { [key] _, _ in key }
+        self.transport = transport
         self.control = LocalStoreControl(server: server, key: key)
         self.storeURL = directory.appendingPathComponent("\(appleId).json")
         self.faults = faults
@@ -118,7 +130,7 @@ public actor SimulatedDevice {
             queue: GatedQueue(device: self, gate: gate),
             backend: GatedBackend(
                 device: self, gate: gate,
-                inner: HTTPBackend(baseURL: server, transport: AsyncHTTPTransport(), tokens: { [key] _, _ in key })),
+                inner: HTTPBackend(baseURL: server, transport: transport, tokens: tokens)),
             store: GatedStore(inner: FilePendingStore(url: storeURL), device: self, gate: gate),
             proofs: DeviceProofs(device: self),
             configuration: .init(retry: retry, random: { Double.random(in: 0...1) }))
@@ -200,6 +212,52 @@ public actor SimulatedDevice {
         return false
     }
 
+    public func setFaults(_ faults: DeviceFaults) { self.faults = faults }
+
+    /// Orders the app created, in order.
+    public private(set) var orderIds: [String] = []
+    func created(_ order: ServerOrder) { orderIds.append(order.orderId) }
+
+    /// Puts a transaction in StoreKit's queue, unfinished, without telling the app (one paid
+    /// and delivered elsewhere, its finish lost).
+    public func adoptUnfinished(_ payment: LocalStoreControl.Payment) { _ = map(payment) }
+
+    /// One purchase straight through the coordinator (scenario tests): its outcome, or the
+    /// error it threw; nil when the app crashed on the way (it is then relaunched).
+    public func purchase(productId: String, quantity: Int = 1) async throws -> Result<PurchaseOutcome, Error>? {
+        guard let coordinator else {
+            try await launch()
+            return nil
+        }
+        let gate = generation
+        let result: Result<PurchaseOutcome, Error>
+        do {
+            result = .success(try await coordinator.purchase(productId: productId, quantity: quantity))
+        } catch {
+            result = .failure(error)
+        }
+        if gate.dead {
+            try await relaunch()
+            return nil
+        }
+        return result
+    }
+
+    /// Kills the app and starts it again.
+    public func restart() async throws {
+        generation.dead = true
+        try await relaunch()
+    }
+
+    /// Approves every waiting Ask to Buy request.
+    public func approveAll() async { await maybeApprove(all: true) }
+
+    public var unfinishedIds: [String] { unfinished.map(\.id) }
+    public var pendingCount: Int {
+        get async { await coordinator?.pendingSubmissions.count ?? 0 }
+    }
+    public var acknowledgedIds: Set<String> { acknowledged }
+
     public func stop() async {
         generation.dead = true
         await coordinator?.shutdown()
@@ -243,6 +301,9 @@ public actor SimulatedDevice {
             items = [(productId, quantity), (other, 1)]
         } else {
             items = [(productId, quantity)]
+        }
+        if random.chance(faults.staleCallback), let stale = unfinished.first {
+            return .purchased(stale)
         }
         let dropToken = random.chance(faults.dropToken)
         if random.chance(faults.askToBuy) {
@@ -316,6 +377,12 @@ public actor SimulatedDevice {
     }
 
     // MARK: The network
+
+    func submissionFails() -> Bool {
+        guard random.chance(faults.submissionFailure) else { return false }
+        networkFailures += 1
+        return true
+    }
 
     func networkFails() -> (before: Bool, after: Bool) {
         guard random.chance(faults.network) else { return (false, false) }
@@ -438,6 +505,7 @@ struct GatedBackend: Backend {
         let (before, after) = await device.networkFails()
         if before { throw BackendError.network("simulated: no connection") }
         let order = try await inner.createOrder(accountId: accountId, productId: productId, quantity: quantity)
+        await device.created(order)
         if after { throw BackendError.network("simulated: connection lost before the answer") }
         try gate.maybeCrash()
         return order
@@ -447,6 +515,7 @@ struct GatedBackend: Backend {
         guard !gate.dead else { return .retryable(status: nil, code: "crashed", retryAfter: nil) }
         trace("\(accountId) submit")
         defer { trace("\(accountId) submit done") }
+        if await device.submissionFails() { return .retryable(status: nil, code: "network", retryAfter: nil) }
         let (before, after) = await device.networkFails()
         if before { return .retryable(status: nil, code: "network", retryAfter: nil) }
         let verdict = await inner.submitPurchase(accountId: accountId, orderId: orderId, proof: proof)

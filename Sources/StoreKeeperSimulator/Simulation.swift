@@ -20,6 +20,9 @@ public struct Simulation: Sendable {
         public var seed: UInt64 = 1
         public var settleSeconds: TimeInterval = 300
         public var directory: URL?
+        /// Runs once everything has settled, before the comparison, with each device's Apple
+        /// ID and account id (tests use it to prove the report catches what it claims to).
+        public var beforeReport: (@Sendable ([(appleId: String, accountId: String)]) async throws -> Void)?
         /// The other faults, each a probability per purchase.
         public var faults: DeviceFaults = {
             var faults = DeviceFaults()
@@ -127,6 +130,9 @@ public struct Simulation: Sendable {
         }
         let secondsToSettle = Date().timeIntervalSince(start)
         for device in devices { await device.stop() }
+        if let hook = options.beforeReport {
+            try await hook(devices.map { ($0.appleId, $0.accountId) })
+        }
 
         progress("comparing what was paid with what was delivered")
         return try await report(
