@@ -107,6 +107,17 @@
         }
     }
 
+    /// Product metadata for display, from StoreKit 2. Purchases never wait on it (P8).
+    @available(iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, *)
+    public struct StoreKit2Catalog: ProductCatalog {
+        public init() {}
+        public func products(_ ids: [String]) async throws -> [ProductInfo] {
+            try await Product.products(for: ids).map {
+                ProductInfo(id: $0.id, displayName: $0.displayName, displayPrice: $0.displayPrice)
+            }
+        }
+    }
+
     @available(iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, *)
     extension PurchaseCoordinator {
         /// The coordinator an app makes at launch: StoreKit 2, the server over HTTP with the

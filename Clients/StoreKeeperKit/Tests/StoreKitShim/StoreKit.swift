@@ -12,6 +12,8 @@
     public struct Product: Sendable, Identifiable, Hashable {
         public typealias ID = String
         public let id: Product.ID
+        public let displayName: String
+        public let displayPrice: String
 
         public static func products<Identifiers: Collection>(for identifiers: Identifiers) async throws -> [Product]
         where Identifiers.Element == Product.ID { unavailable() }
