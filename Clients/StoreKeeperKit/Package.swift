@@ -4,8 +4,26 @@ import PackageDescription
 // StoreKeeperKit: the client SDK. Foundation only, so an iOS app adding it resolves nothing
 // of the server's. The core (purchase coordinator, durable pending store, backend client) is
 // platform-neutral and tested on Linux; the StoreKit adapters compile only where StoreKit
-// exists, and are type-checked on Linux against `StoreKitShim` (tests only), a module that
-// declares exactly the StoreKit API surface they use, with Apple's signatures.
+// exists.
+var targets: [Target] = [
+    .target(name: "StoreKeeperKitCore"),
+    .target(name: "StoreKeeperKit", dependencies: ["StoreKeeperKitCore"]),
+    .testTarget(name: "StoreKeeperKitCoreTests", dependencies: ["StoreKeeperKitCore"]),
+]
+
+#if os(Linux)
+    // Linux only, tests only: StoreKit's API surface as Apple declares it, under the module name
+    // `StoreKit`, and a test target compiling the adapters (symlinked) against it, so a renamed
+    // call or a wrong type fails CI here. Elsewhere the real StoreKit is there and no module
+    // may shadow it.
+    targets += [
+        .target(name: "StoreKit", path: "Tests/StoreKitShim"),
+        .testTarget(
+            name: "StoreKitAdapterTypeCheck", dependencies: ["StoreKeeperKitCore", "StoreKit"],
+            swiftSettings: [.define("STOREKIT_SHIM")]),
+    ]
+#endif
+
 let package = Package(
     name: "StoreKeeperKit",
     platforms: [.iOS(.v15), .macOS(.v12), .tvOS(.v15), .watchOS(.v8)],
@@ -13,17 +31,5 @@ let package = Package(
         .library(name: "StoreKeeperKit", targets: ["StoreKeeperKit"]),
         .library(name: "StoreKeeperKitCore", targets: ["StoreKeeperKitCore"]),
     ],
-    targets: [
-        .target(name: "StoreKeeperKitCore"),
-        .target(name: "StoreKeeperKit", dependencies: ["StoreKeeperKitCore"]),
-        // Test-only: StoreKit's API surface as Apple declares it, under the module name
-        // `StoreKit`, so `canImport(StoreKit)` holds where it is a dependency (Linux only).
-        .target(name: "StoreKit", path: "Tests/StoreKitShim"),
-        .testTarget(
-            name: "StoreKitAdapterTypeCheck",
-            dependencies: [
-                "StoreKeeperKitCore", .target(name: "StoreKit", condition: .when(platforms: [.linux])),
-            ]),
-        .testTarget(name: "StoreKeeperKitCoreTests", dependencies: ["StoreKeeperKitCore"]),
-    ]
+    targets: targets
 )

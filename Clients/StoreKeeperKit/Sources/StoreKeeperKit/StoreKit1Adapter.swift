@@ -1,4 +1,5 @@
-#if canImport(StoreKit)
+// Apple platforms; on Linux only in the type-check test target, against the StoreKit shim.
+#if canImport(StoreKit) && (canImport(Darwin) || STOREKIT_SHIM)
     import Foundation
     import StoreKit
     import StoreKeeperKitCore

@@ -1,6 +1,6 @@
 import XCTest
 
-#if canImport(StoreKit)
+#if canImport(StoreKit) && STOREKIT_SHIM || canImport(StoreKit) && canImport(Darwin)
     import StoreKit
     @testable import StoreKeeperKitCore
 
