@@ -18,7 +18,7 @@ struct SimulateCommand: AsyncParsableCommand {
             settled, what each account paid (the local App Store's record) is compared with what
             the server delivered. Exit status: 0 clean, 1 a purchase was lost, doubled,
             misattributed or finished before the server acknowledged it (or nothing settled),
-            2 usage or connection errors.
+            2 the server or its local App Store could not be reached, 64 invalid options.
             """)
 
     @Option(name: .long, help: "The StoreKeeper server, e.g. http://127.0.0.1:8080.") var server: String
