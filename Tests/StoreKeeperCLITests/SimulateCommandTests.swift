@@ -26,7 +26,8 @@ import Testing
         #expect(run.status == 0, "\(run.stderr)")
         let report = try #require(run.json, "\(run.stdout)")
         for field in [
-            "purchases", "paid", "delivered", "lost", "doubled", "misattributed", "finishedBeforeAck", "secondsToSettle",
+            "purchases", "paid", "delivered", "lost", "doubled", "misattributed", "finishedBeforeAck",
+            "secondsToSettle",
             "accounts",
         ] {
             #expect(report[field] != nil, "missing \(field)")
