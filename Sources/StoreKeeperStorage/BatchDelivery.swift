@@ -119,12 +119,15 @@ struct BatchDelivery {
         // MARK: Plan in order, against the overlay.
         var results: [PurchaseStore.DeliveryResult] = []
         var newDeliveries: [(DeliveryPlanner.Delivery, String, String, Int64)] = []  // + original id, environment, at
+        var revenue: [Revenue] = []  // one per new delivery, in the same order
         var ledger: [(LedgerEntry, Int64)] = []
         var outbox: [(String, Int64)] = []
         var applied: [(DeliveryPlanner.Plan, JWSTransactionDecodedPayload, DeliveryPlanner.Context, Date)] = []
         // Non-renewing access windows extend the latest expiry of the entitlement: read when
         // an item needs it (rare products), then kept up to date by the batch's own grants.
         var expiries: [EntitlementKey: Date?] = [:]
+        // Paid periods of the batch's auto-renewables, for the one-year rule of `Proceeds`.
+        var paidPeriods: [String: [Proceeds.Period]] = [:]
         for item in items {
             let transaction = item.transaction
             let transactionId = transaction.transactionId ?? ""
@@ -205,6 +208,10 @@ struct BatchDelivery {
             // The overlay: what later items of this batch must see.
             if let delivery = plan.delivery {
                 deliveries[delivery.transactionId] = delivery
+                revenue.append(
+                    try await Revenue.of(
+                        transaction, originalId: originalId, isAutoRenewable: product?.type == .autoRenewable,
+                        periods: &paidPeriods, sql: sql))
                 let environment = transaction.environment?.rawValue ?? "Production"
                 newDeliveries.append((delivery, originalId, environment, item.now.milliseconds))
                 outbox.append(
@@ -231,11 +238,13 @@ struct BatchDelivery {
         if !newDeliveries.isEmpty {
             var insert = sql.insert(into: "deliveries").columns(
                 "transaction_id", "original_transaction_id", "account_id", "order_id", "product_id", "quantity",
-                "environment", "delivered_at")
-            for (delivery, originalId, environment, at) in newDeliveries {
+                "environment", "delivered_at", "price_milli", "currency", "proceeds_percent", "period_start",
+                "period_end")
+            for ((delivery, originalId, environment, at), money) in zip(newDeliveries, revenue) {
                 insert = insert.values([
                     delivery.transactionId, originalId, delivery.accountId, delivery.orderId, delivery.productId,
-                    delivery.quantity, environment, at,
+                    delivery.quantity, environment, at, money.price, money.currency, money.percent, money.periodStart,
+                    money.periodEnd,
                 ])
             }
             inserts.append(insert.insert)

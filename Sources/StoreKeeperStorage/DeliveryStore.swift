@@ -50,14 +50,22 @@ extension PurchaseStore {
         let at = now.milliseconds
         let originalId = transaction.originalTransactionId ?? transaction.transactionId ?? ""
         if let delivery = plan.delivery {
+            var periods: [String: [Proceeds.Period]] = [:]
+            let money = try await Revenue.of(
+                transaction, originalId: originalId,
+                isAutoRenewable: context.catalog.product(delivery.productId)?.type == .autoRenewable, periods: &periods,
+                sql: sql)
             // The exactly-once key: a second insert of this transactionId fails and rolls back.
             try await sql.raw(
                 """
                 INSERT INTO deliveries (transaction_id, original_transaction_id, account_id, order_id, product_id, quantity,
-                                        environment, delivered_at)
+                                        environment, delivered_at, price_milli, currency, proceeds_percent,
+                                        period_start, period_end)
                 VALUES (\(bind: delivery.transactionId), \(bind: originalId), \(bind: delivery.accountId),
                         \(bind: delivery.orderId), \(bind: delivery.productId), \(bind: delivery.quantity),
-                        \(bind: transaction.environment?.rawValue ?? "Production"), \(bind: at))
+                        \(bind: transaction.environment?.rawValue ?? "Production"), \(bind: at), \(bind: money.price),
+                        \(bind: money.currency), \(bind: money.percent), \(bind: money.periodStart),
+                        \(bind: money.periodEnd))
                 """
             ).run()
         }

@@ -279,6 +279,21 @@ public enum Migrations {
                 "ALTER TABLE outbox ADD COLUMN window_start BIGINT",
             ]
         ),
+        (
+            11,
+            [
+                // Revenue facts per delivered transaction (Apple's price in milliunits of
+                // `currency`; the period it paid for, for the one-year rule) and the percent the
+                // developer keeps by the core's `Proceeds` rule before the Small Business
+                // Program (applied when reading). Sandbox and Xcode: NULL percent, never revenue.
+                "ALTER TABLE deliveries ADD COLUMN price_milli BIGINT",
+                "ALTER TABLE deliveries ADD COLUMN currency TEXT",
+                "ALTER TABLE deliveries ADD COLUMN proceeds_percent INTEGER",
+                "ALTER TABLE deliveries ADD COLUMN period_start BIGINT",
+                "ALTER TABLE deliveries ADD COLUMN period_end BIGINT",
+                "CREATE INDEX deliveries_original ON deliveries (original_transaction_id)",
+            ]
+        ),
     ]
 
     /// Applies every migration not yet applied, each in its own transaction. Safe to run from
