@@ -55,6 +55,7 @@ extension ServerConfiguration {
             ("webhooks.secret", mask(webhookSecret)), ("localAppStore.enabled", String(localAppStoreEnabled)),
             ("rejectedProofs.retentionDays", String(rejectedProofsRetentionDays)),
             ("apple.consumption.enabled", String(consumptionEnabled)),
+            ("apple.smallBusinessProgram", String(smallBusinessProgram)),
             ("webhooks.maxAttemptHours", String(webhookMaxAttemptHours)),
         ]
     }

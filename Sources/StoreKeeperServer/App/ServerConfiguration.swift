@@ -69,6 +69,8 @@ public struct ServerConfiguration: Sendable {
     /// Answer Apple's CONSUMPTION_REQUEST with Send Consumption Information (the customer
     /// consented in the refund request; needs the Server API key).
     public var consumptionEnabled = false
+    /// Enrolled in Apple's App Store Small Business Program: 85 % of every price is kept.
+    public var smallBusinessProgram = false
     /// A webhook event still refused after this long moves to the dead-letter list.
     public var webhookMaxAttemptHours = 72
 
@@ -103,7 +105,7 @@ public struct ServerConfiguration: Sendable {
         "limits.clientRequestsPerSecond", "limits.secretRequestsPerSecond", "limits.requestTimeoutSeconds",
         "ownership.policy", "webhooks.url", "webhooks.secret", "localAppStore.enabled",
         "rejectedProofs.retentionDays", "offers.introductoryOffers", "apple.consumption.enabled",
-        "webhooks.maxAttemptHours",
+        "webhooks.maxAttemptHours", "apple.smallBusinessProgram",
     ]
     /// Keys whose value is a structure read by its own parser (the inline catalog).
     static let structuredKeys = ["catalog.products", "catalog.retention"]
@@ -309,6 +311,7 @@ public struct ServerConfiguration: Sendable {
         localAppStoreEnabled = try source.bool("localAppStore.enabled") ?? false
         rejectedProofsRetentionDays = try source.int("rejectedProofs.retentionDays") ?? rejectedProofsRetentionDays
         consumptionEnabled = try source.bool("apple.consumption.enabled") ?? false
+        smallBusinessProgram = try source.bool("apple.smallBusinessProgram") ?? false
         webhookMaxAttemptHours = try source.int("webhooks.maxAttemptHours") ?? webhookMaxAttemptHours
     }
 }

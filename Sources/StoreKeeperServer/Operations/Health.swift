@@ -64,6 +64,20 @@ struct OperationsController {
             try context.caller().requireSecretKey()
             return try StoreKeeperApp.json(StatusJSON(app))
         }
+        v1.get("revenue") { request, context in
+            try context.caller().requireSecretKey()
+            func date(_ name: String) throws -> Date? {
+                guard let text = request.uri.queryParameters.get(name) else { return nil }
+                guard let date = StoreKeeperApp.parseDate(text) else {
+                    throw APIError.badRequest("'\(name)' must be an ISO 8601 date or date-time")
+                }
+                return date
+            }
+            return try StoreKeeperApp.json(
+                try await app.store.revenue(
+                    from: try date("since"), to: try date("until"),
+                    smallBusinessProgram: app.configuration.smallBusinessProgram))
+        }
         v1.get("audit") { _, context in
             try context.caller().requireSecretKey()
             return try StoreKeeperApp.json(["entries": try await app.store.audit().map(AuditJSON.init)])
