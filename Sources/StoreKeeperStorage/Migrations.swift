@@ -294,6 +294,17 @@ public enum Migrations {
                 "CREATE INDEX deliveries_original ON deliveries (original_transaction_id)",
             ]
         ),
+        (
+            12,
+            [
+                // What a refund removed of a one-time product's entitlement (1, and the window's
+                // end, or NULL for a lasting unlock), so REFUND_REVERSED reinstates exactly it —
+                // a stacked non-renewing pass keeps the window it had, not one recomputed from
+                // its purchase date.
+                "ALTER TABLE deliveries ADD COLUMN refund_removed_entitlement INTEGER",
+                "ALTER TABLE deliveries ADD COLUMN refund_removed_expires_at BIGINT",
+            ]
+        ),
     ]
 
     /// Applies every migration not yet applied, each in its own transaction. Safe to run from

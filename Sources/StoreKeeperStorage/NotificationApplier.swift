@@ -172,6 +172,22 @@ enum NotificationApplier {
             try await sql.execute(sql: write) { _ in }
         }
         if let entitlement = plan.removeEntitlement {
+            // Keep what is removed (the window's end included) for an exact reversal.
+            let removed = try await sql.raw(
+                """
+                SELECT expires_at FROM entitlements WHERE account_id = \(bind: account)
+                AND entitlement_id = \(bind: entitlement) AND original_transaction_id = \(bind: originalId)
+                """
+            ).first()
+            if let removed {
+                try await sql.raw(
+                    """
+                    UPDATE deliveries SET refund_removed_entitlement = 1,
+                    refund_removed_expires_at = \(bind: try removed.decode(column: "expires_at", as: Int64?.self))
+                    WHERE transaction_id = \(bind: transactionId)
+                    """
+                ).run()
+            }
             try await sql.raw(
                 """
                 DELETE FROM entitlements WHERE account_id = \(bind: account) AND entitlement_id = \(bind: entitlement)
@@ -180,13 +196,22 @@ enum NotificationApplier {
             ).run()
         }
         if let entitlement = plan.reinstateEntitlement, let product {
-            let context = DeliveryPlanner.Context(
-                transaction: transaction, submittingAccount: nil, catalog: settings.catalog)
+            // Exactly what the refund removed; a refund recorded before that was kept (or that
+            // found no entitlement to remove) falls back to the product's own window.
+            let expiresAt: Int64?
+            if let row, try row.decode(column: "refund_removed_entitlement", as: Int?.self) == 1 {
+                expiresAt = try row.decode(column: "refund_removed_expires_at", as: Int64?.self)
+            } else {
+                let context = DeliveryPlanner.Context(
+                    transaction: transaction, submittingAccount: nil, catalog: settings.catalog)
+                expiresAt =
+                    DeliveryPlanner.expiry(of: product, transaction: transaction, context: context)?.milliseconds
+            }
             try await sql.raw(
                 """
                 INSERT INTO entitlements (account_id, entitlement_id, original_transaction_id, product_id, expires_at)
                 VALUES (\(bind: account), \(bind: entitlement), \(bind: originalId), \(bind: product.id),
-                        \(bind: DeliveryPlanner.expiry(of: product, transaction: transaction, context: context)?.milliseconds))
+                        \(bind: expiresAt))
                 ON CONFLICT (account_id, entitlement_id, original_transaction_id) DO NOTHING
                 """
             ).run()

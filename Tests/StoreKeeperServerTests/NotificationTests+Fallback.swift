@@ -68,3 +68,28 @@ extension NotificationTests {
         }
     }
 }
+
+extension NotificationTests {
+    // REFUND_REVERSED gives back exactly what the refund took: a non-renewing pass bought while
+    // another was running extends that one's window; reversed after a refund, it has that same
+    // window again, not one recomputed from its purchase date.
+    @Test(arguments: ServerAPITests.databases)
+    func aReversedRefundOfAStackedPassRestoresItsExactWindow(kind: String) async throws {
+        try await Self.withRelay(kind) { relay in
+            _ = try await relay.buy("pia", "season_pass")
+            let (_, second) = try await relay.buy("pia", "season_pass")
+            _ = try await relay.deliver()
+            func windows() async throws -> [String] {
+                try await relay.entitlements("pia").compactMap { $0["expiresAt"] as? String }.sorted()
+            }
+            let before = try await windows()
+            #expect(before.count == 2)
+            try await relay.store.refund(second.transactionId!)
+            #expect(try await relay.deliver() == ["REFUND"])
+            #expect(try await windows() == [before[0]])
+            try await relay.store.reverseRefund(second.transactionId!)
+            #expect(try await relay.deliver(times: 2) == ["REFUND_REVERSED"])
+            #expect(try await windows() == before, "the stacked window, exactly")
+        }
+    }
+}
