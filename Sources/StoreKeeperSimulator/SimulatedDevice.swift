@@ -93,14 +93,16 @@ public actor SimulatedDevice {
     public private(set) var coordinator: PurchaseCoordinator?
     let tokens: ClientTokenProvider
     let transport: HTTPTransport
+    let fsync: Bool
 
     /// `tokens` mints the client tokens the SDK sends (default: the secret key, which the
     /// server accepts for every call); `transport` carries them (default AsyncHTTPClient).
     public init(
         appleId: String, accountId: String, server: URL, key: String, directory: URL, seed: UInt64,
         faults: DeviceFaults, retry: RetryPolicy = RetryPolicy(base: 0.05, cap: 1),
-        tokens: ClientTokenProvider? = nil, transport: HTTPTransport = AsyncHTTPTransport()
+        tokens: ClientTokenProvider? = nil, transport: HTTPTransport = AsyncHTTPTransport(), fsync: Bool = true
     ) {
+        self.fsync = fsync
         self.appleId = appleId
         self.accountId = accountId
         self.server = server
@@ -131,7 +133,7 @@ public actor SimulatedDevice {
             backend: GatedBackend(
                 device: self, gate: gate,
                 inner: HTTPBackend(baseURL: server, transport: transport, tokens: tokens)),
-            store: GatedStore(inner: FilePendingStore(url: storeURL), device: self, gate: gate),
+            store: GatedStore(inner: FilePendingStore(url: storeURL, synchronous: fsync), device: self, gate: gate),
             proofs: DeviceProofs(device: self),
             configuration: .init(retry: retry, random: { Double.random(in: 0...1) }))
         self.coordinator = coordinator

@@ -20,6 +20,9 @@ public struct Simulation: Sendable {
         public var seed: UInt64 = 1
         public var settleSeconds: TimeInterval = 300
         public var directory: URL?
+        /// fsync each device's pending-store writes (the SDK's default). Tests running beside
+        /// other suites on a shared disk turn it off: the crashes are simulated in-process.
+        public var fsync = true
         /// Runs once everything has settled, before the comparison, with each device's Apple
         /// ID and account id (tests use it to prove the report catches what it claims to).
         public var beforeReport: (@Sendable ([(appleId: String, accountId: String)]) async throws -> Void)?
@@ -93,7 +96,7 @@ public struct Simulation: Sendable {
         let devices = (0..<max(1, options.devices)).map { index in
             SimulatedDevice(
                 appleId: "sim-\(run)-apple-\(index)", accountId: "sim-\(run)-account-\(index)", server: options.server,
-                key: options.key, directory: directory, seed: seeds.next(), faults: faults)
+                key: options.key, directory: directory, seed: seeds.next(), faults: faults, fsync: options.fsync)
         }
         // Purchases spread over the devices; each device buys one unlock at most once.
         var plans: [[(String, Int)]] = Array(repeating: [], count: devices.count)

@@ -18,10 +18,14 @@ public struct PendingStoreError: Error, CustomStringConvertible, Sendable {
 /// any instant leaves either the old state or the new one, never a torn file.
 public final class FilePendingStore: PendingStore, @unchecked Sendable {
     public let url: URL
+    /// fsync the file and its directory (the default). Off only where power loss is not the
+    /// question — a simulator whose crashes are simulated in-process — to spare a shared disk.
+    public let synchronous: Bool
     private let lock = NSLock()
 
-    public init(url: URL) {
+    public init(url: URL, synchronous: Bool = true) {
         self.url = url
+        self.synchronous = synchronous
     }
 
     public func load() throws -> PendingState {
@@ -65,7 +69,7 @@ public final class FilePendingStore: PendingStore, @unchecked Sendable {
             unlink(temporary.path)
             throw PendingStoreError(failure)
         }
-        guard fsync(fd) == 0 else {
+        guard !synchronous || fsync(fd) == 0 else {
             let code = errno
             close(fd)
             unlink(temporary.path)
@@ -77,7 +81,7 @@ public final class FilePendingStore: PendingStore, @unchecked Sendable {
             unlink(temporary.path)
             throw PendingStoreError("rename failed: errno \(code)")
         }
-        let directoryFd = open(directory.path, O_RDONLY)
+        let directoryFd = synchronous ? open(directory.path, O_RDONLY) : -1
         if directoryFd >= 0 {
             _ = fsync(directoryFd)
             close(directoryFd)
