@@ -15,7 +15,13 @@ import Testing
 /// StoreKeeperKit from the device side (SCENARIOS P1–P11): its real core, driven by a
 /// scripted payment queue that pays at the local App Store, against the real server on a real
 /// database (SQLite, and PostgreSQL in CI), over HTTP.
-@Suite struct ClientSDKTests {
+// Serialized: each test runs a live server and simulated devices; one at a time keeps the
+// suite from starving the others that share the machine (and PostgreSQL) with it.
+@Suite(.serialized) struct ClientSDKTests {
+    /// The device flows on SQLite; the happy path and the 1,000-purchase run on PostgreSQL too
+    /// (the server's PostgreSQL paths are the server suites' to cover).
+    static let deviceDatabases = ["sqlite"]
+
     typealias API = ServerAPITests
 
     /// The real application on a free port, its local App Store enabled behind the secret key.
@@ -100,7 +106,7 @@ import Testing
     // P4: the network fails: no order, nothing charged; then the upload fails: the paid
     // transaction stays unfinished and queued across restarts, and is delivered once when the
     // network is back.
-    @Test(arguments: API.databases)
+    @Test(arguments: Self.deviceDatabases)
     func failedUploadIsKeptAndDeliveredOnceLater(kind: String) async throws {
         try await Self.withLiveServer(kind) { _, server in
             var faults = DeviceFaults()
@@ -132,7 +138,7 @@ import Testing
 
     // P3: killed after paying, before uploading (the callback never came): the next launch
     // sweeps StoreKit's unfinished transaction and delivers it once.
-    @Test(arguments: API.databases)
+    @Test(arguments: Self.deviceDatabases)
     func killedAfterPaymentIsDeliveredAtNextLaunch(kind: String) async throws {
         try await Self.withLiveServer(kind) { _, server in
             var faults = DeviceFaults()
@@ -153,7 +159,7 @@ import Testing
 
     // P5: the token comes back missing (and the payment carried none): the intent store
     // attributes it to its order; delivered once, to the right account.
-    @Test(arguments: API.databases)
+    @Test(arguments: Self.deviceDatabases)
     func missingTokenIsAttributedToTheOrder(kind: String) async throws {
         try await Self.withLiveServer(kind) { _, server in
             var faults = DeviceFaults()
@@ -175,7 +181,7 @@ import Testing
     }
 
     // P7: two products paid together, one callback, proof by receipt: each delivered once.
-    @Test(arguments: API.databases)
+    @Test(arguments: Self.deviceDatabases)
     func mergedPaymentDeliversBoth(kind: String) async throws {
         try await Self.withLiveServer(kind) { _, server in
             var faults = DeviceFaults()
@@ -208,7 +214,7 @@ import Testing
     }
 
     // P10: Ask to Buy, approved after a restart: delivered to the account whose order it was.
-    @Test(arguments: API.databases)
+    @Test(arguments: Self.deviceDatabases)
     func askToBuyApprovedAfterARestart(kind: String) async throws {
         try await Self.withLiveServer(kind) { _, server in
             var faults = DeviceFaults()
@@ -243,7 +249,7 @@ import Testing
 
     // P11: StoreKit hands an unfinished old transaction (delivered, its finish lost) to a new
     // payment: it stays its own order's; the new order is not marked paid by it; finished now.
-    @Test(arguments: API.databases)
+    @Test(arguments: Self.deviceDatabases)
     func staleTransactionGoesToItsOwnOrder(kind: String) async throws {
         try await Self.withLiveServer(kind) { _, server in
             let device = Self.device(server, "p11")
