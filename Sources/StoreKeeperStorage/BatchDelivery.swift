@@ -105,13 +105,14 @@ struct BatchDelivery {
             }
         }
 
-        // Auto-renewable subscriptions the batch touches, as SubscriptionMachine left them.
-        var subscriptions = try await SubscriptionStore.states(
-            Array(
-                Set(
-                    items.filter { $0.catalog.product($0.transaction.productId ?? "")?.type == .autoRenewable }
-                        .map { $0.transaction.originalTransactionId ?? $0.transaction.transactionId ?? "" })),
-            sql: sql)
+        // Auto-renewable subscriptions the batch touches, as SubscriptionMachine left them, and
+        // their paid periods (the one-year rule of `Proceeds`).
+        let autoRenewables = Array(
+            Set(
+                items.filter { $0.catalog.product($0.transaction.productId ?? "")?.type == .autoRenewable }
+                    .map { $0.transaction.originalTransactionId ?? $0.transaction.transactionId ?? "" }))
+        var subscriptions = try await SubscriptionStore.states(autoRenewables, sql: sql)
+        var paidPeriods = try await Revenue.periods(of: autoRenewables, sql: sql)
         var subscriptionWrites: [SubscriptionStore.Write] = []
         var newBindings: [(String, String, Int64)] = []  // original id, account, at
         var newSubscriptions: Set<String> = []
@@ -126,8 +127,6 @@ struct BatchDelivery {
         // Non-renewing access windows extend the latest expiry of the entitlement: read when
         // an item needs it (rare products), then kept up to date by the batch's own grants.
         var expiries: [EntitlementKey: Date?] = [:]
-        // Paid periods of the batch's auto-renewables, for the one-year rule of `Proceeds`.
-        var paidPeriods: [String: [Proceeds.Period]] = [:]
         for item in items {
             let transaction = item.transaction
             let transactionId = transaction.transactionId ?? ""

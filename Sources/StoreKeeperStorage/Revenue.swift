@@ -13,8 +13,28 @@ struct Revenue {
     var periodStart: Int64?
     var periodEnd: Int64?
 
-    /// `periods`: the paid periods of the batch's auto-renewables by original transaction id,
-    /// read from the deliveries when first needed, then extended by the batch itself.
+    /// The paid periods already delivered for these auto-renewables, by original transaction
+    /// id: one query for a whole batch (every id present, empty when none).
+    static func periods(of originals: [String], sql: any SQLDatabase) async throws -> [String: [Proceeds.Period]] {
+        var periods = Dictionary(uniqueKeysWithValues: originals.map { ($0, [Proceeds.Period]()) })
+        guard !originals.isEmpty else { return periods }
+        let rows = try await sql.raw(
+            """
+            SELECT original_transaction_id, period_start, period_end FROM deliveries
+            WHERE original_transaction_id IN (\(binds: originals)) AND period_start IS NOT NULL AND period_end IS NOT NULL
+            """
+        ).all()
+        for row in rows {
+            periods[try row.decode(column: "original_transaction_id", as: String.self), default: []].append(
+                Proceeds.Period(
+                    start: Date(milliseconds: try row.decode(column: "period_start", as: Int64.self)),
+                    end: Date(milliseconds: try row.decode(column: "period_end", as: Int64.self))))
+        }
+        return periods
+    }
+
+    /// `periods`: from `periods(of:sql:)`, extended here with this delivery's own period so
+    /// later items of the same batch see it. A subscription missing from it is read alone.
     static func of(
         _ transaction: JWSTransactionDecodedPayload, originalId: String, isAutoRenewable: Bool,
         periods: inout [String: [Proceeds.Period]], sql: any SQLDatabase
@@ -24,14 +44,7 @@ struct Revenue {
         var periodEnd: Int64?
         if isAutoRenewable, let start = transaction.purchaseDate, let end = transaction.expiresDate {
             if periods[originalId] == nil {
-                let rows = try await sql.raw(
-                    "SELECT period_start, period_end FROM deliveries WHERE original_transaction_id = \(bind: originalId) AND period_start IS NOT NULL AND period_end IS NOT NULL"
-                ).all()
-                periods[originalId] = try rows.map {
-                    Proceeds.Period(
-                        start: Date(milliseconds: try $0.decode(column: "period_start", as: Int64.self)),
-                        end: Date(milliseconds: try $0.decode(column: "period_end", as: Int64.self)))
-                }
+                periods.merge(try await Self.periods(of: [originalId], sql: sql)) { $1 }
             }
             earlier = periods[originalId] ?? []
             periodStart = start

@@ -21,46 +21,45 @@ public struct RevenueSummary: Codable, Sendable, Equatable {
 }
 
 extension PurchaseStore {
+    /// Summed by the database (one row per currency and kind, whatever the number of
+    /// deliveries); each transaction's proceeds are rounded down before the sum, as Apple's
+    /// milliunits are integers.
     public func revenue(from start: Date?, to end: Date?, smallBusinessProgram: Bool) async throws -> RevenueSummary {
         let from = start?.milliseconds ?? Int64.min
         let to = end?.milliseconds ?? Int64.max
+        let reduced = Proceeds.reducedCommissionPercent
         return try await database.read { sql in
+            let kept: SQLQueryString =
+                smallBusinessProgram
+                ? "price_milli * \(unsafeRaw: String(reduced)) / 100" : "price_milli * proceeds_percent / 100"
             let rows = try await sql.raw(
                 """
-                SELECT currency, price_milli, proceeds_percent, environment, refunded_at FROM deliveries
+                SELECT COALESCE(currency, '?') AS currency,
+                       CASE WHEN proceeds_percent IS NULL OR environment IN ('Sandbox', 'Xcode') THEN 'sandbox'
+                            WHEN refunded_at IS NOT NULL THEN 'refunded' ELSE 'revenue' END AS kind,
+                       COUNT(*) AS n, CAST(SUM(price_milli) AS BIGINT) AS gross, CAST(SUM(\(kept)) AS BIGINT) AS kept
+                FROM deliveries
                 WHERE delivered_at >= \(bind: from) AND delivered_at < \(bind: to) AND price_milli IS NOT NULL
+                GROUP BY 1, 2 ORDER BY 1
                 """
             ).all()
-            var byCurrency: [String: RevenueSummary.Currency] = [:]
-            var sandbox = 0
-            var refunded = 0
+            var summary = RevenueSummary(
+                currencies: [], sandboxTransactions: 0, refundedTransactions: 0,
+                smallBusinessProgram: smallBusinessProgram)
             for row in rows {
-                let environment = try row.decode(column: "environment", as: String.self)
-                guard environment != "Sandbox", environment != "Xcode",
-                    let percent = try row.decode(column: "proceeds_percent", as: Int?.self)
-                else {
-                    sandbox += 1
-                    continue
+                let count = try row.decode(column: "n", as: Int.self)
+                switch try row.decode(column: "kind", as: String.self) {
+                case "sandbox": summary.sandboxTransactions += count
+                case "refunded": summary.refundedTransactions += count
+                default:
+                    summary.currencies.append(
+                        RevenueSummary.Currency(
+                            currency: try row.decode(column: "currency", as: String.self), transactions: count,
+                            grossMilli: try row.decode(column: "gross", as: Int64.self),
+                            proceedsMilli: try row.decode(column: "kept", as: Int64.self)))
                 }
-                if try row.decode(column: "refunded_at", as: Int64?.self) != nil {
-                    refunded += 1
-                    continue
-                }
-                let currency = try row.decode(column: "currency", as: String?.self) ?? "?"
-                let price = try row.decode(column: "price_milli", as: Int64.self)
-                let kept = smallBusinessProgram ? Proceeds.reducedCommissionPercent : percent
-                let (product, overflow) = price.multipliedReportingOverflow(by: Int64(kept))
-                var line =
-                    byCurrency[currency]
-                    ?? RevenueSummary.Currency(currency: currency, transactions: 0, grossMilli: 0, proceedsMilli: 0)
-                line.transactions += 1
-                line.grossMilli = line.grossMilli &+ price
-                line.proceedsMilli = line.proceedsMilli &+ (overflow ? price / 100 * Int64(kept) : product / 100)
-                byCurrency[currency] = line
             }
-            return RevenueSummary(
-                currencies: byCurrency.values.sorted { $0.currency < $1.currency }, sandboxTransactions: sandbox,
-                refundedTransactions: refunded, smallBusinessProgram: smallBusinessProgram)
+            return summary
         }
     }
 }
