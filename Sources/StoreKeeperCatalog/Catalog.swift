@@ -18,10 +18,14 @@ import Yams
 /// ```
 public struct Catalog: Hashable, Sendable {
     public var products: [Product]
+    /// Answers to Apple's Get Retention Message, first match wins.
+    public var retention: [RetentionRule]
 
-    public init(products: [Product]) throws {
+    public init(products: [Product], retention: [RetentionRule] = []) throws {
         self.products = products
+        self.retention = retention
         try validate()
+        try validateOffers()
     }
 
     public func product(_ id: String) -> Product? { products.first { $0.id == id } }
@@ -48,7 +52,8 @@ public struct Catalog: Hashable, Sendable {
 
     public static func parse(yaml: String) throws -> Catalog {
         do {
-            return try Catalog(products: YAMLDecoder().decode(File.self, from: yaml).products)
+            let file = try YAMLDecoder().decode(File.self, from: yaml)
+            return try Catalog(products: file.products, retention: file.retention)
         } catch let error as CatalogError {
             throw error
         } catch {
@@ -58,7 +63,8 @@ public struct Catalog: Hashable, Sendable {
 
     public static func parse(json: String) throws -> Catalog {
         do {
-            return try Catalog(products: JSONDecoder().decode(File.self, from: Data(json.utf8)).products)
+            let file = try JSONDecoder().decode(File.self, from: Data(json.utf8))
+            return try Catalog(products: file.products, retention: file.retention)
         } catch let error as CatalogError {
             throw error
         } catch {
@@ -66,8 +72,40 @@ public struct Catalog: Hashable, Sendable {
         }
     }
 
-    struct File: Codable {
+    struct File: Decodable {
         var products: [Product]
+        var retention: [RetentionRule]
+
+        enum CodingKeys: String, CodingKey { case products, retention }
+
+        /// A list item of `retention` with a product's `id` and `type` is a product: API.md's
+        /// example catalog lists `season_pass` after the retention rules, at their indentation.
+        enum Entry: Decodable {
+            case rule(RetentionRule)
+            case product(Product)
+
+            enum Keys: String, CodingKey { case type }
+
+            init(from decoder: any Decoder) throws {
+                if try decoder.container(keyedBy: Keys.self).contains(.type) {
+                    self = .product(try Product(from: decoder))
+                } else {
+                    self = .rule(try RetentionRule(from: decoder))
+                }
+            }
+        }
+
+        init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            products = try container.decode([Product].self, forKey: .products)
+            retention = []
+            for entry in try container.decodeIfPresent([Entry].self, forKey: .retention) ?? [] {
+                switch entry {
+                case .rule(let rule): retention.append(rule)
+                case .product(let product): products.append(product)
+                }
+            }
+        }
     }
 
     private func validate() throws {
@@ -184,11 +222,21 @@ public struct Product: Codable, Hashable, Sendable {
     public var grants: Grants
     /// Price per storefront (local App Store); default 0.99 USD.
     public var prices: [String: Price]?
+    /// Promotional offers (auto-renewable only), with the policy they are signed by.
+    public var offers: [Offer]?
+    /// The introductory offer (local App Store: applied once per Apple ID and group).
+    public var introductoryOffer: IntroductoryOffer?
+    /// Win-back offers (local App Store: listed for churned subscribers).
+    public var winBackOffers: [WinBackOffer]?
 
     public init(
         id: String, type: Kind, group: String? = nil, duration: ISODuration? = nil, period: ISODuration? = nil,
-        grants: Grants, prices: [String: Price]? = nil
+        grants: Grants, prices: [String: Price]? = nil, offers: [Offer]? = nil,
+        introductoryOffer: IntroductoryOffer? = nil, winBackOffers: [WinBackOffer]? = nil
     ) {
+        self.offers = offers
+        self.introductoryOffer = introductoryOffer
+        self.winBackOffers = winBackOffers
         self.id = id
         self.type = type
         self.group = group

@@ -21,11 +21,21 @@ public struct Order: Codable, Hashable, Sendable {
     public var createdAt: Date
     public var transactionId: String?
     public var deliveredAt: Date?
+    /// The promotional offer signed for this order, and whether the transaction that paid it
+    /// redeemed that offer (Apple signed `offerType` 2 with this `offerIdentifier`).
+    public var offerId: String?
+    public var offerRedeemed = false
+    /// StoreKit's `AppTransaction.appTransactionID`, as the app gave it.
+    public var appTransactionId: String?
 
     public init(
         orderId: String, appAccountToken: UUID, accountId: String, productId: String, quantity: Int, status: Status,
-        createdAt: Date, transactionId: String? = nil, deliveredAt: Date? = nil
+        createdAt: Date, transactionId: String? = nil, deliveredAt: Date? = nil, offerId: String? = nil,
+        offerRedeemed: Bool = false, appTransactionId: String? = nil
     ) {
+        self.offerId = offerId
+        self.offerRedeemed = offerRedeemed
+        self.appTransactionId = appTransactionId
         self.orderId = orderId
         self.appAccountToken = appAccountToken
         self.accountId = accountId
@@ -72,6 +82,8 @@ public struct AnomalyDraft: Hashable, Sendable {
         case unknownProduct = "unknown_product"
         /// A grant whose arithmetic overflows (amount × quantity, or a balance): never a crash.
         case grantOverflow = "grant_overflow"
+        /// One Apple Account (appTransactionId) on more app accounts than configured.
+        case sharedAppleId = "shared_apple_id"
     }
 
     public var kind: Kind

@@ -36,6 +36,10 @@ extension PurchaseStore {
             SELECT account_id, 's' AS kind, status AS name, auto_renew AS amount, product_id,
                    original_transaction_id, expires_at
             FROM subscriptions WHERE account_id IN (\(binds: accounts))
+            UNION ALL
+            SELECT account_id, 'g' AS kind, entitlement_id AS name, NULL AS amount, NULL AS product_id,
+                   grant_id AS original_transaction_id, expires_at
+            FROM grants WHERE account_id IN (\(binds: accounts)) AND ended_at IS NULL
             ORDER BY account_id, kind, name, original_transaction_id
             """
         ).all() {
@@ -52,6 +56,13 @@ extension PurchaseStore {
             } else if kind == "b" {
                 states[account, default: AccountState()].balances[name] = try row.decode(
                     column: "amount", as: Int64.self)
+            } else if kind == "g" {
+                states[account, default: AccountState()].entitlements.append(
+                    EntitlementRow(
+                        entitlementId: name, productId: nil,
+                        originalTransactionId: nil,
+                        expiresAt: try row.decode(column: "expires_at", as: Int64?.self).map(Date.init(milliseconds:)),
+                        grantId: try row.decode(column: "original_transaction_id", as: String.self)))
             } else {
                 states[account, default: AccountState()].entitlements.append(
                     EntitlementRow(
@@ -80,9 +91,12 @@ extension PurchaseStore {
 
     public struct EntitlementRow: Sendable, Hashable {
         public var entitlementId: String
-        public var productId: String
-        public var originalTransactionId: String
+        /// The product and subscription (or purchase) it comes from; nil for an operator grant.
+        public var productId: String?
+        public var originalTransactionId: String?
         public var expiresAt: Date?
+        /// Set for an operator grant (`source: grant`).
+        public var grantId: String? = nil
     }
 
     public func entitlements(of accountId: String) async throws -> [EntitlementRow] {

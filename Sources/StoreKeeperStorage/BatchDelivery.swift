@@ -27,6 +27,8 @@ struct BatchDelivery {
         /// when the transaction was delivered before); nil for a submitted transaction (applied
         /// with a new delivery).
         var event: SubscriptionEvent? = nil
+        /// More accounts than this on one Apple Account (appTransactionId): `shared_apple_id`.
+        var sharedAppleIdLimit = OfferStore.defaultSharedAppleIdLimit
     }
 
     struct EntitlementKey: Hashable {
@@ -120,6 +122,7 @@ struct BatchDelivery {
         // MARK: Plan in order, against the overlay.
         var results: [PurchaseStore.DeliveryResult] = []
         var newDeliveries: [(DeliveryPlanner.Delivery, String, String, Int64)] = []  // + original id, environment, at
+        var offerFacts: [OfferStore.DeliveredFacts] = []
         var revenue: [Revenue] = []  // one per new delivery, in the same order
         var ledger: [(LedgerEntry, Int64)] = []
         var outbox: [(String, Int64)] = []
@@ -213,6 +216,10 @@ struct BatchDelivery {
                         periods: &paidPeriods, sql: sql))
                 let environment = transaction.environment?.rawValue ?? "Production"
                 newDeliveries.append((delivery, originalId, environment, item.now.milliseconds))
+                offerFacts.append(
+                    OfferStore.DeliveredFacts(
+                        transaction: transaction, delivery: delivery, limit: item.sharedAppleIdLimit,
+                        at: item.now.milliseconds))
                 outbox.append(
                     (PurchaseStore.outboxPayload(delivery, environment: environment), item.now.milliseconds))
             }
@@ -238,12 +245,14 @@ struct BatchDelivery {
             var insert = sql.insert(into: "deliveries").columns(
                 "transaction_id", "original_transaction_id", "account_id", "order_id", "product_id", "quantity",
                 "environment", "delivered_at", "price_milli", "currency", "proceeds_percent", "period_start",
-                "period_end")
-            for ((delivery, originalId, environment, at), money) in zip(newDeliveries, revenue) {
+                "period_end", "offer_type", "offer_identifier", "offer_source")
+            for (((delivery, originalId, environment, at), money), facts) in zip(zip(newDeliveries, revenue), offerFacts)
+            {
+                let offer = OfferStore.offerColumns(facts.transaction)
                 insert = insert.values([
                     delivery.transactionId, originalId, delivery.accountId, delivery.orderId, delivery.productId,
                     delivery.quantity, environment, at, money.price, money.currency, money.percent, money.periodStart,
-                    money.periodEnd,
+                    money.periodEnd, offer.type, offer.identifier, offer.source,
                 ])
             }
             inserts.append(insert.insert)
@@ -274,6 +283,7 @@ struct BatchDelivery {
             try await PurchaseStore.apply(plan, transaction: transaction, context: context, sql: sql, now: now)
         }
         try await SubscriptionStore.apply(subscriptionWrites, sql: sql)
+        try await OfferStore.record(offerFacts, sql: sql)
         if !newSubscriptions.isEmpty {
             // Notifications held for want of an account (a subscription bought while the
             // server was down, an offer code redeemed outside the app) apply now that one

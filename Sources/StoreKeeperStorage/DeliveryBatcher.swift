@@ -37,8 +37,12 @@ final class DeliveryBatcher: Sendable {
     let maxConcurrentBatches: Int
     private let state = Mutex(State())
 
-    init(database: Database, maxBatch: Int = 128) {
+    /// More accounts than this on one Apple Account: `shared_apple_id` (`offers.sharedAppleIdAccounts`).
+    let sharedAppleIdLimit: Int
+
+    init(database: Database, maxBatch: Int = 128, sharedAppleIdLimit: Int = OfferStore.defaultSharedAppleIdLimit) {
         self.database = database
+        self.sharedAppleIdLimit = sharedAppleIdLimit
         self.maxBatch = maxBatch
         self.maxConcurrentBatches = database.kind == .postgres ? 2 : 1
     }
@@ -81,7 +85,7 @@ final class DeliveryBatcher: Sendable {
             BatchDelivery.Item(
                 transaction: $0.transaction, submittingAccount: $0.submittingAccount,
                 requestedOrderId: $0.requestedOrderId, catalog: $0.catalog, policy: $0.policy, evidence: $0.evidence,
-                now: $0.now)
+                now: $0.now, sharedAppleIdLimit: sharedAppleIdLimit)
         }
         let results: [PurchaseStore.DeliveryResult]
         do {
@@ -119,7 +123,7 @@ final class DeliveryBatcher: Sendable {
                 BatchDelivery.Item(
                     transaction: request.transaction, submittingAccount: request.submittingAccount,
                     requestedOrderId: request.requestedOrderId, catalog: request.catalog, policy: request.policy,
-                    evidence: request.evidence, now: request.now))
+                    evidence: request.evidence, now: request.now, sharedAppleIdLimit: sharedAppleIdLimit))
             request.continuation.resume(returning: result)
         } catch {
             request.continuation.resume(throwing: error)

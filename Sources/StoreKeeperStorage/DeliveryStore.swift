@@ -45,7 +45,7 @@ extension PurchaseStore {
 
     static func apply(
         _ plan: DeliveryPlanner.Plan, transaction: JWSTransactionDecodedPayload, context: DeliveryPlanner.Context,
-        sql: any SQLDatabase, now: Date
+        sql: any SQLDatabase, now: Date, sharedAppleIdLimit: Int = OfferStore.defaultSharedAppleIdLimit
     ) async throws {
         let at = now.milliseconds
         let originalId = transaction.originalTransactionId ?? transaction.transactionId ?? ""
@@ -55,19 +55,22 @@ extension PurchaseStore {
                 transaction, originalId: originalId,
                 isAutoRenewable: context.catalog.product(delivery.productId)?.type == .autoRenewable, periods: &periods,
                 sql: sql)
+            let offer = OfferStore.offerColumns(transaction)
             // The exactly-once key: a second insert of this transactionId fails and rolls back.
             try await sql.raw(
                 """
                 INSERT INTO deliveries (transaction_id, original_transaction_id, account_id, order_id, product_id, quantity,
                                         environment, delivered_at, price_milli, currency, proceeds_percent,
-                                        period_start, period_end)
+                                        period_start, period_end, offer_type, offer_identifier, offer_source)
                 VALUES (\(bind: delivery.transactionId), \(bind: originalId), \(bind: delivery.accountId),
                         \(bind: delivery.orderId), \(bind: delivery.productId), \(bind: delivery.quantity),
                         \(bind: transaction.environment?.rawValue ?? "Production"), \(bind: at), \(bind: money.price),
                         \(bind: money.currency), \(bind: money.percent), \(bind: money.periodStart),
-                        \(bind: money.periodEnd))
+                        \(bind: money.periodEnd), \(bind: offer.type), \(bind: offer.identifier), \(bind: offer.source))
                 """
             ).run()
+            try await OfferStore.record(
+                [.init(transaction: transaction, delivery: delivery, limit: sharedAppleIdLimit, at: at)], sql: sql)
         }
         if let order = plan.order {
             try await sql.raw(

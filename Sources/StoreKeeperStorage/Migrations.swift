@@ -305,6 +305,84 @@ public enum Migrations {
                 "ALTER TABLE deliveries ADD COLUMN refund_removed_expires_at BIGINT",
             ]
         ),
+        (
+            13,
+            [
+                // Offers (issue 14): the promotional offer an order was signed for (its nonce
+                // single-use), the transaction that redeemed it, and the app's appTransactionId.
+                "ALTER TABLE orders ADD COLUMN offer_id TEXT",
+                "ALTER TABLE orders ADD COLUMN offer_nonce TEXT",
+                "ALTER TABLE orders ADD COLUMN offer_redeemed_transaction_id TEXT",
+                "ALTER TABLE orders ADD COLUMN app_transaction_id TEXT",
+                "CREATE UNIQUE INDEX orders_offer_nonce ON orders (offer_nonce)",
+                // What Apple signed about the offer of a delivered transaction; offer_source says
+                // whose it was: 'order' (signed by us for the order it paid), 'not_signed_here'
+                // (a promotional offer we did not sign for that order), 'apple' (introductory,
+                // offer code, win-back: Apple's decision).
+                "ALTER TABLE deliveries ADD COLUMN offer_type INTEGER",
+                "ALTER TABLE deliveries ADD COLUMN offer_identifier TEXT",
+                "ALTER TABLE deliveries ADD COLUMN offer_source TEXT",
+                "CREATE INDEX deliveries_account_offer ON deliveries (account_id, offer_type)",
+                // Which Apple Accounts (appTransactionId) each account used, and the reverse.
+                """
+                CREATE TABLE apple_accounts (
+                    app_transaction_id TEXT NOT NULL,
+                    account_id TEXT NOT NULL,
+                    first_seen_at BIGINT NOT NULL,
+                    PRIMARY KEY (app_transaction_id, account_id)
+                )
+                """,
+                "CREATE INDEX apple_accounts_account ON apple_accounts (account_id)",
+                // Operator grants: entitlement until expires_at (ended_at when revoked early).
+                """
+                CREATE TABLE grants (
+                    grant_id TEXT PRIMARY KEY,
+                    account_id TEXT NOT NULL,
+                    entitlement_id TEXT NOT NULL,
+                    expires_at BIGINT NOT NULL,
+                    created_at BIGINT NOT NULL,
+                    ended_at BIGINT,
+                    note TEXT NOT NULL
+                )
+                """,
+                "CREATE INDEX grants_account ON grants (account_id, expires_at)",
+                // Renewal-date extensions asked of Apple: one request identifier for every retry.
+                """
+                CREATE TABLE extensions (
+                    request_id TEXT PRIMARY KEY,
+                    original_transaction_id TEXT,
+                    product_id TEXT,
+                    account_id TEXT,
+                    days INTEGER NOT NULL,
+                    reason TEXT NOT NULL,
+                    note TEXT NOT NULL,
+                    status TEXT NOT NULL,
+                    created_at BIGINT NOT NULL,
+                    completed_at BIGINT,
+                    effective_date BIGINT,
+                    succeeded_count INTEGER,
+                    failed_count INTEGER,
+                    error TEXT
+                )
+                """,
+                "CREATE INDEX extensions_subscription ON extensions (original_transaction_id, created_at)",
+                // Apple's Get Retention Message requests, once each, with the answer given.
+                """
+                CREATE TABLE retention_requests (
+                    request_identifier TEXT PRIMARY KEY,
+                    original_transaction_id TEXT NOT NULL,
+                    account_id TEXT,
+                    product_id TEXT NOT NULL,
+                    rule_name TEXT,
+                    holdout INTEGER NOT NULL,
+                    answer TEXT NOT NULL,
+                    environment TEXT,
+                    received_at BIGINT NOT NULL
+                )
+                """,
+                "CREATE INDEX retention_requests_rule ON retention_requests (rule_name, received_at)",
+            ]
+        ),
     ]
 
     /// Applies every migration not yet applied, each in its own transaction. Safe to run from

@@ -48,7 +48,8 @@ enum NotificationApplier {
             return BatchDelivery.Item(
                 transaction: transaction, submittingAccount: nil, requestedOrderId: nil, catalog: settings.catalog,
                 policy: settings.policy, evidence: .device, now: now,
-                event: product?.type == .autoRenewable ? record.subscriptionEvent : nil)
+                event: product?.type == .autoRenewable ? record.subscriptionEvent : nil,
+                sharedAppleIdLimit: settings.sharedAppleIdLimit)
         }
         precondition(items.count == records.count, "NotificationPlanner delivers only what has a transaction")
         let results = try await BatchDelivery.run(items, sql: sql, combineWrites: combineWrites)

@@ -120,6 +120,8 @@ public struct NotificationStore: Sendable {
         /// Reads a stored `signedPayload` back (it was verified when it was accepted; the raw
         /// notification is what is kept, nothing decoded beside it).
         public var read: @Sendable (String) throws -> NotificationRecord
+        /// More accounts than this on one Apple Account: `shared_apple_id`.
+        public var sharedAppleIdLimit = OfferStore.defaultSharedAppleIdLimit
 
         public init(
             catalog: Catalog, policy: OwnershipPolicy, consumptionEnabled: Bool,

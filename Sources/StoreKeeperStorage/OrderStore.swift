@@ -16,12 +16,14 @@ extension PurchaseStore {
     /// unpaid orders created within `ttl` (cancelled and expired orders are not open).
     public func createOrder(
         accountId: String, productId: String, quantity: Int, maxOpen: Int? = nil, ttl: TimeInterval = 24 * 3600,
-        now: Date
+        appAccountToken: UUID = UUID(), offerId: String? = nil, offerNonce: UUID? = nil,
+        appTransactionId: String? = nil, now: Date
     ) async throws -> Order {
         let order = Order(
-            orderId: UUID().uuidString.lowercased(), appAccountToken: UUID(), accountId: accountId,
+            orderId: UUID().uuidString.lowercased(), appAccountToken: appAccountToken, accountId: accountId,
             productId: productId,
-            quantity: quantity, status: .created, createdAt: now)
+            quantity: quantity, status: .created, createdAt: now, offerId: offerId, appTransactionId: appTransactionId)
+        let limit = sharedAppleIdLimit
         let cutoff = now.addingTimeInterval(-ttl).milliseconds
         try await database.transaction { sql in
             if let maxOpen {
@@ -36,11 +38,17 @@ extension PurchaseStore {
             }
             try await sql.raw(
                 """
-                INSERT INTO orders (order_id, app_account_token, account_id, product_id, quantity, status, created_at)
+                INSERT INTO orders (order_id, app_account_token, account_id, product_id, quantity, status, created_at,
+                                    offer_id, offer_nonce, app_transaction_id)
                 VALUES (\(bind: order.orderId), \(bind: order.appAccountToken.uuidString.lowercased()), \(bind: accountId),
-                        \(bind: productId), \(bind: quantity), \(bind: order.status.rawValue), \(bind: now.milliseconds))
+                        \(bind: productId), \(bind: quantity), \(bind: order.status.rawValue), \(bind: now.milliseconds),
+                        \(bind: offerId), \(bind: offerNonce?.uuidString.lowercased()), \(bind: appTransactionId))
                 """
             ).run()
+            if let appTransactionId {
+                try await OfferStore.noteAppleAccount(
+                    appTransactionId, account: accountId, limit: limit, sql: sql, at: now.milliseconds)
+            }
         }
         return order
     }
@@ -79,6 +87,9 @@ extension PurchaseStore {
             status: Order.Status(rawValue: try row.decode(column: "status", as: String.self)) ?? .failed,
             createdAt: Date(milliseconds: try row.decode(column: "created_at", as: Int64.self)),
             transactionId: try row.decode(column: "transaction_id", as: String?.self),
-            deliveredAt: try row.decode(column: "delivered_at", as: Int64?.self).map(Date.init(milliseconds:)))
+            deliveredAt: try row.decode(column: "delivered_at", as: Int64?.self).map(Date.init(milliseconds:)),
+            offerId: try row.decode(column: "offer_id", as: String?.self),
+            offerRedeemed: try row.decode(column: "offer_redeemed_transaction_id", as: String?.self) != nil,
+            appTransactionId: try row.decode(column: "app_transaction_id", as: String?.self))
     }
 }

@@ -12,10 +12,13 @@ public struct PurchaseStore: Sendable {
     public let database: Database
     let batcher: DeliveryBatcher
 
-    public init(database: Database) {
+    public init(database: Database, sharedAppleIdLimit: Int = OfferStore.defaultSharedAppleIdLimit) {
         self.database = database
-        self.batcher = DeliveryBatcher(database: database)
+        self.batcher = DeliveryBatcher(database: database, sharedAppleIdLimit: sharedAppleIdLimit)
     }
+
+    /// More accounts than this on one Apple Account (appTransactionId) raise `shared_apple_id`.
+    public var sharedAppleIdLimit: Int { batcher.sharedAppleIdLimit }
 
     public struct DeliveryResult: Sendable {
         public var plan: DeliveryPlanner.Plan

@@ -63,7 +63,8 @@ extension PurchaseStore {
                 [
                     BatchDelivery.Item(
                         transaction: transaction, submittingAccount: nil, requestedOrderId: nil, catalog: catalog,
-                        policy: policy, evidence: .device, now: now, event: event)
+                        policy: policy, evidence: .device, now: now, event: event,
+                        sharedAppleIdLimit: sharedAppleIdLimit)
                 ], sql: sql, combineWrites: false)[0]
         }
     }

@@ -25,21 +25,26 @@ enum SubscriptionStore {
         for row in try await sql.raw(
             "SELECT * FROM subscriptions WHERE original_transaction_id IN (\(binds: originals))"
         ).all() {
-            let original = try row.decode(column: "original_transaction_id", as: String.self)
-            var state = SubscriptionState(
-                originalTransactionId: original, productId: try row.decode(column: "product_id", as: String.self),
-                status: SubscriptionStatus(rawValue: try row.decode(column: "status", as: String.self)) ?? .expired,
-                expiresAt: try row.decode(column: "expires_at", as: Int64?.self).map(Date.init(milliseconds:)),
-                autoRenew: try row.decode(column: "auto_renew", as: Int64.self) != 0,
-                signedDate: Date(milliseconds: try row.decode(column: "signed_at", as: Int64.self)))
-            state.nextProductId = try row.decode(column: "next_product_id", as: String?.self)
-            state.gracePeriodEndsAt = try row.decode(column: "grace_ends_at", as: Int64?.self).map(
-                Date.init(milliseconds:))
-            state.latestTransactionId = try row.decode(column: "latest_transaction_id", as: String?.self)
-            state.revokedTransactionId = try row.decode(column: "revoked_transaction_id", as: String?.self)
-            states[original] = state
+            let state = try decodeState(row)
+            states[state.originalTransactionId] = state
         }
         return states
+    }
+
+    static func decodeState(_ row: any SQLRow) throws -> SubscriptionState {
+        var state = SubscriptionState(
+            originalTransactionId: try row.decode(column: "original_transaction_id", as: String.self),
+            productId: try row.decode(column: "product_id", as: String.self),
+            status: SubscriptionStatus(rawValue: try row.decode(column: "status", as: String.self)) ?? .expired,
+            expiresAt: try row.decode(column: "expires_at", as: Int64?.self).map(Date.init(milliseconds:)),
+            autoRenew: try row.decode(column: "auto_renew", as: Int64.self) != 0,
+            signedDate: Date(milliseconds: try row.decode(column: "signed_at", as: Int64.self)))
+        state.nextProductId = try row.decode(column: "next_product_id", as: String?.self)
+        state.gracePeriodEndsAt = try row.decode(column: "grace_ends_at", as: Int64?.self).map(
+            Date.init(milliseconds:))
+        state.latestTransactionId = try row.decode(column: "latest_transaction_id", as: String?.self)
+        state.revokedTransactionId = try row.decode(column: "revoked_transaction_id", as: String?.self)
+        return state
     }
 
     /// Saves the states and applies their effects, in order: entitlements follow each

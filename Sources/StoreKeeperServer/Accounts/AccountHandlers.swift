@@ -19,10 +19,15 @@ extension StoreKeeperApp {
     func account(_ accountId: String, state: PurchaseStore.AccountState? = nil) async throws -> AccountJSON {
         let now = Date()
         let state = if let state { state } else { try await store.account(accountId) }
-        let entitlements = state.entitlements.map {
-            AccountJSON.Entitlement(
-                id: $0.entitlementId, active: $0.expiresAt.map { $0 > now } ?? true, productId: $0.productId,
-                expiresAt: $0.expiresAt.map(Self.iso), originalTransactionId: $0.originalTransactionId)
+        let entitlements = state.entitlements.map { row in
+            let source =
+                row.grantId != nil
+                ? "grant"
+                : catalog.product(row.productId ?? "")?.type == .autoRenewable ? "subscription" : "purchase"
+            return AccountJSON.Entitlement(
+                id: row.entitlementId, active: row.expiresAt.map { $0 > now } ?? true, productId: row.productId,
+                expiresAt: row.expiresAt.map(Self.iso), originalTransactionId: row.originalTransactionId, source: source,
+                grantId: row.grantId)
         }
         return AccountJSON(
             accountId: accountId, entitlements: entitlements, balances: state.balances,

@@ -9,9 +9,12 @@ struct AccountJSON: Encodable {
     struct Entitlement: Encodable {
         var id: String
         var active: Bool
-        var productId: String
+        var productId: String?
         var expiresAt: String?
-        var originalTransactionId: String
+        var originalTransactionId: String?
+        /// `purchase`, `subscription` or `grant` (API.md).
+        var source: String
+        var grantId: String?
     }
 
     struct Subscription: Encodable {

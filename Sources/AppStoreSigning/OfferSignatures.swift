@@ -1,0 +1,141 @@
+import Crypto
+import Foundation
+
+/// Signing what StoreKit takes to apply an offer, with the In-App Purchase key
+/// (`../spec/offers.md` §1–2): the V1 promotional-offer signature and the V2 signed JWS
+/// requests (`promotional-offer`, `introductory-offer-eligibility`).
+public struct OfferSigner: Sendable {
+    public let key: P256.Signing.PrivateKey
+    public let keyId: String
+    public let issuerId: String
+    public let bundleId: String
+
+    public init(privateKeyPEM: String, keyId: String, issuerId: String, bundleId: String) throws {
+        self.key = try P256.Signing.PrivateKey(pemRepresentation: privateKeyPEM)
+        self.keyId = keyId
+        self.issuerId = issuerId
+        self.bundleId = bundleId
+    }
+
+    /// A V1 signature's fields, as StoreKit's `promotionalOffer(offerID:keyID:nonce:signature:timestamp:)` takes them.
+    public struct V1: Sendable, Hashable {
+        public var keyId: String
+        public var nonce: UUID
+        /// Milliseconds since 1970.
+        public var timestamp: Int64
+        /// Base64 of the DER ECDSA signature.
+        public var signature: String
+    }
+
+    /// The seven fields joined by U+2063 (§1): bundle, key id, product, offer, token (lower
+    /// case; empty when absent), nonce (lower case), timestamp in ms.
+    public static func v1Payload(
+        bundleId: String, keyId: String, productId: String, offerId: String, appAccountToken: String?, nonce: UUID,
+        timestamp: Int64
+    ) -> String {
+        [
+            bundleId, keyId, productId, offerId, appAccountToken?.lowercased() ?? "", nonce.uuidString.lowercased(),
+            String(timestamp),
+        ].joined(separator: "\u{2063}")
+    }
+
+    public func signV1(
+        productId: String, offerId: String, appAccountToken: UUID?, nonce: UUID, timestamp: Int64
+    ) throws -> V1 {
+        let payload = Self.v1Payload(
+            bundleId: bundleId, keyId: keyId, productId: productId, offerId: offerId,
+            appAccountToken: appAccountToken?.uuidString, nonce: nonce, timestamp: timestamp)
+        let signature = try key.signature(for: Array(payload.utf8))
+        return V1(
+            keyId: keyId, nonce: nonce, timestamp: timestamp, signature: signature.derRepresentation.base64EncodedString())
+    }
+
+    /// The V2 JWS (§2): header `alg` ES256, `kid`, `typ` JWT; claims `iss`, `iat` (seconds, no
+    /// `exp`), `aud`, `bid`, `nonce` plus the feature's claims.
+    public func signV2(audience: String, nonce: UUID, issuedAt: Date, claims: [String: Any]) throws -> String {
+        var payload = claims
+        payload["iss"] = issuerId
+        payload["iat"] = Int64(issuedAt.timeIntervalSince1970)
+        payload["aud"] = audience
+        payload["bid"] = bundleId
+        payload["nonce"] = nonce.uuidString.lowercased()
+        let header = try JSONSerialization.data(
+            withJSONObject: ["alg": "ES256", "kid": keyId, "typ": "JWT"], options: [.sortedKeys])
+        let body = try JSONSerialization.data(withJSONObject: payload, options: [.sortedKeys, .withoutEscapingSlashes])
+        let input = JWSSigner.base64URL(header) + "." + JWSSigner.base64URL(body)
+        let signature = try key.signature(for: Array(input.utf8))
+        return input + "." + JWSSigner.base64URL(signature.rawRepresentation)
+    }
+
+    /// `promotional-offer`: `productId`, `offerIdentifier`, and `transactionId` when known.
+    public func promotionalOfferJWS(
+        productId: String, offerId: String, transactionId: String?, nonce: UUID, issuedAt: Date
+    ) throws -> String {
+        var claims: [String: Any] = ["productId": productId, "offerIdentifier": offerId]
+        if let transactionId { claims["transactionId"] = transactionId }
+        return try signV2(audience: "promotional-offer", nonce: nonce, issuedAt: issuedAt, claims: claims)
+    }
+
+    /// `introductory-offer-eligibility`: `productId`, `allowIntroductoryOffer`, `transactionId`.
+    public func introductoryEligibilityJWS(
+        productId: String, allowed: Bool, transactionId: String, nonce: UUID, issuedAt: Date
+    ) throws -> String {
+        try signV2(
+            audience: "introductory-offer-eligibility", nonce: nonce, issuedAt: issuedAt,
+            claims: ["productId": productId, "allowIntroductoryOffer": allowed, "transactionId": transactionId])
+    }
+}
+
+/// Checking offer signatures as the App Store does (the local App Store), against the public
+/// half of the In-App Purchase key it issued.
+public struct OfferSignatureChecker: Sendable {
+    public let keys: [String: P256.Signing.PublicKey]
+
+    public init(keys: [String: P256.Signing.PublicKey]) { self.keys = keys }
+
+    /// The claims of a V2 JWS whose ES256 signature checks out under the key its `kid` names.
+    public struct V2Claims: Decodable, Sendable, Hashable {
+        public var iss: String?
+        public var iat: Int64?
+        public var exp: Int64?
+        public var aud: String?
+        public var bid: String?
+        public var nonce: String?
+        public var productId: String?
+        public var offerIdentifier: String?
+        public var transactionId: String?
+        public var allowIntroductoryOffer: Bool?
+        /// Set from the header, not the payload.
+        public var keyId: String?
+    }
+
+    public func verifyV1(_ payload: String, keyId: String, signatureBase64: String) -> Bool {
+        guard let key = keys[keyId], let der = Data(base64Encoded: signatureBase64),
+            let signature = try? P256.Signing.ECDSASignature(derRepresentation: der)
+        else { return false }
+        return key.isValidSignature(signature, for: Array(payload.utf8))
+    }
+
+    /// The claims of a V2 JWS whose header is ES256 with a known `kid` and whose signature
+    /// verifies; nil otherwise.
+    public func verifyV2(_ jws: String) -> V2Claims? {
+        let parts = jws.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, jws.utf8.count <= 16_384,
+            let headerData = Self.base64URLDecode(parts[0]), let payloadData = Self.base64URLDecode(parts[1]),
+            let signatureData = Self.base64URLDecode(parts[2]),
+            let header = try? JSONSerialization.jsonObject(with: headerData) as? [String: Any],
+            header["alg"] as? String == "ES256", let kid = header["kid"] as? String, let key = keys[kid],
+            let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureData),
+            key.isValidSignature(signature, for: Array("\(parts[0]).\(parts[1])".utf8)),
+            var claims = try? JSONDecoder().decode(V2Claims.self, from: payloadData)
+        else { return nil }
+        claims.keyId = kid
+        return claims
+    }
+
+    static func base64URLDecode(_ text: Substring) -> Data? {
+        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while base64.count % 4 != 0 { base64 += "=" }
+        return Data(base64Encoded: base64)
+    }
+}

@@ -1,0 +1,161 @@
+import AppStoreModels
+import Foundation
+import SQLKit
+import StoreKeeperCatalog
+import StoreKeeperCore
+
+/// Offers on the database: what Apple signed about each delivered transaction's offer, the
+/// order a signed offer was for, and which Apple Accounts (appTransactionId) each account used.
+public enum OfferStore {
+    /// More app accounts than this on one Apple Account raise `shared_apple_id`.
+    public static let defaultSharedAppleIdLimit = 3
+
+    /// A transaction delivered in this database transaction, for the offer and Apple Account facts.
+    struct DeliveredFacts {
+        var transaction: JWSTransactionDecodedPayload
+        var delivery: DeliveryPlanner.Delivery
+        var limit: Int
+        var at: Int64
+    }
+
+    /// The deliveries row's offer columns: Apple's `offerType` and `offerIdentifier`; whose
+    /// offer it was is 'apple' for introductory, offer-code and win-back offers, and settled
+    /// by `record` for promotional ones (ours for the order, or not).
+    static func offerColumns(_ transaction: JWSTransactionDecodedPayload) -> (
+        type: Int?, identifier: String?, source: String?
+    ) {
+        guard let type = transaction.offerType else { return (nil, nil, nil) }
+        return (Int(type.rawValue), transaction.offerIdentifier, type == .promotionalOffer ? nil : "apple")
+    }
+
+    /// After a batch's deliveries are inserted: links promotional-offer redemptions to the
+    /// order they were signed for, and records the Apple Accounts seen (raising
+    /// `shared_apple_id` past the limit). Rare work only: nothing for a plain purchase by a
+    /// known Apple Account but one insert.
+    static func record(_ facts: [DeliveredFacts], sql: any SQLDatabase) async throws {
+        for fact in facts where fact.transaction.offerType == .promotionalOffer {
+            var source = "not_signed_here"
+            if let orderId = fact.delivery.orderId, let offerId = fact.transaction.offerIdentifier {
+                let signed = try await sql.raw(
+                    "SELECT offer_id FROM orders WHERE order_id = \(bind: orderId)"
+                ).first()?.decode(column: "offer_id", as: String?.self)
+                if signed == offerId {
+                    source = "order"
+                    try await sql.raw(
+                        """
+                        UPDATE orders SET offer_redeemed_transaction_id = \(bind: fact.delivery.transactionId)
+                        WHERE order_id = \(bind: orderId)
+                        """
+                    ).run()
+                }
+            }
+            try await sql.raw(
+                "UPDATE deliveries SET offer_source = \(bind: source) WHERE transaction_id = \(bind: fact.delivery.transactionId)"
+            ).run()
+        }
+        var pairs: [String: (account: String, limit: Int, at: Int64)] = [:]
+        for fact in facts {
+            guard let appTransactionId = fact.transaction.appTransactionId, !appTransactionId.isEmpty else { continue }
+            pairs["\(appTransactionId)\u{0}\(fact.delivery.accountId)"] = (fact.delivery.accountId, fact.limit, fact.at)
+        }
+        for (key, value) in pairs {
+            let appTransactionId = String(key.prefix { $0 != "\u{0}" })
+            try await noteAppleAccount(
+                appTransactionId, account: value.account, limit: value.limit, sql: sql, at: value.at)
+        }
+    }
+
+    /// Records that `account` used the Apple Account `appTransactionId`; the first time, if the
+    /// Apple Account is now on more than `limit` accounts, raises `shared_apple_id`.
+    static func noteAppleAccount(
+        _ appTransactionId: String, account: String, limit: Int, sql: any SQLDatabase, at: Int64
+    ) async throws {
+        let inserted = try await sql.raw(
+            """
+            INSERT INTO apple_accounts (app_transaction_id, account_id, first_seen_at)
+            VALUES (\(bind: appTransactionId), \(bind: account), \(bind: at))
+            ON CONFLICT (app_transaction_id, account_id) DO NOTHING RETURNING account_id
+            """
+        ).first()
+        guard inserted != nil else { return }
+        let accounts = try await sql.raw(
+            """
+            SELECT account_id FROM apple_accounts WHERE app_transaction_id = \(bind: appTransactionId)
+            ORDER BY first_seen_at, account_id LIMIT 50
+            """
+        ).all().map { try $0.decode(column: "account_id", as: String.self) }
+        guard accounts.count > limit else { return }
+        try await PurchaseStore.insertAnomaly(
+            AnomalyDraft(
+                kind: .sharedAppleId, transactionId: nil, orderId: nil, accountId: account,
+                detail:
+                    "Apple Account (appTransactionId \(appTransactionId)) used by \(accounts.count)\(accounts.count == 50 ? "+" : "") accounts, more than \(limit): \(accounts.prefix(10).joined(separator: ", "))"
+            ), dedupeKey: "shared_apple_id|\(appTransactionId)", payload: nil, sql: sql, at: at)
+    }
+}
+
+extension PurchaseStore {
+    /// What offer eligibility reads about an account in a subscription group.
+    public struct OfferHistory: Sendable {
+        public var subscriptions: [SubscriptionState]
+        /// Apple-signed transactions of the account per promotional offer id.
+        public var redemptions: [String: Int]
+        /// Whether any Apple-signed transaction of the account in the group had an introductory offer.
+        public var hadIntroductoryOffer: Bool
+        /// The account's latest transaction in the group (for the V2 JWS `transactionId`).
+        public var latestTransactionId: String?
+    }
+
+    /// The account's subscriptions, redemptions and latest transaction in the group of
+    /// `productIds` (the group's products), in one read transaction.
+    public func offerHistory(account: String, groupProducts productIds: [String]) async throws -> OfferHistory {
+        try await database.read { sql in
+            try await Self.offerHistory(account: account, groupProducts: productIds, sql: sql)
+        }
+    }
+
+    static func offerHistory(account: String, groupProducts productIds: [String], sql: any SQLDatabase)
+        async throws -> OfferHistory
+    {
+        guard !productIds.isEmpty else {
+            return OfferHistory(subscriptions: [], redemptions: [:], hadIntroductoryOffer: false)
+        }
+        let subscriptions = try await sql.raw(
+            "SELECT * FROM subscriptions WHERE account_id = \(bind: account) AND product_id IN (\(binds: productIds))"
+        ).all().map(SubscriptionStore.decodeState)
+        var redemptions: [String: Int] = [:]
+        var hadIntro = false
+        for row in try await sql.raw(
+            """
+            SELECT offer_type, offer_identifier, COUNT(*) AS n FROM deliveries
+            WHERE account_id = \(bind: account) AND offer_type IS NOT NULL AND product_id IN (\(binds: productIds))
+            GROUP BY offer_type, offer_identifier
+            """
+        ).all() {
+            let type = try row.decode(column: "offer_type", as: Int.self)
+            let count = try row.decode(column: "n", as: Int.self)
+            if type == 1 { hadIntro = true }
+            if type == 2, let id = try row.decode(column: "offer_identifier", as: String?.self) {
+                redemptions[id, default: 0] += count
+            }
+        }
+        let latest = try await sql.raw(
+            """
+            SELECT transaction_id FROM deliveries
+            WHERE account_id = \(bind: account) AND product_id IN (\(binds: productIds))
+            ORDER BY delivered_at DESC, transaction_id DESC LIMIT 1
+            """
+        ).first()?.decode(column: "transaction_id", as: String.self)
+        return OfferHistory(
+            subscriptions: subscriptions, redemptions: redemptions, hadIntroductoryOffer: hadIntro,
+            latestTransactionId: latest)
+    }
+
+    /// Records that `account` used the Apple Account `appTransactionId` (an order told us).
+    public func noteAppleAccount(_ appTransactionId: String, account: String, now: Date) async throws {
+        try await database.transaction { sql in
+            try await OfferStore.noteAppleAccount(
+                appTransactionId, account: account, limit: sharedAppleIdLimit, sql: sql, at: now.milliseconds)
+        }
+    }
+}
