@@ -14,6 +14,11 @@ extension LocalAppStoreServer {
         var quantity: Int32?
         var appAccountToken: UUID?
         var askToBuy: Bool?
+        /// A promotional offer: V1 (`id`, `keyId`, `nonce`, `timestamp`, `signature`) or V2 (`id`, `jws`).
+        var offer: LocalAppStore.OfferRequest?
+        /// An introductory-offer eligibility JWS.
+        var introductoryOfferEligibility: String?
+        var winBackOfferId: String?
     }
 
     struct PurchaseReply: Codable {
@@ -59,7 +64,10 @@ extension LocalAppStoreServer {
                 return Self.reply(
                     try await self.store.buy(
                         body.appleId, items: items, appAccountToken: body.appAccountToken,
-                        askToBuy: body.askToBuy ?? false))
+                        askToBuy: body.askToBuy ?? false,
+                        offers: .init(
+                            promotional: body.offer, introductoryEligibilityJWS: body.introductoryOfferEligibility,
+                            winBackOfferId: body.winBackOfferId)))
             }
         }
         control.post("pending/:id/approve") { _, context in
@@ -186,6 +194,10 @@ extension LocalAppStoreServer {
                 case .invalid: (.badRequest, "bad_request")
                 }
             return Self.json(ControlError(error: .init(code: code, message: error.description)), status: status)
+        } catch let refusal as LocalAppStore.OfferRefusal {
+            // StoreKit's error name, as the app would see it.
+            return Self.json(
+                ControlError(error: .init(code: refusal.code, message: refusal.message)), status: .badRequest)
         } catch let error as DecodingError {
             // The field at fault, not the decoder's internals.
             let field: String

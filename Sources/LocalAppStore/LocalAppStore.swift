@@ -24,6 +24,10 @@ public actor LocalAppStore {
     /// Faults injected through the control API.
     public var faults = Faults()
     var modificationCounter = 0
+    /// Offer nonces already redeemed (V1 and V2): each is good for one purchase.
+    var usedOfferNonces: Set<String> = []
+    /// `appleId|group` pairs that had their introductory offer.
+    var introductoryUsed: Set<String> = []
 
     public init(configuration: Configuration, pki: ApplePKI, clock: StoreClock = StoreClock()) {
         self.configuration = configuration

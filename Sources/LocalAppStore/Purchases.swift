@@ -27,7 +27,8 @@ extension LocalAppStore {
     /// A customer buys `items` in one payment (several items: a merged payment, one receipt
     /// holding them all). With `askToBuy` nothing is charged until `approve`.
     public func buy(
-        _ appleId: String, items: [PurchaseItem], appAccountToken: UUID? = nil, askToBuy: Bool = false
+        _ appleId: String, items: [PurchaseItem], appAccountToken: UUID? = nil, askToBuy: Bool = false,
+        offers: PurchaseOffers = .init()
     ) throws -> PurchaseResult {
         guard !items.isEmpty else { throw StoreError.invalid("a purchase needs at least one product") }
         for item in items {
@@ -40,19 +41,29 @@ extension LocalAppStore {
             }
         }
         customer(appleId)
+        var discount: Discount?
+        if !offers.isEmpty {
+            guard items.count == 1 else { throw StoreError.invalid("an offer applies to a purchase of one product") }
+        }
+        if items.count == 1, let product = configuration.catalog.product(items[0].productId) {
+            discount = try self.discount(
+                for: product, appleId: appleId, token: appAccountToken, offers: offers, at: clock.now())
+        }
         if askToBuy {
             let id = UUID().uuidString.lowercased()
-            pending[id] = PendingPurchase(id: id, appleId: appleId, items: items, appAccountToken: appAccountToken)
+            pending[id] = PendingPurchase(
+                id: id, appleId: appleId, items: items, appAccountToken: appAccountToken, discount: discount)
             return PurchaseResult(
                 signedTransactions: [], transactions: [], receipt: try receipt(for: appleId), pendingId: id)
         }
-        return try charge(appleId, items: items, appAccountToken: appAccountToken)
+        return try charge(appleId, items: items, appAccountToken: appAccountToken, discount: discount)
     }
 
     /// A parent approves an Ask to Buy request: now the purchase happens.
     public func approve(_ pendingId: String) throws -> PurchaseResult {
         guard let request = pending.removeValue(forKey: pendingId) else { throw StoreError.unknownPending(pendingId) }
-        return try charge(request.appleId, items: request.items, appAccountToken: request.appAccountToken)
+        return try charge(
+            request.appleId, items: request.items, appAccountToken: request.appAccountToken, discount: request.discount)
     }
 
     /// A parent declines: nothing is ever charged.
@@ -60,12 +71,15 @@ extension LocalAppStore {
         guard pending.removeValue(forKey: pendingId) != nil else { throw StoreError.unknownPending(pendingId) }
     }
 
-    func charge(_ appleId: String, items: [PurchaseItem], appAccountToken: UUID?) throws -> PurchaseResult {
+    func charge(
+        _ appleId: String, items: [PurchaseItem], appAccountToken: UUID?, discount: Discount? = nil
+    ) throws -> PurchaseResult {
         let now = clock.now()
         var payloads: [JWSTransactionDecodedPayload] = []
         for item in items {
             let product = configuration.catalog.product(item.productId)!
             var payload = issue(product, quantity: item.quantity, appleId: appleId, token: appAccountToken, at: now)
+            if let discount { apply(discount, to: &payload, product: product, appleId: appleId, at: now) }
             if product.type == .autoRenewable {
                 payload = try subscribe(product, payload: payload, appleId: appleId, at: now)
             } else {

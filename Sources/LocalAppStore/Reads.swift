@@ -67,7 +67,12 @@ extension LocalAppStore {
             environment: configuration.environment,
             recentSubscriptionStartDate: transactions[subscription.originalTransactionId]?.payload.purchaseDate,
             renewalDate: subscription.expires.milliseconds, renewalPrice: price?.milliunits, currency: price?.currency,
+            eligibleWinBackOfferIds: eligibleWinBackOffers(subscription, at: now).nilIfEmpty,
             appAccountToken: subscription.appAccountToken,
             appTransactionId: customers[subscription.appleId]?.appTransactionId)
     }
+}
+
+extension Array {
+    var nilIfEmpty: Self? { isEmpty ? nil : self }
 }

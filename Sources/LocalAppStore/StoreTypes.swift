@@ -26,6 +26,8 @@ extension LocalAppStore {
         public var serverAPIKey: ServerAPIKey?
         /// The app's shared secret for verifyReceipt; nil accepts any password.
         public var sharedSecret: String?
+        /// In-App Purchase keys whose offer signatures purchases accept (default: the Server API key).
+        public var offerKeys: [ServerAPIKey]
 
         public init(
             bundleId: String = "com.example.app", appAppleId: Int64 = 1_234_567_890,
@@ -33,8 +35,9 @@ extension LocalAppStore {
             gracePeriod: TimeInterval? = 16 * 86_400, billingRetryPeriod: TimeInterval = 60 * 86_400,
             notificationURL: String? = nil, retryNotificationsInSandbox: Bool = false,
             serverAPIKey: ServerAPIKey? = nil,
-            sharedSecret: String? = nil
+            sharedSecret: String? = nil, offerKeys: [ServerAPIKey]? = nil
         ) {
+            self.offerKeys = offerKeys ?? serverAPIKey.map { [$0] } ?? []
             self.bundleId = bundleId
             self.appAppleId = appAppleId
             self.environment = environment
@@ -117,6 +120,7 @@ extension LocalAppStore {
         public var appleId: String
         public var items: [PurchaseItem]
         public var appAccountToken: UUID?
+        var discount: Discount? = nil
     }
 
     public struct PurchaseItem: Sendable, Hashable, Codable {

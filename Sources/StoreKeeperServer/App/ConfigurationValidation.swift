@@ -86,6 +86,52 @@ extension ServerConfiguration {
             }
             _ = try serverAPIPrivateKeyPEM()
         }
+        let offers = [offersIssuerId, offersKeyId, offersPrivateKeyFile]
+        if offers.contains(where: { $0 != nil }) {
+            for (key, value) in zip(["apple.offers.issuerId", "apple.offers.keyId", "apple.offers.privateKeyFile"], offers)
+            where value?.isEmpty != false {
+                throw Invalid(key: key, "is required with the other apple.offers keys")
+            }
+            _ = try offersPrivateKeyPEM()
+        }
+        guard (1...1000).contains(sharedAppleIdAccounts) else {
+            throw Invalid(key: "offers.sharedAppleIdAccounts", "must be 1…1000")
+        }
+        // Offers are signed with the In-App Purchase key: a catalog that has them (or the
+        // once-per-account intro policy) without a key would sign nothing.
+        let needsKey =
+            introductoryOffers == .oncePerAccount
+            || (catalog?.products.contains { $0.offers?.isEmpty == false } ?? false)
+            || (catalog?.retention.contains { $0.promotionalOffer != nil } ?? false)
+        if needsKey, mode == .configured, !localAppStoreEnabled, offersKeyId == nil, serverAPIKeyId == nil {
+            throw Invalid(
+                key: "apple.offers.privateKeyFile",
+                "the catalog's offers (or offers.introductoryOffers: once_per_account) need the In-App Purchase key: set apple.offers.* or apple.serverAPI.*"
+            )
+        }
+    }
+
+    /// The In-App Purchase key that signs offers: `apple.offers.*`, else `apple.serverAPI.*`.
+    func offerKey() throws -> (issuerId: String, keyId: String, pem: String)? {
+        if let pem = try offersPrivateKeyPEM(), let issuerId = offersIssuerId, let keyId = offersKeyId {
+            return (issuerId, keyId, pem)
+        }
+        if let pem = try serverAPIPrivateKeyPEM(), let issuerId = serverAPIIssuerId, let keyId = serverAPIKeyId {
+            return (issuerId, keyId, pem)
+        }
+        return nil
+    }
+
+    func offersPrivateKeyPEM() throws -> String? {
+        guard let file = offersPrivateKeyFile else { return nil }
+        guard let data = FileManager.default.contents(atPath: file) else {
+            throw Invalid(key: "apple.offers.privateKeyFile", "cannot read \(file)")
+        }
+        let pem = String(decoding: data, as: UTF8.self)
+        guard (try? P256.Signing.PrivateKey(pemRepresentation: pem)) != nil else {
+            throw Invalid(key: "apple.offers.privateKeyFile", "\(file) is not an ES256 .p8 private key (PEM)")
+        }
+        return pem
     }
 
     /// The certificates of one `apple.rootCertificates` file, or the error naming the key.

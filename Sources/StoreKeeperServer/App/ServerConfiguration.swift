@@ -73,6 +73,18 @@ public struct ServerConfiguration: Sendable {
     public var smallBusinessProgram = false
     /// A webhook event still refused after this long moves to the dead-letter list.
     public var webhookMaxAttemptHours = 72
+    /// The In-App Purchase key that signs offers (default: the `apple.serverAPI` key).
+    public var offersIssuerId: String?
+    public var offersKeyId: String?
+    public var offersPrivateKeyFile: String?
+    /// Who decides introductory offers: Apple (per Apple ID), or StoreKeeper once per account.
+    public enum IntroductoryOffers: String, Sendable {
+        case apple
+        case oncePerAccount = "once_per_account"
+    }
+    public var introductoryOffers: IntroductoryOffers = .apple
+    /// One Apple Account on more app accounts than this raises `shared_apple_id`.
+    public var sharedAppleIdAccounts = 3
 
     public init() {}
 
@@ -105,7 +117,7 @@ public struct ServerConfiguration: Sendable {
         "limits.clientRequestsPerSecond", "limits.secretRequestsPerSecond", "limits.requestTimeoutSeconds",
         "ownership.policy", "webhooks.url", "webhooks.secret", "localAppStore.enabled",
         "rejectedProofs.retentionDays", "offers.introductoryOffers", "apple.consumption.enabled",
-        "webhooks.maxAttemptHours", "apple.smallBusinessProgram",
+        "webhooks.maxAttemptHours", "apple.smallBusinessProgram", "offers.sharedAppleIdAccounts",
     ]
     /// Keys whose value is a structure read by its own parser (the inline catalog).
     static let structuredKeys = ["catalog.products", "catalog.retention"]
@@ -313,5 +325,15 @@ public struct ServerConfiguration: Sendable {
         consumptionEnabled = try source.bool("apple.consumption.enabled") ?? false
         smallBusinessProgram = try source.bool("apple.smallBusinessProgram") ?? false
         webhookMaxAttemptHours = try source.int("webhooks.maxAttemptHours") ?? webhookMaxAttemptHours
+        offersIssuerId = try source.string("apple.offers.issuerId")
+        offersKeyId = try source.string("apple.offers.keyId")
+        offersPrivateKeyFile = try source.string("apple.offers.privateKeyFile")
+        if let policy = try source.string("offers.introductoryOffers") {
+            guard let parsed = IntroductoryOffers(rawValue: policy) else {
+                throw Invalid(key: "offers.introductoryOffers", "must be apple or once_per_account")
+            }
+            introductoryOffers = parsed
+        }
+        sharedAppleIdAccounts = try source.int("offers.sharedAppleIdAccounts") ?? sharedAppleIdAccounts
     }
 }

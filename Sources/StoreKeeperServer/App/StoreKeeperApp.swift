@@ -34,6 +34,9 @@ public struct StoreKeeperApp: Sendable {
     let limiter: RateLimiter
     /// The in-process local App Store of zero-config mode.
     public let localAppStore: LocalAppStore?
+    /// Signs promotional offers and intro eligibility with the In-App Purchase key; nil when
+    /// no key is configured (validation refuses a catalog with offers then).
+    let offerSigner: OfferSigner?
     let logger: Logger
     public let metrics = ServerMetrics()
 
@@ -56,6 +59,17 @@ public struct StoreKeeperApp: Sendable {
         var localRoots: [[UInt8]]?
         let catalog = configuration.catalog ?? .demo
         let localDirectory = dataDirectory.appendingPathComponent("local-store", isDirectory: true)
+        var offerKey = try configuration.offerKey()
+        if offerKey == nil, configuration.usesLocalAppStore {
+            // The local App Store issues the In-App Purchase key, as App Store Connect would.
+            let local = try ServerAPIKeyStore.loadOrCreate(dataDirectory: localDirectory)
+            offerKey = (local.issuerId, local.keyId, local.privateKeyPEM)
+        }
+        let offerSigner = try offerKey.map {
+            try OfferSigner(
+                privateKeyPEM: $0.pem, keyId: $0.keyId, issuerId: $0.issuerId,
+                bundleId: configuration.bundleId ?? "com.example.app")
+        }
         if configuration.usesLocalAppStore {
             let pki = try PKIStore.loadOrCreate(dataDirectory: localDirectory)
             // The local App Store sends its notifications to this server, as Apple would (not
@@ -68,7 +82,14 @@ public struct StoreKeeperApp: Sendable {
                     bundleId: configuration.bundleId ?? "com.example.app",
                     appAppleId: configuration.appAppleId ?? 1_234_567_890, catalog: catalog,
                     notificationURL: configuration.port == 0
-                        ? nil : "http://\(host):\(configuration.port)/v1/notifications/apple"),
+                        ? nil : "http://\(host):\(configuration.port)/v1/notifications/apple",
+                    offerKeys: offerSigner.map {
+                        [
+                            .init(
+                                issuerId: $0.issuerId, keyId: $0.keyId,
+                                publicKeyPEM: $0.key.publicKey.pemRepresentation)
+                        ]
+                    } ?? []),
                 pki: pki)
             localRoots = pki.trustRootsDER
         }
@@ -123,7 +144,8 @@ public struct StoreKeeperApp: Sendable {
             source = LocalTransactionSource(store: localAppStore)
         }
         return StoreKeeperApp(
-            configuration: configuration, database: database, store: PurchaseStore(database: database),
+            configuration: configuration, database: database,
+            store: PurchaseStore(database: database, sharedAppleIdLimit: configuration.sharedAppleIdAccounts),
             jobs: JobStore(database: database), notifications: NotificationStore(database: database), catalog: catalog,
             transactionSource: source, appleAPI: appleAPI,
             lookupDeadline: lookupDeadline,
@@ -135,7 +157,7 @@ public struct StoreKeeperApp: Sendable {
             limiter: RateLimiter(
                 clientPerSecond: configuration.clientRequestsPerSecond,
                 secretPerSecond: configuration.secretRequestsPerSecond, clock: rateLimitClock),
-            localAppStore: localAppStore, logger: logger, trust: trust,
+            localAppStore: localAppStore, offerSigner: offerSigner, logger: logger, trust: trust,
             rejectedProofs: RejectedProofStore(database: database))
     }
 

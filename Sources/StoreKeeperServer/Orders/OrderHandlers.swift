@@ -19,6 +19,8 @@ extension StoreKeeperApp {
         var accountId: String
         var productId: String
         var quantity: Int?
+        var offerId: String?
+        var appTransactionId: String?
     }
 
     func createOrder(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
@@ -28,20 +30,93 @@ extension StoreKeeperApp {
         try caller.require(body.accountId)
         let quantity = body.quantity ?? 1
         guard (1...10).contains(quantity) else { throw APIError.badRequest("field 'quantity' must be 1…10") }
-        guard catalog.product(body.productId) != nil else {
+        guard let product = catalog.product(body.productId) else {
             throw APIError(.notFound, "unknown_product", "no product '\(body.productId.prefix(100))' in the catalog")
         }
+        if let appTransactionId = body.appTransactionId {
+            guard !appTransactionId.isEmpty, appTransactionId.count <= 64 else {
+                throw APIError.badRequest("field 'appTransactionId' must be 1…64 characters")
+            }
+            try Self.validateText(appTransactionId, field: "appTransactionId")
+        }
+        let now = Date()
+        let offers = try await offerDecision(
+            product: product, offerId: body.offerId, accountId: body.accountId,
+            appTransactionId: body.appTransactionId, now: now)
+        let token = UUID()
+        let nonce = UUID()
         let order: Order
         do {
             order = try await store.createOrder(
                 accountId: body.accountId, productId: body.productId, quantity: quantity,
-                maxOpen: configuration.maxOpenOrdersPerAccount, ttl: configuration.orderTTL, now: Date())
+                maxOpen: configuration.maxOpenOrdersPerAccount, ttl: configuration.orderTTL, appAccountToken: token,
+                offerId: offers.offer?.id, offerNonce: offers.offer == nil ? nil : nonce,
+                appTransactionId: body.appTransactionId, now: now)
         } catch let error as PurchaseStore.TooManyOpenOrders {
             throw APIError(
                 .conflict, "too_many_open_orders",
                 "the account has \(error.limit) unpaid orders; pay or let them expire before creating more")
         }
-        return try Self.json(OrderJSON(order), status: .created)
+        var json = OrderJSON(order)
+        if let offer = offers.offer, let signer = offerSigner {
+            let timestamp = Int64((now.timeIntervalSince1970 * 1000).rounded(.down))
+            let v1 = try signer.signV1(
+                productId: product.id, offerId: offer.id, appAccountToken: token, nonce: nonce, timestamp: timestamp)
+            json.offer = OrderJSON.SignedOffer(
+                id: offer.id, keyId: signer.keyId, nonce: nonce.uuidString.lowercased(), timestamp: timestamp,
+                signature: v1.signature,
+                jws: try signer.promotionalOfferJWS(
+                    productId: product.id, offerId: offer.id, transactionId: offers.transactionId, nonce: nonce,
+                    issuedAt: now))
+        }
+        if let allowed = offers.introductoryAllowed, let transactionId = offers.transactionId, let signer = offerSigner
+        {
+            json.introductoryOfferEligibility = OrderJSON.IntroductoryEligibility(
+                allowed: allowed,
+                jws: try signer.introductoryEligibilityJWS(
+                    productId: product.id, allowed: allowed, transactionId: transactionId, nonce: UUID(), issuedAt: now))
+        }
+        return try Self.json(json, status: .created)
+    }
+
+    /// What an order may carry: the promotional offer asked for (404 `unknown_offer`, 403
+    /// `offer_not_eligible` naming the rule), the once-per-account introductory decision, and
+    /// the transaction id the V2 JWS names — all decided by the core from our own records.
+    func offerDecision(
+        product: Product, offerId: String?, accountId: String, appTransactionId: String?, now: Date
+    ) async throws -> (offer: Offer?, introductoryAllowed: Bool?, transactionId: String?) {
+        var offer: Offer?
+        if let offerId {
+            try Self.validateText(offerId, field: "offerId")
+            guard let found = catalog.offer(offerId, of: product.id) else {
+                throw APIError(
+                    .notFound, "unknown_offer", "product '\(product.id)' has no offer '\(offerId.prefix(100))' in the catalog")
+            }
+            offer = found
+        }
+        let introPolicy = configuration.introductoryOffers == .oncePerAccount && product.type == .autoRenewable
+        guard offer != nil || introPolicy else { return (nil, nil, nil) }
+        guard offerSigner != nil else {
+            throw APIError(
+                .serviceUnavailable, "offers_unavailable",
+                "no In-App Purchase key is configured (apple.offers.* or apple.serverAPI.*): offers cannot be signed")
+        }
+        let history = try await store.offerHistory(
+            account: accountId, groupProducts: catalog.group(product.group ?? "").map(\.id))
+        if let offer,
+            let refusal = OfferEligibility.refusal(
+                offer,
+                history: .init(subscriptions: history.subscriptions, redemptions: history.redemptions[offer.id] ?? 0),
+                now: now)
+        {
+            throw APIError(.forbidden, "offer_not_eligible", "offer '\(offer.id)' refused by rule \(refusal)")
+        }
+        let allowed =
+            introPolicy
+            ? OfferEligibility.introductoryAllowed(
+                hadIntroductoryOffer: history.hadIntroductoryOffer, subscriptions: history.subscriptions, now: now)
+            : nil
+        return (offer, allowed, history.latestTransactionId ?? appTransactionId)
     }
 
     func getOrder(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {

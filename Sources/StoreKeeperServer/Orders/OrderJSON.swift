@@ -15,8 +15,31 @@ struct OrderJSON: Encodable {
     var createdAt: String
     var transactionId: String?
     var deliveredAt: String?
+    var offerId: String?
+    var offerRedeemed: Bool?
+    var appTransactionId: String?
+    /// Only in the 201 answer: what StoreKit needs to apply the offer.
+    var offer: SignedOffer?
+    var introductoryOfferEligibility: IntroductoryEligibility?
+
+    struct SignedOffer: Encodable {
+        var id: String
+        var keyId: String
+        var nonce: String
+        var timestamp: Int64
+        var signature: String
+        var jws: String
+    }
+
+    struct IntroductoryEligibility: Encodable {
+        var allowed: Bool
+        var jws: String
+    }
 
     init(_ order: Order) {
+        offerId = order.offerId
+        offerRedeemed = order.offerId == nil ? nil : order.offerRedeemed
+        appTransactionId = order.appTransactionId
         orderId = order.orderId
         appAccountToken = order.appAccountToken.uuidString.lowercased()
         accountId = order.accountId
