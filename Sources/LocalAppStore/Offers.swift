@@ -190,10 +190,12 @@ extension LocalAppStore {
         }
         try useNonce(uuid.uuidString.lowercased())
         if let transactionId = claims.transactionId {
-            let customer = customers[appleId]
-            let own =
-                customer?.appTransactionId == transactionId || transactions[transactionId]?.appleId == appleId
-            guard own else { throw OfferRefusal.invalidSignature("transactionId belongs to another Apple Account") }
+            // Any transaction or app transaction this store issued: whether Apple also requires
+            // the purchasing Apple Account's own is unconfirmed (offers.md §2), and an app
+            // account may name its latest transaction, made under another Apple Account.
+            let known =
+                transactions[transactionId] != nil || customers.values.contains { $0.appTransactionId == transactionId }
+            guard known else { throw OfferRefusal.invalidSignature("transactionId \(transactionId) is unknown") }
         }
     }
 

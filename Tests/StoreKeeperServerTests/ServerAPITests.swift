@@ -112,6 +112,7 @@ import Testing
         var json: [String: Any]
         var headers: HTTPFields
         var errorCode: String? { (json["error"] as? [String: Any])?["code"] as? String }
+        var errorMessage: String? { (json["error"] as? [String: Any])?["message"] as? String }
     }
 
     static func call(
