@@ -88,3 +88,87 @@ import Testing
         #expect(ISODuration(months: 1).added(to: jan31) == Date(timeIntervalSince1970: 1_772_236_800))  // 2026-02-28
     }
 }
+
+/// The catalog's offers and retention rules (API.md "Product catalog").
+@Suite struct CatalogOfferTests {
+    static let valid = """
+        products:
+          - id: pro_monthly
+            type: auto_renewable
+            group: pro
+            grants: { entitlement: pro }
+            offers:
+              - { id: comeback_50, eligible: lapsed, lapsedAtLeast: P30D, maxPerAccount: 1 }
+        retention:
+          - when: { productId: pro_monthly, sample: 0.5 }
+            promotionalOffer: { messageId: "22222222-2222-2222-2222-222222222222", offerId: comeback_50 }
+          - message: { messageId: "33333333-3333-3333-3333-333333333333" }
+          - id: season_pass
+            type: non_renewing
+            duration: P30D
+            grants: { entitlement: season }
+        """
+
+    @Test func apiMdsExampleParsesWithTheProductListedAfterTheRules() throws {
+        let catalog = try Catalog.parse(yaml: Self.valid)
+        #expect(catalog.products.map(\.id) == ["pro_monthly", "season_pass"])
+        #expect(catalog.retention.count == 2)
+        #expect(catalog.offer("comeback_50", of: "pro_monthly")?.maxPerAccount == 1)
+        #expect(catalog.retentionRuleName(1) == "rule-2")
+    }
+
+    @Test(arguments: [
+        ("offers:\n      - { id: a, eligible: sometimes }", "eligible"),
+        ("offers:\n      - { id: a, eligible: active, lapsedAtLeast: P1D }", "lapsedAtLeast needs"),
+        ("offers:\n      - { id: a, eligible: lapsed, maxPerAccount: 0 }", "maxPerAccount"),
+        ("offers:\n      - { id: a, eligible: lapsed }\n      - { id: a, eligible: active }", "used twice"),
+    ])
+    func badOffersAreRefusedNamingTheProblem(offers: String, expected: String) {
+        let yaml = """
+            products:
+              - id: pro
+                type: auto_renewable
+                group: g
+                grants: { entitlement: pro }
+                \(offers)
+            """
+        #expect {
+            _ = try Catalog.parse(yaml: yaml)
+        } throws: { error in
+            "\(error)".contains(expected)
+        }
+    }
+
+    @Test(arguments: [
+        ("- { message: { messageId: not-a-uuid } }", "UUID"),
+        ("- { when: { sample: 2 }, message: { messageId: \"33333333-3333-3333-3333-333333333333\" } }", "sample"),
+        ("- { promotionalOffer: { messageId: \"33333333-3333-3333-3333-333333333333\", offerId: none } }", "no product has"),
+        ("- { when: { productId: coins }, message: { messageId: \"33333333-3333-3333-3333-333333333333\" } }", "not an auto_renewable"),
+        ("- { alternateProduct: { messageId: \"33333333-3333-3333-3333-333333333333\", productId: coins } }", "not an auto_renewable"),
+        ("- { }", "exactly one"),
+    ])
+    func badRetentionRulesAreRefused(rule: String, expected: String) {
+        let yaml = """
+            products:
+              - { id: pro, type: auto_renewable, group: g, grants: { entitlement: pro } }
+              - { id: coins, type: consumable, grants: { currency: c, amount: 1 } }
+            retention:
+              \(rule)
+            """
+        #expect {
+            _ = try Catalog.parse(yaml: yaml)
+        } throws: { error in
+            "\(error)".contains(expected)
+        }
+    }
+
+    @Test func offersOnAOneTimeProductAreRefused() {
+        #expect(throws: CatalogError.self) {
+            _ = try Catalog.parse(
+                yaml: """
+                    products:
+                      - { id: c, type: consumable, grants: { currency: c, amount: 1 }, offers: [{ id: a, eligible: lapsed }] }
+                    """)
+        }
+    }
+}
