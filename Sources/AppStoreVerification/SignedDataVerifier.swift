@@ -148,6 +148,17 @@ public final class SignedDataVerifier: Sendable {
         return verified
     }
 
+    /// A Retention Messaging request (`Get Retention Message`): signature, chain,
+    /// `appAppleId` in Production, `environment` — as Apple's `verifyAndDecodeRealtimeRequest`.
+    public func verifyRealtimeRequest(_ signedPayload: String) async throws -> DecodedRealtimeRequestBody {
+        let payload = try await verifySignedPayload(signedPayload, as: DecodedRealtimeRequestBody.self) {
+            $0.signedDate
+        }
+        try checkApp(payload.appAppleId, environment: payload.environment)
+        try checkEnvironment(payload.environment)
+        return payload
+    }
+
     /// A notification this server verified when it accepted it, read back from its own
     /// database: decoded, **not verified** — never for anything that came from outside.
     public static func decodeVerifiedEarlier(notification signedPayload: String) throws -> VerifiedNotification {

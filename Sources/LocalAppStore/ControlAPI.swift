@@ -31,6 +31,7 @@ extension LocalAppStoreServer {
     struct Refund: Codable { var percentage: Int32? }
     struct Change: Codable { var productId: String }
     struct Billing: Codable { var fails: Bool }
+    struct CancelFlow: Codable { var locale: String? }
     struct Advance: Codable { var seconds: Double }
     struct NotificationItem: Codable {
         var notificationUUID: String?
@@ -101,6 +102,11 @@ extension LocalAppStoreServer {
             try await self.control {
                 let id = context.parameters.get("id") ?? ""
                 switch context.parameters.get("action") ?? "" {
+                case "cancel-flow":
+                    // The customer taps Cancel: Apple asks the realtime URL (700 ms), else the default.
+                    let body = try? await request.decode(as: CancelFlow.self, context: context)
+                    return Self.json(
+                        try await self.retentionCaller.cancelFlow(id, locale: body?.locale ?? "en-US"))
                 case "cancel": try await self.store.setAutoRenew(id, false)
                 case "resume": try await self.store.setAutoRenew(id, true)
                 case "change":

@@ -72,7 +72,7 @@ extension LocalAppStore {
     public func setFaults(_ faults: Faults) { self.faults = faults }
 
     /// The fault to apply to one request of `endpoint`, consuming one use of a counted fault.
-    func takeFault(_ endpoint: String) -> Faults.Endpoint? {
+    public func takeFault(_ endpoint: String) -> Faults.Endpoint? {
         for key in [endpoint, "*"] {
             guard var fault = faults.endpoints[key] else { continue }
             if let count = fault.count {

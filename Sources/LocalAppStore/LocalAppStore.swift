@@ -28,6 +28,16 @@ public actor LocalAppStore {
     var usedOfferNonces: Set<String> = []
     /// `appleId|group` pairs that had their introductory offer.
     var introductoryUsed: Set<String> = []
+    /// Renewal-date extensions answered, by `originalTransactionId|requestIdentifier`.
+    var extensionAnswers: [String: ExtendRenewalDateResponse] = [:]
+    /// Mass extensions, by request identifier.
+    var massExtensions: [String: MassExtendRenewalDateStatusResponse] = [:]
+    /// Retention Messaging: the realtime URL, messages (auto-approved), defaults per product and locale.
+    var realtimeURL: String?
+    var retentionMessages: [String: StoredMessage] = [:]
+    var defaultMessages: [String: String] = [:]
+    var performanceTests: [String: PerformanceTestResultResponse] = [:]
+    var runningPerformanceTest: String?
 
     public init(configuration: Configuration, pki: ApplePKI, clock: StoreClock = StoreClock()) {
         self.configuration = configuration

@@ -42,6 +42,7 @@ public struct LocalAppStoreServer: Sendable {
     /// `/local-app-store` of the StoreKeeper server in zero-config mode.
     public func addRoutes<Context: RequestContext>(to router: some RouterMethods<Context>) {
         addServerAPI(to: router)
+        addRetentionMessaging(to: router)
         addVerifyReceipt(to: router)
         addControl(to: router)
     }
@@ -120,9 +121,41 @@ public struct LocalAppStoreServer: Sendable {
                 do {
                     return Self.json(
                         try await self.store.extendRenewalDate(id, days: days, requestIdentifier: requestIdentifier))
+                } catch LocalAppStore.ExtensionRefusal.maximum {
+                    return Self.appleError(403, 4_030_005)
                 } catch {
                     return Self.appleError(403, 4_030_004)
                 }
+            }
+        }
+        api.post("v1/subscriptions/extend/mass") { request, context in
+            try await self.serve(request, "extend") {
+                guard let body = try? await request.decode(as: MassExtendRenewalDateRequest.self, context: context) else {
+                    return Self.appleError(400, 4_000_000)
+                }
+                guard let days = body.extendByDays, (1...90).contains(days) else {
+                    return Self.appleError(400, 4_000_009)
+                }
+                guard body.extendReasonCode?.isKnown == true else { return Self.appleError(400, 4_000_010) }
+                guard let requestIdentifier = body.requestIdentifier, UUID(uuidString: requestIdentifier) != nil else {
+                    return Self.appleError(400, 4_000_011)
+                }
+                guard let productId = body.productId, !productId.isEmpty else { return Self.appleError(400, 4_000_023) }
+                do {
+                    try await self.store.massExtend(
+                        productId: productId, days: days, requestIdentifier: requestIdentifier,
+                        storefronts: body.storefrontCountryCodes)
+                } catch {
+                    return Self.appleError(400, 4_000_023)
+                }
+                return Self.json(MassExtendRenewalDateResponse(requestIdentifier: requestIdentifier))
+            }
+        }
+        api.get("v1/subscriptions/extend/mass/:productId/:requestId") { request, context in
+            try await self.serve(request, "extend") {
+                guard let status = await self.store.massExtensionStatus(context.parameters.get("requestId") ?? "")
+                else { return Self.appleError(404, 4_040_009) }
+                return Self.json(status)
             }
         }
         api.put("v1/transactions/:id/appAccountToken") { request, context in

@@ -222,11 +222,13 @@ extension LocalAppStore {
         guard var subscription = subscriptions[originalTransactionId] else {
             throw StoreError.unknownSubscription(originalTransactionId)
         }
+        // The same request identifier resends the same request: answered, not applied twice.
+        if let done = extensionAnswers["\(originalTransactionId)|\(requestIdentifier)"] { return done }
         let now = clock.now()
         guard (1...90).contains(days) else { throw StoreError.invalid("extendByDays must be 1…90") }
-        guard subscription.status == .active else { throw StoreError.invalid("subscription is not active") }
+        guard subscription.status == .active else { throw ExtensionRefusal.ineligible }
         let recent = subscription.extensions.filter { now.timeIntervalSince($0) < 365 * 86_400 }
-        guard recent.count < 2 else { throw StoreError.invalid("two extensions in 365 days already") }
+        guard recent.count < 2 else { throw ExtensionRefusal.maximum }
         subscription.extensions = recent + [now]
         subscription.expires = subscription.expires.addingTimeInterval(Double(days) * 86_400)
         if var last = transactions[subscription.lastTransactionId] {
@@ -236,9 +238,67 @@ extension LocalAppStore {
         }
         subscriptions[originalTransactionId] = subscription
         notify(.renewalExtended, subtype: nil, subscription: subscription, at: now)
-        return ExtendRenewalDateResponse(
+        let answer = ExtendRenewalDateResponse(
             originalTransactionId: originalTransactionId,
             webOrderLineItemId: transactions[subscription.lastTransactionId]?.payload.webOrderLineItemId, success: true,
             effectiveDate: subscription.expires.milliseconds)
+        extensionAnswers["\(originalTransactionId)|\(requestIdentifier)"] = answer
+        return answer
+    }
+
+    /// Extend Subscription Renewal Dates for All Active Subscribers: every active subscription
+    /// of the product (in the storefronts, when given) is extended or fails with
+    /// RENEWAL_EXTENSION / FAILURE, then RENEWAL_EXTENSION / SUMMARY. It completes at once
+    /// (Apple's can take days); a repeated request identifier changes nothing.
+    public func massExtend(
+        productId: String, days: Int32, requestIdentifier: String, storefronts: [String]?
+    ) throws {
+        guard massExtensions[requestIdentifier] == nil else { return }
+        guard configuration.catalog.product(productId)?.type == .autoRenewable else {
+            throw StoreError.unknownProduct(productId)
+        }
+        guard (1...90).contains(days) else { throw StoreError.invalid("extendByDays must be 1…90") }
+        let now = clock.now()
+        var succeeded: Int64 = 0
+        var failed: Int64 = 0
+        let targets = subscriptions.values.filter { subscription in
+            subscription.productId == productId && subscription.status != .expired && subscription.status != .revoked
+                && (storefronts.map { $0.contains(customers[subscription.appleId]?.storefront ?? "USA") } ?? true)
+        }.sorted { $0.originalTransactionId < $1.originalTransactionId }
+        for subscription in targets {
+            do {
+                _ = try extendRenewalDate(
+                    subscription.originalTransactionId, days: days, requestIdentifier: requestIdentifier)
+                succeeded += 1
+            } catch {
+                failed += 1
+                notify(.renewalExtension, subtype: .failure, subscription: subscription, at: now)
+            }
+        }
+        let summary = ResponseBodyV2DecodedPayload(
+            notificationType: .renewalExtension, subtype: .summary, notificationUUID: UUID().uuidString.lowercased(),
+            version: "2.0", signedDate: now.milliseconds,
+            summary: NotificationSummary(
+                environment: configuration.environment, appAppleId: configuration.appAppleId,
+                bundleId: configuration.bundleId, productId: productId, requestIdentifier: requestIdentifier,
+                storefrontCountryCodes: storefronts, succeededCount: succeeded, failedCount: failed))
+        try append(summary)
+        massExtensions[requestIdentifier] = MassExtendRenewalDateStatusResponse(
+            requestIdentifier: requestIdentifier, complete: true, completeDate: now.milliseconds,
+            succeededCount: succeeded, failedCount: failed)
+    }
+
+    public func massExtensionStatus(_ requestIdentifier: String) -> MassExtendRenewalDateStatusResponse? {
+        massExtensions[requestIdentifier]
+    }
+}
+
+extension LocalAppStore {
+    /// Apple's refusals of Extend a Subscription Renewal Date.
+    public enum ExtensionRefusal: Error, Sendable {
+        /// `SubscriptionExtensionIneligibleError` (4030004): not active, or a free period.
+        case ineligible
+        /// `SubscriptionMaxExtensionError` (4030005): two extensions within 365 days.
+        case maximum
     }
 }

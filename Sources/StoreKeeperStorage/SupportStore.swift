@@ -387,3 +387,19 @@ extension PurchaseStore {
         }
     }
 }
+
+extension PurchaseStore {
+    /// Where a subscription was bought (`Production`, `Sandbox`) and its latest transaction.
+    public func subscriptionFacts(_ originalTransactionId: String) async throws -> (
+        environment: String?, latestTransactionId: String?
+    ) {
+        try await database.read { sql in
+            let environment = try await sql.raw(
+                "SELECT environment FROM deliveries WHERE original_transaction_id = \(bind: originalTransactionId) LIMIT 1"
+            ).first()?.decode(column: "environment", as: String.self)
+            let latest = try await SubscriptionStore.states([originalTransactionId], sql: sql)[originalTransactionId]?
+                .latestTransactionId
+            return (environment, latest)
+        }
+    }
+}

@@ -241,6 +241,7 @@ public struct StoreKeeperApp: Sendable {
         // under /v1 is authenticated and rate limited once, by `Authenticate`.
         OperationsController(app: self).addRoutes(to: router)
         NotificationsController(app: self).addRoutes(to: router)
+        RetentionController(app: self).addRoutes(to: router)
         let v1 = router.group("v1").add(middleware: Authenticate(authenticator: authenticator, limiter: limiter))
         OperationsController(app: self).addAPIRoutes(to: v1)
         OrdersController(app: self).addRoutes(to: v1)
@@ -249,6 +250,8 @@ public struct StoreKeeperApp: Sendable {
         AnomaliesController(app: self).addRoutes(to: v1)
         RejectedProofsController(app: self).addRoutes(to: v1)
         WebhooksController(app: self).addRoutes(to: v1)
+        SupportController(app: self).addRoutes(to: v1)
+        RetentionController(app: self).addAPIRoutes(to: v1)
         if let localAppStore {
             // Demo mode: open, for curl and the quick start. Beside a configuration
             // (`localAppStore.enabled`): every route needs a secret key, so no app user can mint

@@ -84,6 +84,15 @@ public struct JobRunner: Service {
         case NotificationStore.consumptionJobKind:
             await sendConsumption(job, now: now)
             return false
+        case PurchaseStore.extendJobKind:
+            await sendExtension(job, now: now)
+            return false
+        case PurchaseStore.massExtendJobKind:
+            await sendMassExtension(job, now: now)
+            return false
+        case Self.massStatusJobKind:
+            await pollMassExtension(job, now: now)
+            return false
         default:
             break
         }

@@ -11,6 +11,14 @@ public protocol TransactionSource: Sendable {
     func signedTransaction(_ transactionId: String) async throws -> String
     /// Send Consumption Information (v2) for a transaction of `environment`.
     func sendConsumption(_ transactionId: String, environment: String?, _ request: ConsumptionRequest) async throws
+    /// Extend a Subscription Renewal Date for a subscription of `environment`.
+    func extendRenewalDate(
+        _ originalTransactionId: String, environment: String?, _ request: ExtendRenewalDateRequest
+    ) async throws -> ExtendRenewalDateResponse
+    /// Extend Subscription Renewal Dates for All Active Subscribers, and its status.
+    func massExtend(_ request: MassExtendRenewalDateRequest) async throws -> MassExtendRenewalDateResponse
+    func massExtendStatus(productId: String, requestIdentifier: String) async throws
+        -> MassExtendRenewalDateStatusResponse
 }
 
 public struct ServerAPITransactionSource: TransactionSource {
@@ -36,10 +44,38 @@ public struct ServerAPITransactionSource: TransactionSource {
             ? lookup.sandbox ?? lookup.production : lookup.production
         try await client.sendConsumptionInformation(transactionId, request)
     }
+
+    public func extendRenewalDate(
+        _ originalTransactionId: String, environment: String?, _ request: ExtendRenewalDateRequest
+    ) async throws -> ExtendRenewalDateResponse {
+        let client =
+            environment == AppStoreEnvironment.sandbox.rawValue
+            ? lookup.sandbox ?? lookup.production : lookup.production
+        return try await client.extendSubscriptionRenewalDate(originalTransactionId, request)
+    }
+
+    public func massExtend(_ request: MassExtendRenewalDateRequest) async throws -> MassExtendRenewalDateResponse {
+        try await lookup.production.extendRenewalDatesForAllActiveSubscribers(request)
+    }
+
+    public func massExtendStatus(productId: String, requestIdentifier: String) async throws
+        -> MassExtendRenewalDateStatusResponse
+    {
+        try await lookup.production.getStatusOfSubscriptionRenewalDateExtensions(
+            productId: productId, requestIdentifier: requestIdentifier)
+    }
 }
 
 struct LocalTransactionSource: TransactionSource {
     let store: LocalAppStore
+
+    /// A fault set on the local App Store's control API for `endpoint`, as Apple's answer.
+    func injectedFault(_ endpoint: String) async throws {
+        guard let fault = await store.takeFault(endpoint), let status = fault.status else { return }
+        throw AppStoreAPIError(
+            kind: status == 429 ? .rateLimited : .httpStatus, httpStatus: status,
+            message: "local App Store fault: HTTP \(status)", isRetryable: status >= 500 || status == 429)
+    }
 
     func sendConsumption(_ transactionId: String, environment: String?, _ request: ConsumptionRequest) async throws {
         do {
@@ -49,6 +85,51 @@ struct LocalTransactionSource: TransactionSource {
                 kind: .apple, httpStatus: error.status, errorCode: error.code,
                 message: "Send Consumption Information refused", isRetryable: false)
         }
+    }
+
+    func extendRenewalDate(
+        _ originalTransactionId: String, environment: String?, _ request: ExtendRenewalDateRequest
+    ) async throws -> ExtendRenewalDateResponse {
+        try await injectedFault("extend")
+        do {
+            return try await store.extendRenewalDate(
+                originalTransactionId, days: request.extendByDays ?? 0, requestIdentifier: request.requestIdentifier ?? "")
+        } catch LocalAppStore.ExtensionRefusal.maximum {
+            throw AppStoreAPIError(
+                kind: .apple, httpStatus: 403, errorCode: 4_030_005,
+                message: "Subscription has reached the maximum number of extensions.", isRetryable: false)
+        } catch let error as LocalAppStore.StoreError {
+            throw AppStoreAPIError(
+                kind: .apple, httpStatus: 404, errorCode: 4_040_005, message: error.description, isRetryable: false)
+        } catch {
+            throw AppStoreAPIError(
+                kind: .apple, httpStatus: 403, errorCode: 4_030_004, message: "Subscription extension ineligible.",
+                isRetryable: false)
+        }
+    }
+
+    func massExtend(_ request: MassExtendRenewalDateRequest) async throws -> MassExtendRenewalDateResponse {
+        try await injectedFault("extend")
+        do {
+            try await store.massExtend(
+                productId: request.productId ?? "", days: request.extendByDays ?? 0,
+                requestIdentifier: request.requestIdentifier ?? "", storefronts: request.storefrontCountryCodes)
+        } catch {
+            throw AppStoreAPIError(
+                kind: .apple, httpStatus: 400, errorCode: 4_000_023, message: "\(error)", isRetryable: false)
+        }
+        return MassExtendRenewalDateResponse(requestIdentifier: request.requestIdentifier)
+    }
+
+    func massExtendStatus(productId: String, requestIdentifier: String) async throws
+        -> MassExtendRenewalDateStatusResponse
+    {
+        guard let status = await store.massExtensionStatus(requestIdentifier) else {
+            throw AppStoreAPIError(
+                kind: .apple, httpStatus: 404, errorCode: 4_040_009, message: "Mass extension request not found.",
+                isRetryable: false)
+        }
+        return status
     }
 
     func signedTransaction(_ transactionId: String) async throws -> String {

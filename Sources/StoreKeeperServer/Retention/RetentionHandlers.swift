@@ -1,0 +1,197 @@
+import AppStoreModels
+import AppStoreVerification
+import Foundation
+import Hummingbird
+import StoreKeeperCatalog
+import StoreKeeperCore
+import StoreKeeperStorage
+
+/// `POST /v1/retention/apple`: Apple's Get Retention Message, answered within Apple's 700 ms
+/// from our own records — verify, one indexed read (plus the offer history only when an offer
+/// rule is reached), an optional signature, one insert. `GET /v1/retention/report` measures
+/// what the answers saved against each rule's holdout.
+extension StoreKeeperApp {
+    func retentionMessage(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        let body = try await decode(RealtimeRequestBody.self, request)
+        guard let signedPayload = body.signedPayload, !signedPayload.isEmpty else {
+            throw APIError.badRequest("field 'signedPayload' is required")
+        }
+        let decoded: DecodedRealtimeRequestBody
+        do {
+            decoded = try await verifier.verifyRealtimeRequest(signedPayload)
+        } catch let failure as VerificationFailure {
+            // Never answer for another app, or for a payload Apple did not sign.
+            metrics.verificationFailure(failure.code)
+            logger.warning(
+                "security: retention request rejected",
+                metadata: ["code": "\(failure.code)", "reason": "\(failure.reason)"])
+            throw APIError.verification(failure, status: .badRequest)
+        }
+        guard let original = decoded.originalTransactionId, !original.isEmpty, original.count <= 64,
+            let productId = decoded.productId, !productId.isEmpty, productId.count <= 255,
+            let requestIdentifier = decoded.requestIdentifier, !requestIdentifier.isEmpty,
+            requestIdentifier.count <= 128
+        else {
+            throw APIError.badRequest("the request has no originalTransactionId, productId or requestIdentifier")
+        }
+        for (value, field) in [(original, "originalTransactionId"), (productId, "productId"), (requestIdentifier, "requestIdentifier")]
+        {
+            try Self.validateText(value, field: field)
+        }
+        let now = Date()
+        let stored = try await store.retentionContext(
+            originalTransactionId: original, requestIdentifier: requestIdentifier)
+        if let prior = stored.priorAnswer { return Self.rawJSON(prior) }
+
+        // Offer eligibility, read only if a promotional-offer rule for this product is reached.
+        var allowedOffers: Set<String> = []
+        let offerRules = catalog.retention.compactMap(\.promotionalOffer).map(\.offerId)
+        if let account = stored.accountId, offerRules.contains(where: { catalog.offer($0, of: productId) != nil }),
+            let group = catalog.product(productId)?.group
+        {
+            let history = try await store.offerHistory(account: account, groupProducts: catalog.group(group).map(\.id))
+            for offerId in offerRules {
+                guard let offer = catalog.offer(offerId, of: productId) else { continue }
+                let refusal = OfferEligibility.refusal(
+                    offer,
+                    history: .init(subscriptions: history.subscriptions, redemptions: history.redemptions[offerId] ?? 0),
+                    now: now)
+                if refusal == nil { allowedOffers.insert(offerId) }
+            }
+        }
+        let decision = RetentionPolicy.decide(
+            .init(productId: productId, paidTenure: stored.paidTenure, draw: RetentionPolicy.draw(requestIdentifier)),
+            rules: catalog.retention, now: now, offerAllowed: { allowedOffers.contains($0) })
+        var answer = RealtimeResponseBody()
+        var ruleName: String?
+        var holdout = false
+        switch decision {
+        case .none: break
+        case .holdout(let index):
+            ruleName = catalog.retentionRuleName(index)
+            holdout = true
+        case .answer(let index):
+            ruleName = catalog.retentionRuleName(index)
+            let rule = catalog.retention[index]
+            if let message = rule.message {
+                answer.message = .init(messageIdentifier: message.messageId)
+            } else if let alternate = rule.alternateProduct {
+                answer.alternateProduct = .init(messageIdentifier: alternate.messageId, productId: alternate.productId)
+            } else if let offer = rule.promotionalOffer, let signer = offerSigner {
+                // V2, with the request's original transaction (required inside Retention Messaging).
+                answer.promotionalOffer = .init(
+                    messageIdentifier: offer.messageId,
+                    promotionalOfferSignatureV2: try signer.promotionalOfferJWS(
+                        productId: productId, offerId: offer.offerId, transactionId: original, nonce: UUID(),
+                        issuedAt: now))
+            }
+        }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let json = String(decoding: try encoder.encode(answer), as: UTF8.self)
+        let recorded = try await store.recordRetention(
+            .init(
+                requestIdentifier: requestIdentifier, originalTransactionId: original, accountId: stored.accountId,
+                productId: productId, ruleName: ruleName, holdout: holdout, answer: json,
+                environment: decoded.environment?.rawValue),
+            now: now)
+        return Self.rawJSON(recorded)
+    }
+
+    static func rawJSON(_ text: String) -> Response {
+        Response(
+            status: .ok, headers: [.contentType: "application/json"],
+            body: .init(byteBuffer: ByteBuffer(string: text)))
+    }
+
+    struct RetentionReportJSON: Encodable {
+        struct Figures: Encodable {
+            var requests = 0
+            var saved = 0
+            var offerRedeemed = 0
+            var planSwitched = 0
+            var cancelled = 0
+            var stayed = 0
+            var pending = 0
+
+            init() {}
+
+            init(_ figures: PurchaseStore.RetentionFigures?) {
+                guard let figures else { return }
+                requests = figures.requests
+                saved = figures.saved
+                offerRedeemed = figures.offerRedeemed
+                planSwitched = figures.planSwitched
+                cancelled = figures.cancelled
+                stayed = figures.stayed
+                pending = figures.pending
+            }
+        }
+
+        struct Rule: Encodable {
+            var rule: String
+            var answer: String
+            var sample: Double?
+            /// The requests answered by the rule.
+            var answered: Figures
+            /// The requests the rule matched and left unanswered (its holdout).
+            var holdout: Figures
+        }
+
+        var since: String?
+        var rules: [Rule]
+        /// Requests no rule matched (answered `{}`).
+        var unmatched: Figures
+    }
+
+    func retentionReport(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        try context.caller().requireSecretKey()
+        var since: Date?
+        if let text = request.uri.queryParameters["since"].map(String.init) {
+            guard let date = Self.parseDate(text) else {
+                throw APIError.badRequest("'since' must be an ISO 8601 date or date-time")
+            }
+            since = date
+        }
+        let figures = try await store.retentionReport(since: since, now: Date())
+        func find(_ rule: String?, holdout: Bool) -> PurchaseStore.RetentionFigures? {
+            figures.first { $0.rule == rule && $0.holdout == holdout }
+        }
+        var rules: [RetentionReportJSON.Rule] = []
+        var named = Set<String>()
+        for (index, rule) in catalog.retention.enumerated() {
+            let name = catalog.retentionRuleName(index)
+            named.insert(name)
+            let answer =
+                rule.message != nil ? "message" : rule.alternateProduct != nil ? "alternateProduct" : "promotionalOffer"
+            rules.append(
+                .init(
+                    rule: name, answer: answer, sample: rule.when?.sample,
+                    answered: .init(find(name, holdout: false)), holdout: .init(find(name, holdout: true))))
+        }
+        // Rules since removed from the catalog keep their history.
+        for entry in figures where entry.rule.map({ !named.contains($0) }) ?? false && !entry.holdout {
+            rules.append(
+                .init(
+                    rule: entry.rule!, answer: "removed", sample: nil, answered: .init(entry),
+                    holdout: .init(find(entry.rule, holdout: true))))
+            named.insert(entry.rule!)
+        }
+        return try Self.json(
+            RetentionReportJSON(
+                since: since.map(Self.iso), rules: rules, unmatched: .init(find(nil, holdout: false))))
+    }
+}
+
+struct RetentionController {
+    let app: StoreKeeperApp
+
+    /// Outside `/v1`'s authentication: Apple signs the body, it sends no credentials.
+    func addRoutes(to router: some RouterMethods<StoreKeeperContext>) {
+        router.post("v1/retention/apple") { request, context in try await app.retentionMessage(request, context) }
+    }
+
+    func addAPIRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
+        v1.get("retention/report") { request, context in try await app.retentionReport(request, context) }
+    }
+}

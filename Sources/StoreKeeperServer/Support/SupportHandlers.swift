@@ -1,0 +1,187 @@
+import AppStoreModels
+import Foundation
+import Hummingbird
+import StoreKeeperCatalog
+import StoreKeeperCore
+import StoreKeeperStorage
+
+/// Customer support (API.md, secret key): renewal-date extensions through Apple (single and
+/// mass, with their status) and operator grants.
+extension StoreKeeperApp {
+    static let extendReasons = ["undeclared", "customer_satisfaction", "other", "service_issue"]
+
+    struct ExtendBody: Decodable {
+        var days: Int
+        var reason: String
+        var note: String?
+    }
+
+    struct MassExtendBody: Decodable {
+        var productId: String
+        var days: Int
+        var reason: String
+        var note: String?
+    }
+
+    struct GrantBody: Decodable {
+        var entitlement: String
+        var expiresAt: String
+        var note: String?
+    }
+
+    struct ExtensionJSON: Encodable {
+        var requestId: String
+        var status: String
+        var originalTransactionId: String?
+        var productId: String?
+        var accountId: String?
+        var days: Int
+        var reason: String
+        var note: String
+        var createdAt: String
+        var completedAt: String?
+        var effectiveDate: String?
+        var succeededCount: Int?
+        var failedCount: Int?
+        var error: String?
+
+        init(_ row: PurchaseStore.ExtensionRow) {
+            requestId = row.requestId
+            status = row.status
+            originalTransactionId = row.originalTransactionId
+            productId = row.productId
+            accountId = row.accountId
+            days = row.days
+            reason = row.reason
+            note = row.note
+            createdAt = StoreKeeperApp.iso(row.createdAt)
+            completedAt = row.completedAt.map(StoreKeeperApp.iso)
+            effectiveDate = row.effectiveDate.map(StoreKeeperApp.iso)
+            succeededCount = row.succeededCount
+            failedCount = row.failedCount
+            error = row.error
+        }
+    }
+
+    static func validateExtension(days: Int, reason: String, note: String?) throws -> String {
+        guard (1...90).contains(days) else { throw APIError.badRequest("field 'days' must be 1…90 (Apple's limit)") }
+        guard extendReasons.contains(reason) else {
+            throw APIError.badRequest("field 'reason' must be one of \(extendReasons.joined(separator: ", "))")
+        }
+        return try validateNote(note)
+    }
+
+    static func validateNote(_ note: String?) throws -> String {
+        let note = note ?? ""
+        guard note.count <= 1000 else { throw APIError.badRequest("field 'note' must be at most 1000 characters") }
+        try validateText(note, field: "note")
+        return note
+    }
+
+    func extend(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        try context.caller().requireSecretKey()
+        let original = try Self.parameter(context, "originalTransactionId")
+        try Self.validateText(original, field: "originalTransactionId")
+        let body = try await decode(ExtendBody.self, request)
+        let note = try Self.validateExtension(days: body.days, reason: body.reason, note: body.note)
+        do {
+            let row = try await store.requestExtension(
+                originalTransactionId: original, days: body.days, reason: body.reason, note: note, actor: "operator",
+                now: Date())
+            return try Self.json(["requestId": row.requestId, "status": row.status], status: .accepted)
+        } catch is PurchaseStore.UnknownSubscription {
+            throw APIError.notFound("no subscription '\(original.prefix(64))'")
+        } catch let limit as PurchaseStore.ExtensionLimit {
+            throw APIError(
+                .conflict, "extension_limit",
+                "two extensions within 365 days already (\(limit.last.map(Self.iso).joined(separator: ", "))): Apple allows no more"
+            )
+        }
+    }
+
+    func listExtensions(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        try context.caller().requireSecretKey()
+        let original = try Self.parameter(context, "originalTransactionId")
+        try Self.validateText(original, field: "originalTransactionId")
+        return try Self.json(["extensions": try await store.extensions(of: original).map(ExtensionJSON.init)])
+    }
+
+    func massExtend(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        try context.caller().requireSecretKey()
+        let body = try await decode(MassExtendBody.self, request)
+        let note = try Self.validateExtension(days: body.days, reason: body.reason, note: body.note)
+        guard catalog.product(body.productId)?.type == .autoRenewable else {
+            throw APIError(
+                .notFound, "unknown_product", "no auto-renewable product '\(body.productId.prefix(100))' in the catalog")
+        }
+        let row = try await store.requestMassExtension(
+            productId: body.productId, days: body.days, reason: body.reason, note: note, actor: "operator", now: Date())
+        return try Self.json(["requestId": row.requestId, "status": row.status], status: .accepted)
+    }
+
+    func getExtension(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        try context.caller().requireSecretKey()
+        let id = try Self.parameter(context, "requestId")
+        guard let row = try await store.extensionRequest(id) else {
+            throw APIError.notFound("no extension request '\(id.prefix(64))'")
+        }
+        return try Self.json(ExtensionJSON(row))
+    }
+
+    func createGrant(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        try context.caller().requireSecretKey()
+        let account = try Self.parameter(context, "accountId")
+        try Self.validateAccountId(account)
+        let body = try await decode(GrantBody.self, request)
+        guard !body.entitlement.isEmpty, body.entitlement.count <= 128 else {
+            throw APIError.badRequest("field 'entitlement' must be 1…128 characters")
+        }
+        try Self.validateText(body.entitlement, field: "entitlement")
+        guard let expiresAt = Self.parseDate(body.expiresAt) else {
+            throw APIError.badRequest("field 'expiresAt' must be an ISO 8601 date-time")
+        }
+        let now = Date()
+        guard expiresAt > now else { throw APIError.badRequest("field 'expiresAt' must be in the future") }
+        guard expiresAt < now.addingTimeInterval(100 * 365 * 86_400) else {
+            throw APIError.badRequest("field 'expiresAt' must be within 100 years")
+        }
+        let note = try Self.validateNote(body.note)
+        let grant = try await store.createGrant(
+            account: account, entitlement: body.entitlement, expiresAt: expiresAt, note: note, actor: "operator",
+            now: now)
+        return try Self.json(
+            [
+                "grantId": grant.grantId, "accountId": account, "entitlement": grant.entitlementId,
+                "expiresAt": Self.iso(grant.expiresAt), "createdAt": Self.iso(grant.createdAt),
+            ], status: .created)
+    }
+
+    func endGrant(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        try context.caller().requireSecretKey()
+        let account = try Self.parameter(context, "accountId")
+        try Self.validateAccountId(account)
+        let grantId = try Self.parameter(context, "grantId")
+        try Self.validateText(grantId, field: "grantId")
+        guard try await store.endGrant(account: account, grantId: grantId, actor: "operator", now: Date()) else {
+            throw APIError.notFound("account '\(account.prefix(64))' has no running grant '\(grantId.prefix(64))'")
+        }
+        return try Self.json(["grantId": grantId, "status": "ended"])
+    }
+}
+
+struct SupportController {
+    let app: StoreKeeperApp
+
+    func addRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
+        v1.post("subscriptions/:originalTransactionId/extend") { request, context in
+            try await app.extend(request, context)
+        }
+        v1.get("subscriptions/:originalTransactionId/extensions") { request, context in
+            try await app.listExtensions(request, context)
+        }
+        v1.post("extensions/mass") { request, context in try await app.massExtend(request, context) }
+        v1.get("extensions/:requestId") { request, context in try await app.getExtension(request, context) }
+        v1.post("accounts/:accountId/grants") { request, context in try await app.createGrant(request, context) }
+        v1.delete("accounts/:accountId/grants/:grantId") { request, context in try await app.endGrant(request, context) }
+    }
+}
