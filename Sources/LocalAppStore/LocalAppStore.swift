@@ -15,6 +15,8 @@ public actor LocalAppStore {
     nonisolated public let pki: ApplePKI
     nonisolated public let clock: StoreClock
     nonisolated let signer: JWSSigner
+    /// The In-App Purchase keys' public halves, for offer signatures.
+    nonisolated let offerChecker: OfferSignatureChecker
 
     var customers: [String: Customer] = [:]
     var transactions: [String: StoredTransaction] = [:]
@@ -44,5 +46,6 @@ public actor LocalAppStore {
         self.pki = pki
         self.clock = clock
         self.signer = pki.jwsSigner
+        self.offerChecker = Self.offerChecker(configuration)
     }
 }

@@ -76,7 +76,7 @@ extension LocalAppStore {
         var period: ISODuration?
     }
 
-    var offerChecker: OfferSignatureChecker {
+    static func offerChecker(_ configuration: Configuration) -> OfferSignatureChecker {
         var keys: [String: P256.Signing.PublicKey] = [:]
         for key in configuration.offerKeys {
             keys[key.keyId] = try? P256.Signing.PublicKey(pemRepresentation: key.publicKeyPEM)
