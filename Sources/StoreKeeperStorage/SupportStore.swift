@@ -249,7 +249,7 @@ extension PurchaseStore {
             let row = try await sql.raw(
                 """
                 SELECT (SELECT answer FROM retention_requests WHERE request_identifier = \(bind: requestIdentifier)) AS prior,
-                       (SELECT COALESCE(SUM(period_end - period_start), 0) FROM deliveries
+                       (SELECT CAST(COALESCE(SUM(period_end - period_start), 0) AS BIGINT) FROM deliveries
                         WHERE original_transaction_id = \(bind: originalTransactionId) AND price_milli > 0
                           AND refunded_at IS NULL AND period_end IS NOT NULL) AS tenure,
                        s.*
