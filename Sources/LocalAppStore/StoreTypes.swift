@@ -103,6 +103,16 @@ extension LocalAppStore {
         public var lastTransactionId: String
         public var appAccountToken: String?
         public var extensions: [Date] = []
+        /// A promotional offer redeemed while subscribed: applied at the next renewal.
+        public var pendingOffer: PendingOffer? = nil
+    }
+
+    public struct PendingOffer: Sendable, Hashable {
+        public var type: OfferType?
+        public var id: String?
+        public var discountType: OfferDiscountType?
+        public var period: String?
+        public var price: Int64?
     }
 
     /// A notification and what happened to it.

@@ -16,6 +16,19 @@ extension LocalAppStore {
         var payload = payload
         // One subscription per group and customer: buying again in the group is a resubscribe.
         if var existing = subscriptions.values.first(where: { $0.appleId == appleId && $0.group == group }) {
+            if payload.offerType == .promotionalOffer, existing.status != .expired, existing.status != .revoked,
+                existing.productId == product.id
+            {
+                // A subscriber redeems a promotional offer: it takes effect at the next renewal
+                // (Apple: one active offer at a time, replaced at the next billing event).
+                existing.pendingOffer = PendingOffer(
+                    type: payload.offerType, id: payload.offerIdentifier, discountType: payload.offerDiscountType,
+                    period: payload.offerPeriod, price: payload.price)
+                existing.autoRenew = true
+                subscriptions[existing.originalTransactionId] = existing
+                notify(.offerRedeemed, subtype: nil, subscription: existing, at: now)
+                return transactions[existing.lastTransactionId]?.payload ?? payload
+            }
             guard existing.status == .expired || existing.status == .revoked else {
                 throw StoreError.invalid("already subscribed in group '\(group)'; change the product instead")
             }
@@ -203,6 +216,15 @@ extension LocalAppStore {
             payload.purchaseDate = subscription.expires.milliseconds
             payload.expiresDate =
                 (product.period ?? ISODuration(months: 1)).added(to: subscription.expires).milliseconds
+        }
+        if let offer = subscription.pendingOffer {
+            // The promotional offer redeemed during the last period starts with this renewal.
+            payload.offerType = offer.type
+            payload.offerIdentifier = offer.id
+            payload.offerDiscountType = offer.discountType
+            payload.offerPeriod = offer.period
+            if let price = offer.price { payload.price = price }
+            subscription.pendingOffer = nil
         }
         store(payload, appleId: subscription.appleId, at: date)
         subscription.productId = product.id

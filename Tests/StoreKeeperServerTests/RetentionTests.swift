@@ -94,6 +94,39 @@ import Testing
     }
 
     @Test(arguments: API.databases)
+    func anOfferRedeemedAfterTheAnswerCountsAsSaved(kind: String) async throws {
+        try await OfferTests.withRelay(kind) { relay in
+            let (_, bought) = try await relay.buy("keep", "pro_monthly")
+            let original = try #require(bought.originalTransactionId)
+            try await relay.deliver()
+            var answered = false
+            for _ in 0..<30 where !answered {
+                let reply = try await Self.ask(relay, try await Self.request(relay, original: original))
+                answered = reply.json["promotionalOffer"] != nil
+            }
+            #expect(answered)
+            // The subscriber takes the offer (signed for their order): OFFER_REDEEMED, and the
+            // next renewal carries it.
+            let order = try await OfferTests.order(relay, "keep", offer: "stay")
+            #expect(order.status == .created, "\(order.json)")
+            _ = try await OfferTests.pay(relay, appleId: "apple-keep", reply: order, v2: true).get()
+            #expect(try await relay.deliver() == ["OFFER_REDEEMED"])
+            await relay.store.advance(by: 32 * 86_400)
+            #expect(try await relay.deliver() == ["DID_RENEW"])
+            let renewal = await relay.store.transactions.values.map(\.payload).filter {
+                $0.originalTransactionId == original && $0.transactionReason == .renewal
+            }
+            #expect(renewal.first?.offerType == .promotionalOffer && renewal.first?.offerIdentifier == "stay")
+            let rules = try await API.call(relay.client, .get, "/v1/retention/report").json["rules"] as? [[String: Any]]
+            let shown = try #require(rules?[1]["answered"] as? [String: Any])
+            #expect(shown["requests"] as? Int ?? 0 >= 1)
+            #expect(shown["saved"] as? Int == shown["requests"] as? Int)
+            #expect(shown["offerRedeemed"] as? Int == shown["requests"] as? Int)
+            #expect(shown["cancelled"] as? Int == 0)
+        }
+    }
+
+    @Test(arguments: API.databases)
     func forgedOtherAppOtherEnvironmentAndBrokenRequestsAre400(kind: String) async throws {
         try await OfferTests.withRelay(kind, configure: { $0.environments = [.production] }) { relay in
             let (_, bought) = try await relay.buy("safe", "pro_monthly")
