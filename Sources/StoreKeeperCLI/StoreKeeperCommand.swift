@@ -7,7 +7,7 @@ struct StoreKeeperCommand: AsyncParsableCommand {
         abstract: "StoreKeeper: a self-hosted App Store in-app-purchase system.",
         subcommands: [
             ServeCommand.self, MigrateCommand.self, ConfigCommand.self, ReverifyCommand.self, VerifyCommand.self,
-            LocalStoreCommand.self, BenchCommand.self, ReconcileCommand.self, SimulateCommand.self,
+            LocalStoreCommand.self, BenchCommand.self, ReconcileCommand.self, SimulateCommand.self, ExtendCommand.self,
         ]
     )
 }

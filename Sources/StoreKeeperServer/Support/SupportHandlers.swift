@@ -8,7 +8,7 @@ import StoreKeeperStorage
 /// Customer support (API.md, secret key): renewal-date extensions through Apple (single and
 /// mass, with their status) and operator grants.
 extension StoreKeeperApp {
-    static let extendReasons = ["undeclared", "customer_satisfaction", "other", "service_issue"]
+    public static let extendReasons = ["undeclared", "customer_satisfaction", "other", "service_issue"]
 
     struct ExtendBody: Decodable {
         var days: Int
@@ -183,5 +183,45 @@ struct SupportController {
         v1.get("extensions/:requestId") { request, context in try await app.getExtension(request, context) }
         v1.post("accounts/:accountId/grants") { request, context in try await app.createGrant(request, context) }
         v1.delete("accounts/:accountId/grants/:grantId") { request, context in try await app.endGrant(request, context) }
+    }
+}
+
+extension StoreKeeperApp {
+    /// `storekeeper extend`: records the extension (validated as the API does), runs the job
+    /// queue until Apple has answered or `wait` has passed, and returns the extension.
+    public func extendAndWait(
+        product: String?, subscription: String?, days: Int, reason: String, note: String, wait: Duration
+    ) async throws -> (status: String, json: String) {
+        let note = try Self.validateExtension(days: days, reason: reason, note: note)
+        let row: PurchaseStore.ExtensionRow
+        if let product {
+            guard catalog.product(product)?.type == .autoRenewable else {
+                throw APIError(.notFound, "unknown_product", "no auto-renewable product '\(product)' in the catalog")
+            }
+            row = try await store.requestMassExtension(
+                productId: product, days: days, reason: reason, note: note, actor: "cli", now: Date())
+        } else {
+            let original = subscription ?? ""
+            do {
+                row = try await store.requestExtension(
+                    originalTransactionId: original, days: days, reason: reason, note: note, actor: "cli", now: Date())
+            } catch is PurchaseStore.UnknownSubscription {
+                throw APIError.notFound("no subscription '\(original)'")
+            } catch is PurchaseStore.ExtensionLimit {
+                throw APIError(.conflict, "extension_limit", "two extensions within 365 days already")
+            }
+        }
+        let runner = JobRunner(app: self)
+        let deadline = ContinuousClock.now + wait
+        var current = row
+        while true {
+            _ = await runner.runDueCounting(now: Date())
+            current = try await store.extensionRequest(row.requestId) ?? current
+            if current.status == "succeeded" || current.status == "failed" || ContinuousClock.now >= deadline { break }
+            try await Task.sleep(for: .seconds(1))
+        }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return (current.status, String(decoding: try encoder.encode(ExtensionJSON(current)), as: UTF8.self))
     }
 }
