@@ -28,10 +28,30 @@
         /// A payment from the product id alone (no product request first: P8), carrying the
         /// order's token as `applicationUsername`. The outcome comes through the observer.
         public func purchase(productId: String, quantity: Int, appAccountToken: UUID) async throws -> PaymentResult {
+            try await purchase(
+                productId: productId, quantity: quantity, appAccountToken: appAccountToken, options: PurchaseOptions())
+        }
+
+        /// StoreKit 1 takes the V1 signature (`SKPaymentDiscount`, field 5 = `applicationUsername`).
+        /// It has no way to pass an intro-eligibility JWS (Apple's own rule applies) nor a win-back offer.
+        public func purchase(
+            productId: String, quantity: Int, appAccountToken: UUID, options: PurchaseOptions
+        ) async throws -> PaymentResult {
+            guard options.winBackOfferId == nil else {
+                throw StoreKitAdapterError(description: "win-back offers need StoreKit 2")
+            }
             let payment = SKMutablePayment()
             payment.productIdentifier = productId
             payment.quantity = quantity
             payment.applicationUsername = appAccountToken.uuidString.lowercased()
+            if let offer = options.promotionalOffer {
+                guard let nonce = UUID(uuidString: offer.nonce) else {
+                    throw StoreKitAdapterError(description: "offer \(offer.id): malformed nonce")
+                }
+                payment.paymentDiscount = SKPaymentDiscount(
+                    identifier: offer.id, keyIdentifier: offer.keyId, nonce: nonce, signature: offer.signature,
+                    timestamp: NSNumber(value: offer.timestamp))
+            }
             queue.add(payment)
             return .enqueued
         }

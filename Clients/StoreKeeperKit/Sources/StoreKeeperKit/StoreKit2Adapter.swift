@@ -37,15 +37,54 @@
         }
 
         public func purchase(productId: String, quantity: Int, appAccountToken: UUID) async throws -> PaymentResult {
+            try await purchase(
+                productId: productId, quantity: quantity, appAccountToken: appAccountToken, options: PurchaseOptions())
+        }
+
+        public func purchase(
+            productId: String, quantity: Int, appAccountToken: UUID, options offers: PurchaseOptions
+        ) async throws -> PaymentResult {
             let product = try await product(productId)
             var options: Set<Product.PurchaseOption> = [.appAccountToken(appAccountToken)]
             if quantity > 1 { options.insert(.quantity(quantity)) }
+            if let offer = offers.promotionalOffer { options.formUnion(try Self.promotionalOffer(offer)) }
+            if let jws = offers.introductoryOfferEligibilityJWS {
+                // The server's once-per-account decision: Apple applies or removes the intro offer.
+                options.insert(.introductoryOfferEligibility(compactJWS: jws))
+            }
+            if let winBack = offers.winBackOfferId {
+                guard #available(iOS 18.0, macOS 15.0, tvOS 18.0, watchOS 11.0, *) else {
+                    throw StoreKitAdapterError(description: "win-back offers need iOS 18")
+                }
+                guard let offer = product.subscription?.winBackOffers.first(where: { $0.id == winBack }) else {
+                    throw StoreKitAdapterError(description: "\(productId) has no win-back offer \(winBack)")
+                }
+                options.insert(.winBackOffer(offer))
+            }
             switch try await product.purchase(options: options) {
             case .success(let verification): return .purchased(map(verification))
             case .pending: return .deferred
             case .userCancelled: return .cancelled
             @unknown default: return .failed("unknown purchase result")
             }
+        }
+
+        /// A signed promotional offer: the V2 JWS (`promotionalOffer(_:compactJWS:)`, back-deployed
+        /// to iOS 15 from the iOS 26 SDK) where the SDK has it, else V1's fields with the decoded
+        /// signature bytes.
+        static func promotionalOffer(_ offer: SignedOffer) throws -> [Product.PurchaseOption] {
+            #if compiler(>=6.2)
+                if !offer.jws.isEmpty { return Product.PurchaseOption.promotionalOffer(offer.id, compactJWS: offer.jws) }
+            #endif
+            return [try promotionalOfferV1(offer)]
+        }
+
+        static func promotionalOfferV1(_ offer: SignedOffer) throws -> Product.PurchaseOption {
+            guard let nonce = UUID(uuidString: offer.nonce), let signature = offer.signatureBytes else {
+                throw StoreKitAdapterError(description: "offer \(offer.id): malformed nonce or signature")
+            }
+            return .promotionalOffer(
+                offerID: offer.id, keyID: offer.keyId, nonce: nonce, signature: signature, timestamp: Int(offer.timestamp))
         }
 
         /// The server verifies: an unverified transaction is submitted all the same (its JWS
@@ -108,6 +147,17 @@
         }
     }
 
+    /// The Apple Account of this device for this app (`AppTransaction.appTransactionID`): the
+    /// server counts introductory offers and shared Apple Accounts by it.
+    @available(iOS 16.0, macOS 13.0, tvOS 16.0, watchOS 9.0, *)
+    public struct StoreKitAppTransactionSource: AppTransactionSource {
+        public init() {}
+        public func appTransactionId() async -> String? {
+            guard let shared = try? await AppTransaction.shared else { return nil }
+            return shared.unsafePayloadValue.appTransactionID
+        }
+    }
+
     /// Product metadata for display, from StoreKit 2. Purchases never wait on it (P8).
     @available(iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, *)
     public struct StoreKit2Catalog: ProductCatalog {
@@ -126,9 +176,14 @@
         public static func storeKit2(
             server: URL, tokens: @escaping ClientTokenProvider, store: PendingStore? = nil
         ) throws -> PurchaseCoordinator {
-            try PurchaseCoordinator(
+            var appTransactions: AppTransactionSource?
+            if #available(iOS 16.0, macOS 13.0, tvOS 16.0, watchOS 9.0, *) {
+                appTransactions = StoreKitAppTransactionSource()
+            }
+            return try PurchaseCoordinator(
                 queue: StoreKit2PaymentQueue(), backend: HTTPBackend(baseURL: server, tokens: tokens),
-                store: store ?? PurchaseCoordinator.defaultStore(), proofs: TransactionProofSource())
+                store: store ?? PurchaseCoordinator.defaultStore(), proofs: TransactionProofSource(),
+                appTransactions: appTransactions)
         }
 
         /// The same with StoreKit 1 (`SKPaymentQueue`), its app receipt as proof.

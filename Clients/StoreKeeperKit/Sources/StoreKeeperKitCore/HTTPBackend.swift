@@ -130,14 +130,26 @@ public struct HTTPBackend: Backend {
     }
 
     public func createOrder(accountId: String, productId: String, quantity: Int) async throws -> ServerOrder {
+        try await createOrder(
+            accountId: accountId, productId: productId, quantity: quantity, offerId: nil, appTransactionId: nil)
+    }
+
+    public func createOrder(
+        accountId: String, productId: String, quantity: Int, offerId: String?, appTransactionId: String?
+    ) async throws -> ServerOrder {
         struct Body: Encodable {
             var accountId: String
             var productId: String
             var quantity: Int
+            var offerId: String?
+            var appTransactionId: String?
         }
         let answer = try await send(
             "POST", "v1/orders", accountId: accountId,
-            body: try JSONEncoder().encode(Body(accountId: accountId, productId: productId, quantity: quantity)))
+            body: try JSONEncoder().encode(
+                Body(
+                    accountId: accountId, productId: productId, quantity: quantity, offerId: offerId,
+                    appTransactionId: appTransactionId)))
         guard answer.status == 201 || answer.status == 200 else { throw Self.error(answer) }
         do {
             return try JSONDecoder().decode(ServerOrder.self, from: answer.body)

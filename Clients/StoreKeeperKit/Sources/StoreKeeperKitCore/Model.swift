@@ -68,13 +68,82 @@ public struct ServerOrder: Codable, Sendable, Equatable {
     public var accountId: String
     public var productId: String
     public var quantity: Int
+    /// The promotional offer the server signed for this order (asked with `offerId`).
+    public var offer: SignedOffer?
+    /// The server's introductory-offer decision (`offers.introductoryOffers: once_per_account`).
+    public var introductoryOfferEligibility: IntroductoryOfferEligibility?
 
-    public init(orderId: String, appAccountToken: UUID, accountId: String, productId: String, quantity: Int) {
+    public init(
+        orderId: String, appAccountToken: UUID, accountId: String, productId: String, quantity: Int,
+        offer: SignedOffer? = nil, introductoryOfferEligibility: IntroductoryOfferEligibility? = nil
+    ) {
         self.orderId = orderId
         self.appAccountToken = appAccountToken
         self.accountId = accountId
         self.productId = productId
         self.quantity = quantity
+        self.offer = offer
+        self.introductoryOfferEligibility = introductoryOfferEligibility
+    }
+}
+
+/// A promotional offer signed by the server for one order (API.md "Offers on POST /v1/orders"):
+/// the V1 fields and the V2 JWS; StoreKit takes either.
+public struct SignedOffer: Codable, Sendable, Equatable {
+    public var id: String
+    public var keyId: String
+    /// Lower-case UUID.
+    public var nonce: String
+    /// Milliseconds since 1970.
+    public var timestamp: Int64
+    /// Base64 of the DER signature (V1).
+    public var signature: String
+    /// The compact JWS (V2, `promotional-offer`).
+    public var jws: String
+
+    public init(id: String, keyId: String, nonce: String, timestamp: Int64, signature: String, jws: String) {
+        self.id = id
+        self.keyId = keyId
+        self.nonce = nonce
+        self.timestamp = timestamp
+        self.signature = signature
+        self.jws = jws
+    }
+
+    /// The V1 signature's bytes, as StoreKit 2's `promotionalOffer(offerID:keyID:nonce:signature:timestamp:)` takes them.
+    public var signatureBytes: Data? { Data(base64Encoded: signature) }
+}
+
+/// `introductoryOfferEligibility`: whether the account may have the introductory offer, and
+/// the JWS that tells StoreKit so.
+public struct IntroductoryOfferEligibility: Codable, Sendable, Equatable {
+    public var allowed: Bool
+    public var jws: String
+
+    public init(allowed: Bool, jws: String) {
+        self.allowed = allowed
+        self.jws = jws
+    }
+}
+
+/// What a payment carries besides the order's token: a signed promotional offer, the
+/// server's introductory-offer decision, or a win-back offer from renewal info.
+public struct PurchaseOptions: Sendable, Equatable {
+    public var promotionalOffer: SignedOffer?
+    public var introductoryOfferEligibilityJWS: String?
+    public var winBackOfferId: String?
+
+    public init(
+        promotionalOffer: SignedOffer? = nil, introductoryOfferEligibilityJWS: String? = nil,
+        winBackOfferId: String? = nil
+    ) {
+        self.promotionalOffer = promotionalOffer
+        self.introductoryOfferEligibilityJWS = introductoryOfferEligibilityJWS
+        self.winBackOfferId = winBackOfferId
+    }
+
+    public var isEmpty: Bool {
+        promotionalOffer == nil && introductoryOfferEligibilityJWS == nil && winBackOfferId == nil
     }
 }
 

@@ -6,6 +6,9 @@ public protocol PaymentQueue: Sendable {
     /// Adds a payment for a product id (no product request needed first, P8), carrying the
     /// order's token (StoreKit 2 `appAccountToken`, StoreKit 1 `applicationUsername`).
     func purchase(productId: String, quantity: Int, appAccountToken: UUID) async throws -> PaymentResult
+    /// The same with offers (`PurchaseOptions`); a queue without offer support refuses them.
+    func purchase(productId: String, quantity: Int, appAccountToken: UUID, options: PurchaseOptions) async throws
+        -> PaymentResult
     /// Finishes a transaction: StoreKit stops re-delivering it.
     func finish(transactionId: String) async
     /// Transactions StoreKit still holds unfinished (the sweep at launch).
@@ -57,6 +60,11 @@ public protocol PendingStore: Sendable {
 /// The StoreKeeper server, as the device uses it.
 public protocol Backend: Sendable {
     func createOrder(accountId: String, productId: String, quantity: Int) async throws -> ServerOrder
+    /// The same asking for a promotional offer's signature, telling the server the Apple
+    /// Account (`AppTransaction.appTransactionID`).
+    func createOrder(
+        accountId: String, productId: String, quantity: Int, offerId: String?, appTransactionId: String?
+    ) async throws -> ServerOrder
     func submitPurchase(accountId: String, orderId: String?, proof: Proof) async -> SubmissionVerdict
     func customerInfo(accountId: String) async throws -> CustomerInfo
 }
@@ -92,4 +100,33 @@ public struct RetryPolicy: Sendable, Equatable {
         let full = min(cap, base * pow(2, exponent))
         return full * (0.5 + 0.5 * min(max(random, 0), 1))
     }
+}
+
+/// A payment queue without offers: payments without options go through; with them, refused.
+public struct OffersUnsupported: Error, Sendable, CustomStringConvertible {
+    public init() {}
+    public var description: String { "this payment queue cannot apply offers" }
+}
+
+extension PaymentQueue {
+    public func purchase(productId: String, quantity: Int, appAccountToken: UUID, options: PurchaseOptions)
+        async throws -> PaymentResult
+    {
+        guard options.isEmpty else { throw OffersUnsupported() }
+        return try await purchase(productId: productId, quantity: quantity, appAccountToken: appAccountToken)
+    }
+}
+
+extension Backend {
+    public func createOrder(
+        accountId: String, productId: String, quantity: Int, offerId: String?, appTransactionId: String?
+    ) async throws -> ServerOrder {
+        guard offerId == nil else { throw OffersUnsupported() }
+        return try await createOrder(accountId: accountId, productId: productId, quantity: quantity)
+    }
+}
+
+/// The Apple Account on this device, as StoreKit's `AppTransaction.appTransactionID` (iOS 16+).
+public protocol AppTransactionSource: Sendable {
+    func appTransactionId() async -> String?
 }

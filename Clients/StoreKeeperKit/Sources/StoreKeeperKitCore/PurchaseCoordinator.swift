@@ -59,6 +59,8 @@ public actor PurchaseCoordinator {
 
     public enum Trigger: String, Sendable { case launch, foreground, login, networkChange }
 
+    /// Where the device's Apple Account id comes from (StoreKit's AppTransaction), if anywhere.
+    let appTransactions: AppTransactionSource?
     let queue: PaymentQueue
     let backend: Backend
     let store: PendingStore
@@ -86,8 +88,10 @@ public actor PurchaseCoordinator {
     /// Loads the durable state; `configure()` then starts everything.
     public init(
         queue: PaymentQueue, backend: Backend, store: PendingStore, proofs: ProofSource = TransactionProofSource(),
-        clock: Clock = SystemClock(), configuration: Configuration = Configuration()
+        clock: Clock = SystemClock(), configuration: Configuration = Configuration(),
+        appTransactions: AppTransactionSource? = nil
     ) throws {
+        self.appTransactions = appTransactions
         self.queue = queue
         self.backend = backend
         self.store = store
@@ -170,6 +174,24 @@ public actor PurchaseCoordinator {
     /// Buys a product for the logged-in account: the server order first, the intent written
     /// durably, then the payment with the order's token.
     public func purchase(productId: String, quantity: Int = 1) async throws -> PurchaseOutcome {
+        try await purchase(productId: productId, quantity: quantity, offerId: nil, winBackOfferId: nil)
+    }
+
+    /// Buys with a promotional offer: the server decides eligibility and signs it for this
+    /// order (403 `offer_not_eligible` comes back as `PurchaseError.order`), StoreKit applies it.
+    public func purchase(productId: String, offer offerId: String) async throws -> PurchaseOutcome {
+        try await purchase(productId: productId, quantity: 1, offerId: offerId, winBackOfferId: nil)
+    }
+
+    /// Buys back a churned subscriber with a win-back offer listed in renewal info's
+    /// `eligibleWinBackOfferIds` (Apple decides eligibility; nothing to sign).
+    public func purchase(productId: String, winBackOffer offerId: String) async throws -> PurchaseOutcome {
+        try await purchase(productId: productId, quantity: 1, offerId: nil, winBackOfferId: offerId)
+    }
+
+    func purchase(productId: String, quantity: Int, offerId: String?, winBackOfferId: String?) async throws
+        -> PurchaseOutcome
+    {
         guard started, !stopped else { throw PurchaseError.notConfigured }
         guard let account = accountId else { throw PurchaseError.notLoggedIn }
         guard !purchasing.contains(account) else { throw PurchaseError.alreadyInProgress }
@@ -178,7 +200,9 @@ public actor PurchaseCoordinator {
 
         let order: ServerOrder
         do {
-            order = try await backend.createOrder(accountId: account, productId: productId, quantity: quantity)
+            order = try await backend.createOrder(
+                accountId: account, productId: productId, quantity: quantity, offerId: offerId,
+                appTransactionId: await appTransactions?.appTransactionId())
         } catch let error as BackendError {
             throw PurchaseError.order(error)
         } catch {
@@ -198,8 +222,12 @@ public actor PurchaseCoordinator {
 
         let result: PaymentResult
         do {
+            // The server's intro decision rides on every subscription order when it makes one.
+            let options = PurchaseOptions(
+                promotionalOffer: order.offer, introductoryOfferEligibilityJWS: order.introductoryOfferEligibility?.jws,
+                winBackOfferId: winBackOfferId)
             result = try await queue.purchase(
-                productId: productId, quantity: quantity, appAccountToken: order.appAccountToken)
+                productId: productId, quantity: quantity, appAccountToken: order.appAccountToken, options: options)
         } catch {
             setIntent(intent.appAccountToken, .closed)
             try? persist()

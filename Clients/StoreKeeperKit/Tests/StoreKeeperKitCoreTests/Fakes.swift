@@ -13,6 +13,9 @@ final class FakeQueue: PaymentQueue, @unchecked Sendable {
         var onPurchase: (@Sendable () -> Void)?
         var purchaseDelay: UInt64 = 0
         var counter = 1000
+        var options: [PurchaseOptions] = []
+        /// Refuse offers, as a queue without offer support does.
+        var offersUnsupported = false
     }
     let state = Locked(State())
 
@@ -33,6 +36,17 @@ final class FakeQueue: PaymentQueue, @unchecked Sendable {
         return StoreTransaction(
             id: id, originalId: id, productId: productId, quantity: 1, appAccountToken: token, purchaseDate: date,
             signedTransaction: "jws-\(id)")
+    }
+
+    func purchase(productId: String, quantity: Int, appAccountToken: UUID, options: PurchaseOptions) async throws
+        -> PaymentResult
+    {
+        let unsupported = state.withValue { state -> Bool in
+            state.options.append(options)
+            return state.offersUnsupported
+        }
+        if unsupported && !options.isEmpty { throw OffersUnsupported() }
+        return try await purchase(productId: productId, quantity: quantity, appAccountToken: appAccountToken)
     }
 
     func purchase(productId: String, quantity: Int, appAccountToken: UUID) async throws -> PaymentResult {
@@ -98,6 +112,8 @@ final class FakeBackend: Backend, @unchecked Sendable {
         var orderFailure: BackendError?
         var accounts: [String: CustomerInfo] = [:]
         var offline = false
+        var orderRequests: [(offerId: String?, appTransactionId: String?)] = []
+        var introductory: IntroductoryOfferEligibility?
     }
     let state = Locked(State())
 
@@ -105,6 +121,22 @@ final class FakeBackend: Backend, @unchecked Sendable {
     var orders: [ServerOrder] { state.withValue { $0.orders } }
 
     func script(_ verdicts: SubmissionVerdict...) { state.withValue { $0.verdicts.append(contentsOf: verdicts) } }
+
+    func createOrder(
+        accountId: String, productId: String, quantity: Int, offerId: String?, appTransactionId: String?
+    ) async throws -> ServerOrder {
+        var order = try await createOrder(accountId: accountId, productId: productId, quantity: quantity)
+        state.withValue { state in
+            state.orderRequests.append((offerId, appTransactionId))
+            order.introductoryOfferEligibility = state.introductory
+        }
+        if let offerId {
+            order.offer = SignedOffer(
+                id: offerId, keyId: "KEY", nonce: UUID().uuidString.lowercased(), timestamp: 1_767_225_600_000,
+                signature: "MEUCIQ==", jws: "header.payload.signature")
+        }
+        return order
+    }
 
     func createOrder(accountId: String, productId: String, quantity: Int) async throws -> ServerOrder {
         try state.withValue { state in

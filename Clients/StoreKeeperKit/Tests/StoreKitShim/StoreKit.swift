@@ -23,9 +23,35 @@
             unavailable()
         }
 
+        public let subscription: Product.SubscriptionInfo?
+
         public struct PurchaseOption: Hashable, Sendable {
             public static func appAccountToken(_ token: UUID) -> Product.PurchaseOption { unavailable() }
             public static func quantity(_ quantity: Int) -> Product.PurchaseOption { unavailable() }
+            // @backDeployed(before: iOS 26.0, …): an array, not one option.
+            public static func promotionalOffer(_ offerID: String, compactJWS: String) -> [Product.PurchaseOption] {
+                unavailable()
+            }
+            public static func promotionalOffer(
+                offerID: String, keyID: String, nonce: UUID, signature: Data, timestamp: Int
+            ) -> Product.PurchaseOption { unavailable() }
+            // @backDeployed(before: iOS 18.4, …)
+            public static func introductoryOfferEligibility(compactJWS: String) -> Product.PurchaseOption {
+                unavailable()
+            }
+            // iOS 18.0
+            public static func winBackOffer(_ offer: Product.SubscriptionOffer) -> Product.PurchaseOption {
+                unavailable()
+            }
+        }
+
+        public struct SubscriptionInfo: Hashable, Sendable {
+            // iOS 18.0
+            public let winBackOffers: [Product.SubscriptionOffer]
+        }
+
+        public struct SubscriptionOffer: Hashable, Sendable {
+            public let id: String?
         }
 
         public enum PurchaseResult: Sendable {
@@ -72,6 +98,15 @@
         }
     }
 
+    public struct AppTransaction: Sendable {
+        // iOS 16.0: `static var shared: VerificationResult<AppTransaction> { get async throws }`
+        public static var shared: VerificationResult<AppTransaction> {
+            get async throws { unavailable() }
+        }
+        // Back-deployed to iOS 16.0.
+        public let appTransactionID: String
+    }
+
     public enum AppStore {
         public static func sync() async throws { unavailable() }
     }
@@ -98,8 +133,18 @@
         open var applicationUsername: String? { unavailable() }
     }
 
+    open class SKPaymentDiscount: NSObject {
+        public init(identifier: String, keyIdentifier: String, nonce: UUID, signature: String, timestamp: NSNumber) {
+            unavailable()
+        }
+    }
+
     open class SKMutablePayment: SKPayment {
         public override init() { super.init() }
+        open var paymentDiscount: SKPaymentDiscount? {
+            get { unavailable() }
+            set { unavailable() }
+        }
         open override var productIdentifier: String {
             get { unavailable() }
             set { unavailable() }
