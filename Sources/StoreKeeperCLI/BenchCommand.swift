@@ -53,7 +53,13 @@ struct BenchCommand: AsyncParsableCommand {
         ))
     var notifications = false
 
-    @Option(help: "With --notifications: concurrent senders.")
+    @Flag(
+        help: ArgumentHelp(
+            "Measure Apple's Get Retention Message (POST /v1/retention/apple) end to end instead, beside GET /healthz: --requests at --senders."
+        ))
+    var retention = false
+
+    @Option(help: "With --notifications or --retention: concurrent senders.")
     var senders: Int = 64
 
     @Option(name: .customLong("notification-rate"), help: "With --notifications: the steady rate (per second).")
@@ -72,6 +78,11 @@ struct BenchCommand: AsyncParsableCommand {
     var receiptSizes: [Int] = [1, 100, 10_000]
 
     func run() async throws {
+        if retention {
+            guard requests > 0, senders > 0 else { throw ValidationError("--requests and --senders must be positive") }
+            try await RetentionBench(databaseURL: databaseURL, concurrency: senders, count: requests).run()
+            return
+        }
         if notifications {
             guard requests > 0, senders > 0, notificationRate > 0, steadySeconds >= 0 else {
                 throw ValidationError("--requests, --senders and --notification-rate must be positive")

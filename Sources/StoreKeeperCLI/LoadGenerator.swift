@@ -33,7 +33,7 @@ enum LoadGenerator {
     /// rate; latency is counted from when it is sent).
     static func run(
         host: String, port: Int, path: String, authorization: String, bodies: [String], concurrency: Int,
-        expect: String, interval: TimeAmount? = nil
+        expect: String, interval: TimeAmount? = nil, method: String = "POST"
     ) async throws -> [Answer] {
         let group = MultiThreadedEventLoopGroup.singleton
         let start = NIODeadline.now()
@@ -41,8 +41,12 @@ enum LoadGenerator {
         for worker in 0..<min(concurrency, bodies.count) {
             let requests = stride(from: worker, to: bodies.count, by: concurrency).map { index in
                 var request = ByteBuffer()
+                if method == "GET" {
+                    request.writeString("GET \(path) HTTP/1.1\r\nHost: \(host):\(port)\r\n\r\n")
+                    return request
+                }
                 request.writeString(
-                    "POST \(path) HTTP/1.1\r\nHost: \(host):\(port)\r\nAuthorization: \(authorization)\r\n"
+                    "\(method) \(path) HTTP/1.1\r\nHost: \(host):\(port)\r\nAuthorization: \(authorization)\r\n"
                         + "Content-Type: application/json\r\nContent-Length: \(bodies[index].utf8.count)\r\n\r\n")
                 request.writeString(bodies[index])
                 return request

@@ -111,7 +111,10 @@ struct PurchaseBench {
         let group: ServiceGroup
         let running: Task<Void, any Error>
 
-        static func start(databaseURL: String?, maxInFlight: Int? = nil, runJobs: Bool = true) async throws -> Server {
+        static func start(
+            databaseURL: String?, maxInFlight: Int? = nil, runJobs: Bool = true,
+            configure: (inout ServerConfiguration) -> Void = { _ in }
+        ) async throws -> Server {
             let directory = FileManager.default.temporaryDirectory.appendingPathComponent("storekeeper-bench-\(UUID())")
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
             var configuration = ServerConfiguration()
@@ -122,6 +125,7 @@ struct PurchaseBench {
             configuration.bundleId = "com.example.app"
             configuration.appAppleId = 1_234_567_890
             if let maxInFlight { configuration.maxInFlightRequests = maxInFlight }
+            configure(&configuration)
             var logger = Logger(label: "bench")
             logger.logLevel = .error
             let app = try await StoreKeeperApp.make(configuration, dataDirectory: directory, logger: logger)
