@@ -77,8 +77,9 @@ public struct RealtimeResponseBody: Codable, Hashable, Sendable {
     public var alternateProduct: AlternateProduct?
     public var promotionalOffer: PromotionalOffer?
 
-    public init(message: Message? = nil, alternateProduct: AlternateProduct? = nil, promotionalOffer: PromotionalOffer? = nil)
-    {
+    public init(
+        message: Message? = nil, alternateProduct: AlternateProduct? = nil, promotionalOffer: PromotionalOffer? = nil
+    ) {
         self.message = message
         self.alternateProduct = alternateProduct
         self.promotionalOffer = promotionalOffer
@@ -164,8 +165,7 @@ public struct PerformanceTestResultResponse: Codable, Hashable, Sendable {
         public var p90: Int64?
         public var p95: Int64?
         public var p99: Int64?
-        public init(average: Int64? = nil, p50: Int64? = nil, p90: Int64? = nil, p95: Int64? = nil, p99: Int64? = nil)
-        {
+        public init(average: Int64? = nil, p50: Int64? = nil, p90: Int64? = nil, p95: Int64? = nil, p99: Int64? = nil) {
             self.average = average
             self.p50 = p50
             self.p90 = p90

@@ -47,7 +47,8 @@ public struct OfferSigner: Sendable {
             appAccountToken: appAccountToken?.uuidString, nonce: nonce, timestamp: timestamp)
         let signature = try key.signature(for: Array(payload.utf8))
         return V1(
-            keyId: keyId, nonce: nonce, timestamp: timestamp, signature: signature.derRepresentation.base64EncodedString())
+            keyId: keyId, nonce: nonce, timestamp: timestamp,
+            signature: signature.derRepresentation.base64EncodedString())
     }
 
     /// The V2 JWS (§2): header `alg` ES256, `kid`, `typ` JWT; claims `iss`, `iat` (seconds, no

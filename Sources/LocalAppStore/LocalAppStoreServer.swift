@@ -130,7 +130,8 @@ public struct LocalAppStoreServer: Sendable {
         }
         api.post("v1/subscriptions/extend/mass") { request, context in
             try await self.serve(request, "extend") {
-                guard let body = try? await request.decode(as: MassExtendRenewalDateRequest.self, context: context) else {
+                guard let body = try? await request.decode(as: MassExtendRenewalDateRequest.self, context: context)
+                else {
                     return Self.appleError(400, 4_000_000)
                 }
                 guard let days = body.extendByDays, (1...90).contains(days) else {

@@ -121,7 +121,9 @@ extension LocalAppStore {
             return nil
         }
         // Apple's rule: once per Apple Account and group, never while subscribed in the group.
-        var eligible = !introductoryUsed.contains("\(appleId)|\(group)") && !history.contains { $0.status == .active || $0.status == .billingGracePeriod }
+        var eligible =
+            !introductoryUsed.contains("\(appleId)|\(group)")
+            && !history.contains { $0.status == .active || $0.status == .billingGracePeriod }
         if let jws = offers.introductoryEligibilityJWS {
             guard let claims = offerChecker.verifyV2(jws), claims.aud == "introductory-offer-eligibility" else {
                 throw OfferRefusal.invalidSignature("the introductory-offer eligibility JWS does not verify")
@@ -134,7 +136,8 @@ extension LocalAppStore {
         }
         guard eligible else { return nil }
         return Discount(
-            type: .introductoryOffer, id: nil, discountType: intro.discountType, price: intro.price, period: intro.period)
+            type: .introductoryOffer, id: nil, discountType: intro.discountType, price: intro.price,
+            period: intro.period)
     }
 
     private func checkPromotional(
@@ -161,7 +164,8 @@ extension LocalAppStore {
             appAccountToken: token?.uuidString, nonce: nonce, timestamp: timestamp)
         guard offerChecker.verifyV1(payload, keyId: keyId, signatureBase64: signature) else {
             throw OfferRefusal.invalidSignature(
-                "the signature does not verify for this bundle, key, product, offer, appAccountToken, nonce and timestamp")
+                "the signature does not verify for this bundle, key, product, offer, appAccountToken, nonce and timestamp"
+            )
         }
         try checkFresh(Date(timeIntervalSince1970: Double(timestamp) / 1000), at: now)
         try useNonce(nonce.uuidString.lowercased())
@@ -223,7 +227,9 @@ extension LocalAppStore {
         for product in products {
             for offer in product.winBackOffers ?? [] {
                 let epoch = Date(timeIntervalSince1970: 0)
-                if let atLeast = offer.paidAtLeast, paid < atLeast.added(to: epoch).timeIntervalSince(epoch) { continue }
+                if let atLeast = offer.paidAtLeast, paid < atLeast.added(to: epoch).timeIntervalSince(epoch) {
+                    continue
+                }
                 if let atLeast = offer.churnedAtLeast, atLeast.added(to: subscription.expires) > now { continue }
                 ids.append(offer.id)
             }

@@ -123,8 +123,10 @@ extension LocalAppStore {
                 else { return nil }
                 return ("promotionalOffer", id, productId, offerId)
             }
-            if let v1 = offer.promotionalOfferSignatureV1, let productId = v1.productId, let offerId = v1.offerIdentifier,
-                let keyId = v1.keyId, let nonce = v1.nonce.flatMap(UUID.init(uuidString:)), let timestamp = v1.timestamp,
+            if let v1 = offer.promotionalOfferSignatureV1, let productId = v1.productId,
+                let offerId = v1.offerIdentifier,
+                let keyId = v1.keyId, let nonce = v1.nonce.flatMap(UUID.init(uuidString:)),
+                let timestamp = v1.timestamp,
                 let signature = v1.encodedSignature
             {
                 let payload = OfferSigner.v1Payload(

@@ -181,7 +181,8 @@ extension Catalog {
                     throw CatalogError("\(name): offer id must be 1…64 characters")
                 }
                 guard offerIds.insert(offer.id).inserted else {
-                    throw CatalogError("\(name): offer id '\(offer.id)' is used twice (App Store Connect ids are unique)")
+                    throw CatalogError(
+                        "\(name): offer id '\(offer.id)' is used twice (App Store Connect ids are unique)")
                 }
                 if let max = offer.maxPerAccount, max < 1 {
                     throw CatalogError("\(name): offer '\(offer.id)': maxPerAccount must be at least 1")

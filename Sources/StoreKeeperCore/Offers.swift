@@ -48,14 +48,17 @@ public enum OfferEligibility {
                 return Refusal(
                     rule: "eligible: lapsed",
                     message: retrying
-                        ? "the subscription is in billing retry, not lapsed" : "the account is subscribed in this group")
+                        ? "the subscription is in billing retry, not lapsed" : "the account is subscribed in this group"
+                )
             }
             if let atLeast = offer.lapsedAtLeast {
                 let lapsedAt = subscriptions.compactMap { $0.expiresAt }.max() ?? .distantPast
                 guard atLeast.added(to: lapsedAt) <= now else {
                     return Refusal(
                         rule: "lapsedAtLeast",
-                        message: "lapsed less than \(atLeast) ago (expired \(ISO8601DateFormatter().string(from: lapsedAt)))")
+                        message:
+                            "lapsed less than \(atLeast) ago (expired \(ISO8601DateFormatter().string(from: lapsedAt)))"
+                    )
                 }
             }
         case .anySubscriber:
@@ -64,7 +67,9 @@ public enum OfferEligibility {
         if let max = offer.maxPerAccount, history.redemptions >= max {
             return Refusal(
                 rule: "maxPerAccount",
-                message: "redeemed \(history.redemptions) time\(history.redemptions == 1 ? "" : "s") already (at most \(max))")
+                message:
+                    "redeemed \(history.redemptions) time\(history.redemptions == 1 ? "" : "s") already (at most \(max))"
+            )
         }
         return nil
     }

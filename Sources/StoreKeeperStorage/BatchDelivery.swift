@@ -246,7 +246,8 @@ struct BatchDelivery {
                 "transaction_id", "original_transaction_id", "account_id", "order_id", "product_id", "quantity",
                 "environment", "delivered_at", "price_milli", "currency", "proceeds_percent", "period_start",
                 "period_end", "offer_type", "offer_identifier", "offer_source")
-            for (((delivery, originalId, environment, at), money), facts) in zip(zip(newDeliveries, revenue), offerFacts)
+            for (((delivery, originalId, environment, at), money), facts) in zip(
+                zip(newDeliveries, revenue), offerFacts)
             {
                 let offer = OfferStore.offerColumns(facts.transaction)
                 insert = insert.values([

@@ -143,7 +143,8 @@ extension PurchaseStore {
                 payload: row.requestId, sql: sql, now: now)
             try await Self.audit(
                 sql, actor: actor, action: "mass_extension_requested", subject: productId,
-                detail: "extend every active \(productId) by \(days) days (\(reason)), request \(row.requestId): \(note)",
+                detail:
+                    "extend every active \(productId) by \(days) days (\(reason)), request \(row.requestId): \(note)",
                 at: now.milliseconds)
         }
         return row
@@ -220,7 +221,8 @@ extension PurchaseStore {
             originalTransactionId: try row.decode(column: "original_transaction_id", as: String?.self),
             productId: try row.decode(column: "product_id", as: String?.self),
             accountId: try row.decode(column: "account_id", as: String?.self),
-            days: try row.decode(column: "days", as: Int.self), reason: try row.decode(column: "reason", as: String.self),
+            days: try row.decode(column: "days", as: Int.self),
+            reason: try row.decode(column: "reason", as: String.self),
             note: try row.decode(column: "note", as: String.self),
             status: try row.decode(column: "status", as: String.self),
             createdAt: Date(milliseconds: try row.decode(column: "created_at", as: Int64.self)),

@@ -51,7 +51,8 @@ import Testing
         #expect(await store.subscriptions[original]?.status == .expired)
         #expect(try await eligible().isEmpty, "churned less than a month ago")
         await #expect(throws: LocalAppStore.OfferRefusal.self) {
-            _ = try await store.buy("wendy", items: [.init(productId: "pro_monthly")], offers: .init(winBackOfferId: "winback"))
+            _ = try await store.buy(
+                "wendy", items: [.init(productId: "pro_monthly")], offers: .init(winBackOfferId: "winback"))
         }
         await store.advance(by: 32 * 86_400)
         #expect(try await eligible() == ["winback"])

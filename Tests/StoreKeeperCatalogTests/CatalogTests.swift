@@ -142,9 +142,18 @@ import Testing
     @Test(arguments: [
         ("- { message: { messageId: not-a-uuid } }", "UUID"),
         ("- { when: { sample: 2 }, message: { messageId: \"33333333-3333-3333-3333-333333333333\" } }", "sample"),
-        ("- { promotionalOffer: { messageId: \"33333333-3333-3333-3333-333333333333\", offerId: none } }", "no product has"),
-        ("- { when: { productId: coins }, message: { messageId: \"33333333-3333-3333-3333-333333333333\" } }", "not an auto_renewable"),
-        ("- { alternateProduct: { messageId: \"33333333-3333-3333-3333-333333333333\", productId: coins } }", "not an auto_renewable"),
+        (
+            "- { promotionalOffer: { messageId: \"33333333-3333-3333-3333-333333333333\", offerId: none } }",
+            "no product has"
+        ),
+        (
+            "- { when: { productId: coins }, message: { messageId: \"33333333-3333-3333-3333-333333333333\" } }",
+            "not an auto_renewable"
+        ),
+        (
+            "- { alternateProduct: { messageId: \"33333333-3333-3333-3333-333333333333\", productId: coins } }",
+            "not an auto_renewable"
+        ),
         ("- { }", "exactly one"),
     ])
     func badRetentionRulesAreRefused(rule: String, expected: String) {

@@ -36,7 +36,10 @@ import Testing
             ("revoked", [Self.subscription(.revoked, expires: 5 * day)]),
             // Expired by its date, status not yet moved: not entitled, so lapsed.
             ("stale-active", [Self.subscription(.active, expires: -2 * day)]),
-            ("one-of-two-active", [Self.subscription(.expired, expires: -90 * day), Self.subscription(.active, expires: day)]),
+            (
+                "one-of-two-active",
+                [Self.subscription(.expired, expires: -90 * day), Self.subscription(.active, expires: day)]
+            ),
         ]
         let expected: [Offer.Eligible: [String: String?]] = [
             .lapsed: [
@@ -72,7 +75,10 @@ import Testing
         #expect(
             Self.refusal(
                 offer,
-                [Self.subscription(.expired, expires: -300 * 86_400), Self.subscription(.revoked, expires: -2 * 86_400)])
+                [
+                    Self.subscription(.expired, expires: -300 * 86_400),
+                    Self.subscription(.revoked, expires: -2 * 86_400),
+                ])
                 == "lapsedAtLeast")
     }
 
@@ -89,10 +95,13 @@ import Testing
         let active = [Self.subscription(.active, expires: 86_400)]
         let expired = [Self.subscription(.expired, expires: -86_400)]
         #expect(OfferEligibility.introductoryAllowed(hadIntroductoryOffer: false, subscriptions: [], now: Self.now))
-        #expect(OfferEligibility.introductoryAllowed(hadIntroductoryOffer: false, subscriptions: expired, now: Self.now))
+        #expect(
+            OfferEligibility.introductoryAllowed(hadIntroductoryOffer: false, subscriptions: expired, now: Self.now))
         #expect(!OfferEligibility.introductoryAllowed(hadIntroductoryOffer: true, subscriptions: [], now: Self.now))
-        #expect(!OfferEligibility.introductoryAllowed(hadIntroductoryOffer: false, subscriptions: active, now: Self.now))
-        #expect(!OfferEligibility.introductoryAllowed(hadIntroductoryOffer: true, subscriptions: expired, now: Self.now))
+        #expect(
+            !OfferEligibility.introductoryAllowed(hadIntroductoryOffer: false, subscriptions: active, now: Self.now))
+        #expect(
+            !OfferEligibility.introductoryAllowed(hadIntroductoryOffer: true, subscriptions: expired, now: Self.now))
     }
 
     // MARK: Retention
@@ -104,7 +113,9 @@ import Testing
         RetentionRule(
             id: "offer", when: .init(productId: "pro_monthly", sample: 0.25),
             promotionalOffer: .init(messageId: "b", offerId: "stay")),
-        RetentionRule(id: "switch", when: .init(productId: "pro_yearly"), alternateProduct: .init(messageId: "c", productId: "pro_monthly")),
+        RetentionRule(
+            id: "switch", when: .init(productId: "pro_yearly"),
+            alternateProduct: .init(messageId: "c", productId: "pro_monthly")),
     ]
 
     static func decide(_ product: String, tenure: TimeInterval = 0, draw: Double = 0, allowed: Bool = true)

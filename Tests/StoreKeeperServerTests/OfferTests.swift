@@ -114,7 +114,8 @@ import Testing
             let unknown = try await Self.order(relay, "nova", offer: "nope")
             #expect(unknown.status == .notFound)
             #expect(unknown.errorCode == "unknown_offer")
-            #expect(try await Self.order(relay, "nova", offer: "stay", product: "coins_60").errorCode == "unknown_offer")
+            #expect(
+                try await Self.order(relay, "nova", offer: "stay", product: "coins_60").errorCode == "unknown_offer")
             // Never subscribed: every promotional offer is refused (Apple's floor), naming the rule.
             for offer in ["comeback", "stay", "anyone"] {
                 let refused = try await Self.order(relay, "nova", offer: offer)
@@ -224,11 +225,14 @@ import Testing
                 Data(base64Encoded: (first.json["offer"] as? [String: Any])?["signature"] as? String ?? ""))
             der[der.count - 3] ^= 0x01
             #expect(
-                code(try await Self.pay(relay, appleId: "apple-max", reply: first, signature: der.base64EncodedString()))
+                code(
+                    try await Self.pay(relay, appleId: "apple-max", reply: first, signature: der.base64EncodedString()))
                     == "invalidSignature")
             // Another token than the one signed (a different order's), then the right one once,
             // then the same signature again: the nonce is used.
-            #expect(code(try await Self.pay(relay, appleId: "apple-max", reply: first, token: UUID())) == "invalidSignature")
+            #expect(
+                code(try await Self.pay(relay, appleId: "apple-max", reply: first, token: UUID())) == "invalidSignature"
+            )
             let paid = try await Self.pay(relay, appleId: "apple-max", reply: first)
             #expect(code(paid) == nil)
             try await Self.lapse(relay, "max", try paid.get().transactions[0])
@@ -245,14 +249,17 @@ import Testing
             var offer = try #require(wrong.json["offer"] as? [String: Any])
             offer["id"] = "comeback"
             wrong.json["offer"] = offer
-            #expect(code(try await Self.pay(relay, appleId: "apple-max", reply: wrong, v2: true)) == "invalidOfferIdentifier")
+            #expect(
+                code(try await Self.pay(relay, appleId: "apple-max", reply: wrong, v2: true))
+                    == "invalidOfferIdentifier")
             offer["id"] = "missing"
             wrong.json["offer"] = offer
             #expect(code(try await Self.pay(relay, appleId: "apple-max", reply: wrong)) == "invalidOfferIdentifier")
             // The same refusals over the control API: 400 with StoreKit's error name.
             let refused = try await API.call(
                 relay.client, .post, "/local-app-store/control/purchases",
-                body: #"{"appleId":"apple-max","productId":"pro_monthly","offer":{"id":"anyone","keyId":"K","nonce":"\#(UUID())","timestamp":1,"signature":"AAAA"}}"#
+                body:
+                    #"{"appleId":"apple-max","productId":"pro_monthly","offer":{"id":"anyone","keyId":"K","nonce":"\#(UUID())","timestamp":1,"signature":"AAAA"}}"#
             )
             #expect(refused.status == .badRequest)
             #expect(refused.errorCode == "invalidSignature")
@@ -315,10 +322,13 @@ import Testing
         try await Self.withRelay(kind, configure: { $0.sharedAppleIdAccounts = 2 }) { relay in
             let shared = await relay.store.customer("apple-family").appTransactionId
             for account in ["kid-1", "kid-2"] {
-                #expect(try await Self.order(relay, account, product: "coins_60", appTransactionId: shared).status == .created)
+                #expect(
+                    try await Self.order(relay, account, product: "coins_60", appTransactionId: shared).status
+                        == .created)
             }
             func anomalies() async throws -> [[String: Any]] {
-                (try await API.call(relay.client, .get, "/v1/anomalies?status=open").json["anomalies"] as? [[String: Any]]
+                (try await API.call(relay.client, .get, "/v1/anomalies?status=open").json["anomalies"]
+                    as? [[String: Any]]
                     ?? []).filter { $0["kind"] as? String == "shared_apple_id" }
             }
             #expect(try await anomalies().isEmpty)
@@ -335,7 +345,8 @@ import Testing
             // Once per Apple Account: a fourth account changes nothing.
             _ = try await Self.order(relay, "kid-4", product: "coins_60", appTransactionId: shared)
             #expect(try await anomalies().count == 1)
-            let tooLong = try await Self.order(relay, "kid-5", product: "coins_60", appTransactionId: String(repeating: "9", count: 65))
+            let tooLong = try await Self.order(
+                relay, "kid-5", product: "coins_60", appTransactionId: String(repeating: "9", count: 65))
             #expect(tooLong.status == .badRequest)
         }
     }

@@ -62,12 +62,15 @@ import Testing
             #expect(answered > 5 && held > 5, "answered \(answered), holdout \(held)")
             // pro_yearly: switch plan to monthly.
             let switchPlan = try await Self.ask(
-                relay, try await Self.request(relay, original: try #require(yearly.originalTransactionId), product: "pro_yearly"))
+                relay,
+                try await Self.request(
+                    relay, original: try #require(yearly.originalTransactionId), product: "pro_yearly"))
             #expect((switchPlan.json["alternateProduct"] as? [String: Any])?["productId"] as? String == "pro_monthly")
             // Unknown subscription: no account, so no offer; the catch-all message.
             let stranger = try await Self.ask(relay, try await Self.request(relay, original: "424242"))
-            #expect((stranger.json["message"] as? [String: Any])?["messageIdentifier"] as? String
-                == "33333333-3333-3333-3333-333333333333")
+            #expect(
+                (stranger.json["message"] as? [String: Any])?["messageIdentifier"] as? String
+                    == "33333333-3333-3333-3333-333333333333")
             // The same request identifier again: the same answer, recorded once.
             let id = UUID().uuidString
             let once = try await Self.ask(relay, try await Self.request(relay, original: original, id: id))
@@ -204,7 +207,8 @@ import Testing
                         #expect(seen["fallbackReason"] as? String == "EMPTY_RESPONSE")
                     }
                 }
-                #expect(kinds.isSubset(of: ["promotionalOffer", "defaultMessage"]) && kinds.contains("promotionalOffer"))
+                #expect(
+                    kinds.isSubset(of: ["promotionalOffer", "defaultMessage"]) && kinds.contains("promotionalOffer"))
 
                 // Apple's performance test, run locally against the endpoint.
                 let started = try await API.call(

@@ -54,7 +54,8 @@ import Testing
             #expect(try await Self.expiry(relay, "ext") == after)
             #expect(try await relay.entitlements("ext").first?["expiresAt"] as? String == StoreKeeperApp.iso(after))
 
-            #expect(try await Self.extend(relay, original, days: 3, reason: "customer_satisfaction").status == .accepted)
+            #expect(
+                try await Self.extend(relay, original, days: 3, reason: "customer_satisfaction").status == .accepted)
             await relay.apply()
             let third = try await Self.extend(relay, original, days: 1)
             #expect(third.status == .conflict)
@@ -129,7 +130,8 @@ import Testing
             #expect(counts["pending"] == nil, "\(counts)")
             // Bad input.
             let unknown = try await API.call(
-                relay.client, .post, "/v1/extensions/mass", body: #"{"productId":"coins_60","days":5,"reason":"other"}"#)
+                relay.client, .post, "/v1/extensions/mass", body: #"{"productId":"coins_60","days":5,"reason":"other"}"#
+            )
             #expect(unknown.errorCode == "unknown_product")
             #expect(try await API.call(relay.client, .get, "/v1/extensions/nope").status == .notFound)
         }
@@ -194,7 +196,8 @@ import Testing
             #expect(ended.status == .ok)
             #expect(try await relay.entitlements("gus").contains { $0["id"] as? String == "vip" } == false)
             #expect(try await API.call(relay.client, .delete, "/v1/accounts/gus/grants/\(longId)").status == .notFound)
-            #expect(try await API.call(relay.client, .delete, "/v1/accounts/other/grants/\(longId)").status == .notFound)
+            #expect(
+                try await API.call(relay.client, .delete, "/v1/accounts/other/grants/\(longId)").status == .notFound)
             let audit = try await API.call(relay.client, .get, "/v1/audit").json.description
             #expect(audit.contains("sorry for the outage") && audit.contains("grant_ended"))
             // Bad input: a past or malformed expiresAt, no entitlement, control characters.
@@ -203,7 +206,8 @@ import Testing
             #expect(try await grant(#"{"entitlement":"","expiresAt":"2099-01-01T00:00:00Z"}"#).status == .badRequest)
             #expect(try await grant(#"{"expiresAt":"2099-01-01T00:00:00Z"}"#).status == .badRequest)
             #expect(
-                try await grant(#"{"entitlement":"a\u0000b","expiresAt":"2099-01-01T00:00:00Z"}"#).status == .badRequest)
+                try await grant(#"{"entitlement":"a\u0000b","expiresAt":"2099-01-01T00:00:00Z"}"#).status == .badRequest
+            )
         }
     }
 }

@@ -26,7 +26,8 @@ extension StoreKeeperApp {
                 : catalog.product(row.productId ?? "")?.type == .autoRenewable ? "subscription" : "purchase"
             return AccountJSON.Entitlement(
                 id: row.entitlementId, active: row.expiresAt.map { $0 > now } ?? true, productId: row.productId,
-                expiresAt: row.expiresAt.map(Self.iso), originalTransactionId: row.originalTransactionId, source: source,
+                expiresAt: row.expiresAt.map(Self.iso), originalTransactionId: row.originalTransactionId,
+                source: source,
                 grantId: row.grantId)
         }
         return AccountJSON(

@@ -88,7 +88,8 @@ extension ServerConfiguration {
         }
         let offers = [offersIssuerId, offersKeyId, offersPrivateKeyFile]
         if offers.contains(where: { $0 != nil }) {
-            for (key, value) in zip(["apple.offers.issuerId", "apple.offers.keyId", "apple.offers.privateKeyFile"], offers)
+            for (key, value) in zip(
+                ["apple.offers.issuerId", "apple.offers.keyId", "apple.offers.privateKeyFile"], offers)
             where value?.isEmpty != false {
                 throw Invalid(key: key, "is required with the other apple.offers keys")
             }

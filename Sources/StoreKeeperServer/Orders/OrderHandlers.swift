@@ -74,7 +74,8 @@ extension StoreKeeperApp {
             json.introductoryOfferEligibility = OrderJSON.IntroductoryEligibility(
                 allowed: allowed,
                 jws: try signer.introductoryEligibilityJWS(
-                    productId: product.id, allowed: allowed, transactionId: transactionId, nonce: UUID(), issuedAt: now))
+                    productId: product.id, allowed: allowed, transactionId: transactionId, nonce: UUID(), issuedAt: now)
+            )
         }
         return try Self.json(json, status: .created)
     }
@@ -90,7 +91,8 @@ extension StoreKeeperApp {
             try Self.validateText(offerId, field: "offerId")
             guard let found = catalog.offer(offerId, of: product.id) else {
                 throw APIError(
-                    .notFound, "unknown_offer", "product '\(product.id)' has no offer '\(offerId.prefix(100))' in the catalog")
+                    .notFound, "unknown_offer",
+                    "product '\(product.id)' has no offer '\(offerId.prefix(100))' in the catalog")
             }
             offer = found
         }

@@ -93,7 +93,8 @@ struct LocalTransactionSource: TransactionSource {
         try await injectedFault("extend")
         do {
             return try await store.extendRenewalDate(
-                originalTransactionId, days: request.extendByDays ?? 0, requestIdentifier: request.requestIdentifier ?? "")
+                originalTransactionId, days: request.extendByDays ?? 0,
+                requestIdentifier: request.requestIdentifier ?? "")
         } catch LocalAppStore.ExtensionRefusal.maximum {
             throw AppStoreAPIError(
                 kind: .apple, httpStatus: 403, errorCode: 4_030_005,

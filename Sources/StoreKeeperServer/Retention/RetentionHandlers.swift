@@ -34,8 +34,9 @@ extension StoreKeeperApp {
         else {
             throw APIError.badRequest("the request has no originalTransactionId, productId or requestIdentifier")
         }
-        for (value, field) in [(original, "originalTransactionId"), (productId, "productId"), (requestIdentifier, "requestIdentifier")]
-        {
+        for (value, field) in [
+            (original, "originalTransactionId"), (productId, "productId"), (requestIdentifier, "requestIdentifier"),
+        ] {
             try Self.validateText(value, field: field)
         }
         let now = Date()
@@ -54,7 +55,8 @@ extension StoreKeeperApp {
                 guard let offer = catalog.offer(offerId, of: productId) else { continue }
                 let refusal = OfferEligibility.refusal(
                     offer,
-                    history: .init(subscriptions: history.subscriptions, redemptions: history.redemptions[offerId] ?? 0),
+                    history: .init(
+                        subscriptions: history.subscriptions, redemptions: history.redemptions[offerId] ?? 0),
                     now: now)
                 if refusal == nil { allowedOffers.insert(offerId) }
             }

@@ -112,7 +112,8 @@ extension StoreKeeperApp {
         let note = try Self.validateExtension(days: body.days, reason: body.reason, note: body.note)
         guard catalog.product(body.productId)?.type == .autoRenewable else {
             throw APIError(
-                .notFound, "unknown_product", "no auto-renewable product '\(body.productId.prefix(100))' in the catalog")
+                .notFound, "unknown_product", "no auto-renewable product '\(body.productId.prefix(100))' in the catalog"
+            )
         }
         let row = try await store.requestMassExtension(
             productId: body.productId, days: body.days, reason: body.reason, note: note, actor: "operator", now: Date())
@@ -182,7 +183,8 @@ struct SupportController {
         v1.post("extensions/mass") { request, context in try await app.massExtend(request, context) }
         v1.get("extensions/:requestId") { request, context in try await app.getExtension(request, context) }
         v1.post("accounts/:accountId/grants") { request, context in try await app.createGrant(request, context) }
-        v1.delete("accounts/:accountId/grants/:grantId") { request, context in try await app.endGrant(request, context) }
+        v1.delete("accounts/:accountId/grants/:grantId") { request, context in try await app.endGrant(request, context)
+        }
     }
 }
 

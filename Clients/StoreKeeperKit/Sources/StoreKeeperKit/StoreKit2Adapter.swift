@@ -74,7 +74,9 @@
         /// signature bytes.
         static func promotionalOffer(_ offer: SignedOffer) throws -> [Product.PurchaseOption] {
             #if compiler(>=6.2)
-                if !offer.jws.isEmpty { return Product.PurchaseOption.promotionalOffer(offer.id, compactJWS: offer.jws) }
+                if !offer.jws.isEmpty {
+                    return Product.PurchaseOption.promotionalOffer(offer.id, compactJWS: offer.jws)
+                }
             #endif
             return [try promotionalOfferV1(offer)]
         }
@@ -84,7 +86,8 @@
                 throw StoreKitAdapterError(description: "offer \(offer.id): malformed nonce or signature")
             }
             return .promotionalOffer(
-                offerID: offer.id, keyID: offer.keyId, nonce: nonce, signature: signature, timestamp: Int(offer.timestamp))
+                offerID: offer.id, keyID: offer.keyId, nonce: nonce, signature: signature,
+                timestamp: Int(offer.timestamp))
         }
 
         /// The server verifies: an unverified transaction is submitted all the same (its JWS
