@@ -208,6 +208,36 @@ import Testing
             #expect(delivered.status == .ok)
             let v2Order = try await API.call(relay.client, .get, "/v1/orders/\(v2.json["orderId"] as! String)")
             #expect(v2Order.json["offerRedeemed"] as? Bool == true)
+
+            // An offer we did not sign for the order that paid — here redeemed in the App Store
+            // by an account with no order, and an offer code — is recorded as such.
+            let issuer = TransactionIssuer()
+            var codes: [String] = []
+            for (index, type) in [OfferType.promotionalOffer, .offerCode].enumerated() {
+                var outside = issuer.transaction(
+                    for: .init(
+                        bundleId: "com.example.app", productId: "pro_monthly", type: .autoRenewable, unitPrice: 990,
+                        subscriptionGroupIdentifier: "pro"),
+                    at: Date(), id: "77000000000000\(index)")
+                outside.offerType = type
+                outside.offerIdentifier = "redeemed-outside"
+                let reply = try await API.submit(
+                    relay.client, account: "zed-\(index)", signedTransaction: try relay.store.signer.sign(outside))
+                #expect(reply.status == .ok, "\(reply.json)")
+                codes.append(outside.transactionId!)
+            }
+            let sources = try await relay.app.database.read { sql in
+                try await sql.raw(
+                    "SELECT transaction_id, offer_source FROM deliveries WHERE offer_type IS NOT NULL ORDER BY transaction_id"
+                ).all().reduce(into: [String: String]()) {
+                    $0[try $1.decode(column: "transaction_id", as: String.self)] =
+                        try $1.decode(column: "offer_source", as: String?.self)
+                }
+            }
+            #expect(sources[transaction.transactionId!] == "order")
+            #expect(sources[redeemed.transactions[0].transactionId!] == "order")
+            #expect(sources[codes[0]] == "not_signed_here")
+            #expect(sources[codes[1]] == "apple")
         }
     }
 

@@ -138,6 +138,10 @@ import Testing
             let cases: [(String, String)] = [
                 (try await Self.request(relay, original: original, signer: forger.jwsSigner), "forged chain"),
                 (try await Self.request(relay, original: original, appAppleId: 99), "another app"),
+                (
+                    try await Self.request(relay, original: original, appAppleId: 99, environment: .sandbox),
+                    "another app in Sandbox"
+                ),
                 (try await Self.request(relay, original: original, environment: .sandbox), "another environment"),
                 (String(try await Self.request(relay, original: original).dropLast(20)), "truncated"),
                 ("not.a.jws", "garbage"),

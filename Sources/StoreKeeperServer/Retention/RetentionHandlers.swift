@@ -27,6 +27,13 @@ extension StoreKeeperApp {
                 metadata: ["code": "\(failure.code)", "reason": "\(failure.reason)"])
             throw APIError.verification(failure, status: .badRequest)
         }
+        // Apple's rule: a request for another app is never answered — in Sandbox too, where the
+        // verifier (like Apple's library) checks appAppleId only when it is Production.
+        if let mine = configuration.appAppleId, let theirs = decoded.appAppleId, mine != theirs {
+            metrics.verificationFailure("wrong_app")
+            logger.warning("security: retention request for another app", metadata: ["appAppleId": "\(theirs)"])
+            throw APIError.verification(.wrongApp(expected: mine, actual: theirs), status: .badRequest)
+        }
         guard let original = decoded.originalTransactionId, !original.isEmpty, original.count <= 64,
             let productId = decoded.productId, !productId.isEmpty, productId.count <= 255,
             let requestIdentifier = decoded.requestIdentifier, !requestIdentifier.isEmpty,
