@@ -163,9 +163,12 @@ struct PurchaseBench {
         // (PostgreSQL) measures new deliveries, never already_delivered answers.
         let run = UInt64.random(in: 0..<1_000_000)
         for index in 0..<total {
-            let payload = issuer.transaction(
+            var payload = issuer.transaction(
                 for: .init(bundleId: "com.example.app", productId: "coins_60"), at: Date(),
                 id: String(3_000_000_000_000_000 + run * 10_000_000 + UInt64(index)))
+            // One Apple Account per account, as Apple signs it on every transaction: the
+            // server records which Apple Accounts each account used (shared_apple_id).
+            payload.appTransactionId = String(705_000_000_000_000_000 + run * 1_000 + UInt64(index % 1000))
             bodies.append(
                 #"{"accountId":"bench\#(run)-\#(index % 1000)","signedTransaction":"\#(try signer.sign(payload))"}"#)
         }

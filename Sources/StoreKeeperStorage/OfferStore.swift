@@ -53,44 +53,61 @@ public enum OfferStore {
                 "UPDATE deliveries SET offer_source = \(bind: source) WHERE transaction_id = \(bind: fact.delivery.transactionId)"
             ).run()
         }
-        var pairs: [String: (account: String, limit: Int, at: Int64)] = [:]
+        // The Apple Accounts seen: one multi-row insert for the batch; only pairs seen for the
+        // first time are counted, with one grouped query.
+        var pairs: [String: (appTransactionId: String, account: String, at: Int64)] = [:]
+        var limit = OfferStore.defaultSharedAppleIdLimit
         for fact in facts {
             guard let appTransactionId = fact.transaction.appTransactionId, !appTransactionId.isEmpty else { continue }
-            pairs["\(appTransactionId)\u{0}\(fact.delivery.accountId)"] = (fact.delivery.accountId, fact.limit, fact.at)
+            pairs["\(appTransactionId)\u{0}\(fact.delivery.accountId)"] = (
+                appTransactionId, fact.delivery.accountId, fact.at
+            )
+            limit = fact.limit
         }
-        for (key, value) in pairs {
-            let appTransactionId = String(key.prefix { $0 != "\u{0}" })
-            try await noteAppleAccount(
-                appTransactionId, account: value.account, limit: value.limit, sql: sql, at: value.at)
+        try await noteAppleAccounts(Array(pairs.values), limit: limit, sql: sql)
+    }
+
+    /// Records (appTransactionId, account) pairs; for every Apple Account that gained an
+    /// account and is now on more than `limit`, raises `shared_apple_id` (once per Apple Account).
+    static func noteAppleAccounts(
+        _ pairs: [(appTransactionId: String, account: String, at: Int64)], limit: Int, sql: any SQLDatabase
+    ) async throws {
+        guard !pairs.isEmpty else { return }
+        var insert = sql.insert(into: "apple_accounts").columns("app_transaction_id", "account_id", "first_seen_at")
+        for pair in pairs { insert = insert.values([pair.appTransactionId, pair.account, pair.at]) }
+        let added = try await insert.ignoringConflicts(with: ["app_transaction_id", "account_id"])
+            .returning("app_transaction_id").all()
+            .map { try $0.decode(column: "app_transaction_id", as: String.self) }
+        guard !added.isEmpty else { return }
+        let crowded = try await sql.raw(
+            """
+            SELECT app_transaction_id FROM apple_accounts WHERE app_transaction_id IN (\(binds: Array(Set(added))))
+            GROUP BY app_transaction_id HAVING COUNT(*) > \(bind: limit)
+            """
+        ).all().map { try $0.decode(column: "app_transaction_id", as: String.self) }
+        let at = pairs.map(\.at).max() ?? 0
+        for appTransactionId in crowded {
+            let accounts = try await sql.raw(
+                """
+                SELECT account_id FROM apple_accounts WHERE app_transaction_id = \(bind: appTransactionId)
+                ORDER BY first_seen_at, account_id LIMIT 50
+                """
+            ).all().map { try $0.decode(column: "account_id", as: String.self) }
+            try await PurchaseStore.insertAnomaly(
+                AnomalyDraft(
+                    kind: .sharedAppleId, transactionId: nil, orderId: nil, accountId: accounts.last,
+                    detail:
+                        "Apple Account (appTransactionId \(appTransactionId)) used by \(accounts.count)\(accounts.count == 50 ? "+" : "") accounts, more than \(limit): \(accounts.prefix(10).joined(separator: ", "))"
+                ), dedupeKey: "shared_apple_id|\(appTransactionId)", payload: nil, sql: sql, at: at)
         }
     }
 
-    /// Records that `account` used the Apple Account `appTransactionId`; the first time, if the
-    /// Apple Account is now on more than `limit` accounts, raises `shared_apple_id`.
+    /// Records that `account` used the Apple Account `appTransactionId` (an order told us).
     static func noteAppleAccount(
         _ appTransactionId: String, account: String, limit: Int, sql: any SQLDatabase, at: Int64
     ) async throws {
-        let inserted = try await sql.raw(
-            """
-            INSERT INTO apple_accounts (app_transaction_id, account_id, first_seen_at)
-            VALUES (\(bind: appTransactionId), \(bind: account), \(bind: at))
-            ON CONFLICT (app_transaction_id, account_id) DO NOTHING RETURNING account_id
-            """
-        ).first()
-        guard inserted != nil else { return }
-        let accounts = try await sql.raw(
-            """
-            SELECT account_id FROM apple_accounts WHERE app_transaction_id = \(bind: appTransactionId)
-            ORDER BY first_seen_at, account_id LIMIT 50
-            """
-        ).all().map { try $0.decode(column: "account_id", as: String.self) }
-        guard accounts.count > limit else { return }
-        try await PurchaseStore.insertAnomaly(
-            AnomalyDraft(
-                kind: .sharedAppleId, transactionId: nil, orderId: nil, accountId: account,
-                detail:
-                    "Apple Account (appTransactionId \(appTransactionId)) used by \(accounts.count)\(accounts.count == 50 ? "+" : "") accounts, more than \(limit): \(accounts.prefix(10).joined(separator: ", "))"
-            ), dedupeKey: "shared_apple_id|\(appTransactionId)", payload: nil, sql: sql, at: at)
+        try await noteAppleAccounts(
+            [(appTransactionId: appTransactionId, account: account, at: at)], limit: limit, sql: sql)
     }
 }
 
