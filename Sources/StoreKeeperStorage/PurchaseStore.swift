@@ -12,9 +12,15 @@ public struct PurchaseStore: Sendable {
     public let database: Database
     let batcher: DeliveryBatcher
 
+    /// Retention requests, group committed: concurrent answers share one commit.
+    let retentionCommitter: GroupCommit<RetentionRecord>
+
     public init(database: Database, sharedAppleIdLimit: Int = OfferStore.defaultSharedAppleIdLimit) {
         self.database = database
         self.batcher = DeliveryBatcher(database: database, sharedAppleIdLimit: sharedAppleIdLimit)
+        self.retentionCommitter = GroupCommit(database: database) { items, sql in
+            try await Self.insertRetention(items, sql: sql)
+        }
     }
 
     /// More accounts than this on one Apple Account (appTransactionId) raise `shared_apple_id`.

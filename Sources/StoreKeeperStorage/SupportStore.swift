@@ -283,6 +283,7 @@ extension PurchaseStore {
         /// The JSON answered.
         public var answer: String
         public var environment: String?
+        var receivedAt = Date()
 
         public init(
             requestIdentifier: String, originalTransactionId: String, accountId: String?, productId: String,
@@ -299,25 +300,30 @@ extension PurchaseStore {
         }
     }
 
-    /// Records a request and its answer once; a repeat (or a concurrent twin) gets the answer
-    /// recorded first.
+    /// Records a request and its answer once, durably, before the answer goes out (group
+    /// committed). A repeat is answered from the first record by `retentionContext`; a twin
+    /// arriving in the same instant is decided the same way (the rule and the holdout draw
+    /// depend only on the request) and the first record stays.
     public func recordRetention(_ record: RetentionRecord, now: Date) async throws -> String {
-        try await database.transaction { sql in
-            let inserted = try await sql.raw(
-                """
-                INSERT INTO retention_requests (request_identifier, original_transaction_id, account_id, product_id,
-                                                rule_name, holdout, answer, environment, received_at)
-                VALUES (\(bind: record.requestIdentifier), \(bind: record.originalTransactionId), \(bind: record.accountId),
-                        \(bind: record.productId), \(bind: record.ruleName), \(bind: record.holdout ? 1 : 0),
-                        \(bind: record.answer), \(bind: record.environment), \(bind: now.milliseconds))
-                ON CONFLICT (request_identifier) DO NOTHING RETURNING answer
-                """
-            ).first()
-            if inserted != nil { return record.answer }
-            return try await sql.raw(
-                "SELECT answer FROM retention_requests WHERE request_identifier = \(bind: record.requestIdentifier)"
-            ).first()?.decode(column: "answer", as: String.self) ?? record.answer
+        var record = record
+        record.receivedAt = now
+        try await retentionCommitter.commit(record)
+        return record.answer
+    }
+
+    static func insertRetention(_ records: [RetentionRecord], sql: any SQLDatabase) async throws {
+        var seen = Set<String>()
+        var insert = sql.insert(into: "retention_requests").columns(
+            "request_identifier", "original_transaction_id", "account_id", "product_id", "rule_name", "holdout",
+            "answer", "environment", "received_at")
+        for record in records where seen.insert(record.requestIdentifier).inserted {
+            insert = insert.values([
+                record.requestIdentifier, record.originalTransactionId, record.accountId, record.productId,
+                record.ruleName, record.holdout ? 1 : 0, record.answer, record.environment,
+                record.receivedAt.milliseconds,
+            ])
         }
+        try await sql.execute(sql: insert.ignoringConflicts(with: ["request_identifier"]).insert) { _ in }
     }
 
     /// One rule's figures (or the requests no rule matched: `rule` nil), answered or holdout.
