@@ -125,15 +125,18 @@ extension PurchaseStore {
 
     /// The account's subscriptions, redemptions and latest transaction in the group of
     /// `productIds` (the group's products), in one read transaction.
-    public func offerHistory(account: String, groupProducts productIds: [String]) async throws -> OfferHistory {
+    public func offerHistory(account: String, groupProducts productIds: [String], latestTransaction: Bool = true)
+        async throws -> OfferHistory
+    {
         try await database.read { sql in
-            try await Self.offerHistory(account: account, groupProducts: productIds, sql: sql)
+            try await Self.offerHistory(
+                account: account, groupProducts: productIds, latestTransaction: latestTransaction, sql: sql)
         }
     }
 
-    static func offerHistory(account: String, groupProducts productIds: [String], sql: any SQLDatabase)
-        async throws -> OfferHistory
-    {
+    static func offerHistory(
+        account: String, groupProducts productIds: [String], latestTransaction: Bool, sql: any SQLDatabase
+    ) async throws -> OfferHistory {
         guard !productIds.isEmpty else {
             return OfferHistory(subscriptions: [], redemptions: [:], hadIntroductoryOffer: false)
         }
@@ -155,6 +158,9 @@ extension PurchaseStore {
             if type == 2, let id = try row.decode(column: "offer_identifier", as: String?.self) {
                 redemptions[id, default: 0] += count
             }
+        }
+        guard latestTransaction else {
+            return OfferHistory(subscriptions: subscriptions, redemptions: redemptions, hadIntroductoryOffer: hadIntro)
         }
         let latest = try await sql.raw(
             """

@@ -51,26 +51,27 @@ extension StoreKeeperApp {
             originalTransactionId: original, requestIdentifier: requestIdentifier)
         if let prior = stored.priorAnswer { return Self.rawJSON(prior) }
 
-        // Offer eligibility, read only if a promotional-offer rule for this product is reached.
-        var allowedOffers: Set<String> = []
-        let offerRules = catalog.retention.compactMap(\.promotionalOffer).map(\.offerId)
-        if let account = stored.accountId, offerRules.contains(where: { catalog.offer($0, of: productId) != nil }),
-            let group = catalog.product(productId)?.group
-        {
-            let history = try await store.offerHistory(account: account, groupProducts: catalog.group(group).map(\.id))
-            for offerId in offerRules {
-                guard let offer = catalog.offer(offerId, of: productId) else { continue }
-                let refusal = OfferEligibility.refusal(
-                    offer,
-                    history: .init(
-                        subscriptions: history.subscriptions, redemptions: history.redemptions[offerId] ?? 0),
-                    now: now)
-                if refusal == nil { allowedOffers.insert(offerId) }
-            }
+        // Offer eligibility is read only when the decision reaches a promotional-offer rule (its
+        // answer or its holdout: both arms of a rule must be eligible for the measure to be
+        // fair); a refused offer makes that rule not match, and the next one is tried.
+        var refused: Set<String> = []
+        var checked = false
+        var decision: RetentionPolicy.Decision
+        let request = RetentionPolicy.Request(
+            productId: productId, paidTenure: stored.paidTenure, draw: RetentionPolicy.draw(requestIdentifier))
+        while true {
+            decision = RetentionPolicy.decide(
+                request, rules: catalog.retention, now: now, offerAllowed: { !refused.contains($0) })
+            let reached: Int? =
+                switch decision {
+                case .answer(let rule), .holdout(let rule): rule
+                case .none: nil
+                }
+            guard let rule = reached, catalog.retention[rule].promotionalOffer != nil, !checked else { break }
+            checked = true
+            refused = try await refusedOffers(productId: productId, accountId: stored.accountId, now: now)
+            if refused.isEmpty { break }
         }
-        let decision = RetentionPolicy.decide(
-            .init(productId: productId, paidTenure: stored.paidTenure, draw: RetentionPolicy.draw(requestIdentifier)),
-            rules: catalog.retention, now: now, offerAllowed: { allowedOffers.contains($0) })
         var answer = RealtimeResponseBody()
         var ruleName: String?
         var holdout = false
@@ -105,6 +106,22 @@ extension StoreKeeperApp {
                 environment: decoded.environment?.rawValue),
             now: now)
         return Self.rawJSON(recorded)
+    }
+
+    /// The retention rules' offers this account may not have (all of them when the
+    /// subscription belongs to no account: eligibility cannot be shown).
+    func refusedOffers(productId: String, accountId: String?, now: Date) async throws -> Set<String> {
+        let offerIds = Set(catalog.retention.compactMap(\.promotionalOffer).map(\.offerId))
+        guard let accountId, let group = catalog.product(productId)?.group else { return offerIds }
+        let history = try await store.offerHistory(
+            account: accountId, groupProducts: catalog.group(group).map(\.id), latestTransaction: false)
+        return offerIds.filter { offerId in
+            guard let offer = catalog.offer(offerId, of: productId) else { return true }
+            return OfferEligibility.refusal(
+                offer,
+                history: .init(subscriptions: history.subscriptions, redemptions: history.redemptions[offerId] ?? 0),
+                now: now) != nil
+        }
     }
 
     static func rawJSON(_ text: String) -> Response {
