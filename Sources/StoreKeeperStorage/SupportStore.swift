@@ -242,11 +242,15 @@ extension PurchaseStore {
         public var accountId: String?
         public var paidTenure: TimeInterval
         public var priorAnswer: String?
+        /// The account's offer history in the group, when asked for (`historyOf`).
+        public var history: OfferHistory?
     }
 
-    public func retentionContext(originalTransactionId: String, requestIdentifier: String) async throws
-        -> RetentionContext
-    {
+    /// `historyOf`: the subscription group's products, when an offer rule may be reached: the
+    /// account's offer history is read in the same read transaction.
+    public func retentionContext(
+        originalTransactionId: String, requestIdentifier: String, historyOf groupProducts: [String]? = nil
+    ) async throws -> RetentionContext {
         try await database.read { sql in
             let row = try await sql.raw(
                 """
@@ -268,8 +272,14 @@ extension PurchaseStore {
                 state = try SubscriptionStore.decodeState(row)
                 account = try row.decode(column: "account_id", as: String.self)
             }
+            var history: OfferHistory?
+            if prior == nil, let account, let groupProducts {
+                history = try await Self.offerHistory(
+                    account: account, groupProducts: groupProducts, latestTransaction: false, sql: sql)
+            }
             return RetentionContext(
-                subscription: state, accountId: account, paidTenure: Double(tenure) / 1000, priorAnswer: prior)
+                subscription: state, accountId: account, paidTenure: Double(tenure) / 1000, priorAnswer: prior,
+                history: history)
         }
     }
 

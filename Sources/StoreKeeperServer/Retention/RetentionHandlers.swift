@@ -47,8 +47,14 @@ extension StoreKeeperApp {
             try Self.validateText(value, field: field)
         }
         let now = Date()
+        // When an offer rule may match this product, the offer history comes with the one read.
+        let group = catalog.product(productId)?.group
+        let offerRuleMayMatch = catalog.retention.contains {
+            $0.promotionalOffer != nil && ($0.when?.productId == nil || $0.when?.productId == productId)
+        }
         let stored = try await store.retentionContext(
-            originalTransactionId: original, requestIdentifier: requestIdentifier)
+            originalTransactionId: original, requestIdentifier: requestIdentifier,
+            historyOf: offerRuleMayMatch ? group.map { catalog.group($0).map(\.id) } : nil)
         if let prior = stored.priorAnswer { return Self.rawJSON(prior) }
 
         // Offer eligibility is read only when the decision reaches a promotional-offer rule (its
@@ -69,7 +75,8 @@ extension StoreKeeperApp {
                 }
             guard let rule = reached, catalog.retention[rule].promotionalOffer != nil, !checked else { break }
             checked = true
-            refused = try await refusedOffers(productId: productId, accountId: stored.accountId, now: now)
+            refused = try await refusedOffers(
+                productId: productId, accountId: stored.accountId, history: stored.history, now: now)
             if refused.isEmpty { break }
         }
         var answer = RealtimeResponseBody()
@@ -110,11 +117,17 @@ extension StoreKeeperApp {
 
     /// The retention rules' offers this account may not have (all of them when the
     /// subscription belongs to no account: eligibility cannot be shown).
-    func refusedOffers(productId: String, accountId: String?, now: Date) async throws -> Set<String> {
+    func refusedOffers(
+        productId: String, accountId: String?, history: PurchaseStore.OfferHistory?, now: Date
+    ) async throws -> Set<String> {
         let offerIds = Set(catalog.retention.compactMap(\.promotionalOffer).map(\.offerId))
         guard let accountId, let group = catalog.product(productId)?.group else { return offerIds }
-        let history = try await store.offerHistory(
-            account: accountId, groupProducts: catalog.group(group).map(\.id), latestTransaction: false)
+        var history = history
+        if history == nil {
+            history = try await store.offerHistory(
+                account: accountId, groupProducts: catalog.group(group).map(\.id), latestTransaction: false)
+        }
+        guard let history else { return offerIds }
         return offerIds.filter { offerId in
             guard let offer = catalog.offer(offerId, of: productId) else { return true }
             return OfferEligibility.refusal(
