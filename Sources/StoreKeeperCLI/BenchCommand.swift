@@ -68,6 +68,13 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(name: .customLong("steady-seconds"), help: "With --notifications: how long the steady rate lasts.")
     var steadySeconds: Int = 10
 
+    @Flag(
+        name: .customLong("without-app-transaction-ids"),
+        help:
+            "With --purchases: sign transactions without appTransactionId (to measure what recording Apple Accounts costs)."
+    )
+    var withoutAppTransactionIds = false
+
     @Flag(help: "Only measure cached JWS verification (for profilers).")
     var onlyCached = false
 
@@ -100,7 +107,8 @@ struct BenchCommand: AsyncParsableCommand {
             guard maxInFlight.map({ $0 > 0 }) ?? true else { throw ValidationError("--max-in-flight must be positive") }
             try await PurchaseBench(
                 databaseURL: databaseURL, concurrencies: concurrency, requestsPerLevel: requests,
-                loadGenerator: loadGenerator, maxInFlight: maxInFlight, restartCommand: restartCommand
+                loadGenerator: loadGenerator, maxInFlight: maxInFlight, restartCommand: restartCommand,
+                appTransactionIds: !withoutAppTransactionIds
             ).run()
             return
         }

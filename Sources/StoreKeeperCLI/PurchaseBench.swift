@@ -22,6 +22,9 @@ struct PurchaseBench {
     let concurrencies: [Int]
     let requestsPerLevel: Int
     var loadGenerator: LoadGeneratorKind = .lean
+    /// Sign each transaction with an `appTransactionId`, as Apple does (the server records
+    /// which Apple Accounts each account used); off, to measure what that costs.
+    var appTransactionIds = true
 
     enum LoadGeneratorKind: String, CaseIterable, ExpressibleByArgument {
         case lean
@@ -168,7 +171,9 @@ struct PurchaseBench {
                 id: String(3_000_000_000_000_000 + run * 10_000_000 + UInt64(index)))
             // One Apple Account per account, as Apple signs it on every transaction: the
             // server records which Apple Accounts each account used (shared_apple_id).
-            payload.appTransactionId = String(705_000_000_000_000_000 + run * 1_000 + UInt64(index % 1000))
+            if appTransactionIds {
+                payload.appTransactionId = String(705_000_000_000_000_000 + run * 1_000 + UInt64(index % 1000))
+            }
             bodies.append(
                 #"{"accountId":"bench\#(run)-\#(index % 1000)","signedTransaction":"\#(try signer.sign(payload))"}"#)
         }
