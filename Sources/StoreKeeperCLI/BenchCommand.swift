@@ -107,8 +107,8 @@ struct BenchCommand: AsyncParsableCommand {
             guard maxInFlight.map({ $0 > 0 }) ?? true else { throw ValidationError("--max-in-flight must be positive") }
             try await PurchaseBench(
                 databaseURL: databaseURL, concurrencies: concurrency, requestsPerLevel: requests,
-                loadGenerator: loadGenerator, maxInFlight: maxInFlight, restartCommand: restartCommand,
-                appTransactionIds: !withoutAppTransactionIds
+                loadGenerator: loadGenerator, appTransactionIds: !withoutAppTransactionIds, maxInFlight: maxInFlight,
+                restartCommand: restartCommand
             ).run()
             return
         }
