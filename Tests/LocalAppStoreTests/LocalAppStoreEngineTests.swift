@@ -243,7 +243,7 @@ import Testing
         let response = try await store.extendRenewalDate(original, days: 10, requestIdentifier: "r1")
         #expect(response.effectiveDate == before.addingTimeInterval(10 * 86_400).milliseconds)
         _ = try await store.extendRenewalDate(original, days: 5, requestIdentifier: "r2")
-        await #expect(throws: LocalAppStore.StoreError.self) {
+        await #expect(throws: LocalAppStore.ExtensionRefusal.maximum) {
             try await store.extendRenewalDate(original, days: 5, requestIdentifier: "r3")
         }
         await #expect(throws: LocalAppStore.StoreError.self) {
