@@ -156,7 +156,8 @@ public struct RetentionCaller: Sendable {
     }
 
     /// One attempt: the parsed answer, or the `SendAttemptResult` that made it a failure.
-    func ask(_ url: String, signedPayload: String) async -> (RealtimeResponseBody?, String?, Int64) {
+    func ask(_ url: String, signedPayload: String, budget: Int64 = 700) async -> (RealtimeResponseBody?, String?, Int64)
+    {
         let started = ContinuousClock.now
         func elapsed() -> Int64 {
             let duration = ContinuousClock.now - started
@@ -169,10 +170,10 @@ public struct RetentionCaller: Sendable {
         let body = (try? JSONEncoder().encode(RealtimeRequestBody(signedPayload: signedPayload))) ?? Data()
         request.body = .bytes(ByteBuffer(bytes: body))
         do {
-            let response = try await httpClient.execute(request, timeout: .milliseconds(700))
+            let response = try await httpClient.execute(request, timeout: .milliseconds(budget))
             let bytes = try await response.body.collect(upTo: 64 * 1024)
             guard response.status.code == 200 else { return (nil, "UNSUCCESSFUL_HTTP_RESPONSE_CODE", elapsed()) }
-            guard elapsed() <= 700 else { return (nil, "TIMED_OUT", elapsed()) }
+            guard elapsed() <= budget else { return (nil, "TIMED_OUT", elapsed()) }
             guard let answer = try? JSONDecoder().decode(RealtimeResponseBody.self, from: Data(buffer: bytes)) else {
                 return (nil, "INVALID_RESPONSE", elapsed())
             }
@@ -280,7 +281,7 @@ public struct RetentionCaller: Sendable {
                     return
                 }
                 group.addTask {
-                    let (answer, failure, elapsed) = await ask(url, signedPayload: signed)
+                    let (answer, failure, elapsed) = await ask(url, signedPayload: signed, budget: threshold)
                     if let failure { return (elapsed, failure) }
                     guard let answer, answer.answers <= 1 else { return (elapsed, "INVALID_RESPONSE") }
                     if answer.answers == 1,

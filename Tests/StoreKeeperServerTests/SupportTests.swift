@@ -52,7 +52,9 @@ import Testing
             #expect(after.timeIntervalSince(before) == 10 * 86_400)
             #expect(try await relay.deliver() == ["RENEWAL_EXTENDED"])
             #expect(try await Self.expiry(relay, "ext") == after)
-            #expect(try await relay.entitlements("ext").first?["expiresAt"] as? String == StoreKeeperApp.iso(after))
+            // Compared as the API writes them (a parsed and re-formatted date can be 1 ms off).
+            let subscriptionExpiry = try await relay.subscription("ext")?["expiresAt"] as? String
+            #expect(try await relay.entitlements("ext").first?["expiresAt"] as? String == subscriptionExpiry)
 
             #expect(
                 try await Self.extend(relay, original, days: 3, reason: "customer_satisfaction").status == .accepted)
@@ -183,7 +185,12 @@ import Testing
             let longId = try #require(long.json["grantId"] as? String)
             var entitlements = try await relay.entitlements("gus")
             #expect(entitlements.count == 2)
-            #expect(entitlements.allSatisfy { $0["source"] as? String == "grant" && $0["active"] as? Bool == true })
+            #expect(entitlements.allSatisfy { $0["source"] as? String == "grant" })
+            #expect(entitlements.first { $0["id"] as? String == "vip" }?["active"] as? Bool == true)
+            if Date() < ends.addingTimeInterval(-0.5) {
+                // (Unless the machine was so loaded that its six seconds are over already.)
+                #expect(entitlements.first { $0["id"] as? String == "pro" }?["active"] as? Bool == true)
+            }
             // A purchase beside them says so.
             _ = try await relay.buy("gus", "remove_ads")
             entitlements = try await relay.entitlements("gus")
