@@ -246,23 +246,43 @@ extension PurchaseStore {
         public var history: OfferHistory?
     }
 
-    /// `historyOf`: the subscription group's products, when an offer rule may be reached: the
-    /// account's offer history is read in the same read transaction.
+    /// `historyOf`: the subscription group's products, when an offer rule may be reached, with
+    /// the offers whose redemptions count (`offerIds`): the account's offer history comes in the
+    /// same single query (its redemption counts, and whether it has other subscriptions in the
+    /// group — rare: only then is the full history read).
     public func retentionContext(
-        originalTransactionId: String, requestIdentifier: String, historyOf groupProducts: [String]? = nil
+        originalTransactionId: String, requestIdentifier: String, historyOf groupProducts: [String]? = nil,
+        offerIds: [String] = []
     ) async throws -> RetentionContext {
         try await database.read { sql in
-            let row = try await sql.raw(
-                """
+            var query: SQLQueryString = """
                 SELECT (SELECT answer FROM retention_requests WHERE request_identifier = \(bind: requestIdentifier)) AS prior,
                        (SELECT CAST(COALESCE(SUM(period_end - period_start), 0) AS BIGINT) FROM deliveries
                         WHERE original_transaction_id = \(bind: originalTransactionId) AND price_milli > 0
                           AND refunded_at IS NULL AND period_end IS NOT NULL) AS tenure,
+                """
+            if let groupProducts, !groupProducts.isEmpty {
+                query.appendInterpolation(
+                    """
+                           (SELECT COUNT(*) FROM subscriptions x WHERE x.account_id = s.account_id
+                              AND x.product_id IN (\(binds: groupProducts))
+                              AND x.original_transaction_id <> s.original_transaction_id) AS others,
+                    """ as SQLQueryString)
+                for (index, offerId) in offerIds.enumerated() {
+                    query.appendInterpolation(
+                        """
+                               (SELECT COUNT(*) FROM deliveries d WHERE d.account_id = s.account_id AND d.offer_type = 2
+                                  AND d.offer_identifier = \(bind: offerId)) AS \(ident: "r\(index)"),
+                        """ as SQLQueryString)
+                }
+            }
+            query.appendInterpolation(
+                """
                        s.*
                 FROM (SELECT 1 AS one) AS o
                 LEFT JOIN subscriptions s ON s.original_transaction_id = \(bind: originalTransactionId)
-                """
-            ).first()
+                """ as SQLQueryString)
+            let row = try await sql.raw(query).first()
             guard let row else { return RetentionContext(paidTenure: 0) }
             let prior = try row.decode(column: "prior", as: String?.self)
             let tenure = try row.decode(column: "tenure", as: Int64?.self) ?? 0
@@ -273,9 +293,18 @@ extension PurchaseStore {
                 account = try row.decode(column: "account_id", as: String.self)
             }
             var history: OfferHistory?
-            if prior == nil, let account, let groupProducts {
-                history = try await Self.offerHistory(
-                    account: account, groupProducts: groupProducts, latestTransaction: false, sql: sql)
+            if prior == nil, let account, let state, let groupProducts, !groupProducts.isEmpty {
+                if try row.decode(column: "others", as: Int?.self) ?? 0 > 0 {
+                    history = try await Self.offerHistory(
+                        account: account, groupProducts: groupProducts, latestTransaction: false, sql: sql)
+                } else {
+                    var redemptions: [String: Int] = [:]
+                    for (index, offerId) in offerIds.enumerated() {
+                        redemptions[offerId] = try row.decode(column: "r\(index)", as: Int?.self) ?? 0
+                    }
+                    history = OfferHistory(
+                        subscriptions: [state], redemptions: redemptions, hadIntroductoryOffer: false)
+                }
             }
             return RetentionContext(
                 subscription: state, accountId: account, paidTenure: Double(tenure) / 1000, priorAnswer: prior,

@@ -54,7 +54,8 @@ extension StoreKeeperApp {
         }
         let stored = try await store.retentionContext(
             originalTransactionId: original, requestIdentifier: requestIdentifier,
-            historyOf: offerRuleMayMatch ? group.map { catalog.group($0).map(\.id) } : nil)
+            historyOf: offerRuleMayMatch ? group.map { catalog.group($0).map(\.id) } : nil,
+            offerIds: Array(Set(catalog.retention.compactMap(\.promotionalOffer).map(\.offerId))).sorted())
         if let prior = stored.priorAnswer { return Self.rawJSON(prior) }
 
         // Offer eligibility is read only when the decision reaches a promotional-offer rule (its
