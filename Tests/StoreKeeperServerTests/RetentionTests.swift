@@ -71,6 +71,21 @@ import Testing
             #expect(
                 (stranger.json["message"] as? [String: Any])?["messageIdentifier"] as? String
                     == "33333333-3333-3333-3333-333333333333")
+            // An account with a second subscription in the group (another Apple ID): its whole
+            // offer history is read; still eligible for the active-subscriber offer.
+            let (_, second) = try await relay.buy("ret", "pro_yearly", appleId: "apple-ret-2")
+            try await relay.deliver()
+            var secondAnswered = false
+            var extra = 0
+            for _ in 0..<20 where !secondAnswered {
+                extra += 1
+                let reply = try await Self.ask(relay, try await Self.request(relay, original: original))
+                #expect(reply.status == .ok)
+                secondAnswered = reply.json["promotionalOffer"] != nil
+            }
+            #expect(secondAnswered)
+            #expect(second.originalTransactionId != original)
+
             // The same request identifier again: the same answer, recorded once.
             let id = UUID().uuidString
             let once = try await Self.ask(relay, try await Self.request(relay, original: original, id: id))
@@ -87,8 +102,8 @@ import Testing
             let offerRule = rules[1]
             let shown = try #require(offerRule["answered"] as? [String: Any])
             let holdout = try #require(offerRule["holdout"] as? [String: Any])
-            #expect((shown["requests"] as? Int ?? 0) + (holdout["requests"] as? Int ?? 0) == 41)
-            #expect((shown["cancelled"] as? Int ?? 0) + (holdout["cancelled"] as? Int ?? 0) == 41)
+            #expect((shown["requests"] as? Int ?? 0) + (holdout["requests"] as? Int ?? 0) == 41 + extra)
+            #expect((shown["cancelled"] as? Int ?? 0) + (holdout["cancelled"] as? Int ?? 0) == 41 + extra)
             #expect(shown["saved"] as? Int == 0)
             #expect((rules[0]["answered"] as? [String: Any])?["requests"] as? Int == 1)
             #expect((rules[2]["answered"] as? [String: Any])?["requests"] as? Int == 1)
