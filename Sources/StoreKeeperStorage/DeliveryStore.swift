@@ -45,7 +45,7 @@ extension PurchaseStore {
 
     static func apply(
         _ plan: DeliveryPlanner.Plan, transaction: JWSTransactionDecodedPayload, context: DeliveryPlanner.Context,
-        sql: any SQLDatabase, now: Date, sharedAppleIdLimit: Int = OfferStore.defaultSharedAppleIdLimit
+        sql: any SQLDatabase, now: Date
     ) async throws {
         let at = now.milliseconds
         let originalId = transaction.originalTransactionId ?? transaction.transactionId ?? ""
@@ -69,8 +69,6 @@ extension PurchaseStore {
                         \(bind: money.periodEnd), \(bind: offer.type), \(bind: offer.identifier), \(bind: offer.source))
                 """
             ).run()
-            try await OfferStore.record(
-                [.init(transaction: transaction, delivery: delivery, limit: sharedAppleIdLimit, at: at)], sql: sql)
         }
         if let order = plan.order {
             try await sql.raw(
