@@ -37,6 +37,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        .package(url: "https://github.com/hummingbird-project/swift-mustache.git", from: "2.1.1"),
         // The client SDK, its own package (it depends on nothing of ours): `storekeeper
         // simulate` and the device-side integration tests run its real core.
         .package(path: "Clients/StoreKeeperKit"),
@@ -119,6 +120,7 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "X509", package: "swift-certificates"),
+                .product(name: "Mustache", package: "swift-mustache"),
             ]
         ),
         // The local App Store: a faithful fake of Apple for tests, the demo and zero-config serve.

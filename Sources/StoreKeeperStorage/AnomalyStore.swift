@@ -105,16 +105,19 @@ extension PurchaseStore {
 
     public func audit(limit: Int = 500) async throws -> [AuditEntry] {
         try await database.read { sql in
-            try await sql.raw("SELECT * FROM audit ORDER BY created_at DESC, id LIMIT \(bind: limit)").all().map {
-                AuditEntry(
-                    id: try $0.decode(column: "id", as: String.self),
-                    actor: try $0.decode(column: "actor", as: String.self),
-                    action: try $0.decode(column: "action", as: String.self),
-                    subject: try $0.decode(column: "subject", as: String?.self),
-                    detail: try $0.decode(column: "detail", as: String.self),
-                    createdAt: Date(milliseconds: try $0.decode(column: "created_at", as: Int64.self)))
-            }
+            try await sql.raw("SELECT * FROM audit ORDER BY created_at DESC, id LIMIT \(bind: limit)").all().map(
+                Self.decodeAudit)
         }
+    }
+
+    static func decodeAudit(_ row: any SQLRow) throws -> AuditEntry {
+        AuditEntry(
+            id: try row.decode(column: "id", as: String.self),
+            actor: try row.decode(column: "actor", as: String.self),
+            action: try row.decode(column: "action", as: String.self),
+            subject: try row.decode(column: "subject", as: String?.self),
+            detail: try row.decode(column: "detail", as: String.self),
+            createdAt: Date(milliseconds: try row.decode(column: "created_at", as: Int64.self)))
     }
 
     /// Records an anomaly outside a delivery (e.g. `verification_stuck` from the job runner);

@@ -36,19 +36,30 @@ extension StoreKeeperApp {
         try context.caller().requireSecretKey()
         let id = try Self.parameter(context, "id")
         let body = try await decode(ResolveBody.self, request)
+        return try Self.json(
+            AnomalyJSON(try await resolve(anomaly: id, action: body.action, accountId: body.accountId, note: body.note)))
+    }
+
+    /// Resolving an anomaly, the one code path of the API and the dashboard: `deliver` hands
+    /// the transaction it holds to an account (exactly once, keyed by transactionId, with an
+    /// audit entry), `dismiss` closes it. An anomaly already resolved is answered as it is.
+    func resolve(anomaly id: String, action: String, accountId: String?, note: String?) async throws
+        -> PurchaseStore.StoredAnomaly
+    {
         guard let anomaly = try await store.anomaly(id) else {
             throw APIError.notFound("no anomaly '\(id.prefix(64))'")
         }
-        let note = body.note ?? ""
-        switch body.action {
+        let note = note ?? ""
+        guard note.count <= 2_000 else { throw APIError.badRequest("field 'note' must be at most 2000 characters") }
+        switch action {
         case "dismiss":
             break
         case "deliver":
-            guard anomaly.status == "open" else { return try Self.json(AnomalyJSON(anomaly)) }
+            guard anomaly.status == "open" else { return anomaly }
             guard let transaction = anomaly.transaction else {
                 throw APIError.badRequest("this anomaly holds no transaction to deliver")
             }
-            guard let accountId = body.accountId ?? anomaly.accountId else {
+            guard let accountId = accountId ?? anomaly.accountId else {
                 throw APIError.badRequest("field 'accountId' is required to deliver this anomaly")
             }
             try Self.validateAccountId(accountId)
@@ -64,9 +75,9 @@ extension StoreKeeperApp {
         }
         guard
             let resolved = try await store.resolveAnomaly(
-                id, resolution: body.action, actor: "operator", note: note, now: Date())
+                id, resolution: action, actor: "operator", note: note, now: Date())
         else { throw APIError.notFound("no anomaly '\(id.prefix(64))'") }
-        return try Self.json(AnomalyJSON(resolved))
+        return resolved
     }
 }
 

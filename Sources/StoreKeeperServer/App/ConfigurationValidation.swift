@@ -40,6 +40,12 @@ extension ServerConfiguration {
             throw Invalid(key: "auth.metricsToken", "must be at least 32 bytes")
         }
         guard requestTimeoutSeconds > 0 else { throw Invalid(key: "limits.requestTimeoutSeconds", "must be positive") }
+        guard (10...86_400).contains(dashboardSessionIdleSeconds) else {
+            throw Invalid(key: "dashboard.sessionIdleSeconds", "must be 10…86400")
+        }
+        guard (1...720).contains(dashboardSessionMaxHours) else {
+            throw Invalid(key: "dashboard.sessionMaxHours", "must be 1…720")
+        }
         guard clientRequestsPerSecond >= 0 else {
             throw Invalid(key: "limits.clientRequestsPerSecond", "must not be negative")
         }

@@ -85,6 +85,12 @@ public struct ServerConfiguration: Sendable {
     public var introductoryOffers: IntroductoryOffers = .apple
     /// One Apple Account on more app accounts than this raises `shared_apple_id`.
     public var sharedAppleIdAccounts = 3
+    /// The operator dashboard at `/dashboard` (sign-in with a secret key).
+    public var dashboardEnabled = true
+    /// A dashboard session ends after this long without a request…
+    public var dashboardSessionIdleSeconds = 1_800
+    /// …and this long after sign-in in any case.
+    public var dashboardSessionMaxHours = 12
 
     public init() {}
 
@@ -118,6 +124,7 @@ public struct ServerConfiguration: Sendable {
         "ownership.policy", "webhooks.url", "webhooks.secret", "localAppStore.enabled",
         "rejectedProofs.retentionDays", "offers.introductoryOffers", "apple.consumption.enabled",
         "webhooks.maxAttemptHours", "apple.smallBusinessProgram", "offers.sharedAppleIdAccounts",
+        "dashboard.enabled", "dashboard.sessionIdleSeconds", "dashboard.sessionMaxHours",
     ]
     /// Keys whose value is a structure read by its own parser (the inline catalog).
     static let structuredKeys = ["catalog.products", "catalog.retention"]
@@ -335,5 +342,8 @@ public struct ServerConfiguration: Sendable {
             introductoryOffers = parsed
         }
         sharedAppleIdAccounts = try source.int("offers.sharedAppleIdAccounts") ?? sharedAppleIdAccounts
+        dashboardEnabled = try source.bool("dashboard.enabled") ?? dashboardEnabled
+        dashboardSessionIdleSeconds = try source.int("dashboard.sessionIdleSeconds") ?? dashboardSessionIdleSeconds
+        dashboardSessionMaxHours = try source.int("dashboard.sessionMaxHours") ?? dashboardSessionMaxHours
     }
 }

@@ -31,6 +31,8 @@ public struct StoreKeeperApp: Sendable {
     let verifier: SignedDataVerifier
     let receiptVerifier: AppReceiptVerifier
     let authenticator: Authenticator
+    /// The dashboard's signed sessions, keyed from the same secret keys.
+    let dashboardSessions: DashboardSessions
     let limiter: RateLimiter
     /// The in-process local App Store of zero-config mode.
     public let localAppStore: LocalAppStore?
@@ -154,6 +156,9 @@ public struct StoreKeeperApp: Sendable {
                 secretKeys: secretKeys, clientTokenSecret: configuration.clientTokenSecret,
                 clientTokenMaxLifetimeSeconds: configuration.clientTokenMaxLifetimeSeconds,
                 metricsToken: configuration.metricsToken),
+            dashboardSessions: DashboardSessions(
+                secretKeys: secretKeys, idleSeconds: configuration.dashboardSessionIdleSeconds,
+                maximumSeconds: configuration.dashboardSessionMaxHours * 3600),
             limiter: RateLimiter(
                 clientPerSecond: configuration.clientRequestsPerSecond,
                 secretPerSecond: configuration.secretRequestsPerSecond, clock: rateLimitClock),
@@ -252,6 +257,7 @@ public struct StoreKeeperApp: Sendable {
         WebhooksController(app: self).addRoutes(to: v1)
         SupportController(app: self).addRoutes(to: v1)
         RetentionController(app: self).addAPIRoutes(to: v1)
+        if configuration.dashboardEnabled { DashboardController(app: self).addRoutes(to: router) }
         if let localAppStore {
             // Demo mode: open, for curl and the quick start. Beside a configuration
             // (`localAppStore.enabled`): every route needs a secret key, so no app user can mint

@@ -87,6 +87,17 @@ struct Authenticator: Sendable {
         throw APIError.unauthenticated
     }
 
+    /// Which configured secret key `credential` is (the dashboard's sign-in), compared in
+    /// constant time; nil for anything else.
+    func secretKeyIndex(_ credential: String) -> Int? {
+        let presented = SHA256.hash(data: Data(credential.utf8))
+        var matched: Int?
+        for (index, digest) in secretKeyDigests.enumerated() where Self.constantTimeEqual(digest, presented) {
+            matched = matched ?? index
+        }
+        return matched
+    }
+
     /// Clocks of the app's backend and this server may differ a little.
     static let clockLeeway: TimeInterval = 60
 

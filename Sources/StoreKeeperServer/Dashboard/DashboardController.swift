@@ -1,0 +1,494 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import Mustache
+import NIOCore
+import StoreKeeperStorage
+
+/// The operator dashboard at `/dashboard`: server-rendered HTML (Mustache templates compiled
+/// into the binary), a stylesheet, SVG charts, no script. Sign-in with a secret key opens a
+/// signed session cookie (HttpOnly, SameSite=Strict, Secure behind TLS); every form that
+/// changes state carries the session's CSRF token and is refused from another origin. Its
+/// actions are the API's own code paths (`resolve(anomaly:…)`, the outbox's replay).
+struct DashboardController {
+    let app: StoreKeeperApp
+
+    static let library: MustacheLibrary = {
+        var library = MustacheLibrary()
+        for (name, text) in DashboardTemplates.all {
+            // The templates are constants of this file's module: a parse error is a bug the
+            // dashboard tests catch on the first page.
+            if let template = try? MustacheTemplate(string: text) { library.register(template, named: name) }
+        }
+        return library
+    }()
+
+    func addRoutes(to router: Router<StoreKeeperContext>) {
+        let group = router.group("dashboard")
+        group.get("static/style.css") { _, _ in
+            var headers = Self.securityHeaders
+            headers[.contentType] = "text/css; charset=utf-8"
+            headers[.cacheControl] = "public, max-age=3600"
+            return Response(
+                status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: DashboardTemplates.stylesheet)))
+        }
+        group.get("login") { request, _ in
+            let expired = request.uri.queryParameters.get("expired") != nil
+            return page(
+                "login", title: "Sign in",
+                values: expired ? ["error": "Your session has expired. Sign in again."] : [:], session: nil,
+                status: expired ? .unauthorized : .ok)
+        }
+        group.post("login") { request, context in try await signIn(request, context) }
+        group.post("logout") { request, context in
+            try await withSession(request, context, form: true) { _, _ in
+                var response = Self.redirect("/dashboard/login")
+                response.headers[values: .setCookie] = [Self.cookie("", request: request, maxAge: 0)]
+                return response
+            }
+        }
+        group.get { request, context in
+            try await withSession(request, context) { session, _ in try await overview(session) }
+        }
+        group.get("anomalies") { request, context in
+            try await withSession(request, context) { session, _ in try await anomalies(request, session) }
+        }
+        group.post("anomalies/:id/resolve") { request, context in
+            try await withSession(request, context, form: true) { _, form in
+                let id = try StoreKeeperApp.parameter(context, "id")
+                let action = form["action"] ?? ""
+                let account = form["accountId"].flatMap { $0.isEmpty ? nil : $0 }
+                let resolved = try await app.resolve(
+                    anomaly: id, action: action, accountId: account, note: (form["note"] ?? "") + " (dashboard)")
+                context.logger.notice(
+                    "dashboard: anomaly resolved", metadata: ["anomaly": "\(id)", "action": "\(action)"])
+                let flash = action == "deliver" ? "delivered" : "dismissed"
+                if action == "deliver", let account = account ?? resolved.accountId {
+                    return Self.redirect("/dashboard/accounts/\(Self.pathComponent(account))?done=\(flash)")
+                }
+                return Self.redirect("/dashboard/anomalies?done=\(flash)")
+            }
+        }
+        group.get("search") { request, context in
+            try await withSession(request, context) { session, _ in try await search(request, session) }
+        }
+        group.get("accounts/:accountId") { request, context in
+            try await withSession(request, context) { session, _ in
+                let accountId = try StoreKeeperApp.parameter(context, "accountId")
+                try StoreKeeperApp.validateAccountId(accountId)
+                return try await account(accountId, request: request, session: session)
+            }
+        }
+        group.get("webhooks") { request, context in
+            try await withSession(request, context) { session, _ in try await webhooks(request, session) }
+        }
+        group.post("webhooks/dead-letters/:id/replay") { request, context in
+            try await withSession(request, context, form: true) { _, _ in
+                let id = try StoreKeeperApp.parameter(context, "id")
+                guard try await OutboxStore(database: app.database).replay(id, now: Date()) else {
+                    throw APIError.notFound("no dead letter '\(id.prefix(64))'")
+                }
+                try await app.store.recordAudit(
+                    actor: "operator", action: "webhook_replay", subject: id,
+                    detail: "dead letter queued again (dashboard)", now: Date())
+                return Self.redirect("/dashboard/webhooks?done=replayed")
+            }
+        }
+    }
+
+    // MARK: Sessions
+
+    func signIn(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        guard Self.sameOrigin(request) else { return forbidden("This sign-in came from another site.") }
+        let form = try await Self.form(request)
+        guard let key = form["key"], let index = app.authenticator.secretKeyIndex(key) else {
+            context.logger.warning("dashboard: sign-in refused (wrong key)")
+            // A moment's pause per refused key: guessing is slow, a typo is not.
+            try await Task.sleep(for: .milliseconds(300))
+            return page(
+                "login", title: "Sign in", values: ["error": "That key is not one of this server's secret keys."],
+                session: nil, status: .unauthorized)
+        }
+        context.logger.notice("dashboard: signed in")
+        var response = Self.redirect("/dashboard")
+        response.headers[values: .setCookie] = [
+            Self.cookie(app.dashboardSessions.issue(keyIndex: index, now: Date()), request: request)
+        ]
+        return response
+    }
+
+    /// Runs `body` for a valid session: a GET without one goes to the sign-in page; a POST
+    /// without one, from another origin, or without the session's CSRF token is refused.
+    /// Errors become an HTML page with the API's status (404, 400, 503 with Retry-After).
+    func withSession(
+        _ request: Request, _ context: StoreKeeperContext, form: Bool = false,
+        _ body: (DashboardSessions.Session, [String: String]) async throws -> Response
+    ) async throws -> Response {
+        let cookie = Self.cookieValue(request, DashboardSessions.cookieName)
+        let now = Date()
+        let session: DashboardSessions.Session
+        switch app.dashboardSessions.check(cookie, now: now) {
+        case .valid(let valid): session = valid
+        case .expired where !form: return Self.redirect("/dashboard/login?expired=1")
+        case .invalid where !form: return Self.redirect("/dashboard/login")
+        case .expired, .invalid:
+            context.logger.warning("dashboard: form post without a valid session refused")
+            return page(
+                "message", title: "Signed out",
+                values: [
+                    "heading": "Signed out", "message": "Your session has expired or is not valid; nothing was changed.",
+                    "link": "/dashboard/login", "linkText": "Sign in again",
+                ], session: nil, status: .unauthorized)
+        }
+        var fields: [String: String] = [:]
+        if form {
+            guard Self.sameOrigin(request) else {
+                context.logger.warning("dashboard: cross-origin form post refused")
+                return forbidden("This form came from another site; nothing was changed.")
+            }
+            fields = try await Self.form(request)
+            guard app.dashboardSessions.csrfValid(fields["_csrf"], session: session) else {
+                context.logger.warning("dashboard: form post with a missing or wrong CSRF token refused")
+                return forbidden("This form is not one this dashboard issued (CSRF check failed); nothing was changed.")
+            }
+        }
+        var response: Response
+        do {
+            response = try await body(session, fields)
+        } catch let error as APIError {
+            response = page(
+                "message", title: "Error",
+                values: ["heading": "Not done", "message": error.message, "link": "/dashboard", "linkText": "Overview"],
+                session: session, status: error.status)
+            if let retry = error.headers[.retryAfter] { response.headers[.retryAfter] = retry }
+        } catch where StorageUnavailable.classify(error) != nil {
+            context.logger.warning("dashboard: storage unavailable", metadata: ["error": "\(error)"])
+            response = page(
+                "message", title: "Unavailable",
+                values: ["heading": "Unavailable", "message": "The database does not answer; try again in a moment."],
+                session: session, status: .serviceUnavailable)
+            response.headers[.retryAfter] = "2"
+        }
+        if let renewed = app.dashboardSessions.renewed(session, now: now) {
+            response.headers[values: .setCookie] += [Self.cookie(renewed, request: request)]
+        }
+        return response
+    }
+
+    func forbidden(_ message: String) -> Response {
+        page(
+            "message", title: "Refused",
+            values: ["heading": "Refused", "message": message, "link": "/dashboard", "linkText": "Overview"],
+            session: nil, status: .forbidden)
+    }
+
+    // MARK: Pages
+
+    func overview(_ session: DashboardSessions.Session) async throws -> Response {
+        let days = 14
+        let figures = try await app.store.dashboardOverview(
+            days: days, now: Date(), smallBusinessProgram: app.configuration.smallBusinessProgram)
+        let labels = figures.days.map { Self.dayLabel($0.day) }
+        var charts: [[String: Any]] = []
+        let deliveries = figures.days.map { Double($0.deliveries) }
+        charts.append(
+            Self.chart(
+                BarChart(
+                    title: "Deliveries per day (UTC)", labels: labels,
+                    series: [.init(name: "deliveries", cssClass: "s1", values: deliveries)]),
+                labelHeader: "Day"))
+        // Proceeds and refunds per currency, the three largest currencies.
+        var totals: [String: Int64] = [:]
+        for day in figures.days {
+            for (currency, amount) in day.proceedsMilli { totals[currency, default: 0] += amount }
+            for (currency, amount) in day.refundedMilli { totals[currency, default: 0] += amount }
+        }
+        for currency in totals.sorted(by: { ($0.value, $1.key) > ($1.value, $0.key) }).prefix(3).map(\.key) {
+            charts.append(
+                Self.chart(
+                    BarChart(
+                        title: "Proceeds and refunds per day, \(currency)", labels: labels,
+                        series: [
+                            .init(
+                                name: "proceeds", cssClass: "s1",
+                                values: figures.days.map { Double($0.proceedsMilli[currency] ?? 0) / 1000 }),
+                            .init(
+                                name: "refunded", cssClass: "s2",
+                                values: figures.days.map { Double($0.refundedMilli[currency] ?? 0) / 1000 }),
+                        ], format: { String(format: "%.2f", $0) }, integers: false),
+                    labelHeader: "Day"))
+        }
+        charts.append(
+            Self.chart(
+                BarChart(
+                    title: "Refunds per day (count)", labels: labels,
+                    series: [.init(name: "refunds", cssClass: "s2", values: figures.days.map { Double($0.refunds) })]),
+                labelHeader: "Day"))
+        let statuses = ["active", "grace_period", "billing_retry", "expired", "revoked"]
+        let extra = figures.subscriptionsByStatus.keys.filter { !statuses.contains($0) }.sorted()
+        let allStatuses = statuses + extra
+        charts.append(
+            Self.chart(
+                BarChart(
+                    title: "Subscriptions by status", labels: allStatuses,
+                    series: [
+                        .init(
+                            name: "subscriptions", cssClass: "s3",
+                            values: allStatuses.map { Double(figures.subscriptionsByStatus[$0] ?? 0) })
+                    ]),
+                labelHeader: "Status"))
+        let values: [String: Any] = [
+            "openAnomalies": figures.openAnomalies, "deliveriesTotal": figures.days.reduce(0) { $0 + $1.deliveries },
+            "days": days,
+            "activeSubscriptions": (figures.subscriptionsByStatus["active"] ?? 0)
+                + (figures.subscriptionsByStatus["grace_period"] ?? 0),
+            "pendingJobs": figures.pendingJobs, "pendingNotifications": figures.pendingNotifications,
+            "pendingWebhooks": figures.pendingWebhooks, "deadLetters": figures.deadLetters, "charts": charts,
+        ]
+        return page("overview", title: "Overview", values: values, session: session, nav: "navOverview")
+    }
+
+    func anomalies(_ request: Request, _ session: DashboardSessions.Session) async throws -> Response {
+        let status = request.uri.queryParameters.get("status") ?? "open"
+        let filter: String? = ["open", "resolved"].contains(status) ? status : nil
+        let csrf = app.dashboardSessions.csrfToken(session)
+        let listed = try await app.store.anomalies(status: filter).reversed().prefix(500)
+        let items: [[String: Any]] = listed.map { anomaly in
+            var item: [String: Any] = [
+                "id": anomaly.id, "kind": anomaly.kind, "detail": anomaly.detail,
+                "createdAt": StoreKeeperApp.iso(anomaly.createdAt), "isOpen": anomaly.status == "open",
+                "deliverable": anomaly.transaction != nil, "csrf": csrf,
+            ]
+            if let transactionId = anomaly.transactionId { item["transactionId"] = transactionId }
+            if let orderId = anomaly.orderId { item["orderId"] = orderId }
+            if let accountId = anomaly.accountId {
+                item["accountId"] = accountId
+                item["accountPath"] = Self.pathComponent(accountId)
+            }
+            if let productId = anomaly.transaction?.productId { item["productId"] = productId }
+            if let resolution = anomaly.resolution {
+                item["resolution"] = resolution
+                item["resolvedAt"] = anomaly.resolvedAt.map(StoreKeeperApp.iso) ?? ""
+            }
+            return item
+        }
+        return page(
+            "anomalies", title: "Anomalies",
+            values: ["items": items, "open": status == "open", "resolved": status == "resolved"], session: session,
+            nav: "navAnomalies", request: request)
+    }
+
+    func search(_ request: Request, _ session: DashboardSessions.Session) async throws -> Response {
+        let raw: String = request.uri.queryParameters.get("q").map { String($0) } ?? ""
+        let query = raw.trimmingCharacters(in: .whitespaces)
+        guard !query.isEmpty else { return Self.redirect("/dashboard") }
+        guard query.count <= 200 else { throw APIError.badRequest("a search is at most 200 characters") }
+        try StoreKeeperApp.validateText(query, field: "q")
+        let hits = try await app.store.search(query)
+        let accounts = Set(hits.compactMap { (hit: PurchaseStore.SearchHit) in hit.accountId })
+        if accounts.count == 1, let only = accounts.first,
+            hits.allSatisfy({ (hit: PurchaseStore.SearchHit) in hit.kind != .anomaly })
+        {
+            return Self.redirect("/dashboard/accounts/\(Self.pathComponent(only))")
+        }
+        let items: [[String: Any]] = hits.map { hit in
+            var item: [String: Any] = ["kind": hit.kind.rawValue]
+            if let accountId = hit.accountId {
+                item["accountId"] = accountId
+                item["accountPath"] = Self.pathComponent(accountId)
+            }
+            if let anomalyId = hit.anomalyId { item["anomalyId"] = anomalyId }
+            return item
+        }
+        return page("search", title: "Search", values: ["hits": items, "query": query], session: session)
+    }
+
+    func account(_ accountId: String, request: Request, session: DashboardSessions.Session) async throws -> Response {
+        let shown = try await app.account(accountId)
+        let records = try await app.store.accountRecords(accountId)
+        var subscriptions: [[String: Any]] = []
+        for subscription in shown.subscriptions ?? [] {
+            let events = try await app.notifications.notifications(subject: subscription.originalTransactionId)
+                .suffix(100)
+                .map { event -> [String: Any] in
+                    [
+                        "signedDate": StoreKeeperApp.iso(event.signedDate), "type": event.type,
+                        "subtype": event.subtype ?? "", "status": event.status, "outcome": event.outcome ?? "",
+                    ]
+                }
+            subscriptions.append([
+                "productId": subscription.productId, "status": subscription.status,
+                "originalTransactionId": subscription.originalTransactionId,
+                "expiresAt": subscription.expiresAt ?? "—", "autoRenew": subscription.autoRenew ? "on" : "off",
+                "events": events, "hasEvents": !events.isEmpty,
+            ])
+        }
+        let balances: [[String: Any]] = shown.balances.sorted { $0.key < $1.key }.map {
+            ["currency": $0.key, "amount": $0.value]
+        }
+        let entitlements: [[String: Any]] = shown.entitlements.map {
+            [
+                "id": $0.id, "active": $0.active ? "yes" : "no", "productId": $0.productId ?? "—",
+                "source": $0.source, "expiresAt": $0.expiresAt ?? "never",
+            ]
+        }
+        let ledger: [[String: Any]] = records.ledger.map {
+            [
+                "createdAt": StoreKeeperApp.iso($0.createdAt), "entryKey": $0.entryKey, "currency": $0.currency,
+                "amount": $0.amount,
+            ]
+        }
+        let orders: [[String: Any]] = records.orders.map {
+            [
+                "createdAt": StoreKeeperApp.iso($0.createdAt), "orderId": $0.orderId, "productId": $0.productId,
+                "quantity": $0.quantity, "status": $0.status, "transactionId": $0.transactionId ?? "",
+            ]
+        }
+        let audit: [[String: Any]] = records.audit.map {
+            [
+                "createdAt": StoreKeeperApp.iso($0.createdAt), "actor": $0.actor, "action": $0.action,
+                "subject": $0.subject ?? "", "detail": $0.detail,
+            ]
+        }
+        let values: [String: Any] = [
+            "accountId": accountId, "balances": balances, "hasBalances": !balances.isEmpty,
+            "entitlements": entitlements, "hasEntitlements": !entitlements.isEmpty, "subscriptions": subscriptions,
+            "orders": orders, "hasOrders": !orders.isEmpty, "ledger": ledger, "hasLedger": !ledger.isEmpty,
+            "audit": audit, "hasAudit": !audit.isEmpty,
+        ]
+        return page("account", title: "Account \(accountId)", values: values, session: session, request: request)
+    }
+
+    func webhooks(_ request: Request, _ session: DashboardSessions.Session) async throws -> Response {
+        let outbox = OutboxStore(database: app.database)
+        let csrf = app.dashboardSessions.csrfToken(session)
+        let letters: [[String: Any]] = try await outbox.deadLetters().map {
+            [
+                "id": $0.event.id, "type": $0.event.type, "createdAt": StoreKeeperApp.iso($0.event.createdAt),
+                "deadAt": StoreKeeperApp.iso($0.deadAt), "attempts": $0.event.attempts, "lastError": $0.lastError ?? "",
+                "csrf": csrf,
+            ]
+        }
+        let pending = try await outbox.pendingCount()
+        return page(
+            "webhooks", title: "Webhooks", values: ["letters": letters, "hasLetters": !letters.isEmpty, "pending": pending],
+            session: session, nav: "navWebhooks", request: request)
+    }
+
+    // MARK: Rendering
+
+    static let flashes = [
+        "delivered": "Delivered. The account below now holds it; the audit records who did it.",
+        "dismissed": "Dismissed.", "replayed": "Queued again: the webhook sender will try it now.",
+    ]
+
+    func page(
+        _ template: String, title: String, values: [String: Any], session: DashboardSessions.Session?,
+        status: HTTPResponse.Status = .ok, nav: String? = nil, request: Request? = nil
+    ) -> Response {
+        let body = Self.library.render(values, withTemplate: template) ?? ""
+        var layout: [String: Any] = ["title": title, "body": body]
+        if let session {
+            layout["signedIn"] = true
+            layout["csrf"] = app.dashboardSessions.csrfToken(session)
+        }
+        if let nav { layout[nav] = true }
+        if let query = values["query"] as? String { layout["query"] = query }
+        if let done = request?.uri.queryParameters.get("done"), let flash = Self.flashes[String(done)] {
+            layout["flash"] = flash
+        }
+        var headers = Self.securityHeaders
+        headers[.contentType] = "text/html; charset=utf-8"
+        headers[.cacheControl] = "no-store"
+        return Response(
+            status: status, headers: headers,
+            body: .init(byteBuffer: ByteBuffer(string: Self.library.render(layout, withTemplate: "layout") ?? "")))
+    }
+
+    static let securityHeaders: HTTPFields = {
+        var headers = HTTPFields()
+        headers[HTTPField.Name("Content-Security-Policy")!] =
+            "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+        headers[HTTPField.Name("X-Content-Type-Options")!] = "nosniff"
+        headers[HTTPField.Name("Referrer-Policy")!] = "same-origin"
+        headers[HTTPField.Name("X-Frame-Options")!] = "DENY"
+        return headers
+    }()
+
+    static func chart(_ chart: BarChart, labelHeader: String) -> [String: Any] {
+        let rows: [[String: Any]] = chart.labels.enumerated().map { index, label in
+            [
+                "label": label,
+                "cells": chart.series.map { index < $0.values.count ? chart.format($0.values[index]) : "" },
+            ]
+        }
+        return ["svg": chart.svg(), "labelHeader": labelHeader, "columns": chart.series.map(\.name), "rows": rows]
+    }
+
+    static func dayLabel(_ day: Date) -> String {
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = TimeZone(identifier: "UTC")!
+        let parts = calendar.dateComponents([.month, .day], from: day)
+        return String(format: "%02d-%02d", parts.month ?? 0, parts.day ?? 0)
+    }
+
+    static func redirect(_ location: String) -> Response {
+        var headers = securityHeaders
+        headers[.location] = location
+        headers[.cacheControl] = "no-store"
+        return Response(status: .seeOther, headers: headers)
+    }
+
+    /// The session cookie: HttpOnly, SameSite=Strict, scoped to the dashboard; Secure when the
+    /// request came over TLS (a proxy's `X-Forwarded-Proto: https`).
+    static func cookie(_ value: String, request: Request, maxAge: Int? = nil) -> String {
+        var cookie = "\(DashboardSessions.cookieName)=\(value); Path=/dashboard; HttpOnly; SameSite=Strict"
+        if let maxAge { cookie += "; Max-Age=\(maxAge)" }
+        let proto = request.headers[HTTPField.Name("X-Forwarded-Proto")!]?.lowercased()
+        if proto == "https" || request.uri.scheme == .https { cookie += "; Secure" }
+        return cookie
+    }
+
+    static func cookieValue(_ request: Request, _ name: String) -> String? {
+        for header in request.headers[values: .cookie] {
+            for pair in header.split(separator: ";") {
+                let trimmed = pair.trimmingCharacters(in: .whitespaces)
+                if trimmed.hasPrefix(name + "=") { return String(trimmed.dropFirst(name.count + 1)) }
+            }
+        }
+        return nil
+    }
+
+    /// A form post from this dashboard: `Origin` (or, without it, `Referer`) names this host
+    /// (`Host`, or a proxy's `X-Forwarded-Host`), and the browser did not mark it cross-site.
+    static func sameOrigin(_ request: Request) -> Bool {
+        if request.headers[HTTPField.Name("Sec-Fetch-Site")!] == "cross-site" { return false }
+        guard let origin = request.headers[.origin] ?? request.headers[.referer] else { return true }
+        guard let url = URL(string: origin), let originHost = url.host?.lowercased() else { return false }
+        let authority = url.port.map { "\(originHost):\($0)" } ?? originHost
+        let hosts = [request.head.authority, request.headers[HTTPField.Name("X-Forwarded-Host")!]]
+            .compactMap { $0?.lowercased() }
+        return hosts.contains(authority)
+    }
+
+    /// An `application/x-www-form-urlencoded` body, at most 16 KB.
+    static func form(_ request: Request) async throws -> [String: String] {
+        var request = request
+        let buffer = try await request.collectBody(upTo: 16_384)
+        var fields: [String: String] = [:]
+        for pair in String(buffer: buffer).split(separator: "&") {
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            func decode(_ text: Substring) -> String? {
+                text.replacingOccurrences(of: "+", with: " ").removingPercentEncoding
+            }
+            guard let name = parts.first.flatMap(decode), fields[name] == nil else { continue }
+            fields[name] = parts.count > 1 ? decode(parts[1]) ?? "" : ""
+        }
+        return fields
+    }
+
+    static func pathComponent(_ text: String) -> String {
+        text.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-._~"))) ?? text
+    }
+}

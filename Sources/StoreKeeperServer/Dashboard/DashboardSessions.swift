@@ -1,0 +1,111 @@
+import Crypto
+import Foundation
+
+/// The dashboard's sessions: a signed cookie, no server-side table, so every instance behind a
+/// load balancer accepts it. Each configured secret key derives its own signing key, so a key
+/// taken out of `auth.secretKeys` ends every session it opened.
+///
+/// Token: `v1.<issued>.<lastSeen>.<nonce>.<mac>`, seconds since 1970 and 32 hex digits of
+/// randomness, the MAC an HMAC-SHA256 of the rest. A session ends after `idle` seconds
+/// without a request, or `maximum` seconds after sign-in, whichever is first. Its CSRF token is
+/// an HMAC of its nonce: every form that changes state carries it.
+struct DashboardSessions: Sendable {
+    struct Session: Sendable, Equatable {
+        var issued: Int64
+        var lastSeen: Int64
+        var nonce: String
+        /// Which secret key signed it.
+        var keyIndex: Int
+    }
+
+    enum Check: Sendable, Equatable {
+        case valid(Session)
+        /// Signed by us, but idle too long or past its maximum age.
+        case expired
+        /// Absent, malformed or not signed by any current key.
+        case invalid
+    }
+
+    static let cookieName = "storekeeper_session"
+
+    let keys: [SymmetricKey]
+    let idle: Int64
+    let maximum: Int64
+
+    init(secretKeys: [String], idleSeconds: Int, maximumSeconds: Int) {
+        keys = secretKeys.filter { !$0.isEmpty }.map {
+            SymmetricKey(
+                data: HMAC<SHA256>.authenticationCode(
+                    for: Data("storekeeper dashboard session v1".utf8), using: SymmetricKey(data: Data($0.utf8))))
+        }
+        idle = Int64(max(idleSeconds, 1))
+        maximum = Int64(max(maximumSeconds, 1))
+    }
+
+    /// A new session for the secret key at `keyIndex`.
+    func issue(keyIndex: Int, now: Date) -> String {
+        var generator = SystemRandomNumberGenerator()
+        let nonce = (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }
+            .joined()
+        let seconds = Int64(now.timeIntervalSince1970)
+        return token(Session(issued: seconds, lastSeen: seconds, nonce: nonce, keyIndex: keyIndex))
+    }
+
+    func token(_ session: Session) -> String {
+        let body = "v1.\(session.issued).\(session.lastSeen).\(session.nonce)"
+        return body + "." + Self.hex(HMAC<SHA256>.authenticationCode(for: Data(body.utf8), using: keys[session.keyIndex]))
+    }
+
+    func check(_ token: String?, now: Date) -> Check {
+        guard let token, token.utf8.count <= 200 else { return .invalid }
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 5, parts[0] == "v1", let issued = Int64(parts[1]), let lastSeen = Int64(parts[2]),
+            parts[3].utf8.count == 32, parts[3].allSatisfy(\.isHexDigit), parts[4].utf8.count == 64
+        else { return .invalid }
+        let body = Data(parts[0..<4].joined(separator: ".").utf8)
+        let presented = String(parts[4])
+        var matched: Int?
+        for (index, key) in keys.enumerated() {
+            let expected = Self.hex(HMAC<SHA256>.authenticationCode(for: body, using: key))
+            if Self.constantTimeEqual(expected, presented) { matched = matched ?? index }
+        }
+        guard let keyIndex = matched else { return .invalid }
+        let seconds = Int64(now.timeIntervalSince1970)
+        // A lastSeen ahead of our clock by more than a minute, or before the sign-in, was never issued by us.
+        guard lastSeen >= issued, lastSeen <= seconds + 60 else { return .invalid }
+        guard seconds - lastSeen <= idle, seconds - issued <= maximum else { return .expired }
+        return .valid(Session(issued: issued, lastSeen: lastSeen, nonce: String(parts[3]), keyIndex: keyIndex))
+    }
+
+    /// The session seen again: a new cookie once a quarter of the idle time has passed, so
+    /// an operator who keeps working stays signed in and an idle one does not.
+    func renewed(_ session: Session, now: Date) -> String? {
+        let seconds = Int64(now.timeIntervalSince1970)
+        guard seconds - session.lastSeen >= max(idle / 4, 1) else { return nil }
+        var next = session
+        next.lastSeen = seconds
+        return token(next)
+    }
+
+    func csrfToken(_ session: Session) -> String {
+        Self.hex(HMAC<SHA256>.authenticationCode(for: Data("csrf.\(session.nonce)".utf8), using: keys[session.keyIndex]))
+    }
+
+    func csrfValid(_ presented: String?, session: Session) -> Bool {
+        guard let presented, presented.utf8.count == 64 else { return false }
+        return Self.constantTimeEqual(csrfToken(session), presented)
+    }
+
+    static func hex(_ mac: HMAC<SHA256>.MAC) -> String {
+        mac.map { String(format: "%02x", $0) }.joined()
+    }
+
+    static func constantTimeEqual(_ lhs: String, _ rhs: String) -> Bool {
+        let a = Array(lhs.utf8)
+        let b = Array(rhs.utf8)
+        guard a.count == b.count else { return false }
+        var difference: UInt8 = 0
+        for (x, y) in zip(a, b) { difference |= x ^ y }
+        return difference == 0
+    }
+}

@@ -1,0 +1,224 @@
+/// The dashboard's Mustache templates and stylesheet, compiled into the binary: nothing to
+/// deploy beside it, nothing from a CDN. `{{x}}` is HTML-escaped; `{{{x}}}` only ever takes
+/// markup the server built itself (a page body, an SVG chart).
+enum DashboardTemplates {
+    static let all: [String: String] = [
+        "layout": layout, "login": login, "overview": overview, "anomalies": anomalies, "search": search,
+        "account": account, "webhooks": webhooks, "message": message,
+    ]
+
+    static let layout = """
+        <!doctype html>
+        <html lang="en">
+        <head>
+        <meta charset="utf-8">
+        <meta name="viewport" content="width=device-width, initial-scale=1">
+        <title>{{title}} · StoreKeeper</title>
+        <link rel="stylesheet" href="/dashboard/static/style.css">
+        </head>
+        <body>
+        <header>
+        <a class="brand" href="/dashboard">StoreKeeper</a>
+        {{#signedIn}}
+        <nav>
+        <a href="/dashboard"{{#navOverview}} aria-current="page"{{/navOverview}}>Overview</a>
+        <a href="/dashboard/anomalies"{{#navAnomalies}} aria-current="page"{{/navAnomalies}}>Anomalies</a>
+        <a href="/dashboard/webhooks"{{#navWebhooks}} aria-current="page"{{/navWebhooks}}>Webhooks</a>
+        </nav>
+        <form class="search" method="get" action="/dashboard/search" role="search">
+        <input type="search" name="q" placeholder="account, order, transaction or original transaction id" aria-label="Search" value="{{query}}">
+        <button type="submit">Search</button>
+        </form>
+        <form method="post" action="/dashboard/logout"><input type="hidden" name="_csrf" value="{{csrf}}"><button type="submit" class="link">Sign out</button></form>
+        {{/signedIn}}
+        </header>
+        <main>
+        {{#flash}}<p class="flash" role="status">{{flash}}</p>{{/flash}}
+        {{{body}}}
+        </main>
+        </body>
+        </html>
+        """
+
+    static let login = """
+        <h1>Sign in</h1>
+        {{#error}}<p class="error" role="alert">{{error}}</p>{{/error}}
+        <form class="login" method="post" action="/dashboard/login">
+        <label for="key">Secret key</label>
+        <input id="key" type="password" name="key" autocomplete="current-password" required autofocus>
+        <button type="submit">Sign in</button>
+        </form>
+        <p class="hint">Any key of <code>auth.secretKeys</code>. In demo mode: <code>storekeeper-data/dev-secret-key</code>.</p>
+        """
+
+    static let overview = """
+        <h1>Overview</h1>
+        <section class="cards">
+        <a class="card" href="/dashboard/anomalies"><span class="figure" id="open-anomalies">{{openAnomalies}}</span><span>open anomalies</span></a>
+        <div class="card"><span class="figure">{{deliveriesTotal}}</span><span>deliveries, last {{days}} days</span></div>
+        <div class="card"><span class="figure">{{activeSubscriptions}}</span><span>subscriptions entitled (active + grace period)</span></div>
+        <div class="card"><span class="figure">{{pendingJobs}}</span><span>jobs pending</span></div>
+        <div class="card"><span class="figure">{{pendingNotifications}}</span><span>notifications to apply</span></div>
+        <a class="card" href="/dashboard/webhooks"><span class="figure">{{pendingWebhooks}} / {{deadLetters}}</span><span>webhooks pending / dead letters</span></a>
+        </section>
+        {{#charts}}
+        <figure class="chart-box">
+        {{{svg}}}
+        <details><summary>As a table</summary>
+        <table><thead><tr><th>{{labelHeader}}</th>{{#columns}}<th class="num">{{.}}</th>{{/columns}}</tr></thead>
+        <tbody>{{#rows}}<tr><td>{{label}}</td>{{#cells}}<td class="num">{{.}}</td>{{/cells}}</tr>{{/rows}}</tbody></table>
+        </details>
+        </figure>
+        {{/charts}}
+        """
+
+    static let anomalies = """
+        <h1>Anomalies</h1>
+        <p class="tabs"><a href="/dashboard/anomalies?status=open"{{#open}} aria-current="page"{{/open}}>Open</a> <a href="/dashboard/anomalies?status=resolved"{{#resolved}} aria-current="page"{{/resolved}}>Resolved</a></p>
+        {{^items}}<p class="empty">Nothing here.</p>{{/items}}
+        {{#items}}
+        <article class="anomaly" id="anomaly-{{id}}" data-kind="{{kind}}">
+        <h2>{{kind}} <small>{{createdAt}}</small></h2>
+        <p>{{detail}}</p>
+        <dl>
+        {{#transactionId}}<dt>Transaction</dt><dd><a href="/dashboard/search?q={{transactionId}}">{{transactionId}}</a></dd>{{/transactionId}}
+        {{#orderId}}<dt>Order</dt><dd>{{orderId}}</dd>{{/orderId}}
+        {{#accountId}}<dt>Account</dt><dd><a href="/dashboard/accounts/{{accountPath}}">{{accountId}}</a></dd>{{/accountId}}
+        {{#productId}}<dt>Product</dt><dd>{{productId}}</dd>{{/productId}}
+        {{#resolution}}<dt>Resolution</dt><dd>{{resolution}} {{resolvedAt}}</dd>{{/resolution}}
+        </dl>
+        {{#isOpen}}
+        <div class="actions">
+        {{#deliverable}}
+        <form method="post" action="/dashboard/anomalies/{{id}}/resolve" class="deliver">
+        <input type="hidden" name="_csrf" value="{{csrf}}">
+        <input type="hidden" name="action" value="deliver">
+        <label>Deliver to account <input name="accountId" value="{{accountId}}" required maxlength="128"></label>
+        <label>Note <input name="note" maxlength="500"></label>
+        <button type="submit">Deliver</button>
+        </form>
+        {{/deliverable}}
+        <form method="post" action="/dashboard/anomalies/{{id}}/resolve" class="dismiss">
+        <input type="hidden" name="_csrf" value="{{csrf}}">
+        <input type="hidden" name="action" value="dismiss">
+        <label>Note <input name="note" maxlength="500"></label>
+        <button type="submit" class="secondary">Dismiss</button>
+        </form>
+        </div>
+        {{/isOpen}}
+        </article>
+        {{/items}}
+        """
+
+    static let search = """
+        <h1>Search</h1>
+        {{^hits}}<p class="empty">Nothing has the id <code>{{query}}</code>: no account, order, transaction, original transaction or anomaly.</p>{{/hits}}
+        <ul class="hits">
+        {{#hits}}<li>{{kind}}: {{#accountId}}<a href="/dashboard/accounts/{{accountPath}}">account {{accountId}}</a>{{/accountId}}{{#anomalyId}} <a href="/dashboard/anomalies?status=all#anomaly-{{anomalyId}}">anomaly {{anomalyId}}</a>{{/anomalyId}}</li>{{/hits}}
+        </ul>
+        """
+
+    static let account = """
+        <h1>Account <code id="account-id">{{accountId}}</code></h1>
+        <section>
+        <h2>Balances</h2>
+        {{^balances}}<p class="empty">No balances.</p>{{/balances}}
+        {{#hasBalances}}<table id="balances"><thead><tr><th>Currency</th><th class="num">Balance</th></tr></thead>
+        <tbody>{{#balances}}<tr data-currency="{{currency}}"><td>{{currency}}</td><td class="num balance">{{amount}}</td></tr>{{/balances}}</tbody></table>{{/hasBalances}}
+        </section>
+        <section>
+        <h2>Entitlements</h2>
+        {{^entitlements}}<p class="empty">No entitlements.</p>{{/entitlements}}
+        {{#hasEntitlements}}<table><thead><tr><th>Entitlement</th><th>Active</th><th>Product</th><th>Source</th><th>Expires</th></tr></thead>
+        <tbody>{{#entitlements}}<tr><td>{{id}}</td><td>{{active}}</td><td>{{productId}}</td><td>{{source}}</td><td>{{expiresAt}}</td></tr>{{/entitlements}}</tbody></table>{{/hasEntitlements}}
+        </section>
+        <section>
+        <h2>Subscriptions</h2>
+        {{^subscriptions}}<p class="empty">No subscriptions.</p>{{/subscriptions}}
+        {{#subscriptions}}
+        <article class="subscription">
+        <h3>{{productId}} <span class="status status-{{status}}">{{status}}</span></h3>
+        <p>Original transaction {{originalTransactionId}} · expires {{expiresAt}} · auto-renew {{autoRenew}}</p>
+        {{#hasEvents}}<table><thead><tr><th>Signed</th><th>Notification</th><th>Status</th><th>Outcome</th></tr></thead>
+        <tbody>{{#events}}<tr><td>{{signedDate}}</td><td>{{type}} {{subtype}}</td><td>{{status}}</td><td>{{outcome}}</td></tr>{{/events}}</tbody></table>{{/hasEvents}}
+        </article>
+        {{/subscriptions}}
+        </section>
+        <section>
+        <h2>Orders</h2>
+        {{^orders}}<p class="empty">No orders.</p>{{/orders}}
+        {{#hasOrders}}<table><thead><tr><th>Created</th><th>Order</th><th>Product</th><th class="num">Quantity</th><th>Status</th><th>Transaction</th></tr></thead>
+        <tbody>{{#orders}}<tr><td>{{createdAt}}</td><td>{{orderId}}</td><td>{{productId}}</td><td class="num">{{quantity}}</td><td>{{status}}</td><td>{{transactionId}}</td></tr>{{/orders}}</tbody></table>{{/hasOrders}}
+        </section>
+        <section>
+        <h2>Ledger</h2>
+        {{^ledger}}<p class="empty">No ledger entries.</p>{{/ledger}}
+        {{#hasLedger}}<table id="ledger"><thead><tr><th>When</th><th>Entry</th><th>Currency</th><th class="num">Amount</th></tr></thead>
+        <tbody>{{#ledger}}<tr><td>{{createdAt}}</td><td>{{entryKey}}</td><td>{{currency}}</td><td class="num">{{amount}}</td></tr>{{/ledger}}</tbody></table>{{/hasLedger}}
+        </section>
+        <section>
+        <h2>Audit</h2>
+        {{^audit}}<p class="empty">No audit entries.</p>{{/audit}}
+        {{#hasAudit}}<table id="audit"><thead><tr><th>When</th><th>Actor</th><th>Action</th><th>Subject</th><th>Detail</th></tr></thead>
+        <tbody>{{#audit}}<tr data-action="{{action}}"><td>{{createdAt}}</td><td>{{actor}}</td><td>{{action}}</td><td>{{subject}}</td><td>{{detail}}</td></tr>{{/audit}}</tbody></table>{{/hasAudit}}
+        </section>
+        """
+
+    static let webhooks = """
+        <h1>Webhooks</h1>
+        <p>{{pending}} event(s) waiting to be sent. Events the back end refused for <code>webhooks.maxAttemptHours</code> are dead letters: replay one to queue it again.</p>
+        {{^letters}}<p class="empty">No dead letters.</p>{{/letters}}
+        {{#hasLetters}}<table id="dead-letters"><thead><tr><th>Event</th><th>Type</th><th>Created</th><th>Dead since</th><th class="num">Attempts</th><th>Last error</th><th></th></tr></thead>
+        <tbody>{{#letters}}<tr id="letter-{{id}}"><td><code>{{id}}</code></td><td>{{type}}</td><td>{{createdAt}}</td><td>{{deadAt}}</td><td class="num">{{attempts}}</td><td>{{lastError}}</td>
+        <td><form method="post" action="/dashboard/webhooks/dead-letters/{{id}}/replay"><input type="hidden" name="_csrf" value="{{csrf}}"><button type="submit">Replay</button></form></td></tr>{{/letters}}</tbody></table>{{/hasLetters}}
+        """
+
+    static let message = """
+        <h1>{{heading}}</h1>
+        <p class="error" role="alert">{{message}}</p>
+        {{#link}}<p><a href="{{link}}">{{linkText}}</a></p>{{/link}}
+        """
+
+    static let stylesheet = """
+        :root { --ink: #1d2330; --muted: #5b6475; --line: #d9dde5; --accent: #2457c5; --bad: #b3261e; --ok: #1e7b34; --bg: #f6f7f9; }
+        * { box-sizing: border-box; }
+        body { margin: 0; font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: var(--ink); background: var(--bg); }
+        header { display: flex; flex-wrap: wrap; gap: 1rem; align-items: center; padding: .6rem 1.2rem; background: #fff; border-bottom: 1px solid var(--line); }
+        header nav a { margin-right: .8rem; color: var(--ink); text-decoration: none; }
+        header nav a[aria-current] { color: var(--accent); font-weight: 600; }
+        .brand { font-weight: 700; color: var(--ink); text-decoration: none; }
+        .search { display: flex; gap: .4rem; flex: 1; }
+        .search input { flex: 1; min-width: 12rem; }
+        main { max-width: 1100px; margin: 0 auto; padding: 1rem 1.2rem 3rem; }
+        input, button { font: inherit; padding: .35rem .55rem; border: 1px solid var(--line); border-radius: 6px; }
+        button { background: var(--accent); color: #fff; border-color: var(--accent); cursor: pointer; }
+        button.secondary { background: #fff; color: var(--ink); border-color: var(--line); }
+        button.link { background: none; border: none; color: var(--accent); padding: 0; }
+        .login { display: grid; gap: .5rem; max-width: 24rem; }
+        .hint, .empty, small { color: var(--muted); }
+        .error { color: var(--bad); font-weight: 600; }
+        .flash { background: #e8f3ea; border: 1px solid #b9dcc0; padding: .5rem .8rem; border-radius: 6px; }
+        .cards { display: grid; grid-template-columns: repeat(auto-fill, minmax(10rem, 1fr)); gap: .8rem; margin-bottom: 1.2rem; }
+        .card { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: .8rem; display: flex; flex-direction: column; color: var(--ink); text-decoration: none; }
+        .figure { font-size: 1.6rem; font-weight: 700; }
+        .chart-box { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: .8rem; margin: 0 0 1rem; }
+        .chart { width: 100%; height: auto; }
+        .chart .grid { stroke: #eceef2; }
+        .chart .axis-line { stroke: var(--muted); }
+        .chart .axis { font-size: 11px; fill: var(--muted); }
+        .chart .chart-title { font-size: 13px; font-weight: 600; fill: var(--ink); }
+        .chart .s1 { fill: #2457c5; } .chart .s2 { fill: #d0592c; } .chart .s3 { fill: #1e7b34; } .chart .s4 { fill: #8a3fb8; }
+        table { border-collapse: collapse; width: 100%; background: #fff; margin: .4rem 0 1rem; }
+        th, td { text-align: left; padding: .3rem .5rem; border-bottom: 1px solid var(--line); vertical-align: top; }
+        .num { text-align: right; font-variant-numeric: tabular-nums; }
+        .anomaly, .subscription { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: .6rem .9rem; margin-bottom: .8rem; }
+        .anomaly h2 { font-size: 1rem; margin: .2rem 0; }
+        dl { display: grid; grid-template-columns: max-content 1fr; gap: .1rem .8rem; }
+        dt { color: var(--muted); }
+        dd { margin: 0; }
+        .actions { display: flex; flex-wrap: wrap; gap: 1rem; }
+        .actions form { display: flex; flex-wrap: wrap; gap: .4rem; align-items: end; }
+        .status-active, .status-grace_period { color: var(--ok); } .status-revoked, .status-expired, .status-billing_retry { color: var(--bad); }
+        .tabs a { margin-right: .8rem; } .tabs a[aria-current] { font-weight: 600; }
+        """
+}

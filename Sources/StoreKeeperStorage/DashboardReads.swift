@@ -1,0 +1,240 @@
+import Foundation
+import SQLKit
+import StoreKeeperCore
+
+/// What the operator dashboard reads: figures summed by the database (one row per day and
+/// currency, whatever the number of deliveries), search by any id, and one account's records.
+public struct DashboardOverview: Sendable, Equatable {
+    public struct Day: Sendable, Equatable {
+        /// Midnight UTC of the day.
+        public var day: Date
+        public var deliveries: Int = 0
+        /// What the developer keeps, milliunits per currency (Production only, as `revenue`).
+        public var proceedsMilli: [String: Int64] = [:]
+        public var refunds: Int = 0
+        /// The proceeds those refunds took back, milliunits per currency.
+        public var refundedMilli: [String: Int64] = [:]
+    }
+    /// Oldest first, one entry per day of the window (days without anything included).
+    public var days: [Day]
+    public var subscriptionsByStatus: [String: Int]
+    public var openAnomalies: Int
+    public var pendingJobs: Int
+    public var pendingNotifications: Int
+    public var pendingWebhooks: Int
+    public var deadLetters: Int
+}
+
+extension PurchaseStore {
+    static let millisecondsPerDay: Int64 = 86_400_000
+
+    /// The overview: the last `days` days (UTC) up to `now`.
+    public func dashboardOverview(days: Int, now: Date, smallBusinessProgram: Bool) async throws -> DashboardOverview {
+        let today = now.milliseconds / Self.millisecondsPerDay
+        let firstDay = today - Int64(max(days, 1) - 1)
+        let from = firstDay * Self.millisecondsPerDay
+        let kept: SQLQueryString =
+            smallBusinessProgram
+            ? "price_milli * \(unsafeRaw: String(Proceeds.reducedCommissionPercent)) / 100"
+            : "price_milli * proceeds_percent / 100"
+        return try await database.read { sql in
+            var byDay: [Int64: DashboardOverview.Day] = [:]
+            for index in firstDay...today {
+                byDay[index] = .init(day: Date(milliseconds: index * Self.millisecondsPerDay))
+            }
+            let delivered = try await sql.raw(
+                """
+                SELECT delivered_at / 86400000 AS d, COUNT(*) AS n FROM deliveries
+                WHERE delivered_at >= \(bind: from) GROUP BY 1
+                """
+            ).all()
+            for row in delivered {
+                let day = try row.decode(column: "d", as: Int64.self)
+                byDay[day]?.deliveries = try row.decode(column: "n", as: Int.self)
+            }
+            let proceeds = try await sql.raw(
+                """
+                SELECT delivered_at / 86400000 AS d, COALESCE(currency, '?') AS currency,
+                       CAST(SUM(\(kept)) AS BIGINT) AS kept
+                FROM deliveries
+                WHERE delivered_at >= \(bind: from) AND price_milli IS NOT NULL AND proceeds_percent IS NOT NULL
+                      AND environment NOT IN ('Sandbox', 'Xcode')
+                GROUP BY 1, 2
+                """
+            ).all()
+            for row in proceeds {
+                let day = try row.decode(column: "d", as: Int64.self)
+                byDay[day]?.proceedsMilli[try row.decode(column: "currency", as: String.self)] =
+                    try row.decode(column: "kept", as: Int64?.self) ?? 0
+            }
+            let refunds = try await sql.raw(
+                """
+                SELECT refunded_at / 86400000 AS d, COALESCE(currency, '?') AS currency, COUNT(*) AS n,
+                       CAST(SUM(CASE WHEN price_milli IS NULL OR proceeds_percent IS NULL
+                                     OR environment IN ('Sandbox', 'Xcode') THEN 0 ELSE \(kept) END) AS BIGINT) AS kept
+                FROM deliveries WHERE refunded_at >= \(bind: from) GROUP BY 1, 2
+                """
+            ).all()
+            for row in refunds {
+                let day = try row.decode(column: "d", as: Int64.self)
+                byDay[day]?.refunds += try row.decode(column: "n", as: Int.self)
+                let amount = try row.decode(column: "kept", as: Int64?.self) ?? 0
+                if amount != 0 {
+                    byDay[day]?.refundedMilli[try row.decode(column: "currency", as: String.self), default: 0] += amount
+                }
+            }
+            var statuses: [String: Int] = [:]
+            for row in try await sql.raw("SELECT status, COUNT(*) AS n FROM subscriptions GROUP BY status").all() {
+                statuses[try row.decode(column: "status", as: String.self)] = try row.decode(column: "n", as: Int.self)
+            }
+            let counts = try await sql.raw(
+                """
+                SELECT (SELECT COUNT(*) FROM anomalies WHERE status = 'open') AS anomalies,
+                       (SELECT COUNT(*) FROM jobs WHERE status = 'pending') AS jobs,
+                       (SELECT COUNT(*) FROM notifications WHERE status = 'pending') AS notifications,
+                       (SELECT COUNT(*) FROM outbox WHERE sent_at IS NULL AND dead_at IS NULL) AS webhooks,
+                       (SELECT COUNT(*) FROM outbox WHERE sent_at IS NULL AND dead_at IS NOT NULL) AS dead
+                """
+            ).first()
+            return DashboardOverview(
+                days: byDay.keys.sorted().compactMap { byDay[$0] }, subscriptionsByStatus: statuses,
+                openAnomalies: try counts?.decode(column: "anomalies", as: Int.self) ?? 0,
+                pendingJobs: try counts?.decode(column: "jobs", as: Int.self) ?? 0,
+                pendingNotifications: try counts?.decode(column: "notifications", as: Int.self) ?? 0,
+                pendingWebhooks: try counts?.decode(column: "webhooks", as: Int.self) ?? 0,
+                deadLetters: try counts?.decode(column: "dead", as: Int.self) ?? 0)
+        }
+    }
+
+    /// What an id names: an account, an order (or its appAccountToken), a transaction, an
+    /// original transaction, or an anomaly holding it. Exact matches only, each by an index
+    /// or a primary key, never a scan.
+    public struct SearchHit: Sendable, Hashable {
+        public enum Kind: String, Sendable { case account, order, transaction, originalTransaction, anomaly }
+        public var kind: Kind
+        /// The account it belongs to (nil: an anomaly no account holds yet).
+        public var accountId: String?
+        /// The anomaly, for `.anomaly`.
+        public var anomalyId: String?
+    }
+
+    public func search(_ query: String) async throws -> [SearchHit] {
+        let term = query.trimmingCharacters(in: .whitespaces)
+        guard !term.isEmpty, term.count <= 200 else { return [] }
+        return try await database.read { sql in
+            var hits: [SearchHit] = []
+            let account = try await sql.raw(
+                """
+                SELECT 1 AS found FROM deliveries WHERE account_id = \(bind: term)
+                UNION ALL SELECT 1 FROM balances WHERE account_id = \(bind: term)
+                UNION ALL SELECT 1 FROM orders WHERE account_id = \(bind: term)
+                UNION ALL SELECT 1 FROM subscriptions WHERE account_id = \(bind: term)
+                UNION ALL SELECT 1 FROM grants WHERE account_id = \(bind: term)
+                LIMIT 1
+                """
+            ).first()
+            if account != nil { hits.append(.init(kind: .account, accountId: term)) }
+            for row in try await sql.raw(
+                """
+                SELECT account_id FROM orders
+                WHERE order_id = \(bind: term) OR app_account_token = \(bind: term.lowercased()) LIMIT 5
+                """
+            ).all() {
+                hits.append(.init(kind: .order, accountId: try row.decode(column: "account_id", as: String.self)))
+            }
+            if let row = try await sql.raw(
+                "SELECT account_id FROM deliveries WHERE transaction_id = \(bind: term)"
+            ).first() {
+                hits.append(.init(kind: .transaction, accountId: try row.decode(column: "account_id", as: String.self)))
+            }
+            if let row = try await sql.raw(
+                """
+                SELECT account_id FROM ownership WHERE original_transaction_id = \(bind: term)
+                UNION ALL SELECT account_id FROM subscriptions WHERE original_transaction_id = \(bind: term)
+                LIMIT 1
+                """
+            ).first() {
+                hits.append(
+                    .init(kind: .originalTransaction, accountId: try row.decode(column: "account_id", as: String.self)))
+            }
+            for row in try await sql.raw(
+                """
+                SELECT id, account_id FROM anomalies WHERE transaction_id = \(bind: term) OR order_id = \(bind: term)
+                      OR id = \(bind: term) ORDER BY created_at DESC LIMIT 20
+                """
+            ).all() {
+                hits.append(
+                    .init(
+                        kind: .anomaly, accountId: try row.decode(column: "account_id", as: String?.self),
+                        anomalyId: try row.decode(column: "id", as: String.self)))
+            }
+            return hits
+        }
+    }
+
+    public struct LedgerRow: Sendable, Hashable {
+        public var entryKey: String
+        public var currency: String
+        public var amount: Int64
+        public var createdAt: Date
+    }
+
+    public struct OrderRow: Sendable, Hashable {
+        public var orderId: String
+        public var productId: String
+        public var quantity: Int
+        public var status: String
+        public var createdAt: Date
+        public var transactionId: String?
+    }
+
+    /// One account's records for the dashboard: its ledger and orders (newest first, at most
+    /// `limit` each) and the audit entries about it, its transactions or its subscriptions.
+    public struct AccountRecords: Sendable {
+        public var ledger: [LedgerRow]
+        public var orders: [OrderRow]
+        public var audit: [AuditEntry]
+    }
+
+    public func accountRecords(_ accountId: String, limit: Int = 200) async throws -> AccountRecords {
+        try await database.read { sql in
+            let ledger = try await sql.raw(
+                """
+                SELECT entry_key, currency, amount, created_at FROM ledger WHERE account_id = \(bind: accountId)
+                ORDER BY created_at DESC, entry_key LIMIT \(unsafeRaw: String(limit))
+                """
+            ).all().map {
+                LedgerRow(
+                    entryKey: try $0.decode(column: "entry_key", as: String.self),
+                    currency: try $0.decode(column: "currency", as: String.self),
+                    amount: try $0.decode(column: "amount", as: Int64.self),
+                    createdAt: Date(milliseconds: try $0.decode(column: "created_at", as: Int64.self)))
+            }
+            let orders = try await sql.raw(
+                """
+                SELECT order_id, product_id, quantity, status, created_at, transaction_id FROM orders
+                WHERE account_id = \(bind: accountId) ORDER BY created_at DESC, order_id LIMIT \(unsafeRaw: String(limit))
+                """
+            ).all().map {
+                OrderRow(
+                    orderId: try $0.decode(column: "order_id", as: String.self),
+                    productId: try $0.decode(column: "product_id", as: String.self),
+                    quantity: try $0.decode(column: "quantity", as: Int.self),
+                    status: try $0.decode(column: "status", as: String.self),
+                    createdAt: Date(milliseconds: try $0.decode(column: "created_at", as: Int64.self)),
+                    transactionId: try $0.decode(column: "transaction_id", as: String?.self))
+            }
+            let audit = try await sql.raw(
+                """
+                SELECT * FROM audit
+                WHERE subject = \(bind: accountId)
+                   OR subject IN (SELECT transaction_id FROM deliveries WHERE account_id = \(bind: accountId))
+                   OR subject IN (SELECT original_transaction_id FROM subscriptions WHERE account_id = \(bind: accountId))
+                   OR subject IN (SELECT grant_id FROM grants WHERE account_id = \(bind: accountId))
+                ORDER BY created_at DESC, id LIMIT \(unsafeRaw: String(limit))
+                """
+            ).all().map(Self.decodeAudit)
+            return AccountRecords(ledger: ledger, orders: orders, audit: audit)
+        }
+    }
+}
