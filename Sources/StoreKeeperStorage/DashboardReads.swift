@@ -116,6 +116,8 @@ extension PurchaseStore {
         public var accountId: String?
         /// The anomaly, for `.anomaly`.
         public var anomalyId: String?
+        /// For `.anomaly`: still open.
+        public var open = false
     }
 
     public func search(_ query: String) async throws -> [SearchHit] {
@@ -159,14 +161,15 @@ extension PurchaseStore {
             }
             for row in try await sql.raw(
                 """
-                SELECT id, account_id FROM anomalies WHERE transaction_id = \(bind: term) OR order_id = \(bind: term)
+                SELECT id, account_id, status FROM anomalies WHERE transaction_id = \(bind: term) OR order_id = \(bind: term)
                       OR id = \(bind: term) ORDER BY created_at DESC LIMIT 20
                 """
             ).all() {
                 hits.append(
                     .init(
                         kind: .anomaly, accountId: try row.decode(column: "account_id", as: String?.self),
-                        anomalyId: try row.decode(column: "id", as: String.self)))
+                        anomalyId: try row.decode(column: "id", as: String.self),
+                        open: try row.decode(column: "status", as: String.self) == "open"))
             }
             return hits
         }

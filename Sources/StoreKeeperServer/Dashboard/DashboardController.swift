@@ -286,10 +286,10 @@ struct DashboardController {
         guard query.count <= 200 else { throw APIError.badRequest("a search is at most 200 characters") }
         try StoreKeeperApp.validateText(query, field: "q")
         let hits = try await app.store.search(query)
-        let accounts = Set(hits.compactMap { (hit: PurchaseStore.SearchHit) in hit.accountId })
-        if accounts.count == 1, let only = accounts.first,
-            hits.allSatisfy({ (hit: PurchaseStore.SearchHit) in hit.kind != .anomaly })
-        {
+        // One account and nothing open to look at: straight to that account.
+        let accounts = Set(
+            hits.filter { (hit: PurchaseStore.SearchHit) in hit.kind != .anomaly }.compactMap(\.accountId))
+        if accounts.count == 1, let only = accounts.first, !hits.contains(where: \.open) {
             return Self.redirect("/dashboard/accounts/\(Self.pathComponent(only))")
         }
         let items: [[String: Any]] = hits.map { hit in
