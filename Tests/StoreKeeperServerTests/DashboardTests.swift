@@ -63,7 +63,9 @@ import Testing
         #expect(BarChart.niceCeiling(2_400) == 2_500)
         let chart = BarChart(
             title: "A <b>chart</b>", labels: ["<x>", "b"],
-            series: [.init(name: "n\"", cssClass: "s1", values: [10, 5]), .init(name: "m", cssClass: "s2", values: [0, 0])])
+            series: [
+                .init(name: "n\"", cssClass: "s1", values: [10, 5]), .init(name: "m", cssClass: "s2", values: [0, 0]),
+            ])
         let svg = chart.svg()
         #expect(svg.hasPrefix("<svg") && svg.hasSuffix("</svg>"))
         #expect(!svg.contains("<b>") && svg.contains("A &lt;b&gt;chart&lt;/b&gt;") && svg.contains("&lt;x&gt;"))
@@ -96,8 +98,10 @@ import Testing
         func get(_ path: String) async throws -> Page { try await send(.get, path, form: nil) }
 
         func post(_ path: String, _ form: [String: String], headers extra: HTTPFields = [:]) async throws -> Page {
-            let body = form.map { "\($0.key)=\($0.value.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")" }
-                .joined(separator: "&")
+            let body = form.map {
+                "\($0.key)=\($0.value.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")"
+            }
+            .joined(separator: "&")
             return try await send(.post, path, form: body, headers: extra)
         }
 
@@ -142,10 +146,13 @@ import Testing
             let signedIn = try await browser.post("/dashboard/login", ["key": ServerAPITests.secret])
             #expect(signedIn.status == .seeOther && signedIn.location == "/dashboard")
             let setCookie = try #require(signedIn.headers[.setCookie])
-            for attribute in ["HttpOnly", "SameSite=Strict", "Path=/dashboard"] { #expect(setCookie.contains(attribute)) }
+            for attribute in ["HttpOnly", "SameSite=Strict", "Path=/dashboard"] {
+                #expect(setCookie.contains(attribute))
+            }
             #expect(!setCookie.contains("Secure"))
             let overTLS = try await Browser(client).post(
-                "/dashboard/login", ["key": ServerAPITests.secret], headers: [HTTPField.Name("X-Forwarded-Proto")!: "https"])
+                "/dashboard/login", ["key": ServerAPITests.secret],
+                headers: [HTTPField.Name("X-Forwarded-Proto")!: "https"])
             #expect(overTLS.headers[.setCookie]?.contains("; Secure") == true)
 
             // A purchase paid with no order and no account: an unattributed anomaly.
@@ -159,7 +166,8 @@ import Testing
             let overview = try await browser.get("/dashboard")
             #expect(overview.status == .ok)
             #expect(overview.headers[.contentType] == "text/html; charset=utf-8")
-            #expect(overview.headers[HTTPField.Name("Content-Security-Policy")!]?.contains("default-src 'none'") == true)
+            #expect(
+                overview.headers[HTTPField.Name("Content-Security-Policy")!]?.contains("default-src 'none'") == true)
             #expect(overview.body.contains(#"id="open-anomalies">1<"#))
             #expect(overview.body.components(separatedBy: "<svg").count - 1 >= 3)
             #expect(overview.body.contains("<table>"))
@@ -175,7 +183,8 @@ import Testing
             _ = try await otherSession.post("/dashboard/login", ["key": ServerAPITests.secret])
             let otherCSRF = try #require(try await otherSession.get("/dashboard/anomalies").csrf)
             if otherCSRF != csrf {
-                #expect(try await browser.post(resolve, deliver.merging(["_csrf": otherCSRF]) { $1 }).status == .forbidden)
+                #expect(
+                    try await browser.post(resolve, deliver.merging(["_csrf": otherCSRF]) { $1 }).status == .forbidden)
             }
             let crossSite = try await browser.post(
                 resolve, deliver.merging(["_csrf": csrf]) { $1 }, headers: [.origin: "https://evil.example"])
@@ -204,7 +213,8 @@ import Testing
             #expect(account.body.contains("Delivered."))
             // Search: a transaction id leads to its account.
             let transactionId = try #require(bought.transactions[0].transactionId)
-            #expect(try await browser.get("/dashboard/search?q=\(transactionId)").location == "/dashboard/accounts/dana")
+            #expect(
+                try await browser.get("/dashboard/search?q=\(transactionId)").location == "/dashboard/accounts/dana")
             let nothing = try await browser.get("/dashboard/search?q=no-such-id")
             #expect(nothing.status == .ok && nothing.body.contains("Nothing has the id"))
 

@@ -37,7 +37,8 @@ extension StoreKeeperApp {
         let id = try Self.parameter(context, "id")
         let body = try await decode(ResolveBody.self, request)
         return try Self.json(
-            AnomalyJSON(try await resolve(anomaly: id, action: body.action, accountId: body.accountId, note: body.note)))
+            AnomalyJSON(try await resolve(anomaly: id, action: body.action, accountId: body.accountId, note: body.note))
+        )
     }
 
     /// Resolving an anomaly, the one code path of the API and the dashboard: `deliver` hands

@@ -31,7 +31,8 @@ struct DashboardController {
             headers[.contentType] = "text/css; charset=utf-8"
             headers[.cacheControl] = "public, max-age=3600"
             return Response(
-                status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: DashboardTemplates.stylesheet)))
+                status: .ok, headers: headers,
+                body: .init(byteBuffer: ByteBuffer(string: DashboardTemplates.stylesheet)))
         }
         group.get("login") { request, _ in
             let expired = request.uri.queryParameters.get("expired") != nil
@@ -137,7 +138,8 @@ struct DashboardController {
             return page(
                 "message", title: "Signed out",
                 values: [
-                    "heading": "Signed out", "message": "Your session has expired or is not valid; nothing was changed.",
+                    "heading": "Signed out",
+                    "message": "Your session has expired or is not valid; nothing was changed.",
                     "link": "/dashboard/login", "linkText": "Sign in again",
                 ], session: nil, status: .unauthorized)
         }
@@ -159,10 +161,12 @@ struct DashboardController {
         } catch let error as APIError {
             response = page(
                 "message", title: "Error",
-                values: ["heading": "Not done", "message": error.message, "link": "/dashboard", "linkText": "Overview"],
+                values: [
+                    "heading": "Not done", "message": error.message, "link": "/dashboard", "linkText": "Overview",
+                ],
                 session: session, status: error.status)
             if let retry = error.headers[.retryAfter] { response.headers[.retryAfter] = retry }
-        } catch where StorageUnavailable.classify(error) != nil {
+        } catch  where StorageUnavailable.classify(error) != nil {
             context.logger.warning("dashboard: storage unavailable", metadata: ["error": "\(error)"])
             response = page(
                 "message", title: "Unavailable",
@@ -372,7 +376,8 @@ struct DashboardController {
         }
         let pending = try await outbox.pendingCount()
         return page(
-            "webhooks", title: "Webhooks", values: ["letters": letters, "hasLetters": !letters.isEmpty, "pending": pending],
+            "webhooks", title: "Webhooks",
+            values: ["letters": letters, "hasLetters": !letters.isEmpty, "pending": pending],
             session: session, nav: "navWebhooks", request: request)
     }
 
@@ -489,6 +494,7 @@ struct DashboardController {
     }
 
     static func pathComponent(_ text: String) -> String {
-        text.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-._~"))) ?? text
+        text.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-._~")))
+            ?? text
     }
 }

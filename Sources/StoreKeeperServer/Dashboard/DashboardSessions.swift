@@ -53,7 +53,8 @@ struct DashboardSessions: Sendable {
 
     func token(_ session: Session) -> String {
         let body = "v1.\(session.issued).\(session.lastSeen).\(session.nonce)"
-        return body + "." + Self.hex(HMAC<SHA256>.authenticationCode(for: Data(body.utf8), using: keys[session.keyIndex]))
+        return body + "."
+            + Self.hex(HMAC<SHA256>.authenticationCode(for: Data(body.utf8), using: keys[session.keyIndex]))
     }
 
     func check(_ token: String?, now: Date) -> Check {
@@ -88,7 +89,8 @@ struct DashboardSessions: Sendable {
     }
 
     func csrfToken(_ session: Session) -> String {
-        Self.hex(HMAC<SHA256>.authenticationCode(for: Data("csrf.\(session.nonce)".utf8), using: keys[session.keyIndex]))
+        Self.hex(
+            HMAC<SHA256>.authenticationCode(for: Data("csrf.\(session.nonce)".utf8), using: keys[session.keyIndex]))
     }
 
     func csrfValid(_ presented: String?, session: Session) -> Bool {

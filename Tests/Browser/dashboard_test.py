@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""The operator dashboard in a real headless browser (Debian's chromium, driven by Selenium
+through Debian's chromium-driver).
+
+Run by Tests/StoreKeeperCLITests/DashboardBrowserTests.swift against `storekeeper serve` in demo
+mode (SQLite, the local App Store, notifications sent to the server). Standalone:
+
+    python3 Tests/Browser/dashboard_test.py --server http://127.0.0.1:8181 \
+        --key "$(cat storekeeper-data/dev-secret-key)" --out /tmp/dashboard-shots --idle 20
+
+The story: a player pays at the (local) App Store with no order and no account, so the
+server raises an `unattributed_transaction` anomaly. The operator signs in (after a wrong
+key is refused), finds it in the anomaly queue, delivers it to an account, and sees that
+account's balance and audit change. A forged form post (another site's page auto-submitting
+to the dashboard, and a post with the session cookie but no CSRF token) changes nothing, and
+an idle session expires. A screenshot of every page is written to --out.
+
+Exit status 0 when every check holds; 1 with the failed check otherwise; 77 when the browser
+or Selenium is missing (the Swift test fails on that in CI, skips elsewhere).
+"""
+
+import argparse
+import base64
+import json
+import os
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+
+try:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+except ImportError:
+    print("selenium is not installed (pip install selenium)", file=sys.stderr)
+    sys.exit(77)
+
+CHROMIUM = os.environ.get("STOREKEEPER_CHROMIUM", "/usr/bin/chromium")
+DRIVER = os.environ.get("STOREKEEPER_CHROMEDRIVER", "/usr/bin/chromedriver")
+
+
+class Failed(Exception):
+    pass
+
+
+def check(condition, message):
+    if not condition:
+        raise Failed(message)
+    print(f"ok - {message}")
+
+
+def api(server, key, method, path, body=None, cookie=None, form=None, headers=None):
+    """An HTTP call outside the browser; returns (status, text)."""
+    data = None
+    all_headers = dict(headers or {})
+    if body is not None:
+        data = json.dumps(body).encode()
+        all_headers["Content-Type"] = "application/json"
+    if form is not None:
+        data = urllib.parse.urlencode(form).encode()
+        all_headers["Content-Type"] = "application/x-www-form-urlencoded"
+    if key:
+        all_headers["Authorization"] = f"Bearer {key}"
+    if cookie:
+        all_headers["Cookie"] = cookie
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None
+
+    opener = urllib.request.build_opener(NoRedirect)
+    request = urllib.request.Request(server + path, data=data, method=method, headers=all_headers)
+    try:
+        with opener.open(request, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def arrive(driver, fragment, leaving=None, timeout=20):
+    """Waits until the browser's URL contains `fragment` (a click on a link or a form's button
+    returns before the next page has loaded)."""
+    try:
+        WebDriverWait(driver, timeout).until(
+            lambda d: fragment in d.current_url and (leaving is None or d.current_url != leaving)
+            and d.execute_script("return document.readyState") == "complete")
+    except Exception:
+        raise Failed(f"the browser did not reach {fragment} within {timeout} s (at {driver.current_url})")
+    return True
+
+
+def unattributed_purchase(server, key, apple_id):
+    """Pays at the local App Store with no order: the ONE_TIME_CHARGE notification reaches the
+    server, which raises an unattributed_transaction anomaly. Returns (transactionId, anomalyId)."""
+    status, text = api(server, None, "POST", "/local-app-store/control/purchases",
+                       body={"appleId": apple_id, "productId": "coins_60"})
+    check(status == 200, f"the local App Store took the payment ({status})")
+    signed = json.loads(text)["signedTransactions"][0]
+    payload = signed.split(".")[1]
+    payload += "=" * (-len(payload) % 4)
+    transaction_id = json.loads(base64.urlsafe_b64decode(payload))["transactionId"]
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        status, text = api(server, key, "GET", "/v1/anomalies?status=open")
+        if status == 200:
+            for anomaly in json.loads(text)["anomalies"]:
+                if anomaly.get("transactionId") == transaction_id and anomaly["kind"] == "unattributed_transaction":
+                    return transaction_id, anomaly["id"]
+        time.sleep(0.5)
+    raise Failed(f"no unattributed_transaction anomaly for {transaction_id} within 60 s")
+
+
+def anomaly_status(server, key, anomaly_id):
+    for status in ("open", "resolved"):
+        code, text = api(server, key, "GET", f"/v1/anomalies?status={status}")
+        if code == 200 and any(a["id"] == anomaly_id for a in json.loads(text)["anomalies"]):
+            return status
+    return None
+
+
+def browser():
+    if not (os.path.exists(CHROMIUM) and os.path.exists(DRIVER)):
+        print(f"no browser: {CHROMIUM} and {DRIVER} are needed (apt-get install chromium chromium-driver)",
+              file=sys.stderr)
+        sys.exit(77)
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                     "--window-size=1280,1600"):
+        options.add_argument(argument)
+    return webdriver.Chrome(service=Service(executable_path=DRIVER), options=options)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server", required=True)
+    parser.add_argument("--key", required=True)
+    parser.add_argument("--out", required=True, help="where the screenshots go")
+    parser.add_argument("--idle", type=int, required=True, help="the server's dashboard.sessionIdleSeconds")
+    args = parser.parse_args()
+    server, key = args.server.rstrip("/"), args.key
+    os.makedirs(args.out, exist_ok=True)
+
+    def shot(driver, name):
+        path = os.path.join(args.out, f"{name}.png")
+        driver.save_screenshot(path)
+        print(f"screenshot {path}")
+
+    transaction_id, anomaly_id = unattributed_purchase(server, key, f"stranger-{uuid.uuid4().hex[:8]}")
+    _, second_anomaly = unattributed_purchase(server, key, f"stranger-{uuid.uuid4().hex[:8]}")
+    account = f"dana-{uuid.uuid4().hex[:8]}"
+
+    driver = browser()
+    try:
+        driver.set_page_load_timeout(30)
+        # Not signed in: the sign-in page. A wrong key is refused.
+        driver.get(server + "/dashboard")
+        check(driver.current_url.endswith("/dashboard/login"), "a visitor is sent to the sign-in page")
+        shot(driver, "login")
+        driver.find_element(By.NAME, "key").send_keys("sk_wrong_key")
+        driver.find_element(By.CSS_SELECTOR, "form.login button").click()
+        WebDriverWait(driver, 20).until(expected_conditions.presence_of_element_located((By.CSS_SELECTOR, ".error")))
+        check("not one of this server" in driver.find_element(By.CSS_SELECTOR, ".error").text,
+              "a wrong key is refused with a message")
+        check(driver.get_cookie("storekeeper_session") is None, "a wrong key opens no session")
+        shot(driver, "login-refused")
+
+        # The right key: the overview, with its charts.
+        driver.find_element(By.NAME, "key").send_keys(key)
+        driver.find_element(By.CSS_SELECTOR, "form.login button").click()
+        WebDriverWait(driver, 20).until(expected_conditions.presence_of_element_located((By.ID, "open-anomalies")))
+        check(driver.current_url.rstrip("/").endswith("/dashboard"), "the right key opens the overview")
+        cookie = driver.get_cookie("storekeeper_session")
+        check(cookie is not None and cookie.get("httpOnly") and cookie.get("sameSite") == "Strict",
+              "the session cookie is HttpOnly and SameSite=Strict")
+        check(int(driver.find_element(By.ID, "open-anomalies").text) >= 2, "the overview counts the open anomalies")
+        check(len(driver.find_elements(By.CSS_SELECTOR, "svg.chart")) >= 3, "the overview draws its charts as SVG")
+        check(driver.execute_script("return document.scripts.length") == 0, "the dashboard runs no script")
+        shot(driver, "overview")
+
+        # The anomaly queue: the paid-but-unattributed purchase, delivered to an account.
+        driver.find_element(By.LINK_TEXT, "Anomalies").click()
+        arrive(driver, "/dashboard/anomalies")
+        article = driver.find_element(By.ID, f"anomaly-{anomaly_id}")
+        check(transaction_id in article.text and "unattributed_transaction" in article.text,
+              "the anomaly queue shows the unattributed purchase")
+        shot(driver, "anomalies")
+        form = article.find_element(By.CSS_SELECTOR, "form.deliver")
+        form.find_element(By.NAME, "accountId").send_keys(account)
+        form.find_element(By.NAME, "note").send_keys("ticket 4711")
+        form.find_element(By.TAG_NAME, "button").click()
+        check(arrive(driver, f"/dashboard/accounts/{account}"), "delivering leads to the account page")
+        balance = driver.find_element(By.CSS_SELECTOR, '#balances tr[data-currency="coins"] .balance').text
+        check(balance == "60", f"the account's balance shows the delivered coins ({balance})")
+        audit = driver.find_element(By.CSS_SELECTOR, '#audit tr[data-action="manual_delivery"]').text
+        check("ticket 4711" in audit and anomaly_id in audit, "the audit shows who delivered what, with the note")
+        check(transaction_id in driver.find_element(By.ID, "ledger").text, "the ledger shows the credit")
+        shot(driver, "account")
+        status, text = api(server, key, "GET", f"/v1/accounts/{account}")
+        check(status == 200 and json.loads(text)["balances"].get("coins") == 60, "the API agrees: 60 coins")
+        check(anomaly_status(server, key, anomaly_id) == "resolved", "the anomaly is resolved")
+
+        # Search by transaction id from the header.
+        search = driver.find_element(By.CSS_SELECTOR, "form.search input[name=q]")
+        search.send_keys(transaction_id)
+        before = driver.current_url
+        driver.find_element(By.CSS_SELECTOR, "form.search button").click()
+        check(arrive(driver, f"/dashboard/accounts/{account}", leaving=before),
+              "searching the transaction id finds the account")
+        driver.find_element(By.LINK_TEXT, "Webhooks").click()
+        arrive(driver, "/dashboard/webhooks")
+        check("Webhooks" in driver.find_element(By.TAG_NAME, "h1").text, "the webhooks page opens")
+        shot(driver, "webhooks")
+
+        # Forged form posts change nothing.
+        session = f"storekeeper_session={driver.get_cookie('storekeeper_session')['value']}"
+        form_fields = {"action": "deliver", "accountId": "mallory", "note": "forged"}
+        status, _ = api(server, None, "POST", f"/dashboard/anomalies/{second_anomaly}/resolve", cookie=session,
+                        form=form_fields)
+        check(status == 403, f"a post with the session cookie and no CSRF token is refused ({status})")
+        status, _ = api(server, None, "POST", f"/dashboard/anomalies/{second_anomaly}/resolve", cookie=session,
+                        form={**form_fields, "_csrf": "0" * 64})
+        check(status == 403, f"a post with a wrong CSRF token is refused ({status})")
+        with tempfile.NamedTemporaryFile("w", suffix=".html", delete=False) as page:
+            page.write(f"""<!doctype html><html><body><form id=f method=post
+                action="{server}/dashboard/anomalies/{second_anomaly}/resolve">
+                <input name=action value=deliver><input name=accountId value=mallory></form>
+                <script>document.getElementById('f').submit()</script></body></html>""")
+        driver.get("file://" + page.name)
+        arrive(driver, f"/dashboard/anomalies/{second_anomaly}/resolve")
+        shot(driver, "forged-post")
+        check("Refused" in driver.page_source or "Signed out" in driver.page_source,
+              "another site's auto-submitting form is refused")
+        check(anomaly_status(server, key, second_anomaly) == "open", "the forged posts changed nothing")
+        status, text = api(server, key, "GET", "/v1/accounts/mallory")
+        check(status == 200 and not json.loads(text)["balances"], "mallory got nothing")
+
+        # An idle session expires.
+        driver.get(server + "/dashboard")
+        check(driver.current_url.rstrip("/").endswith("/dashboard"), "still signed in while active")
+        time.sleep(args.idle + 3)
+        driver.get(server + "/dashboard/anomalies")
+        check(arrive(driver, "/dashboard/login"), "an idle session has expired")
+        check("expired" in driver.find_element(By.CSS_SELECTOR, ".error").text, "the sign-in page says it expired")
+        shot(driver, "expired")
+    finally:
+        driver.quit()
+    print("all dashboard browser checks passed")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Failed as failure:
+        print(f"FAILED - {failure}", file=sys.stderr)
+        sys.exit(1)

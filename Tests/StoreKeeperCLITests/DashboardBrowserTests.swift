@@ -1,0 +1,88 @@
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The operator dashboard in a real headless browser: `Tests/Browser/dashboard_test.py`
+/// (Selenium driving Debian's chromium) against `storekeeper serve` in demo mode. The
+/// screenshots of every page land in `test-artefacts/dashboard/`. In CI (`CI` set) a missing
+/// browser is a failure; elsewhere the test says what to install and passes.
+@Suite struct DashboardBrowserTests {
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+
+    @Test func operatorDeliversAnUnattributedPurchaseInARealBrowser() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("dashboard-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        // A fixed port: the local App Store sends its notifications to it (port 0 would leave it
+        // no address to send to).
+        let port = try Self.freePort()
+        let idle = 20
+        let server = try ServerProcess(
+            directory: directory,
+            environment: ["HTTP_PORT": String(port), "DASHBOARD_SESSION_IDLE_SECONDS": String(idle)])
+        defer { server.kill() }
+        try await server.waitUntilListening()
+        let key = try String(
+            contentsOf: directory.appendingPathComponent("storekeeper-data/dev-secret-key"), encoding: .utf8
+        ).trimmingCharacters(in: .whitespacesAndNewlines)
+        let artefacts = Self.root.appendingPathComponent("test-artefacts/dashboard")
+
+        let python = Process()
+        python.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        python.arguments = [
+            "python3", Self.root.appendingPathComponent("Tests/Browser/dashboard_test.py").path,
+            "--server", "http://127.0.0.1:\(server.port)", "--key", key, "--out", artefacts.path,
+            "--idle", String(idle),
+        ]
+        let output = Pipe()
+        python.standardOutput = output
+        python.standardError = output
+        try python.run()
+        let deadline = Date().addingTimeInterval(300)
+        var log = Data()
+        while python.isRunning, Date() < deadline {
+            try await Task.sleep(for: .milliseconds(200))
+        }
+        if python.isRunning {
+            python.terminate()
+            Issue.record("the browser test did not finish within 300 s")
+        }
+        python.waitUntilExit()
+        log = output.fileHandleForReading.readDataToEndOfFile()
+        let text = String(decoding: log, as: UTF8.self)
+        if python.terminationStatus == 77 {
+            let message = "the browser test needs chromium, chromium-driver and selenium: \(text)"
+            if ProcessInfo.processInfo.environment["CI"] != nil { Issue.record(Comment(rawValue: message)) }
+            return
+        }
+        #expect(python.terminationStatus == 0, Comment(rawValue: text))
+        #expect(text.contains("all dashboard browser checks passed"), Comment(rawValue: text))
+        for page in ["login", "overview", "anomalies", "account", "webhooks", "forged-post", "expired"] {
+            #expect(FileManager.default.fileExists(atPath: artefacts.appendingPathComponent("\(page).png").path))
+        }
+    }
+
+    /// A port nothing listens on right now (the kernel's pick, released for the server).
+    static func freePort() throws -> Int {
+        let socketFD = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard socketFD >= 0 else { throw POSIXError(.EMFILE) }
+        defer { close(socketFD) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = 0
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer -> Int32 in
+                guard bind(socketFD, pointer, length) == 0 else { return -1 }
+                return getsockname(socketFD, pointer, &length)
+            }
+        }
+        guard bound == 0 else { throw POSIXError(.EADDRINUSE) }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+}
