@@ -121,7 +121,9 @@ let package = Package(
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "Mustache", package: "swift-mustache"),
-            ]
+            ],
+            // The OpenAPI document (a link to docs/openapi.yaml), compiled in: `GET /openapi.json`.
+            resources: [.embedInCode("OpenAPI/openapi.yaml")]
         ),
         // The local App Store: a faithful fake of Apple for tests, the demo and zero-config serve.
         .target(

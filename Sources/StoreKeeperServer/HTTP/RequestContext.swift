@@ -18,9 +18,7 @@ public struct StoreKeeperContext: RequestContext {
     /// The caller `Authenticate` put here. Every route behind it has one; a route outside it
     /// asking is a programming error answered 401, never a crash.
     func caller() throws -> Caller {
-        guard let authenticated else {
-            throw APIError(.unauthorized, "unauthorized", "authentication required")
-        }
+        guard let authenticated else { throw APIError.unauthenticated }
         return authenticated
     }
 }

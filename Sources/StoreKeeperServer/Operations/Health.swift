@@ -57,6 +57,12 @@ struct OperationsController {
     func addRoutes(to router: some RouterMethods<StoreKeeperContext>) {
         router.get("healthz") { _, _ in try await app.health() }
         router.get("metrics") { request, _ in try await app.metricsText(request) }
+        // The OpenAPI document of this API, open like /healthz.
+        router.get("openapi.json") { _, _ in
+            Response(
+                status: .ok, headers: [.contentType: "application/json", .cacheControl: "public, max-age=300"],
+                body: .init(byteBuffer: ByteBuffer(bytes: OpenAPIDocument.json)))
+        }
     }
 
     func addAPIRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
