@@ -174,6 +174,8 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "SQLKit", package: "sql-kit"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
         ),
         .testTarget(name: "AppStoreModelsTests", dependencies: ["AppStoreModels"]),
@@ -240,7 +242,8 @@ let package = Package(
             name: "StoreKeeperCLITests",
             dependencies: [
                 "StoreKeeperStorage", .product(name: "SQLKit", package: "sql-kit"),
-                "StoreKeeperCLI", "AppStoreSigning", "AppStoreVerification", "AppStoreClient", "AppStoreModels",
+                "StoreKeeperCLI", "StoreKeeperSimulator", "AppStoreSigning", "AppStoreVerification", "AppStoreClient",
+                "AppStoreModels",
                 "LocalAppStore",
             ]
         ),

@@ -114,14 +114,19 @@ struct PurchaseBench {
         let group: ServiceGroup
         let running: Task<Void, any Error>
 
+        /// `port` 0: the kernel's pick. `directory`: the data directory (default a new
+        /// temporary one, removed by `stop`).
         static func start(
-            databaseURL: String?, maxInFlight: Int? = nil, runJobs: Bool = true,
+            databaseURL: String?, maxInFlight: Int? = nil, runJobs: Bool = true, port: Int = 0,
+            directory: URL? = nil, logLevel: Logger.Level = .error,
             configure: (inout ServerConfiguration) -> Void = { _ in }
         ) async throws -> Server {
-            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("storekeeper-bench-\(UUID())")
+            let directory =
+                directory
+                ?? FileManager.default.temporaryDirectory.appendingPathComponent("storekeeper-bench-\(UUID())")
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
             var configuration = ServerConfiguration()
-            configuration.port = 0
+            configuration.port = port
             configuration.databaseURL = databaseURL ?? "sqlite:\(directory.path)/bench.sqlite"
             configuration.secretKeys = [PurchaseBench.key]
             configuration.localAppStoreEnabled = true
@@ -130,7 +135,7 @@ struct PurchaseBench {
             if let maxInFlight { configuration.maxInFlightRequests = maxInFlight }
             configure(&configuration)
             var logger = Logger(label: "bench")
-            logger.logLevel = .error
+            logger.logLevel = logLevel
             let app = try await StoreKeeperApp.make(configuration, dataDirectory: directory, logger: logger)
             let port = Mutex(0)
             let application = app.application(runJobs: runJobs) { bound in port.withLock { $0 = bound } }

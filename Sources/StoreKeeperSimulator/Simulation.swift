@@ -25,6 +25,8 @@ public struct Simulation: Sendable {
         public var fsync = true
         /// Runs once everything has settled, before the comparison, with each device's Apple
         /// ID and account id (tests use it to prove the report catches what it claims to).
+        /// Called after each purchase of the plan (the demo's progress bar).
+        public var onPurchase: (@Sendable () -> Void)?
         public var beforeReport: (@Sendable ([(appleId: String, accountId: String)]) async throws -> Void)?
         /// The other faults, each a probability per purchase.
         public var faults: DeviceFaults = {
@@ -116,7 +118,10 @@ public struct Simulation: Sendable {
                 group.addTask {
                     await device.setConsumables(consumables)
                     try await device.launch()
-                    for (productId, quantity) in plan { try await device.buy(productId: productId, quantity: quantity) }
+                    for (productId, quantity) in plan {
+                        try await device.buy(productId: productId, quantity: quantity)
+                        options.onPurchase?()
+                    }
                 }
             }
             try await group.waitForAll()

@@ -1,9 +1,6 @@
 import Foundation
+import StoreKeeperSimulator
 import Testing
-
-#if canImport(Glibc)
-    import Glibc
-#endif
 
 /// The operator dashboard in a real headless browser: `Tests/Browser/dashboard_test.py`
 /// (Selenium driving Debian's chromium) against `storekeeper serve` in demo mode. The
@@ -19,7 +16,7 @@ import Testing
         defer { try? FileManager.default.removeItem(at: directory) }
         // A fixed port: the local App Store sends its notifications to it (port 0 would leave it
         // no address to send to).
-        let port = try Self.freePort()
+        let port = try FreePort.pick()
         let idle = 20
         let server = try ServerProcess(
             directory: directory,
@@ -64,25 +61,5 @@ import Testing
         for page in ["login", "overview", "anomalies", "account", "webhooks", "forged-post", "expired"] {
             #expect(FileManager.default.fileExists(atPath: artefacts.appendingPathComponent("\(page).png").path))
         }
-    }
-
-    /// A port nothing listens on right now (the kernel's pick, released for the server).
-    static func freePort() throws -> Int {
-        let socketFD = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard socketFD >= 0 else { throw POSIXError(.EMFILE) }
-        defer { close(socketFD) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer -> Int32 in
-                guard bind(socketFD, pointer, length) == 0 else { return -1 }
-                return getsockname(socketFD, pointer, &length)
-            }
-        }
-        guard bound == 0 else { throw POSIXError(.EADDRINUSE) }
-        return Int(UInt16(bigEndian: address.sin_port))
     }
 }

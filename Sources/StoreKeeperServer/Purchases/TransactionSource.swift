@@ -134,6 +134,8 @@ struct LocalTransactionSource: TransactionSource {
     }
 
     func signedTransaction(_ transactionId: String) async throws -> String {
+        // Faults set on the control API apply here as they do over HTTP (Apple down, 429…).
+        try await injectedFault("transactionInfo")
         do {
             return try await store.signTransaction(transactionId)
         } catch {
