@@ -17,7 +17,7 @@ import Testing
         // A fixed port: the local App Store sends its notifications to it (port 0 would leave it
         // no address to send to).
         let port = try FreePort.pick()
-        let idle = 20
+        let idle = 30
         let server = try ServerProcess(
             directory: directory,
             environment: ["HTTP_PORT": String(port), "DASHBOARD_SESSION_IDLE_SECONDS": String(idle)])
