@@ -400,7 +400,8 @@ final class DemoStory: @unchecked Sendable {  // run by one task at a time
         guard (revenue["sandboxTransactions"] as? Int ?? 0) >= 1 else {
             throw DemoFailure("revenue does not set the Sandbox purchase apart: \(revenue)")
         }
-        return "delivered (environment Sandbox), kept out of revenue — no 21007 failure in review"
+        return
+            "delivered (environment Sandbox): the default apple.environments of a production configuration take App Review's Sandbox purchases; kept out of revenue"
     }
 
     func forgeries() async throws -> String {
