@@ -1,0 +1,182 @@
+import Foundation
+import SQLKit
+import StoreKeeperStorage
+import Testing
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// `scripts/cluster`: three `storekeeper serve` instances on one PostgreSQL behind nginx.
+/// The same purchase sent to every instance at once is delivered once; an instance SIGKILLed
+/// under load loses no acknowledged delivery. Needs PostgreSQL and nginx (CI has both; a
+/// missing nginx fails in CI and skips elsewhere).
+@Suite struct ClusterTests {
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+
+    struct Reply {
+        var status: Int
+        var json: [String: Any]
+    }
+
+    static func call(_ url: String, key: String, body: String) async -> Reply {
+        var request = URLRequest(url: URL(string: url)!, timeoutInterval: 30)
+        request.httpMethod = "POST"
+        request.setValue("Bearer \(key)", forHTTPHeaderField: "Authorization")
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        request.httpBody = Data(body.utf8)
+        guard let (data, response) = try? await URLSession.shared.data(for: request) else {
+            return Reply(status: 0, json: [:])
+        }
+        return Reply(
+            status: (response as? HTTPURLResponse)?.statusCode ?? 0,
+            json: (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] ?? [:])
+    }
+
+    /// Runs `scripts/cluster`; its output goes to a file, not a pipe: the instances and nginx
+    /// it leaves running inherit the descriptors it was given, and would hold a pipe open.
+    static func script(_ arguments: [String]) async throws -> (status: Int32, output: String) {
+        let log = FileManager.default.temporaryDirectory.appendingPathComponent("cluster-script-\(UUID()).log")
+        FileManager.default.createFile(atPath: log.path, contents: nil)
+        defer { try? FileManager.default.removeItem(at: log) }
+        let handle = try FileHandle(forWritingTo: log)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/bash")
+        process.arguments = [root.appendingPathComponent("scripts/cluster").path] + arguments
+        process.currentDirectoryURL = root
+        process.standardOutput = handle
+        process.standardError = handle
+        try process.run()
+        while process.isRunning { try await Task.sleep(for: .milliseconds(100)) }
+        try handle.close()
+        return (process.terminationStatus, (try? String(contentsOf: log, encoding: .utf8)) ?? "")
+    }
+
+    @Test func threeInstancesBehindNginxDeliverOnceAndSurviveAKill() async throws {
+        guard let base = ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_URL"] else { return }
+        let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"].contains { FileManager.default.isExecutableFile(atPath: $0) }
+        guard nginx else {
+            if ProcessInfo.processInfo.environment["CI"] != nil { Issue.record("nginx is not installed") }
+            return
+        }
+        let name = "sk_cluster_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(12).lowercased())"
+        let admin = try await Database.open(url: base)
+        try await admin.read { sql in try await sql.raw("CREATE DATABASE \(ident: name)").run() }
+        var components = URLComponents(string: base)!
+        components.path = "/\(name)"
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("cluster-\(UUID())")
+        let port = 20_000 + Int.random(in: 0..<20_000) / 10 * 10
+        let started = try await Self.script([
+            "start", "3", "--database-url", components.string!, "--port", String(port), "--dir", directory.path,
+            "--binary", VerifyCommandTests.binary.path,
+        ])
+        defer {
+            let stop = Process()
+            stop.executableURL = URL(fileURLWithPath: "/bin/bash")
+            stop.arguments = [
+                Self.root.appendingPathComponent("scripts/cluster").path, "stop", "--dir", directory.path,
+            ]
+            try? stop.run()
+            stop.waitUntilExit()
+            try? FileManager.default.removeItem(at: directory)
+        }
+        try #require(started.status == 0, Comment(rawValue: started.output))
+        let balancer = "http://127.0.0.1:\(port)"
+        let key = try String(contentsOf: directory.appendingPathComponent("secret-key"), encoding: .utf8)
+
+        func buy(_ appleId: String) async throws -> String {
+            let reply = await Self.call(
+                "\(balancer)/local-app-store/control/purchases", key: key,
+                body: #"{"appleId":"\#(appleId)","productId":"coins_60"}"#)
+            return try #require((reply.json["signedTransactions"] as? [String])?.first, "\(reply.status) \(reply.json)")
+        }
+
+        // One purchase, submitted 24 times at once through the load balancer (round-robin over
+        // the three instances): delivered exactly once.
+        let jws = try await buy("apple-shared")
+        let statuses = await withTaskGroup(of: String.self) { group in
+            for _ in 0..<24 {
+                group.addTask {
+                    let reply = await Self.call(
+                        "\(balancer)/v1/purchases", key: key,
+                        body: #"{"accountId":"ann","signedTransaction":"\#(jws)"}"#)
+                    return reply.json["status"] as? String ?? "http \(reply.status)"
+                }
+            }
+            var all: [String] = []
+            for await status in group { all.append(status) }
+            return all
+        }
+        #expect(statuses.filter { $0 == "delivered" }.count == 1, "\(statuses)")
+        #expect(statuses.filter { $0 == "already_delivered" }.count == 23, "\(statuses)")
+        let log = (try? String(contentsOf: directory.appendingPathComponent("access.log"), encoding: .utf8)) ?? ""
+        let upstreams = Set(
+            log.split(separator: "\n").filter { $0.hasPrefix("POST /v1/purchases") }.compactMap {
+                $0.split(separator: " ").last
+            })
+        #expect(upstreams.count == 3, "every instance took submissions: \(upstreams)")
+
+        // Load, and one instance SIGKILLed in the middle: every acknowledged delivery is there.
+        var proofs: [String] = []
+        for index in 0..<90 { proofs.append(try await buy("apple-load-\(index)")) }
+        let pid = try String(contentsOf: directory.appendingPathComponent("instance-2.pid"), encoding: .utf8)
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        let acknowledged = await withTaskGroup(of: Int?.self) { group in
+            let killAfter = 30
+            let counter = Counter()
+            for (index, proof) in proofs.enumerated() {
+                group.addTask {
+                    for _ in 0..<60 {
+                        let reply = await Self.call(
+                            "\(balancer)/v1/purchases", key: key,
+                            body: #"{"accountId":"load-\#(index)","signedTransaction":"\#(proof)"}"#)
+                        if reply.status == 200 {
+                            if counter.increment() == killAfter { kill(pid_t(pid) ?? 0, SIGKILL) }
+                            return index
+                        }
+                        try? await Task.sleep(for: .milliseconds(100))
+                    }
+                    return nil
+                }
+            }
+            var done: [Int] = []
+            for await index in group { if let index { done.append(index) } }
+            return done
+        }
+        #expect(acknowledged.count == proofs.count, "every purchase acknowledged in the end (the client retries)")
+        let database = try await Database.open(url: components.string!)
+        let stored: Int = try await database.read { sql in
+            try await sql.raw("SELECT COUNT(*) AS n FROM deliveries WHERE account_id LIKE 'load-%'").first()?
+                .decode(column: "n", as: Int.self) ?? 0
+        }
+        #expect(stored == acknowledged.count)
+        let ledger: Int = try await database.read { sql in
+            try await sql.raw(
+                "SELECT CAST(COALESCE(SUM(amount), 0) AS BIGINT) AS n FROM ledger WHERE account_id LIKE 'load-%'"
+            )
+            .first()?.decode(column: "n", as: Int.self) ?? 0
+        }
+        #expect(ledger == 60 * proofs.count, "no purchase credited twice")
+        try await database.close()
+        // Gone, or a zombie nobody reaped (the script that started it has exited).
+        let state = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8))?
+            .split(separator: ")").last?.split(separator: " ").first
+        #expect(state == nil || state == "Z" || state == "X", "instance 2 was killed")
+        let stopped = try await Self.script(["stop", "--dir", directory.path])
+        #expect(stopped.status == 0, Comment(rawValue: stopped.output))
+        try? await admin.read { sql in try await sql.raw("DROP DATABASE IF EXISTS \(ident: name) WITH (FORCE)").run() }
+        try? await admin.close()
+    }
+
+    final class Counter: @unchecked Sendable {
+        let lock = NSLock()
+        var value = 0
+        func increment() -> Int {
+            lock.withLock {
+                value += 1
+                return value
+            }
+        }
+    }
+}
