@@ -54,6 +54,10 @@ import Testing
     }
 
     @Test func threeInstancesBehindNginxDeliverOnceAndSurviveAKill() async throws {
+        try await HeavyTests.shared.run { try await self.threeInstancesBehindNginxDeliverOnceAndSurviveAKillAlone() }
+    }
+
+    func threeInstancesBehindNginxDeliverOnceAndSurviveAKillAlone() async throws {
         guard let base = ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_URL"] else { return }
         let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"].contains { FileManager.default.isExecutableFile(atPath: $0) }
         guard nginx else {

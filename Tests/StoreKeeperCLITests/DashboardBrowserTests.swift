@@ -11,6 +11,10 @@ import Testing
         .deletingLastPathComponent()
 
     @Test func operatorDeliversAnUnattributedPurchaseInARealBrowser() async throws {
+        try await HeavyTests.shared.run { try await self.operatorDeliversAnUnattributedPurchaseInARealBrowserAlone() }
+    }
+
+    func operatorDeliversAnUnattributedPurchaseInARealBrowserAlone() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("dashboard-\(UUID())")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }

@@ -5,6 +5,10 @@ import Testing
 /// says every invariant held, exit status 0; bad options are 64.
 @Suite struct DemoCommandTests {
     @Test func theWholeStoryRunsAndEveryInvariantHolds() async throws {
+        try await HeavyTests.shared.run { try await self.theWholeStoryRunsAndEveryInvariantHoldsAlone() }
+    }
+
+    func theWholeStoryRunsAndEveryInvariantHoldsAlone() async throws {
         let (status, output) = try await Self.run(["demo", "--purchases", "24", "--plain"])
         #expect(status == 0, Comment(rawValue: output))
         for step in [

@@ -11,6 +11,12 @@ import Testing
 /// checkpoint kept, a rerun resumes, and nothing is ever delivered twice.
 @Suite struct ImportCommandTests {
     @Test func backfillsPerAccountThroughRateLimitsAndOutagesAndResumes() async throws {
+        try await HeavyTests.shared.run {
+            try await self.backfillsPerAccountThroughRateLimitsAndOutagesAndResumesAlone()
+        }
+    }
+
+    func backfillsPerAccountThroughRateLimitsAndOutagesAndResumesAlone() async throws {
         let data = LocalStoreCommandTests.dataDirectory()
         defer { try? FileManager.default.removeItem(atPath: data) }
         let store = Process()

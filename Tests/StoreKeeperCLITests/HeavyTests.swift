@@ -1,0 +1,20 @@
+/// The tests that start whole systems (a browser, several servers and nginx, the demo's devices,
+/// a local App Store and an importer) take turns: run together at the suite's start, on two
+/// cores, they starved the rest of the suite past its clients' timeouts.
+actor HeavyTests {
+    static let shared = HeavyTests()
+    private var busy = false
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+
+    func run<T: Sendable>(_ body: @Sendable () async throws -> T) async rethrows -> T {
+        if busy {
+            await withCheckedContinuation { waiting.append($0) }
+        } else {
+            busy = true
+        }
+        defer {
+            if waiting.isEmpty { busy = false } else { waiting.removeFirst().resume() }
+        }
+        return try await body()
+    }
+}
