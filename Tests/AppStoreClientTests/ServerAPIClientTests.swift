@@ -57,7 +57,9 @@ import Testing
 
     @Test func tokenCarriesApplesClaimsAndVerifies() async throws {
         try await Self.withServer({ _ in .json(#"{"signedTransactionInfo":"x.y.z"}"#) }) { server in
+            let asked = Date()
             _ = try await Self.client(server).getTransactionInfo("1")
+            let answered = Date()
             let authorization = try #require(server.requests.first?.header("Authorization"))
             #expect(authorization.hasPrefix("Bearer "))
             let token = String(authorization.dropFirst("Bearer ".count))
@@ -68,7 +70,9 @@ import Testing
             #expect(claims.bid == "com.example.app")
             #expect(claims.aud.value == ["appstoreconnect-v1"])
             #expect(claims.exp.value.timeIntervalSince(claims.iat.value) <= 3600)
-            #expect(abs(claims.iat.value.timeIntervalSinceNow) < 60)
+            // Issued for this call: between asking and the answer (seconds, so ±1 s).
+            #expect(
+                claims.iat.value >= asked.addingTimeInterval(-1) && claims.iat.value <= answered.addingTimeInterval(1))
             let header =
                 try JSONSerialization.jsonObject(
                     with: Data(base64Encoded: base64(token.split(separator: ".")[0]))!) as! [String: Any]
