@@ -15,6 +15,7 @@ let package = Package(
         .library(name: "StoreKeeperServer", targets: ["StoreKeeperServer"]),
         .library(name: "LocalAppStore", targets: ["LocalAppStore"]),
         .executable(name: "storekeeper", targets: ["StoreKeeperCLI"]),
+        .executable(name: "storekeeper-fuzz", targets: ["StoreKeeperFuzz"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
@@ -176,6 +177,24 @@ let package = Package(
                 .product(name: "SQLKit", package: "sql-kit"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]
+        ),
+        // What the libFuzzer targets feed hostile bytes to, and the seed corpus (scripts/fuzz).
+        .target(
+            name: "StoreKeeperFuzzTargets",
+            dependencies: [
+                "AppStoreModels", "AppStoreVerification", "AppStoreSigning", "StoreKeeperCatalog", "StoreKeeperServer",
+                "LocalAppStore",
+            ]
+        ),
+        // A libFuzzer binary when scripts/fuzz builds it with -sanitize=fuzzer,address; built
+        // normally, it replays inputs and writes the seed corpus.
+        .executableTarget(name: "StoreKeeperFuzz", dependencies: ["StoreKeeperFuzzTargets"]),
+        .testTarget(
+            name: "StoreKeeperFuzzTests",
+            dependencies: [
+                "StoreKeeperFuzzTargets", "AppStoreModels", "AppStoreVerification", "StoreKeeperCatalog",
+                "StoreKeeperServer",
             ]
         ),
         .testTarget(name: "AppStoreModelsTests", dependencies: ["AppStoreModels"]),

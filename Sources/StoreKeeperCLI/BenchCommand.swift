@@ -59,7 +59,13 @@ struct BenchCommand: AsyncParsableCommand {
         ))
     var retention = false
 
-    @Option(help: "With --notifications or --retention: concurrent senders.")
+    @Flag(
+        help: ArgumentHelp(
+            "Measure GET /v1/accounts/{id} and balance debits end to end instead, beside GET /healthz: --requests each at --senders."
+        ))
+    var accounts = false
+
+    @Option(help: "With --notifications, --retention or --accounts: concurrent senders.")
     var senders: Int = 64
 
     @Option(name: .customLong("notification-rate"), help: "With --notifications: the steady rate (per second).")
@@ -85,6 +91,11 @@ struct BenchCommand: AsyncParsableCommand {
     var receiptSizes: [Int] = [1, 100, 10_000]
 
     func run() async throws {
+        if accounts {
+            guard requests > 0, senders > 0 else { throw ValidationError("--requests and --senders must be positive") }
+            try await AccountBench(databaseURL: databaseURL, concurrency: senders, count: requests).run()
+            return
+        }
         if retention {
             guard requests > 0, senders > 0 else { throw ValidationError("--requests and --senders must be positive") }
             try await RetentionBench(databaseURL: databaseURL, concurrency: senders, count: requests).run()

@@ -42,7 +42,8 @@ enum LoadGenerator {
             let requests = stride(from: worker, to: bodies.count, by: concurrency).map { index in
                 var request = ByteBuffer()
                 if method == "GET" {
-                    request.writeString("GET \(path) HTTP/1.1\r\nHost: \(host):\(port)\r\n\r\n")
+                    request.writeString(
+                        "GET \(path) HTTP/1.1\r\nHost: \(host):\(port)\r\nAuthorization: \(authorization)\r\n\r\n")
                     return request
                 }
                 request.writeString(

@@ -59,22 +59,9 @@ struct RetentionBench {
                 signedDate: Int64(Date().timeIntervalSince1970 * 1000), environment: .production)
             requests.append(#"{"signedPayload":"\#(try signer.sign(body))"}"#)
         }
-        func send(_ path: String, _ bodies: [String], method: String = "POST", expect: String = "") async throws
-            -> NotificationBench.Phase
-        {
-            let started = ContinuousClock.now
-            let answers = try await LoadGenerator.run(
-                host: "127.0.0.1", port: server.port, path: path, authorization: "Bearer \(PurchaseBench.key)",
-                bodies: bodies, concurrency: concurrency, expect: expect, interval: nil, method: method)
-            return .init(answers: answers, seconds: BenchCommand.seconds(ContinuousClock.now - started))
-        }
-        let subscribed = try await send("/v1/purchases", purchases, expect: #""status":"delivered""#)
-        guard subscribed.accepted == subscribers else {
-            throw BenchFailure(description: "only \(subscribed.accepted) of \(subscribers) subscriptions delivered")
-        }
-        FileHandle.standardError.write(Data("measuring…\n".utf8))
-        let health = try await send("/healthz", Array(repeating: "", count: count), method: "GET")
-        let answered = try await send("/v1/retention/apple", requests)
+        let health = try await server.deliverThenMeasureHealth(
+            concurrency: concurrency, purchases: purchases, healthRequests: count)
+        let answered = try await server.send(concurrency: concurrency, "/v1/retention/apple", requests)
         let offers = try await app.database.read { sql in
             try await sql.raw(
                 "SELECT COUNT(*) AS n, SUM(holdout) AS h FROM retention_requests WHERE original_transaction_id LIKE \(bind: "5%")"
@@ -89,18 +76,8 @@ struct RetentionBench {
             "machine: \(BenchCommand.machine()), \(ProcessInfo.processInfo.activeProcessorCount) cores; "
                 + "\(count) requests over \(subscribers) subscriptions at \(concurrency) connections")
         print("")
-        print("| measurement | count | per second | p50 | p99 | vs /healthz |")
-        print("|---|---:|---:|---:|---:|---:|")
-        for (name, phase) in [
-            ("`GET /healthz` (baseline: one database round trip)", health),
-            ("`POST /v1/retention/apple` (verify, read, sign half, insert)", answered),
-        ] {
-            print(
-                "| \(name) | \(phase.accepted) | \(String(format: "%.0f", phase.perSecond)) | "
-                    + "\(String(format: "%.1f ms", phase.percentile(0.5) * 1000)) | "
-                    + "\(String(format: "%.1f ms", phase.percentile(0.99) * 1000)) | "
-                    + "\(String(format: "%.2f", phase.perSecond / health.perSecond)) |")
-        }
+        PurchaseBench.Server.printTable(
+            [("`POST /v1/retention/apple` (verify, read, sign half, insert)", answered)], baseline: health)
         print("")
         print("recorded: \(offers.0) requests (\(offers.1) in the rule's holdout, answered {}); Apple's budget: 700 ms")
         print("")

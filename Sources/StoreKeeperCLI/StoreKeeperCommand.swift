@@ -8,7 +8,7 @@ struct StoreKeeperCommand: AsyncParsableCommand {
         subcommands: [
             ServeCommand.self, MigrateCommand.self, ConfigCommand.self, ReverifyCommand.self, VerifyCommand.self,
             LocalStoreCommand.self, BenchCommand.self, ReconcileCommand.self, SimulateCommand.self, ExtendCommand.self,
-            DemoCommand.self, ImportCommand.self,
+            DemoCommand.self, ImportCommand.self, ChaosCommand.self,
         ]
     )
 }

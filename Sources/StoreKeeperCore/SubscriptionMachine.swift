@@ -159,6 +159,16 @@ public enum SubscriptionMachine {
         _ event: SubscriptionEvent
     ) -> String? {
         renewal(&state, event.renewalInfo)
+        // A notification carries the subscription's latest transaction. One with a later period
+        // than the state holds means an event in between was missed or is still on its way
+        // (a DID_RENEW dropped while Apple was down, then EXPIRED first): the period is taken
+        // from it, whatever the type says about the status. Found by `storekeeper chaos`.
+        if let transaction = event.transaction, transaction.revocationDate == nil,
+            let expires = transaction.expiresDate.map(Date.init(appleMilliseconds:)),
+            state.expiresAt.map({ expires > $0 }) ?? true
+        {
+            take(&state, transaction)
+        }
         switch type {
         case .subscribed, .didRenew, .offerRedeemed, .renewalExtended:
             // A new period (first buy, resubscribe, renewal, billing recovery, an offer, an

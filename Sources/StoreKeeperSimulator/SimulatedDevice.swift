@@ -38,11 +38,12 @@ public struct DeviceFaults: Sendable, Equatable {
     public static let none = DeviceFaults()
 }
 
-/// A deterministic generator (SplitMix64), one per device, so a seed replays the same choices.
-struct SeededRandom: Sendable {
+/// A deterministic generator (SplitMix64), one per device (and one per chaos run), so a seed
+/// replays the same choices.
+public struct SeededRandom: Sendable {
     var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
+    public init(seed: UInt64) { state = seed }
+    public mutating func next() -> UInt64 {
         state &+= 0x9E37_79B9_7F4A_7C15
         var z = state
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
@@ -51,7 +52,7 @@ struct SeededRandom: Sendable {
     }
     mutating func unit() -> Double { Double(next() >> 11) / Double(1 << 53) }
     mutating func chance(_ p: Double) -> Bool { p > 0 && unit() < p }
-    mutating func below(_ n: Int) -> Int { Int(next() % UInt64(max(n, 1))) }
+    public mutating func below(_ n: Int) -> Int { Int(next() % UInt64(max(n, 1))) }
 }
 
 /// One simulated phone: an Apple ID, one app account, StoreKit's queue (which outlives the

@@ -41,6 +41,19 @@ import Testing
         #expect(run.stdout.contains("(lost: 0)"))
     }
 
+    /// `bench --accounts`: every read and every debit answered (checked inside), beside /healthz.
+    @Test(arguments: databases)
+    func accountsBenchAnswersEveryReadAndDebit(database: String?) throws {
+        let run = try VerifyCommandTests.run(
+            ["bench", "--accounts", "--senders", "4", "--requests", "40"]
+                + (database.map { ["--database-url", $0] } ?? []))
+        #expect(run.status == 0, "\(run.stderr)")
+        #expect(run.stdout.contains("| `GET /v1/accounts/{id}` (balances, entitlements, subscriptions) | 40 |"))
+        #expect(run.stdout.contains("| `POST /v1/accounts/{id}/balances/coins/debit` (durable ledger write) | 40 |"))
+        let refused = try VerifyCommandTests.run(["bench", "--accounts", "--requests", "0"])
+        #expect(refused.status != 0)
+    }
+
     @Test func nonsenseIsRefused() throws {
         for arguments in [
             ["--requests", "0"], ["--concurrency", "0"], ["--load-generator", "curl"], ["--max-in-flight", "0"],

@@ -75,6 +75,39 @@ import Testing
         #expect(state.latestTransactionId == "1003")
     }
 
+    /// Found by `storekeeper chaos` (Apple down: DID_RENEW dropped, EXPIRED delivered first):
+    /// the EXPIRED notification's transaction is the renewal's, so the subscription ends at the
+    /// renewed period's end, not the first one's; the late DID_RENEW is then stale.
+    @Test func anEventCarryingALaterPeriodTakesItWhateverItsType() {
+        let state = Self.subscribed()
+        let renewed = Self.transaction("1001", expires: 60)
+        let (expired, _) = SubscriptionMachine.apply(
+            state, Self.notification(.expired, .voluntary, signed: 60, transaction: renewed))
+        #expect(expired?.status == .expired)
+        #expect(expired?.expiresAt == Self.at(60))
+        #expect(expired?.latestTransactionId == "1001")
+        let (late, lateEffects) = SubscriptionMachine.apply(
+            expired, Self.notification(.didRenew, signed: 30, transaction: renewed))
+        _ = lateEffects
+        #expect(late?.status == .expired && late?.expiresAt == Self.at(60))
+
+        // A failed renewal after a missed one: billing retry, from the later period's end.
+        let (failing, _) = SubscriptionMachine.apply(
+            state,
+            Self.notification(
+                .didFailToRenew, signed: 60, transaction: Self.transaction("1001", expires: 60),
+                renewal: Self.renewal()))
+        #expect(failing?.status == .billingRetry && failing?.expiresAt == Self.at(60))
+        // An older period in a notification never moves the expiry back.
+        let (kept, _) = SubscriptionMachine.apply(
+            failing,
+            Self.notification(
+                .didChangeRenewalStatus, .autoRenewDisabled, signed: 61,
+                transaction: Self.transaction("1000", expires: 30)
+            ))
+        #expect(kept?.expiresAt == Self.at(60) && kept?.autoRenew == false)
+    }
+
     @Test func billingFailureGraceThenRetryThenRecovery() {
         var state = Self.subscribed()
         var effects: [SubscriptionMachine.Effect]

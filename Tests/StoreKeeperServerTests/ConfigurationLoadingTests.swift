@@ -41,6 +41,24 @@ import Testing
         }
     }
 
+    /// Found by the `config` fuzz target: a key that is itself an object or a list trapped in
+    /// Yams' `load`; it is an error naming the file now. So are aliases and absurd nesting.
+    @Test func hostileYAMLIsAnErrorNotACrash() async throws {
+        let cases = [
+            "http: { {a: 1}: 2 }",
+            "? [a, b]\n: 1",
+            "base: &b { port: 1 }\nhttp: *b",
+            String(repeating: "[", count: 200) + String(repeating: "]", count: 200),
+            "apple:\n  " + String(repeating: "{a: ", count: 80) + "1" + String(repeating: "}", count: 80),
+        ]
+        for yaml in cases {
+            await #expect(throws: ServerConfiguration.Invalid.self, "\(yaml.prefix(40))") {
+                _ = try await ServerConfiguration.load(
+                    contents: Data(yaml.utf8), name: "hostile.yaml", environment: [:])
+            }
+        }
+    }
+
     @Test func inlineCatalogInYAMLAndJSON() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("cfg-\(UUID())")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)

@@ -39,9 +39,19 @@ extension StoreKeeperApp {
             })
     }
 
-    struct DebitBody: Decodable {
+    struct DebitBody: RequestBody {
         var amount: Int64
         var idempotencyKey: String
+
+        func validate() throws {
+            guard amount > 0, amount <= 1_000_000_000_000 else {
+                throw APIError.badRequest("field 'amount' must be a positive integer")
+            }
+            guard !idempotencyKey.isEmpty, idempotencyKey.count <= 200 else {
+                throw APIError.badRequest("field 'idempotencyKey' must be 1…200 characters")
+            }
+            try StoreKeeperApp.validateText(idempotencyKey, field: "idempotencyKey")
+        }
     }
 
     func debit(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
@@ -55,13 +65,6 @@ extension StoreKeeperApp {
             throw APIError.forbidden("debits need a secret key (the app's backend), not a client token")
         }
         let body = try await decode(DebitBody.self, request)
-        guard body.amount > 0, body.amount <= 1_000_000_000_000 else {
-            throw APIError.badRequest("field 'amount' must be a positive integer")
-        }
-        guard !body.idempotencyKey.isEmpty, body.idempotencyKey.count <= 200 else {
-            throw APIError.badRequest("field 'idempotencyKey' must be 1…200 characters")
-        }
-        try Self.validateText(body.idempotencyKey, field: "idempotencyKey")
         switch try await store.debit(
             accountId: accountId, currency: currency, amount: body.amount, idempotencyKey: body.idempotencyKey,
             now: Date())

@@ -26,10 +26,18 @@ extension StoreKeeperApp {
         return try Self.json(["anomalies": try await store.anomalies(status: status).map(AnomalyJSON.init)])
     }
 
-    struct ResolveBody: Decodable {
+    struct ResolveBody: RequestBody {
         var action: String
         var accountId: String?
         var note: String?
+
+        func validate() throws {
+            // The action is checked after the anomaly is found: an unknown id is 404 whatever the body.
+            if let accountId { try StoreKeeperApp.validateAccountId(accountId) }
+            guard (note ?? "").count <= 2_000 else {
+                throw APIError.badRequest("field 'note' must be at most 2000 characters")
+            }
+        }
     }
 
     func resolveAnomaly(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {

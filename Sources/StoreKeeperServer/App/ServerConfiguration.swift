@@ -165,22 +165,61 @@ public struct ServerConfiguration: Sendable {
         file == nil && !environment.keys.contains { $0.uppercased().hasPrefix("APPLE_") }
     }
 
+    /// A YAML node as plain values (text, numbers, flags, lists, objects keyed by text). Yams'
+    /// own `load` traps on a key that is not text (`{ {a: 1}: 2 }`, found by the `config` fuzz
+    /// target): a bad file must be an error naming it, never a crash.
+    static func plainValue(_ node: Node, key: String, depth: Int) throws -> Any {
+        let named = key.isEmpty ? "configuration file" : key
+        guard depth < 64 else { throw Invalid(key: named, "nested more than 64 levels deep") }
+        switch node {
+        case .scalar: return node.any
+        case .sequence(let sequence):
+            return try sequence.map { try plainValue($0, key: key, depth: depth + 1) }
+        case .mapping(let mapping):
+            var object: [String: Any] = [:]
+            for (name, value) in mapping {
+                guard case .scalar(let scalar) = name else {
+                    throw Invalid(key: named, "every key must be text (a list or an object is used as a key)")
+                }
+                let path = key.isEmpty ? scalar.string : "\(key).\(scalar.string)"
+                object[scalar.string] = try plainValue(value, key: path, depth: depth + 1)
+            }
+            return object
+        case .alias:
+            throw Invalid(key: named, "YAML aliases are not supported")
+        }
+    }
+
     /// Reads `file` (optional) and the process environment, then checks the result.
     public static func load(file: String?, environment: [String: String] = ProcessInfo.processInfo.environment)
         async throws -> ServerConfiguration
     {
+        guard let file else { return try await load(contents: nil, environment: environment) }
+        guard let data = FileManager.default.contents(atPath: file) else {
+            throw Invalid(key: file, "the configuration file cannot be read")
+        }
+        return try await load(contents: data, name: file, environment: environment)
+    }
+
+    /// The same from a configuration file's bytes (`name` is how errors refer to it): the
+    /// loader the `config` fuzz target feeds hostile bytes to.
+    public static func load(
+        contents: Data?, name: String = "configuration", environment: [String: String]
+    ) async throws -> ServerConfiguration {
+        let file = contents == nil ? nil : name
         var configuration = ServerConfiguration()
         configuration.mode = isDemo(file: file, environment: environment) ? .demo : .configured
         var tree: [String: Any] = [:]
-        if let file {
-            guard let data = FileManager.default.contents(atPath: file) else {
-                throw Invalid(key: file, "the configuration file cannot be read")
-            }
+        if let file, let data = contents {
             // YAML is a superset of JSON: one parser for both, so the inline catalog (a list of
             // objects, which swift-configuration's file providers do not take) is reachable.
             let parsed: Any?
             do {
-                parsed = try Yams.load(yaml: String(decoding: data, as: UTF8.self))
+                parsed = try Yams.compose(yaml: String(decoding: data, as: UTF8.self)).map {
+                    try plainValue($0, key: "", depth: 0)
+                }
+            } catch let invalid as Invalid {
+                throw invalid
             } catch {
                 throw Invalid(key: file, "not valid JSON or YAML (\(String(describing: error).prefix(200)))")
             }

@@ -16,19 +16,28 @@ import Synchronization
 /// What every handler shares: the caller (authenticated, rate limited), bodies, path
 /// parameters, text checks and JSON answers.
 extension StoreKeeperApp {
-    func decode<T: Decodable>(_ type: T.Type, _ request: Request) async throws -> T {
+    func decode<T: RequestBody>(_ type: T.Type, _ request: Request) async throws -> T {
         if let length = request.headers[.contentLength].flatMap(Int.init), length > configuration.maxBodyBytes {
             throw APIError(
                 .contentTooLarge, "payload_too_large", "request body is over \(configuration.maxBodyBytes) bytes")
         }
         var request = request
         let buffer = try await request.collectBody(upTo: configuration.maxBodyBytes)
-        guard buffer.readableBytes > 0 else { throw APIError.badRequest("request body is empty") }
+        return try Self.decodeBody(T.self, Data(buffer: buffer))
+    }
+
+    /// A request body as JSON, then its own checks (`RequestBody.validate`): the one decoding
+    /// path of every handler, and what the `requests` fuzz target feeds hostile bytes to.
+    static func decodeBody<T: RequestBody>(_ type: T.Type, _ data: Data) throws -> T {
+        guard !data.isEmpty else { throw APIError.badRequest("request body is empty") }
+        let body: T
         do {
-            return try JSONDecoder().decode(T.self, from: Data(buffer: buffer))
+            body = try JSONDecoder().decode(T.self, from: data)
         } catch let error as DecodingError {
             throw APIError.badRequest(ErrorMiddleware<StoreKeeperContext>.describe(error))
         }
+        try body.validate()
+        return body
     }
 
     /// A path parameter, percent-decoded (`/v1/accounts/player%20one` is account `player one`).
@@ -69,5 +78,44 @@ extension StoreKeeperApp {
     static func iso(_ date: Date) -> String {
         date.formatted(
             .iso8601.year().month().day().time(includingFractionalSeconds: true).timeZone(separator: .omitted))
+    }
+}
+
+/// A JSON request body and the checks it can make on its own (lengths, ranges, control
+/// characters); what needs the catalog, the database or the clock stays in the handler.
+protocol RequestBody: Decodable {
+    func validate() throws
+}
+
+/// The request bodies by name, for the `requests` fuzz target (`scripts/fuzz requests`): each
+/// decoded and validated exactly as its handler does. Throws `APIError` for bad input; anything
+/// else (a crash, a hang) is a bug.
+public enum RequestBodies {
+    public static let names = [
+        "order", "purchase", "debit", "notification", "resolve", "retention", "extend", "massExtend", "grant",
+    ]
+
+    public static func decode(_ name: String, _ data: Data) throws {
+        typealias App = StoreKeeperApp
+        switch name {
+        case "order": _ = try App.decodeBody(App.CreateOrderBody.self, data)
+        case "purchase": _ = try App.decodeBody(App.PurchaseBody.self, data)
+        case "debit": _ = try App.decodeBody(App.DebitBody.self, data)
+        case "notification": _ = try App.decodeBody(App.NotificationBody.self, data)
+        case "resolve": _ = try App.decodeBody(App.ResolveBody.self, data)
+        case "retention": _ = try App.decodeBody(RealtimeRequestBody.self, data)
+        case "extend": _ = try App.decodeBody(App.ExtendBody.self, data)
+        case "massExtend": _ = try App.decodeBody(App.MassExtendBody.self, data)
+        case "grant": _ = try App.decodeBody(App.GrantBody.self, data)
+        default: preconditionFailure("no request body '\(name)'")
+        }
+    }
+}
+
+extension RealtimeRequestBody: RequestBody {
+    func validate() throws {
+        guard let signedPayload, !signedPayload.isEmpty else {
+            throw APIError.badRequest("field 'signedPayload' is required")
+        }
     }
 }

@@ -9,13 +9,19 @@ import StoreKeeperStorage
 /// what the 200 promises: the payload and everything signed inside it verified, and one
 /// durable insert (group committed). Applying is the job queue's (NotificationStore).
 extension StoreKeeperApp {
-    struct NotificationBody: Decodable {
+    struct NotificationBody: RequestBody {
         var signedPayload: String?
+
+        func validate() throws {
+            guard let signedPayload, !signedPayload.isEmpty else {
+                throw APIError.badRequest("field 'signedPayload' is required")
+            }
+        }
     }
 
     func receiveNotification(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         let body = try await decode(NotificationBody.self, request)
-        guard let signedPayload = body.signedPayload, !signedPayload.isEmpty else {
+        guard let signedPayload = body.signedPayload else {
             throw APIError.badRequest("field 'signedPayload' is required")
         }
         try await acceptNotification(signedPayload)

@@ -15,29 +15,33 @@ import Synchronization
 
 /// Orders before payment: `POST /v1/orders`, `GET /v1/orders/{orderId}`.
 extension StoreKeeperApp {
-    struct CreateOrderBody: Decodable {
+    struct CreateOrderBody: RequestBody {
         var accountId: String
         var productId: String
         var quantity: Int?
         var offerId: String?
         var appTransactionId: String?
+
+        func validate() throws {
+            try StoreKeeperApp.validateAccountId(accountId)
+            guard (1...10).contains(quantity ?? 1) else { throw APIError.badRequest("field 'quantity' must be 1…10") }
+            if let appTransactionId {
+                guard !appTransactionId.isEmpty, appTransactionId.count <= 64 else {
+                    throw APIError.badRequest("field 'appTransactionId' must be 1…64 characters")
+                }
+                try StoreKeeperApp.validateText(appTransactionId, field: "appTransactionId")
+            }
+            if let offerId { try StoreKeeperApp.validateText(offerId, field: "offerId") }
+        }
     }
 
     func createOrder(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         let caller = try context.caller()
         let body = try await decode(CreateOrderBody.self, request)
-        try Self.validateAccountId(body.accountId)
         try caller.require(body.accountId)
         let quantity = body.quantity ?? 1
-        guard (1...10).contains(quantity) else { throw APIError.badRequest("field 'quantity' must be 1…10") }
         guard let product = catalog.product(body.productId) else {
             throw APIError(.notFound, "unknown_product", "no product '\(body.productId.prefix(100))' in the catalog")
-        }
-        if let appTransactionId = body.appTransactionId {
-            guard !appTransactionId.isEmpty, appTransactionId.count <= 64 else {
-                throw APIError.badRequest("field 'appTransactionId' must be 1…64 characters")
-            }
-            try Self.validateText(appTransactionId, field: "appTransactionId")
         }
         let now = Date()
         let offers = try await offerDecision(

@@ -16,28 +16,40 @@ import Synchronization
 /// `POST /v1/purchases`: verify a proof (or look a transaction id up at Apple, queueing it
 /// when Apple is slow), then deliver it through the batcher — exactly once.
 extension StoreKeeperApp {
-    struct PurchaseBody: Decodable {
+    struct PurchaseBody: RequestBody {
         var accountId: String
         var orderId: String?
         var signedTransaction: String?
         var receipt: String?
         var transactionId: String?
+
+        var proofs: [Proof] {
+            [
+                signedTransaction.map(Proof.signedTransaction), receipt.map(Proof.receipt),
+                transactionId.map(Proof.transactionId),
+            ]
+            .compactMap { $0 }
+        }
+
+        func validate() throws {
+            try StoreKeeperApp.validateAccountId(accountId)
+            if let orderId {
+                guard orderId.count <= 200 else {
+                    throw APIError.badRequest("field 'orderId' must be 1…200 characters")
+                }
+                try StoreKeeperApp.validateText(orderId, field: "orderId")
+            }
+            guard proofs.count == 1 else {
+                throw APIError.badRequest("exactly one of 'signedTransaction', 'receipt', 'transactionId' is required")
+            }
+        }
     }
 
     func submitPurchase(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         let caller = try context.caller()
         let body = try await decode(PurchaseBody.self, request)
-        try Self.validateAccountId(body.accountId)
         try caller.require(body.accountId)
-        if let orderId = body.orderId {
-            guard orderId.count <= 200 else { throw APIError.badRequest("field 'orderId' must be 1…200 characters") }
-            try Self.validateText(orderId, field: "orderId")
-        }
-        let proofs: [Proof] = [
-            body.signedTransaction.map(Proof.signedTransaction), body.receipt.map(Proof.receipt),
-            body.transactionId.map(Proof.transactionId),
-        ].compactMap { $0 }
-        guard proofs.count == 1, let proof = proofs.first else {
+        guard let proof = body.proofs.first else {
             throw APIError.badRequest("exactly one of 'signedTransaction', 'receipt', 'transactionId' is required")
         }
 

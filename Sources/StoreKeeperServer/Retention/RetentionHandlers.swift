@@ -13,7 +13,7 @@ import StoreKeeperStorage
 extension StoreKeeperApp {
     func retentionMessage(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         let body = try await decode(RealtimeRequestBody.self, request)
-        guard let signedPayload = body.signedPayload, !signedPayload.isEmpty else {
+        guard let signedPayload = body.signedPayload else {
             throw APIError.badRequest("field 'signedPayload' is required")
         }
         let decoded: DecodedRealtimeRequestBody

@@ -10,23 +10,41 @@ import StoreKeeperStorage
 extension StoreKeeperApp {
     public static let extendReasons = ["undeclared", "customer_satisfaction", "other", "service_issue"]
 
-    struct ExtendBody: Decodable {
+    struct ExtendBody: RequestBody {
         var days: Int
         var reason: String
         var note: String?
+
+        func validate() throws { _ = try StoreKeeperApp.validateExtension(days: days, reason: reason, note: note) }
     }
 
-    struct MassExtendBody: Decodable {
+    struct MassExtendBody: RequestBody {
         var productId: String
         var days: Int
         var reason: String
         var note: String?
+
+        func validate() throws {
+            try StoreKeeperApp.validateText(productId, field: "productId")
+            _ = try StoreKeeperApp.validateExtension(days: days, reason: reason, note: note)
+        }
     }
 
-    struct GrantBody: Decodable {
+    struct GrantBody: RequestBody {
         var entitlement: String
         var expiresAt: String
         var note: String?
+
+        func validate() throws {
+            guard !entitlement.isEmpty, entitlement.count <= 128 else {
+                throw APIError.badRequest("field 'entitlement' must be 1…128 characters")
+            }
+            try StoreKeeperApp.validateText(entitlement, field: "entitlement")
+            guard StoreKeeperApp.parseDate(expiresAt) != nil else {
+                throw APIError.badRequest("field 'expiresAt' must be an ISO 8601 date-time")
+            }
+            _ = try StoreKeeperApp.validateNote(note)
+        }
     }
 
     struct ExtensionJSON: Encodable {
@@ -134,10 +152,6 @@ extension StoreKeeperApp {
         let account = try Self.parameter(context, "accountId")
         try Self.validateAccountId(account)
         let body = try await decode(GrantBody.self, request)
-        guard !body.entitlement.isEmpty, body.entitlement.count <= 128 else {
-            throw APIError.badRequest("field 'entitlement' must be 1…128 characters")
-        }
-        try Self.validateText(body.entitlement, field: "entitlement")
         guard let expiresAt = Self.parseDate(body.expiresAt) else {
             throw APIError.badRequest("field 'expiresAt' must be an ISO 8601 date-time")
         }

@@ -1,0 +1,99 @@
+import Foundation
+import LocalAppStore
+import StoreKeeperServer
+
+/// `bench --accounts`: what an app's backend does most once purchases are in — `GET
+/// /v1/accounts/{id}` (balances, entitlements, subscriptions) and `POST …/balances/coins/debit`
+/// (one durable ledger write each, all on one account: the hot-row worst case) — through the
+/// real server at `concurrency` connections, beside `GET /healthz` in the same run.
+struct AccountBench {
+    let databaseURL: String?
+    let concurrency: Int
+    let count: Int
+
+    func run() async throws {
+        let server = try await PurchaseBench.Server.start(databaseURL: databaseURL)
+        let app = server.app
+        let signer = server.store.pki.jwsSigner
+        let issuer = TransactionIssuer()
+        let run = UInt64.random(in: 0..<1_000_000)
+        let account = "ab\(run)"
+        // Enough coins for every debit: 60 a purchase, 1 a debit.
+        let purchases = count / 60 + 1
+        FileHandle.standardError.write(Data("crediting \(account) with \(purchases) purchases…\n".utf8))
+        let coins = TransactionIssuer.Purchase(bundleId: "com.example.app", productId: "coins_60")
+        var bodies: [String] = []
+        for index in 0..<purchases {
+            let id = String(6_000_000_000_000_000 + run * 100_000 + UInt64(index))
+            let jws = try signer.sign(issuer.transaction(for: coins, at: Date().addingTimeInterval(-60), id: id))
+            bodies.append(#"{"accountId":"\#(account)","signedTransaction":"\#(jws)"}"#)
+        }
+        let health = try await server.deliverThenMeasureHealth(
+            concurrency: concurrency, purchases: bodies, healthRequests: count)
+        let reads = try await server.send(
+            concurrency: concurrency,
+            "/v1/accounts/\(account)", Array(repeating: "", count: count), method: "GET", expect: #""balances""#)
+        let debits = try await server.send(
+            concurrency: concurrency,
+            "/v1/accounts/\(account)/balances/coins/debit",
+            (0..<count).map { #"{"amount":1,"idempotencyKey":"ab\#(run)-\#($0)"}"# }, expect: #""balance""#)
+        await server.stop()
+
+        print("## Account reads and debits end to end — \(app.database.kind.rawValue)")
+        print("")
+        print(
+            "machine: \(BenchCommand.machine()), \(ProcessInfo.processInfo.activeProcessorCount) cores; "
+                + "\(count) requests each at \(concurrency) connections, one account")
+        print("")
+        PurchaseBench.Server.printTable(
+            [
+                ("`GET /v1/accounts/{id}` (balances, entitlements, subscriptions)", reads),
+                ("`POST /v1/accounts/{id}/balances/coins/debit` (durable ledger write)", debits),
+            ], baseline: health)
+        print("")
+        if reads.accepted != count || debits.accepted != count {
+            throw BenchFailure(description: "\(reads.accepted) reads, \(debits.accepted) debits answered, of \(count)")
+        }
+    }
+}
+
+extension PurchaseBench.Server {
+    /// `bodies` through the lean load generator at `concurrency` connections, timed.
+    func send(concurrency: Int, _ path: String, _ bodies: [String], method: String = "POST", expect: String = "")
+        async throws -> NotificationBench.Phase
+    {
+        let started = ContinuousClock.now
+        let answers = try await LoadGenerator.run(
+            host: "127.0.0.1", port: port, path: path, authorization: "Bearer \(PurchaseBench.key)",
+            bodies: bodies, concurrency: concurrency, expect: expect, interval: nil, method: method)
+        return .init(answers: answers, seconds: BenchCommand.seconds(ContinuousClock.now - started))
+    }
+
+    /// Delivers the setup purchases (every one must be delivered), then measures the baseline,
+    /// `GET /healthz`, at the same concurrency.
+    func deliverThenMeasureHealth(concurrency: Int, purchases: [String], healthRequests: Int) async throws
+        -> NotificationBench.Phase
+    {
+        let delivered = try await send(
+            concurrency: concurrency, "/v1/purchases", purchases, expect: #""status":"delivered""#)
+        guard delivered.accepted == purchases.count else {
+            throw BenchFailure(description: "only \(delivered.accepted) of \(purchases.count) purchases delivered")
+        }
+        FileHandle.standardError.write(Data("measuring…\n".utf8))
+        return try await send(
+            concurrency: concurrency, "/healthz", Array(repeating: "", count: healthRequests), method: "GET")
+    }
+
+    /// The measurements beside `GET /healthz` measured in the same run, as a Markdown table.
+    static func printTable(_ rows: [(String, NotificationBench.Phase)], baseline health: NotificationBench.Phase) {
+        print("| measurement | count | per second | p50 | p99 | vs /healthz |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for (name, phase) in [("`GET /healthz` (baseline: one database round trip)", health)] + rows {
+            print(
+                "| \(name) | \(phase.accepted) | \(String(format: "%.0f", phase.perSecond)) | "
+                    + "\(String(format: "%.1f ms", phase.percentile(0.5) * 1000)) | "
+                    + "\(String(format: "%.1f ms", phase.percentile(0.99) * 1000)) | "
+                    + "\(String(format: "%.2f", phase.perSecond / health.perSecond)) |")
+        }
+    }
+}

@@ -1,0 +1,191 @@
+import AsyncHTTPClient
+import Foundation
+import LocalAppStore
+import NIOCore
+import NIOHTTP1
+import StoreKeeperSimulator
+import Synchronization
+
+/// A chaos run's traffic: customers paying for coins (order → pay at Apple → submit, retried
+/// as StoreKeeperKit retries), subscribers renewing on Apple's clock (a day per half second),
+/// one subscriber's billing failing, refunds, and the backend spending coins.
+final class ChaosLoad: Sendable {
+    let balancer: String
+    let key: String
+    let store: LocalAppStore
+    let run: Int
+    let seconds: Double
+    let seed: UInt64
+
+    struct State {
+        /// Apple ID → the app account it buys for.
+        var owners: [String: String] = [:]
+        /// Paid at Apple, with what the app needs to submit it again.
+        var paid: [String: (account: String, orderId: String?, jws: String)] = [:]
+        var acknowledged: Set<String> = []
+        var acknowledgedDebits: Set<String> = []
+        var creditedAccounts: [String] = []
+    }
+    let state = Mutex(State())
+
+    init(balancer: String, key: String, store: LocalAppStore, run: Int, seconds: Double, seed: UInt64) {
+        self.balancer = balancer
+        self.key = key
+        self.store = store
+        self.run = run
+        self.seconds = seconds
+        self.seed = seed
+    }
+
+    func appleIds() -> [String] { state.withLock { Array($0.owners.keys) } }
+    func account(ofAppleId appleId: String) -> String? { state.withLock { $0.owners[appleId] } }
+    func acknowledgedDebits() -> [String] { state.withLock { Array($0.acknowledgedDebits) } }
+
+    // MARK: HTTP
+
+    struct Reply {
+        var status: Int
+        var json: [String: Any]
+    }
+
+    func call(_ method: HTTPMethod, _ path: String, _ body: [String: Any]) async -> Reply {
+        var request = HTTPClientRequest(url: balancer + path)
+        request.method = method
+        request.headers.add(name: "Authorization", value: "Bearer \(key)")
+        request.headers.add(name: "Content-Type", value: "application/json")
+        guard let data = try? JSONSerialization.data(withJSONObject: body) else { return Reply(status: 0, json: [:]) }
+        request.body = .bytes(ByteBuffer(bytes: data))
+        do {
+            let response = try await HTTPClient.shared.execute(request, timeout: .seconds(15))
+            let bytes = try await response.body.collect(upTo: 1 << 20)
+            let json = (try? JSONSerialization.jsonObject(with: Data(buffer: bytes))) as? [String: Any] ?? [:]
+            return Reply(status: Int(response.status.code), json: json)
+        } catch {
+            return Reply(status: 0, json: [:])
+        }
+    }
+
+    /// Retries what an unavailable server (503, a dropped connection, a 502 from nginx while an
+    /// instance restarts) did not answer, until `deadline`.
+    func retrying(
+        _ method: HTTPMethod, _ path: String, _ body: [String: Any], deadline: ContinuousClock.Instant
+    ) async -> Reply {
+        var reply = Reply(status: 0, json: [:])
+        repeat {
+            reply = await call(method, path, body)
+            if reply.status != 0 && reply.status < 500 && reply.status != 429 { return reply }
+            try? await Task.sleep(for: .milliseconds(200))
+        } while ContinuousClock.now < deadline
+        return reply
+    }
+
+    // MARK: Load
+
+    func run() async {
+        let end = ContinuousClock.now + .seconds(seconds)
+        await withTaskGroup(of: Void.self) { group in
+            for worker in 0..<4 { group.addTask { await self.buyCoins(worker: worker, until: end) } }
+            group.addTask { await self.subscribe(until: end) }
+            group.addTask { await self.driveClock(until: end) }
+            for worker in 0..<2 { group.addTask { await self.spend(worker: worker, until: end) } }
+        }
+    }
+
+    func buyCoins(worker: Int, until end: ContinuousClock.Instant) async {
+        var count = 0
+        while ContinuousClock.now < end {
+            count += 1
+            let account = "r\(run)-player-\((worker * 7 + count) % 12)"
+            await purchase(
+                appleId: "r\(run)-buyer-\(worker)-\(count)", account: account, product: "coins_60", until: end)
+        }
+    }
+
+    /// Order, pay, submit: what StoreKeeperKit does for one purchase. A submission not
+    /// acknowledged by `end` is left for `resubmitUnacknowledged` (the next launch).
+    func purchase(appleId: String, account: String, product: String, until end: ContinuousClock.Instant) async {
+        let order = await retrying(.POST, "/v1/orders", ["accountId": account, "productId": product], deadline: end)
+        guard order.status == 201, let orderId = order.json["orderId"] as? String,
+            let token = (order.json["appAccountToken"] as? String).flatMap(UUID.init(uuidString:))
+        else { return }
+        state.withLock { $0.owners[appleId] = account }
+        guard
+            let paid = try? await store.buy(
+                appleId, items: [.init(productId: product)], appAccountToken: token),
+            let jws = paid.signedTransactions.first, let id = paid.transactions.first?.transactionId
+        else { return }
+        state.withLock { $0.paid[id] = (account, orderId, jws) }
+        await submit(id, deadline: end)
+    }
+
+    func submit(_ transactionId: String, deadline: ContinuousClock.Instant) async {
+        guard let record = state.withLock({ $0.paid[transactionId] }) else { return }
+        var body: [String: Any] = ["accountId": record.account, "signedTransaction": record.jws]
+        if let orderId = record.orderId { body["orderId"] = orderId }
+        let reply = await retrying(.POST, "/v1/purchases", body, deadline: deadline)
+        if reply.status == 200 {
+            state.withLock {
+                $0.acknowledged.insert(transactionId)
+                $0.creditedAccounts.append(record.account)
+            }
+        }
+    }
+
+    func resubmitUnacknowledged(deadline: ContinuousClock.Instant) async {
+        let pending = state.withLock { state in state.paid.keys.filter { !state.acknowledged.contains($0) } }
+        await withTaskGroup(of: Void.self) { group in
+            for id in pending { group.addTask { await self.submit(id, deadline: deadline) } }
+        }
+    }
+
+    /// Four subscribers at the start; one's card fails after a while, another turns auto-renew off.
+    func subscribe(until end: ContinuousClock.Instant) async {
+        for index in 0..<4 {
+            await purchase(
+                appleId: "r\(run)-subscriber-\(index)", account: "r\(run)-member-\(index)", product: "pro_weekly",
+                until: end)
+        }
+        try? await Task.sleep(for: .seconds(seconds * 0.3))
+        await store.setBillingFails("r\(run)-subscriber-0", true)
+        try? await Task.sleep(for: .seconds(seconds * 0.2))
+        let history = await store.history(of: "r\(run)-subscriber-1")
+        if let original = history.first?.payload.originalTransactionId {
+            try? await store.setAutoRenew(original, false)
+        }
+    }
+
+    /// A day of Apple's time per half second (renewals, billing retries, notification retries);
+    /// every 2.5 s a customer is refunded.
+    func driveClock(until end: ContinuousClock.Instant) async {
+        var tick = 0
+        var random = SeededRandom(seed: seed)
+        while ContinuousClock.now < end {
+            try? await Task.sleep(for: .milliseconds(500))
+            tick += 1
+            await store.advance(by: 86_400)
+            if tick % 5 == 0 {
+                let candidates = state.withLock { Array($0.acknowledged).sorted() }
+                if !candidates.isEmpty {
+                    let id = candidates[random.below(candidates.count)]
+                    try? await store.refund(id)
+                }
+            }
+        }
+    }
+
+    /// The backend spends coins an account has been credited, retrying with the same
+    /// idempotency key until it gets an answer.
+    func spend(worker: Int, until end: ContinuousClock.Instant) async {
+        var count = 0
+        while ContinuousClock.now < end {
+            try? await Task.sleep(for: .milliseconds(150))
+            guard let account = state.withLock({ $0.creditedAccounts.randomElement() }) else { continue }
+            count += 1
+            let key = "r\(run)-debit-\(worker)-\(count)"
+            let reply = await retrying(
+                .POST, "/v1/accounts/\(account)/balances/coins/debit", ["amount": 10, "idempotencyKey": key],
+                deadline: end + .seconds(60))
+            if reply.status == 200 { state.withLock { _ = $0.acknowledgedDebits.insert(key) } }
+        }
+    }
+}
