@@ -31,6 +31,21 @@ struct BenchCommand: AsyncParsableCommand {
     var databaseURL: String?
 
     @Option(
+        parsing: .upToNextOption,
+        help: ArgumentHelp(
+            "With --purchases: instead of one in-process server, N `storekeeper serve` processes behind nginx (scripts/cluster) on --database-url (PostgreSQL), for each N given; also measures account reads."
+        ))
+    var instances: [Int] = []
+
+    @Option(help: "With --instances: the storekeeper binary the instances run. Default: this one.")
+    var binary: String?
+
+    @Option(
+        name: .customLong("cluster-script"),
+        help: "With --instances: scripts/cluster. Default: found beside the package.")
+    var clusterScript: String?
+
+    @Option(
         name: .customLong("load-generator"),
         help: "With --purchases: lean (raw keep-alive HTTP/1.1, default) or async-http-client.")
     var loadGenerator: PurchaseBench.LoadGeneratorKind = .lean
@@ -91,6 +106,7 @@ struct BenchCommand: AsyncParsableCommand {
     var receiptSizes: [Int] = [1, 100, 10_000]
 
     func run() async throws {
+        if !instances.isEmpty, !purchases { throw ValidationError("--instances goes with --purchases") }
         if accounts {
             guard requests > 0, senders > 0 else { throw ValidationError("--requests and --senders must be positive") }
             try await AccountBench(databaseURL: databaseURL, concurrency: senders, count: requests).run()
@@ -108,6 +124,39 @@ struct BenchCommand: AsyncParsableCommand {
             try await NotificationBench(
                 databaseURL: databaseURL, concurrency: senders, count: requests, rate: notificationRate,
                 seconds: steadySeconds
+            ).run()
+            return
+        }
+        if purchases, !instances.isEmpty {
+            guard requests > 0, concurrency.allSatisfy({ $0 > 0 }), instances.allSatisfy({ (1...16).contains($0) })
+            else {
+                throw ValidationError("--requests and --concurrency must be positive, --instances 1…16")
+            }
+            guard let databaseURL, databaseURL.hasPrefix("postgres://") || databaseURL.hasPrefix("postgresql://")
+            else {
+                throw ValidationError(
+                    "--instances needs --database-url postgres://… (the instances share one database)")
+            }
+            guard let script = clusterScript ?? ChaosCommand.findClusterScript(),
+                FileManager.default.isExecutableFile(atPath: script)
+            else {
+                FileHandle.standardError.write(Data("bench: scripts/cluster not found (give --cluster-script)\n".utf8))
+                throw ExitCode(69)
+            }
+            guard
+                ["/usr/sbin/nginx", "/usr/bin/nginx"].contains(where: {
+                    FileManager.default.isExecutableFile(atPath: $0)
+                })
+            else {
+                FileHandle.standardError.write(Data("bench: nginx is not installed (apt-get install nginx)\n".utf8))
+                throw ExitCode(69)
+            }
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+                "storekeeper-cluster-bench-\(UUID().uuidString.prefix(8))")
+            defer { try? FileManager.default.removeItem(at: directory) }
+            try await ClusterBench(
+                databaseURL: databaseURL, instances: instances, concurrencies: concurrency, requestsPerLevel: requests,
+                binary: binary ?? ChaosCommand.ownBinary(), script: script, directory: directory
             ).run()
             return
         }

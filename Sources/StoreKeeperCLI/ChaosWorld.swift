@@ -382,17 +382,40 @@ final class ChaosWorld: Sendable {
             result.problems.append("notifications never recorded: \(missingNotifications.count)")
         }
 
-        // Webhooks: every event in the outbox reached the receiver, at least once.
+        // Webhooks: every event in the outbox reached the receiver, at least once; no effect
+        // was written twice (one delivery event and at most one refund event per transaction,
+        // whichever instance or job applied it); and an event the receiver accepted went again
+        // only where at-least-once allows it: an instance killed, or the database gone, between
+        // the receiver's 2xx and the event marked sent.
+        struct Event: Decodable {
+            var id: String
+            var event: String
+            var payload: String
+        }
         let events = try await database.read { sql in
-            try await sql.raw("SELECT id FROM outbox").all().map { try $0.decode(column: "id", as: String.self) }
+            try await sql.raw("SELECT id, event, payload FROM outbox").all(decoding: Event.self)
         }
         let received = receiver.received()
         result.webhookEvents = events.count
-        result.webhookEventsMissing = events.filter { received[$0] == nil }.count
+        result.webhookEventsMissing = events.filter { received[$0.id] == nil }.count
         result.webhookRedeliveries = received.values.reduce(0) { $0 + $1 } - received.count
         if result.webhookEventsMissing > 0 {
             result.problems.append("webhook events never received: \(result.webhookEventsMissing)")
         }
+        if result.webhookRedeliveries > 0, result.fault == .apple || result.fault == .webhooks {
+            result.problems.append(
+                "\(result.webhookRedeliveries) webhook events accepted and sent again with no instance or database lost"
+            )
+        }
+        var effects: [String: Int] = [:]
+        for event in events where event.event == "delivery" || event.event == "refund" {
+            struct Subject: Decodable { var transactionId: String? }
+            let subject = try? JSONDecoder().decode(Subject.self, from: Data(event.payload.utf8))
+            effects["\(event.event) \(subject?.transactionId ?? event.id)", default: 0] += 1
+        }
+        let repeated = effects.filter { $0.value > 1 }.keys.sorted()
+        result.doubled += repeated.count
+        if !repeated.isEmpty { result.problems.append("effects written twice: \(repeated.prefix(5))") }
     }
 }
 

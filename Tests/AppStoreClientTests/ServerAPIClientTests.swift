@@ -19,7 +19,9 @@ import Testing
     static let fastRetry = RetryPolicy(
         maxAttempts: 3, baseDelay: .milliseconds(5), maxDelay: .milliseconds(20), maxRetryAfterWait: .seconds(2))
 
-    static func client(_ server: ScriptedAppleServer, retry: RetryPolicy = fastRetry, timeout: Duration = .seconds(30))
+    /// A generous deadline by default: the tests count attempts, and in a full test run on two
+    /// cores an answer can wait its turn long enough for a short deadline to retry it.
+    static func client(_ server: ScriptedAppleServer, retry: RetryPolicy = fastRetry, timeout: Duration = .seconds(120))
         async throws -> AppStoreServerAPIClient
     {
         try await AppStoreServerAPIClient(

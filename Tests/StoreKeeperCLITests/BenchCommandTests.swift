@@ -9,9 +9,9 @@ import Testing
     }
 
     @Test(arguments: databases)
-    func purchasesBenchDeliversEveryRequest(database: String?) throws {
+    func purchasesBenchDeliversEveryRequest(database: String?) async throws {
         for generator in ["lean", "async-http-client"] {
-            let run = try VerifyCommandTests.run(
+            let run = try await VerifyCommandTests.run(
                 ["bench", "--purchases", "--concurrency", "1", "3", "--requests", "7", "--load-generator", generator]
                     + (database.map { ["--database-url", $0] } ?? []))
             #expect(run.status == 0, "\(run.stderr)")
@@ -26,8 +26,8 @@ import Testing
     /// Above --max-in-flight the server sheds: the bench counts those answers instead of failing,
     /// and reports delivered throughput, the shed rate and peak memory per level; a restart
     /// command runs during each level and its recovery is reported.
-    @Test func overloadAndRestartAreReported() throws {
-        let run = try VerifyCommandTests.run([
+    @Test func overloadAndRestartAreReported() async throws {
+        let run = try await VerifyCommandTests.run([
             "bench", "--purchases", "--concurrency", "64", "--requests", "256", "--max-in-flight", "2",
             "--restart-command", "true",
         ])
@@ -43,22 +43,59 @@ import Testing
 
     /// `bench --accounts`: every read and every debit answered (checked inside), beside /healthz.
     @Test(arguments: databases)
-    func accountsBenchAnswersEveryReadAndDebit(database: String?) throws {
-        let run = try VerifyCommandTests.run(
+    func accountsBenchAnswersEveryReadAndDebit(database: String?) async throws {
+        let run = try await VerifyCommandTests.run(
             ["bench", "--accounts", "--senders", "4", "--requests", "40"]
                 + (database.map { ["--database-url", $0] } ?? []))
         #expect(run.status == 0, "\(run.stderr)")
         #expect(run.stdout.contains("| `GET /v1/accounts/{id}` (balances, entitlements, subscriptions) | 40 |"))
         #expect(run.stdout.contains("| `POST /v1/accounts/{id}/balances/coins/debit` (durable ledger write) | 40 |"))
-        let refused = try VerifyCommandTests.run(["bench", "--accounts", "--requests", "0"])
+        let refused = try await VerifyCommandTests.run(["bench", "--accounts", "--requests", "0"])
         #expect(refused.status != 0)
+        let alone = try await VerifyCommandTests.run(["bench", "--accounts", "--instances", "2"])
+        #expect(alone.status == 64, "--instances goes with --purchases: \(alone.stderr)")
     }
 
-    @Test func nonsenseIsRefused() throws {
+    /// `bench --purchases --instances`: 1 and 2 `storekeeper serve` processes behind nginx on
+    /// PostgreSQL (scripts/cluster), every purchase, read and /healthz answered at each level
+    /// (a failed request shows in the table's last column), every acknowledged delivery in the
+    /// database, and the processes gone afterwards.
+    @Test func severalInstancesBehindNginx() async throws {
+        try await HeavyTests.shared.run {
+            guard let database = ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_URL"] else { return }
+            let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"].contains {
+                FileManager.default.isExecutableFile(atPath: $0)
+            }
+            guard nginx else {
+                if ProcessInfo.processInfo.environment["CI"] != nil { Issue.record("nginx is not installed") }
+                return
+            }
+            let run = try await VerifyCommandTests.run([
+                "bench", "--purchases", "--instances", "1", "2", "--concurrency", "2", "8", "--requests", "30",
+                "--database-url", database,
+            ])
+            #expect(run.status == 0, "\(run.stderr)")
+            let rows = run.stdout.split(separator: "\n").filter { $0.hasPrefix("| 1 |") || $0.hasPrefix("| 2 |") }
+            // 1 instance direct and through nginx, 2 through nginx; two client counts each.
+            #expect(rows.count == 6, "\(run.stdout)")
+            for row in rows {
+                let cells = row.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
+                #expect(cells.last == "0", "no request failed: \(row)")
+            }
+            #expect(rows.contains { $0.hasPrefix("| 2 | nginx | 8 |") })
+            #expect(run.stdout.contains("acknowledged deliveries: 180; in the database: 180 (lost: 0)"))
+            // Nothing left running: the cluster's directory named its processes.
+            #expect(!run.stderr.contains("exited"), "\(run.stderr)")
+        }
+    }
+
+    @Test func nonsenseIsRefused() async throws {
         for arguments in [
             ["--requests", "0"], ["--concurrency", "0"], ["--load-generator", "curl"], ["--max-in-flight", "0"],
+            ["--instances", "0", "--database-url", "postgres://x@127.0.0.1/x"], ["--instances", "2"],
+            ["--instances", "2", "--database-url", "sqlite:/tmp/x.sqlite"],
         ] {
-            let run = try VerifyCommandTests.run(["bench", "--purchases"] + arguments)
+            let run = try await VerifyCommandTests.run(["bench", "--purchases"] + arguments)
             #expect(run.status != 0)
             #expect(run.stderr.contains("Error"), "\(run.stderr)")
         }

@@ -38,7 +38,7 @@ import Testing
         """
     }
 
-    @Test func eachConfigurationErrorStopsServeWithExitCode2NamingTheKey() throws {
+    @Test func eachConfigurationErrorStopsServeWithExitCode2NamingTheKey() async throws {
         let directory = try Self.directory()
         defer { try? FileManager.default.removeItem(at: directory) }
         let garbage = try Self.write("-----BEGIN CERTIFICATE-----\nnot a certificate\n", "bad.pem", in: directory)
@@ -84,29 +84,29 @@ import Testing
         ]
         for (index, (text, key, message)) in cases.enumerated() where !key.isEmpty {
             let file = try Self.write(text, "case-\(index).yaml", in: directory)
-            let run = try VerifyCommandTests.run(["serve", "--config", file])
+            let run = try await VerifyCommandTests.run(["serve", "--config", file])
             #expect(run.status == 2, "case \(index): \(run.stderr)")
             #expect(run.stderr.contains(key), "case \(index): \(run.stderr)")
             #expect(run.stderr.contains(message), "case \(index): \(run.stderr)")
         }
         // An unreadable configuration file.
-        let missing = try VerifyCommandTests.run([
+        let missing = try await VerifyCommandTests.run([
             "serve", "--config", directory.appendingPathComponent("nope.yaml").path,
         ])
         #expect(missing.status == 2)
         #expect(missing.stderr.contains("nope.yaml"))
         // Not JSON or YAML at all.
         let broken = try Self.write("{ this is: [not valid", "broken.json", in: directory)
-        let unparsable = try VerifyCommandTests.run(["serve", "--config", broken])
+        let unparsable = try await VerifyCommandTests.run(["serve", "--config", broken])
         #expect(unparsable.status == 2)
         #expect(unparsable.stderr.contains("broken.json"))
     }
 
-    @Test func configCheckPrintsTheEffectiveConfigurationAndTrustSet() throws {
+    @Test func configCheckPrintsTheEffectiveConfigurationAndTrustSet() async throws {
         let directory = try Self.directory()
         defer { try? FileManager.default.removeItem(at: directory) }
         let good = try Self.write(Self.good(directory), "good.yaml", in: directory)
-        let run = try VerifyCommandTests.run(["config", "check", "--config", good])
+        let run = try await VerifyCommandTests.run(["config", "check", "--config", good])
         #expect(run.status == 0, "\(run.stdout) \(run.stderr)")
         #expect(run.stdout.contains("mode: configured"))
         #expect(run.stdout.contains("apple.bundleId: com.goodheartapp"))
@@ -122,14 +122,14 @@ import Testing
         // Valid but not for production: the local App Store enabled.
         let staging = try Self.write(
             Self.good(directory, extra: "localAppStore: { enabled: true }"), "staging.yaml", in: directory)
-        let stagingRun = try VerifyCommandTests.run(["config", "check", "--config", staging])
+        let stagingRun = try await VerifyCommandTests.run(["config", "check", "--config", staging])
         #expect(stagingRun.status == 1)
         #expect(stagingRun.stdout.contains("problem: localAppStore.enabled"))
         // Invalid: exit 2, the key named.
         let bad = try Self.write(
             Self.good(directory).replacingOccurrences(of: "appAppleId: 1234567890", with: "appAppleID: 1"), "bad.yaml",
             in: directory)
-        let badRun = try VerifyCommandTests.run(["config", "check", "--config", bad])
+        let badRun = try await VerifyCommandTests.run(["config", "check", "--config", bad])
         #expect(badRun.status == 2)
         #expect(badRun.stderr.contains("apple.appAppleID"))
     }
@@ -154,17 +154,17 @@ import Testing
         try await database.close()
 
         let config = try Self.write(Self.good(directory), "fixed.yaml", in: directory)
-        let first = try VerifyCommandTests.run(["reverify", "--config", config, "--data-dir", directory.path])
+        let first = try await VerifyCommandTests.run(["reverify", "--config", config, "--data-dir", directory.path])
         #expect(first.status == 0, "\(first.stderr)")
         #expect(first.stdout.contains(#""delivered":1"#), "\(first.stdout)")
         #expect(first.stdout.contains(#""stillRejected":1"#))
-        let second = try VerifyCommandTests.run(["reverify", "--config", config, "--data-dir", directory.path])
+        let second = try await VerifyCommandTests.run(["reverify", "--config", config, "--data-dir", directory.path])
         #expect(second.stdout.contains(#""delivered":0"#), "\(second.stdout)")
-        let onlyChain = try VerifyCommandTests.run([
+        let onlyChain = try await VerifyCommandTests.run([
             "reverify", "--config", config, "--code", "invalid_chain", "--data-dir", directory.path,
         ])
         #expect(onlyChain.stdout.contains(#""checked":0"#))
-        let badCode = try VerifyCommandTests.run(["reverify", "--config", config, "--code", "whatever"])
+        let badCode = try await VerifyCommandTests.run(["reverify", "--config", config, "--code", "whatever"])
         #expect(badCode.status != 0)
 
         let reopened = try await Database.open(url: "sqlite:\(directory.path)/storekeeper.sqlite")
@@ -178,14 +178,14 @@ import Testing
 }
 
 extension ConfigCommandTests {
-    @Test func reconcileNeedsTheServerAPIKeyAndAValidSince() throws {
+    @Test func reconcileNeedsTheServerAPIKeyAndAValidSince() async throws {
         let directory = try Self.directory()
         defer { try? FileManager.default.removeItem(at: directory) }
         let good = try Self.write(Self.good(directory), "good.yaml", in: directory)
-        let unconfigured = try VerifyCommandTests.run(["reconcile", "--config", good])
+        let unconfigured = try await VerifyCommandTests.run(["reconcile", "--config", good])
         #expect(unconfigured.status == 2, "\(unconfigured.stdout) \(unconfigured.stderr)")
         #expect(unconfigured.stderr.contains("apple.serverAPI"))
-        let badSince = try VerifyCommandTests.run(["reconcile", "--config", good, "--since", "last tuesday"])
+        let badSince = try await VerifyCommandTests.run(["reconcile", "--config", good, "--since", "last tuesday"])
         #expect(badSince.status != 0)
         #expect(badSince.stderr.contains("--since"))
     }

@@ -119,6 +119,9 @@ import Testing
 final class ServerProcess: @unchecked Sendable {
     let process = Process()
     let output = Pipe()
+    /// Reads the server's log as it comes, for its whole life: unread, the pipe would fill up
+    /// and the server would block on its next log line.
+    private(set) var drain: PipeDrain!
     var port = 0
     var key = ""
 
@@ -136,24 +139,20 @@ final class ServerProcess: @unchecked Sendable {
         process.standardOutput = output
         process.standardError = output
         try process.run()
+        drain = PipeDrain(output.fileHandleForReading)
     }
 
     /// Waits for the "listening" log line; returns the log so far.
     @discardableResult
     func waitUntilListening() async throws -> String {
-        var log = ""
         let deadline = Date().addingTimeInterval(60)
         while Date() < deadline {
-            let chunk = output.fileHandleForReading.availableData
-            if chunk.isEmpty {
-                try await Task.sleep(for: .milliseconds(50))
-                continue
-            }
-            log += String(decoding: chunk, as: UTF8.self)
+            let log = drain.text
             if let range = log.range(of: "StoreKeeper listening on http://127.0.0.1:") {
                 port = Int(log[range.upperBound...].prefix(while: \.isNumber)) ?? 0
                 if port > 0 { return log }
             }
+            try await Task.sleep(for: .milliseconds(50))
         }
         throw CocoaError(.fileReadUnknown)
     }
@@ -162,6 +161,32 @@ final class ServerProcess: @unchecked Sendable {
         guard process.isRunning else { return }
         Foundation.kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
+    }
+}
+
+/// Everything a pipe carries, read on a thread of its own until its end (never on the test
+/// process's cooperative pool, which a blocking read would stall).
+final class PipeDrain: Sendable {
+    private let data = Mutex(Data())
+    private let ended = Mutex(false)
+
+    init(_ handle: FileHandle) {
+        Thread.detachNewThread { [self] in
+            while true {
+                let chunk = handle.availableData
+                if chunk.isEmpty { break }
+                data.withLock { $0.append(chunk) }
+            }
+            ended.withLock { $0 = true }
+        }
+    }
+
+    var text: String { data.withLock { String(decoding: $0, as: UTF8.self) } }
+
+    /// Everything, once the pipe has ended (every writer gone).
+    func all() async throws -> String {
+        while !ended.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(20)) }
+        return text
     }
 }
 

@@ -43,9 +43,8 @@ import Testing
         process.standardError = pipe
         try process.run()
         // Read while it runs: the output may be larger than a pipe's buffer.
-        let reader = Task.detached { pipe.fileHandleForReading.readDataToEndOfFile() }
+        let drain = PipeDrain(pipe.fileHandleForReading)
         while process.isRunning { try await Task.sleep(for: .milliseconds(100)) }
-        let data = await reader.value
-        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+        return (process.terminationStatus, try await drain.all())
     }
 }

@@ -18,12 +18,12 @@ import Testing
             """, "storekeeper.yaml", in: directory)
     }
 
-    @Test func massExtensionSucceedsAndBadOptionsAreRefused() throws {
+    @Test func massExtensionSucceedsAndBadOptionsAreRefused() async throws {
         let directory = try ConfigCommandTests.directory()
         defer { try? FileManager.default.removeItem(at: directory) }
         let file = try Self.config(directory)
         let common = ["--config", file, "--data-dir", directory.appendingPathComponent("data").path]
-        let ok = try VerifyCommandTests.run(
+        let ok = try await VerifyCommandTests.run(
             ["extend", "--product", "pro_monthly", "--days", "3", "--reason", "service_issue", "--note", "outage"]
                 + common)
         #expect(ok.status == 0, "\(ok.stderr)")
@@ -43,7 +43,7 @@ import Testing
             (["--product", "coins", "--days", "5", "--reason", "other"], 1),
             (["--subscription", "424242", "--days", "5", "--reason", "other"], 1),
         ] {
-            let run = try VerifyCommandTests.run(["extend"] + arguments + common)
+            let run = try await VerifyCommandTests.run(["extend"] + arguments + common)
             #expect(run.status == status, "\(arguments): \(run.stderr)")
             #expect(!run.stderr.isEmpty)
         }

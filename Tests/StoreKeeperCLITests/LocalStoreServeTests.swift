@@ -64,14 +64,10 @@ import Testing
 
     static func announcedPort(_ handle: FileHandle) async throws -> Int {
         let deadline = Date().addingTimeInterval(30)
-        var text = ""
+        let drain = PipeDrain(handle)
         while Date() < deadline {
-            let chunk = handle.availableData
-            if chunk.isEmpty {
-                try await Task.sleep(for: .milliseconds(50))
-                continue
-            }
-            text += String(decoding: chunk, as: UTF8.self)
+            try await Task.sleep(for: .milliseconds(50))
+            let text = drain.text
             if let range = text.range(of: "listening on http://127.0.0.1:") {
                 let digits = text[range.upperBound...].prefix(while: \.isNumber)
                 if let port = Int(digits), !digits.isEmpty,

@@ -69,7 +69,7 @@ import Testing
     /// No database at start: `serve` waits database.startupTimeoutSeconds, then exits non-zero
     /// saying why — it neither hangs nor serves.
     @Test(.timeLimit(.minutes(1)))
-    func serveGivesUpOnADatabaseThatNeverAnswers() throws {
+    func serveGivesUpOnADatabaseThatNeverAnswers() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("nodb-\(UUID())")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
@@ -81,7 +81,7 @@ import Testing
             http: { port: 0 }
             """.utf8
         ).write(to: config)
-        let run = try VerifyCommandTests.run(["serve", "--config", config.path])
+        let run = try await VerifyCommandTests.run(["serve", "--config", config.path])
         #expect(run.status != 0)
         #expect((run.stdout + run.stderr).contains("database.startupTimeoutSeconds"))
         #expect(!(run.stdout + run.stderr).contains("listening on"))

@@ -19,7 +19,7 @@ import Testing
             contentsOf: directory.appendingPathComponent("storekeeper-data/dev-secret-key"), encoding: .utf8
         ).trimmingCharacters(in: .whitespacesAndNewlines)
 
-        let run = try VerifyCommandTests.run([
+        let run = try await VerifyCommandTests.run([
             "simulate", "--server", "http://127.0.0.1:\(server.port)", "--key", key, "--devices", "4", "--purchases",
             "40", "--crash-rate", "0.3", "--network-failure-rate", "0.3", "--seed", "11", "--json",
         ])
@@ -53,13 +53,13 @@ import Testing
         }
     }
 
-    @Test func unreachableServerIsExitTwoAndBadOptionsAreUsageErrors() throws {
-        let unreachable = try VerifyCommandTests.run(["simulate", "--server", "http://127.0.0.1:1", "--key", "x"])
+    @Test func unreachableServerIsExitTwoAndBadOptionsAreUsageErrors() async throws {
+        let unreachable = try await VerifyCommandTests.run(["simulate", "--server", "http://127.0.0.1:1", "--key", "x"])
         #expect(unreachable.status == 2)
         #expect(unreachable.stderr.contains("simulate:"))
-        let badURL = try VerifyCommandTests.run(["simulate", "--server", "ftp://x", "--key", "x"])
+        let badURL = try await VerifyCommandTests.run(["simulate", "--server", "ftp://x", "--key", "x"])
         #expect(badURL.status == 64)
-        let badRate = try VerifyCommandTests.run([
+        let badRate = try await VerifyCommandTests.run([
             "simulate", "--server", "http://127.0.0.1:1", "--key", "x", "--crash-rate", "2",
         ])
         #expect(badRate.status == 64)

@@ -29,7 +29,22 @@ import Testing
             .deletingLastPathComponent().appendingPathComponent(".build/debug/storekeeper")
     }
 
-    static func run(_ arguments: [String], stdin: Data? = nil) throws -> Run {
+    /// Runs the binary to its end. Waiting for a process blocks a thread: it happens on a thread
+    /// of its own, never on the test process's cooperative pool — that pool has one thread per
+    /// core (two here), and a test blocking them stalls every other test's awaits (an HTTP
+    /// answer not read within its deadline, a load that never runs).
+    static func run(_ arguments: [String], stdin: Data? = nil) async throws -> Run {
+        try await offPool { try runBlocking(arguments, stdin: stdin) }
+    }
+
+    /// Blocking work on a new thread, awaited.
+    static func offPool<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            Thread.detachNewThread { continuation.resume(with: Result { try work() }) }
+        }
+    }
+
+    static func runBlocking(_ arguments: [String], stdin: Data?) throws -> Run {
         let process = Process()
         process.executableURL = binary
         process.arguments = arguments
@@ -63,8 +78,8 @@ import Testing
                 + pki.receiptRoot!.certificate.serializeAsPEM().pemString).utf8),
         name: "root.pem")
 
-    @Test func genuineTransactionPrintsItsPayload() throws {
-        let result = try Self.run([
+    @Test func genuineTransactionPrintsItsPayload() async throws {
+        let result = try await Self.run([
             "verify", Self.fixtures.appendingPathComponent("apple-transaction-sandbox-consumable.jws").path,
         ])
         #expect(result.status == 0, "\(result.stderr)")
@@ -73,9 +88,9 @@ import Testing
         #expect(result.stderr.contains("JWS transaction"))
     }
 
-    @Test func genuineReceiptBase64AndDERPrintTheReceipt() throws {
+    @Test func genuineReceiptBase64AndDERPrintTheReceipt() async throws {
         let path = Self.fixtures.appendingPathComponent("apple-receipt-production.b64").path
-        let base64 = try Self.run([
+        let base64 = try await Self.run([
             "verify", "--bundle-id", "org.getpure.pure-iphone", "--environment", "Production", path,
         ])
         #expect(base64.status == 0, "\(base64.stderr)")
@@ -84,43 +99,43 @@ import Testing
         let der = Data(
             base64Encoded: try String(contentsOfFile: path, encoding: .utf8).trimmingCharacters(
                 in: .whitespacesAndNewlines))!
-        let derRun = try Self.run(["verify", try Self.temporaryFile(der)])
+        let derRun = try await Self.run(["verify", try Self.temporaryFile(der)])
         #expect(derRun.status == 0)
         #expect(derRun.stdout == base64.stdout)
-        let stdin = try Self.run(["verify", "-"], stdin: der)
+        let stdin = try await Self.run(["verify", "-"], stdin: der)
         #expect(stdin.status == 0)
         #expect(stdin.stdout == base64.stdout)
     }
 
-    @Test func failuresPrintTheCodeAndExitOne() throws {
+    @Test func failuresPrintTheCodeAndExitOne() async throws {
         let jws = Self.fixtures.appendingPathComponent("apple-transaction-sandbox-consumable.jws").path
-        let wrongBundle = try Self.run(["verify", "--bundle-id", "com.other", jws])
+        let wrongBundle = try await Self.run(["verify", "--bundle-id", "com.other", jws])
         #expect(wrongBundle.status == 1)
         #expect(wrongBundle.stderr.hasPrefix("wrong_bundle: "))
         #expect(wrongBundle.stdout.isEmpty)
-        let wrongEnvironment = try Self.run(["verify", "--environment", "Production", jws])
+        let wrongEnvironment = try await Self.run(["verify", "--environment", "Production", jws])
         #expect(wrongEnvironment.status == 1)
         #expect(wrongEnvironment.stderr.hasPrefix("wrong_environment: "))
-        let now = try Self.run(["verify", "--now", jws])
+        let now = try await Self.run(["verify", "--now", jws])
         #expect(now.status == 1)
         #expect(now.stderr.hasPrefix("invalid_chain: "))
         var edited = Array(try String(contentsOfFile: jws, encoding: .utf8).utf8)
         edited[edited.count / 2] = edited[edited.count / 2] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
-        let tampered = try Self.run(["verify", try Self.temporaryFile(Data(edited))])
+        let tampered = try await Self.run(["verify", try Self.temporaryFile(Data(edited))])
         #expect(tampered.status == 1)
         #expect(tampered.stderr.hasPrefix("invalid_signature: "))
-        let garbage = try Self.run(["verify", try Self.temporaryFile(Data("hello world".utf8))])
+        let garbage = try await Self.run(["verify", try Self.temporaryFile(Data("hello world".utf8))])
         #expect(garbage.status == 1)
         #expect(garbage.stderr.hasPrefix("invalid_signature: "))
         #expect(garbage.stderr.split(separator: "\n").count == 1)
-        let missing = try Self.run(["verify", "/nonexistent/receipt"])
+        let missing = try await Self.run(["verify", "/nonexistent/receipt"])
         #expect(missing.status == 1)
         #expect(missing.stderr.hasPrefix("bad_request: "))
-        let empty = try Self.run(["verify", "-"], stdin: Data())
+        let empty = try await Self.run(["verify", "-"], stdin: Data())
         #expect(empty.status == 1)
     }
 
-    @Test func customRootsVerifyEveryKindAndAppleRootsRefuseThem() throws {
+    @Test func customRootsVerifyEveryKindAndAppleRootsRefuseThem() async throws {
         let signer = Self.pki.jwsSigner
         let signedDate: Int64 = 1_767_225_605_000
         let transaction = try signer.sign(
@@ -160,15 +175,15 @@ import Testing
         ]
         for (input, field, kind) in cases {
             let path = try Self.temporaryFile(input)
-            let trusted = try Self.run(["verify", "--root", Self.rootPEM, "--bundle-id", "com.example.app", path])
+            let trusted = try await Self.run(["verify", "--root", Self.rootPEM, "--bundle-id", "com.example.app", path])
             #expect(trusted.status == 0, "\(kind): \(trusted.stderr)")
             #expect(trusted.json?[field] != nil, "\(kind): \(trusted.stdout)")
             #expect(trusted.stderr.contains(kind))
-            let apple = try Self.run(["verify", path])
+            let apple = try await Self.run(["verify", path])
             #expect(apple.status == 1, "\(kind) must not verify with Apple's roots")
             #expect(apple.stderr.hasPrefix("invalid_chain: "), "\(kind): \(apple.stderr)")
         }
-        let badRoot = try Self.run(["verify", "--root", try Self.temporaryFile(Data("not a cert".utf8)), "x"])
+        let badRoot = try await Self.run(["verify", "--root", try Self.temporaryFile(Data("not a cert".utf8)), "x"])
         #expect(badRoot.status == 1)
         #expect(badRoot.stderr.hasPrefix("bad_request: "))
     }
