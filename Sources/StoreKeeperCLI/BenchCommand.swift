@@ -153,11 +153,12 @@ struct BenchCommand: AsyncParsableCommand {
             }
             let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
                 "storekeeper-cluster-bench-\(UUID().uuidString.prefix(8))")
-            defer { try? FileManager.default.removeItem(at: directory) }
+            // Kept when the bench fails: the instances' and nginx's logs are in it.
             try await ClusterBench(
                 databaseURL: databaseURL, instances: instances, concurrencies: concurrency, requestsPerLevel: requests,
                 binary: binary ?? ChaosCommand.ownBinary(), script: script, directory: directory
             ).run()
+            try? FileManager.default.removeItem(at: directory)
             return
         }
         if purchases {

@@ -30,16 +30,18 @@ enum LoadGenerator {
     /// containing `expect` (any 200 when it is empty), or a 503 (retryable, never retried
     /// here). Returns every answer.
     /// With `interval`, request k is not sent before `k × interval` from the start (a steady
-    /// rate; latency is counted from when it is sent).
+    /// rate; latency is counted from when it is sent). With `paths`, request k goes to
+    /// `paths[k]` instead of `path`.
     static func run(
         host: String, port: Int, path: String, authorization: String, bodies: [String], concurrency: Int,
-        expect: String, interval: TimeAmount? = nil, method: String = "POST"
+        expect: String, interval: TimeAmount? = nil, method: String = "POST", paths: [String]? = nil
     ) async throws -> [Answer] {
         let group = MultiThreadedEventLoopGroup.singleton
         let start = NIODeadline.now()
         var futures: [EventLoopFuture<[Answer]>] = []
         for worker in 0..<min(concurrency, bodies.count) {
             let requests = stride(from: worker, to: bodies.count, by: concurrency).map { index in
+                let path = paths?[index] ?? path
                 var request = ByteBuffer()
                 if method == "GET" {
                     request.writeString(

@@ -1,4 +1,5 @@
 import AppStoreModels
+import AppStoreSigning
 import Foundation
 import LocalAppStore
 import NIOCore
@@ -33,17 +34,14 @@ struct NotificationBench {
         }
     }
 
-    func run() async throws {
-        // The job runner is started by hand: accepting is measured alone, then applying.
-        let server = try await PurchaseBench.Server.start(databaseURL: databaseURL, runJobs: false)
-        let app = server.app
-        let signer = server.store.pki.jwsSigner
+    /// For each index: a `pro_monthly` subscription's first period, as a `POST /v1/purchases`
+    /// body for account `accountPrefix + index`, and its DID_RENEW notification (the renewal's
+    /// signed transaction and renewal info), as a `POST /v1/notifications/apple` body. Ids are
+    /// fresh for each `run`.
+    static func subscriptions(_ signer: JWSSigner, run: UInt64, indices: Range<Int>, accountPrefix: String) throws
+        -> (purchases: [String], notifications: [String])
+    {
         let issuer = TransactionIssuer()
-        let steady = rate * seconds
-        let total = count + steady
-        FileHandle.standardError.write(Data("signing \(total) subscriptions and their renewal notifications…\n".utf8))
-        // Fresh ids on every run, so a database reused between runs measures new work.
-        let run = UInt64.random(in: 0..<1_000_000)
         // Short periods in the recent past: the local App Store's certificates are valid from a
         // day ago, and a signature is checked at its signing date.
         let firstPeriod = Date().addingTimeInterval(-20 * 3600)
@@ -52,13 +50,13 @@ struct NotificationBench {
             subscriptionGroupIdentifier: "pro", subscriptionPeriod: 10 * 3600)
         var purchases: [String] = []
         var notifications: [String] = []
-        purchases.reserveCapacity(total)
-        notifications.reserveCapacity(total)
-        for index in 0..<total {
+        purchases.reserveCapacity(indices.count)
+        notifications.reserveCapacity(indices.count)
+        for index in indices {
             let original = String(4_000_000_000_000_000 + run * 100_000_000 + UInt64(index) * 2)
             let first = issuer.transaction(for: purchase, at: firstPeriod, id: original)
             purchases.append(
-                #"{"accountId":"nb\#(run)-\#(index)","signedTransaction":"\#(try signer.sign(first))"}"#)
+                #"{"accountId":"\#(accountPrefix)\#(index)","signedTransaction":"\#(try signer.sign(first))"}"#)
             let renewedAt = Date(timeIntervalSince1970: Double(first.expiresDate!) / 1000)
             var renewal = issuer.transaction(
                 for: purchase, at: renewedAt, id: String(4_000_000_000_000_001 + run * 100_000_000 + UInt64(index) * 2))
@@ -78,6 +76,21 @@ struct NotificationBench {
                     signedRenewalInfo: try signer.sign(renewalInfo), status: .init(rawValue: 1)))
             notifications.append(#"{"signedPayload":"\#(try signer.sign(payload))"}"#)
         }
+        return (purchases, notifications)
+    }
+
+    func run() async throws {
+        // The job runner is started by hand: accepting is measured alone, then applying.
+        let server = try await PurchaseBench.Server.start(databaseURL: databaseURL, runJobs: false)
+        let app = server.app
+        let signer = server.store.pki.jwsSigner
+        let steady = rate * seconds
+        let total = count + steady
+        FileHandle.standardError.write(Data("signing \(total) subscriptions and their renewal notifications…\n".utf8))
+        // Fresh ids on every run, so a database reused between runs measures new work.
+        let run = UInt64.random(in: 0..<1_000_000)
+        let (purchases, notifications) = try Self.subscriptions(
+            signer, run: run, indices: 0..<total, accountPrefix: "nb\(run)-")
 
         func send(
             _ path: String, _ bodies: ArraySlice<String>, concurrency: Int, expect: String,

@@ -75,15 +75,23 @@ import Testing
                 "--database-url", database,
             ])
             #expect(run.status == 0, "\(run.stderr)")
-            let rows = run.stdout.split(separator: "\n").filter { $0.hasPrefix("| 1 |") || $0.hasPrefix("| 2 |") }
-            // 1 instance direct and through nginx, 2 through nginx; two client counts each.
-            #expect(rows.count == 6, "\(run.stdout)")
-            for row in rows {
+            let lines = run.stdout.split(separator: "\n")
+            let rows = lines.filter { $0.hasPrefix("| 1 |") || $0.hasPrefix("| 2 |") }
+            // Two tables; in each, 1 instance direct and through nginx, 2 through nginx, at two
+            // client counts.
+            #expect(rows.count == 12, "\(run.stdout)")
+            let second = try #require(lines.firstIndex { $0.contains("debits/s") })
+            for row in lines[second...].filter({ $0.hasPrefix("| 1 |") || $0.hasPrefix("| 2 |") }) {
                 let cells = row.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
                 #expect(cells.last == "0", "no request failed: \(row)")
+                #expect(!row.contains("not within"), "every notification applied: \(row)")
             }
             #expect(rows.contains { $0.hasPrefix("| 2 | nginx | 8 |") })
+            // 6 levels of 30: purchases, debits, and subscriptions (first period + renewal each).
             #expect(run.stdout.contains("acknowledged deliveries: 180; in the database: 180 (lost: 0)"))
+            #expect(run.stdout.contains("debits acknowledged 180, stored 180"))
+            #expect(run.stdout.contains("notifications acknowledged 180, renewals delivered 360"))
+            #expect(run.stdout.contains("pending 0"))
             // Nothing left running: the cluster's directory named its processes.
             #expect(!run.stderr.contains("exited"), "\(run.stderr)")
         }
