@@ -170,6 +170,14 @@ final class ChaosLoad: Sendable {
                     try? await store.refund(id)
                 }
             }
+            // Every 1.5 s a customer asks Apple for a refund: Apple's CONSUMPTION_REQUEST, which
+            // StoreKeeper answers from a job (Send Consumption Information).
+            if tick % 3 == 1 {
+                let candidates = state.withLock { Array($0.acknowledged).sorted() }
+                if !candidates.isEmpty {
+                    try? await store.requestRefund(candidates[random.below(candidates.count)])
+                }
+            }
         }
     }
 

@@ -124,6 +124,7 @@ final class ChaosWorld: Sendable {
             keyId: \(apiKey.keyId)
             privateKeyFile: "\(storeDirectory.appendingPathComponent("server-api-key.p8").path)"
             baseURL: "http://127.0.0.1:\(storePort)"
+          consumption: { enabled: true }
         catalog: { file: "\(catalogFile.path)" }
         webhooks: { url: "http://127.0.0.1:\(receiverPort)/hooks", secret: "chaos-webhook-secret-0123456789" }
 
@@ -380,6 +381,26 @@ final class ChaosWorld: Sendable {
         let missingNotifications = sent.filter { !recordedIds.contains($0) }
         if !missingNotifications.isEmpty {
             result.problems.append("notifications never recorded: \(missingNotifications.count)")
+        }
+
+        // Jobs: every CONSUMPTION_REQUEST answered (Send Consumption Information, from a job
+        // whichever instance claims it) — once, as Apple records it, unless an instance or the
+        // database was lost between Apple's answer and the job marked done (then at least once).
+        for appleId in load.appleIds() {
+            for stored in await store.history(of: appleId) where stored.consumptionRequested {
+                result.consumptionRequests += 1
+                let answers = stored.consumptionReceived.count
+                if answers == 0 {
+                    result.problems.append("consumption request for \(stored.payload.transactionId ?? "?") never answered")
+                } else if answers > 1 {
+                    result.consumptionAnsweredAgain += 1
+                    if result.fault == .apple || result.fault == .webhooks {
+                        result.problems.append(
+                            "consumption request for \(stored.payload.transactionId ?? "?") answered \(answers) times: a job ran twice"
+                        )
+                    }
+                }
+            }
         }
 
         // Webhooks: every event in the outbox reached the receiver, at least once; no effect
