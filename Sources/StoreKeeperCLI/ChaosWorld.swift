@@ -390,14 +390,13 @@ final class ChaosWorld: Sendable {
             for stored in await store.history(of: appleId) where stored.consumptionRequested {
                 result.consumptionRequests += 1
                 let answers = stored.consumptionReceived.count
+                let id = stored.payload.transactionId ?? "?"
                 if answers == 0 {
-                    result.problems.append("consumption request for \(stored.payload.transactionId ?? "?") never answered")
+                    result.problems.append("consumption request for \(id) never answered")
                 } else if answers > 1 {
                     result.consumptionAnsweredAgain += 1
                     if result.fault == .apple || result.fault == .webhooks {
-                        result.problems.append(
-                            "consumption request for \(stored.payload.transactionId ?? "?") answered \(answers) times: a job ran twice"
-                        )
+                        result.problems.append("consumption request for \(id) answered \(answers) times: a job ran twice")
                     }
                 }
             }
