@@ -396,7 +396,7 @@ final class ChaosWorld: Sendable {
                 } else if answers > 1 {
                     result.consumptionAnsweredAgain += 1
                     if result.fault == .apple || result.fault == .webhooks {
-                        result.problems.append("consumption request for \(id) answered \(answers) times: a job ran twice")
+                        result.problems.append("consumption request for \(id) answered \(answers) times")
                     }
                 }
             }
