@@ -24,7 +24,8 @@ struct ChaosCommand: AsyncParsableCommand {
             this process (Apple: customers pay, subscriptions renew, refunds happen, notifications are \
             sent), a webhook receiver in this process, and two `storekeeper serve` instances behind \
             nginx (scripts/cluster). Load: purchases (order → pay → submit, retried as StoreKeeperKit \
-            retries), subscriptions renewing, refunds, debits. Faults, one per run: SIGKILL an instance \
+            retries), subscriptions renewing, refunds, refund requests (Apple's CONSUMPTION_REQUEST, \
+            answered from a job), debits. Faults, one per run: SIGKILL an instance \
             (restarted 2 s later), restart PostgreSQL (--postgres-cluster), take the local App Store \
             down (Server API 503 and notifications dropped), make the webhook receiver fail. Settling: \
             the app resubmits what it never saw acknowledged, `storekeeper reconcile` runs, queues drain. \

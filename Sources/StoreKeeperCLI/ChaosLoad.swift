@@ -25,6 +25,9 @@ final class ChaosLoad: Sendable {
         var acknowledged: Set<String> = []
         var acknowledgedDebits: Set<String> = []
         var creditedAccounts: [String] = []
+        /// Transactions a customer asked Apple to refund (each once: a second request would be a
+        /// second CONSUMPTION_REQUEST, rightly answered a second time).
+        var refundRequested: Set<String> = []
     }
     let state = Mutex(State())
 
@@ -173,9 +176,13 @@ final class ChaosLoad: Sendable {
             // Every 1.5 s a customer asks Apple for a refund: Apple's CONSUMPTION_REQUEST, which
             // StoreKeeper answers from a job (Send Consumption Information).
             if tick % 3 == 1 {
-                let candidates = state.withLock { Array($0.acknowledged).sorted() }
+                let candidates = state.withLock { state in
+                    state.acknowledged.subtracting(state.refundRequested).sorted()
+                }
                 if !candidates.isEmpty {
-                    try? await store.requestRefund(candidates[random.below(candidates.count)])
+                    let id = candidates[random.below(candidates.count)]
+                    state.withLock { _ = $0.refundRequested.insert(id) }
+                    try? await store.requestRefund(id)
                 }
             }
         }
