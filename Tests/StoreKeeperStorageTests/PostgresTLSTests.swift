@@ -136,12 +136,15 @@ import Testing
             let url = "postgres://storekeeper:\(password)@127.0.0.1:\(fake.port)/sk?\(query)"
             let database = try await Database.open(url: url)
             let attempt = Task { try await database.read { sql in try await sql.raw("SELECT 1").run() } }
-            let timeout = Task {
-                try await Task.sleep(for: .seconds(3))
-                attempt.cancel()
+            // Until the client has connected (in a full test run on two cores that can take many
+            // seconds), then long enough for anything it would send after the server's "N".
+            let deadline = ContinuousClock.now + .seconds(90)
+            while fake.received.bytes.withLock({ $0.isEmpty }), ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(50))
             }
+            try await Task.sleep(for: .seconds(2))
+            attempt.cancel()
             _ = try? await attempt.value
-            timeout.cancel()
             try? await database.close()
             let bytes = fake.received.bytes.withLock { $0 }
             // Only SSLRequest messages (length 8, code 80877103), never a startup message or a password.
