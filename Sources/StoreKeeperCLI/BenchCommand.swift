@@ -143,11 +143,7 @@ struct BenchCommand: AsyncParsableCommand {
                 FileHandle.standardError.write(Data("bench: scripts/cluster not found (give --cluster-script)\n".utf8))
                 throw ExitCode(69)
             }
-            guard
-                ["/usr/sbin/nginx", "/usr/bin/nginx"].contains(where: {
-                    FileManager.default.isExecutableFile(atPath: $0)
-                })
-            else {
+            guard Cluster.nginxInstalled else {
                 FileHandle.standardError.write(Data("bench: nginx is not installed (apt-get install nginx)\n".utf8))
                 throw ExitCode(69)
             }

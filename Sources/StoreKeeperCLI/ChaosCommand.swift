@@ -95,9 +95,7 @@ struct ChaosCommand: AsyncParsableCommand {
             FileHandle.standardError.write(Data("chaos: scripts/cluster not found (give --cluster-script)\n".utf8))
             throw ExitCode(69)
         }
-        guard
-            ["/usr/sbin/nginx", "/usr/bin/nginx"].contains(where: { FileManager.default.isExecutableFile(atPath: $0) })
-        else {
+        guard Cluster.nginxInstalled else {
             FileHandle.standardError.write(Data("chaos: nginx is not installed (apt-get install nginx)\n".utf8))
             throw ExitCode(69)
         }

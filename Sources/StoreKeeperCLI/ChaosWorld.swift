@@ -469,12 +469,19 @@ struct Cluster: Sendable {
     let config: String
     let port: Int
 
-    func start(count: Int) async throws {
+    /// Debian's nginx, which scripts/cluster runs.
+    static var nginxInstalled: Bool {
+        ["/usr/sbin/nginx", "/usr/bin/nginx"].contains { FileManager.default.isExecutableFile(atPath: $0) }
+    }
+
+    /// `count` instances on `config`; or, given `databaseURL`, on scripts/cluster's own
+    /// configuration (the local App Store's keys in DIR/data, a secret key in DIR/secret-key).
+    func start(count: Int, databaseURL: String? = nil) async throws {
+        let configuration = databaseURL.map { ["--database-url", $0] } ?? ["--config", config]
         let status = try await Self.runProcess(
             "/bin/bash",
-            [
-                script, "start", String(count), "--config", config, "--port", String(port), "--dir", directory.path,
-                "--binary", binary,
+            [script, "start", String(count)] + configuration + [
+                "--port", String(port), "--dir", directory.path, "--binary", binary,
             ], log: directory.appendingPathComponent("cluster.log"))
         guard status == 0 else {
             let output =

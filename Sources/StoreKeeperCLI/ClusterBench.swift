@@ -106,7 +106,7 @@ struct ClusterBench {
         for count in instances {
             FileHandle.standardError.write(Data("\(count) instance(s) behind nginx…\n".utf8))
             await cluster.stop()
-            try await cluster.startDefault(count: count, databaseURL: databaseURL)
+            try await cluster.start(count: count, databaseURL: databaseURL)
             let key = try String(contentsOf: directory.appendingPathComponent("secret-key"), encoding: .utf8)
                 .trimmingCharacters(in: .whitespacesAndNewlines)
             // nginx, and (with one instance) the instance itself, at every concurrency.
@@ -239,24 +239,6 @@ struct ClusterBench {
             throw BenchFailure(
                 description:
                     "\(renewed) subscription deliveries, expected \(subscriptions + notifications); \(pending) pending")
-        }
-    }
-}
-
-extension Cluster {
-    /// scripts/cluster's own configuration (the local App Store's keys in DIR/data, a secret key
-    /// in DIR/secret-key) on `databaseURL`.
-    func startDefault(count: Int, databaseURL: String) async throws {
-        let status = try await Self.runProcess(
-            "/bin/bash",
-            [
-                script, "start", String(count), "--database-url", databaseURL, "--port", String(port), "--dir",
-                directory.path, "--binary", binary,
-            ], log: directory.appendingPathComponent("cluster.log"))
-        guard status == 0 else {
-            let output =
-                (try? String(contentsOf: directory.appendingPathComponent("cluster.log"), encoding: .utf8)) ?? ""
-            throw ChaosError("scripts/cluster start exited \(status): \(output.suffix(500))")
         }
     }
 }

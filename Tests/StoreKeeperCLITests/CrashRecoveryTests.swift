@@ -183,9 +183,13 @@ final class PipeDrain: Sendable {
 
     var text: String { data.withLock { String(decoding: $0, as: UTF8.self) } }
 
-    /// Everything, once the pipe has ended (every writer gone).
-    func all() async throws -> String {
-        while !ended.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(20)) }
+    /// Everything, once the pipe has ended (every writer gone) — or what came within `limit`,
+    /// if something still holds it open (a grandchild that outlived the process).
+    func all(limit: Duration = .seconds(60)) async throws -> String {
+        let deadline = ContinuousClock.now + limit
+        while !ended.withLock({ $0 }), ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
         return text
     }
 }
