@@ -88,7 +88,7 @@ final class ChaosWorld: Sendable {
         components.path = "/\(name)"
         let runDatabase = components.string!
 
-        let balancerPort = 20_000 + Int.random(in: 0..<3_000) * 10
+        let balancerPort = try FreePort.block(10)
         let balancer = "http://127.0.0.1:\(balancerPort)"
         let storePort = try FreePort.pick()
         let receiverPort = try FreePort.pick()

@@ -3,6 +3,7 @@ import AppStoreSigning
 import Foundation
 import LocalAppStore
 import SQLKit
+import StoreKeeperSimulator
 import StoreKeeperStorage
 
 /// `bench --purchases --instances 1 2 4`: the same load through nginx to 1, 2 and 4 `storekeeper
@@ -62,7 +63,7 @@ struct ClusterBench {
         let loads = try (0..<levels).map { level in
             try Self.load(pki.jwsSigner, run: run, level: level, requestsPerLevel)
         }
-        let port = 20_000 + Int.random(in: 0..<3_000) * 10
+        let port = try FreePort.block(10)
         let cluster = Cluster(script: script, binary: binary, directory: directory, config: "", port: port)
         var rows: [Row] = []
         let database = try await Database.open(url: databaseURL)

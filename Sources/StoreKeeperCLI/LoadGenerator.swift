@@ -118,12 +118,11 @@ enum LoadGenerator {
                 while let (status, body) = try takeResponse() {
                     let now = NIODeadline.now()
                     let outcome: Answer.Outcome
-                    if status == 200, expect.isEmpty || body.readableBytesView.firstRange(of: expect) != nil {
+                    if status == 200, expect.isEmpty || Self.contains(body, expect) {
                         outcome = .delivered
                     } else if status == 503 {
                         outcome =
-                            body.readableBytesView.firstRange(of: Array(#""overloaded""#.utf8)) != nil
-                            ? .shed : .unavailable
+                            Self.contains(body, Self.overloaded) ? .shed : .unavailable
                     } else {
                         throw Failure(description: "unexpected answer \(status): \(String(buffer: body).prefix(300))")
                     }
@@ -172,30 +171,91 @@ enum LoadGenerator {
         }
 
         /// One complete answer's status and body, if `received` holds one; throws unless it
-        /// has a Content-Length body (what the server sends for these requests).
+        /// has a Content-Length body (what the server sends for these requests). Parsed over
+        /// the raw bytes: the generator shares the machine with the server it measures.
         private func takeResponse() throws -> (Int, ByteBuffer)? {
-            let view = received.readableBytesView
-            guard let headerEnd = view.firstRange(of: Array("\r\n\r\n".utf8)) else { return nil }
-            let head = String(decoding: view[view.startIndex..<headerEnd.lowerBound], as: UTF8.self)
-            let lines = head.split(separator: "\r\n")
-            guard let statusLine = lines.first, statusLine.hasPrefix("HTTP/1.1 "),
-                let status = Int(statusLine.dropFirst(9).prefix(3))
-            else {
-                throw Failure(description: "unexpected answer: \(head.prefix(300))")
+            let parsed: (status: Int, headerBytes: Int, length: Int?)?? = received.withUnsafeReadableBytes { bytes in
+                guard let headerEnd = Self.headerEnd(bytes) else { return .some(nil) }
+                // "HTTP/1.1 200 …"
+                guard headerEnd >= 12, bytes.starts(with: Self.statusPrefix),
+                    let status = Self.decimal(bytes[9..<12])
+                else { return nil }
+                return (status, headerEnd + 4, Self.contentLength(bytes[..<headerEnd]))
             }
-            guard
-                let length = lines.dropFirst().lazy.compactMap({ line -> Int? in
-                    let parts = line.split(separator: ":", maxSplits: 1)
-                    guard parts.count == 2, parts[0].lowercased() == "content-length" else { return nil }
-                    return Int(parts[1].trimmingCharacters(in: .whitespaces))
-                }).first
-            else { throw Failure(description: "answer without Content-Length: \(head.prefix(300))") }
-            let headerBytes = headerEnd.upperBound - view.startIndex
+            guard let parsed else {
+                throw Failure(description: "unexpected answer: \(String(buffer: received).prefix(300))")
+            }
+            guard let (status, headerBytes, length) = parsed else { return nil }
+            guard let length else {
+                throw Failure(description: "answer without Content-Length: \(String(buffer: received).prefix(300))")
+            }
             guard received.readableBytes >= headerBytes + length else { return nil }
             received.moveReaderIndex(forwardBy: headerBytes)
             let body = received.readSlice(length: length)
             received.discardReadBytes()
             return body.map { (status, $0) }
+        }
+
+        private static let overloaded = Array(#""overloaded""#.utf8)
+
+        /// Whether `needle` occurs in `body`.
+        private static func contains(_ body: ByteBuffer, _ needle: [UInt8]) -> Bool {
+            body.withUnsafeReadableBytes { bytes in
+                guard let first = needle.first, bytes.count >= needle.count else { return needle.isEmpty }
+                for start in 0...(bytes.count - needle.count) where bytes[start] == first {
+                    var offset = 1
+                    while offset < needle.count, bytes[start + offset] == needle[offset] { offset += 1 }
+                    if offset == needle.count { return true }
+                }
+                return false
+            }
+        }
+
+        private static let statusPrefix = Array("HTTP/1.1 ".utf8)
+        private static let contentLengthName = Array("content-length:".utf8)
+
+        /// Where "\r\n\r\n" starts, if it is there.
+        private static func headerEnd(_ bytes: UnsafeRawBufferPointer) -> Int? {
+            guard bytes.count >= 4 else { return nil }
+            var index = 0
+            while index + 3 < bytes.count {
+                if bytes[index] == 13, bytes[index + 1] == 10, bytes[index + 2] == 13, bytes[index + 3] == 10 {
+                    return index
+                }
+                index += 1
+            }
+            return nil
+        }
+
+        private static func decimal(_ digits: Slice<UnsafeRawBufferPointer>) -> Int? {
+            var value = 0
+            var seen = false
+            for byte in digits {
+                if byte == 32 || byte == 9 {
+                    if seen { break } else { continue }
+                }
+                guard byte >= 48, byte <= 57, value < 1 << 40 else { return nil }
+                value = value * 10 + Int(byte - 48)
+                seen = true
+            }
+            return seen ? value : nil
+        }
+
+        /// The Content-Length header's value (name matched without regard to case).
+        private static func contentLength(_ head: Slice<UnsafeRawBufferPointer>) -> Int? {
+            var lineStart = head.startIndex
+            while lineStart < head.endIndex {
+                var lineEnd = lineStart
+                while lineEnd < head.endIndex, head[lineEnd] != 13 { lineEnd += 1 }
+                let name = contentLengthName
+                if lineEnd - lineStart > name.count,
+                    zip(head[lineStart..<lineStart + name.count], name).allSatisfy({ $0 | 0x20 == $1 | 0x20 })
+                {
+                    return decimal(head[(lineStart + name.count)..<lineEnd])
+                }
+                lineStart = lineEnd + 2
+            }
+            return nil
         }
     }
 }

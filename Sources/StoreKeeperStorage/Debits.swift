@@ -17,7 +17,7 @@ extension PurchaseStore {
     /// What a debit idempotency key is bound to: length-prefixed, so no two requests share it.
     static func debitRequestHash(accountId: String, currency: String, amount: Int64) -> String {
         let canonical = "\(accountId.utf8.count):\(accountId)|\(currency.utf8.count):\(currency)|\(amount)"
-        return SHA256.hash(data: Data(canonical.utf8)).map { String(format: "%02x", $0) }.joined()
+        return SHA256.hash(data: Data(canonical.utf8)).lowercaseHex
     }
 
     /// Debits a consumable balance once per idempotency key: a repeated key with the same

@@ -1,3 +1,4 @@
+import AppStoreModels
 import Crypto
 import Foundation
 import SQLKit
@@ -50,7 +51,7 @@ public struct RejectedProofStore: Sendable {
     }
 
     public static func sha256(_ proof: String) -> String {
-        SHA256.hash(data: Data(proof.utf8)).map { String(format: "%02x", $0) }.joined()
+        SHA256.hash(data: Data(proof.utf8)).lowercaseHex
     }
 
     /// Keeps one rejected proof (once per SHA-256).

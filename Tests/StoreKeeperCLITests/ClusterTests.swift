@@ -1,5 +1,6 @@
 import Foundation
 import SQLKit
+import StoreKeeperSimulator
 import StoreKeeperStorage
 import Testing
 
@@ -70,11 +71,18 @@ import Testing
         var components = URLComponents(string: base)!
         components.path = "/\(name)"
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("cluster-\(UUID())")
-        let port = 20_000 + Int.random(in: 0..<20_000) / 10 * 10
-        let started = try await Self.script([
-            "start", "3", "--database-url", components.string!, "--port", String(port), "--dir", directory.path,
-            "--binary", VerifyCommandTests.binary.path,
-        ])
+        // A random port block may meet a port another test has just taken: another block then.
+        var port = 0
+        var started: (status: Int32, output: String) = (1, "")
+        for _ in 0..<4 {
+            port = try FreePort.block(10)
+            started = try await Self.script([
+                "start", "3", "--database-url", components.string!, "--port", String(port), "--dir", directory.path,
+                "--binary", VerifyCommandTests.binary.path,
+            ])
+            guard started.status != 0, started.output.contains("Address already in use") else { break }
+            _ = try await Self.script(["stop", "--dir", directory.path])
+        }
         defer {
             let stop = Process()
             stop.executableURL = URL(fileURLWithPath: "/bin/bash")

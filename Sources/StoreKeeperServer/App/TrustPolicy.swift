@@ -71,7 +71,7 @@ public struct TrustPolicy: Sendable {
         } catch {
             throw ServerConfiguration.Invalid(key: "apple.rootCertificates", "\(source): not an X.509 certificate")
         }
-        let digest = SHA256.hash(data: der).map { String(format: "%02x", $0) }.joined()
+        let digest = SHA256.hash(data: der).lowercaseHex
         return Root(
             subject: subject, sha256: digest, source: source, anchorsSignedData: signedData, anchorsReceipts: receipts,
             der: der)

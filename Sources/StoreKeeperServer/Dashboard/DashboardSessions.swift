@@ -1,3 +1,4 @@
+import AppStoreModels
 import Crypto
 import Foundation
 
@@ -45,8 +46,7 @@ struct DashboardSessions: Sendable {
     /// A new session for the secret key at `keyIndex`.
     func issue(keyIndex: Int, now: Date) -> String {
         var generator = SystemRandomNumberGenerator()
-        let nonce = (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }
-            .joined()
+        let nonce = (0..<16).map { _ in UInt8.random(in: 0...255, using: &generator) }.lowercaseHex
         let seconds = Int64(now.timeIntervalSince1970)
         return token(Session(issued: seconds, lastSeen: seconds, nonce: nonce, keyIndex: keyIndex))
     }
@@ -99,7 +99,7 @@ struct DashboardSessions: Sendable {
     }
 
     static func hex(_ mac: HMAC<SHA256>.MAC) -> String {
-        mac.map { String(format: "%02x", $0) }.joined()
+        mac.lowercaseHex
     }
 
     static func constantTimeEqual(_ lhs: String, _ rhs: String) -> Bool {

@@ -71,7 +71,12 @@ struct Authenticator: Sendable {
         guard let header = request.headers[.authorization], header.hasPrefix("Bearer ") else {
             throw APIError.unauthenticated
         }
-        let credential = String(header.dropFirst("Bearer ".count)).trimmingCharacters(in: .whitespaces)
+        // HTTP's optional whitespace (space, tab) around the credential; a header's bytes are
+        // never other Unicode spaces.
+        var bytes = header.utf8.dropFirst("Bearer ".count)
+        while let first = bytes.first, first == 32 || first == 9 { bytes = bytes.dropFirst() }
+        while let last = bytes.last, last == 32 || last == 9 { bytes = bytes.dropLast() }
+        let credential = String(Substring(bytes))
         guard !credential.isEmpty else { throw APIError.unauthenticated }
         // Comparing digests in constant time: equal-length inputs, no early exit on a secret.
         let presented = SHA256.hash(data: Data(credential.utf8))

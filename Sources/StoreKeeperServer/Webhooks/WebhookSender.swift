@@ -1,3 +1,4 @@
+import AppStoreModels
 import AsyncHTTPClient
 import Crypto
 import Foundation
@@ -151,7 +152,7 @@ public struct WebhookSender: Service {
     static func signature(body: String, secret: String, timestamp: Int) -> String {
         let mac = HMAC<SHA256>.authenticationCode(
             for: Data("\(timestamp).\(body)".utf8), using: SymmetricKey(data: Data(secret.utf8)))
-        return "t=\(timestamp),v1=" + mac.map { String(format: "%02x", $0) }.joined()
+        return "t=\(timestamp),v1=" + mac.lowercaseHex
     }
 
     /// 5 s, 10 s, 20 s … up to `maxBackoff`, each with up to 20 % jitter (so many instances
