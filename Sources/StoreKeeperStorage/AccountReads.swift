@@ -13,7 +13,7 @@ extension PurchaseStore {
 
     /// Balances and entitlements of an account, read together.
     public func account(_ accountId: String) async throws -> AccountState {
-        try await database.pointRead { sql in
+        try await database.read { sql in
             try await Self.accountStates([accountId], sql: sql)[accountId] ?? AccountState()
         }
     }

@@ -83,19 +83,6 @@ public final class Database: Sendable {
         }
     }
 
-    /// A read of a few indexed rows on a request's path (an account's balances and
-    /// entitlements). On SQLite it runs on the caller's thread on a reader connection of its
-    /// own, never queued behind writes; elsewhere it is `read`.
-    public func pointRead<T: Sendable>(_ body: @escaping @Sendable (any SQLDatabase) async throws -> T) async throws
-        -> T
-    {
-        do {
-            return try await backend.pointRead(body)
-        } catch {
-            throw StorageUnavailable.classify(error) ?? error
-        }
-    }
-
     /// One round trip, answered or failed within `deadline` (`/healthz`, startup).
     public func ping(deadline: Duration = .seconds(2)) async throws {
         try await raceDeadline(deadline, what: "a database round trip") {
