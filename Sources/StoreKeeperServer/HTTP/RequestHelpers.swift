@@ -42,7 +42,10 @@ extension StoreKeeperApp {
 
     /// A path parameter, percent-decoded (`/v1/accounts/player%20one` is account `player one`).
     static func parameter(_ context: StoreKeeperContext, _ name: String) throws -> String {
-        guard let raw = context.parameters.get(name), let value = raw.removingPercentEncoding else {
+        // Most parameters hold no escape: decoded only when they do.
+        guard let raw = context.parameters.get(name),
+            let value = raw.utf8.contains(UInt8(ascii: "%")) ? raw.removingPercentEncoding : String(raw)
+        else {
             throw APIError.badRequest("path parameter '\(name)' is missing or not valid percent-encoding")
         }
         guard !value.isEmpty, value.count <= 200 else {
@@ -62,7 +65,13 @@ extension StoreKeeperApp {
     /// Ids are printable text: no control characters (NUL, newlines, escapes) that could forge
     /// log lines or break a database driver.
     static func validateText(_ value: String, field: String) throws {
-        guard !value.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+        // Unicode's control characters (Cc): U+0000–001F and U+007F–009F; ASCII is decided
+        // without looking the category up.
+        let isControl: (Unicode.Scalar) -> Bool = { scalar in
+            scalar.value < 0x80
+                ? scalar.value < 0x20 || scalar.value == 0x7F : scalar.properties.generalCategory == .control
+        }
+        guard !value.unicodeScalars.contains(where: isControl) else {
             throw APIError.badRequest("field '\(field)' must not contain control characters")
         }
     }
