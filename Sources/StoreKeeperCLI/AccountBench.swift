@@ -63,10 +63,13 @@ extension PurchaseBench.Server {
         async throws -> NotificationBench.Phase
     {
         let started = ContinuousClock.now
+        let cpu = NotificationBench.Phase.processCPU()
         let answers = try await LoadGenerator.run(
             host: "127.0.0.1", port: port, path: path, authorization: "Bearer \(PurchaseBench.key)",
             bodies: bodies, concurrency: concurrency, expect: expect, interval: nil, method: method)
-        return .init(answers: answers, seconds: BenchCommand.seconds(ContinuousClock.now - started))
+        return .init(
+            answers: answers, seconds: BenchCommand.seconds(ContinuousClock.now - started),
+            cpuSeconds: NotificationBench.Phase.processCPU() - cpu)
     }
 
     /// Delivers the setup purchases (every one must be delivered), then measures the baseline,
@@ -86,14 +89,15 @@ extension PurchaseBench.Server {
 
     /// The measurements beside `GET /healthz` measured in the same run, as a Markdown table.
     static func printTable(_ rows: [(String, NotificationBench.Phase)], baseline health: NotificationBench.Phase) {
-        print("| measurement | count | per second | p50 | p99 | vs /healthz |")
-        print("|---|---:|---:|---:|---:|---:|")
+        print("| measurement | count | per second | p50 | p99 | vs /healthz | CPU per request |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
         for (name, phase) in [("`GET /healthz` (baseline: one database round trip)", health)] + rows {
             print(
                 "| \(name) | \(phase.accepted) | \(String(format: "%.0f", phase.perSecond)) | "
                     + "\(String(format: "%.1f ms", phase.percentile(0.5) * 1000)) | "
                     + "\(String(format: "%.1f ms", phase.percentile(0.99) * 1000)) | "
-                    + "\(String(format: "%.2f", phase.perSecond / health.perSecond)) |")
+                    + "\(String(format: "%.2f", phase.perSecond / health.perSecond)) | "
+                    + "\(phase.cpuPerRequest.map { String(format: "%.0f µs", $0) } ?? "–") |")
         }
     }
 }

@@ -23,6 +23,23 @@ struct NotificationBench {
     struct Phase {
         var answers: [LoadGenerator.Answer]
         var seconds: Double
+        /// CPU time (user + system) this process — server and load generator — spent on the
+        /// phase, when measured: unlike throughput, it barely moves with what else the
+        /// machine (or its host) is doing.
+        var cpuSeconds: Double? = nil
+
+        /// CPU microseconds per accepted request.
+        var cpuPerRequest: Double? {
+            cpuSeconds.map { $0 * 1e6 / Double(max(accepted, 1)) }
+        }
+
+        /// This process's CPU time so far (user + system), in seconds.
+        static func processCPU() -> Double {
+            var usage = rusage()
+            getrusage(RUSAGE_SELF.rawValue, &usage)
+            return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec)
+                + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+        }
 
         var accepted: Int { answers.lazy.filter { $0.outcome == .delivered }.count }
         var perSecond: Double { Double(accepted) / seconds }
