@@ -73,16 +73,15 @@ public final class Deadlines: @unchecked Sendable {
     }
 }
 
-/// `body` in a task of its own, raced against `deadline` on `Deadlines.shared`: its result, or
+/// `body` in a task of its own, raced against `deadline` on `deadlines`: its result, or
 /// `timedOut()` as soon as the deadline passes — without waiting for `body` any longer (it is
 /// cancelled). Cancelling the caller cancels `body`, whose answer (often `CancellationError`)
 /// is then the result.
 public func race<T: Sendable>(
-    deadline: Duration, timedOut: @escaping @Sendable () -> Result<T, any Error>,
+    deadline: Duration, on deadlines: Deadlines = .shared, timedOut: @escaping @Sendable () -> Result<T, any Error>,
     _ body: @escaping @Sendable () async throws -> T
 ) async throws -> T {
     let race = Race()
-    let deadlines = Deadlines.shared
     return try await withTaskCancellationHandler {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
             let key = deadlines.add(at: .now + deadline) {
