@@ -1,3 +1,4 @@
+import AppStoreModels
 import Foundation
 import SQLKit
 import Synchronization
@@ -42,9 +43,7 @@ public struct OutboxStore: Sendable {
             var random = SystemRandomNumberGenerator()
             for index in 8..<16 { bytes[index] = random.next() }
             bytes[8] = 0x80 | (bytes[8] & 0x3F)
-            let hex = bytes.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }
-            return [hex[0..<4], hex[4..<6], hex[6..<8], hex[8..<10], hex[10..<16]].map { $0.joined() }
-                .joined(separator: "-")
+            return bytes.uuidText
         }
     }
 

@@ -101,6 +101,11 @@ extension HardeningTests {
             #expect(forged.1 != nil)
             #expect(forged.1 != "abc status=200 account=admin")
             #expect(forged.1?.contains(" ") == false)
+            // The server's own id instead: a random (version 4) UUID in lower case, new each time.
+            let own = try #require(forged.1)
+            #expect(UUID(uuidString: own)?.uuidString.lowercased() == own)
+            #expect(Array(own)[14] == "4" && "89ab".contains(Array(own)[19]))
+            #expect(try await get("/v1/accounts/u1", requestId: "abc def").1 != own)
             let fine = try await get("/v1/accounts/u1", requestId: "req-42_a.b")
             #expect(fine.1 == "req-42_a.b")
             #expect(try await get("/v1/accounts/u1", requestId: String(repeating: "a", count: 129)).1?.count != 129)

@@ -1,3 +1,4 @@
+import AppStoreModels
 import CoreMetrics
 import Foundation
 import HTTPTypes
@@ -89,22 +90,10 @@ struct RequestObservation<Context: RequestContext>: RouterMiddleware {
     /// cheap request's time.
     static func newRequestId() -> String {
         var generator = SystemRandomNumberGenerator()
-        let high = (generator.next() as UInt64) & ~0xF000 | 0x4000  // version 4
-        let low = (generator.next() as UInt64) & ~(0xC << 60) | (0x8 << 60)  // variant 10
-        let hex = Array("0123456789abcdef".utf8)
-        return String(unsafeUninitializedCapacity: 36) { buffer in
-            var at = 0
-            for nibble in 0..<32 {
-                if nibble == 8 || nibble == 12 || nibble == 16 || nibble == 20 {
-                    buffer[at] = UInt8(ascii: "-")
-                    at += 1
-                }
-                let word = nibble < 16 ? high : low
-                buffer[at] = hex[Int(truncatingIfNeeded: word >> UInt64(60 - 4 * (nibble % 16))) & 0xF]
-                at += 1
-            }
-            return at
-        }
+        var bytes = (0..<16).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        bytes[6] = 0x40 | (bytes[6] & 0x0F)  // version 4
+        bytes[8] = 0x80 | (bytes[8] & 0x3F)  // variant 10
+        return bytes.uuidText
     }
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws

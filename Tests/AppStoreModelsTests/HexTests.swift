@@ -1,0 +1,22 @@
+import AppStoreModels
+import Foundation
+import Testing
+
+/// `lowercaseHex` and `uuidText` write what Foundation writes, for any bytes.
+@Suite struct HexTests {
+    @Test func hexAndUUIDTextMatchFoundation() {
+        var generator = SystemRandomNumberGenerator()
+        #expect([UInt8]().lowercaseHex == "")
+        #expect([0x00, 0x0F, 0xA0, 0xFF].lowercaseHex == "000fa0ff")
+        for _ in 0..<1_000 {
+            let bytes = (0..<16).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            #expect(bytes.lowercaseHex == bytes.map { String(format: "%02x", $0) }.joined())
+            let uuid = UUID(
+                uuid: (
+                    bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9],
+                    bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]
+                ))
+            #expect(bytes.uuidText == uuid.uuidString.lowercased())
+        }
+    }
+}
