@@ -36,7 +36,11 @@ struct NotificationBench {
         /// This process's CPU time so far (user + system), in seconds.
         static func processCPU() -> Double {
             var usage = rusage()
-            getrusage(RUSAGE_SELF.rawValue, &usage)
+            #if os(Linux)
+                getrusage(RUSAGE_SELF.rawValue, &usage)
+            #else
+                getrusage(RUSAGE_SELF, &usage)
+            #endif
             return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec)
                 + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
         }
