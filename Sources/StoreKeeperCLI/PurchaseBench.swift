@@ -134,8 +134,7 @@ struct PurchaseBench {
             configuration.appAppleId = 1_234_567_890
             if let maxInFlight { configuration.maxInFlightRequests = maxInFlight }
             configure(&configuration)
-            var logger = Logger(label: "bench")
-            logger.logLevel = logLevel
+            let logger = LazyMetadataLogHandler.logger(label: "bench", level: logLevel)
             let app = try await StoreKeeperApp.make(configuration, dataDirectory: directory, logger: logger)
             let port = Mutex(0)
             let application = app.application(runJobs: runJobs) { bound in port.withLock { $0 = bound } }

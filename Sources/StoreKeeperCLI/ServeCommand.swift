@@ -28,9 +28,7 @@ struct ServeCommand: AsyncParsableCommand {
     var dataDirectory: String = "storekeeper-data"
 
     func run() async throws {
-        var mutableLogger = Logger(label: "storekeeper")
-        mutableLogger.logLevel = .info
-        let logger = mutableLogger
+        let logger = LazyMetadataLogHandler.logger(label: "storekeeper", level: .info)
         let (configuration, app) = try await ConfigurationErrors.exitingWith2 {
             let configuration = try await ServerConfiguration.load(file: config)
             let app = try await StoreKeeperApp.make(
@@ -101,9 +99,7 @@ extension ConfigurationErrors {
     static func withApp<T: Sendable>(
         config: String?, dataDirectory: String, _ body: (StoreKeeperApp) async throws -> T
     ) async throws -> T {
-        var logger = Logger(label: "storekeeper")
-        logger.logLevel = .warning
-        let quiet = logger
+        let quiet = LazyMetadataLogHandler.logger(label: "storekeeper", level: .warning)
         let app = try await exitingWith2 {
             try await StoreKeeperApp.make(
                 try await ServerConfiguration.load(file: config),

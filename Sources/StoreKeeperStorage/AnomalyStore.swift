@@ -133,7 +133,7 @@ extension PurchaseStore {
     static func insertAnomaly(
         _ anomaly: AnomalyDraft, dedupeKey: String, payload: String?, sql: any SQLDatabase, at: Int64
     ) async throws {
-        let id = UUID().uuidString.lowercased()
+        let id = RowIdentifiers.uuidString()
         let inserted = try await sql.raw(
             """
             INSERT INTO anomalies (id, dedupe_key, kind, status, transaction_id, order_id, account_id, detail, created_at,

@@ -136,7 +136,7 @@ extension PurchaseStore {
         try await sql.raw(
             """
             INSERT INTO audit (id, actor, action, subject, detail, created_at)
-            VALUES (\(bind: UUID().uuidString.lowercased()), \(bind: actor), \(bind: action), \(bind: subject), \(bind: detail), \(bind: at))
+            VALUES (\(bind: RowIdentifiers.uuidString()), \(bind: actor), \(bind: action), \(bind: subject), \(bind: detail), \(bind: at))
             """
         ).run()
     }

@@ -1,3 +1,4 @@
+import AppStoreModels
 import Foundation
 import SQLKit
 
@@ -34,7 +35,7 @@ public struct JobStore: Sendable {
     static func insert(
         kind: String, dedupeKey: String, payload: String, sql: any SQLDatabase, now: Date, runAt: Date? = nil
     ) async throws -> String {
-        let id = UUID().uuidString.lowercased()
+        let id = RowIdentifiers.uuidString()
         try await sql.raw(
             """
             INSERT INTO jobs (id, kind, dedupe_key, payload, status, attempts, run_at, created_at, stuck_reported)

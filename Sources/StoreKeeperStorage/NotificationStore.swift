@@ -75,7 +75,7 @@ public struct NotificationStore: Sendable {
             "id", "kind", "dedupe_key", "payload", "status", "attempts", "run_at", "created_at", "stuck_reported")
         for subject in subjects.sorted() {
             insert = insert.values([
-                UUID().uuidString.lowercased(), jobKind, "\(jobKind)|\(subject)", subject, "pending", 0,
+                RowIdentifiers.uuidString(), jobKind, "\(jobKind)|\(subject)", subject, "pending", 0,
                 now.milliseconds, now.milliseconds, 0,
             ])
         }

@@ -40,8 +40,8 @@ public struct OutboxStore: Sendable {
             for index in 0..<6 { bytes[index] = UInt8(truncatingIfNeeded: milliseconds >> (40 - 8 * UInt64(index))) }
             bytes[6] = 0x70 | UInt8(truncatingIfNeeded: counter >> 8)
             bytes[7] = UInt8(truncatingIfNeeded: counter)
-            var random = SystemRandomNumberGenerator()
-            for index in 8..<16 { bytes[index] = random.next() }
+            let random = RowIdentifiers.nextWords().0
+            for index in 8..<16 { bytes[index] = UInt8(truncatingIfNeeded: random >> (8 * UInt64(index - 8))) }
             bytes[8] = 0x80 | (bytes[8] & 0x3F)
             return bytes.uuidText
         }

@@ -80,7 +80,7 @@ public struct RejectedProofStore: Sendable {
                 """
                 INSERT INTO rejected_proofs
                     (id, sha256, kind, proof, size, code, reason, account_id, order_id, created_at, server_version, status)
-                VALUES (\(bind: UUID().uuidString.lowercased()), \(bind: digest), \(bind: kind.rawValue), \(bind: proof),
+                VALUES (\(bind: RowIdentifiers.uuidString()), \(bind: digest), \(bind: kind.rawValue), \(bind: proof),
                         \(bind: proof.utf8.count), \(bind: code), \(bind: String(reason.prefix(300))), \(bind: accountId),
                         \(bind: orderId), \(bind: now.milliseconds), \(bind: serverVersion), 'rejected')
                 ON CONFLICT (sha256) DO NOTHING

@@ -1,3 +1,4 @@
+import AppStoreModels
 import Foundation
 import SQLKit
 import StoreKeeperCatalog
@@ -24,7 +25,7 @@ extension PurchaseStore {
         account: String, entitlement: String, expiresAt: Date, note: String, actor: String, now: Date
     ) async throws -> GrantRow {
         let grant = GrantRow(
-            grantId: UUID().uuidString.lowercased(), accountId: account, entitlementId: entitlement,
+            grantId: RowIdentifiers.uuidString(), accountId: account, entitlementId: entitlement,
             expiresAt: expiresAt, createdAt: now, note: note)
         try await database.transaction { sql in
             try await sql.raw(
@@ -114,7 +115,7 @@ extension PurchaseStore {
             ).all().map { Date(milliseconds: try $0.decode(column: "created_at", as: Int64.self)) }
             guard recent.count < 2 else { throw ExtensionLimit(last: recent) }
             let row = ExtensionRow(
-                requestId: UUID().uuidString.lowercased(), originalTransactionId: originalTransactionId,
+                requestId: RowIdentifiers.uuidString(), originalTransactionId: originalTransactionId,
                 productId: try subscription.decode(column: "product_id", as: String.self),
                 accountId: try subscription.decode(column: "account_id", as: String.self), days: days, reason: reason,
                 note: note, status: "pending", createdAt: now)
@@ -134,7 +135,7 @@ extension PurchaseStore {
         productId: String, days: Int, reason: String, note: String, actor: String, now: Date
     ) async throws -> ExtensionRow {
         let row = ExtensionRow(
-            requestId: UUID().uuidString.lowercased(), productId: productId, days: days, reason: reason, note: note,
+            requestId: RowIdentifiers.uuidString(), productId: productId, days: days, reason: reason, note: note,
             status: "pending", createdAt: now)
         try await database.transaction { sql in
             try await Self.insertExtension(row, sql: sql)

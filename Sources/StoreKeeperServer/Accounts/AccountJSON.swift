@@ -30,3 +30,59 @@ struct AccountJSON: Encodable {
     var balances: [String: Int64]
     var subscriptions: [Subscription]
 }
+
+/// A body the server writes without `JSONEncoder` (`JSONOutput`): the same bytes, keys in
+/// sorted order by hand; `JSONOutputTests` holds each type to `JSONEncoder`'s output.
+protocol JSONWritable: Encodable {
+    func write(to json: inout JSONOutput)
+}
+
+extension AccountJSON: JSONWritable {
+    func write(to json: inout JSONOutput) {
+        json.beginObject()
+        json.field("accountId", accountId)
+        json.key("balances")
+        json.object(balances)
+        json.key("entitlements")
+        json.beginArray()
+        for entitlement in entitlements { entitlement.write(to: &json) }
+        json.endArray()
+        json.key("subscriptions")
+        json.beginArray()
+        for subscription in subscriptions { subscription.write(to: &json) }
+        json.endArray()
+        json.endObject()
+    }
+}
+
+extension AccountJSON.Entitlement: JSONWritable {
+    func write(to json: inout JSONOutput) {
+        json.beginObject()
+        json.field("active", active)
+        json.field("expiresAt", expiresAt)
+        json.field("grantId", grantId)
+        json.field("id", id)
+        json.field("originalTransactionId", originalTransactionId)
+        json.field("productId", productId)
+        json.field("source", source)
+        json.endObject()
+    }
+}
+
+extension AccountJSON.Subscription: JSONWritable {
+    func write(to json: inout JSONOutput) {
+        json.beginObject()
+        json.field("autoRenew", autoRenew)
+        json.field("expiresAt", expiresAt)
+        json.field("originalTransactionId", originalTransactionId)
+        json.field("productId", productId)
+        json.field("status", status)
+        json.endObject()
+    }
+}
+
+extension Dictionary: JSONWritable where Key == String, Value == Int64 {
+    func write(to json: inout JSONOutput) {
+        json.object(self)
+    }
+}

@@ -52,7 +52,8 @@ public struct StoreKeeperApp: Sendable {
     /// verifiers from the trust policy.
     public static func make(
         _ configuration: ServerConfiguration, dataDirectory: URL = URL(fileURLWithPath: "storekeeper-data"),
-        logger: Logger = Logger(label: "storekeeper"), transactionSource: (any TransactionSource)? = nil,
+        logger: Logger = LazyMetadataLogHandler.logger(label: "storekeeper"),
+        transactionSource: (any TransactionSource)? = nil,
         lookupDeadline: Duration = .seconds(2),
         rateLimitClock: @escaping @Sendable () -> ContinuousClock.Instant = { ContinuousClock.now }
     ) async throws -> StoreKeeperApp {

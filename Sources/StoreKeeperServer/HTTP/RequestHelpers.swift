@@ -84,6 +84,15 @@ extension StoreKeeperApp {
             body: .init(byteBuffer: ByteBuffer(bytes: try encoder.encode(value))))
     }
 
+    /// The bodies answered most, written without `JSONEncoder` (the same bytes).
+    static func json<T: JSONWritable>(_ value: T, status: HTTPResponse.Status = .ok) throws -> Response {
+        var output = JSONOutput()
+        value.write(to: &output)
+        return Response(
+            status: status, headers: [.contentType: "application/json"],
+            body: .init(byteBuffer: ByteBuffer(bytes: output.bytes)))
+    }
+
     static func iso(_ date: Date) -> String {
         date.formatted(
             .iso8601.year().month().day().time(includingFractionalSeconds: true).timeZone(separator: .omitted))

@@ -85,15 +85,9 @@ struct RequestObservation<Context: RequestContext>: RouterMiddleware {
             }
     }
 
-    /// A random (version 4) UUID in lower case, from the system's generator (getrandom):
-    /// Foundation's `UUID()` opens /dev/urandom on every call here, a measurable share of a
-    /// cheap request's time.
+    /// A version 4 UUID in lower case (`RowIdentifiers`: no system call per request).
     static func newRequestId() -> String {
-        var generator = SystemRandomNumberGenerator()
-        var bytes = (0..<16).map { _ in UInt8.random(in: 0...255, using: &generator) }
-        bytes[6] = 0x40 | (bytes[6] & 0x0F)  // version 4
-        bytes[8] = 0x80 | (bytes[8] & 0x3F)  // variant 10
-        return bytes.uuidText
+        RowIdentifiers.uuidString()
     }
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws

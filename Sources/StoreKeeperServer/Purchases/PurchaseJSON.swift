@@ -13,7 +13,9 @@ struct TransactionJSON: Encodable {
     var environment: String
     var orderId: String?
     var outcome: String
+}
 
+extension TransactionJSON {
     /// `submitter`: an order of another account is never shown to the submitter.
     init(_ transaction: JWSTransactionDecodedPayload, result: PurchaseStore.DeliveryResult, submitter: String) {
         transactionId = transaction.transactionId ?? ""
@@ -33,4 +35,32 @@ struct PurchaseJSON: Encodable {
     var status: String
     var transactions: [TransactionJSON]
     var account: AccountJSON
+}
+
+extension TransactionJSON: JSONWritable {
+    func write(to json: inout JSONOutput) {
+        json.beginObject()
+        json.field("environment", environment)
+        json.field("orderId", orderId)
+        json.field("originalTransactionId", originalTransactionId)
+        json.field("outcome", outcome)
+        json.field("productId", productId)
+        json.field("quantity", quantity)
+        json.field("transactionId", transactionId)
+        json.endObject()
+    }
+}
+
+extension PurchaseJSON: JSONWritable {
+    func write(to json: inout JSONOutput) {
+        json.beginObject()
+        json.key("account")
+        account.write(to: &json)
+        json.field("status", status)
+        json.key("transactions")
+        json.beginArray()
+        for transaction in transactions { transaction.write(to: &json) }
+        json.endArray()
+        json.endObject()
+    }
 }
