@@ -1,3 +1,4 @@
+import AppStoreModels
 import Crypto
 import Foundation
 
@@ -29,9 +30,6 @@ public struct JWSSigner: Sendable {
     }
 
     public static func base64URL<Bytes: DataProtocol>(_ bytes: Bytes) -> String {
-        Data(bytes).base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-")
-            .replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+        Base64.encodeURL(bytes)
     }
 }

@@ -1,3 +1,4 @@
+import AppStoreModels
 import Crypto
 import Foundation
 
@@ -135,8 +136,6 @@ public struct OfferSignatureChecker: Sendable {
     }
 
     static func base64URLDecode(_ text: Substring) -> Data? {
-        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while base64.count % 4 != 0 { base64 += "=" }
-        return Data(base64Encoded: base64)
+        Base64.decodeURL(text).map { Data($0) }
     }
 }

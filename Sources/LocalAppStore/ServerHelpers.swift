@@ -89,9 +89,7 @@ extension LocalAppStoreServer {
 
     static func keyId(of token: String) -> String? {
         guard let header = token.split(separator: ".").first else { return nil }
-        var base64 = header.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while base64.count % 4 != 0 { base64 += "=" }
-        guard let data = Data(base64Encoded: base64),
+        guard let data = Base64.decodeURL(header).map({ Data($0) }),
             let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
         else { return nil }
         return object["kid"] as? String
@@ -100,9 +98,7 @@ extension LocalAppStoreServer {
     static func unverifiedTransaction(_ jws: String) throws -> JWSTransactionDecodedPayload {
         let parts = jws.split(separator: ".")
         guard parts.count == 3 else { throw HTTPError(.badRequest) }
-        var base64 = parts[1].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while base64.count % 4 != 0 { base64 += "=" }
-        return try JSONDecoder().decode(JWSTransactionDecodedPayload.self, from: Data(base64Encoded: base64) ?? Data())
+        return try JSONDecoder().decode(JWSTransactionDecodedPayload.self, from: Data(Base64.decodeURL(parts[1]) ?? []))
     }
 
     /// Compares a presented secret with the configured one without an early exit on the first

@@ -348,9 +348,7 @@ struct BenchCommand: AsyncParsableCommand {
     }
 
     static func base64URLDecode(_ text: String) -> Data {
-        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while base64.count % 4 != 0 { base64 += "=" }
-        return Data(base64Encoded: base64) ?? Data()
+        Data(Base64.decodeURL(text) ?? [])
     }
 
     static func receipt(purchases: Int) -> AppReceipt {

@@ -652,7 +652,6 @@ final class DemoStory: @unchecked Sendable {  // run by one task at a time
 
 extension Data {
     func base64URLEncoded() -> String {
-        base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+        Base64.encodeURL(self)
     }
 }

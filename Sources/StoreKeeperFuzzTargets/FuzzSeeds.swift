@@ -93,9 +93,7 @@ public enum FuzzSeeds {
     }
 
     static func base64URL(_ text: Substring) -> [UInt8]? {
-        var standard = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        standard += String(repeating: "=", count: (4 - standard.count % 4) % 4)
-        return Data(base64Encoded: standard).map { [UInt8]($0) }
+        Base64.decodeURL(text)
     }
 
     static func nested(in payload: ResponseBodyV2DecodedPayload) -> [String: String] {

@@ -20,3 +20,21 @@ import Testing
         }
     }
 }
+
+/// `Base64.encodeURL` writes what Foundation's base64 writes, in the URL alphabet without
+/// padding, and `decodeURL` reads it back, for every length and byte.
+@Suite struct Base64URLTests {
+    @Test func encodeMatchesFoundationAndRoundTrips() {
+        var generator = SystemRandomNumberGenerator()
+        for length in 0..<300 {
+            let bytes = (0..<length).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            let expected = Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-")
+                .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+            let encoded = Base64.encodeURL(bytes)
+            #expect(encoded == expected)
+            #expect(Base64.decodeURL(encoded) == bytes)
+        }
+        #expect(Base64.decodeURL("a+b") == nil)
+        #expect(Base64.decodeURL("YQ==") == nil)
+    }
+}

@@ -1,3 +1,4 @@
+import AppStoreModels
 import Crypto
 import Foundation
 import Hummingbird
@@ -111,9 +112,7 @@ struct Authenticator: Sendable {
     static func headerAlgorithm(of token: String) -> String? {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, parts[0].count <= 512 else { return nil }
-        var base64 = parts[0].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while base64.count % 4 != 0 { base64 += "=" }
-        guard let data = Data(base64Encoded: base64),
+        guard let data = Base64.decodeURL(parts[0]).map({ Data($0) }),
             let header = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
         else { return nil }
         return header["alg"] as? String
