@@ -94,6 +94,39 @@ import Testing
         #expect(await store.notifications.last?.payload.summary?.succeededCount == 1)
     }
 
+    /// A V2 JWS holds exactly the claims §2 lists, in JSON Foundation reads back the same (hostile
+    /// characters included), and checks out under the key its `kid` names.
+    @Test func v2OfferJWSHeaderAndClaims() throws {
+        let signer = try OfferSigner(
+            privateKeyPEM: Self.key.pemRepresentation, keyId: "KEY1", issuerId: "issuer/1", bundleId: "com.example.app")
+        let checker = OfferSignatureChecker(keys: ["KEY1": Self.key.publicKey])
+        let nonce = UUID()
+        let hostile = "pro\"\\/\n\u{1}é😀"
+        let promotional = try signer.promotionalOfferJWS(
+            productId: hostile, offerId: "promo", transactionId: "2000000000000001", nonce: nonce,
+            issuedAt: Date(timeIntervalSince1970: 1_767_225_600))
+        let parts = promotional.split(separator: ".").map(String.init)
+        let header = try JSONSerialization.jsonObject(with: Data(Base64.decodeURL(parts[0]) ?? [])) as? [String: String]
+        #expect(header == ["alg": "ES256", "kid": "KEY1", "typ": "JWT"])
+        let body = try JSONSerialization.jsonObject(with: Data(Base64.decodeURL(parts[1]) ?? [])) as? [String: Any]
+        #expect(
+            Set(body?.keys.map { $0 } ?? [])
+                == ["iss", "iat", "aud", "bid", "nonce", "productId", "offerIdentifier", "transactionId"])
+        let claims = checker.verifyV2(promotional)
+        #expect(claims?.keyId == "KEY1" && claims?.iss == "issuer/1" && claims?.iat == 1_767_225_600)
+        #expect(claims?.aud == "promotional-offer" && claims?.bid == "com.example.app")
+        #expect(claims?.nonce == nonce.uuidString.lowercased() && claims?.productId == hostile)
+        #expect(claims?.offerIdentifier == "promo" && claims?.transactionId == "2000000000000001")
+        let eligibility = try signer.introductoryEligibilityJWS(
+            productId: "pro_monthly", allowed: false, transactionId: "7", nonce: nonce, issuedAt: Date())
+        let eligible = checker.verifyV2(eligibility)
+        #expect(eligible?.aud == "introductory-offer-eligibility" && eligible?.allowIntroductoryOffer == false)
+        #expect(eligible?.transactionId == "7" && eligible?.productId == "pro_monthly")
+        var tampered = eligibility.split(separator: ".").map(String.init)
+        tampered[2] = (tampered[2].hasPrefix("A") ? "B" : "A") + tampered[2].dropFirst()
+        #expect(checker.verifyV2(tampered.joined(separator: ".")) == nil)
+    }
+
     @Test func aPromotionalOfferRedeemedBySubscriberAppliesAtTheNextRenewal() async throws {
         let store = Self.store()
         let first = try await store.buy("pat", items: [.init(productId: "pro_monthly")]).transactions[0]
