@@ -11,9 +11,59 @@ public enum Base64 {
         return table
     }()
 
-    /// Decodes base64url without padding (RFC 7515 §2), as JWS segments are.
+    /// The URL alphabet's values; 0xFF for anything else.
+    private static let urlTable: [UInt8] = {
+        var table = Self.table
+        table[Int(UInt8(ascii: "-"))] = 62
+        table[Int(UInt8(ascii: "_"))] = 63
+        return table
+    }()
+
+    /// Decodes base64url without padding (RFC 7515 §2), as JWS segments are: four characters
+    /// to three bytes at a time, into storage allocated once (a notification's three JWS are
+    /// ~10 KB of base64). Exactly as strict as `decode(_:standard:)` (tests compare the two).
     public static func decodeURL(_ input: ArraySlice<UInt8>) -> [UInt8]? {
-        decode(input, standard: false)
+        let count = input.count
+        let remainder = count % 4
+        guard remainder != 1 else { return nil }
+        let outputCount = count / 4 * 3 + max(0, remainder - 1)
+        var valid = true
+        let output = [UInt8](unsafeUninitializedCapacity: outputCount) { output, initialized in
+            initialized = 0
+            valid = urlTable.withUnsafeBufferPointer { table in
+                input.withUnsafeBufferPointer { input in
+                    var read = 0
+                    var written = 0
+                    while read + 4 <= count {
+                        let a = table[Int(input[read])]
+                        let b = table[Int(input[read + 1])]
+                        let c = table[Int(input[read + 2])]
+                        let d = table[Int(input[read + 3])]
+                        guard (a | b | c | d) & 0x80 == 0 else { return false }
+                        let word = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
+                        output[written] = UInt8(truncatingIfNeeded: word >> 16)
+                        output[written + 1] = UInt8(truncatingIfNeeded: word >> 8)
+                        output[written + 2] = UInt8(truncatingIfNeeded: word)
+                        read += 4
+                        written += 3
+                    }
+                    if remainder >= 2 {
+                        let a = table[Int(input[read])]
+                        let b = table[Int(input[read + 1])]
+                        let c = remainder == 3 ? table[Int(input[read + 2])] : 0
+                        // Leftover bits must be zero: one encoding per byte string.
+                        guard (a | b | c) & 0x80 == 0, remainder == 3 ? c & 0x03 == 0 : b & 0x0F == 0 else {
+                            return false
+                        }
+                        output[written] = a << 2 | b >> 4
+                        if remainder == 3 { output[written + 1] = (b & 0x0F) << 4 | c >> 2 }
+                    }
+                    return true
+                }
+            }
+            if valid { initialized = outputCount }
+        }
+        return valid ? output : nil
     }
 
     /// Decodes standard base64 (x5c entries, uploaded receipts); padding optional,
@@ -24,7 +74,7 @@ public enum Base64 {
 
     /// Decodes base64url text without padding; nil if it is not exactly that.
     public static func decodeURL<S: StringProtocol>(_ text: S) -> [UInt8]? {
-        decode(ArraySlice(text.utf8), standard: false)
+        decodeURL(ArraySlice(text.utf8))
     }
 
     /// Encodes as base64url without padding (RFC 7515 §2). By hand: Foundation's base64 and
@@ -55,7 +105,7 @@ public enum Base64 {
         return String(decoding: output, as: UTF8.self)
     }
 
-    private static func decode(_ input: ArraySlice<UInt8>, standard: Bool) -> [UInt8]? {
+    static func decode(_ input: ArraySlice<UInt8>, standard: Bool) -> [UInt8]? {
         let (plus, slash): (UInt8, UInt8) =
             standard ? (UInt8(ascii: "+"), UInt8(ascii: "/")) : (UInt8(ascii: "-"), UInt8(ascii: "_"))
         var output = [UInt8]()

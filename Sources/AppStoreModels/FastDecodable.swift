@@ -178,3 +178,21 @@ extension ResponseBodyV2DecodedPayload: FastDecodable {
             })
     }
 }
+
+extension DecodedRealtimeRequestBody: FastDecodable {
+    public init(fast f: FastJSON.Fields) throws {
+        self.init(
+            originalTransactionId: try f.string("originalTransactionId"), appAppleId: try f.int64("appAppleId"),
+            productId: try f.string("productId"), userLocale: try f.string("userLocale"),
+            requestIdentifier: try f.string("requestIdentifier"), signedDate: try f.int64("signedDate"),
+            environment: try f.enum("environment"))
+    }
+}
+
+/// `{"signedPayload": "…"}`: the body of a notification and of a Get Retention Message request,
+/// ~10 KB of JWS that `JSONDecoder` scanned in 3 % of a notification's CPU.
+extension RealtimeRequestBody: FastDecodable {
+    public init(fast f: FastJSON.Fields) throws {
+        self.init(signedPayload: try f.string("signedPayload"))
+    }
+}

@@ -151,7 +151,7 @@ public final class SignedDataVerifier: Sendable {
     /// A Retention Messaging request (`Get Retention Message`): signature, chain,
     /// `appAppleId` in Production, `environment` — as Apple's `verifyAndDecodeRealtimeRequest`.
     public func verifyRealtimeRequest(_ signedPayload: String) async throws -> DecodedRealtimeRequestBody {
-        let payload = try await verifySignedPayload(signedPayload, as: DecodedRealtimeRequestBody.self) {
+        let payload = try await verifySignedPayload(signedPayload, decode: DecodedRealtimeRequestBody.decode(json:)) {
             $0.signedDate
         }
         try checkApp(payload.appAppleId, environment: payload.environment)

@@ -112,6 +112,46 @@ import Testing
         }
     }
 
+    /// A Get Retention Message payload and the `{"signedPayload": …}` body: the fast reader and
+    /// JSONDecoder agree, whole and mutated (duplicate keys, type mismatches and malformed
+    /// bytes included).
+    @Test func retentionAndBodyDecodersAgreeUnderMutation() throws {
+        let request = Array(
+            #"{"originalTransactionId":"2000000000000001","appAppleId":1234567890,"productId":"pro_monthly","userLocale":"en-US","requestIdentifier":"0a1b2c3d-0000-4000-8000-000000000001","signedDate":1767225605000,"environment":"Production","extra":{"x":[1,2]}}"#
+                .utf8)
+        let body = Array(#"{"signedPayload":"eyJhbGciOiJFUzI1NiJ9.eyJ4IjoxfQ.c2ln","other":null}"#.utf8)
+        #expect(
+            try DecodedRealtimeRequestBody.decode(json: request)
+                == (try JSONDecoder().decode(DecodedRealtimeRequestBody.self, from: Data(request))))
+        #expect(try RealtimeRequestBody.decode(json: body).signedPayload == "eyJhbGciOiJFUzI1NiJ9.eyJ4IjoxfQ.c2ln")
+        var rng = SeededGenerator(seed: 0xFA57_0003)
+        let alphabet = Array("0123456789-.eE\"{}[]:,tfnul \\abcxyz".utf8)
+        for original in [request, body] {
+            for _ in 0..<3000 {
+                var bytes = original
+                for _ in 0..<Int.random(in: 1...3, using: &rng) {
+                    let position = Int.random(in: 0..<bytes.count, using: &rng)
+                    switch Int.random(in: 0..<3, using: &rng) {
+                    case 0: bytes[position] = alphabet.randomElement(using: &rng)!
+                    case 1: bytes.remove(at: position)
+                    default: bytes.insert(alphabet.randomElement(using: &rng)!, at: position)
+                    }
+                }
+                let data = Data(bytes)
+                #expect(
+                    (try? DecodedRealtimeRequestBody.decode(json: bytes))
+                        == (try? JSONDecoder().decode(DecodedRealtimeRequestBody.self, from: data)))
+                #expect(
+                    (try? RealtimeRequestBody.decode(json: bytes))
+                        == (try? JSONDecoder().decode(RealtimeRequestBody.self, from: data)))
+            }
+        }
+        let duplicate = Array(#"{"signedPayload":"a","signedPayload":"b"}"#.utf8)
+        #expect(
+            (try? RealtimeRequestBody.decode(json: duplicate))
+                == (try? JSONDecoder().decode(RealtimeRequestBody.self, from: Data(duplicate))))
+    }
+
     @Test func typeMismatchesFallBackToJSONDecodersError() {
         #expect(throws: DecodingError.self) {
             try JWSTransactionDecodedPayload.decode(json: Array(#"{"transactionId":5}"#.utf8))

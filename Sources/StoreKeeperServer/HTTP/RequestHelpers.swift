@@ -32,7 +32,13 @@ extension StoreKeeperApp {
         guard !data.isEmpty else { throw APIError.badRequest("request body is empty") }
         let body: T
         do {
-            body = try JSONDecoder().decode(T.self, from: data)
+            // The large bodies (a notification's or a retention request's JWS) have a hand-written
+            // reader that yields what JSONDecoder would, or hands over to it (`FastDecodable`).
+            if let fast = T.self as? any FastDecodable.Type, let decoded = try fast.decode(json: [UInt8](data)) as? T {
+                body = decoded
+            } else {
+                body = try JSONDecoder().decode(T.self, from: data)
+            }
         } catch let error as DecodingError {
             throw APIError.badRequest(ErrorMiddleware<StoreKeeperContext>.describe(error))
         }

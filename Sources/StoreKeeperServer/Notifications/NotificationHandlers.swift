@@ -9,8 +9,12 @@ import StoreKeeperStorage
 /// what the 200 promises: the payload and everything signed inside it verified, and one
 /// durable insert (group committed). Applying is the job queue's (NotificationStore).
 extension StoreKeeperApp {
-    struct NotificationBody: RequestBody {
+    struct NotificationBody: RequestBody, FastDecodable {
         var signedPayload: String?
+
+        init(fast f: FastJSON.Fields) throws {
+            signedPayload = try f.string("signedPayload")
+        }
 
         func validate() throws {
             guard let signedPayload, !signedPayload.isEmpty else {
