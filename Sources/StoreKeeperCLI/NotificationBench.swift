@@ -118,10 +118,13 @@ struct NotificationBench {
             interval: TimeAmount? = nil
         ) async throws -> Phase {
             let started = ContinuousClock.now
+            let cpu = Phase.processCPU()
             let answers = try await LoadGenerator.run(
                 host: "127.0.0.1", port: server.port, path: path, authorization: "Bearer \(PurchaseBench.key)",
                 bodies: Array(bodies), concurrency: concurrency, expect: expect, interval: interval)
-            return Phase(answers: answers, seconds: BenchCommand.seconds(ContinuousClock.now - started))
+            return Phase(
+                answers: answers, seconds: BenchCommand.seconds(ContinuousClock.now - started),
+                cpuSeconds: Phase.processCPU() - cpu)
         }
 
         FileHandle.standardError.write(Data("measuring…\n".utf8))
@@ -195,14 +198,15 @@ struct NotificationBench {
             "machine: \(BenchCommand.machine()), \(ProcessInfo.processInfo.activeProcessorCount) cores; "
                 + "\(count) renewals at \(concurrency) senders, then \(rate)/s for \(seconds) s")
         print("")
-        print("| measurement | count | per second | p50 | p99 | vs deliveries |")
-        print("|---|---:|---:|---:|---:|---:|")
+        print("| measurement | count | per second | p50 | p99 | vs deliveries | CPU per request |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
         func row(_ name: String, _ phase: Phase) {
             print(
                 "| \(name) | \(phase.accepted) | \(String(format: "%.0f", phase.perSecond)) | "
                     + "\(String(format: "%.1f ms", phase.percentile(0.5) * 1000)) | "
                     + "\(String(format: "%.1f ms", phase.percentile(0.99) * 1000)) | "
-                    + "\(String(format: "%.2f", phase.perSecond / deliveries.perSecond)) |")
+                    + "\(String(format: "%.2f", phase.perSecond / deliveries.perSecond)) | "
+                    + "\(phase.cpuPerRequest.map { String(format: "%.0f µs", $0) } ?? "–") |")
         }
         row("deliveries, `POST /v1/purchases` (baseline)", deliveries)
         row("notifications accepted (verify + durable insert, answered; nothing applied meanwhile)", accepted)
@@ -210,9 +214,9 @@ struct NotificationBench {
             let applied = Double(count) / drained
             print(
                 "| notifications applied (the backlog of \(count), by the job runner) | \(count) | \(String(format: "%.0f", applied)) | | | "
-                    + "\(String(format: "%.2f", applied / deliveries.perSecond)) |")
+                    + "\(String(format: "%.2f", applied / deliveries.perSecond)) | – |")
         } else {
-            print("| notifications applied | not all within 60 s | | | | |")
+            print("| notifications applied | not all within 60 s | | | | | |")
         }
         print("")
         print(
