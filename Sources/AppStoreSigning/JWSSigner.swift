@@ -16,7 +16,8 @@ public struct JWSSigner: Sendable {
         self.key = key
         let x5c = chain.map { Data($0).base64EncodedString() }
         self.x5c = x5c
-        let header = (try? JSONSerialization.data(withJSONObject: ["alg": "ES256", "x5c": x5c], options: [.sortedKeys]))
+        let header =
+            (try? JSONSerialization.data(withJSONObject: ["alg": "ES256", "x5c": x5c], options: [.sortedKeys]))
         defaultHeaderSegment = Base64.encodeURL(header ?? Data())
     }
 
