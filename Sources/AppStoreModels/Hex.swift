@@ -20,13 +20,21 @@ extension Collection where Element == UInt8 {
     /// sets the version and variant bits).
     public var uuidText: String {
         precondition(count == 16, "a UUID is 16 bytes")
-        let hex = Array(lowercaseHex.utf8)
-        var text: [UInt8] = []
-        text.reserveCapacity(36)
-        for (index, digit) in hex.enumerated() {
-            if index == 8 || index == 12 || index == 16 || index == 20 { text.append(UInt8(ascii: "-")) }
-            text.append(digit)
+        let digits: StaticString = "0123456789abcdef"
+        return digits.withUTF8Buffer { digits in
+            String(unsafeUninitializedCapacity: 36) { text in
+                var at = 0
+                for (index, byte) in enumerated() {
+                    if index == 4 || index == 6 || index == 8 || index == 10 {
+                        text[at] = UInt8(ascii: "-")
+                        at += 1
+                    }
+                    text[at] = digits[Int(byte >> 4)]
+                    text[at + 1] = digits[Int(byte & 0xF)]
+                    at += 2
+                }
+                return at
+            }
         }
-        return String(decoding: text, as: UTF8.self)
     }
 }

@@ -87,7 +87,8 @@ public struct JSONOutput: Sendable {
 
     public mutating func bool(_ value: Bool) {
         separate()
-        bytes.append(contentsOf: value ? Array("true".utf8) : Array("false".utf8))
+        let literal: StaticString = value ? "true" : "false"
+        literal.withUTF8Buffer { bytes.append(contentsOf: $0) }
         needsComma = true
     }
 

@@ -1,15 +1,20 @@
 import Synchronization
 
 /// Random (version 4) UUIDs for identifiers that must be unique but need not be secret: request
-/// ids, job, audit, anomaly and rejected-proof row ids, the random half of the outbox's UUIDv7.
+/// ids, job, audit, anomaly, support and rejected-proof row ids, the random half of the
+/// outbox's UUIDv7.
 ///
 /// Foundation's `UUID()` opens and reads `/dev/urandom` on every call on Linux, and one
 /// `getrandom` per byte is no better: either was several per cent of a cheap request's time.
 /// Here the system's generator seeds a SplitMix64 sequence once per process; each identifier
 /// takes the next two outputs. SplitMix64's output is a bijection of its counter, so a process
 /// never draws the same word twice (for 2^63 identifiers); with the version and variant bits
-/// set, two identifiers are equal only as rarely as two random UUIDs are. Tokens and nonces a client could abuse by guessing (orders' `appAccountToken`,
-/// offer nonces, dashboard sessions) keep using the system's generator directly.
+/// set, two identifiers are equal only as rarely as two random UUIDs are.
+///
+/// **Predictable**: SplitMix64 can be run backwards, so whoever sees one identifier (request
+/// ids are echoed in `X-Request-Id`) can compute the process's others. Never use it for an
+/// identifier that grants anything by being known: orders' `appAccountToken`, offer nonces and
+/// dashboard sessions keep using the system's generator.
 public enum RowIdentifiers {
     private static let state = Mutex<UInt64>(
         {

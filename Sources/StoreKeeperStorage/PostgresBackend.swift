@@ -69,9 +69,9 @@ final class PostgresBackend: Backend {
     /// Connections per pool: twice this machine's cores plus two, at least four (PostgresNIO's
     /// default is 20). Connections beyond what this process's cores can keep busy only hold
     /// PostgreSQL backends, and several instances on one database add up: four at 20 each came
-    /// near PostgreSQL's default `max_connections` of 100. On the 2-core bench host (6 connections) alternating runs showed
-    /// no throughput difference beyond the host's noise (BENCHMARKS.md). A request waiting for a
-    /// connection is still bounded by its deadline.
+    /// near PostgreSQL's default `max_connections` of 100. On the 2-core bench host (6
+    /// connections) alternating runs showed no throughput difference beyond the host's noise
+    /// (BENCHMARKS.md). A request waiting for a connection is still bounded by its deadline.
     static let maximumConnections = max(4, 2 * ProcessInfo.processInfo.activeProcessorCount + 2)
 
     /// The `sslmode` of `database.url`, as libpq names them.

@@ -52,20 +52,26 @@ import Testing
 
     /// Random mutations of a real payload: whenever both decoders answer, they agree; the
     /// fast path never accepts what `JSONDecoder` rejects.
+    /// One to three random edits (replace, delete, insert) of JSON-ish characters.
+    static func mutated(_ original: [UInt8], using rng: inout SeededGenerator) -> [UInt8] {
+        let alphabet = Array("0123456789-.eE\"{}[]:,tfnul \\abcxyz".utf8)
+        var bytes = original
+        for _ in 0..<Int.random(in: 1...3, using: &rng) {
+            let position = Int.random(in: 0..<bytes.count, using: &rng)
+            switch Int.random(in: 0..<3, using: &rng) {
+            case 0: bytes[position] = alphabet.randomElement(using: &rng)!
+            case 1: bytes.remove(at: position)
+            default: bytes.insert(alphabet.randomElement(using: &rng)!, at: position)
+            }
+        }
+        return bytes
+    }
+
     @Test func decodersAgreeUnderMutation() throws {
         var rng = SeededGenerator(seed: 0xFA57_0001)
         let original = Array(Self.sample.utf8)
-        let alphabet = Array("0123456789-.eE\"{}[]:,tfnul \\abcxyz".utf8)
         for _ in 0..<5000 {
-            var bytes = original
-            for _ in 0..<Int.random(in: 1...3, using: &rng) {
-                let position = Int.random(in: 0..<bytes.count, using: &rng)
-                switch Int.random(in: 0..<3, using: &rng) {
-                case 0: bytes[position] = alphabet.randomElement(using: &rng)!
-                case 1: bytes.remove(at: position)
-                default: bytes.insert(alphabet.randomElement(using: &rng)!, at: position)
-                }
-            }
+            let bytes = Self.mutated(original, using: &rng)
             let reference = try? JSONDecoder().decode(JWSTransactionDecodedPayload.self, from: Data(bytes))
             let combined = try? JWSTransactionDecodedPayload.decode(json: bytes)
             #expect(combined == reference, "\(String(decoding: bytes, as: UTF8.self))")
@@ -95,17 +101,8 @@ import Testing
             #"{"notificationType":"RENEWAL_EXTENSION","subtype":"SUMMARY","summary":{"succeededCount":3}}"#.utf8)
         #expect(try ResponseBodyV2DecodedPayload.decode(json: summary).summary?.succeededCount == 3)
         var rng = SeededGenerator(seed: 0xFA57_0002)
-        let alphabet = Array("0123456789-.eE\"{}[]:,tfnul \\abcxyz".utf8)
         for _ in 0..<5000 {
-            var bytes = original
-            for _ in 0..<Int.random(in: 1...3, using: &rng) {
-                let position = Int.random(in: 0..<bytes.count, using: &rng)
-                switch Int.random(in: 0..<3, using: &rng) {
-                case 0: bytes[position] = alphabet.randomElement(using: &rng)!
-                case 1: bytes.remove(at: position)
-                default: bytes.insert(alphabet.randomElement(using: &rng)!, at: position)
-                }
-            }
+            let bytes = Self.mutated(original, using: &rng)
             let reference = try? JSONDecoder().decode(ResponseBodyV2DecodedPayload.self, from: Data(bytes))
             let combined = try? ResponseBodyV2DecodedPayload.decode(json: bytes)
             #expect(combined == reference, "\(String(decoding: bytes, as: UTF8.self))")
@@ -125,18 +122,9 @@ import Testing
                 == (try JSONDecoder().decode(DecodedRealtimeRequestBody.self, from: Data(request))))
         #expect(try RealtimeRequestBody.decode(json: body).signedPayload == "eyJhbGciOiJFUzI1NiJ9.eyJ4IjoxfQ.c2ln")
         var rng = SeededGenerator(seed: 0xFA57_0003)
-        let alphabet = Array("0123456789-.eE\"{}[]:,tfnul \\abcxyz".utf8)
         for original in [request, body] {
             for _ in 0..<3000 {
-                var bytes = original
-                for _ in 0..<Int.random(in: 1...3, using: &rng) {
-                    let position = Int.random(in: 0..<bytes.count, using: &rng)
-                    switch Int.random(in: 0..<3, using: &rng) {
-                    case 0: bytes[position] = alphabet.randomElement(using: &rng)!
-                    case 1: bytes.remove(at: position)
-                    default: bytes.insert(alphabet.randomElement(using: &rng)!, at: position)
-                    }
-                }
+                let bytes = Self.mutated(original, using: &rng)
                 let data = Data(bytes)
                 #expect(
                     (try? DecodedRealtimeRequestBody.decode(json: bytes))

@@ -37,20 +37,24 @@ protocol JSONWritable: Encodable {
     func write(to json: inout JSONOutput)
 }
 
+extension JSONOutput {
+    /// `"name":[…]`, each element written by itself.
+    mutating func field<Element: JSONWritable>(_ name: String, _ elements: [Element]) {
+        key(name)
+        beginArray()
+        for element in elements { element.write(to: &self) }
+        endArray()
+    }
+}
+
 extension AccountJSON: JSONWritable {
     func write(to json: inout JSONOutput) {
         json.beginObject()
         json.field("accountId", accountId)
         json.key("balances")
         json.object(balances)
-        json.key("entitlements")
-        json.beginArray()
-        for entitlement in entitlements { entitlement.write(to: &json) }
-        json.endArray()
-        json.key("subscriptions")
-        json.beginArray()
-        for subscription in subscriptions { subscription.write(to: &json) }
-        json.endArray()
+        json.field("entitlements", entitlements)
+        json.field("subscriptions", subscriptions)
         json.endObject()
     }
 }

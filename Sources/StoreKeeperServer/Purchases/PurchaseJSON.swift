@@ -57,10 +57,7 @@ extension PurchaseJSON: JSONWritable {
         json.key("account")
         account.write(to: &json)
         json.field("status", status)
-        json.key("transactions")
-        json.beginArray()
-        for transaction in transactions { transaction.write(to: &json) }
-        json.endArray()
+        json.field("transactions", transactions)
         json.endObject()
     }
 }
