@@ -383,6 +383,15 @@ public enum Migrations {
                 "CREATE INDEX retention_requests_rule ON retention_requests (rule_name, received_at)",
             ]
         ),
+        (
+            14,
+            [
+                // JWS headers (`alg` and the x5c chain, ~4 KB, the same in nearly every
+                // notification) stored once, by the SHA-256 of the segment; a notification's
+                // signed_payload refers to them (StoredJWS). Rows written before keep the text.
+                "CREATE TABLE jws_headers (id TEXT PRIMARY KEY, segment TEXT NOT NULL)"
+            ]
+        ),
     ]
 
     /// Applies every migration not yet applied, each in its own transaction. Safe to run from

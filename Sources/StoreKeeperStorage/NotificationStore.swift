@@ -16,9 +16,14 @@ public struct NotificationStore: Sendable {
 
     public static let jobKind = "apply_notifications"
 
+    /// JWS headers read back from `jws_headers`.
+    let headers = JWSHeaderCache()
+
     struct Accepted: Sendable {
         var record: NotificationRecord
-        var signedPayload: String
+        /// The `signedPayload` as stored: its JWS headers by reference (StoredJWS).
+        var stored: String
+        var headers: [String: String]
         var now: Date
     }
 
@@ -31,11 +36,26 @@ public struct NotificationStore: Sendable {
 
     /// Records a verified notification durably; returns once it is committed.
     public func accept(_ record: NotificationRecord, signedPayload: String, now: Date) async throws {
-        try await committer.commit(Accepted(record: record, signedPayload: signedPayload, now: now))
+        // Packed here, on the caller's task: the single writer only writes.
+        let packed = StoredJWS.pack(signedPayload)
+        // A compact JWS starts with its base64url header, never with the packed form's marker.
+        if packed == nil, signedPayload.hasPrefix(StoredJWS.marker) {
+            throw StoredJWS.Unstorable()
+        }
+        try await committer.commit(
+            Accepted(
+                record: record, stored: packed?.text ?? signedPayload, headers: packed?.headers ?? [:], now: now))
     }
 
     static func insert(_ items: [Accepted], sql: any SQLDatabase) async throws {
         var seen: Set<String> = []
+        var headers: [String: String] = [:]
+        for item in items { headers.merge(item.headers) { old, _ in old } }
+        if !headers.isEmpty {
+            var insert = sql.insert(into: "jws_headers").columns("id", "segment")
+            for (id, segment) in headers.sorted(by: { $0.key < $1.key }) { insert = insert.values([id, segment]) }
+            try await sql.execute(sql: insert.ignoringConflicts(with: ["id"]).insert) { _ in }
+        }
         var insert = sql.insert(into: "notifications").columns(
             "notification_uuid", "notification_type", "subtype", "subject", "transaction_id", "signed_date",
             "environment", "signed_payload", "status", "outcome", "received_at")
@@ -57,7 +77,7 @@ public struct NotificationStore: Sendable {
             if let subject = record.subject { subjects.append(subject) }
             insert = insert.values([
                 record.notificationUUID, record.type, record.subtype, record.subject ?? "",
-                record.transaction?.transactionId, record.signedDate, record.environment, item.signedPayload,
+                record.transaction?.transactionId, record.signedDate, record.environment, item.stored,
                 status, outcome, item.now.milliseconds,
             ])
         }
@@ -181,8 +201,10 @@ public struct NotificationStore: Sendable {
             }
             for row in rows {
                 let uuid = try row.decode(column: "notification_uuid", as: String.self)
-                let signedPayload = try row.decode(column: "signed_payload", as: String.self)
-                guard let record = try? settings.read(signedPayload) else {
+                let stored = try row.decode(column: "signed_payload", as: String.self)
+                guard let signedPayload = try await original(stored, sql: sql),
+                    let record = try? settings.read(signedPayload)
+                else {
                     try await flush()
                     applied.append(
                         Applied(
@@ -231,6 +253,22 @@ public struct NotificationStore: Sendable {
                 ).run()
             }
             return applied
+        }
+    }
+
+    /// The `signedPayload` Apple sent, from its stored form; nil when a header it refers to
+    /// is not recorded.
+    func original(_ stored: String, sql: any SQLDatabase) async throws -> String? {
+        while true {
+            do {
+                return try StoredJWS.unpack(stored) { headers.get($0) }
+            } catch let unknown as StoredJWS.UnknownHeader {
+                let row = try await sql.raw("SELECT segment FROM jws_headers WHERE id = \(bind: unknown.id)").first()
+                guard let segment = try row?.decode(column: "segment", as: String.self),
+                    StoredJWS.id(segment.utf8) == unknown.id
+                else { return nil }
+                headers.put([unknown.id: segment])
+            }
         }
     }
 

@@ -36,5 +36,15 @@ import Testing
         }
         #expect(Base64.decodeURL("a+b") == nil)
         #expect(Base64.decodeURL("YQ==") == nil)
+        // Non-contiguous input (a lazy collection) encodes the same.
+        let bytes = Array(0...255).map(UInt8.init)
+        #expect(Base64.encodeURL(bytes.lazy.map { $0 }) == Base64.encodeURL(bytes))
+    }
+
+    @Test func urlAlphabetIsExactlyTheSixtyFourCharacters() {
+        let alphabet = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+        for byte in UInt8.min...UInt8.max {
+            #expect(Base64.isURLAlphabet(byte) == alphabet.contains(byte), "\(byte)")
+        }
     }
 }
