@@ -55,6 +55,7 @@ final class PostgresBackend: Backend {
             database: database, tls: try Self.tls(components, host: host))
         configuration.options.maximumConnections = Self.maximumConnections
         self.configuration = configuration
+        prepared = PreparedStatements(enabled: try Self.preparing(components))
         probeConfiguration = PostgresConnection.Configuration(
             host: host, port: components.port ?? 5432, username: user, password: components.password,
             database: database, tls: try Self.probeTLS(components, host: host))
@@ -65,6 +66,20 @@ final class PostgresBackend: Backend {
     }
 
     private let watch = Mutex<Task<Void, Never>?>(nil)
+
+    /// Repeated statements run prepared (PostgresPrepared.swift) unless `prepare=off`.
+    let prepared: PreparedStatements
+
+    static func preparing(_ components: URLComponents) throws -> Bool {
+        guard let value = components.queryItems?.last(where: { $0.name.lowercased() == "prepare" })?.value else {
+            return true
+        }
+        switch value.lowercased() {
+        case "on", "true", "1": return true
+        case "off", "false", "0": return false
+        default: throw Database.InvalidURL(description: "database.url: prepare must be on or off")
+        }
+    }
 
     /// Connections per pool: twice this machine's cores plus two, at least four (PostgresNIO's
     /// default is 20). Connections beyond what this process's cores can keep busy only hold
@@ -178,7 +193,7 @@ final class PostgresBackend: Backend {
         deadline: Duration, _ body: @escaping @Sendable (any SQLDatabase) async throws -> T
     ) async throws -> T {
         try await withDeadline(deadline) { connection in
-            let sql = connection.sql()
+            let sql = PreparingSQLDatabase(connection: connection, registry: self.prepared)
             try await sql.raw("BEGIN").run()
             do {
                 let result = try await body(sql)
@@ -208,7 +223,9 @@ final class PostgresBackend: Backend {
     }
 
     func read<T: Sendable>(_ body: @escaping @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
-        try await withDeadline(deadline) { connection in try await body(connection.sql()) }
+        try await withDeadline(deadline) { connection in
+            try await body(PreparingSQLDatabase(connection: connection, registry: self.prepared))
+        }
     }
 
     /// The work on a pooled connection, answered or failed by `deadline` — never waiting for a

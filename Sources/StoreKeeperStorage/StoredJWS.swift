@@ -52,16 +52,13 @@ enum StoredJWS {
     /// months; comparing 4 KB costs far less than hashing it.
     private static let recentIds = Mutex<[(segment: [UInt8], id: String)]>([])
 
-    static func cachedId(_ segment: ArraySlice<UInt8>) -> String {
+    static func cachedId(_ segment: UnsafeBufferPointer<UInt8>) -> String {
+        guard let wanted = segment.baseAddress else { return id(segment) }
         let found = recentIds.withLock { recent -> String? in
-            segment.withUnsafeBytes { wanted in
-                recent.first { entry in
-                    entry.segment.count == wanted.count
-                        && entry.segment.withUnsafeBytes {
-                            memcmp($0.baseAddress!, wanted.baseAddress!, wanted.count) == 0
-                        }
-                }?.id
-            }
+            recent.first { entry in
+                entry.segment.count == segment.count
+                    && entry.segment.withUnsafeBufferPointer { memcmp($0.baseAddress!, wanted, segment.count) == 0 }
+            }?.id
         }
         if let found { return found }
         let computed = id(segment)
@@ -87,11 +84,10 @@ enum StoredJWS {
             !bytes[(secondDot + 1)...].contains(dot),
             firstDot >= minimumHeader,
             let json = Base64.decodeURL(bytes[(firstDot + 1)..<secondDot]),
-            !json.contains(0),
             String(validating: json, as: UTF8.self) != nil
         else { return nil }
         var headers: [String: String] = [:]
-        let outerId = cachedId(bytes[..<firstDot])
+        let outerId = bytes.withUnsafeBufferPointer { cachedId(UnsafeBufferPointer(rebasing: $0[..<firstDot])) }
         headers[outerId] = String(decoding: bytes[..<firstDot], as: UTF8.self)
         var output = Array(marker.utf8)
         output.reserveCapacity(output.count + idLength + bytes.count - secondDot + json.count)
@@ -100,23 +96,32 @@ enum StoredJWS {
         output += bytes[(secondDot + 1)...]
         output.append(dot)
         // Each JSON string that starts with a long base64url segment and a dot: a signed JWS.
-        var index = 0
-        while index < json.count {
-            let byte = json[index]
-            output.append(byte)
-            index += 1
-            guard byte == quote, index < json.count else { continue }
-            if json[index] == tilde { return nil }
-            var end = index
-            while end < json.count, Base64.isURLAlphabet(json[end]) { end += 1 }
-            guard end < json.count, json[end] == dot, end - index >= minimumHeader else { continue }
-            let segment = json[index..<end]
-            let segmentId = cachedId(segment)
-            if headers[segmentId] == nil { headers[segmentId] = String(decoding: segment, as: UTF8.self) }
-            output.append(tilde)
-            output += segmentId.utf8
-            index = end
+        // Copied in runs between them (byte by byte was 4 % of accepting a notification).
+        let packed = json.withUnsafeBufferPointer { json -> Bool in
+            let count = json.count
+            guard let base = json.baseAddress, memchr(base, 0, count) == nil else { return false }
+            var copied = 0
+            var index = 0
+            while index < count, let found = memchr(base + index, Int32(quote), count - index) {
+                let start = base.distance(to: found.assumingMemoryBound(to: UInt8.self)) + 1
+                guard start < count else { break }
+                if json[start] == tilde { return false }
+                var end = start
+                while end < count, Base64.isURLAlphabet(json[end]) { end += 1 }
+                index = end == start ? start : end
+                guard end < count, json[end] == dot, end - start >= minimumHeader else { continue }
+                let segment = UnsafeBufferPointer(rebasing: json[start..<end])
+                let segmentId = cachedId(segment)
+                if headers[segmentId] == nil { headers[segmentId] = String(decoding: segment, as: UTF8.self) }
+                output += UnsafeBufferPointer(rebasing: json[copied..<start])
+                output.append(tilde)
+                output += segmentId.utf8
+                copied = end
+            }
+            output += UnsafeBufferPointer(rebasing: json[copied...])
+            return true
         }
+        guard packed else { return nil }
         return Packed(text: String(decoding: output, as: UTF8.self), headers: headers)
     }
 

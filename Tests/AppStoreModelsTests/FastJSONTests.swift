@@ -46,6 +46,31 @@ import Testing
         #expect(throws: FastJSON.Malformed.self) { try FastJSON.parse(Array(text.utf8)) }
     }
 
+    /// Strings are scanned eight bytes at a time: a quote, a backslash, a control character or
+    /// a non-ASCII byte is found at every offset of a word, as `JSONSerialization` finds it.
+    @Test func longStringsWithASpecialByteAtEveryOffset() throws {
+        let specials: [[UInt8]] = [
+            Array(#"\""#.utf8), Array(#"\\"#.utf8), Array(#"\n"#.utf8), Array(#"\u0041"#.utf8), [0x1F], [0x00],
+            [0x7F], Array("é".utf8), Array("😀".utf8), [0xFF], Array(" ".utf8), Array("!".utf8), Array("]".utf8),
+        ]
+        for special in specials {
+            for prefix in 0..<20 {
+                for suffix in [0, 1, 7, 8, 9, 23] {
+                    var bytes = Array(#"{"k":""#.utf8)
+                    bytes += Array(repeating: UInt8(ascii: "a"), count: prefix) + special
+                    bytes += Array(repeating: UInt8(ascii: "b"), count: suffix) + Array(#""}"#.utf8)
+                    let expected = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: String]
+                    let fast = try? FastJSON.parse(bytes)
+                    if let expected, let text = expected["k"] {
+                        #expect(fast == .object(["k": .string(text)]), "\(special) at \(prefix)")
+                    } else {
+                        #expect(fast == nil, "\(special) at \(prefix)")
+                    }
+                }
+            }
+        }
+    }
+
     @Test func rejectsInvalidUTF8() {
         #expect(throws: FastJSON.Malformed.self) { try FastJSON.parse([0x22, 0xFF, 0xFE, 0x22]) }
     }
