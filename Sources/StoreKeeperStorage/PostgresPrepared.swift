@@ -214,8 +214,10 @@ final class PreparedStatements: Sendable {
     static func literal(_ bind: Any) -> (type: String, literal: String)? {
         if isNil(bind) { return ("unknown", "NULL") }
         switch bind {
-        case let text as String: return ("text", dollarQuoted(text))
-        case let text as Substring: return ("text", dollarQuoted(String(text)))
+        // A NUL would end the statement's text in the protocol: such text goes unnamed (and
+        // PostgreSQL refuses it there, as it always did).
+        case let text as String: return text.utf8.contains(0) ? nil : ("text", dollarQuoted(text))
+        case let text as Substring: return text.utf8.contains(0) ? nil : ("text", dollarQuoted(String(text)))
         case let number as Int: return ("bigint", String(number))
         case let number as Int64: return ("bigint", String(number))
         case let number as Int32: return ("integer", String(number))

@@ -45,6 +45,7 @@ import Testing
         #expect(PreparedStatements.literal(String?.some("x"))! == ("text", "$s$x$s$"))
         // Anything else runs unnamed, with PostgresKit's binary binds.
         #expect(PreparedStatements.literal(Double.nan) == nil)
+        #expect(PreparedStatements.literal("a\u{0}b") == nil)
         #expect(PreparedStatements.literal(UUID()) == nil)
         #expect(PreparedStatements.literal(Data([1])) == nil)
         #expect(PreparedStatements.literal(UInt64(1)) == nil)
@@ -104,6 +105,15 @@ import Testing
                 try await sql.raw("SELECT COUNT(*) AS n FROM t").first()?.decode(column: "n", as: Int.self)
             }
             #expect(count == Self.hostile.count)
+            // Text with a NUL is refused by PostgreSQL, the second time as the first: an error,
+            // never a statement cut short.
+            for _ in 0..<3 {
+                await #expect(throws: (any Error).self) {
+                    try await database.transaction { sql in
+                        try await sql.raw("INSERT INTO t (k, n) VALUES (\(bind: "nul\u{0}x"), \(bind: 1))").run()
+                    }
+                }
+            }
         }
     }
 
