@@ -7,7 +7,7 @@ import SQLKit
 import Synchronization
 
 /// Runs repeated statements on PostgreSQL as prepared statements: `PREPARE` once per
-/// connection, then `EXECUTE` with the binds.
+/// connection, then `EXECUTE` with the values written into it.
 ///
 /// PostgresKit sends every statement unnamed. PostgreSQL then parses, analyses and plans it on
 /// every call. `pg_stat_statements` on `bench --retention` showed 175 µs of planning against 54
@@ -54,6 +54,7 @@ struct PreparingSQLDatabase: SQLDatabase {
 
     func execute(sql query: any SQLExpression, _ onRow: @escaping @Sendable (any SQLRow) -> Void) async throws {
         let (sql, binds) = serialize(query)
+        if let level = queryLogLevel { logger.log(level: level, "Executing query", metadata: ["sql": "\(sql)"]) }
         guard let prepared = registry.statement(sql: sql, binds: binds) else {
             // Unnamed, with the SQL serialized once (PostgresKit would serialize it again).
             guard let bindings = Self.bindings(binds) else { return try await plain.execute(sql: query, onRow) }
@@ -128,12 +129,9 @@ final class PreparedStatements: Sendable {
     let limit: Int
     let enabled: Bool
 
-    private struct Shape {
-        var index: Int
-        var seen: Int
-    }
+    /// A statement shape seen, and its number once it is prepared (the second time it runs).
     private struct Registry {
-        var shapes: [String: Shape] = [:]
+        var shapes: [String: Int?] = [:]
         var prepared = 0
     }
     private let registry = Mutex(Registry())
@@ -186,19 +184,22 @@ final class PreparedStatements: Sendable {
         }
         let key = types.joined(separator: ",") + "\u{0}" + sql
         let index = registry.withLock { registry -> Int? in
-            if var shape = registry.shapes[key] {
-                shape.seen += 1
-                registry.shapes[key] = shape
-                return shape.index
+            switch registry.shapes[key] {
+            case .some(.some(let index)):
+                return index
+            case .some(.none):
+                guard registry.prepared < limit else { return nil }
+                registry.shapes[key] = registry.prepared
+                registry.prepared += 1
+                return registry.prepared - 1
+            case .none:
+                // Shapes seen once are remembered up to a bound: a flood of one-off shapes (IN
+                // lists of every length) must not grow this map without end.
+                if registry.shapes.count < limit * 8 { registry.shapes[key] = .some(nil) }
+                return nil
             }
-            // Shapes seen once count too: a flood of one-off shapes (IN lists of every length)
-            // must not grow this map without end.
-            guard registry.shapes.count < limit * 8 else { return nil }
-            registry.shapes[key] = Shape(index: registry.prepared, seen: 1)
-            registry.prepared += 1
-            return nil
         }
-        guard let index, index < limit else { return nil }
+        guard let index else { return nil }
         return Statement(
             name: "sk_\(index)", types: types,
             execute: "EXECUTE sk_\(index) (\(arguments.joined(separator: ", ")))")

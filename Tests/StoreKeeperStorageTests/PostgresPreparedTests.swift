@@ -55,6 +55,32 @@ import Testing
         #expect(!PreparedStatements.preparable("CREATE TABLE x (a int)"))
     }
 
+    @Test func shapesArePreparedTheSecondTimeUpToTheLimit() {
+        let registry = PreparedStatements(limit: 2)
+        let select = "SELECT * FROM t WHERE k = $1"
+        #expect(registry.statement(sql: select, binds: ["a"]) == nil)
+        let second = registry.statement(sql: select, binds: ["b"])
+        #expect(second?.name == "sk_0")
+        #expect(second?.types == ["text"])
+        #expect(second?.execute == "EXECUTE sk_0 ($s$b$s$)")
+        // The same SQL with a bind of another type is another statement.
+        #expect(registry.statement(sql: select, binds: [1]) == nil)
+        #expect(registry.statement(sql: select, binds: [2])?.execute == "EXECUTE sk_1 (2)")
+        #expect(registry.statement(sql: select, binds: ["c"])?.name == "sk_0")
+        // Past the limit, a new shape stays unnamed.
+        let other = "SELECT * FROM t WHERE n = $1"
+        for _ in 0..<3 { #expect(registry.statement(sql: other, binds: [1, 2]) == nil) }
+        // Not a query or DML, no binds, too many binds or too many bytes: unnamed.
+        let open = PreparedStatements(limit: 10)
+        for _ in 0..<2 {
+            #expect(open.statement(sql: "LOCK TABLE t", binds: [1]) == nil)
+            #expect(open.statement(sql: "SELECT 1", binds: []) == nil)
+            #expect(open.statement(sql: select, binds: Array(repeating: 1, count: 33)) == nil)
+            #expect(open.statement(sql: select, binds: [String(repeating: "x", count: 1100)]) == nil)
+            #expect(PreparedStatements(enabled: false).statement(sql: select, binds: ["a"]) == nil)
+        }
+    }
+
     static var postgres: Bool { PurchaseStoreTests.kinds.contains(.postgres) }
 
     @Test(.enabled(if: postgres)) func hostileValuesRoundTripPreparedAndMeanWhatTheyMeantUnnamed() async throws {
