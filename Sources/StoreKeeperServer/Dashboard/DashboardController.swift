@@ -312,7 +312,7 @@ struct DashboardController {
         let shown = try await app.account(accountId)
         let records = try await app.store.accountRecords(accountId)
         var subscriptions: [[String: Any]] = []
-        for subscription in shown.subscriptions ?? [] {
+        for subscription in shown.subscriptions {
             let events = try await app.notifications.notifications(subject: subscription.originalTransactionId)
                 .suffix(100)
                 .map { event -> [String: Any] in
