@@ -259,14 +259,19 @@ public struct NotificationStore: Sendable {
     /// The `signedPayload` Apple sent, from its stored form; nil when a header it refers to
     /// is not recorded.
     func original(_ stored: String, sql: any SQLDatabase) async throws -> String? {
+        // Headers read for this text are kept here too, so each is read once even if the
+        // shared cache drops it meanwhile: every round adds one, so the loop ends.
+        var read: [String: String] = [:]
         while true {
             do {
-                return try StoredJWS.unpack(stored) { headers.get($0) }
+                return try StoredJWS.unpack(stored) { read[$0] ?? headers.get($0) }
             } catch let unknown as StoredJWS.UnknownHeader {
+                guard read[unknown.id] == nil else { return nil }
                 let row = try await sql.raw("SELECT segment FROM jws_headers WHERE id = \(bind: unknown.id)").first()
                 guard let segment = try row?.decode(column: "segment", as: String.self),
                     StoredJWS.id(segment.utf8) == unknown.id
                 else { return nil }
+                read[unknown.id] = segment
                 headers.put([unknown.id: segment])
             }
         }

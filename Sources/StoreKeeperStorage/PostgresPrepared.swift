@@ -217,8 +217,10 @@ final class PreparedStatements: Sendable {
         switch bind {
         // A NUL would end the statement's text in the protocol: such text goes unnamed (and
         // PostgreSQL refuses it there, as it always did).
-        case let text as String: return text.utf8.contains(0) ? nil : ("text", dollarQuoted(text))
-        case let text as Substring: return text.utf8.contains(0) ? nil : ("text", dollarQuoted(String(text)))
+        // Longer text than a prepared statement takes is not quoted at all.
+        case let text as String:
+            return text.utf8.count > maximumLiterals || text.utf8.contains(0) ? nil : ("text", dollarQuoted(text))
+        case let text as Substring: return literal(String(text))
         case let number as Int: return ("bigint", String(number))
         case let number as Int64: return ("bigint", String(number))
         case let number as Int32: return ("integer", String(number))
@@ -230,17 +232,37 @@ final class PreparedStatements: Sendable {
         }
     }
 
-    /// `text` between `$s$` tags (or `$s1$`, `$s2$`… when the tag would be found earlier than
-    /// where it closes: inside the text, or across its end, as `$s` + `$s$`).
+    /// `text` between `$s$` tags (or `$sN$` for the smallest N whose tag the text does not
+    /// contain, and that is not found across the text's end either, as `$s` + `$s$` would be).
+    /// Linear in the text: one pass collects the tags it contains, and at most a couple of
+    /// candidates fail at its end.
     static func dollarQuoted(_ text: String) -> String {
         guard text.utf8.contains(UInt8(ascii: "$")) else { return "$s$" + text + "$s$" }
         let bytes = Array(text.utf8)
+        var contained: Set<Int> = []
+        var index = 0
+        while index + 2 < bytes.count {
+            defer { index += 1 }
+            guard bytes[index] == UInt8(ascii: "$"), bytes[index + 1] == UInt8(ascii: "s") else { continue }
+            var end = index + 2
+            var number = 0
+            while end < bytes.count, end - index < 20, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[end]) {
+                number = number * 10 + Int(bytes[end] - UInt8(ascii: "0"))
+                end += 1
+            }
+            if end < bytes.count, bytes[end] == UInt8(ascii: "$") { contained.insert(number) }
+        }
         var counter = 0
         while true {
-            let tag = counter == 0 ? "$s$" : "$s\(counter)$"
-            let closed = bytes + Array(tag.utf8)
-            if firstOccurrence(of: Array(tag.utf8), in: closed) == bytes.count { return tag + text + tag }
-            counter += 1
+            defer { counter += 1 }
+            if contained.contains(counter) { continue }
+            let tag = Array((counter == 0 ? "$s$" : "$s\(counter)$").utf8)
+            // Only the text's last few bytes can join the tag into an earlier occurrence.
+            let tail = Array(bytes.suffix(tag.count)) + tag
+            if firstOccurrence(of: tag, in: tail) == tail.count - tag.count {
+                let quoted = String(decoding: tag, as: UTF8.self)
+                return quoted + text + quoted
+            }
         }
     }
 

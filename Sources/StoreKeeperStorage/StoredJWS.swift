@@ -14,8 +14,8 @@ import Synchronization
 /// Packed, a notification is `~1.<header id>.<signature>.<payload JSON>`. The payload is kept
 /// as JSON text, not base64url. Inside it, each signed string's header segment is replaced by
 /// `~<header id>`. A header id is the SHA-256 of the segment (base64url); the `jws_headers`
-/// table maps it back. Unpacking gives back the original text byte for byte. `pack` checks
-/// that before it returns, and anything that would not round-trip is stored as sent.
+/// table maps it back. Unpacking gives back the original text byte for byte (see `pack` for
+/// why), and anything `pack` cannot keep that way is stored as sent.
 enum StoredJWS {
     static let marker = "~1."
     /// Headers shorter than this are not worth a reference (an `x5c` header is ~4 KB).

@@ -46,6 +46,14 @@ import Testing
         // Anything else runs unnamed, with PostgresKit's binary binds.
         #expect(PreparedStatements.literal(Double.nan) == nil)
         #expect(PreparedStatements.literal("a\u{0}b") == nil)
+        // Text longer than a prepared statement takes is never quoted.
+        #expect(PreparedStatements.literal(String(repeating: "$s1$", count: 300)) == nil)
+        // Every small tag inside the text, and one that only closes across its end: the tag
+        // chosen is the first free one.
+        let crowded = (0..<50).map { $0 == 0 ? "$s$" : "$s\($0)$" }.joined() + "$s5"
+        let quoted = PreparedStatements.dollarQuoted(crowded)
+        #expect(quoted.hasPrefix("$s50$") && quoted.hasSuffix("$s50$"))
+        #expect(PreparedStatements.dollarQuoted("x$s") == "$s1$x$s$s1$")
         #expect(PreparedStatements.literal(UUID()) == nil)
         #expect(PreparedStatements.literal(Data([1])) == nil)
         #expect(PreparedStatements.literal(UInt64(1)) == nil)
