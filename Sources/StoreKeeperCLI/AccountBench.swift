@@ -19,7 +19,8 @@ struct AccountBench {
         let run = UInt64.random(in: 0..<1_000_000)
         let account = "ab\(run)"
         // Enough coins for every debit: 60 a purchase, 1 a debit.
-        let purchases = count / 60 + 1
+        let mixed = max(count / 4, 1)
+        let purchases = (count + mixed) / 60 + 1
         FileHandle.standardError.write(Data("crediting \(account) with \(purchases) purchases…\n".utf8))
         let coins = TransactionIssuer.Purchase(bundleId: "com.example.app", productId: "coins_60")
         var bodies: [String] = []
@@ -37,6 +38,19 @@ struct AccountBench {
             concurrency: concurrency,
             "/v1/accounts/\(account)/balances/coins/debit",
             (0..<count).map { #"{"amount":1,"idempotencyKey":"ab\#(run)-\#($0)"}"# }, expect: #""balance""#)
+        // Reads while debits commit, half the connections each: what an app sees when one
+        // account is read while its coins are spent. (CPU is shared, so not reported per row.)
+        let half = max(concurrency / 2, 1)
+        async let mixedDebits = server.send(
+            concurrency: half,
+            "/v1/accounts/\(account)/balances/coins/debit",
+            (0..<mixed).map { #"{"amount":1,"idempotencyKey":"abm\#(run)-\#($0)"}"# }, expect: #""balance""#)
+        var mixedReads = try await server.send(
+            concurrency: half,
+            "/v1/accounts/\(account)", Array(repeating: "", count: mixed), method: "GET", expect: #""balances""#)
+        var debitsBeside = try await mixedDebits
+        mixedReads.cpuSeconds = nil
+        debitsBeside.cpuSeconds = nil
         await server.stop()
 
         print("## Account reads and debits end to end — \(app.database.kind.rawValue)")
@@ -49,10 +63,16 @@ struct AccountBench {
             [
                 ("`GET /v1/accounts/{id}` (balances, entitlements, subscriptions)", reads),
                 ("`POST /v1/accounts/{id}/balances/coins/debit` (durable ledger write)", debits),
+                ("`GET /v1/accounts/{id}` while debits run (\(half) connections each)", mixedReads),
+                ("`POST …/debit` beside those reads (\(half) connections)", debitsBeside),
             ], baseline: health)
         print("")
-        if reads.accepted != count || debits.accepted != count {
-            throw BenchFailure(description: "\(reads.accepted) reads, \(debits.accepted) debits answered, of \(count)")
+        if reads.accepted != count || debits.accepted != count || mixedReads.accepted != mixed
+            || debitsBeside.accepted != mixed
+        {
+            throw BenchFailure(
+                description: "\(reads.accepted) reads, \(debits.accepted) debits answered, of \(count); "
+                    + "\(mixedReads.accepted) reads and \(debitsBeside.accepted) debits side by side, of \(mixed)")
         }
     }
 }

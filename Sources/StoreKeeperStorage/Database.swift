@@ -86,8 +86,24 @@ public final class Database: Sendable {
     /// One round trip, answered or failed within `deadline` (`/healthz`, startup).
     public func ping(deadline: Duration = .seconds(2)) async throws {
         try await raceDeadline(deadline, what: "a database round trip") {
+            do {
+                if let sqlite = self.backend as? SQLiteBackend { return try await sqlite.ping() }
+            } catch {
+                throw StorageUnavailable.classify(error) ?? error
+            }
             try await self.read { sql in _ = try await sql.raw("SELECT 1 AS one").first() }
         }
+    }
+
+    var sqliteBackend: SQLiteBackend? { backend as? SQLiteBackend }
+
+    /// SQLite: `body` on the connection that writes, outside a transaction (its per-connection
+    /// settings, such as a test's `PRAGMA query_only`); PostgreSQL: a read.
+    func onWritingConnection<T: Sendable>(_ body: @escaping @Sendable (any SQLDatabase) async throws -> T)
+        async throws -> T
+    {
+        guard let sqlite = sqliteBackend else { return try await read(body) }
+        return try await sqlite.onWriter(body)
     }
 
     /// SQLite only: the write-ahead log's size in bytes, and a checkpoint that truncates it.

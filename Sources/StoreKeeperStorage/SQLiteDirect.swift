@@ -24,12 +24,16 @@ final class SQLiteHandle: @unchecked Sendable {
     private var statements: [String: OpaquePointer] = [:]
     private static let cachedStatementLimit = 512
 
-    init(path: String) throws {
-        let flags = SQLITE_OPEN_CREATE | SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX | SQLITE_OPEN_URI
+    /// Opens (and with `create`, creates) the database at `path`.
+    init(path: String, create: Bool = true) throws {
+        let flags =
+            (create ? SQLITE_OPEN_CREATE : 0) | SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX | SQLITE_OPEN_URI
         var handle: OpaquePointer?
         // A new database file is readable by its owner only (purchases, accounts, proofs);
         // SQLite gives its -wal and -shm files the same permissions.
-        if !path.hasPrefix(":") && !path.hasPrefix("file:") && !FileManager.default.fileExists(atPath: path) {
+        if create && !path.hasPrefix(":") && !path.hasPrefix("file:")
+            && !FileManager.default.fileExists(atPath: path)
+        {
             _ = FileManager.default.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600])
         }
         let status = sqlite_nio_sqlite3_open_v2(path, &handle, flags, nil)
@@ -79,6 +83,14 @@ final class SQLiteHandle: @unchecked Sendable {
             for index in 0..<count { values.append(Self.column(index, of: statement)) }
             onRow(SQLiteResultRow(columns: columns, values: values))
         }
+    }
+
+    /// Whether a transaction is open on the connection (SQLite is not in autocommit mode).
+    var inTransaction: Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        guard let handle else { return false }
+        return sqlite_nio_sqlite3_get_autocommit(handle) == 0
     }
 
     func close() {

@@ -109,7 +109,7 @@ import Testing
         let pages = try await app.database.read { sql in
             try await sql.raw("PRAGMA page_count").first()?.decode(column: "page_count", as: Int.self) ?? 0
         }
-        try await app.database.read { sql in
+        try await app.database.onWritingConnection { sql in
             try await sql.raw("PRAGMA max_page_count = \(unsafeRaw: String(pages))").run()
         }
         // Large rows, then ever smaller ones, until not even a few bytes fit anywhere.
@@ -128,7 +128,9 @@ import Testing
     }
 
     static func freeDisk(_ app: StoreKeeperApp) async throws {
-        try await app.database.read { sql in try await sql.raw("PRAGMA max_page_count = 1073741823").run() }
+        try await app.database.onWritingConnection { sql in
+            try await sql.raw("PRAGMA max_page_count = 1073741823").run()
+        }
         try await app.database.transaction { sql in try await sql.raw("DELETE FROM filler").run() }
     }
 
@@ -161,7 +163,7 @@ import Testing
         try await API.withServer("sqlite") { app, client in
             let proof = try await app.localAppStore!.buy("ro", items: [.init(productId: "coins_60")])
                 .signedTransactions[0]
-            try await app.database.read { sql in try await sql.raw("PRAGMA query_only = ON").run() }
+            try await app.database.onWritingConnection { sql in try await sql.raw("PRAGMA query_only = ON").run() }
             let order = try await API.call(
                 client, .post, "/v1/orders", body: #"{"accountId":"ro","productId":"coins_60"}"#)
             #expect(order.status == .serviceUnavailable)
@@ -170,7 +172,7 @@ import Testing
             let refused = Acknowledged()
             await Self.load(client, proofs: [proof], streams: 1, acknowledged: refused)
             #expect(refused.statuses.withLock { $0 } == [503: 1])
-            try await app.database.read { sql in try await sql.raw("PRAGMA query_only = OFF").run() }
+            try await app.database.onWritingConnection { sql in try await sql.raw("PRAGMA query_only = OFF").run() }
             let delivered = Acknowledged()
             await Self.load(client, proofs: [proof], streams: 1, acknowledged: delivered)
             #expect(delivered.statuses.withLock { $0 } == [200: 1])
