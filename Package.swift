@@ -46,11 +46,15 @@ let package = Package(
     targets: [
         // Codable types for every Apple payload; no dependencies so the client SDK can share them.
         .target(name: "AppStoreModels"),
+        // ES256 verification with a precomputed table of the signing key, over BoringSSL's
+        // P-256 assembly as swift-crypto links it (P256Table.swift says why).
+        .target(name: "CP256Verify", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
         // Pure, offline verification of JWS and PKCS#7 app receipts.
         .target(
             name: "AppStoreVerification",
             dependencies: [
                 "AppStoreModels",
+                "CP256Verify",
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -201,7 +205,7 @@ let package = Package(
         .testTarget(
             name: "AppStoreVerificationTests",
             dependencies: [
-                "AppStoreModels", "AppStoreVerification", "AppStoreSigning",
+                "AppStoreModels", "AppStoreVerification", "AppStoreSigning", "CP256Verify",
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),

@@ -221,10 +221,8 @@ public final class SignedDataVerifier: Sendable {
         let validationTime = self.validationTime(signedMilliseconds: signingDate(payload))
         let leafKey = try await verifiedLeafKey(certificates, validationTime: validationTime)
 
-        let signatureBytes = try compact.signatureBytes()
-        guard signatureBytes.count == 64,
-            let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes)
-        else {
+        let signature = try compact.signatureBytes()
+        guard signature.count == 64 else {
             throw VerificationFailure.invalidSignature("ES256 signature must be 64 bytes (R || S)")
         }
         guard leafKey.isValidSignature(signature, for: compact.signingInput) else {
@@ -264,7 +262,7 @@ public final class SignedDataVerifier: Sendable {
 
     private func verifiedLeafKey(
         _ key: VerifiedChainCache.Key, validationTime: Date
-    ) async throws -> P256.Signing.PublicKey {
+    ) async throws -> LeafKey {
         let freshAfter = configuration.onlineChecks.map { Date() - TimeInterval($0.freshness.components.seconds) }
         if let entry = cache.lookup(key, at: validationTime, freshAfter: freshAfter) {
             return entry.leafKey
@@ -281,7 +279,7 @@ public final class SignedDataVerifier: Sendable {
         guard leaf.subject != intermediate.subject, leaf.publicKey != intermediate.publicKey else {
             throw VerificationFailure.invalidChain("x5c repeats a subject or a key")
         }
-        guard let leafKey = P256.Signing.PublicKey(leaf.publicKey) else {
+        guard let leafKey = P256.Signing.PublicKey(leaf.publicKey).map(LeafKey.init) else {
             throw VerificationFailure.invalidChain("leaf certificate key is not P-256")
         }
         let chain = try await ChainValidator.validate(

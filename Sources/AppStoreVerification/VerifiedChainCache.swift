@@ -20,7 +20,7 @@ final class VerifiedChainCache: Sendable {
     }
 
     struct Entry: Sendable {
-        let leafKey: P256.Signing.PublicKey
+        let leafKey: LeafKey
         /// Intersection of the three certificates' validity periods.
         let validFrom: Date
         let validUntil: Date

@@ -106,7 +106,8 @@ import Testing
             await relay.apply()
             let failed = try await Self.extensions(relay, original).first
             #expect(failed?["status"] as? String == "failed")
-            #expect((failed?["error"] as? String ?? "").contains("4030004"), "\(failed ?? [:])")
+            let error = failed?["error"] as? String ?? ""
+            #expect(error.contains("4030004"), "\(String(describing: failed))")
         }
     }
 

@@ -135,7 +135,7 @@ import Testing
                             let value =
                                 try await sql.raw("SELECT i FROM t WHERE k = 'c'").first()?.decode(
                                     column: "i", as: Int.self) ?? 0
-                            try await Task.yield()
+                            await Task.yield()
                             try await sql.raw("UPDATE t SET i = \(bind: value + 1) WHERE k = 'c'").run()
                         }
                     }
