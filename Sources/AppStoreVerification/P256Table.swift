@@ -25,23 +25,54 @@ final class P256Table: @unchecked Sendable {
     /// Whether this machine has the fast path at all.
     static let available: Bool = sk_p256_available() != 0 && sk_p256_base_table() != nil
 
-    /// The table of `key`; nil where the fast path does not exist.
-    init?(_ key: P256.Signing.PublicKey) {
+    /// How many tables may exist at once (765 KiB each).
+    final class Budget: Sendable {
+        /// A server sees one or two Apple leaf keys at a time; past the limit, keys are
+        /// verified by swift-crypto.
+        static let shared = Budget(limit: 8)
+
+        let limit: Int
+        private let live = Atomic<Int>(0)
+
+        init(limit: Int) { self.limit = limit }
+
+        var count: Int { live.load(ordering: .relaxed) }
+
+        fileprivate func take() -> Bool {
+            guard live.add(1, ordering: .relaxed).newValue <= limit else {
+                live.subtract(1, ordering: .relaxed)
+                return false
+            }
+            return true
+        }
+
+        fileprivate func give() { live.subtract(1, ordering: .relaxed) }
+    }
+
+    private let budget: Budget
+
+    /// The table of `key`; nil where the fast path does not exist or `budget` is spent.
+    init?(_ key: P256.Signing.PublicKey, budget: Budget = .shared) {
         guard Self.available else { return nil }
         let point = [UInt8](key.rawRepresentation)  // x ‖ y, 32 bytes each
-        guard point.count == 64 else { return nil }
+        guard point.count == 64, budget.take() else { return nil }
+        self.budget = budget
         let storage = UnsafeMutableRawPointer.allocate(byteCount: sk_p256_table_size(), alignment: 64)
         let built = point.withUnsafeBufferPointer { point in
             sk_p256_table_init(storage, point.baseAddress, point.baseAddress! + 32)
         }
         guard built == 1 else {
             storage.deallocate()
+            budget.give()
             return nil
         }
         self.storage = storage
     }
 
-    deinit { storage.deallocate() }
+    deinit {
+        storage.deallocate()
+        budget.give()
+    }
 
     /// Whether `signature` (r ‖ s, 64 bytes) signs `data` with SHA-256 under this key.
     func isValidSignature(_ signature: [UInt8], for data: some DataProtocol) -> Bool {

@@ -84,6 +84,9 @@ public final class SignedDataVerifier: Sendable {
     /// Number of chains currently cached (diagnostics, tests).
     public var cachedChainCount: Int { cache.count }
 
+    /// Number of cached leaf keys checked through a precomputed table (tests).
+    var leafKeyTableCount: Int { cache.tableCount }
+
     // MARK: Per kind
 
     /// A `JWSTransaction`: signature, chain, `bundleId`, `environment`.

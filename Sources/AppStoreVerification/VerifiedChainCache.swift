@@ -93,6 +93,9 @@ final class VerifiedChainCache: Sendable {
     }
 
     var count: Int { state.withLock { $0.entries.count } }
+
+    /// How many cached leaf keys verify through a precomputed table (diagnostics, tests).
+    var tableCount: Int { state.withLock { $0.entries.values.filter(\.leafKey.hasTable).count } }
 }
 
 /// Bytes as a dictionary key: hashed once, in one pass over the buffer (the default

@@ -36,6 +36,29 @@ import X509
         }
     }
 
+    /// Past `LeafKey.tableAfter` JWS the leaf key is checked through its table: genuine JWS
+    /// still verify, and a JWS with the same x5c signed by another key, or with its signature
+    /// altered, is still refused.
+    @Test func aLeafKeyThatKeepsComingBackIsCheckedThroughItsTableWithTheSameAnswers() async throws {
+        let verifier = try TestPKI.verifier()
+        let impostor = JWSSigner(
+            key: P256.Signing.PrivateKey(),
+            chain: TestPKI.genuine.jwsSigner.x5c.map { [UInt8](Data(base64Encoded: $0)!) })
+        for index in 0..<(LeafKey.tableAfter + 16) {
+            let jws = try signer.sign(TestPKI.transaction(id: "t\(index)"))
+            #expect(try await verifier.verifyTransaction(jws).transactionId == "t\(index)")
+            await expectFailure("invalid_signature") {
+                _ = try await verifier.verifyTransaction(impostor.sign(TestPKI.transaction(id: "t\(index)")))
+            }
+            // The signature's last character changed (a different S, or a non-canonical one).
+            var altered = jws
+            let last = altered.removeLast()
+            altered.append(last == "A" ? "Q" : "A")
+            await expectFailure("invalid_signature") { _ = try await verifier.verifyTransaction(altered) }
+        }
+        #expect(verifier.leafKeyTableCount == (P256Table.available ? 1 : 0))
+    }
+
     @Test func cacheDisabledGivesSameAnswers() async throws {
         let verifier = try TestPKI.verifier(cache: 0)
         _ = try await verifier.verifyTransaction(signer.sign(TestPKI.transaction()))

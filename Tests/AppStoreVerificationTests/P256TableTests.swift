@@ -202,6 +202,23 @@ import Testing
         for index in 0..<16 { try check(1000 + index) }
     }
 
+    /// No more tables at once than the budget allows; one freed makes room for another.
+    @Test func tablesAreLimited() throws {
+        let budget = P256Table.Budget(limit: 3)
+        var tables: [P256Table] = []
+        while let table = P256Table(P256.Signing.PrivateKey().publicKey, budget: budget) {
+            tables.append(table)
+            try #require(tables.count <= 3)
+        }
+        #expect(tables.count == 3)
+        #expect(budget.count == 3)
+        tables.removeLast()
+        #expect(budget.count == 2)
+        #expect(P256Table(P256.Signing.PrivateKey().publicKey, budget: budget) != nil)
+        #expect(budget.count == 2)  // that table is gone again
+        #expect(P256Table.Budget.shared.limit == 8)
+    }
+
     /// Many threads on one table and on the generator's (built on first use).
     @Test func concurrentVerificationsAgree() async throws {
         let privateKey = P256.Signing.PrivateKey()
