@@ -41,7 +41,23 @@ final class SQLiteBackend: Backend {
         self.path = path
         let handle = try SQLiteHandle(path: path)
         let executor = ThreadExecutor(name: "storekeeper-sqlite")
-        let journal = try await withTaskExecutorPreference(executor) {
+        let journal: String
+        do {
+            journal = try await Self.configure(handle, on: executor)
+        } catch {
+            executor.stop()
+            throw error
+        }
+        self.handle = handle
+        self.executor = executor
+        let eventLoop = MultiThreadedEventLoopGroup.singleton.any()
+        database = SQLiteDirectDatabase(handle: handle, logger: logger, eventLoop: eventLoop)
+        readers = journal == "wal" ? SQLiteReaders(path: path, logger: logger, eventLoop: eventLoop) : nil
+    }
+
+    /// The writing connection's settings; returns the journal mode SQLite chose.
+    private static func configure(_ handle: SQLiteHandle, on executor: ThreadExecutor) async throws -> String {
+        try await withTaskExecutorPreference(executor) {
             // WAL for concurrent readers; FULL so a commit is on disk before it is acknowledged.
             var journal = ""
             try handle.execute("PRAGMA journal_mode=WAL", binds: []) { journal = $0.values.first?.string ?? "" }
@@ -55,11 +71,6 @@ final class SQLiteBackend: Backend {
             }
             return journal.lowercased()
         }
-        self.handle = handle
-        self.executor = executor
-        let eventLoop = MultiThreadedEventLoopGroup.singleton.any()
-        database = SQLiteDirectDatabase(handle: handle, logger: logger, eventLoop: eventLoop)
-        readers = journal == "wal" ? SQLiteReaders(path: path, logger: logger, eventLoop: eventLoop) : nil
     }
 
     let path: String
