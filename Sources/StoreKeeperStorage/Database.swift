@@ -74,7 +74,8 @@ public final class Database: Sendable {
         }
     }
 
-    /// Runs read-only work outside an explicit transaction.
+    /// Runs read-only work: on SQLite in a read transaction on a connection of its own (one
+    /// snapshot, never behind the writer), on PostgreSQL outside an explicit transaction.
     public func read<T: Sendable>(_ body: @escaping @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
         do {
             return try await backend.read(body)
@@ -85,25 +86,25 @@ public final class Database: Sendable {
 
     /// One round trip, answered or failed within `deadline` (`/healthz`, startup).
     public func ping(deadline: Duration = .seconds(2)) async throws {
+        // On SQLite through the writing connection: it answers only if writes can get through.
         try await raceDeadline(deadline, what: "a database round trip") {
-            do {
-                if let sqlite = self.backend as? SQLiteBackend { return try await sqlite.ping() }
-            } catch {
-                throw StorageUnavailable.classify(error) ?? error
-            }
-            try await self.read { sql in _ = try await sql.raw("SELECT 1 AS one").first() }
+            try await self.onWritingConnection { sql in _ = try await sql.raw("SELECT 1 AS one").first() }
         }
     }
 
     var sqliteBackend: SQLiteBackend? { backend as? SQLiteBackend }
 
-    /// SQLite: `body` on the connection that writes, outside a transaction (its per-connection
-    /// settings, such as a test's `PRAGMA query_only`); PostgreSQL: a read.
+    /// SQLite: `body` on the connection that writes, outside a transaction (`ping`, and
+    /// per-connection settings such as a test's `PRAGMA query_only`); PostgreSQL: a read.
     func onWritingConnection<T: Sendable>(_ body: @escaping @Sendable (any SQLDatabase) async throws -> T)
         async throws -> T
     {
         guard let sqlite = sqliteBackend else { return try await read(body) }
-        return try await sqlite.onWriter(body)
+        do {
+            return try await sqlite.onWriter(body)
+        } catch {
+            throw StorageUnavailable.classify(error) ?? error
+        }
     }
 
     /// SQLite only: the write-ahead log's size in bytes, and a checkpoint that truncates it.

@@ -103,11 +103,6 @@ final class SQLiteBackend: Backend {
         try await serialized(body)
     }
 
-    /// One statement through the writing connection: it answers only if the writer does.
-    func ping() async throws {
-        try await serialized { sql in _ = try await sql.raw("SELECT 1 AS one").first() }
-    }
-
     private func serialized<T: Sendable>(_ body: @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
         try await withTaskExecutorPreference(executor) {
             try await lock.withLock { try await body(database) }
