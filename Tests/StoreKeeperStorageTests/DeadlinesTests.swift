@@ -78,3 +78,90 @@ import Testing
         #expect(deadlines.pending == 0)
     }
 }
+
+/// `raceDeadline` on the watcher: the early check, an outside handle, and the deadline, each
+/// answering `StorageUnavailable` with its own reason — and no entry left behind.
+@Suite struct RaceDeadlineTests {
+    /// Work that ends only when cancelled.
+    static func hang() async throws -> Int {
+        try await Task.sleep(for: .seconds(3600))
+        return 0
+    }
+
+    @Test func theEarlyCheckEndsTheWaitBeforeTheDeadline() async throws {
+        let deadlines = Deadlines(tick: .milliseconds(10))
+        let checks = Mutex(0)
+        let start = ContinuousClock.now
+        let error = await #expect(throws: StorageUnavailable.self) {
+            try await raceDeadline(
+                .seconds(3600), what: "a call",
+                early: EarlyDeadline(
+                    after: .milliseconds(50), what: "unreachable",
+                    stillWaiting: {
+                        checks.withLock {
+                            $0 += 1
+                            return $0 >= 2
+                        }
+                    }),
+                on: deadlines, Self.hang)
+        }
+        // Checked at 50 ms (still reachable), again a second later (not): answered then, an
+        // hour before the deadline.
+        #expect(error?.reason.hasPrefix("unreachable within") == true)
+        #expect(checks.withLock { $0 } == 2)
+        #expect(ContinuousClock.now - start < .seconds(600))
+        #expect(deadlines.pending == 0)
+    }
+
+    @Test func anEarlyCheckThatNeverFiresLeavesTheDeadline() async throws {
+        let deadlines = Deadlines(tick: .milliseconds(10))
+        let error = await #expect(throws: StorageUnavailable.self) {
+            try await raceDeadline(
+                .milliseconds(300), what: "a call",
+                early: EarlyDeadline(after: .milliseconds(20), what: "unreachable", stillWaiting: { false }),
+                on: deadlines, Self.hang)
+        }
+        #expect(error?.reason == "a call took longer than 0.3 seconds")
+        #expect(deadlines.pending == 0)
+    }
+
+    @Test func anExpiredHandleEndsTheRaceAndRunsOnTimeout() async throws {
+        let deadlines = Deadlines(tick: .milliseconds(10))
+        let handle = DeadlineHandle()
+        let timedOut = Mutex(false)
+        let caller = Task {
+            try await raceDeadline(
+                .seconds(3600), what: "a call", handle: handle, on: deadlines,
+                onTimeout: { timedOut.withLock { $0 = true } }, Self.hang)
+        }
+        try await Task.sleep(for: .milliseconds(50))
+        handle.expire("the pool was replaced")
+        let error = await #expect(throws: StorageUnavailable.self) { try await caller.value }
+        #expect(error?.reason == "the pool was replaced")
+        for _ in 0..<12_000 where !timedOut.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(timedOut.withLock { $0 })
+        #expect(deadlines.pending == 0)
+        // Expiring it again, after the end, changes nothing.
+        handle.expire("again")
+    }
+
+    /// Work that answers first removes its entry, early check or not.
+    @Test func answeredWorkLeavesNoEntry() async throws {
+        let deadlines = Deadlines(tick: .milliseconds(10))
+        let sum = try await withThrowingTaskGroup(of: Int.self) { group in
+            for index in 0..<500 {
+                group.addTask {
+                    try await raceDeadline(
+                        .seconds(3600), what: "a call",
+                        early: index.isMultiple(of: 2)
+                            ? EarlyDeadline(after: .seconds(60), what: "unreachable", stillWaiting: { true }) : nil,
+                        on: deadlines
+                    ) { index }
+                }
+            }
+            return try await group.reduce(0, +)
+        }
+        #expect(sum == 499 * 500 / 2)
+        #expect(deadlines.pending == 0)
+    }
+}
