@@ -73,54 +73,24 @@ public final class Deadlines: @unchecked Sendable {
     }
 }
 
-/// `body` in a task of its own, raced against `deadline` on `deadlines`: its result, or
-/// `timedOut()` as soon as the deadline passes — without waiting for `body` any longer (it is
-/// cancelled). Cancelling the caller cancels `body`, whose answer (often `CancellationError`)
-/// is then the result.
+/// `body` in a task of its own (preferring `executor`, when given), raced against `deadline`
+/// on `deadlines`: its result, or `timedOut()` as soon as the deadline passes — without
+/// waiting for `body` any longer (it is cancelled). Cancelling the caller cancels `body`, whose
+/// answer (often `CancellationError`) is then the result.
 public func race<T: Sendable>(
-    deadline: Duration, on deadlines: Deadlines = .shared, timedOut: @escaping @Sendable () -> Result<T, any Error>,
-    _ body: @escaping @Sendable () async throws -> T
-) async throws -> T {
-    try await race(deadline: deadline, on: deadlines, early: nil, handle: nil, timedOut: { _ in timedOut() }, body)
-}
-
-/// `race`, which can also end before `deadline`: from `early.after` on, once a second, when
-/// `early.stillWaiting()`; or when `handle` is expired. `timedOut` gets the reason — nil when
-/// the deadline itself passed. Every timer is an entry on `deadlines` (no sleeping task: a
-/// cancelled `Task.sleep` still fires later on Swift's timer queue, and tens of thousands of
-/// them a second kept that queue's thread busy), removed when the work answers first.
-public func race<T: Sendable>(
-    deadline: Duration, on deadlines: Deadlines = .shared, early: EarlyDeadline?, handle: DeadlineHandle?,
-    timedOut: @escaping @Sendable (_ reason: String?) -> Result<T, any Error>,
-    _ body: @escaping @Sendable () async throws -> T
+    deadline: Duration, on deadlines: Deadlines = .shared, executor: (any TaskExecutor)? = nil,
+    timedOut: @escaping @Sendable () -> Result<T, any Error>, _ body: @escaping @Sendable () async throws -> T
 ) async throws -> T {
     let race = Race()
     return try await withTaskCancellationHandler {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
-            let expire: @Sendable (String?) -> Void = { reason in
+            let key = deadlines.add(at: .now + deadline) {
                 guard race.finish() else { return }
-                // Expired by the handle, the deadline's entry is still there.
-                if let key = race.timer { deadlines.remove(key) }
                 race.cancelWork()
-                continuation.resume(with: timedOut(reason))
+                continuation.resume(with: timedOut())
             }
-            let start = ContinuousClock.now
-            let end = start + deadline
-            // Fires at `at`: the deadline when it has passed, else the early check, then again a
-            // second later (never past the deadline).
-            @Sendable func arm(at: ContinuousClock.Instant) {
-                let key = deadlines.add(at: at) {
-                    let now = ContinuousClock.now
-                    guard let early, now < end else { return expire(nil) }
-                    if early.stillWaiting() { return expire("\(early.what) within \(now - start)") }
-                    arm(at: min(now + .seconds(1), end))
-                }
-                if !race.setTimer(key) { deadlines.remove(key) }
-            }
-            arm(at: early.map { $0.after < deadline ? start + $0.after : end } ?? end)
-            handle?.arm { reason in expire(reason) }
             race.setWork(
-                Task {
+                Task(executorPreference: executor) {
                     let result: Result<T, any Error>
                     do {
                         result = .success(try await body())
@@ -128,7 +98,7 @@ public func race<T: Sendable>(
                         result = .failure(error)
                     }
                     guard race.finish() else { return }
-                    if let key = race.timer { deadlines.remove(key) }
+                    deadlines.remove(key)
                     continuation.resume(with: result)
                 })
         }
@@ -137,11 +107,9 @@ public func race<T: Sendable>(
     }
 }
 
-/// Who answered first, the work or its deadline; the work's task, to cancel; the deadline's
-/// current entry, to remove.
+/// Who answered first, the work or its deadline; and the work's task, to cancel.
 private final class Race: Sendable {
-    private let state = Mutex<(finished: Bool, cancelled: Bool, work: Task<Void, Never>?, timer: UInt64?)>(
-        (false, false, nil, nil))
+    private let state = Mutex<(finished: Bool, cancelled: Bool, work: Task<Void, Never>?)>((false, false, nil))
 
     /// True for the first caller only.
     func finish() -> Bool {
@@ -160,16 +128,6 @@ private final class Race: Sendable {
         }
         if cancel { task.cancel() }
     }
-
-    /// Records the deadline's entry; false when the race has ended (the entry is not needed).
-    func setTimer(_ key: UInt64) -> Bool {
-        state.withLock { state in
-            state.timer = key
-            return !state.finished
-        }
-    }
-
-    var timer: UInt64? { state.withLock { $0.timer } }
 
     func cancelWork() {
         state.withLock { state in

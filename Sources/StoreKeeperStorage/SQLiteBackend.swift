@@ -35,7 +35,7 @@ final class SQLiteBackend: Backend {
     static let busyTimeoutMilliseconds = 10_000
     /// The same for a read: in WAL mode a reader waits only while another process recovers the
     /// log, and it waits on a thread of the shared pool, so not for long.
-    static let readerBusyTimeoutMilliseconds = 2_000
+    static let readerBusyTimeoutMilliseconds: Int32 = 2_000
 
     init(path: String, logger: Logger) async throws {
         self.path = path
@@ -141,10 +141,31 @@ final class SQLiteReaders: Sendable {
         self.eventLoop = eventLoop
     }
 
-    func read<T: Sendable>(_ body: @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
+    /// A read runs on its caller's thread. On an event loop's thread (a connection's request,
+    /// `EventLoopPinned`), it must never wait there for a lock — the loop's other connections
+    /// would wait with it — so it tries without waiting, and if SQLite is busy (a checkpoint
+    /// resetting the log, another process holding the database) it runs again on Swift's
+    /// pool, where it waits up to the busy timeout.
+    func read<T: Sendable>(_ body: @escaping @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
+        guard MultiThreadedEventLoopGroup.currentEventLoop != nil else {
+            return try await attempt(body, busyTimeout: SQLiteBackend.readerBusyTimeoutMilliseconds)
+        }
+        do {
+            return try await attempt(body, busyTimeout: 0)
+        } catch let failure as SQLiteHandle.Failure where [SQLITE_BUSY, SQLITE_LOCKED].contains(failure.code & 0xFF) {
+            return try await Task(executorPreference: globalConcurrentExecutor) {
+                try await self.attempt(body, busyTimeout: SQLiteBackend.readerBusyTimeoutMilliseconds)
+            }.value
+        }
+    }
+
+    private func attempt<T: Sendable>(_ body: @Sendable (any SQLDatabase) async throws -> T, busyTimeout: Int32)
+        async throws -> T
+    {
         try await permits.withLock {
             let handle = try take()
             defer { give(handle) }
+            handle.setBusyTimeout(milliseconds: busyTimeout)
             try handle.execute("BEGIN", binds: []) { _ in }
             do {
                 let value = try await body(
@@ -178,9 +199,6 @@ final class SQLiteReaders: Sendable {
         let handle = try SQLiteHandle(path: path, create: false)
         do {
             try handle.execute("PRAGMA query_only=1", binds: []) { _ in }
-            try handle.execute(
-                "PRAGMA busy_timeout=\(SQLiteBackend.readerBusyTimeoutMilliseconds)", binds: []
-            ) { _ in }
         } catch {
             handle.close()
             throw error

@@ -85,6 +85,17 @@ final class SQLiteHandle: @unchecked Sendable {
         }
     }
 
+    /// How long a statement waits for a lock before failing with SQLITE_BUSY (0: not at all).
+    func setBusyTimeout(milliseconds: Int32) {
+        lock.lock()
+        defer { lock.unlock() }
+        guard let handle, busyTimeout != milliseconds else { return }
+        sqlite_nio_sqlite3_busy_timeout(handle, milliseconds)
+        busyTimeout = milliseconds
+    }
+    // Guarded by `lock`; nil until set here.
+    private var busyTimeout: Int32?
+
     /// Whether a transaction is open on the connection (SQLite is not in autocommit mode).
     var inTransaction: Bool {
         lock.lock()

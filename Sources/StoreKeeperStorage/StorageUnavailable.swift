@@ -59,6 +59,18 @@ public struct StorageUnavailable: Error, CustomStringConvertible, Sendable {
     }
 }
 
+/// True for the first caller of `claim()` only.
+final class FirstClaim: Sendable {
+    private let claimed = Mutex(false)
+
+    func claim() -> Bool {
+        claimed.withLock { claimed in
+            defer { claimed = true }
+            return !claimed
+        }
+    }
+}
+
 /// A check part-way to a deadline: from `after` on (every second), give up already when
 /// `stillWaiting()` (say, no database connection and the database unreachable) instead of
 /// waiting for the whole deadline.
@@ -91,16 +103,51 @@ public final class DeadlineHandle: Sendable {
 /// and `onTimeout` runs in the background).
 public func raceDeadline<T: Sendable>(
     _ deadline: Duration, what: String, early: EarlyDeadline? = nil, handle: DeadlineHandle? = nil,
-    on deadlines: Deadlines = .shared, onTimeout: @escaping @Sendable () async -> Void = {},
+    onTimeout: @escaping @Sendable () async -> Void = {},
     _ body: @escaping @Sendable () async throws -> T
 ) async throws -> T {
+    let once = FirstClaim()
+    let work = Task { try await body() }
     do {
-        return try await race(
-            deadline: deadline, on: deadlines, early: early, handle: handle,
-            timedOut: { reason in
-                Task { await onTimeout() }
-                return .failure(StorageUnavailable(reason ?? "\(what) took longer than \(deadline)"))
-            }, body)
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+                let giveUp: @Sendable (String) -> Bool = { reason in
+                    guard once.claim() else { return false }
+                    work.cancel()
+                    Task { await onTimeout() }
+                    continuation.resume(throwing: StorageUnavailable(reason))
+                    return true
+                }
+                handle?.arm { reason in _ = giveUp(reason) }
+                let timer = Task {
+                    var failure = "\(what) took longer than \(deadline)"
+                    if let early, early.after < deadline {
+                        // From `after` on, checked every second until the deadline.
+                        let start = ContinuousClock.now
+                        try? await Task.sleep(for: early.after)
+                        while !Task.isCancelled, ContinuousClock.now - start < deadline {
+                            if early.stillWaiting() {
+                                failure = "\(early.what) within \(ContinuousClock.now - start)"
+                                break
+                            }
+                            try? await Task.sleep(for: min(.seconds(1), deadline - (ContinuousClock.now - start)))
+                        }
+                    } else {
+                        try? await Task.sleep(for: deadline)
+                    }
+                    guard !Task.isCancelled else { return }
+                    _ = giveUp(failure)
+                }
+                Task {
+                    let result = await work.result
+                    timer.cancel()
+                    guard once.claim() else { return }
+                    continuation.resume(with: result)
+                }
+            }
+        } onCancel: {
+            work.cancel()
+        }
     } catch {
         throw StorageUnavailable.classify(error) ?? error
     }

@@ -60,6 +60,7 @@ import Testing
         configuration.bundleId = "com.example.app"
         configuration.appAppleId = 1_234_567_890
         configure(&configuration)
+        try await SharedLocalPKI.seed(directory)
         let app = try await StoreKeeperApp.make(configuration, dataDirectory: directory, rateLimitClock: rateLimitClock)
         try await drive(app, body)
         if let dropDatabase, let base = postgresURL {

@@ -1,7 +1,10 @@
 import Foundation
+import NIOCore
+import NIOPosix
 import SQLKit
 import Synchronization
 import Testing
+import VaporCSQLite
 
 @testable import StoreKeeperStorage
 
@@ -171,6 +174,67 @@ import Testing
         try await database.close()
         await #expect(throws: (any Error).self) {
             try await database.read { sql in try await sql.raw("SELECT 1 AS one").first() }
+        }
+    }
+}
+
+/// A read on an event loop's thread never waits there for a lock: when another connection
+/// holds the database, the loop stays free and the read waits (up to the busy timeout) on
+/// Swift's pool instead, then answers.
+@Suite struct SQLiteReadsOnAnEventLoopTests {
+    /// Jobs run on one event loop's thread.
+    final class LoopExecutor: TaskExecutor, @unchecked Sendable {
+        let loop: any EventLoop
+        init(_ loop: any EventLoop) { self.loop = loop }
+        func enqueue(_ job: consuming ExecutorJob) {
+            let job = UnownedJob(job)
+            loop.execute { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
+        }
+    }
+
+    static func busyTimeout(_ sql: any SQLDatabase) async throws -> Int {
+        try await sql.raw("PRAGMA busy_timeout").first()?.decode(column: "timeout", as: Int.self) ?? -1
+    }
+
+    @Test func onTheLoopAReadNeverWaitsForALockAndABusyOneRunsAgainOnThePool() async throws {
+        try await SQLiteDirectTests.withDatabase { database in
+            try await database.transaction { sql in try await sql.raw("INSERT INTO t (k) VALUES ('a')").run() }
+            let executor = LoopExecutor(MultiThreadedEventLoopGroup.singleton.next())
+            // Off any loop: waits up to the busy timeout.
+            let offLoop = try await database.read { sql in try await Self.busyTimeout(sql) }
+            #expect(offLoop == Int(SQLiteBackend.readerBusyTimeoutMilliseconds))
+            // On a loop: does not wait at all; SQLite busy (as when another process holds the
+            // database), the read runs again, off the loop, allowed to wait.
+            let attempts = Mutex<[(busyTimeout: Int, onLoop: Bool)]>([])
+            let answer = try await Task(executorPreference: executor) {
+                try await database.read { sql in
+                    let attempt = (
+                        try await Self.busyTimeout(sql), MultiThreadedEventLoopGroup.currentEventLoop != nil
+                    )
+                    let first = attempts.withLock {
+                        $0.append(attempt)
+                        return $0.count == 1
+                    }
+                    if first { throw SQLiteHandle.Failure(code: SQLITE_BUSY, message: "database is locked") }
+                    return try await SQLiteReadersTests.count(sql)
+                }
+            }.value
+            #expect(answer == 1)
+            let seen = attempts.withLock { $0 }
+            #expect(seen.map(\.busyTimeout) == [0, Int(SQLiteBackend.readerBusyTimeoutMilliseconds)])
+            #expect(seen.map(\.onLoop) == [true, false])
+            // Any other failure is the answer: not run again.
+            final class Count: Sendable { let value = Mutex(0) }
+            let others = Count()
+            await #expect(throws: SQLiteHandle.Failure.self) {
+                try await Task(executorPreference: executor) {
+                    try await database.read { _ -> Int in
+                        others.value.withLock { $0 += 1 }
+                        throw SQLiteHandle.Failure(code: SQLITE_CONSTRAINT, message: "constraint")
+                    }
+                }.value
+            }
+            #expect(others.value.withLock { $0 } == 1)
         }
     }
 }

@@ -4,6 +4,7 @@ import AppStoreSigning
 import AppStoreVerification
 import Foundation
 import Hummingbird
+import HummingbirdCore
 import LocalAppStore
 import Logging
 import NIOCore
@@ -65,7 +66,7 @@ public struct StoreKeeperApp: Sendable {
         var offerKey = try configuration.offerKey()
         if offerKey == nil, configuration.usesLocalAppStore {
             // The local App Store issues the In-App Purchase key, as App Store Connect would.
-            let local = try ServerAPIKeyStore.loadOrCreate(dataDirectory: localDirectory)
+            let local = try await onThreadOfItsOwn { try ServerAPIKeyStore.loadOrCreate(dataDirectory: localDirectory) }
             offerKey = (local.issuerId, local.keyId, local.privateKeyPEM)
         }
         let offerSigner = try offerKey.map {
@@ -74,7 +75,8 @@ public struct StoreKeeperApp: Sendable {
                 bundleId: configuration.bundleId ?? "com.example.app")
         }
         if configuration.usesLocalAppStore {
-            let pki = try PKIStore.loadOrCreate(dataDirectory: localDirectory)
+            // Generating a PKI takes three RSA keys: not on Swift's pool, which has a thread a core.
+            let pki = try await onThreadOfItsOwn { try PKIStore.loadOrCreate(dataDirectory: localDirectory) }
             // The local App Store sends its notifications to this server, as Apple would (not
             // with an ephemeral port, unknown until the server runs).
             let host =
@@ -301,10 +303,15 @@ public struct StoreKeeperApp: Sendable {
             router: router(),
             // Idle keep-alive connections, and requests whose head or body stalls, are closed
             // after http.idleTimeoutSeconds: slow or silent sockets cannot pile up.
-            server: .http1(
-                configuration: .init(
-                    additionalChannelHandlers: [LoadShedder(inFlight)],
-                    idleTimeout: .seconds(Int64(configuration.idleTimeoutSeconds)))),
+            // Each connection's requests are handled on its event loop (EventLoopPinned).
+            server: HTTPServerBuilder { responder in
+                EventLoopPinned(
+                    inner: HTTP1Channel(
+                        responder: responder,
+                        configuration: .init(
+                            additionalChannelHandlers: [LoadShedder(inFlight)],
+                            idleTimeout: .seconds(Int64(configuration.idleTimeoutSeconds)))))
+            },
             // A deep accept queue (the kernel caps it at net.core.somaxconn): with Hummingbird's
             // 256, a burst of thousands of connections overflowed it and the kernel dropped
             // handshakes, so requests waited 1–7 s for SYN-ACK retransmissions before the server
@@ -317,4 +324,12 @@ public struct StoreKeeperApp: Sendable {
             logger: logger)
     }
 
+}
+
+/// Blocking work (key generation, file writes with fsync) on a thread of its own, awaited
+/// without holding one of Swift's pool threads, which are as many as the cores.
+func onThreadOfItsOwn<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread.detachNewThread { continuation.resume(with: Result { try work() }) }
+    }
 }

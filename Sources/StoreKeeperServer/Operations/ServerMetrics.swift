@@ -188,9 +188,20 @@ public struct DeadlineResponder<Inner: HTTPResponder & Sendable>: HTTPResponder 
         let limit = self.limit
         // The request and its context move to the handler's task: nothing here touches them again.
         let handed = Unchecked(value: (request, context))
+        let executor = Self.runsOnEventLoop(request.uri.path) ? EventLoopTaskExecutor.pinned : nil
         return try await race(
-            deadline: limit, timedOut: { .success(Self.timeoutResponse(limit)) },
+            deadline: limit, executor: executor, timedOut: { .success(Self.timeoutResponse(limit)) },
             { try await inner.respond(to: handed.value.0, context: handed.value.1) })
+    }
+
+    /// The routes whose work is bounded — one account, order, purchase or notification — are
+    /// handled on their connection's event loop (`EventLoopPinned`): no thread crossing. The
+    /// rest (operator reports, bulk operations, the dashboard), whose SQLite reads can be long,
+    /// run on Swift's pool, so they never hold up the other connections of a loop.
+    static func runsOnEventLoop(_ path: String) -> Bool {
+        path.hasPrefix("/v1/accounts/") || path == "/v1/purchases" || path == "/v1/orders"
+            || path.hasPrefix("/v1/orders/") || path == "/v1/notifications/apple" || path == "/v1/retention/apple"
+            || path == "/healthz"
     }
 
     static func timeoutResponse(_ limit: Duration) -> Response {
