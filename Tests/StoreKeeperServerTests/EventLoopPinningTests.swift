@@ -76,10 +76,11 @@ import Testing
     @Test func onlyBoundedRoutesRunOnTheLoop() {
         let onLoop = [
             "/v1/accounts/u1", "/v1/accounts/u1/balances/coins/debit", "/v1/accounts/u1/grants", "/v1/purchases",
-            "/v1/orders", "/v1/orders/o1", "/v1/notifications/apple", "/v1/retention/apple", "/healthz",
+            "/v1/orders", "/v1/orders/o1", "/v1/retention/apple", "/healthz",
         ]
         let onPool = [
-            "/v1/revenue", "/v1/audit", "/v1/anomalies", "/v1/rejected-proofs", "/v1/rejected-proofs/reverify",
+            "/v1/notifications/apple", "/v1/revenue", "/v1/audit", "/v1/anomalies", "/v1/rejected-proofs",
+            "/v1/rejected-proofs/reverify",
             "/v1/extensions/mass", "/v1/retention/report", "/v1/status", "/metrics", "/dashboard",
             "/dashboard/accounts/u1", "/v1/accountsX", "/v1/ordersX", "/v1/purchases/x", "/",
         ]
