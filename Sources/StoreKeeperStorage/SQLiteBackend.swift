@@ -146,16 +146,17 @@ final class SQLiteReaders: Sendable {
     /// would wait with it — so it tries without waiting, and if SQLite is busy (a checkpoint
     /// resetting the log, another process holding the database) it runs again on Swift's
     /// pool, where it waits up to the busy timeout.
-    func read<T: Sendable>(_ body: @escaping @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
+    func read<T: Sendable>(_ body: @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
         guard MultiThreadedEventLoopGroup.currentEventLoop != nil else {
             return try await attempt(body, busyTimeout: SQLiteBackend.readerBusyTimeoutMilliseconds)
         }
         do {
             return try await attempt(body, busyTimeout: 0)
         } catch let failure as SQLiteHandle.Failure where [SQLITE_BUSY, SQLITE_LOCKED].contains(failure.code & 0xFF) {
-            return try await Task(executorPreference: globalConcurrentExecutor) {
-                try await self.attempt(body, busyTimeout: SQLiteBackend.readerBusyTimeoutMilliseconds)
-            }.value
+            // The same task moves to the pool: still cancelled with the request.
+            return try await withTaskExecutorPreference(globalConcurrentExecutor) {
+                try await attempt(body, busyTimeout: SQLiteBackend.readerBusyTimeoutMilliseconds)
+            }
         }
     }
 
