@@ -47,14 +47,34 @@ public enum VerificationFailure: Error, Hashable, Sendable, CustomStringConverti
             .appleUnavailable(let reason):
             return reason
         case .wrongBundle(let expected, let actual):
-            return "bundleId is \(actual.map { "'\($0)'" } ?? "missing"), expected '\(expected)'"
+            return "bundleId is \(actual.map { Self.quoted($0) } ?? "missing"), expected \(Self.quoted(expected))"
         case .wrongApp(let expected, let actual):
             return "appAppleId is \(actual.map(String.init) ?? "missing"), expected \(expected)"
         case .wrongEnvironment(let expected, let actual):
             return
-                "environment is \(actual.map { "'\($0)'" } ?? "missing"), accepted: \(expected.joined(separator: ", "))"
+                "environment is \(actual.map { Self.quoted($0) } ?? "missing"), accepted: \(expected.joined(separator: ", "))"
         }
     }
 
     public var description: String { "\(code): \(reason)" }
+
+    /// Untrusted text (from a proof nobody has verified yet) as it may appear in a reason, which
+    /// is logged and answered: in single quotes, at most `limit` scalars, printable ASCII only;
+    /// anything else (CR, LF, escapes, quotes, look-alikes) written as `\u{…}`. A reason can
+    /// never forge a log line or carry markup.
+    public static func quoted(_ text: some StringProtocol, limit: Int = 64) -> String {
+        var out = "'"
+        for (index, scalar) in text.unicodeScalars.enumerated() {
+            guard index < limit else {
+                out += "…"
+                break
+            }
+            switch scalar.value {
+            case 0x27, 0x5C, 0x3C, 0x3E, 0x26, 0x22: out += "\\u{\(String(scalar.value, radix: 16))}"
+            case 0x20...0x7E: out.unicodeScalars.append(scalar)
+            default: out += "\\u{\(String(scalar.value, radix: 16))}"
+            }
+        }
+        return out + "'"
+    }
 }

@@ -126,7 +126,7 @@ public enum DeliveryPlanner {
         of account: String, product: String?, among orders: some Sequence<Order>
     ) -> Order? {
         orders.filter {
-            $0.accountId == account && $0.productId == product && ($0.status == .created || $0.status == .pending)
+            Identifiers.same($0.accountId, account) && $0.productId == product && ($0.status == .created || $0.status == .pending)
         }.min { ($0.createdAt, $0.orderId) < ($1.createdAt, $1.orderId) }
     }
 
@@ -147,11 +147,11 @@ public enum DeliveryPlanner {
                             kind: .refundedAfterDelivery, transactionId: transactionId, orderId: existing.orderId,
                             accountId: existing.accountId,
                             detail:
-                                "transaction \(transactionId), delivered to \(existing.accountId), was revoked by Apple"
+                                "transaction \(transactionId), delivered to \(Identifiers.quoted(existing.accountId)), was revoked by Apple"
                         )
                     ])
             }
-            if let submitter = context.submittingAccount, submitter != existing.accountId {
+            if let submitter = context.submittingAccount, !Identifiers.same(submitter, existing.accountId) {
                 // Never "already delivered" to someone else, and never their order.
                 return Plan(
                     outcome: .notDelivered, refusal: .ownedByOtherAccount(owner: existing.accountId), accountId: nil,
@@ -159,7 +159,7 @@ public enum DeliveryPlanner {
                         AnomalyDraft(
                             kind: .ownershipConflict, transactionId: transactionId, orderId: nil, accountId: submitter,
                             detail:
-                                "account \(submitter) submitted transaction \(transactionId), already delivered to account \(existing.accountId)"
+                                "account \(Identifiers.quoted(submitter)) submitted transaction \(transactionId), already delivered to account \(Identifiers.quoted(existing.accountId))"
                         )
                     ])
             }
@@ -169,7 +169,7 @@ public enum DeliveryPlanner {
             return Plan(outcome: .refunded, refusal: .revoked, accountId: nil)
         }
         if let requested = context.requestedOrder, let submitter = context.submittingAccount,
-            requested.accountId != submitter
+            !Identifiers.same(requested.accountId, submitter)
         {
             return Plan(outcome: .notDelivered, refusal: .orderOfAnotherAccount, accountId: nil)
         }
@@ -190,8 +190,8 @@ public enum DeliveryPlanner {
         var candidate = context.orderByToken ?? context.requestedOrder ?? context.oldestOpenOrder
         if context.evidence == .lookup {
             let submitter = context.submittingAccount
-            let carriesSubmittersToken = submitter != nil && context.orderByToken?.accountId == submitter
-            let submitterOwnsIt = submitter != nil && context.boundAccount == submitter
+            let carriesSubmittersToken = submitter != nil && Identifiers.same(context.orderByToken?.accountId, submitter)
+            let submitterOwnsIt = submitter != nil && Identifiers.same(context.boundAccount, submitter)
             guard carriesSubmittersToken || submitterOwnsIt else {
                 return Plan(
                     outcome: .unattributed, accountId: nil,
@@ -199,7 +199,7 @@ public enum DeliveryPlanner {
                         AnomalyDraft(
                             kind: .unattributedTransaction, transactionId: transactionId, orderId: nil, accountId: nil,
                             detail:
-                                "transaction \(transactionId) ('\(productId)') was submitted by id by account \(submitter ?? "-"), but carries no token of its orders and is not owned by it"
+                                "transaction \(transactionId) ('\(productId)') was submitted by id by account \(submitter.map(Identifiers.quoted) ?? "-"), but carries no token of its orders and is not owned by it"
                         )
                     ])
             }
@@ -235,9 +235,9 @@ public enum DeliveryPlanner {
                 if recipient == nil || context.submittingAccount == nil {
                     // What arrives from Apple (a renewal, a notification) goes to the owner,
                     // never to whichever order or account its token points at now.
-                    if recipient != owner { paidOrder = nil }
+                    if !Identifiers.same(recipient, owner) { paidOrder = nil }
                     recipient = owner
-                } else if recipient != owner {
+                } else if !Identifiers.same(recipient, owner) {
                     switch context.policy {
                     case .firstBinder:
                         return Plan(
@@ -247,7 +247,7 @@ public enum DeliveryPlanner {
                                     kind: .ownershipConflict, transactionId: transactionId, orderId: candidate?.orderId,
                                     accountId: recipient,
                                     detail:
-                                        "original transaction \(transaction.originalTransactionId ?? "") belongs to account \(owner)"
+                                        "original transaction \(transaction.originalTransactionId ?? "") belongs to account \(Identifiers.quoted(owner))"
                                 )
                             ])
                     case .transfer:

@@ -19,10 +19,15 @@ public enum OfferEligibility {
         public var subscriptions: [SubscriptionState]
         /// Apple-signed transactions of the account that redeemed this promotional offer.
         public var redemptions: Int
+        /// Signatures of this offer issued to the account that Apple would still accept
+        /// (unexpired) and nobody has redeemed: each could become a redemption at Apple, where
+        /// the signature is all that is checked.
+        public var outstanding: Int
 
-        public init(subscriptions: [SubscriptionState], redemptions: Int) {
+        public init(subscriptions: [SubscriptionState], redemptions: Int, outstanding: Int = 0) {
             self.subscriptions = subscriptions
             self.redemptions = redemptions
+            self.outstanding = outstanding
         }
     }
 
@@ -64,11 +69,13 @@ public enum OfferEligibility {
         case .anySubscriber:
             break
         }
-        if let max = offer.maxPerAccount, history.redemptions >= max {
+        // Counted at signing: a signature is a redemption Apple will honour, so the redeemed and
+        // the signed-but-unredeemed together stay within the limit.
+        if let max = offer.maxPerAccount, history.redemptions + history.outstanding >= max {
             return Refusal(
                 rule: "maxPerAccount",
                 message:
-                    "redeemed \(history.redemptions) time\(history.redemptions == 1 ? "" : "s") already (at most \(max))"
+                    "redeemed \(history.redemptions) time\(history.redemptions == 1 ? "" : "s") and signed \(history.outstanding) more still redeemable (at most \(max))"
             )
         }
         return nil
@@ -78,10 +85,13 @@ public enum OfferEligibility {
     /// introductory offer. Apple counts per Apple ID; this counts per account, across every
     /// Apple ID it used: once it had one (`offerType` 1 in any Apple-signed transaction of the
     /// group), never again. A current subscriber in the group is never eligible (Apple's rule).
+    /// `introductoryOutstanding`: an allowance signed `true` for another order of the account is
+    /// still redeemable; a second one would let the account have the offer twice.
     public static func introductoryAllowed(
-        hadIntroductoryOffer: Bool, subscriptions: [SubscriptionState], now: Date
+        hadIntroductoryOffer: Bool, subscriptions: [SubscriptionState], introductoryOutstanding: Bool = false,
+        now: Date
     ) -> Bool {
-        !hadIntroductoryOffer && !subscriptions.contains { $0.entitles(at: now) }
+        !hadIntroductoryOffer && !introductoryOutstanding && !subscriptions.contains { $0.entitles(at: now) }
     }
 }
 

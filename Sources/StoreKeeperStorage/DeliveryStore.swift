@@ -103,7 +103,7 @@ extension PurchaseStore {
                 .run()
                 try await audit(
                     sql, actor: "policy", action: "ownership_transfer", subject: originalId,
-                    detail: "moved from account \(previous) to \(binding) (transfer policy)", at: at)
+                    detail: "moved from account \(Identifiers.quoted(previous)) to \(Identifiers.quoted(binding)) (transfer policy)", at: at)
             } else {
                 try await sql.raw(
                     "INSERT INTO ownership (original_transaction_id, account_id, bound_at) VALUES (\(bind: originalId), \(bind: binding), \(bind: at))"
@@ -112,10 +112,7 @@ extension PurchaseStore {
         }
         let held = String(decoding: try JSONEncoder().encode(transaction), as: UTF8.self)
         for anomaly in plan.anomalies {
-            let key = [
-                anomaly.kind.rawValue, anomaly.transactionId ?? "", anomaly.orderId ?? "", anomaly.accountId ?? "",
-            ]
-            .joined(separator: "|")
+            let key = dedupeKey(anomaly.kind.rawValue, anomaly.transactionId, anomaly.orderId, anomaly.accountId)
             try await insertAnomaly(anomaly, dedupeKey: key, payload: held, sql: sql, at: at)
         }
         if let delivery = plan.delivery {

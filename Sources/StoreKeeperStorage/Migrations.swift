@@ -392,6 +392,37 @@ public enum Migrations {
                 "CREATE TABLE jws_headers (id TEXT PRIMARY KEY, segment TEXT NOT NULL)"
             ]
         ),
+        (
+            15,
+            [
+                // Dashboard sessions ended on the server (DashboardSessionStore): one signed-out
+                // session by its nonce, kept until it would have expired anyway; and, per secret
+                // key, "sign out everywhere": sessions issued at or before `not_before` are over.
+                """
+                CREATE TABLE dashboard_sessions_ended (
+                    nonce TEXT PRIMARY KEY,
+                    expires_at BIGINT NOT NULL
+                )
+                """,
+                "CREATE INDEX dashboard_sessions_ended_expiry ON dashboard_sessions_ended (expires_at)",
+                "CREATE TABLE dashboard_sign_outs (key_id TEXT PRIMARY KEY, not_before BIGINT NOT NULL)",
+                // Whether the order carries an introductory-offer eligibility signed `true`: a
+                // once-per-account allowance counts from when it is signed, not only once redeemed.
+                "ALTER TABLE orders ADD COLUMN intro_allowed INTEGER",
+                // Rejected proofs within a byte budget (RejectedProofStore): what each row costs,
+                // whether its text was kept (only proofs whose chain reaches a trusted or Apple
+                // root; the others are their hash, code and account), and the bytes per UTC day.
+                "ALTER TABLE rejected_proofs ADD COLUMN stored_bytes BIGINT",
+                "ALTER TABLE rejected_proofs ADD COLUMN proof_kept INTEGER NOT NULL DEFAULT 1",
+                "UPDATE rejected_proofs SET stored_bytes = size + 256",
+                "CREATE INDEX rejected_proofs_unkept ON rejected_proofs (proof_kept, created_at)",
+                "CREATE TABLE rejected_proofs_budget (day BIGINT PRIMARY KEY, bytes BIGINT NOT NULL)",
+                """
+                INSERT INTO rejected_proofs_budget (day, bytes)
+                SELECT created_at / 86400000, SUM(stored_bytes) FROM rejected_proofs GROUP BY created_at / 86400000
+                """,
+            ]
+        ),
     ]
 
     /// Applies every migration not yet applied, each in its own transaction. Safe to run from

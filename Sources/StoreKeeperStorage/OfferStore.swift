@@ -97,8 +97,9 @@ public enum OfferStore {
                 AnomalyDraft(
                     kind: .sharedAppleId, transactionId: nil, orderId: nil, accountId: accounts.last,
                     detail:
-                        "Apple Account (appTransactionId \(appTransactionId)) used by \(accounts.count)\(accounts.count == 50 ? "+" : "") accounts, more than \(limit): \(accounts.prefix(10).joined(separator: ", "))"
-                ), dedupeKey: "shared_apple_id|\(appTransactionId)", payload: nil, sql: sql, at: at)
+                        "Apple Account (appTransactionId \(Identifiers.quoted(appTransactionId))) used by \(accounts.count)\(accounts.count == 50 ? "+" : "") accounts, more than \(limit): \(accounts.prefix(10).map(Identifiers.quoted).joined(separator: ", "))"
+                ), dedupeKey: PurchaseStore.dedupeKey("shared_apple_id", appTransactionId), payload: nil, sql: sql,
+                at: at)
         }
     }
 
@@ -121,21 +122,34 @@ extension PurchaseStore {
         public var hadIntroductoryOffer: Bool
         /// The account's latest transaction in the group (for the V2 JWS `transactionId`).
         public var latestTransactionId: String?
+        /// Promotional offers signed for the account's orders (per offer id) that are still
+        /// redeemable at Apple: signed within `signedOfferLifetime` and not redeemed yet.
+        public var outstandingOffers: [String: Int] = [:]
+        /// Whether an order of the account in the group carries an introductory-offer eligibility
+        /// signed `allowIntroductoryOffer: true` within `signedOfferLifetime`.
+        public var introductoryOutstanding = false
     }
+
+    /// How long Apple accepts what we sign for an offer: a V1 signature's timestamp gives 24 h
+    /// (../spec/offers.md §1); the V2 JWS are counted for as long.
+    public static let signedOfferLifetime: TimeInterval = 24 * 3600
 
     /// The account's subscriptions, redemptions and latest transaction in the group of
     /// `productIds` (the group's products), in one read transaction.
-    public func offerHistory(account: String, groupProducts productIds: [String], latestTransaction: Bool = true)
-        async throws -> OfferHistory
-    {
+    /// With `now`, also what is signed and still redeemable (`outstandingOffers`,
+    /// `introductoryOutstanding`).
+    public func offerHistory(
+        account: String, groupProducts productIds: [String], latestTransaction: Bool = true, now: Date? = nil
+    ) async throws -> OfferHistory {
         try await database.read { sql in
             try await Self.offerHistory(
-                account: account, groupProducts: productIds, latestTransaction: latestTransaction, sql: sql)
+                account: account, groupProducts: productIds, latestTransaction: latestTransaction, now: now, sql: sql)
         }
     }
 
     static func offerHistory(
-        account: String, groupProducts productIds: [String], latestTransaction: Bool, sql: any SQLDatabase
+        account: String, groupProducts productIds: [String], latestTransaction: Bool, now: Date? = nil,
+        sql: any SQLDatabase
     ) async throws -> OfferHistory {
         guard !productIds.isEmpty else {
             return OfferHistory(subscriptions: [], redemptions: [:], hadIntroductoryOffer: false)
@@ -159,19 +173,41 @@ extension PurchaseStore {
                 redemptions[id, default: 0] += count
             }
         }
-        guard latestTransaction else {
-            return OfferHistory(subscriptions: subscriptions, redemptions: redemptions, hadIntroductoryOffer: hadIntro)
-        }
-        let latest = try await sql.raw(
+        let latest: String? =
+            latestTransaction
+            ? try await sql.raw(
             """
             SELECT transaction_id FROM deliveries
             WHERE account_id = \(bind: account) AND product_id IN (\(binds: productIds))
             ORDER BY delivered_at DESC, transaction_id DESC LIMIT 1
             """
-        ).first()?.decode(column: "transaction_id", as: String.self)
-        return OfferHistory(
+            ).first()?.decode(column: "transaction_id", as: String.self) : nil
+        var history = OfferHistory(
             subscriptions: subscriptions, redemptions: redemptions, hadIntroductoryOffer: hadIntro,
             latestTransactionId: latest)
+        if let now {
+            let since = now.addingTimeInterval(-signedOfferLifetime).milliseconds
+            for row in try await sql.raw(
+                """
+                SELECT offer_id, COUNT(*) AS n FROM orders
+                WHERE account_id = \(bind: account) AND offer_id IS NOT NULL AND created_at >= \(bind: since)
+                AND offer_redeemed_transaction_id IS NULL AND product_id IN (\(binds: productIds))
+                GROUP BY offer_id
+                """
+            ).all() {
+                history.outstandingOffers[try row.decode(column: "offer_id", as: String.self)] = try row.decode(
+                    column: "n", as: Int.self)
+            }
+            history.introductoryOutstanding =
+                try await sql.raw(
+                    """
+                    SELECT 1 AS n FROM orders
+                    WHERE account_id = \(bind: account) AND intro_allowed = 1 AND created_at >= \(bind: since)
+                    AND product_id IN (\(binds: productIds)) LIMIT 1
+                    """
+                ).first() != nil
+        }
+        return history
     }
 
     /// Records that `account` used the Apple Account `appTransactionId` (an order told us).

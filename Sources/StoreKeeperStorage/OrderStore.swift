@@ -14,10 +14,19 @@ extension PurchaseStore {
 
     /// Creates an order; refused with `TooManyOpenOrders` when the account has `maxOpen`
     /// unpaid orders created within `ttl` (cancelled and expired orders are not open).
+    /// Signing one more of the offer would exceed `maxPerAccount` (checked again in the order's
+    /// transaction: an order created meanwhile counts).
+    public struct OfferLimitReached: Error, Sendable {
+        public var outstanding: Int
+    }
+
+    /// `offerLimit`: how many signatures of `offerId` may be outstanding for the account at most
+    /// (its `maxPerAccount` less its redemptions); `introAllowed`: the order carries an
+    /// introductory-offer eligibility signed `true`.
     public func createOrder(
         accountId: String, productId: String, quantity: Int, maxOpen: Int? = nil, ttl: TimeInterval = 24 * 3600,
-        appAccountToken: UUID = UUID(), offerId: String? = nil, offerNonce: UUID? = nil,
-        appTransactionId: String? = nil, now: Date
+        appAccountToken: UUID = UUID(), offerId: String? = nil, offerNonce: UUID? = nil, offerLimit: Int? = nil,
+        introAllowed: Bool = false, appTransactionId: String? = nil, now: Date
     ) async throws -> Order {
         let order = Order(
             orderId: UUID().uuidString.lowercased(), appAccountToken: appAccountToken, accountId: accountId,
@@ -36,13 +45,25 @@ extension PurchaseStore {
                     ).first()?.decode(column: "n", as: Int.self) ?? 0
                 if open >= maxOpen { throw TooManyOpenOrders(limit: maxOpen) }
             }
+            if let offerId, let offerLimit {
+                let since = now.addingTimeInterval(-Self.signedOfferLifetime).milliseconds
+                let outstanding =
+                    try await sql.raw(
+                        """
+                        SELECT COUNT(*) AS n FROM orders WHERE account_id = \(bind: accountId) AND offer_id = \(bind: offerId)
+                        AND created_at >= \(bind: since) AND offer_redeemed_transaction_id IS NULL
+                        """
+                    ).first()?.decode(column: "n", as: Int.self) ?? 0
+                if outstanding >= offerLimit { throw OfferLimitReached(outstanding: outstanding) }
+            }
             try await sql.raw(
                 """
                 INSERT INTO orders (order_id, app_account_token, account_id, product_id, quantity, status, created_at,
-                                    offer_id, offer_nonce, app_transaction_id)
+                                    offer_id, offer_nonce, app_transaction_id, intro_allowed)
                 VALUES (\(bind: order.orderId), \(bind: order.appAccountToken.uuidString.lowercased()), \(bind: accountId),
                         \(bind: productId), \(bind: quantity), \(bind: order.status.rawValue), \(bind: now.milliseconds),
-                        \(bind: offerId), \(bind: offerNonce?.uuidString.lowercased()), \(bind: appTransactionId))
+                        \(bind: offerId), \(bind: offerNonce?.uuidString.lowercased()), \(bind: appTransactionId),
+                        \(bind: introAllowed ? 1 : nil as Int?))
                 """
             ).run()
             if let appTransactionId {

@@ -5,16 +5,35 @@ import SQLKit
 
 /// Proofs of purchase that failed verification, kept so that a misconfiguration (a wrong
 /// bundle id, a missing environment, a wrong root) never loses what Apple signed: after the
-/// fix, they are re-verified and delivered once. Deduplicated by SHA-256 of the proof and
-/// capped per account per day, so forgeries cannot fill the disk.
+/// fix, they are re-verified and delivered once.
+///
+/// Bounded, so that nobody can fill the disk with them (docs/security.md):
+/// - the text of a proof is kept only when its chain reaches a trusted or Apple root (the caller
+///   says so: `keepText`) and it is at most `maxKeptProofBytes`; anything else — random bytes, a
+///   self-signed forgery — is kept as its SHA-256, code, reason and account (~0.5 KB);
+/// - deduplicated by SHA-256, at most `maxPerAccountPerDay` rows and `maxBytesPerAccountPerDay`
+///   bytes per account per UTC day;
+/// - at most `maxBytesPerDay` bytes per UTC day and `maxBytesTotal` in all, counted in
+///   `rejected_proofs_budget`; when a proof does not fit, the oldest rows whose text was not kept
+///   (nothing can re-verify them) are dropped first, and if that is not enough it is not kept.
 public struct RejectedProofStore: Sendable {
     public let database: Database
     /// At most this many proofs, and this many bytes, are kept per account per UTC day.
     public var maxPerAccountPerDay = 100
     public var maxBytesPerAccountPerDay = 16 * 1_048_576
+    /// The whole table's budget.
+    public var maxBytesPerDay: Int
+    public var maxBytesTotal: Int
+    /// The largest proof whose text is kept: a real JWS is ~5 KB and a receipt rarely passes
+    /// 100 KB.
+    public static let maxKeptProofBytes = 512 * 1024
+    /// What a row costs beyond the proof's text: id, digest, code, reason, account, times.
+    static let rowOverhead = 256
 
-    public init(database: Database) {
+    public init(database: Database, maxBytesPerDay: Int = 64 * 1_048_576, maxBytesTotal: Int = 1_024 * 1_048_576) {
         self.database = database
+        self.maxBytesPerDay = maxBytesPerDay
+        self.maxBytesTotal = maxBytesTotal
     }
 
     /// What was submitted: one of the three proof fields of `POST /v1/purchases`.
@@ -44,9 +63,12 @@ public struct RejectedProofStore: Sendable {
     }
 
     public enum KeepResult: Sendable, Hashable {
+        /// Kept with its text (re-verifiable).
         case kept
+        /// Kept as its hash, code and account only.
+        case keptDigest
         case duplicate
-        /// The account's daily cap is reached: counted in metrics, not stored.
+        /// The account's daily cap or the table's budget is reached: counted in metrics, not stored.
         case capped
     }
 
@@ -54,39 +76,115 @@ public struct RejectedProofStore: Sendable {
         SHA256.hash(data: Data(proof.utf8)).lowercaseHex
     }
 
-    /// Keeps one rejected proof (once per SHA-256).
+    /// Keeps one rejected proof (once per SHA-256); its text only when `keepText` (its chain
+    /// reaches a trusted or Apple root) and it is at most `maxKeptProofBytes`.
     public func keep(
-        kind: Kind, proof: String, code: String, reason: String, accountId: String, orderId: String?,
+        kind: Kind, proof: String, keepText: Bool, code: String, reason: String, accountId: String, orderId: String?,
         serverVersion: String, now: Date
     ) async throws -> KeepResult {
         let digest = Self.sha256(proof)
-        let dayStart = Int64(now.timeIntervalSince1970 / 86_400) * 86_400_000
-        let cap = maxPerAccountPerDay
-        let byteCap = maxBytesPerAccountPerDay
+        let day = Int64(now.timeIntervalSince1970 / 86_400)
+        let dayStart = day * 86_400_000
+        let text = keepText && proof.utf8.count <= Self.maxKeptProofBytes ? proof : ""
+        let reason = String(reason.prefix(300))
+        let cost =
+            text.utf8.count + Self.rowOverhead + reason.utf8.count + accountId.utf8.count
+            + (orderId?.utf8.count ?? 0)
+        let (cap, byteCap, perDay, total) = (maxPerAccountPerDay, maxBytesPerAccountPerDay, maxBytesPerDay, maxBytesTotal)
         return try await database.transaction { sql in
             if try await sql.raw("SELECT id FROM rejected_proofs WHERE sha256 = \(bind: digest)").first() != nil {
                 return .duplicate
             }
             let row = try await sql.raw(
                 """
-                SELECT COUNT(*) AS n, CAST(COALESCE(SUM(size), 0) AS BIGINT) AS bytes FROM rejected_proofs
-                WHERE account_id = \(bind: accountId) AND created_at >= \(bind: dayStart)
+                SELECT COUNT(*) AS n, CAST(COALESCE(SUM(COALESCE(stored_bytes, size + 256)), 0) AS BIGINT) AS bytes
+                FROM rejected_proofs WHERE account_id = \(bind: accountId) AND created_at >= \(bind: dayStart)
                 """
             ).first()
             let count = try row?.decode(column: "n", as: Int.self) ?? 0
             let bytes = try row?.decode(column: "bytes", as: Int.self) ?? 0
-            guard count < cap, bytes + proof.utf8.count <= byteCap else { return .capped }
+            guard count < cap, bytes + cost <= byteCap else { return .capped }
+            guard try await Self.makeRoom(cost, day: day, perDay: perDay, total: total, sql: sql) else {
+                return .capped
+            }
             try await sql.raw(
                 """
                 INSERT INTO rejected_proofs
-                    (id, sha256, kind, proof, size, code, reason, account_id, order_id, created_at, server_version, status)
-                VALUES (\(bind: RowIdentifiers.uuidString()), \(bind: digest), \(bind: kind.rawValue), \(bind: proof),
-                        \(bind: proof.utf8.count), \(bind: code), \(bind: String(reason.prefix(300))), \(bind: accountId),
-                        \(bind: orderId), \(bind: now.milliseconds), \(bind: serverVersion), 'rejected')
-                ON CONFLICT (sha256) DO NOTHING
+                    (id, sha256, kind, proof, size, code, reason, account_id, order_id, created_at, server_version, status,
+                     stored_bytes, proof_kept)
+                VALUES (\(bind: RowIdentifiers.uuidString()), \(bind: digest), \(bind: kind.rawValue), \(bind: text),
+                        \(bind: proof.utf8.count), \(bind: code), \(bind: reason), \(bind: accountId),
+                        \(bind: orderId), \(bind: now.milliseconds), \(bind: serverVersion), 'rejected', \(bind: cost),
+                        \(bind: text.isEmpty ? 0 : 1))
                 """
             ).run()
-            return .kept
+            try await Self.addToBudget(cost, day: day, sql: sql)
+            return text.isEmpty ? .keptDigest : .kept
+        }
+    }
+
+    /// Frees `cost` bytes of the budget (today's and the total) by dropping the oldest rows whose
+    /// text was not kept; false when even that is not enough.
+    static func makeRoom(_ cost: Int, day: Int64, perDay: Int, total: Int, sql: any SQLDatabase) async throws -> Bool {
+        guard cost <= perDay, cost <= total else { return false }
+        for scope in [true, false] {
+            // First today's budget (only today's rows free it), then the total.
+            while true {
+                let used: Int
+                if scope {
+                    used =
+                        try await sql.raw("SELECT bytes FROM rejected_proofs_budget WHERE day = \(bind: day)").first()?
+                        .decode(column: "bytes", as: Int.self) ?? 0
+                } else {
+                    used =
+                        try await sql.raw(
+                            "SELECT CAST(COALESCE(SUM(bytes), 0) AS BIGINT) AS bytes FROM rejected_proofs_budget"
+                        ).first()?.decode(column: "bytes", as: Int.self) ?? 0
+                }
+                let limit = scope ? perDay : total
+                if used + cost <= limit { break }
+                let since = scope ? day * 86_400_000 : Int64.min
+                let victims = try await sql.raw(
+                    """
+                    SELECT id, created_at, COALESCE(stored_bytes, size + 256) AS bytes FROM rejected_proofs
+                    WHERE proof_kept = 0 AND created_at >= \(bind: since) ORDER BY created_at, id LIMIT 256
+                    """
+                ).all()
+                guard !victims.isEmpty else { return false }
+                var freed: [Int64: Int] = [:]
+                var ids: [String] = []
+                for victim in victims {
+                    ids.append(try victim.decode(column: "id", as: String.self))
+                    let victimDay = try victim.decode(column: "created_at", as: Int64.self) / 86_400_000
+                    freed[victimDay, default: 0] += try victim.decode(column: "bytes", as: Int.self)
+                }
+                try await sql.raw("DELETE FROM rejected_proofs WHERE id IN (\(binds: ids))").run()
+                for (victimDay, bytes) in freed { try await addToBudget(-bytes, day: victimDay, sql: sql) }
+            }
+        }
+        return true
+    }
+
+    static func addToBudget(_ bytes: Int, day: Int64, sql: any SQLDatabase) async throws {
+        try await sql.raw(
+            """
+            INSERT INTO rejected_proofs_budget (day, bytes) VALUES (\(bind: day), \(bind: bytes))
+            ON CONFLICT (day) DO UPDATE SET bytes = rejected_proofs_budget.bytes + excluded.bytes
+            """
+        ).run()
+    }
+
+    /// Bytes the table holds by the budget's count (today's and in all).
+    public func budgetUsed(now: Date) async throws -> (today: Int, total: Int) {
+        let day = Int64(now.timeIntervalSince1970 / 86_400)
+        return try await database.read { sql in
+            let today =
+                try await sql.raw("SELECT bytes FROM rejected_proofs_budget WHERE day = \(bind: day)").first()?
+                .decode(column: "bytes", as: Int.self) ?? 0
+            let total =
+                try await sql.raw("SELECT CAST(COALESCE(SUM(bytes), 0) AS BIGINT) AS bytes FROM rejected_proofs_budget")
+                .first()?.decode(column: "bytes", as: Int.self) ?? 0
+            return (today, total)
         }
     }
 
@@ -113,7 +211,7 @@ public struct RejectedProofStore: Sendable {
     {
         try await database.read { sql in
             var query = SQLQueryString(
-                "SELECT id, sha256, kind, proof, size, code, reason, account_id, order_id, created_at, server_version, status, checked_at, outcome FROM rejected_proofs WHERE status = 'rejected'"
+                "SELECT id, sha256, kind, proof, size, code, reason, account_id, order_id, created_at, server_version, status, checked_at, outcome FROM rejected_proofs WHERE status = 'rejected' AND proof_kept = 1"
             )
             if let code { query += " AND code = \(bind: code)" }
             if let since { query += " AND created_at >= \(bind: since.milliseconds)" }
@@ -159,6 +257,17 @@ public struct RejectedProofStore: Sendable {
                 .first()?.decode(column: "n", as: Int.self) ?? 0
             if count > 0 {
                 try await sql.raw("DELETE FROM rejected_proofs WHERE created_at < \(bind: cutoff)").run()
+                // The budget follows: days wholly before the cutoff go, the cutoff's day is recounted.
+                let cutoffDay = cutoff / 86_400_000
+                try await sql.raw("DELETE FROM rejected_proofs_budget WHERE day < \(bind: cutoffDay)").run()
+                try await sql.raw(
+                    """
+                    UPDATE rejected_proofs_budget SET bytes = (
+                        SELECT CAST(COALESCE(SUM(COALESCE(stored_bytes, size + 256)), 0) AS BIGINT) FROM rejected_proofs
+                        WHERE created_at >= \(bind: cutoffDay * 86_400_000) AND created_at < \(bind: (cutoffDay + 1) * 86_400_000))
+                    WHERE day = \(bind: cutoffDay)
+                    """
+                ).run()
             }
             return count
         }

@@ -54,6 +54,8 @@ extension ServerConfiguration {
             ("ownership.policy", ownershipPolicy.rawValue), ("webhooks.url", webhookURL ?? "-"),
             ("webhooks.secret", mask(webhookSecret)), ("localAppStore.enabled", String(localAppStoreEnabled)),
             ("rejectedProofs.retentionDays", String(rejectedProofsRetentionDays)),
+            ("rejectedProofs.maxBytesPerDay", String(rejectedProofsMaxBytesPerDay)),
+            ("rejectedProofs.maxBytesTotal", String(rejectedProofsMaxBytesTotal)),
             ("apple.consumption.enabled", String(consumptionEnabled)),
             ("apple.smallBusinessProgram", String(smallBusinessProgram)),
             ("webhooks.maxAttemptHours", String(webhookMaxAttemptHours)),

@@ -52,6 +52,12 @@ extension ServerConfiguration {
         guard (1...36_500).contains(rejectedProofsRetentionDays) else {
             throw Invalid(key: "rejectedProofs.retentionDays", "must be 1…36500")
         }
+        guard (1_048_576...(1 << 40)).contains(rejectedProofsMaxBytesPerDay) else {
+            throw Invalid(key: "rejectedProofs.maxBytesPerDay", "must be 1 MiB…1 TiB (in bytes)")
+        }
+        guard (rejectedProofsMaxBytesPerDay...(1 << 42)).contains(rejectedProofsMaxBytesTotal) else {
+            throw Invalid(key: "rejectedProofs.maxBytesTotal", "must be at least rejectedProofs.maxBytesPerDay, at most 4 TiB")
+        }
         guard (1...8_760).contains(webhookMaxAttemptHours) else {
             throw Invalid(key: "webhooks.maxAttemptHours", "must be 1…8760")
         }

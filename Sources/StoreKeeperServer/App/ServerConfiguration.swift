@@ -66,6 +66,9 @@ public struct ServerConfiguration: Sendable {
     public var localAppStoreEnabled = false
     /// How long proofs that failed verification are kept for re-verification.
     public var rejectedProofsRetentionDays = 90
+    /// Bytes of rejected proofs stored per UTC day and in all (`RejectedProofStore`).
+    public var rejectedProofsMaxBytesPerDay = 64 * 1_048_576
+    public var rejectedProofsMaxBytesTotal = 1_024 * 1_048_576
     /// Answer Apple's CONSUMPTION_REQUEST with Send Consumption Information (the customer
     /// consented in the refund request; needs the Server API key).
     public var consumptionEnabled = false
@@ -122,7 +125,7 @@ public struct ServerConfiguration: Sendable {
         "catalog.file", "limits.maxBodyBytes", "limits.maxOpenOrdersPerAccount", "limits.maxInFlightRequests",
         "limits.clientRequestsPerSecond", "limits.secretRequestsPerSecond", "limits.requestTimeoutSeconds",
         "ownership.policy", "webhooks.url", "webhooks.secret", "localAppStore.enabled",
-        "rejectedProofs.retentionDays", "offers.introductoryOffers", "apple.consumption.enabled",
+        "rejectedProofs.retentionDays", "rejectedProofs.maxBytesPerDay", "rejectedProofs.maxBytesTotal", "offers.introductoryOffers", "apple.consumption.enabled",
         "webhooks.maxAttemptHours", "apple.smallBusinessProgram", "offers.sharedAppleIdAccounts",
         "dashboard.enabled", "dashboard.sessionIdleSeconds", "dashboard.sessionMaxHours",
     ]
@@ -368,6 +371,8 @@ public struct ServerConfiguration: Sendable {
         webhookSecret = try source.string("webhooks.secret")
         localAppStoreEnabled = try source.bool("localAppStore.enabled") ?? false
         rejectedProofsRetentionDays = try source.int("rejectedProofs.retentionDays") ?? rejectedProofsRetentionDays
+        rejectedProofsMaxBytesPerDay = try source.int("rejectedProofs.maxBytesPerDay") ?? rejectedProofsMaxBytesPerDay
+        rejectedProofsMaxBytesTotal = try source.int("rejectedProofs.maxBytesTotal") ?? rejectedProofsMaxBytesTotal
         consumptionEnabled = try source.bool("apple.consumption.enabled") ?? false
         smallBusinessProgram = try source.bool("apple.smallBusinessProgram") ?? false
         webhookMaxAttemptHours = try source.int("webhooks.maxAttemptHours") ?? webhookMaxAttemptHours

@@ -46,6 +46,8 @@ public struct StoreKeeperApp: Sendable {
     /// The trust set every verifier of this server was built from.
     public let trust: TrustPolicy
     public let rejectedProofs: RejectedProofStore
+    /// Whether a rejected proof was signed by a trusted or Apple root (`TrustPolicy.provenanceVerifiers`).
+    var provenance: (signedData: SignedDataVerifier, receipts: AppReceiptVerifier)? = nil
     /// The last comparison of this server's clock with Apple's (after a 401).
     let clock = ClockState()
 
@@ -166,7 +168,10 @@ public struct StoreKeeperApp: Sendable {
                 clientPerSecond: configuration.clientRequestsPerSecond,
                 secretPerSecond: configuration.secretRequestsPerSecond, clock: rateLimitClock),
             localAppStore: localAppStore, offerSigner: offerSigner, logger: logger, trust: trust,
-            rejectedProofs: RejectedProofStore(database: database))
+            rejectedProofs: RejectedProofStore(
+                database: database, maxBytesPerDay: configuration.rejectedProofsMaxBytesPerDay,
+                maxBytesTotal: configuration.rejectedProofsMaxBytesTotal),
+            provenance: try trust.provenanceVerifiers())
     }
 
     /// The database did not answer within `database.startupTimeoutSeconds`: `serve` exits non-zero.

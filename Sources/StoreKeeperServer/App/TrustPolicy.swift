@@ -91,6 +91,27 @@ public struct TrustPolicy: Sendable {
             trustedRoots: roots.filter(\.anchorsReceipts).map(\.der), bundleId: bundleId, environments: environments)
     }
 
+    /// Verifiers that say only where a proof comes from: its signature and its chain to one of
+    /// the configured roots or Apple's built-in roots, with no bundle, app or environment check.
+    /// A rejected proof that passes them is kept whole for re-verification (a wrong bundle id,
+    /// environment or `apple.rootCertificates` fixed later); anything else is kept as its hash,
+    /// code and account only (`RejectedProofStore`).
+    public func provenanceVerifiers() throws -> (signedData: SignedDataVerifier, receipts: AppReceiptVerifier) {
+        let signedRoots =
+            roots.filter(\.anchorsSignedData).map(\.der) + [AppleRootCertificates.appleRootCAG3DER]
+        let receiptRoots = roots.filter(\.anchorsReceipts).map(\.der) + [AppleRootCertificates.appleIncRootDER]
+        return (
+            try SignedDataVerifier(
+                .init(trustedRoots: Self.unique(signedRoots), bundleId: nil, appAppleId: nil, environments: nil)),
+            try AppReceiptVerifier(trustedRoots: Self.unique(receiptRoots), bundleId: nil, environments: nil)
+        )
+    }
+
+    static func unique(_ roots: [[UInt8]]) -> [[UInt8]] {
+        var seen = Set<[UInt8]>()
+        return roots.filter { seen.insert($0).inserted }
+    }
+
     /// Accepted environments in a stable order (Production first).
     public var environmentList: [String] {
         environments.map(\.rawValue).sorted { ($0 == "Production" ? 0 : 1, $0) < ($1 == "Production" ? 0 : 1, $1) }

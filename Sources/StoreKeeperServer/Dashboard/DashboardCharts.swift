@@ -93,19 +93,6 @@ struct BarChart: Sendable {
 
     static func number(_ value: Double) -> String { String(format: "%.1f", value) }
 
-    static func escape(_ text: String) -> String {
-        var out = ""
-        out.reserveCapacity(text.utf8.count)
-        for character in text {
-            switch character {
-            case "&": out += "&amp;"
-            case "<": out += "&lt;"
-            case ">": out += "&gt;"
-            case "\"": out += "&quot;"
-            case "'": out += "&#39;"
-            default: out.append(character)
-            }
-        }
-        return out
-    }
+    /// Scalar-safe (`HTMLEscaping`): never per `Character`.
+    static func escape(_ text: String) -> String { HTMLEscaping.escape(text) }
 }

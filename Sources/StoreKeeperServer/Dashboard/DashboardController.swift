@@ -14,12 +14,17 @@ import StoreKeeperStorage
 struct DashboardController {
     let app: StoreKeeperApp
 
+    /// Every template renders `{{x}}` through `HTMLEscaping` (scalar-safe), not swift-mustache's
+    /// own escaper: the content type is registered first, then named by each template's pragma.
     static let library: MustacheLibrary = {
+        MustacheContentTypes.register(HTMLEscaping.ContentType(), named: HTMLEscaping.ContentType.name)
         var library = MustacheLibrary()
         for (name, text) in DashboardTemplates.all {
             // The templates are constants of this file's module: a parse error is a bug the
             // dashboard tests catch on the first page.
-            if let template = try? MustacheTemplate(string: text) { library.register(template, named: name) }
+            if let template = try? MustacheTemplate(string: HTMLEscaping.ContentType.pragma + text) {
+                library.register(template, named: name)
+            }
         }
         return library
     }()
@@ -43,7 +48,23 @@ struct DashboardController {
         }
         group.post("login") { request, context in try await signIn(request, context) }
         group.post("logout") { request, context in
-            try await withSession(request, context, form: true) { _, _ in
+            try await withSession(request, context, form: true, renew: false) { session, _ in
+                // Ended on the server: the cookie, kept or copied, is refused from now on.
+                try await sessionStore.end(
+                    nonce: session.nonce, expires: app.dashboardSessions.expiry(session), now: Date())
+                context.logger.notice("dashboard: signed out")
+                var response = Self.redirect("/dashboard/login")
+                response.headers[values: .setCookie] = [Self.cookie("", request: request, maxAge: 0)]
+                return response
+            }
+        }
+        group.post("logout-everywhere") { request, context in
+            try await withSession(request, context, form: true, renew: false) { session, _ in
+                try await sessionStore.endAll(keyId: app.dashboardSessions.keyIds[session.keyIndex], now: Date())
+                context.logger.notice("dashboard: every session of this secret key signed out")
+                try await app.store.recordAudit(
+                    actor: "operator", action: "dashboard_sign_out_everywhere", subject: nil,
+                    detail: "every dashboard session of this secret key ended", now: Date())
                 var response = Self.redirect("/dashboard/login")
                 response.headers[values: .setCookie] = [Self.cookie("", request: request, maxAge: 0)]
                 return response
@@ -100,8 +121,19 @@ struct DashboardController {
 
     // MARK: Sessions
 
+    var sessionStore: DashboardSessionStore { DashboardSessionStore(database: app.database) }
+
     func signIn(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         guard Self.sameOrigin(request) else { return forbidden("This sign-in came from another site.") }
+        if let wait = app.dashboardSessions.signIns.admit(address: context.peerAddress) {
+            context.logger.warning("dashboard: sign-in refused (too many attempts)")
+            var response = page(
+                "login", title: "Sign in",
+                values: ["error": "Too many sign-in attempts. Try again in \(wait) s."], session: nil,
+                status: .tooManyRequests)
+            response.headers[.retryAfter] = String(wait)
+            return response
+        }
         let form = try await Self.form(request)
         guard let key = form["key"], let index = app.authenticator.secretKeyIndex(key) else {
             context.logger.warning("dashboard: sign-in refused (wrong key)")
@@ -123,13 +155,32 @@ struct DashboardController {
     /// without one, from another origin, or without the session's CSRF token is refused.
     /// Errors become an HTML page with the API's status (404, 400, 503 with Retry-After).
     func withSession(
-        _ request: Request, _ context: StoreKeeperContext, form: Bool = false,
+        _ request: Request, _ context: StoreKeeperContext, form: Bool = false, renew: Bool = true,
         _ body: (DashboardSessions.Session, [String: String]) async throws -> Response
     ) async throws -> Response {
         let cookie = Self.cookieValue(request, DashboardSessions.cookieName)
         let now = Date()
+        var check = app.dashboardSessions.check(cookie, now: now)
+        if case .valid(let valid) = check {
+            do {
+                if try await sessionStore.isEnded(
+                    nonce: valid.nonce, keyId: app.dashboardSessions.keyIds[valid.keyIndex], issued: valid.issued)
+                {
+                    check = .invalid
+                }
+            } catch where StorageUnavailable.classify(error) != nil {
+                // Whether it was signed out cannot be known: not signed in, for now.
+                context.logger.warning("dashboard: storage unavailable", metadata: ["error": "\(error)"])
+                var response = page(
+                    "message", title: "Unavailable",
+                    values: ["heading": "Unavailable", "message": "The database does not answer; try again in a moment."],
+                    session: nil, status: .serviceUnavailable)
+                response.headers[.retryAfter] = "2"
+                return response
+            }
+        }
         let session: DashboardSessions.Session
-        switch app.dashboardSessions.check(cookie, now: now) {
+        switch check {
         case .valid(let valid): session = valid
         case .expired where !form: return Self.redirect("/dashboard/login?expired=1")
         case .invalid where !form: return Self.redirect("/dashboard/login")
@@ -174,7 +225,7 @@ struct DashboardController {
                 session: session, status: .serviceUnavailable)
             response.headers[.retryAfter] = "2"
         }
-        if let renewed = app.dashboardSessions.renewed(session, now: now) {
+        if renew, let renewed = app.dashboardSessions.renewed(session, now: now) {
             response.headers[values: .setCookie] += [Self.cookie(renewed, request: request)]
         }
         return response

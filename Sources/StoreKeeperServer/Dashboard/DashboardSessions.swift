@@ -1,9 +1,11 @@
 import AppStoreModels
 import Crypto
 import Foundation
+import Synchronization
 
-/// The dashboard's sessions: a signed cookie, no server-side table, so every instance behind a
-/// load balancer accepts it. Each configured secret key derives its own signing key, so a key
+/// The dashboard's sessions: a signed cookie, so every instance behind a load balancer accepts
+/// it; only sessions ended early (sign-out, "sign out everywhere") are stored, in the database
+/// (`DashboardSessionStore`), where every instance reads them. Each configured secret key derives its own signing key, so a key
 /// taken out of `auth.secretKeys` ends every session it opened.
 ///
 /// Token: `v1.<issued>.<lastSeen>.<nonce>.<mac>`, seconds since 1970 and 32 hex digits of
@@ -30,18 +32,31 @@ struct DashboardSessions: Sendable {
     static let cookieName = "storekeeper_session"
 
     let keys: [SymmetricKey]
+    /// Each key's public name in storage ("sign out everywhere" is per key): an HMAC of a fixed
+    /// label, so the table never holds anything the key could be recovered from.
+    let keyIds: [String]
     let idle: Int64
     let maximum: Int64
+    /// Sign-in attempts, limited per client address and in all.
+    let signIns: SignInLimiter
 
-    init(secretKeys: [String], idleSeconds: Int, maximumSeconds: Int) {
+    init(secretKeys: [String], idleSeconds: Int, maximumSeconds: Int, signIns: SignInLimiter = SignInLimiter()) {
         keys = secretKeys.filter { !$0.isEmpty }.map {
             SymmetricKey(
                 data: HMAC<SHA256>.authenticationCode(
                     for: Data("storekeeper dashboard session v1".utf8), using: SymmetricKey(data: Data($0.utf8))))
         }
+        keyIds = keys.map {
+            HMAC<SHA256>.authenticationCode(for: Data("storekeeper dashboard key id".utf8), using: $0).prefix(16)
+                .lowercaseHex
+        }
         idle = Int64(max(idleSeconds, 1))
         maximum = Int64(max(maximumSeconds, 1))
+        self.signIns = signIns
     }
+
+    /// When a session's cookie stops being accepted whatever happens (seconds since 1970).
+    func expiry(_ session: Session) -> Int64 { session.issued + maximum }
 
     /// A new session for the secret key at `keyIndex`.
     func issue(keyIndex: Int, now: Date) -> String {
@@ -109,5 +124,66 @@ struct DashboardSessions: Sendable {
         var difference: UInt8 = 0
         for (x, y) in zip(a, b) { difference |= x ^ y }
         return difference == 0
+    }
+}
+
+/// Token buckets for `/dashboard/login`: per client address (10 attempts, then one per 6 s) and
+/// for the whole server (30, then one per second), so neither one address nor many addresses at
+/// once can try keys quickly. Every attempt counts, right or wrong: when a bucket is empty the
+/// answer is 429 without looking at the key, so the limit says nothing about it.
+final class SignInLimiter: Sendable {
+    struct Bucket {
+        var tokens: Double
+        var updated: ContinuousClock.Instant
+    }
+    struct Limits: Sendable {
+        var perAddressBurst = 10.0
+        var perAddressPerSecond = 1.0 / 6
+        var globalBurst = 30.0
+        var globalPerSecond = 1.0
+    }
+    private struct State {
+        var byAddress: [String: Bucket] = [:]
+        var global: Bucket?
+    }
+
+    let limits: Limits
+    private let state = Mutex(State())
+
+    init(limits: Limits = Limits()) { self.limits = limits }
+
+    /// nil when admitted; otherwise whole seconds to wait.
+    func admit(address: String, now: ContinuousClock.Instant = .now) -> Int? {
+        state.withLock { state in
+            if state.byAddress.count >= 10_000 {
+                // Buckets that have refilled change nothing when forgotten.
+                let full = limits.perAddressBurst / limits.perAddressPerSecond
+                state.byAddress = state.byAddress.filter { Self.seconds(now - $0.value.updated) < full }
+            }
+            var global = Self.refilled(
+                state.global, burst: limits.globalBurst, rate: limits.globalPerSecond, now: now)
+            var own = Self.refilled(
+                state.byAddress[address], burst: limits.perAddressBurst, rate: limits.perAddressPerSecond, now: now)
+            defer {
+                state.global = global
+                state.byAddress[address] = own
+            }
+            if own.tokens < 1 { return Int(((1 - own.tokens) / limits.perAddressPerSecond).rounded(.up)) }
+            if global.tokens < 1 { return Int(((1 - global.tokens) / limits.globalPerSecond).rounded(.up)) }
+            own.tokens -= 1
+            global.tokens -= 1
+            return nil
+        }
+    }
+
+    static func refilled(_ bucket: Bucket?, burst: Double, rate: Double, now: ContinuousClock.Instant) -> Bucket {
+        guard var bucket else { return Bucket(tokens: burst, updated: now) }
+        bucket.tokens = min(burst, bucket.tokens + seconds(now - bucket.updated) * rate)
+        bucket.updated = now
+        return bucket
+    }
+
+    static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     }
 }

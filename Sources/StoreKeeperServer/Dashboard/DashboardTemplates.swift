@@ -30,6 +30,7 @@ enum DashboardTemplates {
         <button type="submit">Search</button>
         </form>
         <form method="post" action="/dashboard/logout"><input type="hidden" name="_csrf" value="{{csrf}}"><button type="submit" class="link">Sign out</button></form>
+        <form method="post" action="/dashboard/logout-everywhere"><input type="hidden" name="_csrf" value="{{csrf}}"><button type="submit" class="link" id="sign-out-everywhere">Sign out everywhere</button></form>
         {{/signedIn}}
         </header>
         <main>

@@ -3,6 +3,7 @@ import Crypto
 import Foundation
 import Hummingbird
 import JWTKit
+import StoreKeeperCore
 
 /// Who is calling: an operator/back end with a secret key, or an app with a client token
 /// bound to one account (API.md "Authentication").
@@ -14,7 +15,8 @@ public enum Caller: Sendable, Hashable {
     func mayActOn(_ accountId: String) -> Bool {
         switch self {
         case .secretKey: true
-        case .account(let own): own == accountId
+        // Byte-wise, as the database compares: `==` would let "\u{212A}ate" act on "Kate".
+        case .account(let own): Identifiers.same(own, accountId)
         }
     }
 
@@ -88,6 +90,8 @@ struct Authenticator: Sendable {
             let claims = try? await clientTokens.verify(credential, as: ClientTokenClaims.self),
             claims.exp.value.timeIntervalSinceNow <= clientTokenMaxLifetime + Self.clockLeeway
         {
+            // The account id in `sub` is an id like any other: NFC, no control characters.
+            try StoreKeeperApp.validateAccountId(claims.sub.value)
             return .account(claims.sub.value)
         }
         throw APIError.unauthenticated

@@ -10,9 +10,18 @@ public struct StoreKeeperContext: RequestContext {
     /// App Store).
     public var authenticated: Caller?
 
+    /// The connection, for its peer's address (the dashboard's sign-in limit); read only there.
+    let channel: any Channel
+
     public init(source: ApplicationRequestContextSource) {
         coreContext = .init(source: source)
         authenticated = nil
+        channel = source.channel
+    }
+
+    /// The peer's IP address (without the port); "unknown" for a Unix socket or a closed channel.
+    var peerAddress: String {
+        channel.remoteAddress?.ipAddress ?? "unknown"
     }
 
     /// The caller `Authenticate` put here. Every route behind it has one; a route outside it

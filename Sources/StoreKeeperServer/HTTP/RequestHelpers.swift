@@ -80,6 +80,18 @@ extension StoreKeeperApp {
         guard !value.unicodeScalars.contains(where: isControl) else {
             throw APIError.badRequest("field '\(field)' must not contain control characters")
         }
+        // One spelling per id: the database compares bytes, Swift compares canonical equivalence
+        // (`Identifiers`), and the two agree only on NFC text.
+        guard Identifiers.isNFC(value) else {
+            throw APIError.badRequest(
+                "field '\(field)' must be in Unicode Normalization Form C (NFC): the same text has one spelling")
+        }
+    }
+
+    /// An id Apple issues (a transaction id, an app transaction id): 1…64 ASCII digits — not
+    /// `Character.isNumber`, which takes "٣", "½" and a digit with a combining mark.
+    static func isAppleNumericId(_ value: String) -> Bool {
+        !value.isEmpty && value.utf8.count <= 64 && value.utf8.allSatisfy { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }
     }
 
     static func json<T: Encodable>(_ value: T, status: HTTPResponse.Status = .ok) throws -> Response {

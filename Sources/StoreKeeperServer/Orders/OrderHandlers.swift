@@ -26,10 +26,10 @@ extension StoreKeeperApp {
             try StoreKeeperApp.validateAccountId(accountId)
             guard (1...10).contains(quantity ?? 1) else { throw APIError.badRequest("field 'quantity' must be 1…10") }
             if let appTransactionId {
-                guard !appTransactionId.isEmpty, appTransactionId.count <= 64 else {
-                    throw APIError.badRequest("field 'appTransactionId' must be 1…64 characters")
+                // Apple issues it as digits; nothing else reaches storage, anomalies or the dashboard.
+                guard StoreKeeperApp.isAppleNumericId(appTransactionId) else {
+                    throw APIError.badRequest("field 'appTransactionId' must be an App Store id: 1…64 digits 0-9")
                 }
-                try StoreKeeperApp.validateText(appTransactionId, field: "appTransactionId")
             }
             if let offerId { try StoreKeeperApp.validateText(offerId, field: "offerId") }
         }
@@ -55,7 +55,14 @@ extension StoreKeeperApp {
                 accountId: body.accountId, productId: body.productId, quantity: quantity,
                 maxOpen: configuration.maxOpenOrdersPerAccount, ttl: configuration.orderTTL, appAccountToken: token,
                 offerId: offers.offer?.id, offerNonce: offers.offer == nil ? nil : nonce,
+                offerLimit: offers.offer?.maxPerAccount.map { $0 - (offers.redemptions) },
+                introAllowed: offers.introductoryAllowed == true && offers.transactionId != nil,
                 appTransactionId: body.appTransactionId, now: now)
+        } catch let error as PurchaseStore.OfferLimitReached {
+            throw APIError(
+                .forbidden, "offer_not_eligible",
+                "offer '\(offers.offer?.id ?? "")' refused by rule maxPerAccount: \(error.outstanding) signed and still redeemable"
+            )
         } catch let error as PurchaseStore.TooManyOpenOrders {
             throw APIError(
                 .conflict, "too_many_open_orders",
@@ -89,7 +96,7 @@ extension StoreKeeperApp {
     /// the transaction id the V2 JWS names — all decided by the core from our own records.
     func offerDecision(
         product: Product, offerId: String?, accountId: String, appTransactionId: String?, now: Date
-    ) async throws -> (offer: Offer?, introductoryAllowed: Bool?, transactionId: String?) {
+    ) async throws -> (offer: Offer?, introductoryAllowed: Bool?, transactionId: String?, redemptions: Int) {
         var offer: Offer?
         if let offerId {
             try Self.validateText(offerId, field: "offerId")
@@ -101,18 +108,20 @@ extension StoreKeeperApp {
             offer = found
         }
         let introPolicy = configuration.introductoryOffers == .oncePerAccount && product.type == .autoRenewable
-        guard offer != nil || introPolicy else { return (nil, nil, nil) }
+        guard offer != nil || introPolicy else { return (nil, nil, nil, 0) }
         guard offerSigner != nil else {
             throw APIError(
                 .serviceUnavailable, "offers_unavailable",
                 "no In-App Purchase key is configured (apple.offers.* or apple.serverAPI.*): offers cannot be signed")
         }
         let history = try await store.offerHistory(
-            account: accountId, groupProducts: catalog.group(product.group ?? "").map(\.id))
+            account: accountId, groupProducts: catalog.group(product.group ?? "").map(\.id), now: now)
         if let offer,
             let refusal = OfferEligibility.refusal(
                 offer,
-                history: .init(subscriptions: history.subscriptions, redemptions: history.redemptions[offer.id] ?? 0),
+                history: .init(
+                    subscriptions: history.subscriptions, redemptions: history.redemptions[offer.id] ?? 0,
+                    outstanding: history.outstandingOffers[offer.id] ?? 0),
                 now: now)
         {
             throw APIError(.forbidden, "offer_not_eligible", "offer '\(offer.id)' refused by rule \(refusal)")
@@ -120,9 +129,13 @@ extension StoreKeeperApp {
         let allowed =
             introPolicy
             ? OfferEligibility.introductoryAllowed(
-                hadIntroductoryOffer: history.hadIntroductoryOffer, subscriptions: history.subscriptions, now: now)
+                hadIntroductoryOffer: history.hadIntroductoryOffer, subscriptions: history.subscriptions,
+                introductoryOutstanding: history.introductoryOutstanding, now: now)
             : nil
-        return (offer, allowed, history.latestTransactionId ?? appTransactionId)
+        return (
+            offer, allowed, history.latestTransactionId ?? appTransactionId,
+            offer.map { history.redemptions[$0.id] ?? 0 } ?? 0
+        )
     }
 
     func getOrder(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {

@@ -178,7 +178,7 @@ extension StoreKeeperApp {
     /// `transactionId` submissions: ask Apple with a short deadline; if Apple is slow, down or
     /// rate-limiting, the lookup becomes a durable job and the client gets 202 (invariant 5).
     func lookUpOrQueue(_ transactionId: String, accountId: String, orderId: String?) async throws -> Lookup {
-        guard transactionId.count <= 64, transactionId.allSatisfy(\.isNumber), !transactionId.isEmpty else {
+        guard Self.isAppleNumericId(transactionId) else {
             throw APIError.badRequest("field 'transactionId' must be an App Store transaction id (digits)")
         }
         guard transactionSource != nil else {
@@ -237,7 +237,7 @@ extension StoreKeeperApp {
             as: UTF8.self)
         let now = Date()
         try await jobs.enqueue(
-            kind: "lookup_transaction", dedupeKey: "lookup_transaction|\(transactionId)|\(accountId)", payload: payload,
+            kind: "lookup_transaction", dedupeKey: PurchaseStore.dedupeKey("lookup_transaction", transactionId, accountId), payload: payload,
             runAt: now.addingTimeInterval(1), now: now)
         logger.info(
             "Apple unavailable; lookup queued", metadata: ["transactionId": "\(transactionId)", "reason": "\(reason)"])

@@ -25,7 +25,7 @@ extension TransactionJSON {
         environment = transaction.environment?.rawValue ?? "Production"
         let recipient = result.plan.delivery?.accountId ?? result.existing?.accountId ?? result.plan.accountId
         orderId =
-            recipient == submitter
+            Identifiers.same(recipient, submitter)
             ? result.plan.delivery?.orderId ?? result.existing?.orderId ?? result.plan.order?.orderId : nil
         outcome = result.plan.outcome.rawValue
     }

@@ -12,15 +12,37 @@ extension StoreKeeperApp {
     func keepRejected(_ proof: Proof, failure: VerificationFailure, accountId: String, orderId: String?) async {
         do {
             let kept = try await rejectedProofs.keep(
-                kind: proof.kind, proof: proof.text, code: failure.code, reason: failure.reason, accountId: accountId,
-                orderId: orderId, serverVersion: StoreKeeperVersion.current, now: Date())
+                kind: proof.kind, proof: proof.text, keepText: await worthKeeping(proof, failure: failure),
+                code: failure.code, reason: failure.reason, accountId: accountId, orderId: orderId,
+                serverVersion: StoreKeeperVersion.current, now: Date())
             if kept == .capped {
                 logger.warning(
-                    "rejected proof not kept: the account's daily cap is reached",
+                    "rejected proof not kept: the account's daily cap or the rejected proofs' byte budget is reached",
                     metadata: ["account": "\(accountId)", "code": "\(failure.code)"])
             }
         } catch {
             logger.error("could not keep a rejected proof", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Whether a rejected proof's text is worth keeping: it could verify once the configuration
+    /// is fixed. A transaction id (digits) always; a JWS or receipt only when its signature and
+    /// chain reach one of the trusted roots or Apple's own — a failure past the chain (wrong
+    /// bundle, app, environment, revoked) says so already, anything else is checked again with
+    /// no identity checks (`TrustPolicy.provenanceVerifiers`). Random bytes and forgeries are
+    /// never stored whole.
+    func worthKeeping(_ proof: Proof, failure: VerificationFailure) async -> Bool {
+        switch failure {
+        case .invalidSignature, .invalidChain: break
+        default: return true
+        }
+        guard let provenance else { return false }
+        switch proof {
+        case .transactionId: return true
+        case .signedTransaction(let jws):
+            return (try? await provenance.signedData.verifyTransaction(jws)) != nil
+        case .receipt(let base64):
+            return (try? await provenance.receipts.verify(base64: base64)) != nil
         }
     }
 
