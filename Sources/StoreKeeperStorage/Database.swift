@@ -94,6 +94,10 @@ public final class Database: Sendable {
 
     var sqliteBackend: SQLiteBackend? { backend as? SQLiteBackend }
 
+    /// PostgreSQL: whether repeated statements are still prepared (`prepare=off`, or a pooler
+    /// seen, says no); nil on SQLite.
+    public var preparesStatements: Bool? { (backend as? PostgresBackend)?.prepared.enabled }
+
     /// SQLite: `body` on the connection that writes, outside a transaction (`ping`, and
     /// per-connection settings such as a test's `PRAGMA query_only`); PostgreSQL: a read.
     func onWritingConnection<T: Sendable>(_ body: @escaping @Sendable (any SQLDatabase) async throws -> T)

@@ -192,6 +192,17 @@ final class PostgresBackend: Backend {
     func transaction<T: Sendable>(
         deadline: Duration, _ body: @escaping @Sendable (any SQLDatabase) async throws -> T
     ) async throws -> T {
+        do {
+            return try await transactionOnce(deadline: deadline, body)
+        } catch where PreparedStatements.isLost(error) {
+            // Rolled back; preparing is off now: once more, unnamed.
+            return try await transactionOnce(deadline: deadline, body)
+        }
+    }
+
+    private func transactionOnce<T: Sendable>(
+        deadline: Duration, _ body: @escaping @Sendable (any SQLDatabase) async throws -> T
+    ) async throws -> T {
         try await withDeadline(deadline) { connection in
             let sql = PreparingSQLDatabase(connection: connection, registry: self.prepared)
             try await sql.raw("BEGIN").run()
@@ -223,8 +234,14 @@ final class PostgresBackend: Backend {
     }
 
     func read<T: Sendable>(_ body: @escaping @Sendable (any SQLDatabase) async throws -> T) async throws -> T {
-        try await withDeadline(deadline) { connection in
-            try await body(PreparingSQLDatabase(connection: connection, registry: self.prepared))
+        do {
+            return try await withDeadline(deadline) { connection in
+                try await body(PreparingSQLDatabase(connection: connection, registry: self.prepared))
+            }
+        } catch where PreparedStatements.isLost(error) {
+            return try await withDeadline(deadline) { connection in
+                try await body(PreparingSQLDatabase(connection: connection, registry: self.prepared))
+            }
         }
     }
 

@@ -28,7 +28,18 @@ import Synchronization
 ///   change that alters its result) fails that one call; the connection's next statement
 ///   starts with `DEALLOCATE ALL` and prepares again.
 ///
-/// `database.url`'s `prepare=off` turns this off (PgBouncer in transaction mode before 1.21).
+/// Names are `sk_<random>_<n>`, the random part drawn once per process: a name this process
+/// prepared means this process's statement, and no other process ever uses it. Behind a pooler
+/// that hands one client's statements to another server connection (PgBouncer in transaction or
+/// statement mode; 1.21+ tracks only protocol-level statements, never SQL `PREPARE`), another
+/// instance's `sk_5` can therefore never run in place of ours. There, a statement this process
+/// prepared is sooner or later missing (26000) on the server connection a call reaches: the
+/// first time, preparing is turned off for the rest of the process (logged once) and the call
+/// runs again unnamed (`PostgresBackend` repeats the transaction or read). Finding one of our
+/// own names already there (42P05) means another of our connections prepared the same statement
+/// on that server connection: it is used as is.
+///
+/// `database.url`'s `prepare=off` turns this off from the start (a transaction-mode pooler).
 struct PreparingSQLDatabase: SQLDatabase {
     let connection: PostgresConnection
     let plain: any SQLDatabase
@@ -65,24 +76,45 @@ struct PreparingSQLDatabase: SQLDatabase {
         let session = registry.session(of: connection)
         do {
             if session.stale {
-                _ = try await connection.query("DEALLOCATE ALL", logger: logger).collect()
+                // Only this process's statements (DEALLOCATE ALL would reach a pooled
+                // connection's other clients too).
+                for name in session.names {
+                    _ = try await connection.query(PostgresQuery(unsafeSQL: "DEALLOCATE \(name)"), logger: logger)
+                        .collect()
+                }
                 session.clear()
             }
             if !session.has(prepared.name) {
-                _ = try await connection.query(
-                    PostgresQuery(
-                        unsafeSQL: "PREPARE \(prepared.name) (\(prepared.types.joined(separator: ", "))) AS \(sql)"),
-                    logger: logger
-                ).collect()
+                do {
+                    _ = try await connection.query(
+                        PostgresQuery(
+                            unsafeSQL:
+                                "PREPARE \(prepared.name) (\(prepared.types.joined(separator: ", "))) AS \(sql)"),
+                        logger: logger
+                    ).collect()
+                } catch let error as PSQLError where error.serverInfo?[.sqlState] == "42P05" {
+                    // Ours (the name is this process's): another of our connections prepared it on
+                    // the server connection a pooler gave us. Outside a transaction it is the same
+                    // statement; inside one, the transaction is aborted, and runs again.
+                    registry.poolerSeen(logger)
+                    throw PreparedStatements.Lost(underlying: error)
+                }
                 session.add(prepared.name)
             }
             let rows = try await connection.query(PostgresQuery(unsafeSQL: prepared.execute), logger: logger)
             for try await row in rows { onRow(row.sql()) }
         } catch let error as PSQLError {
-            // 26000: the statement is gone; 42P05: one of that name is there already; 0A000: its
-            // result changed with the schema. The session starts over on its next statement.
-            if let state = error.serverInfo?[.sqlState], ["26000", "42P05", "0A000"].contains(state) {
+            // 26000: a statement this connection prepared is not on the server connection the
+            // call reached — a pooler between us. Preparing ends for this process; the call runs
+            // again unnamed. 0A000: its result changed with the schema: prepared again.
+            switch error.serverInfo?[.sqlState] {
+            case "26000":
+                registry.poolerSeen(logger)
+                throw PreparedStatements.Lost(underlying: error)
+            case "0A000":
                 session.markStale()
+            default:
+                break
             }
             throw error
         }
@@ -127,7 +159,37 @@ final class PreparedStatements: Sendable {
 
     /// Statement shapes prepared at most, per process.
     let limit: Int
-    let enabled: Bool
+    /// Configured (`prepare=off` says no), and not yet turned off by a pooler.
+    var enabled: Bool { configured && !pooled.withLock { $0 } }
+    let configured: Bool
+    private let pooled = Mutex(false)
+    /// This process's names: `sk_<random>_`, drawn once.
+    let prefix: String
+
+    /// A prepared statement was missing where this process had prepared it, or found where it had
+    /// not: a pooler hands server connections between clients. Preparing is off from now on; the
+    /// work that failed may run again (nothing of it was committed).
+    struct Lost: Error, CustomStringConvertible {
+        var underlying: PSQLError
+        var description: String {
+            "a prepared statement was lost to a connection pooler (now off): \(String(reflecting: underlying))"
+        }
+    }
+
+    static func isLost(_ error: any Error) -> Bool { error is Lost }
+
+    /// Turns preparing off for good, logged once.
+    func poolerSeen(_ logger: Logger) {
+        let first = pooled.withLock { pooled in
+            defer { pooled = true }
+            return !pooled
+        }
+        if first {
+            logger.warning(
+                "PostgreSQL: prepared statements do not stay on their connection (a pooler such as PgBouncer in transaction mode?): preparing is off from now on; set prepare=off in database.url to skip this"
+            )
+        }
+    }
 
     /// A statement shape seen, and its number once it is prepared (the second time it runs).
     private struct Registry {
@@ -142,6 +204,7 @@ final class PreparedStatements: Sendable {
         private let state = Mutex<(names: Set<String>, stale: Bool)>(([], false))
         init(_ connection: PostgresConnection) { self.connection = connection }
         func has(_ name: String) -> Bool { state.withLock { $0.names.contains(name) } }
+        var names: [String] { state.withLock { Array($0.names) } }
         func add(_ name: String) { _ = state.withLock { $0.names.insert(name) } }
         /// What the server has no longer matches what is recorded here: `DEALLOCATE ALL` first.
         var stale: Bool { state.withLock { $0.stale } }
@@ -151,8 +214,10 @@ final class PreparedStatements: Sendable {
     private let sessions = Mutex<[ObjectIdentifier: Session]>([:])
 
     init(enabled: Bool = true, limit: Int = 512) {
-        self.enabled = enabled
+        self.configured = enabled
         self.limit = limit
+        var generator = SystemRandomNumberGenerator()
+        prefix = "sk_\(String(generator.next() as UInt64, radix: 36))_"
     }
 
     func session(of connection: PostgresConnection) -> Session {
@@ -201,8 +266,8 @@ final class PreparedStatements: Sendable {
         }
         guard let index else { return nil }
         return Statement(
-            name: "sk_\(index)", types: types,
-            execute: "EXECUTE sk_\(index) (\(arguments.joined(separator: ", ")))")
+            name: "\(prefix)\(index)", types: types,
+            execute: "EXECUTE \(prefix)\(index) (\(arguments.joined(separator: ", ")))")
     }
 
     /// A bind as the declared type of its parameter (the type PostgresKit would send it with)

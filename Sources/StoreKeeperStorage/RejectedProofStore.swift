@@ -60,6 +60,8 @@ public struct RejectedProofStore: Sendable {
         public var checkedAt: Date?
         /// After re-verification: the delivery outcome(s), e.g. `delivered`.
         public var outcome: String?
+        /// Whether the proof's text is kept (re-verifiable), or only its hash, code and account.
+        public var proofKept = true
     }
 
     public enum KeepResult: Sendable, Hashable {
@@ -195,7 +197,7 @@ public struct RejectedProofStore: Sendable {
     ) async throws -> [Proof] {
         try await database.read { sql in
             var query = SQLQueryString(
-                "SELECT id, sha256, kind, \(unsafeRaw: withProof ? "proof" : "'' AS proof"), size, code, reason, account_id, order_id, created_at, server_version, status, checked_at, outcome FROM rejected_proofs WHERE 1 = 1"
+                "SELECT id, sha256, kind, \(unsafeRaw: withProof ? "proof" : "'' AS proof"), size, code, reason, account_id, order_id, created_at, server_version, status, checked_at, outcome, proof_kept FROM rejected_proofs WHERE 1 = 1"
             )
             if let code { query += " AND code = \(bind: code)" }
             if let since { query += " AND created_at >= \(bind: since.milliseconds)" }
@@ -211,7 +213,7 @@ public struct RejectedProofStore: Sendable {
     {
         try await database.read { sql in
             var query = SQLQueryString(
-                "SELECT id, sha256, kind, proof, size, code, reason, account_id, order_id, created_at, server_version, status, checked_at, outcome FROM rejected_proofs WHERE status = 'rejected' AND proof_kept = 1"
+                "SELECT id, sha256, kind, proof, size, code, reason, account_id, order_id, created_at, server_version, status, checked_at, outcome, proof_kept FROM rejected_proofs WHERE status = 'rejected' AND proof_kept = 1"
             )
             if let code { query += " AND code = \(bind: code)" }
             if let since { query += " AND created_at >= \(bind: since.milliseconds)" }
@@ -287,6 +289,7 @@ public struct RejectedProofStore: Sendable {
             serverVersion: try row.decode(column: "server_version", as: String.self),
             status: try row.decode(column: "status", as: String.self),
             checkedAt: try row.decode(column: "checked_at", as: Int64?.self).map(Date.init(milliseconds:)),
-            outcome: try row.decode(column: "outcome", as: String?.self))
+            outcome: try row.decode(column: "outcome", as: String?.self),
+            proofKept: (try? row.decode(column: "proof_kept", as: Int.self)).map { $0 != 0 } ?? true)
     }
 }

@@ -274,6 +274,70 @@ import Testing
         }
     }
 
+    // MARK: 4. Rejected proofs within a bound
+
+    @Test(arguments: API.databases)
+    func randomProofsAreKeptAsTheirHashNotTheirBytes(kind: String) async throws {
+        try await API.withServer(kind) { app, client in
+            var generator = SystemRandomNumberGenerator()
+            for index in 0..<20 {
+                let bytes = (0..<600_000).map { _ in UInt8.random(in: 0...255, using: &generator) }
+                let field = index % 2 == 0 ? "receipt" : "signedTransaction"
+                let proof = index % 2 == 0 ? Data(bytes).base64EncodedString() : "eyJhbGciOiJFUzI1NiJ9.e30.\(index)"
+                let reply = try await API.call(
+                    client, .post, "/v1/purchases", body: #"{"accountId":"mallory","\#(field)":"\#(proof)"}"#)
+                #expect(reply.status.code >= 400 && reply.status.code < 500, "\(reply.json)")
+            }
+            // A proof with a NUL: answered, and kept (as its hash) on PostgreSQL too.
+            let nul = try await API.call(
+                client, .post, "/v1/purchases", body: #"{"accountId":"mallory","signedTransaction":"a\u0000b.c.d"}"#)
+            #expect(nul.status.code >= 400 && nul.status.code < 500, "\(nul.json)")
+            let kept = try await app.rejectedProofs.list(limit: 100, withProof: true)
+            #expect(kept.count == 21)
+            #expect(kept.allSatisfy { !$0.proofKept && $0.proof.isEmpty })
+            let used = try await app.rejectedProofs.budgetUsed(now: Date())
+            #expect(used.today > 0 && used.today < 21 * 1024, "\(used)")
+            #expect(used.total == used.today)
+        }
+    }
+
+    @Test(arguments: API.databases)
+    func theBudgetDropsTheOldestUnverifiableProofsFirst(kind: String) async throws {
+        try await API.withServer(kind) { app, _ in
+            var store = RejectedProofStore(database: app.database, maxBytesPerDay: 4_000, maxBytesTotal: 6_000)
+            store.maxPerAccountPerDay = 1_000
+            let day = Date(timeIntervalSince1970: 1_800_000_000)
+            func keep(_ proof: String, text: Bool, _ at: Date, account: String = "a") async throws
+                -> RejectedProofStore.KeepResult
+            {
+                try await store.keep(
+                    kind: .signedTransaction, proof: proof, keepText: text, code: "invalid_chain", reason: "r",
+                    accountId: account, orderId: nil, serverVersion: "t", now: at)
+            }
+            // Yesterday: a re-verifiable proof (1,000 bytes of text) and digests.
+            #expect(try await keep(String(repeating: "g", count: 1_000), text: true, day) == .kept)
+            for index in 0..<6 { #expect(try await keep("old-\(index)", text: false, day) == .keptDigest) }
+            // Today: the total (6,000) is reached; the oldest digests go first, the text stays.
+            let today = day.addingTimeInterval(86_400)
+            for index in 0..<20 { #expect(try await keep("new-\(index)", text: false, today) == .keptDigest) }
+            let rows = try await store.list(limit: 1_000)
+            #expect(rows.contains { $0.proofKept })
+            #expect(rows.filter { $0.sha256 == RejectedProofStore.sha256("old-0") }.isEmpty)
+            let used = try await store.budgetUsed(now: today)
+            #expect(used.total <= 6_000 && used.today <= 4_000, "\(used)")
+            // A proof larger than a day's budget is not kept at all; one that fits after drops is.
+            #expect(try await keep(String(repeating: "h", count: 5_000), text: true, today) == .capped)
+            #expect(try await keep(String(repeating: "i", count: 2_000), text: true, today) == .kept)
+            let after = try await store.budgetUsed(now: today)
+            #expect(after.total <= 6_000 && after.today <= 4_000, "\(after)")
+            // The counts stay true through a retention prune.
+            _ = try await store.prune(olderThan: 1, now: today.addingTimeInterval(3_600))
+            let pruned = try await store.budgetUsed(now: today)
+            let recount = try await store.list(limit: 1_000).count
+            #expect(pruned.total == pruned.today && recount > 0)
+        }
+    }
+
     // MARK: 5. maxPerAccount counts signatures
 
     @Test(arguments: API.databases)

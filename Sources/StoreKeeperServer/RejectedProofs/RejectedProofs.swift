@@ -125,6 +125,9 @@ extension StoreKeeperApp {
         var serverVersion: String
         var checkedAt: String?
         var outcome: String?
+        /// false: the proof's chain reached no trusted or Apple root, and only its hash, code and
+        /// account are kept (it cannot be re-verified).
+        var proofKept: Bool
 
         init(_ proof: RejectedProofStore.Proof) {
             id = proof.id
@@ -140,6 +143,7 @@ extension StoreKeeperApp {
             serverVersion = proof.serverVersion
             checkedAt = proof.checkedAt.map(StoreKeeperApp.iso)
             outcome = proof.outcome
+            proofKept = proof.proofKept
         }
     }
 
