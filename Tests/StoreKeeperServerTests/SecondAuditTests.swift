@@ -274,6 +274,90 @@ import Testing
         }
     }
 
+    // MARK: 3. Prepared statements behind a transaction-mode pooler
+
+    /// Two instances (each its own statement names) on one database through PgBouncer in
+    /// transaction mode (`.ci/run` starts Debian's 1.18 and sets STOREKEEPER_TEST_PGBOUNCER_URL):
+    /// no request fails, the open-order cap holds for every account, every order is read back as
+    /// written, and no statement of one instance ever runs for the other.
+    @Test(.enabled(if: ProcessInfo.processInfo.environment["STOREKEEPER_TEST_PGBOUNCER_URL"] != nil))
+    func twoInstancesBehindPgBouncerInTransactionMode() async throws {
+        let environment = ProcessInfo.processInfo.environment
+        let direct = try #require(environment["STOREKEEPER_TEST_POSTGRES_URL"])
+        let pooled = try #require(environment["STOREKEEPER_TEST_PGBOUNCER_URL"])
+        let name = "sk_bouncer_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(12).lowercased())"
+        let admin = try await Database.open(url: direct)
+        try await admin.read { sql in try await sql.raw("CREATE DATABASE \(ident: name)").run() }
+        defer {
+            Task {
+                try? await admin.read { sql in
+                    try await sql.raw("DROP DATABASE IF EXISTS \(ident: name) WITH (FORCE)").run()
+                }
+                try? await admin.close()
+            }
+        }
+        var components = URLComponents(string: pooled)!
+        components.path = "/\(name)"
+        var apps: [StoreKeeperApp] = []
+        var directories: [URL] = []
+        for _ in 0..<2 {
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bouncer-\(UUID())")
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            directories.append(directory)
+            try await SharedLocalPKI.seed(directory)
+            var configuration = ServerConfiguration()
+            configuration.databaseURL = components.string!
+            configuration.secretKeys = [API.secret]
+            configuration.clientTokenSecret = API.tokenSecret
+            configuration.clientRequestsPerSecond = 100_000
+            configuration.localAppStoreEnabled = true
+            configuration.bundleId = "com.example.app"
+            configuration.appAppleId = 1_234_567_890
+            configuration.maxOpenOrdersPerAccount = 6
+            apps.append(try await StoreKeeperApp.make(configuration, dataDirectory: directory))
+        }
+        defer { for directory in directories { try? FileManager.default.removeItem(at: directory) } }
+        let (first, second) = (apps[0], apps[1])
+        try await API.drive(first) { _, one in
+            try await API.drive(second) { _, two in
+                let clients: [any TestClientProtocol] = [one, two]
+                // 12 accounts at once; each account's requests alternate between the instances.
+                let results = try await withThrowingTaskGroup(of: (String, [Int], Int).self) { group in
+                    for account in 0..<12 {
+                        group.addTask {
+                            var statuses: [Int] = []
+                            var readsRight = 0
+                            for attempt in 0..<10 {
+                                let client = clients[(account + attempt) % 2]
+                                let created = try await API.call(
+                                    client, .post, "/v1/orders",
+                                    body: #"{"accountId":"acct-\#(account)","productId":"coins_60"}"#)
+                                statuses.append(Int(created.status.code))
+                                if let orderId = created.json["orderId"] as? String {
+                                    let read = try await API.call(
+                                        clients[(account + attempt + 1) % 2], .get, "/v1/orders/\(orderId)")
+                                    if read.json["accountId"] as? String == "acct-\(account)" { readsRight += 1 }
+                                }
+                                let balance = try await API.call(client, .get, "/v1/accounts/acct-\(account)")
+                                statuses.append(Int(balance.status.code))
+                            }
+                            return ("acct-\(account)", statuses, readsRight)
+                        }
+                    }
+                    var all: [(String, [Int], Int)] = []
+                    for try await result in group { all.append(result) }
+                    return all
+                }
+                for (account, statuses, readsRight) in results {
+                    #expect(!statuses.contains { $0 >= 500 }, "\(account): \(statuses)")
+                    #expect(statuses.filter { $0 == 201 }.count == 6, "\(account): the cap is 6 (\(statuses))")
+                    #expect(statuses.filter { $0 == 409 }.count == 4, "\(account): \(statuses)")
+                    #expect(readsRight == 6)
+                }
+            }
+        }
+    }
+
     // MARK: 4. Rejected proofs within a bound
 
     @Test(arguments: API.databases)
