@@ -143,7 +143,8 @@ public enum AppReceiptParser {
     static func date(_ value: ArraySlice<UInt8>) throws -> Date? {
         guard let text = try string(value), !text.isEmpty else { return nil }
         guard let date = RFC3339.parse(text) else {
-            throw MalformedReceipt(reason: "receipt date \(VerificationFailure.quoted(text, limit: 40)) is not RFC 3339")
+            throw MalformedReceipt(
+                reason: "receipt date \(VerificationFailure.quoted(text, limit: 40)) is not RFC 3339")
         }
         return date
     }

@@ -238,7 +238,8 @@ public final class SignedDataVerifier: Sendable {
     private static func certificates(in header: JWSDecodedHeader) throws -> VerifiedChainCache.Key {
         guard header.alg == "ES256" else {
             throw VerificationFailure.invalidSignature(
-                "JWS algorithm is \(header.alg.map { VerificationFailure.quoted($0, limit: 16) } ?? "missing"); only ES256 is accepted")
+                "JWS algorithm is \(header.alg.map { VerificationFailure.quoted($0, limit: 16) } ?? "missing"); only ES256 is accepted"
+            )
         }
         guard let x5c = header.x5c, x5c.count == 3 else {
             throw VerificationFailure.invalidChain(

@@ -126,7 +126,8 @@ public enum DeliveryPlanner {
         of account: String, product: String?, among orders: some Sequence<Order>
     ) -> Order? {
         orders.filter {
-            Identifiers.same($0.accountId, account) && $0.productId == product && ($0.status == .created || $0.status == .pending)
+            Identifiers.same($0.accountId, account) && $0.productId == product
+                && ($0.status == .created || $0.status == .pending)
         }.min { ($0.createdAt, $0.orderId) < ($1.createdAt, $1.orderId) }
     }
 
@@ -190,7 +191,8 @@ public enum DeliveryPlanner {
         var candidate = context.orderByToken ?? context.requestedOrder ?? context.oldestOpenOrder
         if context.evidence == .lookup {
             let submitter = context.submittingAccount
-            let carriesSubmittersToken = submitter != nil && Identifiers.same(context.orderByToken?.accountId, submitter)
+            let carriesSubmittersToken =
+                submitter != nil && Identifiers.same(context.orderByToken?.accountId, submitter)
             let submitterOwnsIt = submitter != nil && Identifiers.same(context.boundAccount, submitter)
             guard carriesSubmittersToken || submitterOwnsIt else {
                 return Plan(

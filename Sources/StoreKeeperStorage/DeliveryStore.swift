@@ -103,7 +103,9 @@ extension PurchaseStore {
                 .run()
                 try await audit(
                     sql, actor: "policy", action: "ownership_transfer", subject: originalId,
-                    detail: "moved from account \(Identifiers.quoted(previous)) to \(Identifiers.quoted(binding)) (transfer policy)", at: at)
+                    detail:
+                        "moved from account \(Identifiers.quoted(previous)) to \(Identifiers.quoted(binding)) (transfer policy)",
+                    at: at)
             } else {
                 try await sql.raw(
                     "INSERT INTO ownership (original_transaction_id, account_id, bound_at) VALUES (\(bind: originalId), \(bind: binding), \(bind: at))"

@@ -159,7 +159,8 @@ enum NotificationApplier {
             }
             try await PurchaseStore.audit(
                 sql, actor: "apple", action: kind, subject: transactionId,
-                detail: "\(kind) of transaction \(transactionId), never delivered: recorded for account \(Identifiers.quoted(account))",
+                detail:
+                    "\(kind) of transaction \(transactionId), never delivered: recorded for account \(Identifiers.quoted(account))",
                 at: at)
         }
         if let skipped = plan.skipped {
@@ -228,7 +229,8 @@ enum NotificationApplier {
         }
         for anomaly in plan.anomalies {
             try await PurchaseStore.insertAnomaly(
-                anomaly, dedupeKey: PurchaseStore.dedupeKey(anomaly.kind.rawValue, transactionId, record.notificationUUID),
+                anomaly,
+                dedupeKey: PurchaseStore.dedupeKey(anomaly.kind.rawValue, transactionId, record.notificationUUID),
                 payload: nil, sql: sql, at: at)
         }
         let amount = plan.ledger.first

@@ -176,11 +176,11 @@ extension PurchaseStore {
         let latest: String? =
             latestTransaction
             ? try await sql.raw(
-            """
-            SELECT transaction_id FROM deliveries
-            WHERE account_id = \(bind: account) AND product_id IN (\(binds: productIds))
-            ORDER BY delivered_at DESC, transaction_id DESC LIMIT 1
-            """
+                """
+                SELECT transaction_id FROM deliveries
+                WHERE account_id = \(bind: account) AND product_id IN (\(binds: productIds))
+                ORDER BY delivered_at DESC, transaction_id DESC LIMIT 1
+                """
             ).first()?.decode(column: "transaction_id", as: String.self) : nil
         var history = OfferHistory(
             subscriptions: subscriptions, redemptions: redemptions, hadIntroductoryOffer: hadIntro,

@@ -194,7 +194,7 @@ final class PostgresBackend: Backend {
     ) async throws -> T {
         do {
             return try await transactionOnce(deadline: deadline, body)
-        } catch where PreparedStatements.isLost(error) {
+        } catch  where PreparedStatements.isLost(error) {
             // Rolled back; preparing is off now: once more, unnamed.
             return try await transactionOnce(deadline: deadline, body)
         }
@@ -238,7 +238,7 @@ final class PostgresBackend: Backend {
             return try await withDeadline(deadline) { connection in
                 try await body(PreparingSQLDatabase(connection: connection, registry: self.prepared))
             }
-        } catch where PreparedStatements.isLost(error) {
+        } catch  where PreparedStatements.isLost(error) {
             return try await withDeadline(deadline) { connection in
                 try await body(PreparingSQLDatabase(connection: connection, registry: self.prepared))
             }

@@ -92,7 +92,9 @@ public struct RejectedProofStore: Sendable {
         let cost =
             text.utf8.count + Self.rowOverhead + reason.utf8.count + accountId.utf8.count
             + (orderId?.utf8.count ?? 0)
-        let (cap, byteCap, perDay, total) = (maxPerAccountPerDay, maxBytesPerAccountPerDay, maxBytesPerDay, maxBytesTotal)
+        let (cap, byteCap, perDay, total) = (
+            maxPerAccountPerDay, maxBytesPerAccountPerDay, maxBytesPerDay, maxBytesTotal
+        )
         return try await database.transaction { sql in
             if try await sql.raw("SELECT id FROM rejected_proofs WHERE sha256 = \(bind: digest)").first() != nil {
                 return .duplicate

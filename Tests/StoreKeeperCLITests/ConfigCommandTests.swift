@@ -146,10 +146,12 @@ import Testing
             encoding: .utf8
         ).trimmingCharacters(in: .whitespacesAndNewlines)
         _ = try await store.keep(
-            kind: .signedTransaction, proof: genuine, keepText: true, code: "wrong_bundle", reason: "r", accountId: "p1", orderId: nil,
+            kind: .signedTransaction, proof: genuine, keepText: true, code: "wrong_bundle", reason: "r",
+            accountId: "p1", orderId: nil,
             serverVersion: "0", now: Date())
         _ = try await store.keep(
-            kind: .signedTransaction, proof: "eyJhbGciOiJub25lIn0.e30.", keepText: true, code: "invalid_signature", reason: "r",
+            kind: .signedTransaction, proof: "eyJhbGciOiJub25lIn0.e30.", keepText: true, code: "invalid_signature",
+            reason: "r",
             accountId: "p2", orderId: nil, serverVersion: "0", now: Date())
         try await database.close()
 

@@ -74,7 +74,8 @@ import Testing
         var values: [String: Any] = [:]
         for name in sections {
             // A section that renders `{{.}}` always gets a list (`true` would render the context).
-            let body = template.components(separatedBy: "{{#\(name)}}").dropFirst().first?
+            let body =
+                template.components(separatedBy: "{{#\(name)}}").dropFirst().first?
                 .components(separatedBy: "{{/\(name)}}").first ?? ""
             values[name] = listSections || body.contains("{{.}}") ? [value] : true
         }
@@ -97,10 +98,12 @@ import Testing
             var values = Self.values(for: templateText, value: text, listSections: listSections)
             values["svg"] = chart(text)
             if name == "overview", listSections {
-                values["charts"] = [DashboardController.chart(
-                    BarChart(
-                        title: text, labels: [text], series: [.init(name: "n", cssClass: "s1", values: [1])]),
-                    labelHeader: text)]
+                values["charts"] = [
+                    DashboardController.chart(
+                        BarChart(
+                            title: text, labels: [text], series: [.init(name: "n", cssClass: "s1", values: [1])]),
+                        labelHeader: text)
+                ]
             }
             let body = DashboardController.library.render(values, withTemplate: name) ?? ""
             var layout = Self.values(for: DashboardTemplates.layout, value: text, listSections: false)

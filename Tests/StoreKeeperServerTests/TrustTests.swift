@@ -361,22 +361,26 @@ import Testing
         for index in 0..<5 {
             results.append(
                 try await store.keep(
-                    kind: .signedTransaction, proof: "forgery-\(index)", keepText: true, code: "invalid_chain", reason: "r",
+                    kind: .signedTransaction, proof: "forgery-\(index)", keepText: true, code: "invalid_chain",
+                    reason: "r",
                     accountId: "mallory", orderId: nil, serverVersion: "t", now: now))
         }
         #expect(results == [.kept, .kept, .kept, .capped, .capped])
         #expect(
             try await store.keep(
-                kind: .signedTransaction, proof: "forgery-0", keepText: true, code: "invalid_chain", reason: "r", accountId: "mallory",
+                kind: .signedTransaction, proof: "forgery-0", keepText: true, code: "invalid_chain", reason: "r",
+                accountId: "mallory",
                 orderId: nil, serverVersion: "t", now: now) == .duplicate)
         // Another account, or the next day, has its own allowance.
         #expect(
             try await store.keep(
-                kind: .receipt, proof: "x", keepText: true, code: "invalid_chain", reason: "r", accountId: "alice", orderId: nil,
+                kind: .receipt, proof: "x", keepText: true, code: "invalid_chain", reason: "r", accountId: "alice",
+                orderId: nil,
                 serverVersion: "t", now: now) == .kept)
         #expect(
             try await store.keep(
-                kind: .receipt, proof: "y", keepText: true, code: "invalid_chain", reason: "r", accountId: "mallory", orderId: nil,
+                kind: .receipt, proof: "y", keepText: true, code: "invalid_chain", reason: "r", accountId: "mallory",
+                orderId: nil,
                 serverVersion: "t", now: now.addingTimeInterval(86_400)) == .kept)
         // Retention prunes what is older than the period.
         #expect(try await store.prune(olderThan: 1, now: now.addingTimeInterval(86_400 + 3600)) == 4)

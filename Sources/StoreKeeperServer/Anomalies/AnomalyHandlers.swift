@@ -77,7 +77,9 @@ extension StoreKeeperApp {
                 transaction, submittingAccount: accountId, catalog: catalog, policy: .transfer, now: Date())
             try await store.recordAudit(
                 actor: "operator", action: "manual_delivery", subject: transaction.transactionId,
-                detail: "anomaly \(id) delivered to \(Identifiers.quoted(accountId)): \(result.plan.outcome.rawValue). \(note)", now: Date()
+                detail:
+                    "anomaly \(id) delivered to \(Identifiers.quoted(accountId)): \(result.plan.outcome.rawValue). \(note)",
+                now: Date()
             )
         default:
             throw APIError.badRequest("field 'action' must be deliver or dismiss")

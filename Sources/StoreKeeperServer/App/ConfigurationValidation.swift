@@ -56,7 +56,8 @@ extension ServerConfiguration {
             throw Invalid(key: "rejectedProofs.maxBytesPerDay", "must be 1 MiB…1 TiB (in bytes)")
         }
         guard (rejectedProofsMaxBytesPerDay...(1 << 42)).contains(rejectedProofsMaxBytesTotal) else {
-            throw Invalid(key: "rejectedProofs.maxBytesTotal", "must be at least rejectedProofs.maxBytesPerDay, at most 4 TiB")
+            throw Invalid(
+                key: "rejectedProofs.maxBytesTotal", "must be at least rejectedProofs.maxBytesPerDay, at most 4 TiB")
         }
         guard (1...8_760).contains(webhookMaxAttemptHours) else {
             throw Invalid(key: "webhooks.maxAttemptHours", "must be 1…8760")

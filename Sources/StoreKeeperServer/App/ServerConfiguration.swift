@@ -125,7 +125,8 @@ public struct ServerConfiguration: Sendable {
         "catalog.file", "limits.maxBodyBytes", "limits.maxOpenOrdersPerAccount", "limits.maxInFlightRequests",
         "limits.clientRequestsPerSecond", "limits.secretRequestsPerSecond", "limits.requestTimeoutSeconds",
         "ownership.policy", "webhooks.url", "webhooks.secret", "localAppStore.enabled",
-        "rejectedProofs.retentionDays", "rejectedProofs.maxBytesPerDay", "rejectedProofs.maxBytesTotal", "offers.introductoryOffers", "apple.consumption.enabled",
+        "rejectedProofs.retentionDays", "rejectedProofs.maxBytesPerDay", "rejectedProofs.maxBytesTotal",
+        "offers.introductoryOffers", "apple.consumption.enabled",
         "webhooks.maxAttemptHours", "apple.smallBusinessProgram", "offers.sharedAppleIdAccounts",
         "dashboard.enabled", "dashboard.sessionIdleSeconds", "dashboard.sessionMaxHours",
     ]

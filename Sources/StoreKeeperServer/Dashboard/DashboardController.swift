@@ -168,12 +168,14 @@ struct DashboardController {
                 {
                     check = .invalid
                 }
-            } catch where StorageUnavailable.classify(error) != nil {
+            } catch  where StorageUnavailable.classify(error) != nil {
                 // Whether it was signed out cannot be known: not signed in, for now.
                 context.logger.warning("dashboard: storage unavailable", metadata: ["error": "\(error)"])
                 var response = page(
                     "message", title: "Unavailable",
-                    values: ["heading": "Unavailable", "message": "The database does not answer; try again in a moment."],
+                    values: [
+                        "heading": "Unavailable", "message": "The database does not answer; try again in a moment.",
+                    ],
                     session: nil, status: .serviceUnavailable)
                 response.headers[.retryAfter] = "2"
                 return response

@@ -91,7 +91,8 @@ extension StoreKeeperApp {
     /// An id Apple issues (a transaction id, an app transaction id): 1…64 ASCII digits — not
     /// `Character.isNumber`, which takes "٣", "½" and a digit with a combining mark.
     static func isAppleNumericId(_ value: String) -> Bool {
-        !value.isEmpty && value.utf8.count <= 64 && value.utf8.allSatisfy { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }
+        !value.isEmpty && value.utf8.count <= 64
+            && value.utf8.allSatisfy { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }
     }
 
     static func json<T: Encodable>(_ value: T, status: HTTPResponse.Status = .ok) throws -> Response {

@@ -51,7 +51,9 @@ public struct LazyMetadataLogHandler: LogHandler {
         // client's text quoted in an error, say) are written escaped, never raw.
         let message = event.message.description
         if Self.needsEscaping(message) { event.message = "\(Self.escaped(message))" }
-        if let metadata = event.metadata, metadata.contains(where: { Self.needsEscaping($0.key) || Self.needsEscaping($0.value) }) {
+        if let metadata = event.metadata,
+            metadata.contains(where: { Self.needsEscaping($0.key) || Self.needsEscaping($0.value) })
+        {
             event.metadata = Dictionary(
                 uniqueKeysWithValues: metadata.map { (Self.escaped($0.key), Self.escaped($0.value)) })
         }

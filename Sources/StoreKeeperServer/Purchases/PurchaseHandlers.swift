@@ -237,7 +237,8 @@ extension StoreKeeperApp {
             as: UTF8.self)
         let now = Date()
         try await jobs.enqueue(
-            kind: "lookup_transaction", dedupeKey: PurchaseStore.dedupeKey("lookup_transaction", transactionId, accountId), payload: payload,
+            kind: "lookup_transaction",
+            dedupeKey: PurchaseStore.dedupeKey("lookup_transaction", transactionId, accountId), payload: payload,
             runAt: now.addingTimeInterval(1), now: now)
         logger.info(
             "Apple unavailable; lookup queued", metadata: ["transactionId": "\(transactionId)", "reason": "\(reason)"])
