@@ -151,13 +151,14 @@ public final class SignedDataVerifier: Sendable {
         return verified
     }
 
-    /// A Retention Messaging request (`Get Retention Message`): signature, chain,
-    /// `appAppleId` in Production, `environment` — as Apple's `verifyAndDecodeRealtimeRequest`.
+    /// A Retention Messaging request (`Get Retention Message`): signature, chain, `appAppleId`
+    /// (whenever one is configured — in Sandbox too: an unauthenticated caller must not get our
+    /// offers signed for another app's request), `environment`.
     public func verifyRealtimeRequest(_ signedPayload: String) async throws -> DecodedRealtimeRequestBody {
         let payload = try await verifySignedPayload(signedPayload, decode: DecodedRealtimeRequestBody.decode(json:)) {
             $0.signedDate
         }
-        try checkApp(payload.appAppleId, environment: payload.environment)
+        try checkApp(payload.appAppleId, environment: .production)
         try checkEnvironment(payload.environment)
         return payload
     }

@@ -22,16 +22,26 @@ extension PurchaseStore {
         public var transaction: JWSTransactionDecodedPayload?
     }
 
-    public func anomalies(status: String? = nil) async throws -> [StoredAnomaly] {
-        try await database.read { sql in
-            let rows =
-                if let status {
-                    try await sql.raw("SELECT * FROM anomalies WHERE status = \(bind: status) ORDER BY created_at, id")
-                        .all()
-                } else {
-                    try await sql.raw("SELECT * FROM anomalies ORDER BY created_at, id").all()
-                }
-            return try rows.map(Self.decodeAnomaly)
+    /// Anomalies by status, a page at a time: at most `limit` (1…10,000), oldest first after
+    /// `after` (the last page's last `(createdAt ms, id)`), or newest first before it.
+    public func anomalies(
+        status: String? = nil, limit: Int = 1_000, after: (Int64, String)? = nil, newestFirst: Bool = false
+    ) async throws -> [StoredAnomaly] {
+        let limit = max(1, min(limit, 10_000))
+        return try await database.read { sql in
+            var query = SQLQueryString("SELECT * FROM anomalies WHERE 1 = 1")
+            if let status { query += " AND status = \(bind: status)" }
+            if let (at, id) = after {
+                query +=
+                    newestFirst
+                    ? " AND (created_at < \(bind: at) OR (created_at = \(bind: at) AND id < \(bind: id)))"
+                    : " AND (created_at > \(bind: at) OR (created_at = \(bind: at) AND id > \(bind: id)))"
+            }
+            query +=
+                newestFirst
+                ? " ORDER BY created_at DESC, id DESC LIMIT \(unsafeRaw: String(limit))"
+                : " ORDER BY created_at, id LIMIT \(unsafeRaw: String(limit))"
+            return try await sql.raw(query).all().map(Self.decodeAnomaly)
         }
     }
 

@@ -425,6 +425,53 @@ import Testing
         }
     }
 
+    // MARK: The audit's notes
+
+    @Test func retentionRequestsInSandboxMustNameTheConfiguredApp() async throws {
+        try await OfferTests.withRelay("sqlite") { relay in
+            let (_, bought) = try await relay.buy("sandy", "pro_monthly")
+            let original = try #require(bought.originalTransactionId)
+            let other = try await RetentionTests.ask(
+                relay,
+                try await RetentionTests.request(relay, original: original, appAppleId: 99, environment: .sandbox))
+            #expect(other.status == .badRequest && other.errorCode == "wrong_app", "\(other.json)")
+            let own = try await RetentionTests.ask(
+                relay, try await RetentionTests.request(relay, original: original, environment: .sandbox))
+            #expect(own.status == .ok, "\(own.json)")
+        }
+    }
+
+    @Test(arguments: API.databases)
+    func anomalyListsArePaginated(kind: String) async throws {
+        try await API.withServer(kind) { app, client in
+            for index in 0..<7 {
+                try await app.store.raiseAnomaly(
+                    .init(
+                        kind: .verificationStuck, transactionId: "\(index)", orderId: nil, accountId: "a", detail: "d"),
+                    dedupeKey: PurchaseStore.dedupeKey("test", "\(index)"),
+                    now: Date(timeIntervalSince1970: 1_800_000_000 + Double(index % 3)))
+            }
+            var seen: [String] = []
+            var cursor: String?
+            repeat {
+                let query = "/v1/anomalies?status=open&limit=3" + (cursor.map { "&after=\($0)" } ?? "")
+                let page = try await API.call(client, .get, query)
+                #expect(page.status == .ok)
+                let items = page.json["anomalies"] as? [[String: Any]] ?? []
+                #expect(items.count <= 3)
+                seen += items.compactMap { $0["transactionId"] as? String }
+                cursor = page.json["nextCursor"] as? String
+            } while cursor != nil
+            #expect(seen.count == 7 && Set(seen).count == 7)
+            for bad in ["limit=0", "limit=1001", "limit=x", "after=nope"] {
+                #expect(try await API.call(client, .get, "/v1/anomalies?\(bad)").status == .badRequest, "\(bad)")
+            }
+            // The same parts, joined with `|` before, are two keys now.
+            #expect(PurchaseStore.dedupeKey("k", "a|b", "c") != PurchaseStore.dedupeKey("k", "a", "b|c"))
+            #expect(PurchaseStore.dedupeKey("k", nil, "x\"\n") == #"["k",null,"x\"\u000a"]"#)
+        }
+    }
+
     // MARK: 5. maxPerAccount counts signatures
 
     @Test(arguments: API.databases)
@@ -515,12 +562,24 @@ import Testing
     }
 
     @Test func signInAttemptsPastTheLimitAre429WithoutLookingAtTheKey() async throws {
-        try await API.withServer("sqlite") { _, client in
+        try await API.withServer("sqlite") { app, client in
             let browser = DashboardTests.Browser(client)
-            var statuses: [HTTPResponse.Status] = []
-            for _ in 0..<11 { statuses.append(try await browser.post("/dashboard/login", ["key": "sk_wrong"]).status) }
-            #expect(statuses.prefix(10).allSatisfy { $0 == .unauthorized })
-            #expect(statuses.last == .tooManyRequests)
+            // A burst of wrong keys from one address: the first ten are looked at (401), the rest
+            // are refused before the key is (429). Sent at once, so no token refills meanwhile.
+            let statuses = try await withThrowingTaskGroup(of: HTTPResponse.Status.self) { group in
+                for _ in 0..<16 {
+                    group.addTask {
+                        try await DashboardTests.Browser(client).post("/dashboard/login", ["key": "sk_x"]).status
+                    }
+                }
+                var all: [HTTPResponse.Status] = []
+                for try await status in group { all.append(status) }
+                return all
+            }
+            #expect(statuses.filter { $0 == .unauthorized }.count == 10, "\(statuses)")
+            #expect(statuses.filter { $0 == .tooManyRequests }.count == 6, "\(statuses)")
+            // Spent (drained again here, whatever refilled): the right key is refused too.
+            while app.dashboardSessions.signIns.admit(address: "unknown") == nil {}
             let right = try await browser.post("/dashboard/login", ["key": API.secret])
             #expect(right.status == .tooManyRequests && right.headers[.retryAfter] != nil)
             #expect(browser.cookie == nil)

@@ -23,7 +23,34 @@ extension StoreKeeperApp {
         if let status, !["open", "resolved"].contains(status) {
             throw APIError.badRequest("query 'status' must be open or resolved")
         }
-        return try Self.json(["anomalies": try await store.anomalies(status: status).map(AnomalyJSON.init)])
+        // A page at a time, oldest first: `limit` (1…1000, default 500), then `after=<nextCursor>`.
+        let limit: Int
+        if let text = request.uri.queryParameters.get("limit") {
+            guard let value = Int(text), (1...1_000).contains(value) else {
+                throw APIError.badRequest("query 'limit' must be 1…1000")
+            }
+            limit = value
+        } else {
+            limit = 500
+        }
+        var after: (Int64, String)?
+        if let cursor = request.uri.queryParameters.get("after") {
+            let parts = cursor.split(separator: ".", maxSplits: 1)
+            guard parts.count == 2, let at = Int64(parts[0]), parts[1].utf8.count <= 64 else {
+                throw APIError.badRequest("query 'after' must be a nextCursor of this list")
+            }
+            after = (at, String(parts[1]))
+        }
+        let page = try await store.anomalies(status: status, limit: limit + 1, after: after)
+        struct Page: Encodable {
+            var anomalies: [AnomalyJSON]
+            var nextCursor: String?
+        }
+        let shown = page.prefix(limit)
+        let next =
+            page.count > limit
+            ? shown.last.map { "\(Int64(($0.createdAt.timeIntervalSince1970 * 1000).rounded())).\($0.id)" } : nil
+        return try Self.json(Page(anomalies: shown.map(AnomalyJSON.init), nextCursor: next))
     }
 
     struct ResolveBody: RequestBody {

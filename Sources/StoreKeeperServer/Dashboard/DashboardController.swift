@@ -310,7 +310,7 @@ struct DashboardController {
         let status = request.uri.queryParameters.get("status") ?? "open"
         let filter: String? = ["open", "resolved"].contains(status) ? status : nil
         let csrf = app.dashboardSessions.csrfToken(session)
-        let listed = try await app.store.anomalies(status: filter).reversed().prefix(500)
+        let listed = try await app.store.anomalies(status: filter, limit: 500, newestFirst: true)
         let items: [[String: Any]] = listed.map { anomaly in
             var item: [String: Any] = [
                 "id": anomaly.id, "kind": anomaly.kind, "detail": anomaly.detail,
