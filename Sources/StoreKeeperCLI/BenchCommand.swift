@@ -21,6 +21,12 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: "Measure end-to-end POST /v1/purchases (real server, HTTP, database) instead.")
     var purchases = false
 
+    @Flag(
+        help:
+            "With --purchases: then nginx answering a fixed 503 on this machine, same load generator and requests: every answer's p50/p99 beside nginx's."
+    )
+    var besideNginx = false
+
     @Option(parsing: .upToNextOption, help: "With --purchases: concurrency levels.")
     var concurrency: [Int] = [1, 16, 64, 256]
 
@@ -165,7 +171,7 @@ struct BenchCommand: AsyncParsableCommand {
             try await PurchaseBench(
                 databaseURL: databaseURL, concurrencies: concurrency, requestsPerLevel: requests,
                 loadGenerator: loadGenerator, appTransactionIds: !withoutAppTransactionIds, maxInFlight: maxInFlight,
-                restartCommand: restartCommand
+                besideNginx: besideNginx, restartCommand: restartCommand
             ).run()
             return
         }

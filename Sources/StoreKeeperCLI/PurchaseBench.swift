@@ -10,6 +10,7 @@ import NIOCore
 import SQLKit
 import ServiceLifecycle
 import StoreKeeperServer
+import StoreKeeperSimulator
 import Synchronization
 
 /// End-to-end `POST /v1/purchases` load: the real server (HTTP, verification, group commit,
@@ -34,6 +35,10 @@ struct PurchaseBench {
     /// Above this many requests at once the server sheds (`limits.maxInFlightRequests`); nil:
     /// the server's default.
     var maxInFlight: Int?
+    /// After the levels: nginx answering a fixed 503 on this machine, driven by the same load
+    /// generator with the same requests at each concurrency — the floor for an answer under
+    /// overload (`--beside-nginx`).
+    var besideNginx = false
     /// Run by `/bin/sh -c` once a level's load is under way (say, `pg_ctlcluster 15 main
     /// restart -m fast`); the report then says how long deliveries took to resume.
     var restartCommand: String?
@@ -53,6 +58,14 @@ struct PurchaseBench {
         var shed: Int { answers.lazy.filter { $0.outcome == .shed }.count }
         var unavailable: Int { answers.lazy.filter { $0.outcome == .unavailable }.count }
         var deliveriesPerSecond: Double { Double(delivered) / seconds }
+        var answersPerSecond: Double { Double(answers.count) / seconds }
+
+        /// A percentile of every answer's latency (delivered, shed or not): what a client waited.
+        func percentileOfAll(_ p: Double) -> Double {
+            let sorted = answers.map(\.latency).sorted()
+            guard !sorted.isEmpty else { return .nan }
+            return sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]
+        }
 
         /// A percentile of the delivered requests' latencies.
         func percentile(_ p: Double) -> Double {
@@ -241,6 +254,11 @@ struct PurchaseBench {
         let acknowledged = levels.map(\.delivered).reduce(0, +)
         try await client.shutdown()
         await server.stop()
+        var nginxLevels: [Level] = []
+        if besideNginx {
+            nginxLevels = try await Self.nginxFixed503(
+                concurrencies: concurrencies, bodies: Array(bodies.prefix(requestsPerLevel)))
+        }
 
         print("## POST /v1/purchases end to end — \(app.database.kind.rawValue)")
         print("")
@@ -270,6 +288,27 @@ struct PurchaseBench {
                     + "first delivery \(recovery) after it returned; longest time without a delivery "
                     + "\(String(format: "%.2f s", restart.longestGap(level.answers))); \(level.unavailable) answered 503"
             )
+        }
+        if !nginxLevels.isEmpty {
+            print(
+                "Every answer (delivered or shed) beside nginx answering a fixed 503, same load generator and requests:"
+            )
+            print("")
+            print(
+                "| concurrency | answers/s | p50 | p99 | max | nginx answers/s | nginx p50 | nginx p99 | nginx max | p99 ratio to nginx |"
+            )
+            print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+            for (level, nginx) in zip(levels, nginxLevels) {
+                func ms(_ value: Double) -> String { String(format: "%.1f ms", value * 1000) }
+                print(
+                    "| \(level.concurrency) | \(String(format: "%.0f", level.answersPerSecond)) | "
+                        + "\(ms(level.percentileOfAll(0.5))) | \(ms(level.percentileOfAll(0.99))) | "
+                        + "\(ms(level.percentileOfAll(1))) | \(String(format: "%.0f", nginx.answersPerSecond)) | "
+                        + "\(ms(nginx.percentileOfAll(0.5))) | \(ms(nginx.percentileOfAll(0.99))) | "
+                        + "\(ms(nginx.percentileOfAll(1))) | "
+                        + "\(String(format: "%.1f", level.percentileOfAll(0.99) / nginx.percentileOfAll(0.99))) |")
+            }
+            print("")
         }
         print(
             "acknowledged deliveries: \(acknowledged); in the database: \(rows) (lost: \(max(0, acknowledged - rows)))")
@@ -324,4 +363,77 @@ final class LatencyLog: Sendable {
 
 struct BenchFailure: Error, CustomStringConvertible {
     var description: String
+}
+
+extension PurchaseBench {
+    /// nginx (Debian's) on a free loopback port, two workers, answering every request with the
+    /// server's own 503 `overloaded` body; each concurrency driven with `bodies` as the server was.
+    static func nginxFixed503(concurrencies: [Int], bodies: [String]) async throws -> [Level] {
+        guard let binary = ["/usr/sbin/nginx", "/usr/bin/nginx"].first(where: FileManager.default.isExecutableFile)
+        else { throw BenchFailure(description: "--beside-nginx: nginx is not installed (apt-get install nginx)") }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "storekeeper-nginx-503-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let port = try FreePort.pick()
+        // The server's own answer when it sheds (LoadShedder).
+        let body =
+            #"{"error":{"code":"overloaded","message":"too many requests in flight; retry shortly","retryable":true}}"#
+        let config = """
+            worker_processes 2;
+            worker_rlimit_nofile 65536;
+            daemon off;
+            pid \(directory.path)/nginx.pid;
+            error_log \(directory.path)/error.log;
+            events { worker_connections 16384; }
+            http {
+              access_log off;
+              client_body_temp_path \(directory.path);
+              server {
+                listen 127.0.0.1:\(port) backlog=4096;
+                location / {
+                  default_type application/json;
+                  add_header Retry-After 1 always;
+                  return 503 '\(body)';
+                }
+              }
+            }
+            """
+        let file = directory.appendingPathComponent("nginx.conf")
+        try config.write(to: file, atomically: true, encoding: .utf8)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = ["-c", file.path, "-p", directory.path]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        defer {
+            process.terminate()
+            process.waitUntilExit()
+        }
+        // Listening?
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline {
+            if (try? await LoadGenerator.run(
+                host: "127.0.0.1", port: port, path: "/", authorization: "Bearer x", bodies: ["{}"], concurrency: 1,
+                expect: "")) != nil
+            {
+                break
+            }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        var levels: [Level] = []
+        for concurrency in concurrencies {
+            let started = ContinuousClock.now
+            let answers = try await LoadGenerator.run(
+                host: "127.0.0.1", port: port, path: "/v1/purchases", authorization: "Bearer \(key)", bodies: bodies,
+                concurrency: concurrency, expect: #""status":"delivered""#)
+            levels.append(
+                Level(
+                    concurrency: concurrency, requests: bodies.count,
+                    seconds: BenchCommand.seconds(ContinuousClock.now - started), answers: answers,
+                    peakMemory: 0, startMemory: 0, restart: nil))
+        }
+        return levels
+    }
 }

@@ -325,10 +325,26 @@ public struct StoreKeeperApp: Sendable {
                 address: .hostname(configuration.host, port: configuration.port), serverName: "StoreKeeper",
                 backlog: 4096),
             services: services,
-            onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? configuration.port) },
+            onServerRunning: { channel in
+                await Self.acceptInBatches(channel)
+                await onServerRunning(channel.localAddress?.port ?? configuration.port)
+            },
             logger: logger)
     }
 
+}
+
+extension StoreKeeperApp {
+    /// Connections accepted up to `acceptBatch` at a time. The listening socket shares its event
+    /// loop with the connections it serves, and NIO accepts at most 4 per read by default; under a
+    /// flood each read waits for a whole pass of the loop over thousands of busy sockets, and
+    /// the rest wait in the kernel's accept queue, their requests unread: measured at 3,000
+    /// connections, the queue drained at ~40 connections/s and p99 was 8–9 s (BENCHMARKS.md).
+    static let acceptBatch: UInt = 256
+
+    static func acceptInBatches(_ channel: any Channel) async {
+        try? await channel.setOption(ChannelOptions.maxMessagesPerRead, value: acceptBatch)
+    }
 }
 
 /// Blocking work (key generation, file writes with fsync) on a thread of its own, awaited
