@@ -241,6 +241,33 @@ def main():
         status, text = api(server, key, "GET", "/v1/accounts/mallory")
         check(status == 200 and not json.loads(text)["balances"], "mallory got nothing")
 
+        # Hostile text an app user controls (account ids hiding `<` and `"` in grapheme clusters,
+        # a stored <meta http-equiv=refresh>) stays text on every page: nothing navigates.
+        hostile = ["\u0600<meta http-equiv=refresh content=0;url=//evil.example/p>\u0301",
+                   "\u0600<", ">\u0301", "\"\u0301", "'\u0301"]
+        shared = str(7_050_000_000 + int(time.time()) % 1_000_000)
+        for index, text in enumerate(hostile):
+            status, _ = api(server, key, "POST", "/v1/orders",
+                            body={"accountId": f"x{index}{text}", "productId": "coins_60", "appTransactionId": shared})
+            check(status == 201, f"an order for a hostile account id is taken ({status})")
+        status, _ = api(server, key, "POST", "/v1/orders",
+                        body={"accountId": "mallory", "productId": "coins_60", "appTransactionId": hostile[0]})
+        check(status == 400, "a non-numeric appTransactionId is refused")
+        for path in ["/dashboard/anomalies", "/dashboard/accounts/" + urllib.parse.quote("x0" + hostile[0], safe=""),
+                     "/dashboard/search?q=" + urllib.parse.quote("x1" + hostile[1], safe="")]:
+            driver.get(server + path)
+            time.sleep(1.5)
+            check(driver.current_url.startswith(server + "/dashboard"), f"{path} stays on the dashboard")
+            check(driver.execute_script("return document.querySelectorAll('meta[http-equiv]').length") == 0,
+                  f"{path} has no injected meta element")
+        driver.get(server + "/dashboard/accounts/" + urllib.parse.quote("x0" + hostile[0], safe=""))
+        check(("x0" + hostile[0]) in driver.execute_script("return document.body.textContent"),
+              "the hostile account id is shown as text on its page")
+        driver.get(server + "/dashboard/anomalies")
+        check("evil.example" in driver.execute_script("return document.body.textContent")
+              or "shared_apple_id" in driver.page_source, "the shared Apple Account anomaly is listed, as text")
+        shot(driver, "hostile-text")
+
         # An idle session expires.
         driver.get(server + "/dashboard")
         check(driver.current_url.rstrip("/").endswith("/dashboard"), "still signed in while active")
