@@ -62,7 +62,8 @@ import Testing
         }
         #expect(python.terminationStatus == 0, Comment(rawValue: text))
         #expect(text.contains("all dashboard browser checks passed"), Comment(rawValue: text))
-        for page in ["login", "overview", "anomalies", "account", "webhooks", "forged-post", "hostile-text", "expired"] {
+        for page in ["login", "overview", "anomalies", "account", "webhooks", "forged-post", "hostile-text", "expired"]
+        {
             #expect(FileManager.default.fileExists(atPath: artefacts.appendingPathComponent("\(page).png").path))
         }
     }
