@@ -425,6 +425,31 @@ import Testing
         }
     }
 
+    // MARK: The overload tail
+
+    /// The listening socket accepts up to 256 connections per read (NIO's default is 4): under a
+    /// flood of connections the accept queue drained at ~40/s and p99 was 8.9 s (BENCHMARKS.md).
+    @Test func theListeningSocketAcceptsInBatches() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("accept-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        try await SharedLocalPKI.seed(directory)
+        var configuration = ServerConfiguration()
+        configuration.databaseURL = "sqlite:\(directory.path)/s.sqlite"
+        configuration.secretKeys = [API.secret]
+        configuration.bundleId = "com.example.app"
+        configuration.appAppleId = 1
+        configuration.port = 0
+        let app = try await StoreKeeperApp.make(configuration, dataDirectory: directory)
+        try await app.application().test(.live) { client in
+            #expect(try await API.call(client, .get, "/healthz", token: nil).status.code < 600)
+            let channel = try #require(app.listening.channel.withLock { $0 })
+            #expect(try await channel.getOption(ChannelOptions.maxMessagesPerRead) == StoreKeeperApp.acceptBatch)
+            #expect(StoreKeeperApp.acceptBatch >= 64)
+        }
+        try? await app.database.close()
+    }
+
     // MARK: The audit's notes
 
     @Test func retentionRequestsInSandboxMustNameTheConfiguredApp() async throws {

@@ -50,6 +50,8 @@ public struct StoreKeeperApp: Sendable {
     var provenance: (signedData: SignedDataVerifier, receipts: AppReceiptVerifier)? = nil
     /// The last comparison of this server's clock with Apple's (after a 401).
     let clock = ClockState()
+    /// The listening socket's channel once the server runs (its options, for tests).
+    let listening = Listening()
 
     /// Checks the configuration, opens the database, applies migrations and builds the
     /// verifiers from the trust policy.
@@ -327,6 +329,7 @@ public struct StoreKeeperApp: Sendable {
             services: services,
             onServerRunning: { channel in
                 await Self.acceptInBatches(channel)
+                listening.channel.withLock { $0 = channel }
                 await onServerRunning(channel.localAddress?.port ?? configuration.port)
             },
             logger: logger)
@@ -344,6 +347,10 @@ extension StoreKeeperApp {
 
     static func acceptInBatches(_ channel: any Channel) async {
         try? await channel.setOption(ChannelOptions.maxMessagesPerRead, value: acceptBatch)
+    }
+
+    final class Listening: Sendable {
+        let channel = Mutex<(any Channel)?>(nil)
     }
 }
 
