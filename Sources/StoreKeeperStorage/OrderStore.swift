@@ -31,7 +31,8 @@ extension PurchaseStore {
         let order = Order(
             orderId: UUID().uuidString.lowercased(), appAccountToken: appAccountToken, accountId: accountId,
             productId: productId,
-            quantity: quantity, status: .created, createdAt: now, offerId: offerId, appTransactionId: appTransactionId)
+            quantity: quantity, status: .created, createdAt: Date(milliseconds: now.milliseconds), offerId: offerId,
+            appTransactionId: appTransactionId)
         let limit = sharedAppleIdLimit
         let cutoff = now.addingTimeInterval(-ttl).milliseconds
         try await database.transaction { sql in
@@ -72,6 +73,23 @@ extension PurchaseStore {
             }
         }
         return order
+    }
+
+    public enum Cancellation: Sendable {
+        case cancelled(Order)
+        case notCancellable(Order.Status)
+        case missing
+    }
+
+    /// Cancels an unpaid order (`created`); an order already cancelled stays so.
+    public func cancelOrder(_ orderId: String) async throws -> Cancellation {
+        try await database.transaction { sql in
+            try await sql.raw(
+                "UPDATE orders SET status = 'cancelled' WHERE order_id = \(bind: orderId) AND status = 'created'"
+            ).run()
+            guard let order = try await Self.order(sql, where: "order_id", orderId) else { return .missing }
+            return order.status == .cancelled ? .cancelled(order) : .notCancellable(order.status)
+        }
     }
 
     public func order(_ orderId: String) async throws -> Order? {

@@ -68,7 +68,7 @@ extension StoreKeeperApp {
                 .conflict, "too_many_open_orders",
                 "the account has \(error.limit) unpaid orders; pay or let them expire before creating more")
         }
-        var json = OrderJSON(order)
+        var json = OrderJSON(order, ttl: configuration.orderTTL)
         if let offer = offers.offer, let signer = offerSigner {
             let timestamp = Int64((now.timeIntervalSince1970 * 1000).rounded(.down))
             let v1 = try signer.signV1(
@@ -145,7 +145,30 @@ extension StoreKeeperApp {
             throw APIError.notFound("no order '\(orderId.prefix(64))'")
         }
         try caller.require(order.accountId)
-        return try Self.json(OrderJSON(order))
+        return try Self.json(OrderJSON(order, ttl: configuration.orderTTL))
+    }
+
+    /// `POST /v1/orders/{orderId}/cancel`: the user cancelled at StoreKit, so the order stops
+    /// counting against `limits.maxOpenOrdersPerAccount`. Idempotent; 409
+    /// `order_not_cancellable` once it is paid (or being verified). A payment that arrives for a
+    /// cancelled order is still delivered, as for an expired one.
+    func cancelOrder(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        let caller = try context.caller()
+        let orderId = try Self.parameter(context, "orderId")
+        guard let order = try await store.order(orderId) else {
+            throw APIError.notFound("no order '\(orderId.prefix(64))'")
+        }
+        try caller.require(order.accountId)
+        switch try await store.cancelOrder(orderId) {
+        case .cancelled(let cancelled):
+            return try Self.json(OrderJSON(cancelled, ttl: configuration.orderTTL))
+        case .notCancellable(let status):
+            throw APIError(
+                .conflict, "order_not_cancellable",
+                "the order is \(status.rawValue): only an unpaid order can be cancelled")
+        case .missing:
+            throw APIError.notFound("no order '\(orderId.prefix(64))'")
+        }
     }
 }
 
@@ -155,5 +178,6 @@ struct OrdersController {
     func addRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
         v1.post("orders") { request, context in try await app.createOrder(request, context) }
         v1.get("orders/:orderId") { request, context in try await app.getOrder(request, context) }
+        v1.post("orders/:orderId/cancel") { request, context in try await app.cancelOrder(request, context) }
     }
 }

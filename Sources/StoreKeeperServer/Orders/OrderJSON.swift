@@ -13,6 +13,9 @@ struct OrderJSON: Encodable {
     var quantity: Int
     var status: String
     var createdAt: String
+    /// When an unpaid order stops being open (`createdAt` + the order TTL): the device's intent
+    /// for it ends then too. A payment that arrives later is still delivered.
+    var expiresAt: String
     var transactionId: String?
     var deliveredAt: String?
     var offerId: String?
@@ -36,7 +39,8 @@ struct OrderJSON: Encodable {
         var jws: String
     }
 
-    init(_ order: Order) {
+    init(_ order: Order, ttl: TimeInterval) {
+        expiresAt = StoreKeeperApp.iso(order.createdAt.addingTimeInterval(ttl))
         offerId = order.offerId
         offerRedeemed = order.offerId == nil ? nil : order.offerRedeemed
         appTransactionId = order.appTransactionId

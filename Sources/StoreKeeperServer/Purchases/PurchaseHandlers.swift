@@ -20,13 +20,20 @@ extension StoreKeeperApp {
         var accountId: String
         var orderId: String?
         var signedTransaction: String?
+        /// 1…100 JWS of one account, each verified and delivered on its own.
+        var signedTransactions: [String]?
         var receipt: String?
+        /// Alone: look the transaction up at Apple. With `receipt`: the transaction the device
+        /// reports, which the verified receipt must contain (422 `transaction_not_in_proof`).
         var transactionId: String?
+
+        static let oneOf =
+            "exactly one of 'signedTransaction', 'signedTransactions', 'receipt', 'transactionId' is required ('transactionId' may go with 'receipt')"
 
         var proofs: [Proof] {
             [
                 signedTransaction.map(Proof.signedTransaction), receipt.map(Proof.receipt),
-                transactionId.map(Proof.transactionId),
+                receipt == nil ? transactionId.map(Proof.transactionId) : nil,
             ]
             .compactMap { $0 }
         }
@@ -39,8 +46,19 @@ extension StoreKeeperApp {
                 }
                 try StoreKeeperApp.validateText(orderId, field: "orderId")
             }
-            guard proofs.count == 1 else {
-                throw APIError.badRequest("exactly one of 'signedTransaction', 'receipt', 'transactionId' is required")
+            if let signedTransactions {
+                guard proofs.isEmpty, transactionId == nil else { throw APIError.badRequest(Self.oneOf) }
+                guard (1...100).contains(signedTransactions.count) else {
+                    throw APIError.badRequest("field 'signedTransactions' must hold 1…100 signed transactions")
+                }
+                guard signedTransactions.allSatisfy({ !$0.isEmpty }) else {
+                    throw APIError.badRequest("field 'signedTransactions' must not hold an empty string")
+                }
+                return
+            }
+            guard proofs.count == 1 else { throw APIError.badRequest(Self.oneOf) }
+            if receipt != nil, let transactionId, !StoreKeeperApp.isAppleNumericId(transactionId) {
+                throw APIError.badRequest("field 'transactionId' must be an App Store transaction id (digits)")
             }
         }
     }
@@ -49,9 +67,10 @@ extension StoreKeeperApp {
         let caller = try context.caller()
         let body = try await decode(PurchaseBody.self, request)
         try caller.require(body.accountId)
-        guard let proof = body.proofs.first else {
-            throw APIError.badRequest("exactly one of 'signedTransaction', 'receipt', 'transactionId' is required")
+        if let batch = body.signedTransactions {
+            return try await submitBatch(batch, accountId: body.accountId, orderId: body.orderId)
         }
+        guard let proof = body.proofs.first else { throw APIError.badRequest(PurchaseBody.oneOf) }
 
         let transactions: [JWSTransactionDecodedPayload]
         do {
@@ -69,14 +88,18 @@ extension StoreKeeperApp {
                 transactions = try await verifyOffline(proof)
             }
         } catch let failure as VerificationFailure {
-            metrics.verificationFailure(failure.code)
-            logger.warning(
-                "proof rejected",
-                metadata: ["code": "\(failure.code)", "reason": "\(failure.reason)", "account": "\(body.accountId)"])
-            if !failure.isRetryable {
-                await keepRejected(proof, failure: failure, accountId: body.accountId, orderId: body.orderId)
-            }
-            throw APIError.verification(failure)
+            try await rejected(proof, failure: failure, accountId: body.accountId, orderId: body.orderId)
+        }
+        // The transaction the device reports must be in the receipt it sent: a receipt read before
+        // StoreKit wrote the purchase into it must never be answered "nothing new" (the device
+        // would finish the payment unseen). Nothing of the receipt is delivered then.
+        if case .receipt = proof, let reported = body.transactionId,
+            !transactions.contains(where: { $0.transactionId == reported })
+        {
+            throw APIError(
+                .unprocessableContent, "transaction_not_in_proof",
+                "the receipt does not contain transaction \(reported) yet: refresh the receipt and submit again",
+                retryable: true)
         }
 
         let delivered = try await deliverVerified(
@@ -91,6 +114,54 @@ extension StoreKeeperApp {
             PurchaseJSON(
                 status: nothingNew ? "already_delivered" : "delivered", transactions: results,
                 account: try await account(body.accountId, state: delivered.account)))
+    }
+
+    /// A proof that failed verification: counted, logged, kept when it may verify later, answered.
+    func rejected(_ proof: Proof, failure: VerificationFailure, accountId: String, orderId: String?) async throws
+        -> Never
+    {
+        metrics.verificationFailure(failure.code)
+        logger.warning(
+            "proof rejected",
+            metadata: ["code": "\(failure.code)", "reason": "\(failure.reason)", "account": "\(accountId)"])
+        if !failure.isRetryable {
+            await keepRejected(proof, failure: failure, accountId: accountId, orderId: orderId)
+        }
+        throw APIError.verification(failure)
+    }
+
+    /// `signedTransactions`: each JWS verified and delivered on its own, every entry's outcome in
+    /// the answer in the order submitted; one that fails verification is `rejected` with its
+    /// code, one refused is `not_delivered` with its code — never a 4xx for the batch.
+    func submitBatch(_ batch: [String], accountId: String, orderId: String?) async throws -> Response {
+        var results: [TransactionJSON] = []
+        var state: PurchaseStore.AccountState?
+        for jws in batch {
+            let proof = Proof.signedTransaction(jws)
+            let transaction: JWSTransactionDecodedPayload
+            do {
+                transaction = try await verifier.verifyTransaction(jws)
+            } catch let failure as VerificationFailure {
+                do {
+                    try await rejected(proof, failure: failure, accountId: accountId, orderId: orderId)
+                } catch let error as APIError where !failure.isRetryable {
+                    results.append(.rejected(jws, code: error.code))
+                    continue
+                }
+            }
+            let delivered = try await deliverVerified(
+                [transaction], accountId: accountId, orderId: orderId, evidence: .device)
+            state = delivered.account ?? state
+            guard var result = delivered.results.first else { continue }
+            if let refusal = delivered.refusals.first { result.code = APIError.refusal(refusal).code }
+            results.append(result)
+        }
+        // "delivered" when this request delivered something; each entry says what became of it.
+        let deliveredNow = results.contains { $0.outcome == "delivered" }
+        return try Self.json(
+            PurchaseJSON(
+                status: deliveredNow ? "delivered" : "already_delivered", transactions: results,
+                account: try await account(accountId, state: state)))
     }
 
     /// A proof of purchase as submitted: one of the three fields of `POST /v1/purchases`.

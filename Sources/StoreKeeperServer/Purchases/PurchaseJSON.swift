@@ -13,6 +13,31 @@ struct TransactionJSON: Encodable {
     var environment: String
     var orderId: String?
     var outcome: String
+    /// In a `signedTransactions` batch: why an entry was `rejected` (verification) or
+    /// `not_delivered` (`owned_by_other_account`, …).
+    var code: String?
+}
+
+extension TransactionJSON {
+    /// A batch entry that failed verification: its ids as the JWS claims them (unverified, so the
+    /// device can tell which of its transactions it was), outcome `rejected`.
+    static func rejected(_ jws: String, code: String) -> TransactionJSON {
+        let parts = jws.split(separator: ".", omittingEmptySubsequences: false)
+        var claimed: [String: Any] = [:]
+        if parts.count == 3, parts[1].utf8.count <= 65_536, let bytes = Base64.decodeURL(parts[1]),
+            let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any]
+        {
+            claimed = object
+        }
+        // Only ids as Apple writes them (digits), never other text from an unverified payload.
+        func id(_ key: String) -> String? {
+            (claimed[key] as? String).flatMap { StoreKeeperApp.isAppleNumericId($0) ? $0 : nil }
+        }
+        let transactionId = id("transactionId") ?? ""
+        return TransactionJSON(
+            transactionId: transactionId, originalTransactionId: id("originalTransactionId") ?? transactionId,
+            productId: "", quantity: 0, environment: "", orderId: nil, outcome: "rejected", code: code)
+    }
 }
 
 extension TransactionJSON {
@@ -40,6 +65,7 @@ struct PurchaseJSON: Encodable {
 extension TransactionJSON: JSONWritable {
     func write(to json: inout JSONOutput) {
         json.beginObject()
+        if let code { json.field("code", code) }
         json.field("environment", environment)
         json.field("orderId", orderId)
         json.field("originalTransactionId", originalTransactionId)
