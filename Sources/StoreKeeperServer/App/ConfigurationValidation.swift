@@ -49,6 +49,7 @@ extension ServerConfiguration {
         guard clientRequestsPerSecond >= 0 else {
             throw Invalid(key: "limits.clientRequestsPerSecond", "must not be negative")
         }
+        if let responseSigningKey { _ = try Self.responseSigner(responseSigningKey) }
         guard (1...36_500).contains(rejectedProofsRetentionDays) else {
             throw Invalid(key: "rejectedProofs.retentionDays", "must be 1…36500")
         }
@@ -171,5 +172,26 @@ extension ServerConfiguration {
             throw Invalid(key: "apple.serverAPI.privateKeyFile", "\(file) is not an ES256 .p8 private key (PEM)")
         }
         return pem
+    }
+}
+
+extension ServerConfiguration {
+    /// `auth.responseSigningKey`: the PEM itself, or the path of a file holding it.
+    static func responseSigner(_ value: String) throws -> ResponseSigner {
+        let pem: String
+        if value.contains("-----BEGIN") {
+            pem = value
+        } else if let data = FileManager.default.contents(atPath: value) {
+            pem = String(decoding: data, as: UTF8.self)
+        } else {
+            throw Invalid(key: "auth.responseSigningKey", "neither a PEM key nor a readable file: \(value.prefix(200))")
+        }
+        do {
+            return ResponseSigner(key: try ResponseSigner.key(pem: pem))
+        } catch {
+            throw Invalid(
+                key: "auth.responseSigningKey",
+                "not an Ed25519 private key in PEM (openssl genpkey -algorithm ed25519 writes one)")
+        }
     }
 }

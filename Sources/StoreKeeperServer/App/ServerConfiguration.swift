@@ -38,6 +38,9 @@ public struct ServerConfiguration: Sendable {
     public var sharedSecret: String?
     public var secretKeys: [String] = []
     public var clientTokenSecret: String?
+    /// Ed25519 private key (PEM, or the path of a PEM file) that signs answers to account reads
+    /// and purchases (`StoreKeeper-Signature`); generated in demo mode.
+    public var responseSigningKey: String?
     public var catalog: Catalog?
     public var maxBodyBytes = 1_048_576
     /// Unpaid, unexpired orders an account may hold (409 `too_many_open_orders` above).
@@ -122,6 +125,7 @@ public struct ServerConfiguration: Sendable {
         "apple.serverAPI.baseURL", "apple.verifyReceipt.productionURL", "apple.verifyReceipt.sandboxURL",
         "apple.sharedSecret", "apple.offers.keyId", "apple.offers.privateKeyFile", "apple.offers.issuerId",
         "auth.secretKeys", "auth.clientTokenSecret", "auth.clientTokenMaxLifetimeSeconds", "auth.metricsToken",
+        "auth.responseSigningKey",
         "catalog.file", "limits.maxBodyBytes", "limits.maxOpenOrdersPerAccount", "limits.maxInFlightRequests",
         "limits.clientRequestsPerSecond", "limits.secretRequestsPerSecond", "limits.requestTimeoutSeconds",
         "ownership.policy", "webhooks.url", "webhooks.secret", "localAppStore.enabled",
@@ -134,6 +138,7 @@ public struct ServerConfiguration: Sendable {
     static let structuredKeys = ["catalog.products", "catalog.retention"]
     static let secretKeyNames: Set<String> = [
         "auth.secretKeys", "auth.clientTokenSecret", "auth.metricsToken", "apple.sharedSecret", "webhooks.secret",
+        "auth.responseSigningKey",
     ]
 
     /// The two environment names of a key: API.md's (`APPLE_BUNDLEID`) and swift-configuration's
@@ -349,6 +354,7 @@ public struct ServerConfiguration: Sendable {
         sharedSecret = try source.string("apple.sharedSecret")
         secretKeys = try source.strings("auth.secretKeys") ?? []
         clientTokenSecret = try source.string("auth.clientTokenSecret")
+        responseSigningKey = try source.string("auth.responseSigningKey")
         maxBodyBytes = try source.int("limits.maxBodyBytes") ?? maxBodyBytes
         maxOpenOrdersPerAccount = try source.int("limits.maxOpenOrdersPerAccount") ?? maxOpenOrdersPerAccount
         idleTimeoutSeconds = try source.int("http.idleTimeoutSeconds") ?? idleTimeoutSeconds

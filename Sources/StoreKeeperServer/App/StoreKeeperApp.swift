@@ -2,6 +2,7 @@ import AppStoreClient
 import AppStoreModels
 import AppStoreSigning
 import AppStoreVerification
+import Crypto
 import Foundation
 import Hummingbird
 import HummingbirdCore
@@ -46,6 +47,8 @@ public struct StoreKeeperApp: Sendable {
     /// The trust set every verifier of this server was built from.
     public let trust: TrustPolicy
     public let rejectedProofs: RejectedProofStore
+    /// Signs answers to account reads and purchases (`auth.responseSigningKey`; demo mode: generated).
+    var responseSigner: ResponseSigner? = nil
     /// Whether a rejected proof was signed by a trusted or Apple root (`TrustPolicy.provenanceVerifiers`).
     var provenance: (signedData: SignedDataVerifier, receipts: AppReceiptVerifier)? = nil
     /// The last comparison of this server's clock with Apple's (after a 401).
@@ -173,7 +176,33 @@ public struct StoreKeeperApp: Sendable {
             rejectedProofs: RejectedProofStore(
                 database: database, maxBytesPerDay: configuration.rejectedProofsMaxBytesPerDay,
                 maxBytesTotal: configuration.rejectedProofsMaxBytesTotal),
+            responseSigner: try responseSigner(configuration, dataDirectory: dataDirectory, logger: logger),
             provenance: try trust.provenanceVerifiers())
+    }
+
+    /// `auth.responseSigningKey`, or in demo mode a key generated once into the data directory.
+    static func responseSigner(_ configuration: ServerConfiguration, dataDirectory: URL, logger: Logger) throws
+        -> ResponseSigner?
+    {
+        if let configured = configuration.responseSigningKey {
+            return try ServerConfiguration.responseSigner(configured)
+        }
+        guard configuration.mode == .demo else { return nil }
+        let file = dataDirectory.appendingPathComponent("response-signing-key.pem")
+        if let existing = FileManager.default.contents(atPath: file.path) {
+            return ResponseSigner(key: try ResponseSigner.key(pem: String(decoding: existing, as: UTF8.self)))
+        }
+        let key = Curve25519.Signing.PrivateKey()
+        try FileManager.default.createDirectory(at: dataDirectory, withIntermediateDirectories: true)
+        guard
+            FileManager.default.createFile(
+                atPath: file.path, contents: Data(ResponseSigner.pem(key).utf8), attributes: [.posixPermissions: 0o600])
+        else { throw ServerConfiguration.Invalid(key: "auth.responseSigningKey", "cannot write \(file.path)") }
+        let signer = ResponseSigner(key: key)
+        logger.notice(
+            "demo mode: generated a response signing key into \(file.path); its public key (for the app): \(signer.publicKeyBase64)"
+        )
+        return signer
     }
 
     /// The database did not answer within `database.startupTimeoutSeconds`: `serve` exits non-zero.
@@ -257,11 +286,18 @@ public struct StoreKeeperApp: Sendable {
         OperationsController(app: self).addRoutes(to: router)
         NotificationsController(app: self).addRoutes(to: router)
         RetentionController(app: self).addRoutes(to: router)
-        let v1 = router.group("v1").add(middleware: Authenticate(authenticator: authenticator, limiter: limiter))
+        let authenticate = Authenticate(authenticator: authenticator, limiter: limiter)
+        let v1 = router.group("v1").add(middleware: authenticate)
+        // Account reads and purchases: signed answers when a response signing key is set, 401s
+        // and 429s included (the signing middleware runs before authentication).
+        let signed =
+            responseSigner.map {
+                router.group("v1").add(middleware: SignResponses(signer: $0)).add(middleware: authenticate)
+            } ?? v1
         OperationsController(app: self).addAPIRoutes(to: v1)
         OrdersController(app: self).addRoutes(to: v1)
-        PurchasesController(app: self).addRoutes(to: v1)
-        AccountsController(app: self).addRoutes(to: v1)
+        PurchasesController(app: self).addRoutes(to: signed)
+        AccountsController(app: self).addRoutes(to: signed)
         AnomaliesController(app: self).addRoutes(to: v1)
         RejectedProofsController(app: self).addRoutes(to: v1)
         WebhooksController(app: self).addRoutes(to: v1)

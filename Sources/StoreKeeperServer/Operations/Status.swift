@@ -26,6 +26,16 @@ struct StatusJSON: Encodable {
     /// Seconds this server's clock is ahead of Apple's (negative: behind), measured on Apple's
     /// last 401; absent until then.
     var appleClockSkewSeconds: Double?
+    /// The public half of `auth.responseSigningKey` (absent when answers are not signed).
+    var responseSigningKey: SigningKey?
+
+    struct SigningKey: Encodable {
+        var algorithm = "Ed25519"
+        /// The raw 32-byte public key, base64: what the app is configured with.
+        var publicKey: String
+        /// SHA-256 of the raw public key, lowercase hex.
+        var sha256: String
+    }
 
     init(_ app: StoreKeeperApp) {
         version = StoreKeeperVersion.current
@@ -43,5 +53,8 @@ struct StatusJSON: Encodable {
         localAppStoreTrusted = app.trust.localAppStoreTrusted
         localAppStoreMounted = app.localAppStore != nil
         appleClockSkewSeconds = app.clock.withLock { $0?.skewSeconds }
+        responseSigningKey = app.responseSigner.map {
+            SigningKey(publicKey: $0.publicKeyBase64, sha256: $0.fingerprint)
+        }
     }
 }

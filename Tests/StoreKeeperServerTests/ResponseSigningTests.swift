@@ -1,0 +1,140 @@
+import Crypto
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import Logging
+import NIOCore
+import Testing
+
+@testable import StoreKeeperServer
+
+/// `auth.responseSigningKey` (API.md "Purchases from the device"): answers to account reads and
+/// purchases carry `StoreKeeper-Signature`, Ed25519 over the request's nonce, its path and the
+/// body — so a man in the middle can neither make nor change nor replay one.
+@Suite struct ResponseSigningTests {
+    typealias API = ServerAPITests
+
+    /// Written by `openssl genpkey -algorithm ed25519`; its public key by `openssl pkey -pubout`.
+    static let opensslPEM = """
+        -----BEGIN PRIVATE KEY-----
+        MC4CAQAwBQYDK2VwBCIEIJz+56IyrR8Zis+Ugb9Nh6dKliaqA0IekUZ5dskXAAG+
+        -----END PRIVATE KEY-----
+        """
+    static let opensslPublicKey = "UCWK2N5U9mlfVrFCLbhOXdxgj9gD48rhzAS8B44LjwI="
+
+    @Test func keysAreReadAsOpenSSLWritesThemAndWrittenBack() throws {
+        let key = try ResponseSigner.key(pem: Self.opensslPEM)
+        #expect(ResponseSigner(key: key).publicKeyBase64 == Self.opensslPublicKey)
+        let again = try ResponseSigner.key(pem: ResponseSigner.pem(key))
+        #expect(again.rawRepresentation == key.rawRepresentation)
+        for bad in [
+            "", "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----",
+            Self.opensslPEM.replacingOccurrences(of: "MC4C", with: "MC4D"),
+        ] {
+            #expect(throws: (any Error).self) { try ResponseSigner.key(pem: bad) }
+        }
+        // A P-256 key is not an Ed25519 key.
+        #expect(throws: (any Error).self) { try ResponseSigner.key(pem: P256.Signing.PrivateKey().pemRepresentation) }
+    }
+
+    struct Signed {
+        var status: HTTPResponse.Status
+        var body: [UInt8]
+        var signature: String?
+    }
+
+    static func send(
+        _ client: any TestClientProtocol, _ method: HTTPRequest.Method, _ path: String, token: String? = API.secret,
+        nonce: String?, body: String? = nil
+    ) async throws -> Signed {
+        var headers: HTTPFields = [.contentType: "application/json"]
+        if let token { headers[.authorization] = "Bearer \(token)" }
+        if let nonce { headers[ResponseSigner.nonceHeader] = nonce }
+        return try await client.execute(
+            uri: path, method: method, headers: headers, body: body.map { ByteBuffer(string: $0) }
+        ) { response in
+            Signed(
+                status: response.status, body: Array(buffer: response.body),
+                signature: response.headers[ResponseSigner.signatureHeader])
+        }
+    }
+
+    @Test(arguments: API.databases)
+    func accountReadsAndPurchasesAreSignedOverNoncePathAndBody(kind: String) async throws {
+        try await API.withServer(kind, configure: { $0.responseSigningKey = Self.opensslPEM }) { app, client in
+            let publicKey = try Curve25519.Signing.PublicKey(
+                rawRepresentation: Data(base64Encoded: Self.opensslPublicKey)!)
+            func valid(_ answer: Signed, nonce: String, path: String) -> Bool {
+                guard let signature = answer.signature else { return false }
+                return ResponseSigner.isValid(
+                    signature, publicKey: publicKey, nonce: nonce, path: path, body: answer.body)
+            }
+            let nonce = UUID().uuidString
+            let read = try await Self.send(client, .get, "/v1/accounts/u1", nonce: nonce)
+            #expect(read.status == .ok)
+            #expect(valid(read, nonce: nonce, path: "/v1/accounts/u1"))
+            // Changed, replayed for another request, or moved to another path: no longer valid.
+            var changed = read
+            changed.body[changed.body.count / 2] ^= 0x01
+            #expect(!valid(changed, nonce: nonce, path: "/v1/accounts/u1"))
+            #expect(!valid(read, nonce: "another", path: "/v1/accounts/u1"))
+            #expect(!valid(read, nonce: nonce, path: "/v1/accounts/u2"))
+            // Without a nonce: signed over an empty one.
+            let plain = try await Self.send(client, .get, "/v1/accounts/u1", nonce: nil)
+            #expect(valid(plain, nonce: "", path: "/v1/accounts/u1"))
+
+            // Purchases, their errors, and a refused token: signed too.
+            let bought = try await app.localAppStore!.buy("apple-sig", items: [.init(productId: "coins_60")])
+            let purchase = try await Self.send(
+                client, .post, "/v1/purchases", nonce: "n1",
+                body: #"{"accountId":"sig","signedTransaction":"\#(bought.signedTransactions[0])"}"#)
+            #expect(purchase.status == .ok && valid(purchase, nonce: "n1", path: "/v1/purchases"))
+            let forged = try await Self.send(
+                client, .post, "/v1/purchases", nonce: "n2", body: #"{"accountId":"sig","signedTransaction":"a.b.c"}"#)
+            #expect(forged.status == .unprocessableContent && valid(forged, nonce: "n2", path: "/v1/purchases"))
+            let stranger = try await Self.send(client, .get, "/v1/accounts/u1", token: "nope", nonce: "n3")
+            #expect(stranger.status == .unauthorized && valid(stranger, nonce: "n3", path: "/v1/accounts/u1"))
+            // Other routes are not signed; a nonce that is not printable ASCII (or too long) is 400.
+            let order = try await Self.send(
+                client, .post, "/v1/orders", nonce: "n4", body: #"{"accountId":"sig","productId":"coins_60"}"#)
+            #expect(order.status == .created && order.signature == nil)
+            #expect(try await Self.send(client, .get, "/v1/accounts/u1", nonce: "a b").status == .badRequest)
+            #expect(
+                try await Self.send(client, .get, "/v1/accounts/u1", nonce: String(repeating: "n", count: 129)).status
+                    == .badRequest)
+            // /v1/status names the key.
+            let status = try await API.call(client, .get, "/v1/status")
+            let key = status.json["responseSigningKey"] as? [String: Any]
+            #expect(key?["publicKey"] as? String == Self.opensslPublicKey)
+            #expect(key?["algorithm"] as? String == "Ed25519")
+        }
+    }
+
+    @Test func unsignedWithoutAKeyAndGeneratedOnceInDemoMode() async throws {
+        try await API.withServer("sqlite") { _, client in
+            let read = try await Self.send(client, .get, "/v1/accounts/u1", nonce: "n")
+            #expect(read.status == .ok && read.signature == nil)
+        }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("signing-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        var demo = ServerConfiguration()
+        demo.mode = .demo
+        let logger = Logger(label: "test")
+        let first = try #require(try StoreKeeperApp.responseSigner(demo, dataDirectory: directory, logger: logger))
+        let second = try #require(try StoreKeeperApp.responseSigner(demo, dataDirectory: directory, logger: logger))
+        #expect(first.publicKeyBase64 == second.publicKeyBase64)
+        let file = directory.appendingPathComponent("response-signing-key.pem").path
+        let mode = try FileManager.default.attributesOfItem(atPath: file)[.posixPermissions] as? Int
+        #expect(mode == 0o600)
+        var configured = ServerConfiguration()
+        configured.bundleId = "com.example.app"
+        #expect(try StoreKeeperApp.responseSigner(configured, dataDirectory: directory, logger: logger) == nil)
+        configured.responseSigningKey = "/no/such/key.pem"
+        #expect(throws: ServerConfiguration.Invalid.self) { try configured.validate() }
+        configured.responseSigningKey = file
+        #expect(
+            try StoreKeeperApp.responseSigner(configured, dataDirectory: directory, logger: logger)?.publicKeyBase64
+                == first.publicKeyBase64)
+    }
+}
