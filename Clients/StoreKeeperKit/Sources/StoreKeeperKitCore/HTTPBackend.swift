@@ -186,9 +186,10 @@ public struct HTTPBackend: Backend {
             return .pending(retryAfter: pending?.retryAfterSeconds ?? answer.retryAfter)
         default:
             let parsed = try? JSONDecoder().decode(ErrorBody.self, from: answer.body)
+            // `retryable` as the server said it: a body that is not the server's envelope has none.
             return SubmissionVerdict.classify(
                 status: answer.status, code: parsed?.error.code, message: parsed?.error.message,
-                retryAfter: answer.retryAfter)
+                retryable: parsed?.error.retryable, retryAfter: answer.retryAfter)
                 ?? .retryable(status: answer.status, code: nil, retryAfter: answer.retryAfter)
         }
     }

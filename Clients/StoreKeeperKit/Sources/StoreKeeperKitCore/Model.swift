@@ -232,7 +232,8 @@ public struct PurchaseResponse: Codable, Sendable, Equatable {
 public enum SubmissionVerdict: Sendable, Equatable {
     /// 200: `delivered` / `already_delivered`.
     case accepted(PurchaseResponse)
-    /// A permanent rejection: any 4xx but 408, 429 and the credential answers 401/403.
+    /// A permanent rejection of the proof itself: the server's own error envelope, a proof-final
+    /// code (`proofFinalCodes`) and `retryable: false` — nothing else.
     case rejected(status: Int, code: String, message: String)
     /// 202: the server has the proof and asks Apple on its own; the device keeps it until a
     /// later submission gets a verdict.
@@ -248,16 +249,33 @@ public enum SubmissionVerdict: Sendable, Equatable {
         }
     }
 
-    /// Sorts an HTTP answer. 401 and 403 judge the app's credentials, not the purchase: finishing
-    /// on them would lose a paid order to a misconfigured token, so they are retried.
-    public static func classify(status: Int, code: String?, message: String?, retryAfter: TimeInterval?)
-        -> SubmissionVerdict?
-    {
+    /// The codes on which a device may finish a paid transaction (API.md, "Proof-final codes"):
+    /// what the server says about the proof itself, never about its own configuration or the
+    /// request's shape.
+    public static let proofFinalCodes: Set<String> = [
+        "invalid_signature", "invalid_chain", "wrong_bundle", "wrong_app", "wrong_environment", "revoked",
+        "owned_by_other_account",
+    ]
+
+    /// Sorts an HTTP answer. Only a 4xx that is the server's error envelope (`code` and
+    /// `retryable` were read from it) with a proof-final code and `retryable: false` is a
+    /// rejection. Everything else — a proxy's, WAF's or CDN's HTML 400/404/405/413, the server's
+    /// own configuration answers (400 "needs apple.serverAPI credentials"), 401/403 (the app's
+    /// credentials, not the purchase), 408, 429, 5xx — keeps the transaction, to be tried again:
+    /// finishing on them would lose a paid order for good.
+    public static func classify(
+        status: Int, code: String?, message: String?, retryable: Bool? = nil, retryAfter: TimeInterval?
+    ) -> SubmissionVerdict? {
         switch status {
-        case 200..<300: return nil
-        case 401, 403, 408, 429: return .retryable(status: status, code: code, retryAfter: retryAfter)
-        case 400..<500: return .rejected(status: status, code: code ?? "http_\(status)", message: message ?? "")
-        default: return .retryable(status: status, code: code, retryAfter: retryAfter)
+        case 200..<300:
+            return nil
+        case 400..<500:
+            if let code, proofFinalCodes.contains(code), retryable == false {
+                return .rejected(status: status, code: code, message: message ?? "")
+            }
+            return .retryable(status: status, code: code ?? "http_\(status)", retryAfter: retryAfter)
+        default:
+            return .retryable(status: status, code: code, retryAfter: retryAfter)
         }
     }
 }

@@ -3,6 +3,10 @@ import XCTest
 
 @testable import StoreKeeperKitCore
 
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
 final class PurchaseCoordinatorTests: XCTestCase {
     var queue: FakeQueue!
     var backend: FakeBackend!
@@ -118,7 +122,7 @@ final class PurchaseCoordinatorTests: XCTestCase {
             (.pending(retryAfter: 5), false),
             (.rejected(status: 422, code: "invalid_signature", message: ""), true),
             (.rejected(status: 409, code: "owned_by_other_account", message: ""), true),
-            (.rejected(status: 400, code: "bad_request", message: ""), true),
+            (.rejected(status: 422, code: "wrong_bundle", message: ""), true),
             (.accepted(PurchaseResponse(status: "already_delivered", transactions: [], account: nil)), true),
         ]
         for (verdict, final) in cases {
@@ -140,11 +144,70 @@ final class PurchaseCoordinatorTests: XCTestCase {
                 SubmissionVerdict.classify(status: status, code: "x", message: nil, retryAfter: nil)?.isFinal, false,
                 "\(status)")
         }
-        for status in [400, 404, 409, 413, 422] {
+        // Finding 3: a 4xx finishes only as the server's envelope with a proof-final code and
+        // retryable false. A proxy's HTML 404, the server's own configuration 400, an envelope
+        // saying retryable, an unknown code: held.
+        for status in [400, 404, 405, 409, 413, 422] {
             XCTAssertEqual(
-                SubmissionVerdict.classify(status: status, code: "x", message: nil, retryAfter: nil)?.isFinal, true,
+                SubmissionVerdict.classify(status: status, code: "x", message: nil, retryAfter: nil)?.isFinal, false,
+                "\(status)")
+            XCTAssertEqual(
+                SubmissionVerdict.classify(status: status, code: nil, message: nil, retryAfter: nil)?.isFinal, false,
                 "\(status)")
         }
+        for code in SubmissionVerdict.proofFinalCodes {
+            XCTAssertEqual(
+                SubmissionVerdict.classify(status: 422, code: code, message: nil, retryable: false, retryAfter: nil)?
+                    .isFinal, true, code)
+            XCTAssertEqual(
+                SubmissionVerdict.classify(status: 422, code: code, message: nil, retryable: true, retryAfter: nil)?
+                    .isFinal, false, code)
+            XCTAssertEqual(
+                SubmissionVerdict.classify(status: 422, code: code, message: nil, retryAfter: nil)?.isFinal, false,
+                "\(code) without the envelope's retryable")
+        }
+        for code in ["bad_request", "not_found", "transaction_not_in_proof", "unknown_product", "forbidden"] {
+            XCTAssertEqual(
+                SubmissionVerdict.classify(status: 400, code: code, message: nil, retryable: false, retryAfter: nil)?
+                    .isFinal, false, code)
+        }
+    }
+
+    /// Finding 3 through the HTTP backend: what a middlebox answers never finishes a purchase.
+    func testMiddleboxAnswersAreHeldAndOnlyTheServersProofFinalEnvelopeFinishes() async {
+        struct Canned: HTTPTransport {
+            let status: Int
+            let body: String
+            func send(_ request: URLRequest) async throws -> (Data, HTTPURLResponse) {
+                (
+                    Data(body.utf8),
+                    HTTPURLResponse(url: request.url!, statusCode: status, httpVersion: nil, headerFields: nil)!
+                )
+            }
+        }
+        func verdict(_ status: Int, _ body: String) async -> SubmissionVerdict {
+            let backend = HTTPBackend(
+                baseURL: URL(string: "https://example.invalid")!, transport: Canned(status: status, body: body),
+                tokens: { _, _ in "token" })
+            return await backend.submitPurchase(accountId: "a", orderId: nil, proof: .signedTransaction("x.y.z"))
+        }
+        let html = "<html><body><h1>404 Not Found</h1></body></html>"
+        for (status, body) in [
+            (404, html), (400, html), (405, html), (413, "<html>Request Entity Too Large</html>"), (400, ""),
+            (400, #"{"error":{"code":"bad_request","message":"needs apple.serverAPI credentials","retryable":false}}"#),
+            (404, #"{"error":{"code":"not_found","message":"the App Store does not know it","retryable":false}}"#),
+            (422, #"{"error":{"code":"transaction_not_in_proof","message":"refresh","retryable":true}}"#),
+            (422, #"{"error":{"code":"invalid_signature","message":"no retryable field"}}"#),
+        ] {
+            let answer = await verdict(status, body)
+            XCTAssertFalse(answer.isFinal, "\(status) \(body.prefix(60))")
+        }
+        let final = await verdict(
+            422, #"{"error":{"code":"invalid_signature","message":"forged","retryable":false}}"#)
+        XCTAssertEqual(final, .rejected(status: 422, code: "invalid_signature", message: "forged"))
+        let owned = await verdict(
+            409, #"{"error":{"code":"owned_by_other_account","message":"x","retryable":false}}"#)
+        XCTAssertTrue(owned.isFinal)
     }
 
     // P4: upload fails → kept, retried with backoff; the network coming back re-drives it.
