@@ -170,6 +170,10 @@ public struct HTTPBackend: Backend {
         do {
             answer = try await send("POST", "v1/purchases", accountId: accountId, body: try JSONEncoder().encode(body))
         } catch {
+            // Cancelled here (URLSession honours task cancellation): not the network's answer.
+            if Task.isCancelled || error is CancellationError || (error as? URLError)?.code == .cancelled {
+                return .cancelled
+            }
             return .retryable(status: nil, code: "network", retryAfter: nil)
         }
         switch answer.status {

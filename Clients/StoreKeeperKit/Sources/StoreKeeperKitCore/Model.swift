@@ -241,6 +241,11 @@ public enum SubmissionVerdict: Sendable, Equatable {
     /// Network failure, timeout, 5xx, 408, 429, or credentials the app could not renew.
     case retryable(status: Int?, code: String?, retryAfter: TimeInterval?)
 
+    /// The request was cancelled on this side before an answer came: not an attempt.
+    public static let cancelled = SubmissionVerdict.retryable(status: nil, code: "cancelled", retryAfter: nil)
+
+    public var wasCancelled: Bool { self == .cancelled }
+
     /// Whether the transaction may be finished now.
     public var isFinal: Bool {
         switch self {

@@ -494,6 +494,14 @@ public actor PurchaseCoordinator {
             // settled record finishes it without asking the server again.
             await queue.finish(transactionId: item.transaction.id)
             if case .accepted(let response) = verdict, let info = response.account { remember(info) }
+        } else if verdict.wasCancelled {
+            // Our own cancellation (shutdown, the app's task torn down), not an answer: no attempt
+            // counted, no backoff; due again a second from now (never a hot loop).
+            if let index = state.pending.firstIndex(where: { $0.key == key }) {
+                state.pending[index].nextAttemptAt = max(
+                    state.pending[index].nextAttemptAt, clock.now().addingTimeInterval(1))
+            }
+            scheduleWake()
         } else if let index = state.pending.firstIndex(where: { $0.key == key }) {
             var held = state.pending[index]
             held.attempts += 1
@@ -580,9 +588,13 @@ public actor PurchaseCoordinator {
         try store.save(state)
     }
 
-    /// Wakes when the earliest held submission is due.
+    /// Wakes when the earliest held submission is due. Rescheduling cancels only the sleep: the
+    /// drive a wake starts runs in a task of its own, which no later rescheduling reaches — a
+    /// cancelled drive would cancel its own request (URLSession honours cancellation), so one
+    /// transaction the server keeps answering 202 would starve every other held one.
     func scheduleWake() {
         wake?.cancel()
+        wake = nil
         guard !stopped else { return }
         let due = state.pending.filter { $0.accountId != nil && !submitting.contains($0.key) }
             .map { max($0.nextAttemptAt, $0.notBefore ?? $0.nextAttemptAt) }.min()
@@ -590,8 +602,15 @@ public actor PurchaseCoordinator {
         let clock = self.clock
         wake = Task { [weak self] in
             do { try await clock.sleep(until: due) } catch { return }
-            await self?.drive()
+            await self?.woke()
         }
+    }
+
+    /// The wake's sleep ended: drive in a task that rescheduling does not cancel.
+    func woke() {
+        wake = nil
+        guard !stopped else { return }
+        spawn { await $0.drive() }
     }
 
     func spawn(_ work: @escaping @Sendable (PurchaseCoordinator) async -> Void) {

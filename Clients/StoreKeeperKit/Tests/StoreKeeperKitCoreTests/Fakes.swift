@@ -149,8 +149,22 @@ final class FakeBackend: Backend, @unchecked Sendable {
         }
     }
 
+    /// How long a submission takes, in real time; a cancelled one ends at once, as a URLSession
+    /// request does, and never reaches the "server".
+    let latencyNanoseconds = Locked<UInt64>(0)
+    let cancelledSubmissions = Locked(0)
+
     func submitPurchase(accountId: String, orderId: String?, proof: Proof) async -> SubmissionVerdict {
-        state.withValue { state in
+        let latency = latencyNanoseconds.withValue { $0 }
+        if latency > 0 {
+            do {
+                try await Task.sleep(nanoseconds: latency)
+            } catch {
+                cancelledSubmissions.withValue { $0 += 1 }
+                return .cancelled
+            }
+        }
+        return state.withValue { state in
             state.submissions.append(Submission(accountId: accountId, orderId: orderId, proof: proof))
             if !state.verdicts.isEmpty { return state.verdicts.removeFirst() }
             return .accepted(

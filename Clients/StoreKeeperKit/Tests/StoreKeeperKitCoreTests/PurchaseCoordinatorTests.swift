@@ -210,6 +210,49 @@ final class PurchaseCoordinatorTests: XCTestCase {
         XCTAssertTrue(owned.isFinal)
     }
 
+    /// Review finding 1: a held transaction the server keeps answering 202 re-schedules the
+    /// wake while the same drive still has another item to send; that must never cancel the
+    /// drive's requests (URLSession honours cancellation), and a cancelled request is no attempt.
+    func testRescheduledWakesNeverCancelASubmissionInFlight() async throws {
+        backend.script(
+            .retryable(status: nil, code: "network", retryAfter: nil),
+            .retryable(status: nil, code: "network", retryAfter: nil))
+        let coordinator = try await started()
+        _ = try await coordinator.purchase(productId: "coins_60")
+        _ = try await coordinator.purchase(productId: "coins_60")
+        XCTAssertEqual(store.state.pending.count, 2)
+        // Both due at the next wake: the first answers 202, the second would be delivered.
+        backend.latencyNanoseconds.withValue { $0 = 30_000_000 }
+        backend.script(
+            .pending(retryAfter: 600),
+            .accepted(PurchaseResponse(status: "delivered", transactions: [], account: nil)))
+        clock.advance(11)
+        let finished = await eventually { self.queue.finished.count == 1 }
+        XCTAssertTrue(finished, "the second held transaction reached the server and was finished")
+        XCTAssertEqual(backend.cancelledSubmissions.withValue { $0 }, 0)
+        XCTAssertEqual(store.state.pending.count, 1)
+        XCTAssertEqual(store.state.pending.first?.attempts, 2, "one failure, one 202: no cancelled attempt counted")
+        await coordinator.shutdown()
+    }
+
+    func testACancelledRequestIsNotAnAttempt() async throws {
+        XCTAssertTrue(SubmissionVerdict.cancelled.wasCancelled)
+        XCTAssertFalse(SubmissionVerdict.cancelled.isFinal)
+        struct Hanging: HTTPTransport {
+            func send(_ request: URLRequest) async throws -> (Data, HTTPURLResponse) {
+                try await Task.sleep(nanoseconds: 10_000_000_000)
+                throw CancellationError()
+            }
+        }
+        let backend = HTTPBackend(
+            baseURL: URL(string: "https://example.invalid")!, transport: Hanging(), tokens: { _, _ in "t" })
+        let task = Task { await backend.submitPurchase(accountId: "a", orderId: nil, proof: .transactionId("1")) }
+        try await Task.sleep(nanoseconds: 20_000_000)
+        task.cancel()
+        let verdict = await task.value
+        XCTAssertTrue(verdict.wasCancelled, "\(verdict)")
+    }
+
     // P4: upload fails → kept, retried with backoff; the network coming back re-drives it.
     func testFailedUploadIsRetriedWithBackoffAndOnNetworkChange() async throws {
         backend.script(
