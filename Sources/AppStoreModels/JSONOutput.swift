@@ -85,6 +85,12 @@ public struct JSONOutput: Sendable {
         needsComma = true
     }
 
+    public mutating func null() {
+        separate()
+        bytes.append(contentsOf: "null".utf8)
+        needsComma = true
+    }
+
     public mutating func bool(_ value: Bool) {
         separate()
         let literal: StaticString = value ? "true" : "false"

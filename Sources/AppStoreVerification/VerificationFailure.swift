@@ -1,3 +1,5 @@
+import AppStoreModels
+
 /// Why a proof of purchase was not accepted.
 ///
 /// Each case is one error code of the HTTP API (`shared/design/API.md`), so the HTTP layer
@@ -59,22 +61,8 @@ public enum VerificationFailure: Error, Hashable, Sendable, CustomStringConverti
     public var description: String { "\(code): \(reason)" }
 
     /// Untrusted text (from a proof nobody has verified yet) as it may appear in a reason, which
-    /// is logged and answered: in single quotes, at most `limit` scalars, printable ASCII only;
-    /// anything else (CR, LF, escapes, quotes, look-alikes) written as `\u{…}`. A reason can
-    /// never forge a log line or carry markup.
+    /// is logged and answered: `QuotedText` in single quotes, at most `limit` scalars.
     public static func quoted(_ text: some StringProtocol, limit: Int = 64) -> String {
-        var out = "'"
-        for (index, scalar) in text.unicodeScalars.enumerated() {
-            guard index < limit else {
-                out += "…"
-                break
-            }
-            switch scalar.value {
-            case 0x27, 0x5C, 0x3C, 0x3E, 0x26, 0x22: out += "\\u{\(String(scalar.value, radix: 16))}"
-            case 0x20...0x7E: out.unicodeScalars.append(scalar)
-            default: out += "\\u{\(String(scalar.value, radix: 16))}"
-            }
-        }
-        return out + "'"
+        QuotedText.quoted(text, quote: "'", limit: limit)
     }
 }

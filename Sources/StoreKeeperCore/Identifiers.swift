@@ -1,3 +1,4 @@
+import AppStoreModels
 import Foundation
 
 /// Ids as the database sees them: a sequence of bytes.
@@ -29,18 +30,7 @@ public enum Identifiers {
     }
 
     /// Client-supplied text (an account id) as it appears inside an anomaly's or audit entry's
-    /// detail: in double quotes, with every scalar outside printable ASCII, and `"` `\` `<` `>`
-    /// `&` `'`, written as `\u{…}`. Whatever renders the detail later (a dashboard, a log, a
-    /// terminal), the client's text cannot be markup, a control sequence or a look-alike.
-    public static func quoted(_ text: String) -> String {
-        var out = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar.value {
-            case 0x22, 0x5C, 0x3C, 0x3E, 0x26, 0x27: out += "\\u{\(String(scalar.value, radix: 16))}"
-            case 0x20...0x7E: out.unicodeScalars.append(scalar)
-            default: out += "\\u{\(String(scalar.value, radix: 16))}"
-            }
-        }
-        return out + "\""
-    }
+    /// detail: `QuotedText` in double quotes (printable ASCII only), so whatever renders the
+    /// detail later (a dashboard, a log, a terminal) shows text, never markup or a look-alike.
+    public static func quoted(_ text: String) -> String { QuotedText.quoted(text) }
 }

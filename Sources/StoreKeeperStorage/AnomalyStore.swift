@@ -142,25 +142,13 @@ extension PurchaseStore {
     /// Parts are free text (account ids may hold `|`), so joining them with a separator would let
     /// two different anomalies share a key and one of them never be recorded.
     public static func dedupeKey(_ parts: String?...) -> String {
-        var out = "["
-        for (index, part) in parts.enumerated() {
-            if index > 0 { out += "," }
-            guard let part else {
-                out += "null"
-                continue
-            }
-            out += "\""
-            for scalar in part.unicodeScalars {
-                switch scalar.value {
-                case 0x22: out += "\\\""
-                case 0x5C: out += "\\\\"
-                case 0..<0x20: out += String(format: "\\u%04x", scalar.value)
-                default: out.unicodeScalars.append(scalar)
-                }
-            }
-            out += "\""
+        var json = JSONOutput(capacity: 64)
+        json.beginArray()
+        for part in parts {
+            if let part { json.string(part) } else { json.null() }
         }
-        return out + "]"
+        json.endArray()
+        return String(decoding: json.bytes, as: UTF8.self)
     }
 
     /// The one way an anomaly is recorded: once per dedupe key, and an `anomaly_opened`

@@ -12,14 +12,14 @@ extension PurchaseStore {
         public var limit: Int
     }
 
-    /// Creates an order; refused with `TooManyOpenOrders` when the account has `maxOpen`
-    /// unpaid orders created within `ttl` (cancelled and expired orders are not open).
     /// Signing one more of the offer would exceed `maxPerAccount` (checked again in the order's
     /// transaction: an order created meanwhile counts).
     public struct OfferLimitReached: Error, Sendable {
         public var outstanding: Int
     }
 
+    /// Creates an order; refused with `TooManyOpenOrders` when the account has `maxOpen`
+    /// unpaid orders created within `ttl` (cancelled and expired orders are not open).
     /// `offerLimit`: how many signatures of `offerId` may be outstanding for the account at most
     /// (its `maxPerAccount` less its redemptions); `introAllowed`: the order carries an
     /// introductory-offer eligibility signed `true`.

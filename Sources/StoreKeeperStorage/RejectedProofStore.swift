@@ -111,7 +111,8 @@ public struct RejectedProofStore: Sendable {
             guard try await Self.makeRoom(cost, day: day, perDay: perDay, total: total, sql: sql) else {
                 return .capped
             }
-            try await sql.raw(
+            // Another instance may keep the same proof at the same moment: the second is a duplicate.
+            let inserted = try await sql.raw(
                 """
                 INSERT INTO rejected_proofs
                     (id, sha256, kind, proof, size, code, reason, account_id, order_id, created_at, server_version, status,
@@ -120,8 +121,10 @@ public struct RejectedProofStore: Sendable {
                         \(bind: proof.utf8.count), \(bind: code), \(bind: reason), \(bind: accountId),
                         \(bind: orderId), \(bind: now.milliseconds), \(bind: serverVersion), 'rejected', \(bind: cost),
                         \(bind: text.isEmpty ? 0 : 1))
+                ON CONFLICT (sha256) DO NOTHING RETURNING id
                 """
-            ).run()
+            ).first()
+            guard inserted != nil else { return .duplicate }
             try await Self.addToBudget(cost, day: day, sql: sql)
             return text.isEmpty ? .keptDigest : .kept
         }

@@ -127,6 +127,7 @@ import Testing
                 ["accountId": "bea", "signedTransactions": ["x.y.z"], "signedTransaction": "x.y.z"],
                 ["accountId": "bea", "signedTransactions": ["x.y.z"], "receipt": "AAAA"],
                 ["accountId": "bea", "signedTransactions": ["x.y.z"], "transactionId": "1"],
+                ["accountId": "bea", "signedTransactions": ["x.y.z"], "orderId": "some-order"],
             ] {
                 let refused = try await API.call(client, .post, "/v1/purchases", body: try Self.json(body))
                 #expect(refused.status == .badRequest, "\(body)")

@@ -341,7 +341,7 @@ struct DashboardController {
         let query = raw.trimmingCharacters(in: .whitespaces)
         guard !query.isEmpty else { return Self.redirect("/dashboard") }
         guard query.count <= 200 else { throw APIError.badRequest("a search is at most 200 characters") }
-        try StoreKeeperApp.validateText(query, field: "q")
+        try StoreKeeperApp.validateText(query, field: "q", requireNFC: false)
         let hits = try await app.store.search(query)
         // One account and nothing open to look at: straight to that account.
         let accounts = Set(

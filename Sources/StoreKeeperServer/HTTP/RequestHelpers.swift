@@ -70,7 +70,9 @@ extension StoreKeeperApp {
 
     /// Ids are printable text: no control characters (NUL, newlines, escapes) that could forge
     /// log lines or break a database driver.
-    static func validateText(_ value: String, field: String) throws {
+    /// `requireNFC` (ids, the default): one spelling per id. Free text (a note, a search) may be
+    /// in any normalization form.
+    static func validateText(_ value: String, field: String, requireNFC: Bool = true) throws {
         // Unicode's control characters (Cc): U+0000–001F and U+007F–009F; ASCII is decided
         // without looking the category up.
         let isControl: (Unicode.Scalar) -> Bool = { scalar in
@@ -82,7 +84,7 @@ extension StoreKeeperApp {
         }
         // One spelling per id: the database compares bytes, Swift compares canonical equivalence
         // (`Identifiers`), and the two agree only on NFC text.
-        guard Identifiers.isNFC(value) else {
+        guard !requireNFC || Identifiers.isNFC(value) else {
             throw APIError.badRequest(
                 "field '\(field)' must be in Unicode Normalization Form C (NFC): the same text has one spelling")
         }

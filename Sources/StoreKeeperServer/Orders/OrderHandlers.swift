@@ -139,13 +139,18 @@ extension StoreKeeperApp {
     }
 
     func getOrder(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        try Self.json(OrderJSON(try await callersOrder(context), ttl: configuration.orderTTL))
+    }
+
+    /// The order of the path, if the caller may act on its account (404 / 403 otherwise).
+    func callersOrder(_ context: StoreKeeperContext) async throws -> Order {
         let caller = try context.caller()
         let orderId = try Self.parameter(context, "orderId")
         guard let order = try await store.order(orderId) else {
             throw APIError.notFound("no order '\(orderId.prefix(64))'")
         }
         try caller.require(order.accountId)
-        return try Self.json(OrderJSON(order, ttl: configuration.orderTTL))
+        return order
     }
 
     /// `POST /v1/orders/{orderId}/cancel`: the user cancelled at StoreKit, so the order stops
@@ -153,13 +158,8 @@ extension StoreKeeperApp {
     /// `order_not_cancellable` once it is paid (or being verified). A payment that arrives for a
     /// cancelled order is still delivered, as for an expired one.
     func cancelOrder(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
-        let caller = try context.caller()
-        let orderId = try Self.parameter(context, "orderId")
-        guard let order = try await store.order(orderId) else {
-            throw APIError.notFound("no order '\(orderId.prefix(64))'")
-        }
-        try caller.require(order.accountId)
-        switch try await store.cancelOrder(orderId) {
+        let order = try await callersOrder(context)
+        switch try await store.cancelOrder(order.orderId) {
         case .cancelled(let cancelled):
             return try Self.json(OrderJSON(cancelled, ttl: configuration.orderTTL))
         case .notCancellable(let status):
@@ -167,7 +167,7 @@ extension StoreKeeperApp {
                 .conflict, "order_not_cancellable",
                 "the order is \(status.rawValue): only an unpaid order can be cancelled")
         case .missing:
-            throw APIError.notFound("no order '\(orderId.prefix(64))'")
+            throw APIError.notFound("no order '\(order.orderId.prefix(64))'")
         }
     }
 }

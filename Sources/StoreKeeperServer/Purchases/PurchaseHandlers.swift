@@ -48,6 +48,11 @@ extension StoreKeeperApp {
             }
             if let signedTransactions {
                 guard proofs.isEmpty, transactionId == nil else { throw APIError.badRequest(Self.oneOf) }
+                // Each JWS names its own order by its token; one order for many transactions would
+                // pay it with the first and bind the rest to it as mismatches.
+                guard orderId == nil else {
+                    throw APIError.badRequest("field 'orderId' does not go with 'signedTransactions'")
+                }
                 guard (1...100).contains(signedTransactions.count) else {
                     throw APIError.badRequest("field 'signedTransactions' must hold 1…100 signed transactions")
                 }
@@ -68,7 +73,7 @@ extension StoreKeeperApp {
         let body = try await decode(PurchaseBody.self, request)
         try caller.require(body.accountId)
         if let batch = body.signedTransactions {
-            return try await submitBatch(batch, accountId: body.accountId, orderId: body.orderId)
+            return try await submitBatch(batch, accountId: body.accountId)
         }
         guard let proof = body.proofs.first else { throw APIError.badRequest(PurchaseBody.oneOf) }
 
@@ -133,7 +138,7 @@ extension StoreKeeperApp {
     /// `signedTransactions`: each JWS verified and delivered on its own, every entry's outcome in
     /// the answer in the order submitted; one that fails verification is `rejected` with its
     /// code, one refused is `not_delivered` with its code — never a 4xx for the batch.
-    func submitBatch(_ batch: [String], accountId: String, orderId: String?) async throws -> Response {
+    func submitBatch(_ batch: [String], accountId: String) async throws -> Response {
         var results: [TransactionJSON] = []
         var state: PurchaseStore.AccountState?
         for jws in batch {
@@ -143,14 +148,14 @@ extension StoreKeeperApp {
                 transaction = try await verifier.verifyTransaction(jws)
             } catch let failure as VerificationFailure {
                 do {
-                    try await rejected(proof, failure: failure, accountId: accountId, orderId: orderId)
+                    try await rejected(proof, failure: failure, accountId: accountId, orderId: nil)
                 } catch let error as APIError where !failure.isRetryable {
                     results.append(.rejected(jws, code: error.code))
                     continue
                 }
             }
             let delivered = try await deliverVerified(
-                [transaction], accountId: accountId, orderId: orderId, evidence: .device)
+                [transaction], accountId: accountId, orderId: nil, evidence: .device)
             state = delivered.account ?? state
             guard var result = delivered.results.first else { continue }
             if let refusal = delivered.refusals.first { result.code = APIError.refusal(refusal).code }

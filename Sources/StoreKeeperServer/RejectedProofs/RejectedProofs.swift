@@ -32,6 +32,7 @@ extension StoreKeeperApp {
     /// no identity checks (`TrustPolicy.provenanceVerifiers`). Random bytes and forgeries are
     /// never stored whole.
     func worthKeeping(_ proof: Proof, failure: VerificationFailure) async -> Bool {
+        if case .transactionId = proof { return true }
         switch failure {
         case .invalidSignature, .invalidChain: break
         default: return true

@@ -92,7 +92,7 @@ extension StoreKeeperApp {
     static func validateNote(_ note: String?) throws -> String {
         let note = note ?? ""
         guard note.count <= 1000 else { throw APIError.badRequest("field 'note' must be at most 1000 characters") }
-        try validateText(note, field: "note")
+        try validateText(note, field: "note", requireNFC: false)
         return note
     }
 
