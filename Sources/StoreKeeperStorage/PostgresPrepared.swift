@@ -76,12 +76,9 @@ struct PreparingSQLDatabase: SQLDatabase {
         let session = registry.session(of: connection)
         do {
             if session.stale {
-                // Only this process's statements (DEALLOCATE ALL would reach a pooled
-                // connection's other clients too).
-                for name in session.names {
-                    _ = try await connection.query(PostgresQuery(unsafeSQL: "DEALLOCATE \(name)"), logger: logger)
-                        .collect()
-                }
+                // On a direct connection every statement is ours; behind a pooler another client
+                // losing one turns preparing off there too.
+                _ = try await connection.query("DEALLOCATE ALL", logger: logger).collect()
                 session.clear()
             }
             if !session.has(prepared.name) {
@@ -204,7 +201,6 @@ final class PreparedStatements: Sendable {
         private let state = Mutex<(names: Set<String>, stale: Bool)>(([], false))
         init(_ connection: PostgresConnection) { self.connection = connection }
         func has(_ name: String) -> Bool { state.withLock { $0.names.contains(name) } }
-        var names: [String] { state.withLock { Array($0.names) } }
         func add(_ name: String) { _ = state.withLock { $0.names.insert(name) } }
         /// What the server has no longer matches what is recorded here: `DEALLOCATE ALL` first.
         var stale: Bool { state.withLock { $0.stale } }
