@@ -5,8 +5,17 @@ import PackageDescription
 // of the server's. The core (purchase coordinator, durable pending store, backend client) is
 // platform-neutral and tested on Linux; the StoreKit adapters compile only where StoreKit
 // exists.
+var dependencies: [Package.Dependency] = []
+var coreDependencies: [Target.Dependency] = []
+#if os(Linux)
+    // Signed answers are verified with CryptoKit on Apple platforms; on Linux (the core's tests,
+    // the simulator) with swift-crypto, the same API.
+    dependencies.append(.package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"))
+    coreDependencies.append(.product(name: "Crypto", package: "swift-crypto"))
+#endif
+
 var targets: [Target] = [
-    .target(name: "StoreKeeperKitCore"),
+    .target(name: "StoreKeeperKitCore", dependencies: coreDependencies),
     .target(name: "StoreKeeperKit", dependencies: ["StoreKeeperKitCore"]),
     .testTarget(name: "StoreKeeperKitCoreTests", dependencies: ["StoreKeeperKitCore"]),
 ]
@@ -31,5 +40,6 @@ let package = Package(
         .library(name: "StoreKeeperKit", targets: ["StoreKeeperKit"]),
         .library(name: "StoreKeeperKitCore", targets: ["StoreKeeperKitCore"]),
     ],
+    dependencies: dependencies,
     targets: targets
 )

@@ -13,8 +13,11 @@
             var continuation: AsyncStream<PaymentUpdate>.Continuation?
             var buffered: [PaymentUpdate] = []
             var held: [String: SKPaymentTransaction] = [:]
-            var restoring: CheckedContinuation<[StoreTransaction], Error>?
+            /// Every caller of a restore in progress: a second one joins the first.
+            var restoring: [CheckedContinuation<[StoreTransaction], Error>] = []
             var restored: [StoreTransaction] = []
+            /// Payments started on the App Store, waiting for the app's consent, by handle.
+            var promoted: [String: (payment: SKPayment, product: SKProduct)] = [:]
         }
         private let queue: SKPaymentQueue
         private let state = Locked(State())
@@ -40,9 +43,21 @@
             guard options.winBackOfferId == nil else {
                 throw StoreKitAdapterError(description: "win-back offers need StoreKit 2")
             }
-            let payment = SKMutablePayment()
-            payment.productIdentifier = productId
-            payment.quantity = quantity
+            let payment: SKMutablePayment
+            if let handle = options.promotedPurchaseId {
+                // The payment the App Store offered, with its discount and quantity, now under
+                // the order's token.
+                guard let offered = state.withValue({ $0.promoted.removeValue(forKey: handle) }) else {
+                    throw StoreKitAdapterError(description: "no promoted purchase \(handle) is waiting")
+                }
+                payment = SKMutablePayment(product: offered.product)
+                payment.quantity = offered.payment.quantity
+                payment.paymentDiscount = offered.payment.paymentDiscount
+            } else {
+                payment = SKMutablePayment()
+                payment.productIdentifier = productId
+                payment.quantity = quantity
+            }
             payment.applicationUsername = appAccountToken.uuidString.lowercased()
             if let offer = options.promotionalOffer {
                 guard let nonce = UUID(uuidString: offer.nonce) else {
@@ -68,13 +83,16 @@
                 .map(map)
         }
 
+        /// One restore at a time: a call while one runs waits for the same answer.
         public func restore() async throws -> [StoreTransaction] {
             try await withCheckedThrowingContinuation { continuation in
-                state.withValue {
-                    $0.restoring = continuation
-                    $0.restored = []
+                let first = state.withValue { state -> Bool in
+                    state.restoring.append(continuation)
+                    guard state.restoring.count == 1 else { return false }
+                    state.restored = []
+                    return true
                 }
-                queue.restoreCompletedTransactions()
+                if first { queue.restoreCompletedTransactions() }
             }
         }
 
@@ -137,24 +155,68 @@
         )
             -> Bool
         {
-            emit(.promoted(productId: product.productIdentifier, quantity: payment.quantity))
+            let handle = UUID().uuidString
+            state.withValue { $0.promoted[handle] = (payment, product) }
+            emit(
+                .promoted(
+                    PromotedPurchase(
+                        id: handle, productId: product.productIdentifier, quantity: payment.quantity,
+                        offerId: payment.paymentDiscount?.identifier)))
             return false
         }
 
         public func paymentQueueRestoreCompletedTransactionsFinished(_ queue: SKPaymentQueue) {
-            let (waiter, restored) = state.withValue { state in
-                defer { state.restoring = nil }
+            let (waiters, restored) = state.withValue { state in
+                defer { state.restoring = [] }
                 return (state.restoring, state.restored)
             }
-            waiter?.resume(returning: restored)
+            for waiter in waiters { waiter.resume(returning: restored) }
         }
 
         public func paymentQueue(_ queue: SKPaymentQueue, restoreCompletedTransactionsFailedWithError error: Error) {
-            let waiter = state.withValue { state in
-                defer { state.restoring = nil }
+            let waiters = state.withValue { state in
+                defer { state.restoring = [] }
                 return state.restoring
             }
-            waiter?.resume(throwing: error)
+            for waiter in waiters { waiter.resume(throwing: error) }
         }
+    }
+
+    /// `SKReceiptRefreshRequest` as an async call: the app receipt on disk is fetched anew (it
+    /// may ask the user to sign in to the App Store). One refresh at a time; callers join it.
+    public final class ReceiptRefresher: NSObject, SKRequestDelegate, @unchecked Sendable {
+        private let state = Locked<(request: SKReceiptRefreshRequest?, waiters: [CheckedContinuation<Void, Error>])>(
+            (nil, []))
+
+        public override init() { super.init() }
+
+        public func refresh() async throws {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
+                let request = state.withValue { state -> SKReceiptRefreshRequest? in
+                    state.waiters.append(continuation)
+                    guard state.request == nil else { return nil }
+                    let request = SKReceiptRefreshRequest(receiptProperties: nil)
+                    state.request = request
+                    return request
+                }
+                if let request {
+                    request.delegate = self
+                    request.start()
+                }
+            }
+        }
+
+        private func finish(_ error: Error?) {
+            let waiters = state.withValue { state in
+                defer { state = (nil, []) }
+                return state.waiters
+            }
+            for waiter in waiters {
+                if let error { waiter.resume(throwing: error) } else { waiter.resume() }
+            }
+        }
+
+        public func requestDidFinish(_ request: SKRequest) { finish(nil) }
+        public func request(_ request: SKRequest, didFailWithError error: Error) { finish(error) }
     }
 #endif

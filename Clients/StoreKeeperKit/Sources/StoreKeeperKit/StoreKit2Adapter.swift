@@ -9,31 +9,42 @@
     }
 
     /// StoreKit 2 as a `PaymentQueue`: mapping only; every decision is the coordinator's.
-    @available(iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, *)
+    @available(iOS 15.0, macOS 12.0, tvOS 15.0, *)
     public final class StoreKit2PaymentQueue: PaymentQueue, @unchecked Sendable {
         /// Transactions seen and not yet finished, to finish them by id.
         private let held = Locked<[UInt64: Transaction]>([:])
         private let products = Locked<[String: Product]>([:])
+        /// Purchases started on the App Store (`PurchaseIntent`), waiting for the app, by handle.
+        private let intents = Locked<[String: Any]>([:])
 
         public init() {}
 
-        /// The product for an id; a slow or failing product request is retried, never a reason
-        /// to lose the tap (P8).
+        /// Loads products ahead of the tap (the app's store screen), so a purchase waits on nothing.
+        public func prefetch(_ ids: [String]) async {
+            guard let loaded = try? await Product.products(for: ids) else { return }
+            products.withValue { cache in for product in loaded { cache[product.id] = product } }
+        }
+
+        /// The product for an id: the cached one, else one request (a second only after a quick
+        /// failure). An unknown product is an error at once.
         func product(_ id: String) async throws -> Product {
             if let cached = products.withValue({ $0[id] }) { return cached }
             var lastError: Error?
-            for attempt in 0..<3 {
+            for attempt in 0..<2 {
                 do {
                     if let product = try await Product.products(for: [id]).first {
                         products.withValue { $0[id] = product }
                         return product
                     }
+                    throw StoreKitAdapterError(description: "the App Store does not know product \(id)")
+                } catch let error as StoreKitAdapterError {
+                    throw error
                 } catch {
                     lastError = error
                 }
-                try await Task.sleep(nanoseconds: UInt64(attempt + 1) * 500_000_000)
+                if attempt == 0 { try await Task.sleep(nanoseconds: 250_000_000) }
             }
-            throw StoreKitAdapterError(description: "product \(id) unavailable: \(String(describing: lastError))")
+            throw lastError ?? StoreKitAdapterError(description: "product \(id) unavailable")
         }
 
         public func purchase(productId: String, quantity: Int, appAccountToken: UUID) async throws -> PaymentResult {
@@ -44,8 +55,21 @@
         public func purchase(
             productId: String, quantity: Int, appAccountToken: UUID, options offers: PurchaseOptions
         ) async throws -> PaymentResult {
-            let product = try await product(productId)
+            var product: Product
             var options: Set<Product.PurchaseOption> = [.appAccountToken(appAccountToken)]
+            if let handle = offers.promotedPurchaseId {
+                guard #available(iOS 16.4, macOS 14.4, *),
+                    let intent = intents.withValue({ $0.removeValue(forKey: handle) }) as? StoreKit.PurchaseIntent
+                else {
+                    throw StoreKitAdapterError(description: "no promoted purchase \(handle) is waiting")
+                }
+                product = intent.product
+                if #available(iOS 18.0, macOS 15.0, *), let offer = intent.offer, offer.type == .winBack {
+                    options.insert(.winBackOffer(offer))
+                }
+            } else {
+                product = try await self.product(productId)
+            }
             if quantity > 1 { options.insert(.quantity(quantity)) }
             if let offer = offers.promotionalOffer { options.formUnion(try Self.promotionalOffer(offer)) }
             if let jws = offers.introductoryOfferEligibilityJWS {
@@ -53,7 +77,7 @@
                 options.insert(.introductoryOfferEligibility(compactJWS: jws))
             }
             if let winBack = offers.winBackOfferId {
-                guard #available(iOS 18.0, macOS 15.0, tvOS 18.0, watchOS 11.0, *) else {
+                guard #available(iOS 18.0, macOS 15.0, tvOS 18.0, *) else {
                     throw StoreKitAdapterError(description: "win-back offers need iOS 18")
                 }
                 guard let offer = product.subscription?.winBackOffers.first(where: { $0.id == winBack }) else {
@@ -137,8 +161,13 @@
                 let intents: Task<Void, Never>? = {
                     guard #available(iOS 16.4, macOS 14.4, *) else { return nil }
                     return Task {
-                        for await intent in PurchaseIntent.intents {
-                            continuation.yield(.promoted(productId: intent.product.id, quantity: 1))
+                        for await intent in StoreKit.PurchaseIntent.intents {
+                            let handle = UUID().uuidString
+                            self.intents.withValue { $0[handle] = intent }
+                            var offerId: String?
+                            if #available(iOS 18.0, macOS 15.0, *) { offerId = intent.offer?.id }
+                            continuation.yield(
+                                .promoted(PromotedPurchase(id: handle, productId: intent.product.id, offerId: offerId)))
                         }
                     }
                 }()
@@ -152,17 +181,22 @@
 
     /// The Apple Account of this device for this app (`AppTransaction.appTransactionID`): the
     /// server counts introductory offers and shared Apple Accounts by it.
-    @available(iOS 16.0, macOS 13.0, tvOS 16.0, watchOS 9.0, *)
-    public struct StoreKitAppTransactionSource: AppTransactionSource {
+    @available(iOS 16.0, macOS 13.0, tvOS 16.0, *)
+    public final class StoreKitAppTransactionSource: AppTransactionSource, @unchecked Sendable {
+        private let cached = Locked<String?>(nil)
         public init() {}
+        /// Asked once per process (the coordinator asks at `configure`, not at each tap).
         public func appTransactionId() async -> String? {
+            if let known = cached.withValue({ $0 }) { return known }
             guard let shared = try? await AppTransaction.shared else { return nil }
-            return shared.unsafePayloadValue.appTransactionID
+            let id = shared.unsafePayloadValue.appTransactionID
+            cached.withValue { $0 = id }
+            return id
         }
     }
 
     /// Product metadata for display, from StoreKit 2. Purchases never wait on it (P8).
-    @available(iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, *)
+    @available(iOS 15.0, macOS 12.0, tvOS 15.0, *)
     public struct StoreKit2Catalog: ProductCatalog {
         public init() {}
         public func products(_ ids: [String]) async throws -> [ProductInfo] {
@@ -172,40 +206,60 @@
         }
     }
 
-    @available(iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, *)
+    @available(iOS 15.0, macOS 12.0, tvOS 15.0, *)
     extension PurchaseCoordinator {
         /// The coordinator an app makes at launch: StoreKit 2, the server over HTTP with the
-        /// app's client tokens, the pending state in the Keychain where there is one.
+        /// app's client tokens (and, given it, the server's answer-signing key), the pending
+        /// state in the Keychain. It cannot fail: the Keychain is read at `configure()`, and
+        /// again later if the device is still locked.
         public static func storeKit2(
-            server: URL, tokens: @escaping ClientTokenProvider, store: PendingStore? = nil
-        ) throws -> PurchaseCoordinator {
+            server: URL, tokens: @escaping ClientTokenProvider, responseSigningKey: ResponseSigningKey? = nil,
+            store: PendingStore? = nil, configuration: Configuration = PurchaseCoordinator.defaultConfiguration()
+        ) -> PurchaseCoordinator {
             var appTransactions: AppTransactionSource?
-            if #available(iOS 16.0, macOS 13.0, tvOS 16.0, watchOS 9.0, *) {
+            if #available(iOS 16.0, macOS 13.0, tvOS 16.0, *) {
                 appTransactions = StoreKitAppTransactionSource()
             }
-            return try PurchaseCoordinator(
-                queue: StoreKit2PaymentQueue(), backend: HTTPBackend(baseURL: server, tokens: tokens),
+            return PurchaseCoordinator(
+                queue: StoreKit2PaymentQueue(),
+                backend: HTTPBackend(baseURL: server, responseSigningKey: responseSigningKey, tokens: tokens),
                 store: store ?? PurchaseCoordinator.defaultStore(), proofs: TransactionProofSource(),
-                appTransactions: appTransactions)
+                configuration: configuration, appTransactions: appTransactions)
         }
 
-        /// The same with StoreKit 1 (`SKPaymentQueue`), its app receipt as proof.
+        /// The same with StoreKit 1 (`SKPaymentQueue`), its app receipt as proof (refreshed with
+        /// `SKReceiptRefreshRequest` when it lacks a transaction).
         public static func storeKit1(
-            server: URL, tokens: @escaping ClientTokenProvider, store: PendingStore? = nil
-        ) throws -> PurchaseCoordinator {
-            try PurchaseCoordinator(
-                queue: StoreKit1PaymentQueue(), backend: HTTPBackend(baseURL: server, tokens: tokens),
-                store: store ?? PurchaseCoordinator.defaultStore(), proofs: AppReceiptProofSource())
+            server: URL, tokens: @escaping ClientTokenProvider, responseSigningKey: ResponseSigningKey? = nil,
+            store: PendingStore? = nil, configuration: Configuration = PurchaseCoordinator.defaultConfiguration()
+        ) -> PurchaseCoordinator {
+            let refresher = ReceiptRefresher()
+            return PurchaseCoordinator(
+                queue: StoreKit1PaymentQueue(),
+                backend: HTTPBackend(baseURL: server, responseSigningKey: responseSigningKey, tokens: tokens),
+                store: store ?? PurchaseCoordinator.defaultStore(),
+                proofs: AppReceiptProofSource(refreshReceipt: { try await refresher.refresh() }),
+                configuration: configuration)
+        }
+
+        /// The defaults, with the reinstall marker in Application Support (removed by an
+        /// uninstall, while the Keychain is not).
+        public static func defaultConfiguration() -> Configuration {
+            let directory =
+                FileManager.default.urls(for: .applicationSupportDirectory, in: .userDomainMask).first
+                ?? URL(fileURLWithPath: NSTemporaryDirectory())
+            return Configuration(
+                installation: FileInstallationMarker(url: directory.appendingPathComponent("StoreKeeperKit/installed")))
         }
 
         static func defaultStore() -> PendingStore {
-            #if canImport(Security) && canImport(Darwin)
+            #if canImport(Security) && (canImport(Darwin) || SECURITY_SHIM)
                 return KeychainPendingStore()
             #else
                 let directory =
                     FileManager.default.urls(for: .applicationSupportDirectory, in: .userDomainMask).first
                     ?? URL(fileURLWithPath: NSTemporaryDirectory())
-                return FilePendingStore(url: directory.appendingPathComponent("StoreKeeperKit/pending.json"))
+                return FilePendingStore(url: directory.appendingPathComponent("StoreKeeperKit/pending.journal"))
             #endif
         }
     }

@@ -1,21 +1,40 @@
 import Foundation
 
 /// StoreKit 1's proof: the app receipt as it is on disk when the submission is made (it grows
-/// as purchases happen), base64; without a receipt (not yet fetched, a fresh install), the
-/// transaction id for the server to look up — which delivers only what the account's own
-/// order token or ownership proves (API.md).
+/// as purchases happen), base64, sent with the transaction's id so the server checks that the
+/// receipt holds it. Asked to (the last receipt did not list the transaction), and before ever
+/// falling back to the id alone (no receipt yet: a fresh install), it refreshes the receipt
+/// first (`SKReceiptRefreshRequest` on a device).
 public struct AppReceiptProofSource: ProofSource {
     let receiptURL: @Sendable () -> URL?
+    let refreshReceipt: @Sendable () async throws -> Void
 
-    public init(receiptURL: @escaping @Sendable () -> URL? = { Bundle.main.appStoreReceiptURL }) {
+    public init(
+        receiptURL: @escaping @Sendable () -> URL? = { Bundle.main.appStoreReceiptURL },
+        refreshReceipt: @escaping @Sendable () async throws -> Void = {}
+    ) {
         self.receiptURL = receiptURL
+        self.refreshReceipt = refreshReceipt
     }
 
-    public func proof(for transaction: StoreTransaction) async throws -> Proof {
-        if let jws = transaction.signedTransaction { return .signedTransaction(jws) }
-        if let url = receiptURL(), let data = try? Data(contentsOf: url), !data.isEmpty {
-            return .receipt(data.base64EncodedString())
+    func read() -> String? {
+        guard let url = receiptURL(), let data = try? Data(contentsOf: url), !data.isEmpty else { return nil }
+        return data.base64EncodedString()
+    }
+
+    public func receipt(refresh: Bool) async throws -> String? {
+        if refresh { try await refreshReceipt() }
+        if let receipt = read() { return receipt }
+        if !refresh {
+            try await refreshReceipt()
+            return read()
         }
+        return nil
+    }
+
+    public func proof(for transaction: StoreTransaction, refresh: Bool) async throws -> Proof {
+        if let jws = transaction.signedTransaction { return .signedTransaction(jws) }
+        if let receipt = try await receipt(refresh: refresh) { return .receipt(receipt) }
         return .transactionId(transaction.id)
     }
 }

@@ -13,67 +13,135 @@ public struct PendingStoreError: Error, CustomStringConvertible, Sendable {
     public init(_ description: String) { self.description = description }
 }
 
-/// The pending store as one JSON file, replaced atomically: written to a temporary file
-/// beside it, fsynced, renamed over the old one, and the directory fsynced — so a crash at
-/// any instant leaves either the old state or the new one, never a torn file.
+/// The pending records in one append-only journal file: a header line, then one line per
+/// write (`{"w": {key: base64}, "r": [key]}`), each appended and fsynced — one update costs one
+/// short line, whatever the history. When the journal grows past four times what it holds, it is
+/// compacted: written whole to a temporary file beside it, fsynced, renamed over it, the
+/// directory fsynced. A crash at any instant leaves every write either whole or absent (a torn
+/// last line is ignored). A file that is not a journal is the one-document format of version 1,
+/// handed over as the `legacy` record; a damaged line is copied aside, never overwritten.
 public final class FilePendingStore: PendingStore, @unchecked Sendable {
     public let url: URL
     /// fsync the file and its directory (the default). Off only where power loss is not the
     /// question — a simulator whose crashes are simulated in-process — to spare a shared disk.
     public let synchronous: Bool
     private let lock = NSLock()
+    private var records: [String: Data]?
+    private var journalBytes = 0
+    private var liveBytes = 0
+    /// The file ends in a torn line or is a legacy document: rewrite before appending.
+    private var needsCompaction = false
+
+    static let header = Data("storekeeper-journal 2\n".utf8)
 
     public init(url: URL, synchronous: Bool = true) {
         self.url = url
         self.synchronous = synchronous
     }
 
-    public func load() throws -> PendingState {
-        lock.lock()
-        defer { lock.unlock() }
-        guard let data = FileManager.default.contents(atPath: url.path) else { return PendingState() }
-        do {
-            return try JSONDecoder.storeKeeper.decode(PendingState.self, from: data)
-        } catch {
-            // Unreadable (a disk error, or a file from the future): keep it for support and
-            // start from StoreKit's own queue, which still holds every unfinished transaction.
-            let aside = url.appendingPathExtension("unreadable-\(Int(Date().timeIntervalSince1970))")
-            try? FileManager.default.moveItem(at: url, to: aside)
-            return PendingState()
-        }
+    struct Line: Codable {
+        var w: [String: Data]?
+        var r: [String]?
     }
 
-    public func save(_ state: PendingState) throws {
-        let data = try JSONEncoder.storeKeeper.encode(state)
+    public func load() throws -> [String: Data] {
         lock.lock()
         defer { lock.unlock() }
+        return try loadLocked()
+    }
+
+    private func loadLocked() throws -> [String: Data] {
+        if let records { return records }
+        guard let data = FileManager.default.contents(atPath: url.path), !data.isEmpty else {
+            records = [:]
+            return [:]
+        }
+        guard data.starts(with: Self.header) else {
+            // Version 1's single document: the coordinator migrates it.
+            records = [PendingRecords.legacyKey: data]
+            liveBytes = data.count
+            journalBytes = data.count
+            needsCompaction = true
+            return records!
+        }
+        var current: [String: Data] = [:]
+        let lines = data.dropFirst(Self.header.count).split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
+        let decoder = JSONDecoder()
+        var damaged = false
+        for (index, line) in lines.enumerated() where !line.isEmpty {
+            guard let parsed = try? decoder.decode(Line.self, from: Data(line)) else {
+                if index == lines.count - 1 {
+                    // A write torn by a crash: it never returned, so nothing relied on it.
+                    needsCompaction = true
+                } else {
+                    damaged = true
+                }
+                continue
+            }
+            for (key, value) in parsed.w ?? [:] { current[key] = value }
+            for key in parsed.r ?? [] { current[key] = nil }
+        }
+        if damaged {
+            let aside = url.appendingPathExtension("damaged-\(Int(Date().timeIntervalSince1970))")
+            try? FileManager.default.copyItem(at: url, to: aside)
+            needsCompaction = true
+        }
+        records = current
+        journalBytes = data.count
+        liveBytes = current.reduce(0) { $0 + $1.key.utf8.count + $1.value.count }
+        return current
+    }
+
+    public func write(_ changes: [String: Data], removing: [String]) throws {
+        guard !changes.isEmpty || !removing.isEmpty else { return }
+        lock.lock()
+        defer { lock.unlock() }
+        var current = try loadLocked()
+        for (key, value) in changes { current[key] = value }
+        for key in removing { current[key] = nil }
+        liveBytes = current.reduce(0) { $0 + $1.key.utf8.count + $1.value.count }
+        if needsCompaction || journalBytes > 4 * liveBytes + 65_536 {
+            try compact(current)
+        } else {
+            let line = try JSONEncoder.storeKeeper.encode(Line(w: changes.isEmpty ? nil : changes, r: removing.isEmpty ? nil : removing))
+            try append(line + Data("\n".utf8))
+            journalBytes += line.count + 1
+        }
+        records = current
+    }
+
+    private func append(_ data: Data) throws {
+        let directory = url.deletingLastPathComponent()
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let created = !FileManager.default.fileExists(atPath: url.path)
+        if created {
+            try compact(records ?? [:])
+        }
+        let fd = open(url.path, O_WRONLY | O_APPEND)
+        guard fd >= 0 else { throw PendingStoreError("cannot open \(url.path): errno \(errno)") }
+        defer { close(fd) }
+        try Self.writeAll(fd, data)
+        guard !synchronous || fsync(fd) == 0 else { throw PendingStoreError("fsync failed: errno \(errno)") }
+    }
+
+    private func compact(_ current: [String: Data]) throws {
+        var data = Self.header
+        if !current.isEmpty {
+            data.append(try JSONEncoder.storeKeeper.encode(Line(w: current, r: nil)))
+            data.append(UInt8(ascii: "\n"))
+        }
         let directory = url.deletingLastPathComponent()
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let temporary = directory.appendingPathComponent(".\(url.lastPathComponent).\(UUID().uuidString).tmp")
         let fd = open(temporary.path, O_WRONLY | O_CREAT | O_EXCL, 0o600)
         guard fd >= 0 else { throw PendingStoreError("cannot create \(temporary.path): errno \(errno)") }
-        var written = 0
-        let failure: String? = data.withUnsafeBytes { buffer -> String? in
-            while written < buffer.count {
-                let n = write(fd, buffer.baseAddress! + written, buffer.count - written)
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    return "write failed: errno \(errno)"
-                }
-                written += n
-            }
-            return nil
-        }
-        if let failure {
+        do {
+            try Self.writeAll(fd, data)
+            guard !synchronous || fsync(fd) == 0 else { throw PendingStoreError("fsync failed: errno \(errno)") }
+        } catch {
             close(fd)
             unlink(temporary.path)
-            throw PendingStoreError(failure)
-        }
-        guard !synchronous || fsync(fd) == 0 else {
-            let code = errno
-            close(fd)
-            unlink(temporary.path)
-            throw PendingStoreError("fsync failed: errno \(code)")
+            throw error
         }
         close(fd)
         guard rename(temporary.path, url.path) == 0 else {
@@ -86,7 +154,30 @@ public final class FilePendingStore: PendingStore, @unchecked Sendable {
             _ = fsync(directoryFd)
             close(directoryFd)
         }
+        journalBytes = data.count
+        needsCompaction = false
     }
+
+    private static func writeAll(_ fd: Int32, _ data: Data) throws {
+        var written = 0
+        let failure: String? = data.withUnsafeBytes { buffer -> String? in
+            while written < buffer.count {
+                let n = posixWrite(fd, buffer.baseAddress! + written, buffer.count - written)
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    return "write failed: errno \(errno)"
+                }
+                written += n
+            }
+            return nil
+        }
+        if let failure { throw PendingStoreError(failure) }
+    }
+}
+
+/// `write(2)`, out of reach of the store's own `write` method.
+private func posixWrite(_ fd: Int32, _ buffer: UnsafeRawPointer, _ count: Int) -> Int {
+    write(fd, buffer, count)
 }
 
 extension JSONEncoder {

@@ -52,20 +52,24 @@ public struct URLSessionTransport: HTTPTransport {
 }
 
 /// The StoreKeeper server over HTTP, with a client token on every call; a 401 asks the app
-/// for a fresh token once, then tries again.
+/// for a fresh token once, then tries again. Given the server's answer-signing key, purchase
+/// and account answers count only when their signature verifies (over a fresh nonce per
+/// request, the path and the body); anything else is a network failure — held, never a verdict.
 public struct HTTPBackend: Backend {
     public var baseURL: URL
     public var timeout: TimeInterval
+    public var responseSigningKey: ResponseSigningKey?
     let transport: HTTPTransport
     let tokens: ClientTokenProvider
 
     public init(
         baseURL: URL, timeout: TimeInterval = 30, transport: HTTPTransport = URLSessionTransport(),
-        tokens: @escaping ClientTokenProvider
+        responseSigningKey: ResponseSigningKey? = nil, tokens: @escaping ClientTokenProvider
     ) {
         self.baseURL = baseURL
         self.timeout = timeout
         self.transport = transport
+        self.responseSigningKey = responseSigningKey
         self.tokens = tokens
     }
 
@@ -84,15 +88,24 @@ public struct HTTPBackend: Backend {
         var error: Inner
     }
 
-    func send(_ method: String, _ path: String, accountId: String, body: Data?) async throws -> Answer {
-        var answer = try await sendOnce(method, path, token: try await tokens(accountId, false), body: body)
+    /// An answer whose signature did not verify (or was missing) though a key is configured.
+    public struct UnsignedAnswer: Error, CustomStringConvertible, Sendable {
+        public var path: String
+        public var description: String { "the answer to \(path) is not signed by the configured key" }
+    }
+
+    func send(_ method: String, _ path: String, accountId: String, body: Data?, signed: Bool = false) async throws
+        -> Answer
+    {
+        var answer = try await sendOnce(
+            method, path, token: try await tokens(accountId, false), body: body, signed: signed)
         if answer.status == 401 {
-            answer = try await sendOnce(method, path, token: try await tokens(accountId, true), body: body)
+            answer = try await sendOnce(method, path, token: try await tokens(accountId, true), body: body, signed: signed)
         }
         return answer
     }
 
-    func sendOnce(_ method: String, _ path: String, token: String, body: Data?) async throws -> Answer {
+    func sendOnce(_ method: String, _ path: String, token: String, body: Data?, signed: Bool) async throws -> Answer {
         var base = baseURL.absoluteString
         while base.hasSuffix("/") { base.removeLast() }
         guard let url = URL(string: base + "/" + path) else { throw BackendError.malformed("bad URL for \(path)") }
@@ -100,6 +113,8 @@ public struct HTTPBackend: Backend {
         request.httpMethod = method
         request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
         request.setValue("application/json", forHTTPHeaderField: "Accept")
+        let nonce = UUID().uuidString.lowercased()
+        if signed && responseSigningKey != nil { request.setValue(nonce, forHTTPHeaderField: "StoreKeeper-Nonce") }
         if let body {
             request.httpBody = body
             request.setValue("application/json", forHTTPHeaderField: "Content-Type")
@@ -108,10 +123,23 @@ public struct HTTPBackend: Backend {
         do {
             (data, http) = try await transport.send(request)
         } catch {
+            if Self.isCancellation(error) { throw CancellationError() }
             throw BackendError.network(String(describing: error))
+        }
+        if signed, let key = responseSigningKey {
+            let signature = http.value(forHTTPHeaderField: "StoreKeeper-Signature")
+            guard key.verifies(signature, nonce: nonce, path: "/" + path, body: data) else {
+                throw BackendError.network(UnsignedAnswer(path: "/" + path).description)
+            }
         }
         let retryAfter = (http.value(forHTTPHeaderField: "Retry-After")).flatMap(TimeInterval.init)
         return Answer(status: http.statusCode, body: data, retryAfter: retryAfter)
+    }
+
+    static func isCancellation(_ error: Error) -> Bool {
+        if Task.isCancelled || error is CancellationError { return true }
+        if let error = error as? URLError, error.code == .cancelled { return true }
+        return false
     }
 
     static func error(_ answer: Answer) -> BackendError {
@@ -158,21 +186,44 @@ public struct HTTPBackend: Backend {
         }
     }
 
-    public func submitPurchase(accountId: String, orderId: String?, proof: Proof) async -> SubmissionVerdict {
-        var body: [String: String] = ["accountId": accountId]
-        if let orderId { body["orderId"] = orderId }
+    public func cancelOrder(accountId: String, orderId: String) async throws {
+        let answer = try await send(
+            "POST", "v1/orders/\(Self.path(orderId))/cancel", accountId: accountId, body: Data("{}".utf8))
+        // 409: paid meanwhile (a late payment is still delivered); 404: already gone.
+        guard answer.status == 200 || answer.status == 409 || answer.status == 404 else { throw Self.error(answer) }
+    }
+
+    public func submitPurchase(accountId: String, orderId: String?, proof: Proof, transactionId: String?) async
+        -> SubmissionVerdict
+    {
+        struct Body: Encodable {
+            var accountId: String
+            var orderId: String?
+            var signedTransaction: String?
+            var signedTransactions: [String]?
+            var receipt: String?
+            var transactionId: String?
+        }
+        var body = Body(accountId: accountId, orderId: orderId)
         switch proof {
-        case .signedTransaction(let jws): body["signedTransaction"] = jws
-        case .receipt(let receipt): body["receipt"] = receipt
-        case .transactionId(let id): body["transactionId"] = id
+        case .signedTransaction(let jws): body.signedTransaction = jws
+        case .signedTransactions(let list):
+            body.signedTransactions = list
+            body.orderId = nil
+        case .receipt(let receipt):
+            body.receipt = receipt
+            body.transactionId = transactionId
+        case .transactionId(let id): body.transactionId = id
         }
         let answer: Answer
         do {
-            answer = try await send("POST", "v1/purchases", accountId: accountId, body: try JSONEncoder().encode(body))
+            answer = try await send(
+                "POST", "v1/purchases", accountId: accountId, body: try JSONEncoder().encode(body), signed: true)
         } catch {
             // Cancelled here (URLSession honours task cancellation): not the network's answer.
-            if Task.isCancelled || error is CancellationError || (error as? URLError)?.code == .cancelled {
-                return .cancelled
+            if Self.isCancellation(error) { return .cancelled }
+            if case BackendError.network(let message) = error, message.contains("not signed") {
+                return .retryable(status: nil, code: "unsigned_answer", retryAfter: nil)
             }
             return .retryable(status: nil, code: "network", retryAfter: nil)
         }
@@ -199,7 +250,8 @@ public struct HTTPBackend: Backend {
     }
 
     public func customerInfo(accountId: String) async throws -> CustomerInfo {
-        let answer = try await send("GET", "v1/accounts/\(Self.path(accountId))", accountId: accountId, body: nil)
+        let answer = try await send(
+            "GET", "v1/accounts/\(Self.path(accountId))", accountId: accountId, body: nil, signed: true)
         guard answer.status == 200 else { throw Self.error(answer) }
         do {
             return try JSONDecoder().decode(CustomerInfo.self, from: answer.body)

@@ -34,8 +34,28 @@ public struct StoreTransaction: Codable, Sendable, Equatable {
 /// What the server is given as proof of a purchase (API.md `POST /v1/purchases`).
 public enum Proof: Codable, Sendable, Equatable {
     case signedTransaction(String)
+    /// 1…100 JWS of one account, each verified and delivered on its own (a restore, a replay).
+    case signedTransactions([String])
     case receipt(String)
     case transactionId(String)
+}
+
+/// A purchase the customer started outside the app (a promoted in-app purchase on the App
+/// Store, a `PurchaseIntent`, a win-back offer): the app decides when it starts.
+public struct PromotedPurchase: Sendable, Equatable, Identifiable {
+    /// The adapter's handle for the payment StoreKit offered (it carries Apple's offer).
+    public var id: String
+    public var productId: String
+    public var quantity: Int
+    /// The offer the App Store attached (a promotional or win-back offer), if any.
+    public var offerId: String?
+
+    public init(id: String, productId: String, quantity: Int = 1, offerId: String? = nil) {
+        self.id = id
+        self.productId = productId
+        self.quantity = quantity
+        self.offerId = offerId
+    }
 }
 
 /// What the payment queue answers when a payment is added.
@@ -58,7 +78,7 @@ public enum PaymentUpdate: Sendable, Equatable {
     /// A payment that failed or was cancelled; StoreKit 1 hands a transaction to finish.
     case failed(productId: String, transactionId: String?, cancelled: Bool)
     /// A purchase the customer started outside the app (promoted in-app purchase, win-back).
-    case promoted(productId: String, quantity: Int)
+    case promoted(PromotedPurchase)
 }
 
 /// An order created on the server before paying (API.md `POST /v1/orders`).
@@ -72,10 +92,13 @@ public struct ServerOrder: Codable, Sendable, Equatable {
     public var offer: SignedOffer?
     /// The server's introductory-offer decision (`offers.introductoryOffers: once_per_account`).
     public var introductoryOfferEligibility: IntroductoryOfferEligibility?
+    /// When the server stops holding the order open; the device's intent expires with it.
+    public var expiresAt: Date?
 
     public init(
         orderId: String, appAccountToken: UUID, accountId: String, productId: String, quantity: Int,
-        offer: SignedOffer? = nil, introductoryOfferEligibility: IntroductoryOfferEligibility? = nil
+        offer: SignedOffer? = nil, introductoryOfferEligibility: IntroductoryOfferEligibility? = nil,
+        expiresAt: Date? = nil
     ) {
         self.orderId = orderId
         self.appAccountToken = appAccountToken
@@ -84,6 +107,54 @@ public struct ServerOrder: Codable, Sendable, Equatable {
         self.quantity = quantity
         self.offer = offer
         self.introductoryOfferEligibility = introductoryOfferEligibility
+        self.expiresAt = expiresAt
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case orderId, appAccountToken, accountId, productId, quantity, offer, introductoryOfferEligibility, expiresAt
+    }
+
+    public init(from decoder: Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        orderId = try container.decode(String.self, forKey: .orderId)
+        appAccountToken = try container.decode(UUID.self, forKey: .appAccountToken)
+        accountId = try container.decode(String.self, forKey: .accountId)
+        productId = try container.decode(String.self, forKey: .productId)
+        quantity = try container.decodeIfPresent(Int.self, forKey: .quantity) ?? 1
+        offer = try container.decodeIfPresent(SignedOffer.self, forKey: .offer)
+        introductoryOfferEligibility = try container.decodeIfPresent(
+            IntroductoryOfferEligibility.self, forKey: .introductoryOfferEligibility)
+        expiresAt = try container.decodeIfPresent(String.self, forKey: .expiresAt).flatMap(ISODate.parse)
+    }
+
+    public func encode(to encoder: Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(orderId, forKey: .orderId)
+        try container.encode(appAccountToken, forKey: .appAccountToken)
+        try container.encode(accountId, forKey: .accountId)
+        try container.encode(productId, forKey: .productId)
+        try container.encode(quantity, forKey: .quantity)
+        try container.encodeIfPresent(offer, forKey: .offer)
+        try container.encodeIfPresent(introductoryOfferEligibility, forKey: .introductoryOfferEligibility)
+        try container.encodeIfPresent(expiresAt.map(ISODate.format), forKey: .expiresAt)
+    }
+}
+
+/// The server's timestamps (RFC 3339, with or without fractional seconds), as typed dates.
+public enum ISODate {
+    public static func parse(_ text: String) -> Date? {
+        let fractional = ISO8601DateFormatter()
+        fractional.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        if let date = fractional.date(from: text) { return date }
+        let whole = ISO8601DateFormatter()
+        whole.formatOptions = [.withInternetDateTime]
+        return whole.date(from: text)
+    }
+
+    public static func format(_ date: Date) -> String {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return formatter.string(from: date)
     }
 }
 
@@ -132,36 +203,103 @@ public struct PurchaseOptions: Sendable, Equatable {
     public var promotionalOffer: SignedOffer?
     public var introductoryOfferEligibilityJWS: String?
     public var winBackOfferId: String?
+    /// The promoted purchase (`PromotedPurchase.id`) this payment completes: the adapter adds
+    /// the payment StoreKit offered, with Apple's offer and quantity, and the order's token.
+    public var promotedPurchaseId: String?
 
     public init(
         promotionalOffer: SignedOffer? = nil, introductoryOfferEligibilityJWS: String? = nil,
-        winBackOfferId: String? = nil
+        winBackOfferId: String? = nil, promotedPurchaseId: String? = nil
     ) {
         self.promotionalOffer = promotionalOffer
         self.introductoryOfferEligibilityJWS = introductoryOfferEligibilityJWS
         self.winBackOfferId = winBackOfferId
+        self.promotedPurchaseId = promotedPurchaseId
     }
 
     public var isEmpty: Bool {
         promotionalOffer == nil && introductoryOfferEligibilityJWS == nil && winBackOfferId == nil
+            && promotedPurchaseId == nil
     }
 }
 
-/// The account as the server sees it (API.md `GET /v1/accounts/{accountId}`).
+/// The account as the server sees it (API.md `GET /v1/accounts/{accountId}`), dates typed.
 public struct CustomerInfo: Codable, Sendable, Equatable {
     public struct Entitlement: Codable, Sendable, Equatable {
         public var id: String
+        /// Active when the server answered; `CustomerInfo.isActive` also checks `expiresAt`.
         public var active: Bool
         public var productId: String?
-        public var expiresAt: String?
+        public var expiresAt: Date?
         public var originalTransactionId: String?
+
+        public init(
+            id: String, active: Bool, productId: String? = nil, expiresAt: Date? = nil,
+            originalTransactionId: String? = nil
+        ) {
+            self.id = id
+            self.active = active
+            self.productId = productId
+            self.expiresAt = expiresAt
+            self.originalTransactionId = originalTransactionId
+        }
+
+        enum CodingKeys: String, CodingKey { case id, active, productId, expiresAt, originalTransactionId }
+        public init(from decoder: Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            id = try container.decode(String.self, forKey: .id)
+            active = try container.decodeIfPresent(Bool.self, forKey: .active) ?? false
+            productId = try container.decodeIfPresent(String.self, forKey: .productId)
+            expiresAt = try container.decodeIfPresent(String.self, forKey: .expiresAt).flatMap(ISODate.parse)
+            originalTransactionId = try container.decodeIfPresent(String.self, forKey: .originalTransactionId)
+        }
+        public func encode(to encoder: Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(id, forKey: .id)
+            try container.encode(active, forKey: .active)
+            try container.encodeIfPresent(productId, forKey: .productId)
+            try container.encodeIfPresent(expiresAt.map(ISODate.format), forKey: .expiresAt)
+            try container.encodeIfPresent(originalTransactionId, forKey: .originalTransactionId)
+        }
+
+        /// Active at `date`: the server said so and it has not expired since.
+        public func isActive(at date: Date) -> Bool { active && (expiresAt.map { $0 > date } ?? true) }
     }
     public struct Subscription: Codable, Sendable, Equatable {
         public var originalTransactionId: String
         public var productId: String
         public var status: String
-        public var expiresAt: String?
+        public var expiresAt: Date?
         public var autoRenew: Bool?
+
+        public init(
+            originalTransactionId: String, productId: String, status: String, expiresAt: Date? = nil,
+            autoRenew: Bool? = nil
+        ) {
+            self.originalTransactionId = originalTransactionId
+            self.productId = productId
+            self.status = status
+            self.expiresAt = expiresAt
+            self.autoRenew = autoRenew
+        }
+
+        enum CodingKeys: String, CodingKey { case originalTransactionId, productId, status, expiresAt, autoRenew }
+        public init(from decoder: Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            originalTransactionId = try container.decode(String.self, forKey: .originalTransactionId)
+            productId = try container.decode(String.self, forKey: .productId)
+            status = try container.decode(String.self, forKey: .status)
+            expiresAt = try container.decodeIfPresent(String.self, forKey: .expiresAt).flatMap(ISODate.parse)
+            autoRenew = try container.decodeIfPresent(Bool.self, forKey: .autoRenew)
+        }
+        public func encode(to encoder: Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(originalTransactionId, forKey: .originalTransactionId)
+            try container.encode(productId, forKey: .productId)
+            try container.encode(status, forKey: .status)
+            try container.encodeIfPresent(expiresAt.map(ISODate.format), forKey: .expiresAt)
+            try container.encodeIfPresent(autoRenew, forKey: .autoRenew)
+        }
     }
     public var accountId: String
     public var entitlements: [Entitlement]
@@ -187,9 +325,10 @@ public struct CustomerInfo: Codable, Sendable, Equatable {
         subscriptions = try container.decodeIfPresent([Subscription].self, forKey: .subscriptions) ?? []
     }
 
-    /// Whether the entitlement is active now.
-    public func isActive(_ entitlement: String) -> Bool {
-        entitlements.contains { $0.id == entitlement && $0.active }
+    /// Whether the entitlement is active at `date` (now by default): an answer cached offline
+    /// stops granting what has expired since.
+    public func isActive(_ entitlement: String, at date: Date = Date()) -> Bool {
+        entitlements.contains { $0.id == entitlement && $0.isActive(at: date) }
     }
 }
 
@@ -202,10 +341,12 @@ public struct PurchaseResponse: Codable, Sendable, Equatable {
         public var quantity: Int?
         public var orderId: String?
         public var outcome: String
+        /// Why a batch entry was `rejected` or `not_delivered`.
+        public var code: String?
 
         public init(
             transactionId: String, originalTransactionId: String? = nil, productId: String? = nil, quantity: Int? = nil,
-            orderId: String? = nil, outcome: String
+            orderId: String? = nil, outcome: String, code: String? = nil
         ) {
             self.transactionId = transactionId
             self.originalTransactionId = originalTransactionId
@@ -213,7 +354,28 @@ public struct PurchaseResponse: Codable, Sendable, Equatable {
             self.quantity = quantity
             self.orderId = orderId
             self.outcome = outcome
+            self.code = code
         }
+
+        /// An outcome the device may finish on: the server holds the transaction for good
+        /// (delivered now or before, refunded, recorded as an anomaly for the operator), or
+        /// refused its proof with a proof-final code.
+        public var isFinal: Bool {
+            switch outcome {
+            case "delivered", "already_delivered", "refunded", "not_delivered", "unattributed": true
+            case "rejected": code.map(SubmissionVerdict.proofFinalCodes.contains) ?? false
+            default: false
+            }
+        }
+    }
+
+    /// This answer's entry for a transaction (by its id, or its original id for StoreKit 1's
+    /// "restored for free" copies).
+    public func entry(for transaction: StoreTransaction) -> Transaction? {
+        transactions.first { $0.transactionId == transaction.id }
+            ?? transactions.first { entry in
+                transaction.originalId.map { $0 != transaction.id && entry.transactionId == $0 } ?? false
+            }
     }
     /// `delivered` or `already_delivered`.
     public var status: String
@@ -287,6 +449,8 @@ public enum SubmissionVerdict: Sendable, Equatable {
 
 /// A purchase the app asked for, written durably before the payment is added: what ties a
 /// StoreKit transaction back to an order and an account when its token comes back missing.
+/// Decoded tolerantly: a field added later is optional, a state from a newer SDK reads as
+/// `.created` (open), so a downgrade loses nothing.
 public struct PurchaseIntent: Codable, Sendable, Equatable {
     public enum State: String, Codable, Sendable {
         /// Written; the payment may or may not have been added (a crash in between).
@@ -308,6 +472,46 @@ public struct PurchaseIntent: Codable, Sendable, Equatable {
     public var createdAt: Date
     public var state: State
     public var transactionId: String?
+    /// The server order's end; no token-less transaction is attributed to it afterwards.
+    public var expiresAt: Date?
+    /// The process that wrote `.paying` (a later launch re-checks what an earlier one left).
+    public var launch: String?
+
+    public init(
+        orderId: String, appAccountToken: UUID, productId: String, quantity: Int, accountId: String, createdAt: Date,
+        state: State, transactionId: String? = nil, expiresAt: Date? = nil, launch: String? = nil
+    ) {
+        self.orderId = orderId
+        self.appAccountToken = appAccountToken
+        self.productId = productId
+        self.quantity = quantity
+        self.accountId = accountId
+        self.createdAt = createdAt
+        self.state = state
+        self.transactionId = transactionId
+        self.expiresAt = expiresAt
+        self.launch = launch
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case orderId, appAccountToken, productId, quantity, accountId, createdAt, state, transactionId, expiresAt,
+            launch
+    }
+
+    public init(from decoder: Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        orderId = try container.decode(String.self, forKey: .orderId)
+        appAccountToken = try container.decode(UUID.self, forKey: .appAccountToken)
+        productId = try container.decode(String.self, forKey: .productId)
+        quantity = try container.decodeIfPresent(Int.self, forKey: .quantity) ?? 1
+        accountId = try container.decode(String.self, forKey: .accountId)
+        createdAt = try container.decode(Date.self, forKey: .createdAt)
+        let raw = try container.decodeIfPresent(String.self, forKey: .state) ?? "created"
+        state = State(rawValue: raw) ?? .created
+        transactionId = try container.decodeIfPresent(String.self, forKey: .transactionId)
+        expiresAt = try container.decodeIfPresent(Date.self, forKey: .expiresAt)
+        launch = try container.decodeIfPresent(String.self, forKey: .launch)
+    }
 
     /// Open intents can still be paid by a transaction that comes back without its token.
     public var isOpen: Bool { state == .created || state == .paying || state == .deferred }
@@ -327,11 +531,64 @@ public struct PendingSubmission: Codable, Sendable, Equatable {
     /// A server's Retry-After: no attempt before it, whatever triggers a re-drive.
     public var notBefore: Date?
     public var lastError: String?
+    /// The delays behind `nextAttemptAt` and `notBefore`, as stated: both are clamped to
+    /// now + these at launch and at every drive, so a clock set back never holds an item longer.
+    public var backoff: TimeInterval?
+    public var retryAfter: TimeInterval?
+    /// The next submission refreshes the app receipt first (it did not list the transaction).
+    public var refreshProof: Bool
+    /// Handed in by a `Transaction.updates` replay, not a purchase of this run: batched, and
+    /// never ahead of a new purchase.
+    public var replayed: Bool
+
+    public init(
+        transaction: StoreTransaction, reason: Reason, accountId: String?, orderId: String?, attempts: Int = 0,
+        nextAttemptAt: Date, notBefore: Date? = nil, lastError: String? = nil, backoff: TimeInterval? = nil,
+        retryAfter: TimeInterval? = nil, refreshProof: Bool = false, replayed: Bool = false
+    ) {
+        self.transaction = transaction
+        self.reason = reason
+        self.accountId = accountId
+        self.orderId = orderId
+        self.attempts = attempts
+        self.nextAttemptAt = nextAttemptAt
+        self.notBefore = notBefore
+        self.lastError = lastError
+        self.backoff = backoff
+        self.retryAfter = retryAfter
+        self.refreshProof = refreshProof
+        self.replayed = replayed
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case transaction, reason, accountId, orderId, attempts, nextAttemptAt, notBefore, lastError, backoff,
+            retryAfter, refreshProof, replayed
+    }
+
+    public init(from decoder: Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        transaction = try container.decode(StoreTransaction.self, forKey: .transaction)
+        let raw = try container.decodeIfPresent(String.self, forKey: .reason) ?? "purchase"
+        reason = Reason(rawValue: raw) ?? .purchase
+        accountId = try container.decodeIfPresent(String.self, forKey: .accountId)
+        orderId = try container.decodeIfPresent(String.self, forKey: .orderId)
+        attempts = try container.decodeIfPresent(Int.self, forKey: .attempts) ?? 0
+        nextAttemptAt = try container.decodeIfPresent(Date.self, forKey: .nextAttemptAt) ?? Date()
+        notBefore = try container.decodeIfPresent(Date.self, forKey: .notBefore)
+        lastError = try container.decodeIfPresent(String.self, forKey: .lastError)
+        backoff = try container.decodeIfPresent(TimeInterval.self, forKey: .backoff)
+        retryAfter = try container.decodeIfPresent(TimeInterval.self, forKey: .retryAfter)
+        refreshProof = try container.decodeIfPresent(Bool.self, forKey: .refreshProof) ?? false
+        replayed = try container.decodeIfPresent(Bool.self, forKey: .replayed) ?? false
+    }
 
     var key: String { PendingSubmission.key(transaction, reason) }
     static func key(_ transaction: StoreTransaction, _ reason: Reason) -> String {
         reason == .revocation ? transaction.id + "#revoked" : transaction.id
     }
+
+    /// When it may be submitted: the later of backoff and Retry-After.
+    var dueAt: Date { max(nextAttemptAt, notBefore ?? nextAttemptAt) }
 }
 
 /// A transaction with a final verdict: finished (or about to be), never submitted again
@@ -341,15 +598,24 @@ public struct SettledTransaction: Codable, Sendable, Equatable {
     public var accountId: String?
     public var verdict: String
     public var at: Date
+
+    public init(key: String, accountId: String?, verdict: String, at: Date) {
+        self.key = key
+        self.accountId = accountId
+        self.verdict = verdict
+        self.at = at
+    }
 }
 
-/// Everything the device must not forget, in one durable document.
-public struct PendingState: Codable, Sendable, Equatable {
-    public var version = 1
+/// Everything the device must not forget. Stored as one record per item (`PendingRecords`).
+public struct PendingState: Sendable, Equatable {
     public var intents: [PurchaseIntent] = []
     public var pending: [PendingSubmission] = []
     public var settled: [SettledTransaction] = []
     public var customerInfo: [String: CustomerInfo] = [:]
+    /// Records this SDK could not read (damaged, or from a newer version): kept as they are,
+    /// never overwritten nor removed.
+    public var unreadable: [String] = []
 
     public init() {}
 }

@@ -38,23 +38,41 @@ public struct ProductInfo: Sendable, Equatable {
 /// Where the proof of a transaction comes from at submission time: StoreKit 2's JWS, or
 /// StoreKit 1's app receipt read fresh from the bundle.
 public protocol ProofSource: Sendable {
-    func proof(for transaction: StoreTransaction) async throws -> Proof
+    /// The proof for one transaction; `refresh` asks for a new app receipt first (the server
+    /// answered `transaction_not_in_proof`, or the last one did not list the transaction).
+    func proof(for transaction: StoreTransaction, refresh: Bool) async throws -> Proof
+    /// The app receipt (base64) for a restore, refreshed first when asked; nil where there is
+    /// none (StoreKit 2 restores send their JWS instead).
+    func receipt(refresh: Bool) async throws -> String?
+}
+
+extension ProofSource {
+    public func proof(for transaction: StoreTransaction) async throws -> Proof {
+        try await proof(for: transaction, refresh: false)
+    }
+    public func receipt(refresh: Bool) async throws -> String? { nil }
 }
 
 /// The proof a transaction carries: its JWS, else its id for the server to look up.
 public struct TransactionProofSource: ProofSource {
     public init() {}
-    public func proof(for transaction: StoreTransaction) async throws -> Proof {
+    public func proof(for transaction: StoreTransaction, refresh: Bool) async throws -> Proof {
         if let jws = transaction.signedTransaction { return .signedTransaction(jws) }
         return .transactionId(transaction.id)
     }
 }
 
-/// Durable storage of the coordinator's state: Keychain on Apple platforms, an atomically
-/// replaced file elsewhere. `save` returns only once the state is durable.
+/// Durable storage of the coordinator's state as separate records (an intent, a held
+/// transaction, a settled id, an account view), so one update rewrites one small record, never
+/// the whole history: Keychain items on Apple platforms, an append-only journal elsewhere.
+/// The store keeps bytes; what they mean (and their versions) is the coordinator's.
 public protocol PendingStore: Sendable {
-    func load() throws -> PendingState
-    func save(_ state: PendingState) throws
+    /// Every record by key. Throws when the storage cannot be read now (a Keychain before the
+    /// first unlock): the coordinator then writes nothing and asks again later.
+    func load() throws -> [String: Data]
+    /// Writes `records` and removes `removing`, durably, before returning. A crash part way
+    /// leaves each record either old or new (never torn).
+    func write(_ records: [String: Data], removing: [String]) throws
 }
 
 /// The StoreKeeper server, as the device uses it.
@@ -65,23 +83,35 @@ public protocol Backend: Sendable {
     func createOrder(
         accountId: String, productId: String, quantity: Int, offerId: String?, appTransactionId: String?
     ) async throws -> ServerOrder
-    func submitPurchase(accountId: String, orderId: String?, proof: Proof) async -> SubmissionVerdict
+    /// Submits a proof. `transactionId` names the transaction the device reports (sent with a
+    /// receipt, which must contain it); `.signedTransactions` is one batch (1…100).
+    func submitPurchase(accountId: String, orderId: String?, proof: Proof, transactionId: String?) async
+        -> SubmissionVerdict
+    /// Cancels an unpaid order (the user cancelled; nothing was charged).
+    func cancelOrder(accountId: String, orderId: String) async throws
     func customerInfo(accountId: String) async throws -> CustomerInfo
 }
 
+extension Backend {
+    public func submitPurchase(accountId: String, orderId: String?, proof: Proof) async -> SubmissionVerdict {
+        await submitPurchase(accountId: accountId, orderId: orderId, proof: proof, transactionId: nil)
+    }
+}
+
+/// Wall-clock time for records, and a monotonic sleep for waits: a device clock set back a
+/// day must not hold a paid order a day longer.
 public protocol Clock: Sendable {
     func now() -> Date
-    /// Sleeps until the clock reads `deadline` (an absolute time: a clock moved while the
-    /// sleeper was waiting to start still wakes it on time).
-    func sleep(until deadline: Date) async throws
+    /// Sleeps for `seconds` of elapsed (monotonic) time, whatever the wall clock does meanwhile.
+    func sleep(for seconds: TimeInterval) async throws
 }
 
 public struct SystemClock: Clock {
     public init() {}
     public func now() -> Date { Date() }
-    public func sleep(until deadline: Date) async throws {
-        let seconds = deadline.timeIntervalSinceNow
-        if seconds > 0 { try await Task.sleep(nanoseconds: UInt64(seconds * 1_000_000_000)) }
+    public func sleep(for seconds: TimeInterval) async throws {
+        // Task.sleep counts monotonic time (uptime), not the wall clock.
+        if seconds > 0 { try await Task.sleep(nanoseconds: UInt64(min(seconds, 86_400 * 30) * 1_000_000_000)) }
     }
 }
 

@@ -4,8 +4,8 @@ import Foundation
 public enum PurchaseOutcome: Sendable, Equatable {
     /// The server delivered it (or had already): the transaction is finished.
     case delivered(PurchaseResponse)
-    /// Paid, and the proof is kept on the device, unfinished, until the server gives a verdict
-    /// (offline, server busy, Apple slow). Nothing for the user to do.
+    /// Paid, or possibly paid, and held on the device until the server gives a verdict
+    /// (offline, server busy, Apple slow, StoreKit slow to call back). Nothing for the user to do.
     case pending
     /// Ask to Buy: a parent must approve; it is delivered when they do, even days later.
     case deferred
@@ -13,6 +13,36 @@ public enum PurchaseOutcome: Sendable, Equatable {
     case failed(String)
     /// The server refused the proof for good (for example `owned_by_other_account`).
     case rejected(code: String, message: String)
+    /// StoreKit answered this payment with a transaction paid earlier (StoreKit 1's "restored
+    /// for free", an unfinished one resurfacing): nothing was charged for this order, which is
+    /// closed; the old transaction is submitted on its own.
+    case notCharged(transactionId: String)
+}
+
+/// What StoreKit threw, kept typed: `code` names the error (`StoreKitError.networkError`,
+/// `Product.PurchaseError.invalidOfferSignature`, `SKError(2)`…), `underlying` is the error itself.
+public struct StoreKitFailure: Error, Sendable, Equatable, CustomStringConvertible {
+    public var code: String
+    public var message: String
+    public let underlying: (any Error & Sendable)?
+
+    public init(_ error: Error) {
+        let described = String(reflecting: error)
+        code = described.split(separator: "(").first.map(String.init) ?? described
+        message = String(describing: error)
+        underlying = error as? any Error & Sendable
+    }
+
+    public init(code: String, message: String) {
+        self.code = code
+        self.message = message
+        underlying = nil
+    }
+
+    public static func == (lhs: StoreKitFailure, rhs: StoreKitFailure) -> Bool {
+        lhs.code == rhs.code && lhs.message == rhs.message
+    }
+    public var description: String { message }
 }
 
 public enum PurchaseError: Error, Equatable, Sendable {
@@ -22,37 +52,104 @@ public enum PurchaseError: Error, Equatable, Sendable {
     case alreadyInProgress
     /// The server order could not be created; nothing was charged.
     case order(BackendError)
-    /// The intent could not be written durably; the payment was not added.
+    /// The intent could not be written durably (or the storage cannot be read yet: a Keychain
+    /// before the first unlock); the payment was not added.
     case storage(String)
     /// StoreKit threw before any payment happened.
-    case storeKit(String)
+    case storeKit(StoreKitFailure)
+    /// No promoted purchase with this id is waiting.
+    case unknownPromotedPurchase
+}
+
+/// What `restore()` found: the account afterwards, and each restored transaction's outcome, so
+/// the app can say "nothing to restore" or "owned by another account".
+public struct RestoreResult: Sendable, Equatable {
+    public struct Entry: Sendable, Equatable {
+        public var transactionId: String
+        public var productId: String
+        /// The server's outcome (`delivered`, `already_delivered`, `not_delivered`, `rejected`,
+        /// …), or `held` when no verdict came yet (it is retried in the background).
+        public var outcome: String
+        public var code: String?
+    }
+    public var customerInfo: CustomerInfo?
+    public var transactions: [Entry]
+
+    public var nothingToRestore: Bool { transactions.isEmpty }
+    public var ownedByOtherAccount: [Entry] { transactions.filter { $0.code == "owned_by_other_account" } }
+    public var held: [Entry] { transactions.filter { $0.outcome == "held" } }
+}
+
+/// Where the app notes that it was installed: a file in its own container, which an uninstall
+/// removes while the Keychain survives — so a reinstall is told apart from an update.
+public protocol InstallationMarker: Sendable {
+    func isMarked() -> Bool
+    func mark()
+}
+
+public struct FileInstallationMarker: InstallationMarker {
+    public let url: URL
+    public init(url: URL) { self.url = url }
+    public func isMarked() -> Bool { FileManager.default.fileExists(atPath: url.path) }
+    public func mark() {
+        try? FileManager.default.createDirectory(
+            at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+        _ = FileManager.default.createFile(atPath: url.path, contents: Data())
+    }
 }
 
 /// The device half of "never lose a paid order": one purchase in flight per account, the
 /// server order created first, the intent written durably before the payment is added, proof
-/// submitted from a durable queue, and the StoreKit transaction finished only on a final
-/// verdict — re-driven on launch, foreground, login and network change, with backoff.
+/// submitted from a durable queue, and the StoreKit transaction finished only when the server's
+/// answer names it with a final outcome — re-driven on launch, foreground, login and network
+/// change, with backoff, in one drive loop in the background.
 public actor PurchaseCoordinator {
     public struct Configuration: Sendable {
         public var retry: RetryPolicy
-        /// How far a token-less transaction's purchase date may precede its intent's creation
-        /// (device and Apple clocks differ).
+        /// How far apart the device's and Apple's clocks may be when matching dates.
         public var clockTolerance: TimeInterval
-        /// Open intents older than this no longer attract token-less transactions.
+        /// How long an intent stays open when its order did not say (`expiresAt`).
         public var intentLifetime: TimeInterval
         /// Settled transaction ids kept to recognize StoreKit's re-deliveries.
         public var settledMemory: Int
+        /// The longest a `purchase` call waits for StoreKit; then it returns `.pending` (a late
+        /// callback is still delivered) and the account may buy again.
+        public var purchaseTimeout: TimeInterval
+        /// The longest a server's Retry-After holds an item.
+        public var maxRetryAfter: TimeInterval
+        /// JWS per batch submission (the server takes 1…100).
+        public var batchSize: Int
+        /// Triggers (foreground, network change) closer together than this re-drive without
+        /// resetting backoff.
+        public var triggerDebounce: TimeInterval
+        /// Asked when a purchase started outside the app arrives (a promoted in-app purchase,
+        /// a `PurchaseIntent`): true buys it now for the logged-in account; false (or no
+        /// handler) keeps it in `promotedPurchases` until the app calls `purchase(_:)`.
+        public var shouldStartPromotedPurchase: (@Sendable (PromotedPurchase) async -> Bool)?
+        /// Tells a reinstall from an update, to clear cached account views.
+        public var installation: InstallationMarker?
+        public var logger: StoreKeeperLogger
         public var random: @Sendable () -> Double
 
         public init(
             retry: RetryPolicy = RetryPolicy(), clockTolerance: TimeInterval = 120,
-            intentLifetime: TimeInterval = 30 * 86_400, settledMemory: Int = 2_000,
+            intentLifetime: TimeInterval = 86_400, settledMemory: Int = 2_000, purchaseTimeout: TimeInterval = 180,
+            maxRetryAfter: TimeInterval = 3_600, batchSize: Int = 100, triggerDebounce: TimeInterval = 5,
+            shouldStartPromotedPurchase: (@Sendable (PromotedPurchase) async -> Bool)? = nil,
+            installation: InstallationMarker? = nil, logger: StoreKeeperLogger = PrintLogger(),
             random: @escaping @Sendable () -> Double = { Double.random(in: 0...1) }
         ) {
             self.retry = retry
             self.clockTolerance = clockTolerance
             self.intentLifetime = intentLifetime
             self.settledMemory = settledMemory
+            self.purchaseTimeout = purchaseTimeout
+            self.maxRetryAfter = maxRetryAfter
+            self.batchSize = max(1, min(batchSize, 100))
+            self.triggerDebounce = triggerDebounce
+            self.shouldStartPromotedPurchase = shouldStartPromotedPurchase
+            self.installation = installation
+            self.logger = logger
             self.random = random
         }
     }
@@ -67,30 +164,48 @@ public actor PurchaseCoordinator {
     let proofs: ProofSource
     let clock: Clock
     let configuration: Configuration
+    /// This process's run: intents it marks `.paying` carry it; a later launch knows them.
+    let launch = UUID().uuidString.lowercased()
 
-    var state: PendingState
+    var state = PendingState()
+    /// The records as last written (what the next write is computed against).
+    var persisted: [String: PendingRecords.Record] = [:]
+    var settledKeys: Set<String> = []
+    /// The store was read; until then nothing is written and nothing is submitted or finished.
+    var loaded = false
+    var early: [PaymentUpdate] = []
     public private(set) var accountId: String?
     var started = false
     var stopped = false
     var purchasing: Set<String> = []
     var submitting: Set<String> = []
     var verdictWaiters: [String: [CheckedContinuation<SubmissionVerdict?, Never>]] = [:]
-    /// StoreKit 1 purchases waiting for their observer callback, by token.
-    var purchaseWaiters: [UUID: CheckedContinuation<PurchaseOutcome, Never>] = [:]
-    var promoted: [(productId: String, quantity: Int)] = []
+    /// `purchase` calls waiting for their outcome, by the intent's token.
+    var purchaseWaiters: [UUID: CheckedContinuation<Result<PurchaseOutcome, PurchaseError>, Never>] = [:]
+    var promoted: [PromotedPurchase] = []
+    var promotedObservers: [UUID: AsyncStream<[PromotedPurchase]>.Continuation] = [:]
     /// Final verdicts of this run, for a purchase whose transaction another path submitted.
     var recentVerdicts: [String: SubmissionVerdict] = [:]
     var listener: Task<Void, Never>?
     var wake: Task<Void, Never>?
     var background: [UUID: Task<Void, Never>] = [:]
+    var timeouts: [UUID: Task<Void, Never>] = [:]
     var infoObservers: [UUID: AsyncStream<CustomerInfo>.Continuation] = [:]
+    var driving = false
+    var driveRequested = false
+    var lastBackoffReset: Date?
+    var restoring: Task<RestoreResult, Error>?
+    var appTransactionId: Task<String?, Never>?
+    var loadRetry: Task<Void, Never>?
+    let launchedAt: Date
 
-    /// Loads the durable state; `configure()` then starts everything.
+    /// Makes the coordinator; it cannot fail. The durable state is read at `configure()` (a
+    /// Keychain locked before the first unlock is read again later, nothing written meanwhile).
     public init(
         queue: PaymentQueue, backend: Backend, store: PendingStore, proofs: ProofSource = TransactionProofSource(),
         clock: Clock = SystemClock(), configuration: Configuration = Configuration(),
         appTransactions: AppTransactionSource? = nil
-    ) throws {
+    ) {
         self.appTransactions = appTransactions
         self.queue = queue
         self.backend = backend
@@ -98,15 +213,18 @@ public actor PurchaseCoordinator {
         self.proofs = proofs
         self.clock = clock
         self.configuration = configuration
-        self.state = try store.load()
+        self.launchedAt = clock.now()
     }
+
+    func log(_ level: LogLevel, _ message: String) { configuration.logger.log(level, message) }
 
     // MARK: Lifecycle
 
-    /// Call at launch, before login: listens to the payment queue, sweeps StoreKit's
-    /// unfinished transactions, and re-drives what the device still holds. Transactions that
-    /// arrive while nobody is logged in are held, unfinished, until someone is.
-    public func configure() async {
+    /// Call at launch, before login. Returns at once: it reads the durable state, listens to
+    /// the payment queue, and in the background sweeps StoreKit's unfinished transactions and
+    /// re-drives what the device holds. Transactions that arrive while nobody is logged in are
+    /// held, unfinished, until someone is.
+    public func configure() {
         guard !started, !stopped else { return }
         started = true
         let updates = queue.updates()
@@ -116,10 +234,104 @@ public actor PurchaseCoordinator {
                 await self.handle(update)
             }
         }
-        for transaction in await queue.unfinished() {
-            await accept(transaction, reason: transaction.revocationDate == nil ? .purchase : .revocation)
+        if let source = appTransactions {
+            appTransactionId = Task { await source.appTransactionId() }
         }
-        await redrive(.launch)
+        loadState()
+    }
+
+    /// Reads the store; on failure tries again in 5 s (and at every trigger).
+    func loadState() {
+        guard !loaded, !stopped else { return }
+        let records: [String: Data]
+        do {
+            records = try store.load()
+        } catch {
+            log(.warning, "pending state unreadable now (\(error)); retrying, nothing written meanwhile")
+            loadRetry?.cancel()
+            let clock = self.clock
+            loadRetry = Task { [weak self] in
+                do { try await clock.sleep(for: 5) } catch { return }
+                await self?.loadState()
+            }
+            return
+        }
+        loadRetry = nil
+        let (decoded, migrated) = PendingRecords.decode(records)
+        state = decoded
+        if !state.unreadable.isEmpty {
+            log(.error, "kept \(state.unreadable.count) unreadable record(s) aside: \(state.unreadable.prefix(5))")
+        }
+        persisted = PendingRecords.records(state)
+        if migrated {
+            persisted = [:]
+        }
+        settledKeys = Set(state.settled.map(\.key))
+        loaded = true
+        recheckAtLaunch()
+        // A launch re-drives everything held (a server's Retry-After still holds).
+        let now = clock.now()
+        lastBackoffReset = now
+        for index in state.pending.indices where state.pending[index].nextAttemptAt > now {
+            state.pending[index].nextAttemptAt = now
+        }
+        if let installation = configuration.installation, !installation.isMarked() {
+            // A reinstall (the Keychain outlived the app): cached account views are not the
+            // new install's to show.
+            state.customerInfo = [:]
+            installation.mark()
+        }
+        persistOrLog()
+        if migrated {
+            do {
+                try store.write([:], removing: [PendingRecords.legacyKey])
+            } catch {
+                log(.error, "could not remove the migrated document: \(error)")
+            }
+        }
+        let buffered = early
+        early = []
+        spawn { coordinator in
+            for transaction in await coordinator.queue.unfinished() {
+                await coordinator.accept(
+                    transaction, reason: transaction.revocationDate == nil ? .purchase : .revocation)
+            }
+            for update in buffered { await coordinator.handle(update) }
+            await coordinator.requestDrive()
+        }
+    }
+
+    /// What a previous run left: `.paying` without anyone waiting is `.created` again (the
+    /// payment may or may not have been added; a transaction carrying its token still binds);
+    /// open intents past their order's end close; delays stored as absolute times are clamped
+    /// to now + their stated length (a clock set back must not hold anything longer).
+    func recheckAtLaunch() {
+        let now = clock.now()
+        for index in state.intents.indices where state.intents[index].launch != launch {
+            if state.intents[index].state == .paying { state.intents[index].state = .created }
+        }
+        for index in state.intents.indices where state.intents[index].isOpen && state.intents[index].state != .deferred {
+            if intentEnd(state.intents[index]) < now { state.intents[index].state = .closed }
+        }
+        clampDelays(now)
+        prune()
+    }
+
+    func clampDelays(_ now: Date) {
+        for index in state.pending.indices {
+            var item = state.pending[index]
+            let backoff = item.backoff ?? configuration.retry.cap
+            if item.nextAttemptAt > now.addingTimeInterval(backoff) { item.nextAttemptAt = now.addingTimeInterval(backoff) }
+            if let notBefore = item.notBefore {
+                let limit = now.addingTimeInterval(min(item.retryAfter ?? configuration.maxRetryAfter, configuration.maxRetryAfter))
+                if notBefore > limit { item.notBefore = limit }
+            }
+            if item != state.pending[index] { state.pending[index] = item }
+        }
+    }
+
+    func intentEnd(_ intent: PurchaseIntent) -> Date {
+        intent.expiresAt ?? intent.createdAt.addingTimeInterval(configuration.intentLifetime)
     }
 
     /// Stops listening and retrying (the app is going away; tests rebuild a coordinator).
@@ -127,158 +339,371 @@ public actor PurchaseCoordinator {
         stopped = true
         listener?.cancel()
         wake?.cancel()
+        loadRetry?.cancel()
         for task in background.values { task.cancel() }
         background = [:]
+        for task in timeouts.values { task.cancel() }
+        timeouts = [:]
         for continuation in infoObservers.values { continuation.finish() }
         infoObservers = [:]
+        for continuation in promotedObservers.values { continuation.finish() }
+        promotedObservers = [:]
         for (_, waiters) in verdictWaiters { for waiter in waiters { waiter.resume(returning: nil) } }
         verdictWaiters = [:]
-        for waiter in purchaseWaiters.values { waiter.resume(returning: .pending) }
+        for waiter in purchaseWaiters.values { waiter.resume(returning: .success(.pending)) }
         purchaseWaiters = [:]
+        purchasing = []
     }
 
-    /// A user logged in: held transactions are theirs to submit (unless an intent names
-    /// another account — an owned purchase is never rebound), and waiting promoted purchases start.
-    public func login(_ accountId: String) async {
+    /// A user logged in: transactions held for nobody are attributed now, promoted purchases
+    /// waiting are offered, and their held submissions are re-driven in the background.
+    public func login(_ accountId: String) {
         self.accountId = accountId
-        for index in state.pending.indices where state.pending[index].accountId == nil {
-            state.pending[index].accountId = accountId
-        }
-        try? persist()
-        let waiting = promoted
-        promoted = []
-        for purchase in waiting {
-            spawn { coordinator in
-                _ = try? await coordinator.purchase(productId: purchase.productId, quantity: purchase.quantity)
+        if loaded {
+            for index in state.pending.indices where state.pending[index].accountId == nil {
+                let (account, orderId, intentIndex) = attribute(state.pending[index].transaction, intentToken: nil)
+                state.pending[index].accountId = account ?? accountId
+                state.pending[index].orderId = orderId
+                if let intentIndex {
+                    state.intents[intentIndex].state = .bound
+                    state.intents[intentIndex].transactionId = state.pending[index].transaction.id
+                }
             }
+            persistOrLog()
         }
-        await redrive(.login)
+        offerPromoted()
+        redrive(.login)
     }
 
-    /// The user logged out: nothing of theirs is dropped; it is submitted for them when the
-    /// app can mint their token again.
+    /// The user logged out: nothing of theirs is dropped (it is submitted for them when the
+    /// app can mint their token again); their cached account view is removed from the device.
     public func logout() {
+        if let account = accountId, state.customerInfo[account] != nil {
+            state.customerInfo[account] = nil
+            persistOrLog()
+        }
         accountId = nil
     }
 
-    /// Launch, foreground, login and network change bring every held submission forward (a
-    /// server's Retry-After still holds).
-    public func redrive(_ trigger: Trigger) async {
+    /// Launch, foreground, login and network change bring held submissions forward (a server's
+    /// Retry-After still holds; triggers closer than `triggerDebounce` do not reset backoff).
+    /// Returns at once; the drive runs in the background.
+    public func redrive(_ trigger: Trigger) {
+        guard started, !stopped else { return }
+        if !loaded {
+            loadState()
+            return
+        }
         let now = clock.now()
-        for index in state.pending.indices { state.pending[index].nextAttemptAt = now }
-        await drive()
+        clampDelays(now)
+        let debounced =
+            (trigger == .foreground || trigger == .networkChange)
+            && lastBackoffReset.map { abs(now.timeIntervalSince($0)) < configuration.triggerDebounce } == true
+        if !debounced {
+            lastBackoffReset = now
+            for index in state.pending.indices where state.pending[index].nextAttemptAt > now {
+                state.pending[index].nextAttemptAt = now
+            }
+        }
+        requestDrive()
     }
 
     // MARK: Purchasing
 
     /// Buys a product for the logged-in account: the server order first, the intent written
-    /// durably, then the payment with the order's token.
+    /// durably, then the payment with the order's token. Returns within
+    /// `configuration.purchaseTimeout` of the payment whatever StoreKit does.
     public func purchase(productId: String, quantity: Int = 1) async throws -> PurchaseOutcome {
-        try await purchase(productId: productId, quantity: quantity, offerId: nil, winBackOfferId: nil)
+        try await purchase(productId: productId, quantity: quantity, offerId: nil, options: PurchaseOptions())
     }
 
     /// Buys with a promotional offer: the server decides eligibility and signs it for this
     /// order (403 `offer_not_eligible` comes back as `PurchaseError.order`), StoreKit applies it.
     public func purchase(productId: String, offer offerId: String) async throws -> PurchaseOutcome {
-        try await purchase(productId: productId, quantity: 1, offerId: offerId, winBackOfferId: nil)
+        try await purchase(productId: productId, quantity: 1, offerId: offerId, options: PurchaseOptions())
     }
 
     /// Buys back a churned subscriber with a win-back offer listed in renewal info's
     /// `eligibleWinBackOfferIds` (Apple decides eligibility; nothing to sign).
     public func purchase(productId: String, winBackOffer offerId: String) async throws -> PurchaseOutcome {
-        try await purchase(productId: productId, quantity: 1, offerId: nil, winBackOfferId: offerId)
+        try await purchase(
+            productId: productId, quantity: 1, offerId: nil, options: PurchaseOptions(winBackOfferId: offerId))
     }
 
-    func purchase(productId: String, quantity: Int, offerId: String?, winBackOfferId: String?) async throws
-        -> PurchaseOutcome
-    {
-        guard started, !stopped else { throw PurchaseError.notConfigured }
-        guard let account = accountId else { throw PurchaseError.notLoggedIn }
-        guard !purchasing.contains(account) else { throw PurchaseError.alreadyInProgress }
-        purchasing.insert(account)
-        defer { purchasing.remove(account) }
+    /// Buys a purchase the customer started outside the app, now that the app agrees: with
+    /// Apple's offer and quantity, under an order of the logged-in account.
+    public func purchase(_ promotedPurchase: PromotedPurchase) async throws -> PurchaseOutcome {
+        guard promoted.contains(where: { $0.id == promotedPurchase.id }) else {
+            throw PurchaseError.unknownPromotedPurchase
+        }
+        let outcome = try await purchase(
+            productId: promotedPurchase.productId, quantity: promotedPurchase.quantity, offerId: nil,
+            options: PurchaseOptions(promotedPurchaseId: promotedPurchase.id))
+        removePromoted(promotedPurchase.id)
+        return outcome
+    }
 
-        let order: ServerOrder
-        do {
-            order = try await backend.createOrder(
-                accountId: account, productId: productId, quantity: quantity, offerId: offerId,
-                appTransactionId: await appTransactions?.appTransactionId())
-        } catch let error as BackendError {
-            throw PurchaseError.order(error)
-        } catch {
-            throw PurchaseError.order(.network(String(describing: error)))
-        }
-        let intent = PurchaseIntent(
-            orderId: order.orderId, appAccountToken: order.appAccountToken, productId: productId, quantity: quantity,
-            accountId: account, createdAt: clock.now(), state: .created, transactionId: nil)
-        state.intents.append(intent)
-        do {
-            try persist()
-        } catch {
-            state.intents.removeAll { $0.appAccountToken == intent.appAccountToken }
-            throw PurchaseError.storage(String(describing: error))
-        }
-        setIntent(intent.appAccountToken, .paying)
+    /// Purchases started outside the app, waiting for the app (the current list first).
+    public func promotedPurchases() -> AsyncStream<[PromotedPurchase]> {
+        let id = UUID()
+        let (stream, continuation) = AsyncStream<[PromotedPurchase]>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        continuation.yield(promoted)
+        promotedObservers[id] = continuation
+        continuation.onTermination = { [weak self] _ in Task { await self?.removePromotedObserver(id) } }
+        return stream
+    }
 
-        let result: PaymentResult
-        do {
-            // The server's intro decision rides on every subscription order when it makes one.
-            let options = PurchaseOptions(
-                promotionalOffer: order.offer, introductoryOfferEligibilityJWS: order.introductoryOfferEligibility?.jws,
-                winBackOfferId: winBackOfferId)
-            result = try await queue.purchase(
-                productId: productId, quantity: quantity, appAccountToken: order.appAccountToken, options: options)
-        } catch {
-            setIntent(intent.appAccountToken, .closed)
-            try? persist()
-            throw PurchaseError.storeKit(String(describing: error))
-        }
-        // Shut down while StoreKit was busy: whatever it paid is swept at the next launch.
-        guard !stopped else { return .pending }
-        switch result {
-        case .purchased(let transaction):
-            let verdict = await accept(transaction, reason: .purchase, intentToken: intent.appAccountToken)
-            return await outcome(of: transaction, verdict: verdict)
-        case .deferred:
-            setIntent(intent.appAccountToken, .deferred)
-            try? persist()
-            return .deferred
-        case .cancelled:
-            setIntent(intent.appAccountToken, .closed)
-            try? persist()
-            return .cancelled
-        case .failed(let message):
-            setIntent(intent.appAccountToken, .closed)
-            try? persist()
-            return .failed(message)
-        case .enqueued:
-            return await withCheckedContinuation { continuation in
-                if stopped {
-                    continuation.resume(returning: .pending)
-                } else {
-                    purchaseWaiters[intent.appAccountToken] = continuation
+    public var waitingPromotedPurchases: [PromotedPurchase] { promoted }
+
+    /// The app declines a purchase started outside it: nothing is bought.
+    public func decline(_ promotedPurchase: PromotedPurchase) { removePromoted(promotedPurchase.id) }
+
+    func removePromotedObserver(_ id: UUID) { promotedObservers[id] = nil }
+
+    func removePromoted(_ id: String) {
+        promoted.removeAll { $0.id == id }
+        for continuation in promotedObservers.values { continuation.yield(promoted) }
+    }
+
+    func offerPromoted() {
+        guard accountId != nil, let handler = configuration.shouldStartPromotedPurchase else { return }
+        for purchase in promoted {
+            spawn { coordinator in
+                guard await handler(purchase) else { return }
+                do {
+                    _ = try await coordinator.purchase(purchase)
+                } catch {
+                    await coordinator.log(.warning, "promoted purchase of \(purchase.productId) failed: \(error)")
                 }
             }
         }
     }
 
-    /// Asks StoreKit to restore, and the server to deliver what it restores to the logged-in
-    /// account (the server refuses what another account owns).
-    public func restore() async throws {
+    func purchase(productId: String, quantity: Int, offerId: String?, options baseOptions: PurchaseOptions)
+        async throws -> PurchaseOutcome
+    {
         guard started, !stopped else { throw PurchaseError.notConfigured }
-        guard accountId != nil else { throw PurchaseError.notLoggedIn }
+        guard loaded else { throw PurchaseError.storage("the pending state cannot be read yet (device locked?)") }
+        guard let account = accountId else { throw PurchaseError.notLoggedIn }
+        guard !purchasing.contains(account) else { throw PurchaseError.alreadyInProgress }
+        purchasing.insert(account)
+        var released = false
+        defer { if !released { purchasing.remove(account) } }
+
+        let appTransactionId = await self.appTransactionId?.value
+        let order: ServerOrder
+        do {
+            order = try await backend.createOrder(
+                accountId: account, productId: productId, quantity: quantity, offerId: offerId,
+                appTransactionId: appTransactionId)
+        } catch let error as BackendError {
+            throw PurchaseError.order(error)
+        } catch {
+            throw PurchaseError.order(.network(String(describing: error)))
+        }
+        guard !stopped else { throw PurchaseError.notConfigured }
+        let intent = PurchaseIntent(
+            orderId: order.orderId, appAccountToken: order.appAccountToken, productId: productId, quantity: quantity,
+            accountId: account, createdAt: clock.now(), state: .paying, expiresAt: order.expiresAt, launch: launch)
+        state.intents.append(intent)
+        do {
+            try persist()
+        } catch {
+            state.intents.removeAll { $0.appAccountToken == intent.appAccountToken }
+            cancelOrder(order)
+            throw PurchaseError.storage(String(describing: error))
+        }
+        var paymentOptions = baseOptions
+        // The server's intro decision rides on every subscription order when it makes one.
+        paymentOptions.promotionalOffer = order.offer
+        paymentOptions.introductoryOfferEligibilityJWS = order.introductoryOfferEligibility?.jws
+        let options = paymentOptions
+
+        let token = intent.appAccountToken
+        let timeout = configuration.purchaseTimeout
+        let clock = self.clock
+        let result = await withCheckedContinuation {
+            (continuation: CheckedContinuation<Result<PurchaseOutcome, PurchaseError>, Never>) in
+            purchaseWaiters[token] = continuation
+            spawn { coordinator in
+                await coordinator.pay(intent: intent, order: order, options: options)
+            }
+            timeouts[token] = Task { [weak self] in
+                do { try await clock.sleep(for: timeout) } catch { return }
+                await self?.timedOut(token, productId: productId)
+            }
+        }
+        released = true
+        purchasing.remove(account)
+        return try result.get()
+    }
+
+    func timedOut(_ token: UUID, productId: String) {
+        guard purchaseWaiters[token] != nil else { return }
+        log(.warning, "no answer from StoreKit for \(productId) within \(configuration.purchaseTimeout) s: pending")
+        resolve(token, .success(.pending))
+    }
+
+    /// Ends the `purchase` call waiting on this intent, once.
+    func resolve(_ token: UUID, _ result: Result<PurchaseOutcome, PurchaseError>) {
+        timeouts.removeValue(forKey: token)?.cancel()
+        purchaseWaiters.removeValue(forKey: token)?.resume(returning: result)
+    }
+
+    /// Nothing running in the background (the drive loop, sweeps, cancellations): for tests
+    /// and the simulator, which wait for the coordinator to be still.
+    public var isIdle: Bool { loaded && !driving && submitting.isEmpty && background.isEmpty }
+
+    /// Adds the payment and sorts StoreKit's answer (the `purchase` call waits on `resolve`).
+    func pay(intent: PurchaseIntent, order: ServerOrder, options: PurchaseOptions) async {
+        let token = intent.appAccountToken
+        let result: PaymentResult
+        do {
+            result = try await queue.purchase(
+                productId: intent.productId, quantity: intent.quantity, appAccountToken: token, options: options)
+        } catch {
+            setIntent(token, .closed)
+            persistOrLog()
+            cancelOrder(order)
+            log(.info, "StoreKit refused the payment for \(intent.productId): \(error)")
+            resolve(token, .failure(.storeKit(StoreKitFailure(error))))
+            return
+        }
+        // Shut down while StoreKit was busy: whatever it paid is swept at the next launch.
+        guard !stopped else { return }
+        switch result {
+        case .purchased(let transaction):
+            if let stale = staleAnswer(transaction, for: token) {
+                // StoreKit handed back a transaction paid before (P11, "restored for free"):
+                // nothing was charged for this order; the old one goes its own way.
+                log(.info, "payment for \(intent.productId) answered with old transaction \(transaction.id): \(stale)")
+                setIntent(token, .closed)
+                persistOrLog()
+                cancelOrder(order)
+                resolve(token, .success(.notCharged(transactionId: transaction.id)))
+                await accept(transaction, reason: .purchase)
+                return
+            }
+            let verdict = await accept(transaction, reason: .purchase, intentToken: token)
+            let outcome = await outcome(of: transaction, verdict: verdict)
+            resolve(token, .success(outcome))
+        case .deferred:
+            setIntent(token, .deferred)
+            persistOrLog()
+            resolve(token, .success(.deferred))
+        case .cancelled:
+            setIntent(token, .closed)
+            persistOrLog()
+            cancelOrder(order)
+            resolve(token, .success(.cancelled))
+        case .failed(let message):
+            setIntent(token, .closed)
+            persistOrLog()
+            cancelOrder(order)
+            resolve(token, .success(.failed(message)))
+        case .enqueued:
+            // StoreKit 1: the observer answers (or the timeout does).
+            break
+        }
+    }
+
+    /// Why `transaction`, given as the answer to the payment of intent `token`, is not that
+    /// payment; nil when it is. An id already settled or held, another order's token, another
+    /// product or quantity: StoreKit re-delivered an old transaction instead of charging.
+    func staleAnswer(_ transaction: StoreTransaction, for token: UUID) -> String? {
+        guard let intent = state.intents.first(where: { $0.appAccountToken == token }) else { return nil }
+        if let other = transaction.appAccountToken, other != token { return "it carries another order's token" }
+        if settledKeys.contains(transaction.id) { return "it was settled before" }
+        if state.pending.contains(where: { $0.transaction.id == transaction.id }) { return "it is held already" }
+        if state.intents.contains(where: { $0.transactionId == transaction.id && $0.appAccountToken != token }) {
+            return "it paid another order"
+        }
+        if transaction.productId != intent.productId { return "it is for \(transaction.productId)" }
+        if transaction.quantity != intent.quantity { return "its quantity is \(transaction.quantity)" }
+        return nil
+    }
+
+    func cancelOrder(_ order: ServerOrder) {
+        let backend = self.backend
+        spawn { coordinator in
+            do {
+                try await backend.cancelOrder(accountId: order.accountId, orderId: order.orderId)
+            } catch {
+                await coordinator.log(.info, "order \(order.orderId) not cancelled: \(error)")
+            }
+        }
+    }
+
+    /// Asks StoreKit to restore, then the server to deliver what it restored to the logged-in
+    /// account in one submission (the JWS list in batches of 100, or the receipt once). A
+    /// second call while one runs joins it.
+    public func restore() async throws -> RestoreResult {
+        guard started, !stopped else { throw PurchaseError.notConfigured }
+        guard loaded else { throw PurchaseError.storage("the pending state cannot be read yet (device locked?)") }
+        guard let account = accountId else { throw PurchaseError.notLoggedIn }
+        if let running = restoring { return try await running.value }
+        let task = Task { try await self.performRestore(account) }
+        restoring = task
+        defer { restoring = nil }
+        return try await task.value
+    }
+
+    func performRestore(_ account: String) async throws -> RestoreResult {
         let transactions: [StoreTransaction]
         do {
             transactions = try await queue.restore()
         } catch {
-            throw PurchaseError.storeKit(String(describing: error))
+            throw PurchaseError.storeKit(StoreKitFailure(error))
         }
-        for transaction in transactions { await accept(transaction, reason: .restore) }
+        var keys: [String] = []
+        for transaction in transactions {
+            let key = PendingSubmission.key(transaction, .restore)
+            if settledKeys.contains(key) {
+                // Settled in this or an earlier run: ask again, it may be owned since.
+                settledKeys.remove(key)
+                state.settled.removeAll { $0.key == key }
+            }
+            if !state.pending.contains(where: { $0.key == key }) {
+                state.pending.append(
+                    PendingSubmission(
+                        transaction: transaction, reason: .restore, accountId: account, orderId: nil,
+                        nextAttemptAt: clock.now()))
+            }
+            keys.append(key)
+        }
+        persistOrLog()
+        var entries: [String: RestoreResult.Entry] = [:]
+        var info: CustomerInfo?
+        let signed = keys.filter { key in state.pending.first { $0.key == key }?.transaction.signedTransaction != nil }
+        var start = 0
+        while start < signed.count {
+            let chunk = Array(signed[start..<min(start + configuration.batchSize, signed.count)])
+            start += chunk.count
+            let (verdict, perKey) = await submitBatch(chunk, account: account)
+            if case .accepted(let response) = verdict, let account = response.account { info = account }
+            for (key, entry) in perKey { entries[key] = entry }
+        }
+        let unsigned = keys.filter { !signed.contains($0) }
+        if !unsigned.isEmpty {
+            let (verdict, perKey) = await submitReceipt(unsigned, account: account)
+            if case .accepted(let response) = verdict, let account = response.account { info = account }
+            for (key, entry) in perKey { entries[key] = entry }
+        }
+        if info == nil { info = try? await customerInfo() }
+        requestDrive()
+        let list = transactions.map { transaction -> RestoreResult.Entry in
+            let key = PendingSubmission.key(transaction, .restore)
+            return entries[key]
+                ?? RestoreResult.Entry(
+                    transactionId: transaction.id, productId: transaction.productId, outcome: "held", code: nil)
+        }
+        return RestoreResult(customerInfo: info, transactions: list)
     }
 
     /// Submissions the device still holds (for the UI's "processing" badge, and tests).
     public var pendingSubmissions: [PendingSubmission] { state.pending }
     public var intents: [PurchaseIntent] { state.intents }
+    public var isLoaded: Bool { loaded }
 
     // MARK: The account
 
@@ -300,10 +725,18 @@ public actor PurchaseCoordinator {
         accountId.flatMap { state.customerInfo[$0] }
     }
 
-    /// Every change of an account view the device sees (after a delivery, or a refresh).
+    /// Whether the logged-in account has the entitlement now, by the last view seen (offline
+    /// too): an entitlement past its `expiresAt` is not active, whatever the cache said.
+    public func isEntitled(_ entitlement: String) -> Bool {
+        cachedCustomerInfo()?.isActive(entitlement, at: clock.now()) ?? false
+    }
+
+    /// Every change of an account view the device sees (after a delivery, or a refresh); the
+    /// logged-in account's current view first.
     public func customerInfoUpdates() -> AsyncStream<CustomerInfo> {
         let id = UUID()
         let (stream, continuation) = AsyncStream<CustomerInfo>.makeStream(bufferingPolicy: .bufferingNewest(8))
+        if let current = cachedCustomerInfo() { continuation.yield(current) }
         infoObservers[id] = continuation
         continuation.onTermination = { [weak self] _ in
             Task { await self?.removeObserver(id) }
@@ -315,8 +748,11 @@ public actor PurchaseCoordinator {
 
     func remember(_ info: CustomerInfo) {
         guard state.customerInfo[info.accountId] != info else { return }
-        state.customerInfo[info.accountId] = info
-        try? persist()
+        // Only the logged-in account's view is kept on the device.
+        if info.accountId == accountId {
+            state.customerInfo[info.accountId] = info
+            persistOrLog()
+        }
         for continuation in infoObservers.values { continuation.yield(info) }
     }
 
@@ -324,65 +760,114 @@ public actor PurchaseCoordinator {
 
     func handle(_ update: PaymentUpdate) async {
         guard !stopped else { return }
+        guard loaded else {
+            // Nothing is decided before the state is read; StoreKit keeps what is unfinished.
+            early.append(update)
+            return
+        }
         switch update {
         case .transaction(let transaction):
-            await accept(transaction, reason: transaction.revocationDate == nil ? .purchase : .revocation)
+            if transaction.revocationDate == nil, let token = callbackWaiter(for: transaction),
+                let stale = staleAnswer(transaction, for: token)
+            {
+                // A StoreKit 1 callback for the payment in flight that is an old transaction.
+                log(.info, "callback for a payment answered with old transaction \(transaction.id): \(stale)")
+                if let intent = state.intents.first(where: { $0.appAccountToken == token }) {
+                    setIntent(token, .closed)
+                    persistOrLog()
+                    cancelOrder(intentOrder(intent))
+                }
+                resolve(token, .success(.notCharged(transactionId: transaction.id)))
+            }
+            let replayed =
+                transaction.appAccountToken.map { token in !state.intents.contains { $0.appAccountToken == token } }
+                ?? true && transaction.purchaseDate < launchedAt.addingTimeInterval(-60)
+            await accept(
+                transaction, reason: transaction.revocationDate == nil ? .purchase : .revocation, replayed: replayed)
         case .restored(let transaction):
-            await accept(transaction, reason: .restore)
+            // During `restore()` the restore submits them in one go.
+            await accept(transaction, reason: .restore, replayed: true, submit: restoring == nil)
         case .deferred(let productId):
             if let index = payingIntent(productId) {
                 state.intents[index].state = .deferred
-                try? persist()
-                purchaseWaiters.removeValue(forKey: state.intents[index].appAccountToken)?.resume(returning: .deferred)
+                persistOrLog()
+                resolve(state.intents[index].appAccountToken, .success(.deferred))
             }
         case .failed(let productId, let transactionId, let cancelled):
             if let index = payingIntent(productId) {
+                let intent = state.intents[index]
                 state.intents[index].state = .closed
-                try? persist()
-                purchaseWaiters.removeValue(forKey: state.intents[index].appAccountToken)?
-                    .resume(returning: cancelled ? .cancelled : .failed("payment failed"))
+                persistOrLog()
+                cancelOrder(intentOrder(intent))
+                resolve(intent.appAccountToken, .success(cancelled ? .cancelled : .failed("payment failed")))
             }
             // Nothing was charged: StoreKit 1 wants the failed transaction finished.
             if let transactionId { await queue.finish(transactionId: transactionId) }
-        case .promoted(let productId, let quantity):
-            if accountId == nil {
-                promoted.append((productId, quantity))
-            } else {
-                spawn { coordinator in _ = try? await coordinator.purchase(productId: productId, quantity: quantity) }
-            }
+        case .promoted(let purchase):
+            promoted.removeAll { $0.id == purchase.id }
+            promoted.append(purchase)
+            for continuation in promotedObservers.values { continuation.yield(promoted) }
+            offerPromoted()
         }
     }
 
-    /// The intent a StoreKit 1 callback without a transaction (deferred, failed) is about.
+    func intentOrder(_ intent: PurchaseIntent) -> ServerOrder {
+        ServerOrder(
+            orderId: intent.orderId, appAccountToken: intent.appAccountToken, accountId: intent.accountId,
+            productId: intent.productId, quantity: intent.quantity)
+    }
+
+    /// The `purchase` call a StoreKit 1 transaction callback answers: its token's, else — with
+    /// no token — the newest payment of the logged-in account in flight for its product.
+    func callbackWaiter(for transaction: StoreTransaction) -> UUID? {
+        if let token = transaction.appAccountToken { return purchaseWaiters[token] != nil ? token : nil }
+        return payingIntent(transaction.productId).map { state.intents[$0].appAccountToken }
+            .flatMap { purchaseWaiters[$0] != nil ? $0 : nil }
+    }
+
+    /// The intent a StoreKit 1 callback without a token (deferred, failed) is about: the newest
+    /// payment in flight of the logged-in account for that product, in this run of the app —
+    /// never another account's, never one a killed process left behind.
     func payingIntent(_ productId: String) -> Int? {
-        let candidates = state.intents.indices.filter {
-            state.intents[$0].productId == productId
-                && (state.intents[$0].state == .paying || state.intents[$0].state == .created)
-        }
-        return candidates.first { state.intents[$0].accountId == accountId } ?? candidates.first
+        state.intents.indices.filter {
+            let intent = state.intents[$0]
+            return intent.productId == productId && intent.state == .paying && intent.launch == launch
+                && intent.accountId == accountId
+        }.max { state.intents[$0].createdAt < state.intents[$1].createdAt }
     }
 
     /// Takes a transaction in: deduplicated by id across the purchase result, `updates`, the
-    /// unfinished sweep and restore; attributed; held durably; submitted.
+    /// unfinished sweep and restore; attributed; held durably; submitted (a replayed one is
+    /// left to the drive loop, which batches).
     @discardableResult
-    func accept(_ transaction: StoreTransaction, reason: PendingSubmission.Reason, intentToken: UUID? = nil) async
-        -> SubmissionVerdict?
-    {
+    func accept(
+        _ transaction: StoreTransaction, reason: PendingSubmission.Reason, intentToken: UUID? = nil,
+        replayed: Bool = false, submit shouldSubmit: Bool = true
+    ) async -> SubmissionVerdict? {
         guard !stopped else { return nil }
+        guard loaded else {
+            early.append(reason == .restore ? .restored(transaction) : .transaction(transaction))
+            return nil
+        }
         let key = PendingSubmission.key(transaction, reason)
-        if state.settled.contains(where: { $0.key == key }) {
-            // A final verdict is on record: StoreKit re-delivered it (a crash before finish).
+        if settledKeys.contains(key) {
+            // A final verdict is on record: StoreKit re-delivered it (a crash before finish, a
+            // replay). Finished without asking the server again.
             await queue.finish(transactionId: transaction.id)
             return recentVerdicts[key]
         }
         if let index = state.pending.firstIndex(where: { $0.key == key }) {
             // The same transaction again: keep the better copy (a token, a JWS).
-            var held = state.pending[index].transaction
-            if held.appAccountToken == nil { held.appAccountToken = transaction.appAccountToken }
-            if held.signedTransaction == nil { held.signedTransaction = transaction.signedTransaction }
-            state.pending[index].transaction = held
-            try? persist()
-            await drive()
+            var held = state.pending[index]
+            if held.transaction.appAccountToken == nil { held.transaction.appAccountToken = transaction.appAccountToken }
+            if held.transaction.signedTransaction == nil {
+                held.transaction.signedTransaction = transaction.signedTransaction
+            }
+            if held != state.pending[index] {
+                state.pending[index] = held
+                persistOrLog()
+            }
+            if shouldSubmit { requestDrive() }
             return nil
         }
         var (account, orderId, intentIndex) = attribute(transaction, intentToken: intentToken)
@@ -401,99 +886,265 @@ public actor PurchaseCoordinator {
         }
         state.pending.append(
             PendingSubmission(
-                transaction: transaction, reason: reason, accountId: account, orderId: orderId, attempts: 0,
-                nextAttemptAt: clock.now(), notBefore: nil, lastError: nil))
-        try? persist()
+                transaction: transaction, reason: reason, accountId: account, orderId: orderId,
+                nextAttemptAt: clock.now(), replayed: replayed))
+        persistOrLog()
+        guard shouldSubmit else { return nil }
+        if replayed {
+            requestDrive()
+            return nil
+        }
         return await submit(key)
     }
 
     /// Who a transaction is for: the intent its token names; else the intent bound to its id;
-    /// else the one open intent for its product created before it was paid (the logged-in
-    /// account's first, then the oldest); else the logged-in account with no order, for the
-    /// server to decide — or nobody yet (held until login).
+    /// else (no token: StoreKit 1 dropped `applicationUsername`, an offer code, a purchase
+    /// started outside the app) the newest open intent for the same product and quantity whose
+    /// order was still open when it was paid — the logged-in account's only; else the
+    /// logged-in account with no order, for the server to decide; nobody logged in: held,
+    /// attributed at login. Heuristics never cross accounts.
     func attribute(_ transaction: StoreTransaction, intentToken: UUID?)
         -> (account: String?, orderId: String?, intent: Int?)
     {
         if let token = transaction.appAccountToken ?? intentToken,
             let index = state.intents.firstIndex(where: { $0.appAccountToken == token })
         {
-            return (state.intents[index].accountId, state.intents[index].orderId, index)
+            let intent = state.intents[index]
+            // A merged payment's other product rides on this token: delivered by its token to
+            // the account, never named as this order's payment.
+            let sameProduct = intent.productId == transaction.productId
+            return (intent.accountId, sameProduct ? intent.orderId : nil, sameProduct ? index : nil)
         }
         if let index = state.intents.firstIndex(where: { $0.transactionId == transaction.id }) {
             return (state.intents[index].accountId, state.intents[index].orderId, index)
         }
+        guard let current = accountId else { return (nil, nil, nil) }
         if transaction.appAccountToken == nil {
-            let earliest = transaction.purchaseDate.addingTimeInterval(-configuration.intentLifetime)
-            let latest = transaction.purchaseDate.addingTimeInterval(configuration.clockTolerance)
             let candidates = state.intents.indices.filter {
                 let intent = state.intents[$0]
-                return intent.isOpen && intent.productId == transaction.productId && intent.createdAt <= latest
-                    && intent.createdAt >= earliest
-            }.sorted { state.intents[$0].createdAt < state.intents[$1].createdAt }
-            if let index = candidates.first(where: { state.intents[$0].accountId == accountId }) ?? candidates.first {
-                return (state.intents[index].accountId, state.intents[index].orderId, index)
+                return intent.isOpen && intent.accountId == current && intent.productId == transaction.productId
+                    && intent.quantity == transaction.quantity
+                    && intent.createdAt <= transaction.purchaseDate.addingTimeInterval(configuration.clockTolerance)
+                    && intentEnd(intent).addingTimeInterval(configuration.clockTolerance) >= transaction.purchaseDate
+            }
+            if let index = candidates.max(by: { state.intents[$0].createdAt < state.intents[$1].createdAt }) {
+                return (current, state.intents[index].orderId, index)
             }
         }
-        return (accountId, nil, nil)
+        return (current, nil, nil)
     }
 
     // MARK: Submitting
 
-    /// Submits every held transaction that is due, one at a time.
-    func drive() async {
-        guard !stopped else { return }
-        let now = clock.now()
-        let due = state.pending.filter {
-            $0.accountId != nil && $0.nextAttemptAt <= now && ($0.notBefore ?? now) <= now
-                && !submitting.contains($0.key)
-        }.map(\.key)
-        for key in due {
-            guard !stopped else { return }
-            _ = await submit(key)
+    /// Asks the one drive loop to run (again, if it is running).
+    func requestDrive() {
+        guard !stopped, loaded else { return }
+        driveRequested = true
+        guard !driving else { return }
+        driving = true
+        spawn { await $0.driveLoop() }
+    }
+
+    func driveLoop() async {
+        while driveRequested, !stopped {
+            driveRequested = false
+            await driveOnce()
         }
+        driving = false
         scheduleWake()
     }
 
-    /// One submission; the transaction is finished if and only if the verdict is final.
-    /// Returns nil when it could not be submitted now (no account, already in flight).
+    /// Submits every held transaction that is due: new purchases one at a time first, then
+    /// replayed and restored JWS of one account in batches.
+    func driveOnce() async {
+        guard !stopped else { return }
+        let now = clock.now()
+        clampDelays(now)
+        let due = state.pending.filter { $0.accountId != nil && $0.dueAt <= now && !submitting.contains($0.key) }
+        let single = due.filter { !($0.replayed && $0.transaction.signedTransaction != nil) }
+        for item in single.sorted(by: { !$0.replayed && $1.replayed }) {
+            guard !stopped else { return }
+            _ = await submit(item.key)
+        }
+        let batched = due.filter { $0.replayed && $0.transaction.signedTransaction != nil }
+        let byAccount = Dictionary(grouping: batched, by: { $0.accountId ?? "" })
+        for (account, items) in byAccount.sorted(by: { $0.key < $1.key }) {
+            var start = 0
+            while start < items.count, !stopped {
+                let chunk = items[start..<min(start + configuration.batchSize, items.count)].map(\.key)
+                start += chunk.count
+                if chunk.count == 1 {
+                    _ = await submit(chunk[0])
+                } else {
+                    _ = await submitBatch(chunk, account: account)
+                }
+            }
+        }
+    }
+
+    /// One submission; the transaction is finished if and only if the verdict is final and
+    /// (for a 200) the answer names it with a final outcome. Nil when it could not be
+    /// submitted now (no account, already in flight, not yet due).
     @discardableResult
     func submit(_ key: String) async -> SubmissionVerdict? {
         guard !stopped, let item = state.pending.first(where: { $0.key == key }), let account = item.accountId,
             !submitting.contains(key)
         else { return nil }
-        let now = clock.now()
-        if let notBefore = item.notBefore, notBefore > now {
+        if let notBefore = item.notBefore, notBefore > clock.now() {
             scheduleWake()
             return nil
         }
         submitting.insert(key)
-        let purchaseToken = item.transaction.appAccountToken ?? intentToken(for: item.transaction.id)
-        let verdict: SubmissionVerdict
+        var verdict: SubmissionVerdict
         do {
-            let proof = try await proofs.proof(for: item.transaction)
-            verdict = await backend.submitPurchase(accountId: account, orderId: item.orderId, proof: proof)
+            let proof = try await proofs.proof(for: item.transaction, refresh: item.refreshProof)
+            let reported: String? = if case .receipt = proof { item.transaction.id } else { nil }
+            verdict = await backend.submitPurchase(
+                accountId: account, orderId: item.orderId, proof: proof, transactionId: reported)
         } catch {
             verdict = .retryable(status: nil, code: "no_proof", retryAfter: nil)
         }
         submitting.remove(key)
         guard !stopped else { return nil }
+        if case .accepted(let response) = verdict {
+            if let entry = response.entry(for: item.transaction), entry.isFinal {
+                verdict = .accepted(
+                    PurchaseResponse(status: response.status, transactions: [entry], account: response.account))
+            } else {
+                // A 200 that does not name this transaction with a final outcome (a receipt read
+                // before it held the purchase): not a verdict on it. Refresh and try again.
+                log(.warning, "the answer for transaction \(item.transaction.id) does not name it: held, proof refreshed")
+                if let info = response.account { remember(info) }
+                verdict = .retryable(status: 200, code: "transaction_not_in_answer", retryAfter: nil)
+            }
+        }
+        conclude(key, verdict: verdict, account: account)
+        return verdict
+    }
+
+    /// A batch: one request for many JWS of one account; each entry settles on its own.
+    @discardableResult
+    func submitBatch(_ keys: [String], account: String) async -> (SubmissionVerdict, [String: RestoreResult.Entry]) {
+        let items = keys.compactMap { key in state.pending.first { $0.key == key } }
+            .filter { !submitting.contains($0.key) && $0.transaction.signedTransaction != nil }
+        guard !items.isEmpty else { return (.cancelled, [:]) }
+        for item in items { submitting.insert(item.key) }
+        let verdict = await backend.submitPurchase(
+            accountId: account, orderId: nil, proof: .signedTransactions(items.compactMap(\.transaction.signedTransaction)),
+            transactionId: nil)
+        for item in items { submitting.remove(item.key) }
+        guard !stopped else { return (verdict, [:]) }
+        var entries: [String: RestoreResult.Entry] = [:]
+        guard case .accepted(let response) = verdict else {
+            // The batch as a whole was not answered: each held, as one attempt.
+            for item in items { conclude(item.key, verdict: verdict.isFinal ? .retryable(status: nil, code: "batch_refused", retryAfter: nil) : verdict, account: account) }
+            return (verdict, entries)
+        }
+        if let info = response.account { remember(info) }
+        for (index, item) in items.enumerated() {
+            // Entries come in the order submitted; a shorter answer is matched by id.
+            let entry =
+                response.transactions.count == items.count
+                ? response.transactions[index] : response.entry(for: item.transaction)
+            if let entry {
+                entries[item.key] = RestoreResult.Entry(
+                    transactionId: item.transaction.id, productId: item.transaction.productId, outcome: entry.outcome,
+                    code: entry.code)
+            }
+            if let entry, entry.isFinal {
+                conclude(
+                    item.key,
+                    verdict: .accepted(
+                        PurchaseResponse(status: response.status, transactions: [entry], account: response.account)),
+                    account: account)
+            } else {
+                conclude(
+                    item.key, verdict: .retryable(status: 200, code: entry?.code ?? "transaction_not_in_answer", retryAfter: nil),
+                    account: account)
+            }
+        }
+        return (verdict, entries)
+    }
+
+    /// A StoreKit 1 restore: the receipt once, naming no transaction; each restored transaction
+    /// the answer lists settles.
+    func submitReceipt(_ keys: [String], account: String) async -> (SubmissionVerdict, [String: RestoreResult.Entry]) {
+        let items = keys.compactMap { key in state.pending.first { $0.key == key } }.filter { !submitting.contains($0.key) }
+        guard !items.isEmpty else { return (.cancelled, [:]) }
+        let receipt: String?
+        do {
+            receipt = try await proofs.receipt(refresh: false)
+        } catch {
+            receipt = nil
+        }
+        guard let receipt else {
+            // No receipt: each on its own (the drive loop's way).
+            for item in items { await submit(item.key) }
+            return (.retryable(status: nil, code: "no_receipt", retryAfter: nil), [:])
+        }
+        for item in items { submitting.insert(item.key) }
+        let verdict = await backend.submitPurchase(
+            accountId: account, orderId: nil, proof: .receipt(receipt), transactionId: nil)
+        for item in items { submitting.remove(item.key) }
+        guard !stopped else { return (verdict, [:]) }
+        var entries: [String: RestoreResult.Entry] = [:]
+        guard case .accepted(let response) = verdict else {
+            for item in items { conclude(item.key, verdict: verdict.isFinal ? .retryable(status: nil, code: "receipt_refused", retryAfter: nil) : verdict, account: account) }
+            return (verdict, entries)
+        }
+        if let info = response.account { remember(info) }
+        for item in items {
+            let entry = response.entry(for: item.transaction)
+            if let entry {
+                entries[item.key] = RestoreResult.Entry(
+                    transactionId: item.transaction.id, productId: item.transaction.productId, outcome: entry.outcome,
+                    code: entry.code)
+            }
+            if let entry, entry.isFinal {
+                conclude(
+                    item.key,
+                    verdict: .accepted(
+                        PurchaseResponse(status: response.status, transactions: [entry], account: response.account)),
+                    account: account)
+            } else {
+                var held = verdict
+                held = .retryable(status: 200, code: "transaction_not_in_answer", retryAfter: nil)
+                conclude(item.key, verdict: held, account: account)
+            }
+        }
+        return (verdict, entries)
+    }
+
+    /// Records a verdict: a final one settles (durably, then StoreKit finishes it); a cancelled
+    /// request is no attempt; anything else holds the item with backoff.
+    func conclude(_ key: String, verdict: SubmissionVerdict, account: String) {
+        guard let item = state.pending.first(where: { $0.key == key }) else { return }
+        let purchaseToken = item.transaction.appAccountToken ?? intentToken(for: item.transaction.id)
         if verdict.isFinal {
             recentVerdicts[key] = verdict
             if recentVerdicts.count > 64 { recentVerdicts.removeValue(forKey: recentVerdicts.keys.first!) }
-        }
-        if verdict.isFinal {
             state.pending.removeAll { $0.key == key }
             state.settled.append(
                 SettledTransaction(key: key, accountId: account, verdict: Self.describe(verdict), at: clock.now()))
+            settledKeys.insert(key)
             if state.settled.count > configuration.settledMemory {
-                state.settled.removeFirst(state.settled.count - configuration.settledMemory)
+                let dropped = state.settled.prefix(state.settled.count - configuration.settledMemory)
+                for settled in dropped { settledKeys.remove(settled.key) }
+                state.settled.removeFirst(dropped.count)
             }
             prune()
-            try? persist()
-            // Durable verdict first, then finish: a crash in between re-delivers it, and the
-            // settled record finishes it without asking the server again.
-            await queue.finish(transactionId: item.transaction.id)
+            let durable = persistOrLog()
+            if case .rejected(_, let code, _) = verdict {
+                log(.warning, "transaction \(item.transaction.id) refused for good: \(code)")
+            }
             if case .accepted(let response) = verdict, let info = response.account { remember(info) }
+            if durable {
+                // Durable verdict first, then finish: a crash in between re-delivers it, and the
+                // settled record finishes it without asking the server again.
+                let queue = self.queue
+                let id = item.transaction.id
+                spawn { _ in await queue.finish(transactionId: id) }
+            }
         } else if verdict.wasCancelled {
             // Our own cancellation (shutdown, the app's task torn down), not an answer: no attempt
             // counted, no backoff; due again a second from now (never a hot loop).
@@ -501,28 +1152,39 @@ public actor PurchaseCoordinator {
                 state.pending[index].nextAttemptAt = max(
                     state.pending[index].nextAttemptAt, clock.now().addingTimeInterval(1))
             }
-            scheduleWake()
         } else if let index = state.pending.firstIndex(where: { $0.key == key }) {
             var held = state.pending[index]
             held.attempts += 1
             let after = clock.now()
-            held.nextAttemptAt = after.addingTimeInterval(
-                configuration.retry.delay(afterAttempt: held.attempts, random: configuration.random()))
+            let backoff = configuration.retry.delay(afterAttempt: held.attempts, random: configuration.random())
+            held.backoff = backoff
+            held.nextAttemptAt = after.addingTimeInterval(backoff)
             switch verdict {
             case .pending(let retryAfter), .retryable(_, _, let retryAfter):
-                held.notBefore = retryAfter.map { after.addingTimeInterval(min($0, 3_600)) }
+                let capped = retryAfter.map { min(max($0, 0), configuration.maxRetryAfter) }
+                held.retryAfter = capped
+                held.notBefore = capped.map { after.addingTimeInterval($0) }
             default: break
             }
+            if case .retryable(_, let code, _) = verdict,
+                code == "transaction_not_in_proof" || code == "transaction_not_in_answer"
+            {
+                held.refreshProof = true
+            } else {
+                held.refreshProof = false
+            }
             held.lastError = Self.describe(verdict)
+            if held.attempts == 10 || held.attempts % 50 == 0 {
+                log(.warning, "transaction \(held.transaction.id) still held after \(held.attempts) attempts: \(held.lastError ?? "")")
+            }
             state.pending[index] = held
-            try? persist()
-            scheduleWake()
+            persistOrLog()
         }
         for waiter in verdictWaiters.removeValue(forKey: key) ?? [] { waiter.resume(returning: verdict) }
-        if let token = purchaseToken, let waiter = purchaseWaiters.removeValue(forKey: token) {
-            waiter.resume(returning: Self.outcome(verdict))
+        if verdict.isFinal, let token = purchaseToken, purchaseWaiters[token] != nil {
+            resolve(token, .success(Self.outcome(verdict)))
         }
-        return verdict
+        scheduleWake()
     }
 
     func intentToken(for transactionId: String) -> UUID? {
@@ -556,7 +1218,7 @@ public actor PurchaseCoordinator {
 
     static func describe(_ verdict: SubmissionVerdict) -> String {
         switch verdict {
-        case .accepted(let response): response.status
+        case .accepted(let response): response.transactions.first?.outcome ?? response.status
         case .rejected(let status, let code, _): "rejected:\(code.isEmpty ? "http_\(status)" : code)"
         case .pending: "pending"
         case .retryable(let status, let code, _): "retryable:\(code ?? status.map(String.init) ?? "network")"
@@ -571,37 +1233,53 @@ public actor PurchaseCoordinator {
         }
     }
 
-    /// Intents that can no longer matter: closed, or bound and settled, or past their lifetime.
+    /// Intents that can no longer matter: closed, or bound and settled, or long past their end.
     func prune() {
-        let cutoff = clock.now().addingTimeInterval(-configuration.intentLifetime)
+        let now = clock.now()
         let held = Set(state.pending.map(\.transaction.id))
         state.intents.removeAll { intent in
-            if intent.createdAt < cutoff { return true }
             if intent.state == .closed { return true }
             if intent.state == .bound, let id = intent.transactionId { return !held.contains(id) }
+            // Ask to Buy may take days: kept a month for its token-bearing transaction.
+            let end = intent.state == .deferred ? intent.createdAt.addingTimeInterval(30 * 86_400) : intentEnd(intent)
+            return end.addingTimeInterval(86_400) < now && intent.state != .paying
+        }
+    }
+
+    /// Writes what changed since the last write (one record per changed item).
+    func persist() throws {
+        guard !stopped, loaded else { return }
+        let current = PendingRecords.records(state)
+        let (write, remove) = try PendingRecords.changes(from: persisted, to: current)
+        guard !write.isEmpty || !remove.isEmpty else { return }
+        try store.write(write, removing: remove)
+        persisted = current
+    }
+
+    @discardableResult
+    func persistOrLog() -> Bool {
+        do {
+            try persist()
+            return true
+        } catch {
+            log(.error, "pending state not written: \(error)")
             return false
         }
     }
 
-    func persist() throws {
-        guard !stopped else { return }
-        try store.save(state)
-    }
-
-    /// Wakes when the earliest held submission is due. Rescheduling cancels only the sleep: the
-    /// drive a wake starts runs in a task of its own, which no later rescheduling reaches — a
-    /// cancelled drive would cancel its own request (URLSession honours cancellation), so one
-    /// transaction the server keeps answering 202 would starve every other held one.
+    /// Wakes when the earliest held submission is due, after a monotonic sleep (a clock set
+    /// back does not stretch it). Rescheduling cancels only the sleep: the drive a wake starts
+    /// runs in a task of its own (a cancelled drive would cancel its own request).
     func scheduleWake() {
         wake?.cancel()
         wake = nil
-        guard !stopped else { return }
-        let due = state.pending.filter { $0.accountId != nil && !submitting.contains($0.key) }
-            .map { max($0.nextAttemptAt, $0.notBefore ?? $0.nextAttemptAt) }.min()
+        guard !stopped, loaded else { return }
+        let due = state.pending.filter { $0.accountId != nil && !submitting.contains($0.key) }.map(\.dueAt).min()
         guard let due else { return }
         let clock = self.clock
+        let seconds = max(0, min(due.timeIntervalSince(clock.now()), configuration.maxRetryAfter))
         wake = Task { [weak self] in
-            do { try await clock.sleep(until: due) } catch { return }
+            do { try await clock.sleep(for: seconds) } catch { return }
             await self?.woke()
         }
     }
@@ -610,7 +1288,7 @@ public actor PurchaseCoordinator {
     func woke() {
         wake = nil
         guard !stopped else { return }
-        spawn { await $0.drive() }
+        requestDrive()
     }
 
     func spawn(_ work: @escaping @Sendable (PurchaseCoordinator) async -> Void) {

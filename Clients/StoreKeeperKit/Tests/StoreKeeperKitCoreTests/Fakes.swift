@@ -1,4 +1,5 @@
 import Foundation
+import XCTest
 import StoreKeeperKitCore
 
 /// A payment queue whose answers a test scripts, recording every payment and finish.
@@ -26,7 +27,9 @@ final class FakeQueue: PaymentQueue, @unchecked Sendable {
     /// from the payment (with its token unless `dropToken`).
     func answer(_ result: PaymentResult) { state.withValue { $0.next.append(result) } }
 
-    func transaction(productId: String, token: UUID?, id: String? = nil, date: Date = Date()) -> StoreTransaction {
+    func transaction(productId: String, token: UUID?, id: String? = nil, date: Date = Date(), quantity: Int = 1)
+        -> StoreTransaction
+    {
         let id =
             id
             ?? state.withValue {
@@ -34,7 +37,7 @@ final class FakeQueue: PaymentQueue, @unchecked Sendable {
                 return String($0.counter)
             }
         return StoreTransaction(
-            id: id, originalId: id, productId: productId, quantity: 1, appAccountToken: token, purchaseDate: date,
+            id: id, originalId: id, productId: productId, quantity: quantity, appAccountToken: token, purchaseDate: date,
             signedTransaction: "jws-\(id)")
     }
 
@@ -59,7 +62,7 @@ final class FakeQueue: PaymentQueue, @unchecked Sendable {
         let scripted = state.withValue { $0.next.isEmpty ? nil : $0.next.removeFirst() }
         switch scripted {
         case nil:
-            let transaction = transaction(productId: productId, token: appAccountToken)
+            let transaction = transaction(productId: productId, token: appAccountToken, quantity: quantity)
             state.withValue { $0.unfinished.append(transaction) }
             return .purchased(transaction)
         case .purchased(let transaction)?:
@@ -104,6 +107,7 @@ final class FakeBackend: Backend, @unchecked Sendable {
         var accountId: String
         var orderId: String?
         var proof: Proof
+        var transactionId: String? = nil
     }
     struct State {
         var orders: [ServerOrder] = []
@@ -114,6 +118,8 @@ final class FakeBackend: Backend, @unchecked Sendable {
         var offline = false
         var orderRequests: [(offerId: String?, appTransactionId: String?)] = []
         var introductory: IntroductoryOfferEligibility?
+        var cancelled: [String] = []
+        var expiresIn: TimeInterval? = nil
     }
     let state = Locked(State())
 
@@ -143,7 +149,8 @@ final class FakeBackend: Backend, @unchecked Sendable {
             if let failure = state.orderFailure { throw failure }
             let order = ServerOrder(
                 orderId: "order-\(state.orders.count + 1)", appAccountToken: UUID(), accountId: accountId,
-                productId: productId, quantity: quantity)
+                productId: productId, quantity: quantity,
+                expiresAt: state.expiresIn.map { Date(timeIntervalSince1970: 1_800_000_000).addingTimeInterval($0) })
             state.orders.append(order)
             return order
         }
@@ -154,7 +161,9 @@ final class FakeBackend: Backend, @unchecked Sendable {
     let latencyNanoseconds = Locked<UInt64>(0)
     let cancelledSubmissions = Locked(0)
 
-    func submitPurchase(accountId: String, orderId: String?, proof: Proof) async -> SubmissionVerdict {
+    func submitPurchase(accountId: String, orderId: String?, proof: Proof, transactionId: String?) async
+        -> SubmissionVerdict
+    {
         let latency = latencyNanoseconds.withValue { $0 }
         if latency > 0 {
             do {
@@ -165,13 +174,39 @@ final class FakeBackend: Backend, @unchecked Sendable {
             }
         }
         return state.withValue { state in
-            state.submissions.append(Submission(accountId: accountId, orderId: orderId, proof: proof))
+            state.submissions.append(
+                Submission(accountId: accountId, orderId: orderId, proof: proof, transactionId: transactionId))
             if !state.verdicts.isEmpty { return state.verdicts.removeFirst() }
             return .accepted(
                 PurchaseResponse(
-                    status: "delivered", transactions: [],
+                    status: "delivered", transactions: FakeBackend.entries(proof, orderId: orderId),
                     account: CustomerInfo(accountId: accountId, balances: ["coins": Int64(state.submissions.count)])))
         }
+    }
+
+    /// The server's entries for a proof: one per transaction it names ("jws-<id>" here).
+    static func entries(_ proof: Proof, orderId: String? = nil, outcome: String = "delivered")
+        -> [PurchaseResponse.Transaction]
+    {
+        func id(_ jws: String) -> String { jws.hasPrefix("jws-") ? String(jws.dropFirst(4)) : jws }
+        switch proof {
+        case .signedTransaction(let jws): return [.init(transactionId: id(jws), orderId: orderId, outcome: outcome)]
+        case .signedTransactions(let list): return list.map { .init(transactionId: id($0), outcome: outcome) }
+        case .transactionId(let value): return [.init(transactionId: value, orderId: orderId, outcome: outcome)]
+        case .receipt: return []
+        }
+    }
+
+    /// A 200 naming these transactions.
+    static func delivered(_ ids: String..., outcome: String = "delivered", account: String = "u1") -> SubmissionVerdict {
+        .accepted(
+            PurchaseResponse(
+                status: "delivered", transactions: ids.map { .init(transactionId: $0, outcome: outcome) },
+                account: CustomerInfo(accountId: account)))
+    }
+
+    func cancelOrder(accountId: String, orderId: String) async throws {
+        state.withValue { $0.cancelled.append(orderId) }
     }
 
     func customerInfo(accountId: String) async throws -> CustomerInfo {
@@ -182,28 +217,54 @@ final class FakeBackend: Backend, @unchecked Sendable {
     }
 }
 
-/// Time a test moves by hand; sleeps wait until it has moved far enough.
+/// Time a test moves by hand: `advance` moves the wall clock and elapsed time together, `jump`
+/// only the wall clock (a user setting the date), as on a device; sleeps count elapsed time.
 final class ManualClock: Clock, @unchecked Sendable {
     let current = Locked(Date(timeIntervalSince1970: 1_800_000_000))
+    let elapsed = Locked<TimeInterval>(0)
     func now() -> Date { current.withValue { $0 } }
-    func advance(_ seconds: TimeInterval) { current.withValue { $0 = $0.addingTimeInterval(seconds) } }
-    func sleep(until: Date) async throws {
-        while now() < until {
+    func advance(_ seconds: TimeInterval) {
+        current.withValue { $0 = $0.addingTimeInterval(seconds) }
+        elapsed.withValue { $0 += seconds }
+    }
+    func jump(_ seconds: TimeInterval) { current.withValue { $0 = $0.addingTimeInterval(seconds) } }
+    func sleep(for seconds: TimeInterval) async throws {
+        let until = elapsed.withValue { $0 } + seconds
+        while elapsed.withValue({ $0 }) < until {
             try await Task.sleep(nanoseconds: 2_000_000)
         }
     }
 }
 
-/// A pending store in memory that counts writes and can fail them.
+/// A pending store in memory that counts writes and can fail them (or its reads: a locked
+/// Keychain).
 final class MemoryStore: PendingStore, @unchecked Sendable {
-    let saved = Locked<PendingState?>(nil)
+    let records = Locked<[String: Data]>([:])
     let failing = Locked(false)
-    func load() throws -> PendingState { saved.withValue { $0 } ?? PendingState() }
-    func save(_ state: PendingState) throws {
-        if failing.withValue({ $0 }) { throw PendingStoreError("disk full") }
-        saved.withValue { $0 = state }
+    let unreadable = Locked(false)
+    let writes = Locked(0)
+    let bytesWritten = Locked(0)
+    func load() throws -> [String: Data] {
+        if unreadable.withValue({ $0 }) { throw PendingStoreError("errSecInteractionNotAllowed") }
+        return records.withValue { $0 }
     }
-    var state: PendingState { saved.withValue { $0 } ?? PendingState() }
+    func write(_ changes: [String: Data], removing: [String]) throws {
+        if failing.withValue({ $0 }) { throw PendingStoreError("disk full") }
+        writes.withValue { $0 += 1 }
+        bytesWritten.withValue { $0 += changes.values.reduce(0) { $0 + $1.count } }
+        records.withValue { records in
+            for (key, value) in changes { records[key] = value }
+            for key in removing { records[key] = nil }
+        }
+    }
+    var state: PendingState { PendingRecords.decode(records.withValue { $0 }).state }
+}
+
+extension PurchaseCoordinator {
+    /// Waits until nothing runs in the background (configure, login and redrive return at once).
+    func idle(timeout: TimeInterval = 5) async {
+        _ = await eventually(timeout: timeout) { await self.isIdle }
+    }
 }
 
 func eventually(
@@ -215,4 +276,12 @@ func eventually(
         try? await Task.sleep(nanoseconds: 5_000_000)
     }
     return await condition()
+}
+
+func assertEventually(
+    timeout: TimeInterval = 5, _ message: @autoclosure () -> String = "", file: StaticString = #filePath,
+    line: UInt = #line, _ condition: @Sendable () async -> Bool
+) async {
+    let ok = await eventually(timeout: timeout, condition)
+    XCTAssertTrue(ok, message(), file: file, line: line)
 }

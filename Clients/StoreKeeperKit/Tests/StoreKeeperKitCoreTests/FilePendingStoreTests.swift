@@ -34,67 +34,121 @@ final class FilePendingStoreTests: XCTestCase {
         return state
     }
 
+    func records(_ state: PendingState) throws -> [String: Data] {
+        try PendingRecords.changes(from: [:], to: PendingRecords.records(state)).write
+    }
+
     func testRoundTripAndNothingLeftBehind() throws {
-        let url = directory.appendingPathComponent("pending.json")
+        let url = directory.appendingPathComponent("pending.journal")
         let store = FilePendingStore(url: url)
-        XCTAssertEqual(try store.load(), PendingState(), "no file: empty")
+        XCTAssertEqual(try store.load(), [:], "no file: empty")
         let state = sampleState()
-        try store.save(state)
-        XCTAssertEqual(try FilePendingStore(url: url).load(), state)
-        try store.save(PendingState())
-        XCTAssertEqual(try store.load(), PendingState())
-        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: directory.path), ["pending.json"])
+        try store.write(try records(state), removing: [])
+        XCTAssertEqual(PendingRecords.decode(try FilePendingStore(url: url).load()).state, state)
+        try store.write([:], removing: Array(try records(state).keys))
+        XCTAssertEqual(try FilePendingStore(url: url).load(), [:])
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: directory.path), ["pending.journal"])
     }
 
-    // A crash mid-write leaves a stray temporary file, never a torn state file.
-    func testAStrayTemporaryFileDoesNotMatter() throws {
-        let url = directory.appendingPathComponent("pending.json")
-        let store = FilePendingStore(url: url)
-        try store.save(sampleState())
-        try Data("{\"version\":1,\"inte".utf8).write(to: directory.appendingPathComponent(".pending.json.x.tmp"))
-        XCTAssertEqual(try store.load(), sampleState())
+    // Finding 8: one update appends one short line, whatever the history holds; the journal is
+    // compacted once it is four times what it holds.
+    func testOneUpdateWritesOneRecordNotTheHistory() throws {
+        let url = directory.appendingPathComponent("pending.journal")
+        let store = FilePendingStore(url: url, synchronous: false)
+        var history: [String: Data] = [:]
+        for index in 0..<2_000 {
+            history["settled:\(index)"] = Data(#"{"v":2,"value":{"key":"\#(index)","verdict":"delivered","at":1}}"#.utf8)
+        }
+        try store.write(history, removing: [])
+        let before = try Data(contentsOf: url).count
+        XCTAssertGreaterThan(before, 100_000)
+        try store.write(["pending:9": Data(#"{"v":2}"#.utf8)], removing: [])
+        let after = try Data(contentsOf: url).count
+        XCTAssertLessThan(after - before, 200, "one record appended, not the document rewritten")
+        for round in 0..<400 { try store.write(["pending:9": Data("{\"v\":2,\"n\":\(round)}".utf8)], removing: []) }
+        XCTAssertLessThan(try Data(contentsOf: url).count, 5 * before, "compacted")
+        XCTAssertEqual(try FilePendingStore(url: url).load().count, 2_001)
     }
 
-    // An unreadable file is kept aside; the coordinator starts from StoreKit's own queue.
-    func testUnreadableFileIsMovedAsideNotLost() throws {
-        let url = directory.appendingPathComponent("pending.json")
-        try Data("{not json".utf8).write(to: url)
+    // A crash mid-append leaves a torn last line: ignored (that write never returned); the
+    // next write rewrites the journal whole.
+    func testATornLastLineIsIgnored() throws {
+        let url = directory.appendingPathComponent("pending.journal")
+        try FilePendingStore(url: url).write(try records(sampleState()), removing: [])
+        let handle = try FileHandle(forWritingTo: url)
+        handle.seekToEndOfFile()
+        handle.write(Data(#"{"w":{"pending:2":"eyJ2Ij"#.utf8))
+        handle.closeFile()
         let store = FilePendingStore(url: url)
-        XCTAssertEqual(try store.load(), PendingState())
+        XCTAssertEqual(PendingRecords.decode(try store.load()).state, sampleState())
+        try store.write(["x": Data("{}".utf8)], removing: [])
+        XCTAssertEqual(try FilePendingStore(url: url).load().count, try records(sampleState()).count + 1)
+    }
+
+    // Finding 10: a damaged line in the middle is copied aside, never lost; the rest loads.
+    func testADamagedLineIsKeptAside() throws {
+        let url = directory.appendingPathComponent("pending.journal")
+        let store = FilePendingStore(url: url)
+        try store.write(["a": Data("1".utf8)], removing: [])
+        try store.write(["b": Data("2".utf8)], removing: [])
+        var text = try String(contentsOf: url, encoding: .utf8)
+        text = text.replacingOccurrences(of: #"{"w":{"a""#, with: #"{"w":{"a"#)
+        try Data(text.utf8).write(to: url)
+        XCTAssertEqual(try FilePendingStore(url: url).load(), ["b": Data("2".utf8)])
         let names = try FileManager.default.contentsOfDirectory(atPath: directory.path)
-        XCTAssertTrue(names.contains { $0.hasPrefix("pending.json.unreadable-") }, "\(names)")
-        try store.save(sampleState())
-        XCTAssertEqual(try store.load(), sampleState())
+        XCTAssertTrue(names.contains { $0.hasPrefix("pending.journal.damaged-") }, "\(names)")
+    }
+
+    // Version 1's single document is handed over as `legacy` and migrated by the coordinator.
+    func testVersionOneDocumentIsMigrated() async throws {
+        let url = directory.appendingPathComponent("pending.json")
+        let legacy = """
+            {"version":1,"intents":[],"pending":[{"transaction":{"id":"77","productId":"coins_60","quantity":1,\
+            "purchaseDate":1800000000000,"signedTransaction":"jws-77"},"reason":"purchase","accountId":"u1",\
+            "attempts":2,"nextAttemptAt":1800000000000}],"settled":[{"key":"5","accountId":"u1","verdict":"delivered",\
+            "at":1800000000000}],"customerInfo":{}}
+            """
+        try Data(legacy.utf8).write(to: url)
+        let queue = FakeQueue()
+        let backend = FakeBackend()
+        let coordinator = PurchaseCoordinator(queue: queue, backend: backend, store: FilePendingStore(url: url))
+        await coordinator.configure()
+        await coordinator.login("u1")
+        await assertEventually { queue.finished == ["77"] }
+        let records = try FilePendingStore(url: url).load()
+        XCTAssertNil(records[PendingRecords.legacyKey])
+        XCTAssertNotNil(records["settled:5"])
+        XCTAssertTrue(try String(contentsOf: url, encoding: .utf8).hasPrefix("storekeeper-journal 2"))
+        await coordinator.shutdown()
     }
 
     func testUnwritableDirectoryIsAnError() throws {
         let blocker = directory.appendingPathComponent("file")
         try Data().write(to: blocker)
-        let store = FilePendingStore(url: blocker.appendingPathComponent("pending.json"))
-        XCTAssertThrowsError(try store.save(sampleState()))
+        let store = FilePendingStore(url: blocker.appendingPathComponent("pending.journal"))
+        XCTAssertThrowsError(try store.write(try records(sampleState()), removing: []))
     }
 
     // The coordinator on a file store: a purchase whose upload failed survives a rebuild.
     func testCoordinatorStateSurvivesARebuildFromTheFile() async throws {
-        let url = directory.appendingPathComponent("pending.json")
+        let url = directory.appendingPathComponent("pending.journal")
         let queue = FakeQueue()
         let backend = FakeBackend()
         backend.script(.retryable(status: nil, code: "network", retryAfter: nil))
-        let first = try PurchaseCoordinator(queue: queue, backend: backend, store: FilePendingStore(url: url))
+        let first = PurchaseCoordinator(queue: queue, backend: backend, store: FilePendingStore(url: url))
         await first.configure()
         await first.login("u1")
         _ = try await first.purchase(productId: "coins_60")
         await first.shutdown()
-        let onDisk = try FilePendingStore(url: url).load()
+        let onDisk = PendingRecords.decode(try FilePendingStore(url: url).load()).state
         XCTAssertEqual(onDisk.pending.count, 1)
         XCTAssertEqual(onDisk.intents.first?.orderId, backend.orders.first?.orderId)
 
-        let second = try PurchaseCoordinator(queue: queue, backend: backend, store: FilePendingStore(url: url))
+        let second = PurchaseCoordinator(queue: queue, backend: backend, store: FilePendingStore(url: url))
         await second.configure()
-        XCTAssertEqual(backend.submissions.count, 2)
+        await assertEventually { backend.submissions.count == 2 && queue.finished.count == 1 }
         XCTAssertEqual(backend.submissions.last?.orderId, backend.orders.first?.orderId)
-        XCTAssertEqual(queue.finished.count, 1)
-        XCTAssertEqual(try FilePendingStore(url: url).load().pending, [])
+        await assertEventually { PendingRecords.decode((try? FilePendingStore(url: url).load()) ?? [:]).state.pending.isEmpty }
         await second.shutdown()
     }
 }

@@ -31,7 +31,9 @@ final class PurchaseCoordinatorTests: XCTestCase {
     func started(login account: String? = "u1") async throws -> PurchaseCoordinator {
         let coordinator = try coordinator()
         await coordinator.configure()
+        await coordinator.idle()
         if let account { await coordinator.login(account) }
+        await coordinator.idle()
         return coordinator
     }
 
@@ -123,7 +125,11 @@ final class PurchaseCoordinatorTests: XCTestCase {
             (.rejected(status: 422, code: "invalid_signature", message: ""), true),
             (.rejected(status: 409, code: "owned_by_other_account", message: ""), true),
             (.rejected(status: 422, code: "wrong_bundle", message: ""), true),
-            (.accepted(PurchaseResponse(status: "already_delivered", transactions: [], account: nil)), true),
+            (FakeBackend.delivered("1001", outcome: "already_delivered"), true),
+            (FakeBackend.delivered("1001", outcome: "refunded"), true),
+            // Finding 4: a 200 that does not name the transaction (a receipt read too early) is no verdict on it.
+            (.accepted(PurchaseResponse(status: "already_delivered", transactions: [], account: nil)), false),
+            (FakeBackend.delivered("9999"), false),
         ]
         for (verdict, final) in cases {
             reset()
@@ -223,9 +229,7 @@ final class PurchaseCoordinatorTests: XCTestCase {
         XCTAssertEqual(store.state.pending.count, 2)
         // Both due at the next wake: the first answers 202, the second would be delivered.
         backend.latencyNanoseconds.withValue { $0 = 30_000_000 }
-        backend.script(
-            .pending(retryAfter: 600),
-            .accepted(PurchaseResponse(status: "delivered", transactions: [], account: nil)))
+        backend.script(.pending(retryAfter: 600), FakeBackend.delivered("1001", "1002"))
         clock.advance(11)
         let finished = await eventually { self.queue.finished.count == 1 }
         XCTAssertTrue(finished, "the second held transaction reached the server and was finished")
@@ -278,6 +282,7 @@ final class PurchaseCoordinatorTests: XCTestCase {
         XCTAssertEqual(queue.finished.count, 0)
         // The network comes back: re-driven at once, delivered, finished.
         await coordinator.redrive(.networkChange)
+        await coordinator.idle()
         XCTAssertEqual(backend.submissions.count, 3)
         XCTAssertEqual(queue.finished.count, 1)
         XCTAssertEqual(store.state.pending, [])
@@ -288,9 +293,11 @@ final class PurchaseCoordinatorTests: XCTestCase {
         let coordinator = try await started()
         _ = try await coordinator.purchase(productId: "coins_60")
         await coordinator.redrive(.foreground)
+        await coordinator.idle()
         XCTAssertEqual(backend.submissions.count, 1, "Retry-After is honoured")
         clock.advance(31)
         await coordinator.redrive(.foreground)
+        await coordinator.idle()
         XCTAssertEqual(backend.submissions.count, 2)
         XCTAssertEqual(queue.finished.count, 1)
     }
@@ -334,12 +341,15 @@ final class PurchaseCoordinatorTests: XCTestCase {
         queue.send(.transaction(transaction))
         queue.send(.transaction(transaction))
         queue.state.withValue { $0.restorable = [transaction] }
-        try await coordinator.restore()
+        let restored = try await coordinator.restore()
+        XCTAssertEqual(restored.transactions.map(\.outcome), ["delivered"])
         try await Task.sleep(nanoseconds: 100_000_000)
         await coordinator.shutdown()
         queue.send(.transaction(transaction))
         let relaunched = try await started()
-        XCTAssertEqual(backend.submissions.count, 1)
+        // The purchase once; the restore asks the server again, once, about what it restored.
+        XCTAssertEqual(backend.submissions.count, 2)
+        XCTAssertEqual(backend.submissions.last?.proof, .signedTransactions(["jws-1001"]))
         // Re-deliveries of a settled transaction are finished again, never resubmitted.
         XCTAssertGreaterThanOrEqual(queue.finished.filter { $0 == "1001" }.count, 3)
         let left = await queue.unfinished()
@@ -400,21 +410,55 @@ final class PurchaseCoordinatorTests: XCTestCase {
         XCTAssertEqual(backend.submissions.count, 0)
         XCTAssertEqual(queue.finished, [])
         await coordinator.login("u9")
+        await coordinator.idle()
         XCTAssertEqual(backend.submissions.map(\.accountId), ["u9"])
         XCTAssertEqual(queue.finished, ["5001"])
     }
 
-    // Promoted purchases wait for login, then buy with an order of that account.
-    func testPromotedPurchaseWaitsForLogin() async throws {
+    // Finding 11: a purchase started outside the app waits for the app's consent: with no
+    // handler it is listed until the app buys it; with one, the handler decides after login.
+    func testPromotedPurchasesWaitForTheAppsConsent() async throws {
         let coordinator = try await started(login: nil)
-        queue.send(.promoted(productId: "pro", quantity: 1))
-        try await Task.sleep(nanoseconds: 50_000_000)
-        XCTAssertEqual(queue.payments.count, 0)
+        let promoted = PromotedPurchase(id: "promo-1", productId: "pro", offerId: "winback")
+        queue.send(.promoted(promoted))
         await coordinator.login("u2")
-        let queue = self.queue!
-        let paid = await eventually { queue.finished.count == 1 }
-        XCTAssertTrue(paid)
+        await coordinator.idle()
+        try await Task.sleep(nanoseconds: 50_000_000)
+        XCTAssertEqual(queue.payments.count, 0, "never bought without the app")
+        var waiting = await coordinator.promotedPurchases().makeAsyncIterator()
+        let current = await waiting.next()
+        XCTAssertEqual(current, [promoted], "the stream starts with what is waiting")
+        let outcome = try await coordinator.purchase(promoted)
+        guard case .delivered = outcome else { return XCTFail("\(outcome)") }
         XCTAssertEqual(backend.orders.map(\.accountId), ["u2"])
+        XCTAssertEqual(queue.state.withValue { $0.options.last?.promotedPurchaseId }, "promo-1", "Apple's payment, with its offer")
+        let left = await coordinator.waitingPromotedPurchases
+        XCTAssertEqual(left, [])
+        do {
+            _ = try await coordinator.purchase(promoted)
+            XCTFail("bought twice")
+        } catch PurchaseError.unknownPromotedPurchase {}
+        await coordinator.shutdown()
+
+        reset()
+        let asked = Locked<[String]>([])
+        let consenting = PurchaseCoordinator(
+            queue: queue, backend: backend, store: store, clock: clock,
+            configuration: .init(shouldStartPromotedPurchase: { purchase in
+                asked.withValue { $0.append(purchase.productId) }
+                return purchase.productId == "pro"
+            }))
+        await consenting.configure()
+        queue.send(.promoted(PromotedPurchase(id: "a", productId: "coins_60")))
+        queue.send(.promoted(PromotedPurchase(id: "b", productId: "pro")))
+        try await Task.sleep(nanoseconds: 50_000_000)
+        XCTAssertEqual(asked.withValue { $0 }, [], "nobody logged in: not even asked")
+        await consenting.login("u3")
+        let queue = self.queue!
+        await assertEventually { queue.finished.count == 1 }
+        XCTAssertEqual(queue.payments.map(\.productId), ["pro"], "declined by the app: not bought")
+        XCTAssertEqual(Set(asked.withValue { $0 }), ["coins_60", "pro"])
+        await consenting.shutdown()
     }
 
     // P10: Ask to Buy, approved after a restart, while another user is logged in.
@@ -463,6 +507,7 @@ final class PurchaseCoordinatorTests: XCTestCase {
         _ = try await coordinator.purchase(productId: "pro")
         await coordinator.logout()
         await coordinator.login("bob")
+        await coordinator.idle()
         XCTAssertEqual(backend.submissions.map(\.accountId), ["alice", "alice"])
     }
 

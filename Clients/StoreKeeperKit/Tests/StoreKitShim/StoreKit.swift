@@ -52,6 +52,14 @@
 
         public struct SubscriptionOffer: Hashable, Sendable {
             public let id: String?
+            public let type: Product.SubscriptionOffer.OfferType
+
+            public struct OfferType: Hashable, Sendable {
+                public static let introductory = OfferType()
+                public static let promotional = OfferType()
+                // iOS 18.0
+                public static let winBack = OfferType()
+            }
         }
 
         public enum PurchaseResult: Sendable {
@@ -111,8 +119,11 @@
         public static func sync() async throws { unavailable() }
     }
 
+    // iOS 16.4
     public struct PurchaseIntent: Sendable {
         public let product: Product
+        // iOS 18.0: the offer the App Store attached (a promotional or win-back offer).
+        public let offer: Product.SubscriptionOffer?
         public var id: Product.ID { unavailable() }
         public static var intents: PurchaseIntent.PurchaseIntents { unavailable() }
 
@@ -127,21 +138,43 @@
 
     // MARK: StoreKit 1
 
+    // StoreKit 1: @available(iOS, introduced: 3.0, deprecated: 18.0) throughout (the adapter is
+    // for apps that still ship it; StoreKit 2 is the default).
     open class SKPayment: NSObject {
         open var productIdentifier: String { unavailable() }
         open var quantity: Int { unavailable() }
         open var applicationUsername: String? { unavailable() }
+        // iOS 12.2
+        open var paymentDiscount: SKPaymentDiscount? { unavailable() }
+    }
+
+    open class SKRequest: NSObject {
+        open weak var delegate: SKRequestDelegate?
+        open func start() { unavailable() }
+        open func cancel() { unavailable() }
+    }
+
+    /// In StoreKit an Objective-C protocol with optional methods; here the ones the adapter implements.
+    public protocol SKRequestDelegate: NSObjectProtocol {
+        func requestDidFinish(_ request: SKRequest)
+        func request(_ request: SKRequest, didFailWithError error: Error)
+    }
+
+    open class SKReceiptRefreshRequest: SKRequest {
+        public init(receiptProperties properties: [String: Any]?) { unavailable() }
     }
 
     open class SKPaymentDiscount: NSObject {
         public init(identifier: String, keyIdentifier: String, nonce: UUID, signature: String, timestamp: NSNumber) {
             unavailable()
         }
+        open var identifier: String { unavailable() }
     }
 
     open class SKMutablePayment: SKPayment {
         public override init() { super.init() }
-        open var paymentDiscount: SKPaymentDiscount? {
+        public init(product: SKProduct) { unavailable() }
+        open override var paymentDiscount: SKPaymentDiscount? {
             get { unavailable() }
             set { unavailable() }
         }
