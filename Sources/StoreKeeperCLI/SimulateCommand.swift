@@ -17,7 +17,8 @@ struct SimulateCommand: AsyncParsableCommand {
             tokens, merges payments, defers (Ask to Buy) and lets the user double-tap. When all has
             settled, what each account paid (the local App Store's record) is compared with what
             the server delivered. Exit status: 0 clean, 1 a purchase was lost, doubled,
-            misattributed or finished before the server acknowledged it (or nothing settled),
+            misattributed or finished before the server acknowledged it, a purchase call was
+            stuck, the server saw a product_mismatch, something was still held (or nothing settled),
             2 the server or its local App Store could not be reached, 64 invalid options.
             """)
 
@@ -32,6 +33,22 @@ struct SimulateCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Random seed: the same seed makes the same choices.") var seed: UInt64 = 1
     @Option(name: .customLong("settle-seconds"), help: "How long settling may take (default 300).")
     var settleSeconds: Double = 300
+    @Option(
+        name: .customLong("storekit"),
+        help:
+            "1, 2 or mixed (default 2): StoreKit 1 devices call back out of order, drop applicationUsername, hand back old transactions and prove with the app receipt."
+    )
+    var storeKit: String = "2"
+    @Option(name: .customLong("accounts-per-device"), help: "App accounts logging in and out on each device (default 1).")
+    var accountsPerDevice: Int = 1
+    @Option(name: .customLong("middlebox-error-rate"), help: "Share of requests a proxy answers with HTML 400/404/413/502 (0…1).")
+    var middleboxErrorRate: Double = 0
+    @Option(name: .customLong("clock-jump-rate"), help: "Share of purchases before which the device clock jumps up to a day (0…1).")
+    var clockJumpRate: Double = 0
+    @Option(name: .customLong("replay-flood"), help: "Old transactions Transaction.updates replays at each launch (StoreKit 2).")
+    var replayFlood: Int = 0
+    @Option(name: .customLong("tokenless-rate"), help: "Share of purchases beside which one is made outside the app, without token (0…1).")
+    var tokenlessRate: Double = 0
     @Flag(name: .long, help: "Print the report as JSON.") var json = false
 
     func validate() throws {
@@ -43,6 +60,14 @@ struct SimulateCommand: AsyncParsableCommand {
         guard (0...1).contains(crashRate) else { throw ValidationError("--crash-rate must be 0…1") }
         guard (0...1).contains(networkFailureRate) else { throw ValidationError("--network-failure-rate must be 0…1") }
         guard settleSeconds > 0 else { throw ValidationError("--settle-seconds must be positive") }
+        guard Simulation.StoreKitMode(rawValue: storeKit) != nil else {
+            throw ValidationError("--storekit must be 1, 2 or mixed")
+        }
+        guard (1...20).contains(accountsPerDevice) else { throw ValidationError("--accounts-per-device must be 1…20") }
+        guard (0...1).contains(middleboxErrorRate) else { throw ValidationError("--middlebox-error-rate must be 0…1") }
+        guard (0...1).contains(clockJumpRate) else { throw ValidationError("--clock-jump-rate must be 0…1") }
+        guard (0...10_000).contains(replayFlood) else { throw ValidationError("--replay-flood must be 0…10000") }
+        guard (0...1).contains(tokenlessRate) else { throw ValidationError("--tokenless-rate must be 0…1") }
     }
 
     func run() async throws {
@@ -53,6 +78,12 @@ struct SimulateCommand: AsyncParsableCommand {
         options.networkFailureRate = networkFailureRate
         options.seed = seed
         options.settleSeconds = settleSeconds
+        options.storeKit = Simulation.StoreKitMode(rawValue: storeKit) ?? .two
+        options.accountsPerDevice = accountsPerDevice
+        options.middleboxErrorRate = middleboxErrorRate
+        options.clockJumpRate = clockJumpRate
+        options.replayFlood = replayFlood
+        options.tokenlessRate = tokenlessRate
         let report: Simulation.Report
         do {
             report = try await Simulation(options: options).run { line in
@@ -71,6 +102,7 @@ struct SimulateCommand: AsyncParsableCommand {
                 """
                 purchases \(report.purchases) · paid \(report.paid) · delivered \(report.delivered)
                 lost \(report.lost) · doubled \(report.doubled) · misattributed \(report.misattributed) · finished before ack \(report.finishedBeforeAck)
+                stuck purchases \(report.stuckPurchases) · product mismatches \(report.productMismatches) · held \(report.held) · \(report.requestsPerPurchase) requests per purchase
                 settled \(report.settled ? "in \(report.secondsToSettle) s" : "NOT within \(settleSeconds) s") · \(report.crashes) crashes · \(report.networkFailures) network failures · seed \(report.seed)
                 """)
         }

@@ -58,6 +58,13 @@ public enum DeliveryPlanner {
         /// about who paid. It delivers only to the submitter whose order token it carries, or who
         /// already owns its `originalTransactionId`.
         case lookup
+        /// Another entry of an app receipt sent to report one transaction (`receipt` +
+        /// `transactionId`): the device reports each of its transactions on its own, for its
+        /// own account — on a device several app accounts share, the receipt holds the others'
+        /// unfinished ones too, and nothing in a receipt says whose they are. Left alone (no
+        /// delivery, no anomaly) unless already delivered to the submitter; a receipt sent
+        /// without `transactionId` (a restore) delivers every entry as before.
+        case receiptCompanion
     }
 
     /// A recorded delivery: what a repeated submission answers with.
@@ -135,6 +142,13 @@ public enum DeliveryPlanner {
         let transaction = context.transaction
         let transactionId = transaction.transactionId ?? ""
         let productId = transaction.productId ?? ""
+
+        if context.evidence == .receiptCompanion {
+            // Left for its own report unless it is already this submitter's.
+            guard let existing = context.existingDelivery, let submitter = context.submittingAccount,
+                Identifiers.same(submitter, existing.accountId), !transaction.isRevoked
+            else { return Plan(outcome: .unattributed, accountId: nil) }
+        }
 
         if let existing = context.existingDelivery {
             if transaction.isRevoked {

@@ -1,9 +1,19 @@
 import Foundation
 import StoreKeeperKitCore
 
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
 let tracing = ProcessInfo.processInfo.environment["STOREKEEPER_SIMULATE_TRACE"] != nil
 func trace(_ line: @autoclosure () -> String) {
     if tracing { FileHandle.standardError.write(Data("\(Date().timeIntervalSince1970) \(line())\n".utf8)) }
+}
+
+/// The SDK's log lines in the trace (`STOREKEEPER_SIMULATE_TRACE`).
+struct TraceLogger: StoreKeeperLogger {
+    let device: String
+    func log(_ level: LogLevel, _ message: String) { trace("\(device) sdk \(level): \(message)") }
 }
 
 /// The process died here (a simulated crash): everything the app was doing stops.
@@ -32,6 +42,20 @@ public struct DeviceFaults: Sendable, Equatable {
     public var staleCallback: Double = 0
     /// The user taps buy twice.
     public var doubleTap: Double = 0
+    /// A proxy in front of the server answers HTML 400/404/413/502 instead of it (before the
+    /// server saw the request, or after it answered).
+    public var middlebox: Double = 0
+    /// The device clock jumps back or forward by up to a day (per purchase).
+    public var clockJump: Double = 0
+    /// A purchase made outside the app (an offer code, a promoted purchase) arrives, token-less.
+    public var tokenless: Double = 0
+    /// StoreKit 1: the callback comes after the purchase call gave up waiting (so callbacks of
+    /// successive payments arrive out of order).
+    public var lateCallback: Double = 0
+    /// StoreKit 1: the app receipt read at upload is an older one, without the newest purchase.
+    public var staleReceipt: Double = 0
+    /// The user logs out and in as another of the device's accounts (per purchase).
+    public var switchAccount: Double = 0
 
     public init() {}
 
@@ -60,8 +84,14 @@ public struct SeededRandom: Sendable {
 /// crash. Every component the coordinator talks to is wrapped for one run of the app (a
 /// generation): when the generation crashes, its writes, payments, finishes and requests stop.
 public actor SimulatedDevice {
+    public enum StoreKitVersion: String, Sendable, Codable { case one = "1", two = "2" }
+
     nonisolated public let appleId: String
+    /// The device's first account (the one it launches with).
     nonisolated public let accountId: String
+    /// Every app account used on this device (`--accounts-per-device`).
+    nonisolated public let accounts: [String]
+    nonisolated public let storeKit: StoreKitVersion
     let control: LocalStoreControl
     let server: URL
     let key: String
@@ -72,6 +102,20 @@ public actor SimulatedDevice {
 
     // StoreKit's side (survives crashes).
     var unfinished: [StoreTransaction] = []
+    /// Transactions finished on this device, oldest first (StoreKit 1 re-delivers one of them
+    /// "restored for free"; StoreKit 2's replay floods them).
+    var finishedHistory: [StoreTransaction] = []
+    /// A year of history: transactions delivered before this run, replayed at each launch.
+    var history: [StoreTransaction] = []
+    /// The receipt the device last read (StoreKit 1 may hand it back stale).
+    var cachedReceipt: String?
+    /// Who paid each transaction: the account whose purchase call (or whose session, for one
+    /// made outside the app) paid it — the ground truth for misattribution.
+    var paidBy: [String: String] = [:]
+    var askToBuyOwner: [String: String] = [:]
+    public private(set) var currentAccount: String
+    var callbacksOnTheWay = 0
+    let clockOffset = Locked<TimeInterval>(0)
     var receiptProofs: Set<String> = []
     var askToBuy: [String] = []
     var tokenOfOrder: [UUID: String] = [:]
@@ -89,6 +133,9 @@ public actor SimulatedDevice {
     public private(set) var crashes = 0
     public private(set) var doubleCharges = 0
     public private(set) var networkFailures = 0
+    public private(set) var stuckPurchases = 0
+    public private(set) var middleboxErrors = 0
+    public private(set) var requests = 0
 
     var generation: Generation
     public private(set) var coordinator: PurchaseCoordinator?
@@ -98,20 +145,30 @@ public actor SimulatedDevice {
 
     /// `tokens` mints the client tokens the SDK sends (default: the secret key, which the
     /// server accepts for every call); `transport` carries them (default AsyncHTTPClient).
+    /// How long a purchase call waits for StoreKit before answering `.pending`, and the bound
+    /// past which a call that has not returned counts as stuck.
+    let purchaseTimeout: TimeInterval
+    var stuckBound: TimeInterval { purchaseTimeout + 3 }
+
     public init(
         appleId: String, accountId: String, server: URL, key: String, directory: URL, seed: UInt64,
         faults: DeviceFaults, retry: RetryPolicy = RetryPolicy(base: 0.05, cap: 1),
-        tokens: ClientTokenProvider? = nil, transport: HTTPTransport = AsyncHTTPTransport(), fsync: Bool = true
+        tokens: ClientTokenProvider? = nil, transport: HTTPTransport = AsyncHTTPTransport(), fsync: Bool = true,
+        storeKit: StoreKitVersion = .two, otherAccounts: [String] = [], purchaseTimeout: TimeInterval = 1.5
     ) {
         self.fsync = fsync
         self.appleId = appleId
         self.accountId = accountId
+        self.accounts = [accountId] + otherAccounts
+        self.currentAccount = accountId
+        self.storeKit = storeKit
+        self.purchaseTimeout = purchaseTimeout
         self.server = server
         self.key = key
         self.tokens = tokens ?? { [key] _, _ in key }
         self.transport = transport
         self.control = LocalStoreControl(server: server, key: key)
-        self.storeURL = directory.appendingPathComponent("\(appleId).json")
+        self.storeURL = directory.appendingPathComponent("\(appleId).journal")
         self.faults = faults
         self.retry = retry
         self.random = SeededRandom(seed: seed)
@@ -129,18 +186,31 @@ public actor SimulatedDevice {
         continuation?.finish()
         continuation = nil
         let gate = generation
-        let coordinator = try PurchaseCoordinator(
+        let offset = clockOffset
+        let coordinator = PurchaseCoordinator(
             queue: GatedQueue(device: self, gate: gate),
             backend: GatedBackend(
                 device: self, gate: gate,
-                inner: HTTPBackend(baseURL: server, transport: transport, tokens: tokens)),
+                inner: HTTPBackend(
+                    baseURL: server, transport: Middlebox(device: self, inner: transport), tokens: tokens)),
             store: GatedStore(inner: FilePendingStore(url: storeURL, synchronous: fsync), device: self, gate: gate),
-            proofs: DeviceProofs(device: self),
-            configuration: .init(retry: retry, random: { Double.random(in: 0...1) }))
+            proofs: DeviceProofs(device: self), clock: DeviceClock(offset: offset),
+            configuration: .init(
+                retry: retry, purchaseTimeout: purchaseTimeout, maxRetryAfter: 5,
+                logger: tracing ? TraceLogger(device: appleId) as StoreKeeperLogger : SilentLogger(),
+                random: { Double.random(in: 0...1) }))
         self.coordinator = coordinator
         await coordinator.configure()
         guard !gate.dead else { return try await relaunch() }
-        await coordinator.login(accountId)
+        await coordinator.login(currentAccount)
+        // A person takes longer than the launch sweep before switching accounts.
+        let ready = Task { await coordinator.ready() }
+        let watchdog = Task {
+            try await Task.sleep(nanoseconds: 2_000_000_000)
+            ready.cancel()
+        }
+        await ready.value
+        watchdog.cancel()
         if gate.dead { try await relaunch() }
     }
 
@@ -157,14 +227,28 @@ public actor SimulatedDevice {
     /// relaunched).
     public func buy(productId: String, quantity: Int) async throws {
         guard let coordinator else { return try await launch() }
+        if random.chance(faults.clockJump) {
+            let jump = (random.unit() * 2 - 1) * 86_400
+            clockOffset.withValue { $0 += jump }
+        }
+        if accounts.count > 1, random.chance(faults.switchAccount), await mayHandOver(coordinator) {
+            // Another user of the device: log out, log in as them (purchases may be pending).
+            let others = accounts.filter { $0 != currentAccount }
+            currentAccount = others[random.below(others.count)]
+            await coordinator.logout()
+            await coordinator.login(currentAccount)
+        }
+        if random.chance(faults.tokenless) { try await buyOutsideTheApp() }
         purchasesStarted += 1
         trace("\(appleId) buy \(purchasesStarted) \(productId) gen \(generation.number)")
         defer { trace("\(appleId) buy \(purchasesStarted) done") }
         let paymentsBefore = payments
         let gate = generation
+        let bound = stuckBound
         let watchdog = Task {
-            try await Task.sleep(nanoseconds: 3_000_000_000)
-            // The purchase hangs (its callback was dropped): the user kills the app.
+            try await Task.sleep(nanoseconds: UInt64(bound * 1_000_000_000))
+            // The purchase call did not return within its bound: stuck. The user kills the app.
+            await self.stuck()
             gate.dead = true
             await coordinator.shutdown()
         }
@@ -183,13 +267,47 @@ public actor SimulatedDevice {
         await maybeApprove()
     }
 
+    func stuck() { stuckPurchases += 1 }
+
+    /// Whether the user may hand the device over now: StoreKit owes the app no answer — every
+    /// transaction it holds unfinished is one the app has taken in, and no callback is on its
+    /// way. (A StoreKit 1 callback that comes after another user logged in, without its
+    /// `applicationUsername`, is indistinguishable from that user's offer-code purchase: the
+    /// SDK credits the logged-in user, as docs/ios-integration.md says. People do not switch
+    /// accounts with a payment sheet unanswered.)
+    func mayHandOver(_ coordinator: PurchaseCoordinator) async -> Bool {
+        guard callbacksOnTheWay == 0 else { return false }
+        let held = Set(await coordinator.pendingSubmissions.map(\.transaction.id))
+        return unfinished.allSatisfy { held.contains($0.id) }
+    }
+
+    /// A purchase made outside the app (an offer code redeemed on the App Store): paid with no
+    /// token, reported through the queue; the app's logged-in account is its owner. The device
+    /// waits until the app has taken it in before anything else happens (a switch of accounts).
+    func buyOutsideTheApp() async throws {
+        guard let product = consumables.first else { return }
+        let payment = try await control.pay(
+            appleId: appleId, items: [(product, 1)], appAccountToken: nil, askToBuy: false)
+        payments += 1
+        let transactions = map(payment, owner: currentAccount)
+        for transaction in transactions { report(transaction) }
+        guard let coordinator else { return }
+        let ids = Set(transactions.map(\.id))
+        let deadline = Date().addingTimeInterval(2)
+        while Date() < deadline {
+            let taken = await coordinator.pendingSubmissions.contains { ids.contains($0.transaction.id) }
+            if taken || !unfinished.contains(where: { ids.contains($0.id) }) { break }
+            try await Task.sleep(nanoseconds: 5_000_000)
+        }
+    }
+
     /// A parent approves one waiting Ask to Buy request, sometimes.
     func maybeApprove(all: Bool = false) async {
         while !askToBuy.isEmpty, all || random.chance(0.3) {
             let pendingId = askToBuy.removeFirst()
             guard let payment = try? await control.approve(pendingId) else { continue }
             payments += 1
-            let transactions = map(payment)
+            let transactions = map(payment, owner: askToBuyOwner[pendingId] ?? currentAccount)
             for transaction in transactions { report(transaction) }
             if !all { break }
         }
@@ -199,11 +317,12 @@ public actor SimulatedDevice {
     /// until StoreKit holds nothing unfinished and the app holds nothing pending.
     public func settle(deadline: Date) async throws -> Bool {
         faults = .none
+        clockOffset.withValue { $0 = 0 }
         await maybeApprove(all: true)
         try await relaunch()
         while Date() < deadline {
-            let pending = await coordinator?.pendingSubmissions.count ?? 0
-            if pending == 0 && unfinished.isEmpty && askToBuy.isEmpty { return true }
+            let held = await coordinator?.pendingSubmissions ?? []
+            if held.isEmpty && unfinished.isEmpty && askToBuy.isEmpty { return true }
             await coordinator?.redrive(.networkChange)
             try await Task.sleep(nanoseconds: 100_000_000)
             if !unfinished.isEmpty, await coordinator?.pendingSubmissions.count == 0 {
@@ -215,15 +334,52 @@ public actor SimulatedDevice {
         return false
     }
 
+    /// What the app still holds (reported as `held` when the run could not settle it).
+    public var heldCount: Int {
+        get async { await coordinator?.pendingSubmissions.count ?? 0 }
+    }
+
+    /// A year of history before the run: `count` purchases paid and delivered to the device's
+    /// first account, then finished — what a `Transaction.updates` replay floods at launch.
+    public func seedHistory(_ count: Int, productId: String) async throws {
+        guard count > 0, storeKit == .two else { return }
+        let items = [(productId: productId, quantity: 1)]
+        for _ in 0..<count {
+            let payment = try await control.pay(appleId: appleId, items: items, appAccountToken: nil, askToBuy: false)
+            payments += 1
+            let transactions = map(payment, owner: accountId)
+            for transaction in transactions {
+                guard let jws = transaction.signedTransaction else { continue }
+                let verdict = await HTTPBackend(baseURL: server, transport: transport, tokens: tokens).submitPurchase(
+                    accountId: accountId, orderId: nil, proof: .signedTransaction(jws), transactionId: nil)
+                record(verdict, proof: .signedTransaction(jws))
+                guard case .accepted(let response) = verdict,
+                    response.entry(for: transaction)?.outcome == "delivered"
+                else {
+                    throw LocalStoreControl.Failure(description: "history \(transaction.id): \(verdict)")
+                }
+                acknowledged.insert(transaction.id)
+                unfinished.removeAll { $0.id == transaction.id }
+                try await control.finish(transaction.id)
+                history.append(transaction)
+            }
+        }
+    }
+
     public func setFaults(_ faults: DeviceFaults) { self.faults = faults }
 
     /// Orders the app created, in order.
     public private(set) var orderIds: [String] = []
-    func created(_ order: ServerOrder) { orderIds.append(order.orderId) }
+    func created(_ order: ServerOrder) {
+        orderIds.append(order.orderId)
+        orderAccounts[order.orderId] = order.accountId
+    }
+    /// Whose each order is: a delivery that paid an order went to the order's account.
+    var orderAccounts: [String: String] = [:]
 
     /// Puts a transaction in StoreKit's queue, unfinished, without telling the app (one paid
     /// and delivered elsewhere, its finish lost).
-    public func adoptUnfinished(_ payment: LocalStoreControl.Payment) { _ = map(payment) }
+    public func adoptUnfinished(_ payment: LocalStoreControl.Payment) { _ = map(payment, owner: accountId) }
 
     /// One purchase straight through the coordinator (scenario tests): its outcome, or the
     /// error it threw; nil when the app crashed on the way (it is then relaunched).
@@ -270,22 +426,32 @@ public actor SimulatedDevice {
 
     // MARK: StoreKit's side
 
-    func map(_ payment: LocalStoreControl.Payment) -> [StoreTransaction] {
-        let merged = payment.transactions.count > 1
+    func map(_ payment: LocalStoreControl.Payment, owner: String, receiptOnly: Bool = false) -> [StoreTransaction] {
+        let merged = receiptOnly || payment.transactions.count > 1
         var result: [StoreTransaction] = []
         for (index, transaction) in payment.transactions.enumerated() {
-            let signed = merged ? nil : payment.signedTransactions[index]
-            if merged { receiptProofs.insert(transaction.transactionId) }
+            // StoreKit 1 has no JWS: its proof is the app receipt.
+            let signed = merged || storeKit == .one ? nil : payment.signedTransactions[index]
+            if signed == nil { receiptProofs.insert(transaction.transactionId) }
             let mapped = StoreTransaction(
                 id: transaction.transactionId, originalId: transaction.originalTransactionId,
                 productId: transaction.productId, quantity: transaction.quantity ?? 1,
                 appAccountToken: transaction.appAccountToken.flatMap(UUID.init(uuidString:)),
                 purchaseDate: Date(timeIntervalSince1970: Double(transaction.purchaseDate ?? 0) / 1000),
                 signedTransaction: signed)
+            paidBy[mapped.id] = owner
             unfinished.append(mapped)
             result.append(mapped)
         }
         return result
+    }
+
+    /// StoreKit 1 hands the callback back without `applicationUsername` at this rate.
+    func dropTokenInCallback(_ transaction: StoreTransaction) -> StoreTransaction {
+        guard storeKit == .one, random.chance(faults.dropToken) else { return transaction }
+        var dropped = transaction
+        dropped.appAccountToken = nil
+        return dropped
     }
 
     /// StoreKit tells the app (when the app is running).
@@ -297,49 +463,89 @@ public actor SimulatedDevice {
         trace("\(appleId) pay")
         defer { trace("\(appleId) pay done") }
         try maybeCrash(gate)
-        let items: [(productId: String, quantity: Int)]
-        var mergedWith: String?
-        if random.chance(faults.merge), let other = otherConsumable(than: productId) {
-            mergedWith = other
-            items = [(productId, quantity), (other, 1)]
-        } else {
-            items = [(productId, quantity)]
+        let items = [(productId: productId, quantity: quantity)]
+        // A merged payment (seed 001: 6 + 30 charged as 36, one callback, both in the receipt):
+        // another payment the customer made rides along, without this order's token.
+        let mergedWith = random.chance(faults.merge) ? otherConsumable(than: productId) : nil
+        if random.chance(faults.staleCallback) {
+            // No charge: StoreKit answers with an old transaction (P11: an unfinished one; StoreKit
+            // 1: one finished before, "restored for free").
+            if let stale = unfinished.first {
+                if storeKit == .two { return .purchased(stale) }
+                reportLater(stale, gate: gate, late: false)
+                return .enqueued
+            }
+            if storeKit == .one, let old = finishedHistory.last(where: { $0.productId == productId }) {
+                var restored = old
+                restored.appAccountToken = nil
+                reportLater(restored, gate: gate, late: false)
+                return .enqueued
+            }
         }
-        if random.chance(faults.staleCallback), let stale = unfinished.first {
-            return .purchased(stale)
-        }
-        let dropToken = random.chance(faults.dropToken)
+        // StoreKit 2 signs the token into the transaction: it never comes back without it (its
+        // token-less transactions are purchases made outside the app, `tokenless`). StoreKit 1
+        // keeps it in the payment and may drop it in the callback (`applicationUsername` nil).
+        let dropToken = false
         if random.chance(faults.askToBuy) {
             let payment = try await control.pay(
                 appleId: appleId, items: items, appAccountToken: dropToken ? nil : token, askToBuy: true)
-            if let id = payment.pendingId { askToBuy.append(id) }
+            if let id = payment.pendingId {
+                askToBuy.append(id)
+                askToBuyOwner[id] = currentAccount
+            }
+            if storeKit == .one {
+                continuation?.yield(.deferred(productId: productId))
+                return .enqueued
+            }
             return .deferred
         }
         let payment = try await control.pay(
             appleId: appleId, items: items, appAccountToken: dropToken ? nil : token, askToBuy: false)
         payments += 1
-        var transactions = map(payment)
+        var transactions = map(payment, owner: currentAccount, receiptOnly: mergedWith != nil)
+        if let other = mergedWith {
+            let extra = try await control.pay(
+                appleId: appleId, items: [(other, 1)], appAccountToken: nil, askToBuy: false)
+            transactions += map(extra, owner: currentAccount, receiptOnly: true)
+        }
         // The app may die right after paying, before hearing of it.
         try maybeCrash(gate)
         if random.chance(faults.dropCallback) { return .enqueued }
         if mergedWith != nil, transactions.count == 2 {
             let second = transactions.removeLast()
             let reorder = random.chance(0.5)
-            if reorder { report(second) }
-            defer { if !reorder { report(second) } }
+            if reorder { report(dropTokenInCallback(second)) }
+            defer { if !reorder { report(dropTokenInCallback(second)) } }
         }
         let first = transactions[0]
-        if random.chance(faults.duplicate) { report(first) }
+        if random.chance(faults.duplicate) { report(dropTokenInCallback(first)) }
+        if storeKit == .one {
+            reportLater(dropTokenInCallback(first), gate: gate, late: random.chance(faults.lateCallback))
+            return .enqueued
+        }
         if random.chance(faults.delay) {
-            let delay = UInt64(random.below(200)) * 1_000_000
-            Task {
-                try? await Task.sleep(nanoseconds: delay)
-                await self.reportIfRunning(first, gate: gate)
-            }
+            reportLater(first, gate: gate, late: false)
             return .enqueued
         }
         return .purchased(first)
     }
+
+    /// The observer's callback, soon — or late: after the purchase call gave up waiting, so
+    /// that the next payment's callback may come first.
+    func reportLater(_ transaction: StoreTransaction, gate: Generation, late: Bool) {
+        let delay =
+            late
+            ? UInt64((purchaseTimeout + random.unit() * 1.5) * 1_000_000_000)
+            : UInt64(random.below(200)) * 1_000_000
+        callbacksOnTheWay += 1
+        Task {
+            try? await Task.sleep(nanoseconds: delay)
+            await self.reportIfRunning(transaction, gate: gate)
+            await self.callbackArrived()
+        }
+    }
+
+    func callbackArrived() { callbacksOnTheWay -= 1 }
 
     func reportIfRunning(_ transaction: StoreTransaction, gate: Generation) {
         guard !gate.dead, gate === generation else { return }
@@ -357,6 +563,7 @@ public actor SimulatedDevice {
         guard !gate.dead else { return }
         guard unfinished.contains(where: { $0.id == transactionId }) else { return }
         if !acknowledged.contains(transactionId) { finishedBeforeAck += 1 }
+        if let done = unfinished.first(where: { $0.id == transactionId }) { finishedHistory.append(done) }
         unfinished.removeAll { $0.id == transactionId }
         try? await control.finish(transactionId)
     }
@@ -365,6 +572,8 @@ public actor SimulatedDevice {
         let (stream, continuation) = AsyncStream<PaymentUpdate>.makeStream()
         if gate === generation && !gate.dead {
             self.continuation = continuation
+            // StoreKit 2 replays history through `Transaction.updates` at launch (July 2025).
+            for old in history { continuation.yield(.transaction(old)) }
         } else {
             continuation.finish()
         }
@@ -373,10 +582,29 @@ public actor SimulatedDevice {
 
     func unfinishedTransactions() -> [StoreTransaction] { unfinished }
 
-    func proof(for transaction: StoreTransaction) async throws -> Proof {
+    func proof(for transaction: StoreTransaction, refresh: Bool) async throws -> Proof {
         if let jws = transaction.signedTransaction { return .signedTransaction(jws) }
-        if receiptProofs.contains(transaction.id) { return .receipt(try await control.receipt(appleId: appleId)) }
+        if receiptProofs.contains(transaction.id) { return .receipt(try await receipt(refresh: refresh)) }
         return .transactionId(transaction.id)
+    }
+
+    /// The app receipt: the one last read (stale: it may lack the newest purchase) unless
+    /// refreshed, or at random as often as a device reads it anew.
+    func receipt(refresh: Bool) async throws -> String {
+        if !refresh, let cached = cachedReceipt, random.chance(faults.staleReceipt) { return cached }
+        let fresh = try await control.receipt(appleId: appleId)
+        cachedReceipt = fresh
+        return fresh
+    }
+
+    /// A proxy's answer instead of the server's, at the fault's rate: before the request got
+    /// through, or after the server answered.
+    func middlebox() -> (before: Int?, after: Int?) {
+        requests += 1
+        guard random.chance(faults.middlebox) else { return (nil, nil) }
+        middleboxErrors += 1
+        let status = [400, 404, 413, 502][random.below(4)]
+        return random.chance(0.5) ? (status, nil) : (nil, status)
     }
 
     // MARK: The network
@@ -397,10 +625,12 @@ public actor SimulatedDevice {
     func record(_ verdict: SubmissionVerdict, proof: Proof) {
         switch verdict {
         case .accepted(let response):
-            let account = response.account?.accountId ?? accountId
+            let submitter = response.account?.accountId ?? accountId
             for transaction in response.transactions {
                 acknowledged.insert(transaction.transactionId)
                 if transaction.outcome == "delivered" || transaction.outcome == "already_delivered" {
+                    // The recipient: the account of the order it paid (its token's), else the submitter.
+                    let account = transaction.orderId.flatMap { orderAccounts[$0] } ?? submitter
                     deliveredTo[transaction.transactionId, default: []].insert(account)
                 }
                 if transaction.outcome == "delivered" { deliveredAnswers[transaction.transactionId, default: 0] += 1 }
@@ -415,7 +645,7 @@ public actor SimulatedDevice {
     static func transactionId(in proof: Proof) -> String? {
         switch proof {
         case .transactionId(let id): return id
-        case .receipt: return nil
+        case .receipt, .signedTransactions: return nil
         case .signedTransaction(let jws):
             let parts = jws.split(separator: ".")
             guard parts.count == 3 else { return nil }
@@ -429,8 +659,11 @@ public actor SimulatedDevice {
     }
 
     /// The device's view for the report.
-    func observations() -> (acknowledged: Set<String>, deliveredTo: [String: Set<String>], answers: [String: Int]) {
-        (acknowledged, deliveredTo, deliveredAnswers)
+    func observations() -> (
+        acknowledged: Set<String>, deliveredTo: [String: Set<String>], answers: [String: Int],
+        paidBy: [String: String]
+    ) {
+        (acknowledged, deliveredTo, deliveredAnswers, paidBy)
     }
 }
 
@@ -514,14 +747,22 @@ struct GatedBackend: Backend {
         return order
     }
 
-    func submitPurchase(accountId: String, orderId: String?, proof: Proof) async -> SubmissionVerdict {
+    func cancelOrder(accountId: String, orderId: String) async throws {
+        guard !gate.dead else { throw SimulatedCrash() }
+        try await inner.cancelOrder(accountId: accountId, orderId: orderId)
+    }
+
+    func submitPurchase(accountId: String, orderId: String?, proof: Proof, transactionId: String?) async
+        -> SubmissionVerdict
+    {
         guard !gate.dead else { return .retryable(status: nil, code: "crashed", retryAfter: nil) }
         trace("\(accountId) submit")
         defer { trace("\(accountId) submit done") }
         if await device.submissionFails() { return .retryable(status: nil, code: "network", retryAfter: nil) }
         let (before, after) = await device.networkFails()
         if before { return .retryable(status: nil, code: "network", retryAfter: nil) }
-        let verdict = await inner.submitPurchase(accountId: accountId, orderId: orderId, proof: proof)
+        let verdict = await inner.submitPurchase(
+            accountId: accountId, orderId: orderId, proof: proof, transactionId: transactionId)
         // The server answered: whatever happens on the device now, it has the verdict.
         await device.record(verdict, proof: proof)
         if after { return .retryable(status: nil, code: "network", retryAfter: nil) }
@@ -537,6 +778,47 @@ struct GatedBackend: Backend {
     }
 }
 
+/// What stands between the device and the server: at the fault's rate a proxy, WAF or CDN
+/// answers an HTML error page instead (or after) the server. Cancellation goes through to the
+/// transport, which honours it as URLSession does.
+struct Middlebox: HTTPTransport {
+    let device: SimulatedDevice
+    let inner: HTTPTransport
+
+    func send(_ request: URLRequest) async throws -> (Data, HTTPURLResponse) {
+        let (before, after) = await device.middlebox()
+        if let before { return Self.page(before, request) }
+        let answer = try await inner.send(request)
+        if let after {
+            // The server did answer: what it delivered is the truth the report compares with.
+            if answer.1.statusCode == 200, request.url?.path.hasSuffix("/v1/purchases") == true,
+                let response = try? JSONDecoder().decode(PurchaseResponse.self, from: answer.0)
+            {
+                await device.record(.accepted(response), proof: .receipt(""))
+            }
+            return Self.page(after, request)
+        }
+        return answer
+    }
+
+    static func page(_ status: Int, _ request: URLRequest) -> (Data, HTTPURLResponse) {
+        let body = Data("<html><head><title>\(status)</title></head><body><h1>\(status)</h1>nginx</body></html>".utf8)
+        let response = HTTPURLResponse(
+            url: request.url ?? URL(string: "http://proxy")!, statusCode: status, httpVersion: "HTTP/1.1",
+            headerFields: ["Content-Type": "text/html"])!
+        return (body, response)
+    }
+}
+
+/// The device's wall clock, which the user may set a day off; sleeps count real elapsed time.
+struct DeviceClock: Clock {
+    let offset: Locked<TimeInterval>
+    func now() -> Date { Date().addingTimeInterval(offset.withValue { $0 }) }
+    func sleep(for seconds: TimeInterval) async throws {
+        if seconds > 0 { try await Task.sleep(nanoseconds: UInt64(min(seconds, 86_400) * 1_000_000_000)) }
+    }
+}
+
 /// The store file, with crashes before and after a write (never a torn file: that is the
 /// file store's own guarantee, tested in the SDK).
 struct GatedStore: PendingStore {
@@ -544,18 +826,21 @@ struct GatedStore: PendingStore {
     let device: SimulatedDevice
     let gate: Generation
 
-    func load() throws -> PendingState { try inner.load() }
+    func load() throws -> [String: Data] { try inner.load() }
 
-    func save(_ state: PendingState) throws {
+    func write(_ records: [String: Data], removing: [String]) throws {
         try gate.maybeCrash()
-        try inner.save(state)
+        try inner.write(records, removing: removing)
         try gate.maybeCrash()
     }
 }
 
 struct DeviceProofs: ProofSource {
     let device: SimulatedDevice
-    func proof(for transaction: StoreTransaction) async throws -> Proof {
-        try await device.proof(for: transaction)
+    func proof(for transaction: StoreTransaction, refresh: Bool) async throws -> Proof {
+        try await device.proof(for: transaction, refresh: refresh)
+    }
+    func receipt(refresh: Bool) async throws -> String? {
+        try await device.receipt(refresh: refresh)
     }
 }

@@ -19,6 +19,18 @@ public struct Simulation: Sendable {
         public var networkFailureRate = 0.0
         public var seed: UInt64 = 1
         public var settleSeconds: TimeInterval = 300
+        /// `1`, `2` or `mixed` (each device one or the other, by the seed).
+        public var storeKit: StoreKitMode = .two
+        /// App accounts that log in and out on each device.
+        public var accountsPerDevice = 1
+        public var middleboxErrorRate = 0.0
+        public var clockJumpRate = 0.0
+        /// Old transactions `Transaction.updates` replays at each launch (StoreKit 2 devices).
+        public var replayFlood = 0
+        /// Purchases made outside the app, arriving with no token.
+        public var tokenlessRate = 0.0
+        /// How long a purchase call waits for StoreKit before answering `.pending`.
+        public var purchaseTimeout: TimeInterval = 1.5
         public var directory: URL?
         /// fsync each device's pending-store writes (the SDK's default). Tests running beside
         /// other suites on a shared disk turn it off: the crashes are simulated in-process.
@@ -38,6 +50,11 @@ public struct Simulation: Sendable {
             faults.merge = 0.05
             faults.askToBuy = 0.05
             faults.doubleTap = 0.1
+            faults.staleCallback = 0.03
+            // StoreKit 1 only: late (out-of-order) callbacks and receipts read before they hold
+            // the purchase.
+            faults.lateCallback = 0.1
+            faults.staleReceipt = 0.2
             return faults
         }()
 
@@ -45,6 +62,10 @@ public struct Simulation: Sendable {
             self.server = server
             self.key = key
         }
+    }
+
+    public enum StoreKitMode: String, Sendable, CaseIterable {
+        case one = "1", two = "2", mixed
     }
 
     public struct Report: Codable, Sendable, Equatable {
@@ -59,6 +80,12 @@ public struct Simulation: Sendable {
         public var doubled: Int
         public var misattributed: Int
         public var finishedBeforeAck: Int
+        /// Purchase calls that did not return within their bound.
+        public var stuckPurchases: Int
+        /// The server's `product_mismatch` anomalies for this run's transactions.
+        public var productMismatches: Int
+        /// Transactions the devices still held when the run ended.
+        public var held: Int
         public var secondsToSettle: Double
         public var accounts: [Account]
         // Beyond the contract: what the run went through.
@@ -66,9 +93,17 @@ public struct Simulation: Sendable {
         public var seed: UInt64
         public var crashes: Int
         public var networkFailures: Int
+        public var middleboxErrors: Int
         public var settled: Bool
+        public var storeKit: String
+        public var accountsPerDevice: Int
+        /// Requests the devices sent to the server (through the proxy) per purchase started.
+        public var requestsPerPurchase: Double
 
-        public var clean: Bool { lost == 0 && doubled == 0 && misattributed == 0 && finishedBeforeAck == 0 && settled }
+        public var clean: Bool {
+            lost == 0 && doubled == 0 && misattributed == 0 && finishedBeforeAck == 0 && stuckPurchases == 0
+                && productMismatches == 0 && held == 0 && settled
+        }
     }
 
     public var options: Options
@@ -94,11 +129,33 @@ public struct Simulation: Sendable {
         var faults = options.faults
         faults.crash = options.crashRate
         faults.network = options.networkFailureRate
+        faults.middlebox = options.middleboxErrorRate
+        faults.clockJump = options.clockJumpRate
+        faults.tokenless = options.tokenlessRate
+        if options.accountsPerDevice > 1 { faults.switchAccount = max(faults.switchAccount, 0.25) }
         var seeds = SeededRandom(seed: options.seed)
-        let devices = (0..<max(1, options.devices)).map { index in
-            SimulatedDevice(
+        var kinds = SeededRandom(seed: options.seed ^ 0x5C1)
+        let devices = (0..<max(1, options.devices)).map { index -> SimulatedDevice in
+            let version: SimulatedDevice.StoreKitVersion
+            switch options.storeKit {
+            case .one: version = .one
+            case .two: version = .two
+            case .mixed: version = kinds.below(2) == 0 ? .one : .two
+            }
+            let others = (1..<max(1, options.accountsPerDevice)).map { "sim-\(run)-account-\(index)-\($0)" }
+            return SimulatedDevice(
                 appleId: "sim-\(run)-apple-\(index)", accountId: "sim-\(run)-account-\(index)", server: options.server,
-                key: options.key, directory: directory, seed: seeds.next(), faults: faults, fsync: options.fsync)
+                key: options.key, directory: directory, seed: seeds.next(), faults: faults, fsync: options.fsync,
+                storeKit: version, otherAccounts: others, purchaseTimeout: options.purchaseTimeout)
+        }
+        if options.replayFlood > 0 {
+            progress("paying \(options.replayFlood) purchases of history per StoreKit 2 device")
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for device in devices {
+                    group.addTask { try await device.seedHistory(options.replayFlood, productId: consumables[0]) }
+                }
+                try await group.waitForAll()
+            }
         }
         // Purchases spread over the devices; each device buys one unlock at most once.
         var plans: [[(String, Int)]] = Array(repeating: [], count: devices.count)
@@ -137,14 +194,18 @@ public struct Simulation: Sendable {
             return all
         }
         let secondsToSettle = Date().timeIntervalSince(start)
+        var held = 0
+        for device in devices { held += await device.heldCount }
         for device in devices { await device.stop() }
         if let hook = options.beforeReport {
             try await hook(devices.map { ($0.appleId, $0.accountId) })
         }
 
         progress("comparing what was paid with what was delivered")
-        return try await report(
+        var report = try await report(
             devices: devices, control: control, secondsToSettle: secondsToSettle, settled: settledAll)
+        report.held = held
+        return report
     }
 
     func report(devices: [SimulatedDevice], control: LocalStoreControl, secondsToSettle: Double, settled: Bool)
@@ -152,31 +213,52 @@ public struct Simulation: Sendable {
     {
         var report = Report(
             purchases: 0, paid: 0, delivered: 0, lost: 0, doubled: 0, misattributed: 0, finishedBeforeAck: 0,
+            stuckPurchases: 0, productMismatches: 0, held: 0,
             secondsToSettle: (secondsToSettle * 1000).rounded() / 1000, accounts: [], devices: devices.count,
-            seed: options.seed, crashes: 0, networkFailures: 0, settled: settled)
+            seed: options.seed, crashes: 0, networkFailures: 0, middleboxErrors: 0, settled: settled,
+            storeKit: options.storeKit.rawValue, accountsPerDevice: max(1, options.accountsPerDevice),
+            requestsPerPurchase: 0)
+        var runTransactions: Set<String> = []
+        var requests = 0
         var surplus: [String: Int] = [:]
         var deficit: [String: Int] = [:]
         for device in devices {
             let record = try await control.paid(appleId: device.appleId)
-            let (_, deliveredTo, answers) = await device.observations()
+            let (_, deliveredTo, answers, paidBy) = await device.observations()
             report.purchases += await device.purchasesStarted
             report.finishedBeforeAck += await device.finishedBeforeAck
             report.doubled += await device.doubleCharges
             report.crashes += await device.crashes
             report.networkFailures += await device.networkFailures
+            report.stuckPurchases += await device.stuckPurchases
+            report.middleboxErrors += await device.middleboxErrors
+            requests += await device.requests
             report.accounts.append(Report.Account(accountId: device.accountId, paid: record.paid))
 
-            // Per transaction, as the device heard the server.
+            // Per transaction, as the device heard the server: delivered to the account that paid it.
             for transaction in record.transactions where !transaction.revoked {
                 report.paid += 1
+                runTransactions.insert(transaction.transactionId)
+                let payer = paidBy[transaction.transactionId] ?? device.accountId
                 let accounts = deliveredTo[transaction.transactionId] ?? []
-                if accounts.contains(device.accountId) { report.delivered += 1 } else { report.lost += 1 }
-                if accounts.contains(where: { $0 != device.accountId }) { report.misattributed += 1 }
+                if accounts.contains(payer) { report.delivered += 1 } else { report.lost += 1 }
+                if accounts.contains(where: { $0 != payer }) { report.misattributed += 1 }
+                if !accounts.contains(payer) || accounts.contains(where: { $0 != payer }) {
+                    trace(
+                        "PROBLEM \(device.storeKit) tx \(transaction.transactionId) \(transaction.productId) paid by \(payer) delivered to \(accounts.sorted())"
+                    )
+                }
                 if (answers[transaction.transactionId] ?? 0) > 1 { report.doubled += 1 }
             }
 
-            // Per account, as the server holds it: balances and entitlements against what was paid.
-            let account = try await accountView(device.accountId)
+            // Per Apple ID, as the server holds it: the device's accounts' balances and
+            // entitlements together against what was paid.
+            var account = CustomerInfo(accountId: device.accountId)
+            for accountId in device.accounts {
+                let view = try await accountView(accountId)
+                for (currency, amount) in view.balances { account.balances[currency, default: 0] += amount }
+                account.entitlements += view.entitlements
+            }
             for (key, value) in record.paid {
                 if case .amount(let amount) = value {
                     let held = account.balances[key] ?? 0
@@ -200,7 +282,43 @@ public struct Simulation: Sendable {
         if report.misattributed == 0, surpluses > 0, deficits > 0 { report.misattributed += min(surpluses, deficits) }
         if report.doubled == 0, surpluses > deficits { report.doubled += surpluses - deficits }
         if report.lost == 0, deficits > surpluses { report.lost += deficits - surpluses }
+        report.productMismatches = try await productMismatches(among: runTransactions)
+        report.requestsPerPurchase =
+            report.purchases == 0 ? 0 : (Double(requests) / Double(report.purchases) * 100).rounded() / 100
         return report
+    }
+
+    /// The server's `product_mismatch` anomalies about these transactions (every page).
+    func productMismatches(among transactions: Set<String>) async throws -> Int {
+        struct Page: Decodable {
+            struct Anomaly: Decodable {
+                var kind: String
+                var transactionId: String?
+            }
+            var anomalies: [Anomaly]
+            var nextCursor: String?
+        }
+        var base = options.server.absoluteString
+        while base.hasSuffix("/") { base.removeLast() }
+        var count = 0
+        var after: String?
+        repeat {
+            var components = URLComponents(string: base + "/v1/anomalies")!
+            components.queryItems = [URLQueryItem(name: "limit", value: "1000")]
+            if let after { components.queryItems?.append(URLQueryItem(name: "after", value: after)) }
+            var request = URLRequest(url: components.url!, timeoutInterval: 30)
+            request.setValue("Bearer \(options.key)", forHTTPHeaderField: "Authorization")
+            let (data, response) = try await AsyncHTTPTransport().send(request)
+            guard response.statusCode == 200 else {
+                throw LocalStoreControl.Failure(description: "GET /v1/anomalies: \(response.statusCode)")
+            }
+            let page = try JSONDecoder().decode(Page.self, from: data)
+            count += page.anomalies.filter {
+                $0.kind == "product_mismatch" && $0.transactionId.map(transactions.contains) == true
+            }.count
+            after = page.nextCursor
+        } while after != nil
+        return count
     }
 
     func accountView(_ accountId: String) async throws -> CustomerInfo {

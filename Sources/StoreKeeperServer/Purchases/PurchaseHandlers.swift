@@ -107,10 +107,15 @@ extension StoreKeeperApp {
                 retryable: true)
         }
 
-        let delivered = try await deliverVerified(
-            transactions, accountId: body.accountId, orderId: body.orderId, evidence: proof.evidence)
+        var delivered = try await deliverVerified(
+            transactions, accountId: body.accountId, orderId: body.orderId, evidence: proof.evidence,
+            reported: proof.isReceipt ? body.transactionId : nil)
         // A single proof that cannot be delivered is an error; a receipt reports per transaction.
         if transactions.count == 1, let refusal = delivered.refusals.first { throw APIError.refusal(refusal) }
+        if proof.isReceipt, let reported = body.transactionId {
+            // The receipt's other entries that were left for their own reports are not listed.
+            delivered.results.removeAll { $0.transactionId != reported && $0.outcome == "unattributed" }
+        }
         let results = delivered.results
         // "already_delivered" when nothing in the proof is new: delivered earlier (or refunded since).
         let nothingNew =
@@ -189,6 +194,11 @@ extension StoreKeeperApp {
             return .device
         }
 
+        var isReceipt: Bool {
+            if case .receipt = self { return true }
+            return false
+        }
+
         var text: String {
             switch self {
             case .signedTransaction(let text), .receipt(let text), .transactionId(let text): text
@@ -219,9 +229,11 @@ extension StoreKeeperApp {
 
     /// Delivers verified transactions to `accountId` (and its order), one by one through the
     /// store's delivery path; the single path for submissions and re-verification.
+    /// `reported`: with a receipt, the transaction the device reports — the order applies to it
+    /// alone, and the receipt's other entries are companions (`DeliveryPlanner.Evidence`).
     func deliverVerified(
         _ transactions: [JWSTransactionDecodedPayload], accountId: String, orderId: String?,
-        evidence: DeliveryPlanner.Evidence
+        evidence: DeliveryPlanner.Evidence, reported: String? = nil
     ) async throws -> (
         results: [TransactionJSON], refusals: [DeliveryPlanner.Refusal], account: PurchaseStore.AccountState?
     ) {
@@ -230,9 +242,11 @@ extension StoreKeeperApp {
         var committed: PurchaseStore.AccountState?
         let now = Date()
         for transaction in transactions {
+            let companion = reported != nil && transaction.transactionId != reported
             let result = try await store.deliver(
-                transaction, submittingAccount: accountId, requestedOrderId: orderId, catalog: catalog,
-                policy: configuration.ownershipPolicy, evidence: evidence, now: now)
+                transaction, submittingAccount: accountId, requestedOrderId: companion ? nil : orderId,
+                catalog: catalog, policy: configuration.ownershipPolicy,
+                evidence: companion ? .receiptCompanion : evidence, now: now)
             if let refusal = result.plan.refusal { refusals.append(refusal) }
             committed = result.account
             switch result.plan.outcome {

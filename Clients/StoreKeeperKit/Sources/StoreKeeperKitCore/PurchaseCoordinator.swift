@@ -197,6 +197,10 @@ public actor PurchaseCoordinator {
     var restoring: Task<RestoreResult, Error>?
     var appTransactionId: Task<String?, Never>?
     var loadRetry: Task<Void, Never>?
+    var swept = false
+    /// Payments StoreKit 1 took without answering yet (their outcome comes through the observer).
+    var enqueued: Set<UUID> = []
+    var readyWaiters: [CheckedContinuation<Void, Never>] = []
     let launchedAt: Date
 
     /// Makes the coordinator; it cannot fail. The durable state is read at `configure()` (a
@@ -297,8 +301,23 @@ public actor PurchaseCoordinator {
                     transaction, reason: transaction.revocationDate == nil ? .purchase : .revocation)
             }
             for update in buffered { await coordinator.handle(update) }
+            await coordinator.sweepDone()
             await coordinator.requestDrive()
         }
+    }
+
+    func sweepDone() {
+        swept = true
+        for waiter in readyWaiters { waiter.resume() }
+        readyWaiters = []
+    }
+
+    /// Returns once the durable state is read and StoreKit's unfinished transactions of the
+    /// launch are taken in (each attributed to whoever was logged in then): an app that lets the
+    /// user switch accounts right at launch waits for this first.
+    public func ready() async {
+        guard !swept, !stopped else { return }
+        await withCheckedContinuation { readyWaiters.append($0) }
     }
 
     /// What a previous run left: `.paying` without anyone waiting is `.created` again (the
@@ -352,6 +371,8 @@ public actor PurchaseCoordinator {
         verdictWaiters = [:]
         for waiter in purchaseWaiters.values { waiter.resume(returning: .success(.pending)) }
         purchaseWaiters = [:]
+        for waiter in readyWaiters { waiter.resume() }
+        readyWaiters = []
         purchasing = []
     }
 
@@ -362,7 +383,9 @@ public actor PurchaseCoordinator {
         if loaded {
             for index in state.pending.indices where state.pending[index].accountId == nil {
                 let (account, orderId, intentIndex) = attribute(state.pending[index].transaction, intentToken: nil)
-                state.pending[index].accountId = account ?? accountId
+                guard let account else { continue }
+                log(.debug, "\(state.pending[index].transaction.id) attributed at login to \(account)")
+                state.pending[index].accountId = account
                 state.pending[index].orderId = orderId
                 if let intentIndex {
                     state.intents[intentIndex].state = .bound
@@ -546,6 +569,7 @@ public actor PurchaseCoordinator {
 
     /// Ends the `purchase` call waiting on this intent, once.
     func resolve(_ token: UUID, _ result: Result<PurchaseOutcome, PurchaseError>) {
+        enqueued.remove(token)
         timeouts.removeValue(forKey: token)?.cancel()
         purchaseWaiters.removeValue(forKey: token)?.resume(returning: result)
     }
@@ -603,7 +627,7 @@ public actor PurchaseCoordinator {
             resolve(token, .success(.failed(message)))
         case .enqueued:
             // StoreKit 1: the observer answers (or the timeout does).
-            break
+            enqueued.insert(token)
         }
     }
 
@@ -767,11 +791,10 @@ public actor PurchaseCoordinator {
         }
         switch update {
         case .transaction(let transaction):
-            if transaction.revocationDate == nil, let token = callbackWaiter(for: transaction),
-                let stale = staleAnswer(transaction, for: token)
-            {
-                // A StoreKit 1 callback for the payment in flight that is an old transaction.
-                log(.info, "callback for a payment answered with old transaction \(transaction.id): \(stale)")
+            if transaction.revocationDate == nil, let token = staleCallbackWaiter(for: transaction) {
+                // StoreKit 1 answered the payment in flight with an old transaction ("restored for
+                // free", an unfinished one resurfacing): nothing was charged for it.
+                log(.info, "callback for a payment in flight is old transaction \(transaction.id): not charged")
                 if let intent = state.intents.first(where: { $0.appAccountToken == token }) {
                     setIntent(token, .closed)
                     persistOrLog()
@@ -779,9 +802,9 @@ public actor PurchaseCoordinator {
                 }
                 resolve(token, .success(.notCharged(transactionId: transaction.id)))
             }
-            let replayed =
-                transaction.appAccountToken.map { token in !state.intents.contains { $0.appAccountToken == token } }
-                ?? true && transaction.purchaseDate < launchedAt.addingTimeInterval(-60)
+            // Older than this launch and no order of ours: a `Transaction.updates` replay.
+            let ours = transaction.appAccountToken.map { token in state.intents.contains { $0.appAccountToken == token } }
+            let replayed = ours != true && transaction.purchaseDate < launchedAt.addingTimeInterval(-60)
             await accept(
                 transaction, reason: transaction.revocationDate == nil ? .purchase : .revocation, replayed: replayed)
         case .restored(let transaction):
@@ -817,12 +840,23 @@ public actor PurchaseCoordinator {
             productId: intent.productId, quantity: intent.quantity)
     }
 
-    /// The `purchase` call a StoreKit 1 transaction callback answers: its token's, else — with
-    /// no token — the newest payment of the logged-in account in flight for its product.
-    func callbackWaiter(for transaction: StoreTransaction) -> UUID? {
-        if let token = transaction.appAccountToken { return purchaseWaiters[token] != nil ? token : nil }
-        return payingIntent(transaction.productId).map { state.intents[$0].appAccountToken }
-            .flatMap { purchaseWaiters[$0] != nil ? $0 : nil }
+    /// The `purchase` call an old transaction arriving through the StoreKit 1 observer answers
+    /// instead of a charge: the logged-in account's payment of the same product waiting for
+    /// the observer, when the transaction comes without a token and was seen before (settled,
+    /// held, or bound to another intent). A new transaction is never taken for a stale one.
+    func staleCallbackWaiter(for transaction: StoreTransaction) -> UUID? {
+        // Only a StoreKit 1 payment waits for the observer; only a callback without its
+        // `applicationUsername` can be taken for another payment's answer.
+        guard transaction.appAccountToken == nil, !enqueued.isEmpty else { return nil }
+        let known =
+            settledKeys.contains(transaction.id) || state.pending.contains { $0.transaction.id == transaction.id }
+            || state.intents.contains { $0.transactionId == transaction.id }
+        guard known else { return nil }
+        return state.intents.filter {
+            $0.state == .paying && $0.launch == launch && $0.accountId == accountId
+                && $0.productId == transaction.productId && enqueued.contains($0.appAccountToken)
+                && purchaseWaiters[$0.appAccountToken] != nil
+        }.max { $0.createdAt < $1.createdAt }?.appAccountToken
     }
 
     /// The intent a StoreKit 1 callback without a token (deferred, failed) is about: the newest
@@ -884,10 +918,15 @@ public actor PurchaseCoordinator {
             state.intents[intentIndex].state = .bound
             state.intents[intentIndex].transactionId = transaction.id
         }
+        log(
+            .debug,
+            "took in \(transaction.id) (\(transaction.productId), \(reason.rawValue)\(transaction.appAccountToken == nil ? ", no token" : "")) for \(account ?? "nobody yet"), order \(orderId ?? "none")"
+        )
         state.pending.append(
             PendingSubmission(
                 transaction: transaction, reason: reason, accountId: account, orderId: orderId,
                 nextAttemptAt: clock.now(), replayed: replayed))
+
         persistOrLog()
         guard shouldSubmit else { return nil }
         if replayed {
@@ -918,20 +957,24 @@ public actor PurchaseCoordinator {
         if let index = state.intents.firstIndex(where: { $0.transactionId == transaction.id }) {
             return (state.intents[index].accountId, state.intents[index].orderId, index)
         }
-        guard let current = accountId else { return (nil, nil, nil) }
-        if transaction.appAccountToken == nil {
-            let candidates = state.intents.indices.filter {
-                let intent = state.intents[$0]
-                return intent.isOpen && intent.accountId == current && intent.productId == transaction.productId
-                    && intent.quantity == transaction.quantity
-                    && intent.createdAt <= transaction.purchaseDate.addingTimeInterval(configuration.clockTolerance)
-                    && intentEnd(intent).addingTimeInterval(configuration.clockTolerance) >= transaction.purchaseDate
-            }
-            if let index = candidates.max(by: { state.intents[$0].createdAt < state.intents[$1].createdAt }) {
-                return (current, state.intents[index].orderId, index)
-            }
+        guard transaction.appAccountToken == nil else { return (accountId, nil, nil) }
+        let candidates = state.intents.indices.filter {
+            let intent = state.intents[$0]
+            return intent.isOpen && intent.productId == transaction.productId && intent.quantity == transaction.quantity
+                && intent.createdAt <= transaction.purchaseDate.addingTimeInterval(configuration.clockTolerance)
+                && intentEnd(intent).addingTimeInterval(configuration.clockTolerance) >= transaction.purchaseDate
         }
-        return (current, nil, nil)
+        // The logged-in account's own open purchases only: a purchase without token (an offer
+        // code, a promoted purchase) while another account's intent is open is the logged-in
+        // account's, never credited across accounts.
+        if let current = accountId,
+            let index = candidates.filter({ state.intents[$0].accountId == current }).max(by: {
+                state.intents[$0].createdAt < state.intents[$1].createdAt
+            })
+        {
+            return (current, state.intents[index].orderId, index)
+        }
+        return (accountId, nil, nil)
     }
 
     // MARK: Submitting
