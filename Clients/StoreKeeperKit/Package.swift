@@ -17,7 +17,7 @@ var coreDependencies: [Target.Dependency] = []
 var targets: [Target] = [
     .target(name: "StoreKeeperKitCore", dependencies: coreDependencies),
     .target(name: "StoreKeeperKit", dependencies: ["StoreKeeperKitCore"]),
-    .testTarget(name: "StoreKeeperKitCoreTests", dependencies: ["StoreKeeperKitCore"]),
+    .testTarget(name: "StoreKeeperKitCoreTests", dependencies: ["StoreKeeperKitCore"] + coreDependencies),
 ]
 
 #if os(Linux)

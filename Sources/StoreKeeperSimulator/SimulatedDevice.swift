@@ -148,7 +148,10 @@ public actor SimulatedDevice {
     /// How long a purchase call waits for StoreKit before answering `.pending`, and the bound
     /// past which a call that has not returned counts as stuck.
     let purchaseTimeout: TimeInterval
-    var stuckBound: TimeInterval { purchaseTimeout + 3 }
+    /// A purchase call waits at most for the order (the HTTP timeout) and then for StoreKit
+    /// (`purchaseTimeout`); past both, and a margin for a loaded machine, it is stuck.
+    var stuckBound: TimeInterval { Self.requestTimeout + purchaseTimeout + 4 }
+    static let requestTimeout: TimeInterval = 5
 
     public init(
         appleId: String, accountId: String, server: URL, key: String, directory: URL, seed: UInt64,
@@ -192,7 +195,8 @@ public actor SimulatedDevice {
             backend: GatedBackend(
                 device: self, gate: gate,
                 inner: HTTPBackend(
-                    baseURL: server, transport: Middlebox(device: self, inner: transport), tokens: tokens)),
+                    baseURL: server, timeout: Self.requestTimeout, transport: Middlebox(device: self, inner: transport),
+                    tokens: tokens)),
             store: GatedStore(inner: FilePendingStore(url: storeURL, synchronous: fsync), device: self, gate: gate),
             proofs: DeviceProofs(device: self), clock: DeviceClock(offset: offset),
             configuration: .init(
@@ -267,7 +271,10 @@ public actor SimulatedDevice {
         await maybeApprove()
     }
 
-    func stuck() { stuckPurchases += 1 }
+    func stuck() {
+        stuckPurchases += 1
+        trace("\(appleId) STUCK purchase \(purchasesStarted) (no answer within \(stuckBound) s)")
+    }
 
     /// Whether the user may hand the device over now: StoreKit owes the app no answer — every
     /// transaction it holds unfinished is one the app has taken in, and no callback is on its

@@ -102,13 +102,20 @@ extension Backend {
 /// day must not hold a paid order a day longer.
 public protocol Clock: Sendable {
     func now() -> Date
+    /// Seconds of elapsed (monotonic) time since some fixed point: waits are measured in it.
+    func uptime() -> TimeInterval
     /// Sleeps for `seconds` of elapsed (monotonic) time, whatever the wall clock does meanwhile.
     func sleep(for seconds: TimeInterval) async throws
+}
+
+extension Clock {
+    public func uptime() -> TimeInterval { ProcessInfo.processInfo.systemUptime }
 }
 
 public struct SystemClock: Clock {
     public init() {}
     public func now() -> Date { Date() }
+    public func uptime() -> TimeInterval { ProcessInfo.processInfo.systemUptime }
     public func sleep(for seconds: TimeInterval) async throws {
         // Task.sleep counts monotonic time (uptime), not the wall clock.
         if seconds > 0 { try await Task.sleep(nanoseconds: UInt64(min(seconds, 86_400 * 30) * 1_000_000_000)) }

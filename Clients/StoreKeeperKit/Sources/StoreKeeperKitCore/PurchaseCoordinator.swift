@@ -27,9 +27,10 @@ public struct StoreKitFailure: Error, Sendable, Equatable, CustomStringConvertib
     public let underlying: (any Error & Sendable)?
 
     public init(_ error: Error) {
-        let described = String(reflecting: error)
-        code = described.split(separator: "(").first.map(String.init) ?? described
-        message = String(describing: error)
+        let described = String(describing: error)
+        let kind = described.split(separator: "(").first.map(String.init) ?? described
+        code = "\(type(of: error)).\(kind)"
+        message = described
         underlying = error as? any Error & Sendable
     }
 
@@ -198,6 +199,12 @@ public actor PurchaseCoordinator {
     var appTransactionId: Task<String?, Never>?
     var loadRetry: Task<Void, Never>?
     var swept = false
+    /// When each held item is due, in the clock's elapsed time (`uptime`): backoff and a
+    /// server's Retry-After. The wall-clock times in the records only carry them to the next
+    /// launch, clamped to their stated length; while the app runs nothing the user does to the
+    /// date moves them.
+    var dueAt: [String: TimeInterval] = [:]
+    var holdUntil: [String: TimeInterval] = [:]
     /// Payments StoreKit 1 took without answering yet (their outcome comes through the observer).
     var enqueued: Set<UUID> = []
     var readyWaiters: [CheckedContinuation<Void, Never>] = []
@@ -276,9 +283,11 @@ public actor PurchaseCoordinator {
         // A launch re-drives everything held (a server's Retry-After still holds).
         let now = clock.now()
         lastBackoffReset = now
+        clampDelays(now)
         for index in state.pending.indices where state.pending[index].nextAttemptAt > now {
             state.pending[index].nextAttemptAt = now
         }
+        for key in dueAt.keys { dueAt[key] = clock.uptime() }
         if let installation = configuration.installation, !installation.isMarked() {
             // A reinstall (the Keychain outlived the app): cached account views are not the
             // new install's to show.
@@ -337,8 +346,17 @@ public actor PurchaseCoordinator {
     }
 
     func clampDelays(_ now: Date) {
+        let uptime = clock.uptime()
         for index in state.pending.indices {
             var item = state.pending[index]
+            if dueAt[item.key] == nil {
+                let backoff = item.backoff ?? configuration.retry.cap
+                dueAt[item.key] = uptime + min(max(item.nextAttemptAt.timeIntervalSince(now), 0), backoff)
+            }
+            if holdUntil[item.key] == nil, let notBefore = item.notBefore {
+                let limit = min(item.retryAfter ?? configuration.maxRetryAfter, configuration.maxRetryAfter)
+                holdUntil[item.key] = uptime + min(max(notBefore.timeIntervalSince(now), 0), limit)
+            }
             let backoff = item.backoff ?? configuration.retry.cap
             if item.nextAttemptAt > now.addingTimeInterval(backoff) { item.nextAttemptAt = now.addingTimeInterval(backoff) }
             if let notBefore = item.notBefore {
@@ -427,6 +445,8 @@ public actor PurchaseCoordinator {
             for index in state.pending.indices where state.pending[index].nextAttemptAt > now {
                 state.pending[index].nextAttemptAt = now
             }
+            let uptime = clock.uptime()
+            for key in dueAt.keys { dueAt[key] = min(dueAt[key] ?? uptime, uptime) }
         }
         requestDrive()
     }
@@ -1003,7 +1023,10 @@ public actor PurchaseCoordinator {
         guard !stopped else { return }
         let now = clock.now()
         clampDelays(now)
-        let due = state.pending.filter { $0.accountId != nil && $0.dueAt <= now && !submitting.contains($0.key) }
+        let uptime = clock.uptime()
+        let due = state.pending.filter {
+            $0.accountId != nil && isDue($0.key, uptime) && !submitting.contains($0.key)
+        }
         let single = due.filter { !($0.replayed && $0.transaction.signedTransaction != nil) }
         for item in single.sorted(by: { !$0.replayed && $1.replayed }) {
             guard !stopped else { return }
@@ -1025,6 +1048,10 @@ public actor PurchaseCoordinator {
         }
     }
 
+    func isDue(_ key: String, _ uptime: TimeInterval) -> Bool {
+        (dueAt[key] ?? 0) <= uptime && (holdUntil[key] ?? 0) <= uptime
+    }
+
     /// One submission; the transaction is finished if and only if the verdict is final and
     /// (for a 200) the answer names it with a final outcome. Nil when it could not be
     /// submitted now (no account, already in flight, not yet due).
@@ -1033,7 +1060,7 @@ public actor PurchaseCoordinator {
         guard !stopped, let item = state.pending.first(where: { $0.key == key }), let account = item.accountId,
             !submitting.contains(key)
         else { return nil }
-        if let notBefore = item.notBefore, notBefore > clock.now() {
+        if let hold = holdUntil[key], hold > clock.uptime() {
             scheduleWake()
             return nil
         }
@@ -1167,6 +1194,8 @@ public actor PurchaseCoordinator {
             recentVerdicts[key] = verdict
             if recentVerdicts.count > 64 { recentVerdicts.removeValue(forKey: recentVerdicts.keys.first!) }
             state.pending.removeAll { $0.key == key }
+            dueAt[key] = nil
+            holdUntil[key] = nil
             state.settled.append(
                 SettledTransaction(key: key, accountId: account, verdict: Self.describe(verdict), at: clock.now()))
             settledKeys.insert(key)
@@ -1195,6 +1224,7 @@ public actor PurchaseCoordinator {
                 state.pending[index].nextAttemptAt = max(
                     state.pending[index].nextAttemptAt, clock.now().addingTimeInterval(1))
             }
+            dueAt[key] = max(dueAt[key] ?? 0, clock.uptime() + 1)
         } else if let index = state.pending.firstIndex(where: { $0.key == key }) {
             var held = state.pending[index]
             held.attempts += 1
@@ -1202,11 +1232,14 @@ public actor PurchaseCoordinator {
             let backoff = configuration.retry.delay(afterAttempt: held.attempts, random: configuration.random())
             held.backoff = backoff
             held.nextAttemptAt = after.addingTimeInterval(backoff)
+            let uptime = clock.uptime()
+            dueAt[key] = uptime + backoff
             switch verdict {
             case .pending(let retryAfter), .retryable(_, _, let retryAfter):
                 let capped = retryAfter.map { min(max($0, 0), configuration.maxRetryAfter) }
                 held.retryAfter = capped
                 held.notBefore = capped.map { after.addingTimeInterval($0) }
+                holdUntil[key] = capped.map { uptime + $0 }
             default: break
             }
             if case .retryable(_, let code, _) = verdict,
@@ -1292,6 +1325,7 @@ public actor PurchaseCoordinator {
     /// Writes what changed since the last write (one record per changed item).
     func persist() throws {
         guard !stopped, loaded else { return }
+        prune()
         let current = PendingRecords.records(state)
         let (write, remove) = try PendingRecords.changes(from: persisted, to: current)
         guard !write.isEmpty || !remove.isEmpty else { return }
@@ -1317,10 +1351,12 @@ public actor PurchaseCoordinator {
         wake?.cancel()
         wake = nil
         guard !stopped, loaded else { return }
-        let due = state.pending.filter { $0.accountId != nil && !submitting.contains($0.key) }.map(\.dueAt).min()
+        clampDelays(clock.now())
+        let due = state.pending.filter { $0.accountId != nil && !submitting.contains($0.key) }
+            .map { max(dueAt[$0.key] ?? 0, holdUntil[$0.key] ?? 0) }.min()
         guard let due else { return }
         let clock = self.clock
-        let seconds = max(0, min(due.timeIntervalSince(clock.now()), configuration.maxRetryAfter))
+        let seconds = max(0, min(due - clock.uptime(), configuration.maxRetryAfter))
         wake = Task { [weak self] in
             do { try await clock.sleep(for: seconds) } catch { return }
             await self?.woke()

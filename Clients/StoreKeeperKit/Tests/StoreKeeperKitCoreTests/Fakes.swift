@@ -228,6 +228,7 @@ final class ManualClock: Clock, @unchecked Sendable {
         elapsed.withValue { $0 += seconds }
     }
     func jump(_ seconds: TimeInterval) { current.withValue { $0 = $0.addingTimeInterval(seconds) } }
+    func uptime() -> TimeInterval { elapsed.withValue { $0 } }
     func sleep(for seconds: TimeInterval) async throws {
         let until = elapsed.withValue { $0 } + seconds
         while elapsed.withValue({ $0 }) < until {
