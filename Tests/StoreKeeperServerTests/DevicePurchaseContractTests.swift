@@ -174,4 +174,46 @@ import Testing
             #expect(bad.status == .badRequest)
         }
     }
+
+    /// Two app accounts on one device share its receipt: a receipt sent to report one
+    /// transaction delivers that one alone; the other account's unfinished entry is left for its
+    /// own report (never credited to whoever uploads first), with no anomaly. Without
+    /// `transactionId` (a restore) every entry is delivered as before.
+    @Test(arguments: API.databases)
+    func aReceiptReportingOneTransactionLeavesTheOthersToTheirOwnReports(kind: String) async throws {
+        try await API.withServer(kind) { app, client in
+            let store = try #require(app.localAppStore)
+            let alices = try await store.buy("apple-shared", items: [.init(productId: "coins_60")])
+            let bobs = try await store.buy("apple-shared", items: [.init(productId: "coins_300")])
+            let aliceId = try #require(alices.transactions[0].transactionId)
+            let bobId = try #require(bobs.transactions[0].transactionId)
+            let receipt = Data(bobs.receipt).base64EncodedString()
+            let bob = try await API.call(
+                client, .post, "/v1/purchases",
+                body: try Self.json(["accountId": "bob", "receipt": receipt, "transactionId": bobId]))
+            #expect(bob.status == .ok, "\(bob.json)")
+            let listed = (bob.json["transactions"] as? [[String: Any]] ?? []).compactMap {
+                $0["transactionId"] as? String
+            }
+            #expect(listed == [bobId], "only the reported transaction")
+            #expect(try await app.store.balances(of: "bob") == ["coins": 300])
+            let alice = try await API.call(
+                client, .post, "/v1/purchases",
+                body: try Self.json(["accountId": "alice", "receipt": receipt, "transactionId": aliceId]))
+            #expect(alice.status == .ok, "\(alice.json)")
+            let aliceListed = (alice.json["transactions"] as? [[String: Any]] ?? []).compactMap {
+                $0["transactionId"] as? String
+            }
+            #expect(aliceListed == [aliceId], "Bob's entry, delivered to Bob, is not listed to Alice")
+            #expect(try await app.store.balances(of: "alice") == ["coins": 60])
+            let anomalies = try await API.call(client, .get, "/v1/anomalies")
+            #expect((anomalies.json["anomalies"] as? [[String: Any]] ?? []).isEmpty, "\(anomalies.json)")
+            // A restore (no transactionId) still delivers every entry of the receipt: both are
+            // someone's already, so nothing moves.
+            let restore = try await API.call(
+                client, .post, "/v1/purchases", body: try Self.json(["accountId": "alice", "receipt": receipt]))
+            #expect(restore.status == .ok, "\(restore.json)")
+            #expect(try await app.store.balances(of: "alice") == ["coins": 60])
+        }
+    }
 }
