@@ -285,7 +285,7 @@ final class DemoStory: @unchecked Sendable {  // run by one task at a time
             ("Subscription: billing recovers", billingRecovers), ("Subscription: upgraded", upgrade),
             ("Subscription: refunded", refund),
             (
-                "\(bulkPurchases) purchases on 6 devices, through crashes and network failures",
+                "\(bulkPurchases) purchases on 6 StoreKit 1 and 2 devices, through crashes and network failures",
                 {
                     try await self.bulk(purchases: bulkPurchases, seed: seed)
                 }
@@ -536,6 +536,8 @@ final class DemoStory: @unchecked Sendable {  // run by one task at a time
         options.networkFailureRate = 0.1
         options.seed = seed
         options.settleSeconds = 180
+        // StoreKit 1 devices (receipts, callbacks out of order, usernames dropped) beside StoreKit 2.
+        options.storeKit = .mixed
         options.directory = directory.appendingPathComponent("bulk")
         let done = Mutex(0)
         let live = self.live
@@ -551,11 +553,11 @@ final class DemoStory: @unchecked Sendable {  // run by one task at a time
         bulk = report
         guard report.clean else {
             throw DemoFailure(
-                "lost \(report.lost), doubled \(report.doubled), misattributed \(report.misattributed), finished before ack \(report.finishedBeforeAck), settled \(report.settled)"
+                "lost \(report.lost), doubled \(report.doubled), misattributed \(report.misattributed), finished before ack \(report.finishedBeforeAck), stuck \(report.stuckPurchases), product mismatches \(report.productMismatches), held \(report.held), settled \(report.settled)"
             )
         }
         return
-            "\(report.paid) paid, \(report.delivered) delivered; \(report.crashes) crashes, \(report.networkFailures) network failures; 0 lost, 0 doubled"
+            "\(report.paid) paid, \(report.delivered) delivered; \(report.crashes) crashes, \(report.networkFailures) network failures; 0 lost, 0 doubled, 0 product mismatches"
     }
 
     // MARK: The end

@@ -163,6 +163,23 @@ import Testing
         #expect(result.anomalies.first?.orderId == order.orderId)
     }
 
+    /// An upgrade carries its subscription's original token; a merged payment's other half
+    /// rides on the first one's: the token names an order paid long ago. Delivered to that
+    /// order's account, with no product_mismatch (nothing claims that order now).
+    @Test func aTokenOfAnOrderAlreadyPaidIsNoMismatch() {
+        var order = Self.order("coins_60")
+        order.status = .delivered
+        let result = plan(
+            .init(
+                transaction: Self.transaction("coins_300", token: order.appAccountToken), submittingAccount: "u42",
+                orderByToken: order, catalog: Self.catalog))
+        #expect(result.outcome == .delivered)
+        #expect(result.accountId == order.accountId)
+        #expect(result.grants == [.currency(code: "coins", amount: 300)])
+        #expect(result.anomalies.isEmpty)
+        #expect(result.order == nil)
+    }
+
     @Test func unknownProductsAndOrphansBecomeAnomalies() {
         let unknown = plan(
             .init(transaction: Self.transaction("mystery"), submittingAccount: "u42", catalog: Self.catalog))
