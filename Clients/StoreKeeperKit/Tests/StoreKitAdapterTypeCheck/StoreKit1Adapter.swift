@@ -1,1 +1,0 @@
-../../Sources/StoreKeeperKit/StoreKit1Adapter.swift
