@@ -39,15 +39,24 @@ struct SimulateCommand: AsyncParsableCommand {
             "1, 2 or mixed (default 2): StoreKit 1 devices call back out of order, drop applicationUsername, hand back old transactions and prove with the app receipt."
     )
     var storeKit: String = "2"
-    @Option(name: .customLong("accounts-per-device"), help: "App accounts logging in and out on each device (default 1).")
+    @Option(
+        name: .customLong("accounts-per-device"), help: "App accounts logging in and out on each device (default 1).")
     var accountsPerDevice: Int = 1
-    @Option(name: .customLong("middlebox-error-rate"), help: "Share of requests a proxy answers with HTML 400/404/413/502 (0…1).")
+    @Option(
+        name: .customLong("middlebox-error-rate"),
+        help: "Share of requests a proxy answers with HTML 400/404/413/502 (0…1).")
     var middleboxErrorRate: Double = 0
-    @Option(name: .customLong("clock-jump-rate"), help: "Share of purchases before which the device clock jumps up to a day (0…1).")
+    @Option(
+        name: .customLong("clock-jump-rate"),
+        help: "Share of purchases before which the device clock jumps up to a day (0…1).")
     var clockJumpRate: Double = 0
-    @Option(name: .customLong("replay-flood"), help: "Old transactions Transaction.updates replays at each launch (StoreKit 2).")
+    @Option(
+        name: .customLong("replay-flood"),
+        help: "Old transactions Transaction.updates replays at each launch (StoreKit 2).")
     var replayFlood: Int = 0
-    @Option(name: .customLong("tokenless-rate"), help: "Share of purchases beside which one is made outside the app, without token (0…1).")
+    @Option(
+        name: .customLong("tokenless-rate"),
+        help: "Share of purchases beside which one is made outside the app, without token (0…1).")
     var tokenlessRate: Double = 0
     @Flag(name: .long, help: "Print the report as JSON.") var json = false
 

@@ -84,7 +84,10 @@ public struct SeededRandom: Sendable {
 /// crash. Every component the coordinator talks to is wrapped for one run of the app (a
 /// generation): when the generation crashes, its writes, payments, finishes and requests stop.
 public actor SimulatedDevice {
-    public enum StoreKitVersion: String, Sendable, Codable { case one = "1", two = "2" }
+    public enum StoreKitVersion: String, Sendable, Codable {
+        case one = "1"
+        case two = "2"
+    }
 
     nonisolated public let appleId: String
     /// The device's first account (the one it launches with).

@@ -65,7 +65,9 @@ public struct Simulation: Sendable {
     }
 
     public enum StoreKitMode: String, Sendable, CaseIterable {
-        case one = "1", two = "2", mixed
+        case one = "1"
+        case two = "2"
+        case mixed
     }
 
     public struct Report: Codable, Sendable, Equatable {
@@ -313,9 +315,10 @@ public struct Simulation: Sendable {
                 throw LocalStoreControl.Failure(description: "GET /v1/anomalies: \(response.statusCode)")
             }
             let page = try JSONDecoder().decode(Page.self, from: data)
-            count += page.anomalies.filter {
-                $0.kind == "product_mismatch" && $0.transactionId.map(transactions.contains) == true
-            }.count
+            count +=
+                page.anomalies.filter {
+                    $0.kind == "product_mismatch" && $0.transactionId.map(transactions.contains) == true
+                }.count
             after = page.nextCursor
         } while after != nil
         return count

@@ -65,7 +65,8 @@ public final class FilePendingStore: PendingStore, @unchecked Sendable {
             return records!
         }
         var current: [String: Data] = [:]
-        let lines = data.dropFirst(Self.header.count).split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
+        let lines = data.dropFirst(Self.header.count).split(
+            separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
         let decoder = JSONDecoder()
         var damaged = false
         for (index, line) in lines.enumerated() where !line.isEmpty {
@@ -103,7 +104,8 @@ public final class FilePendingStore: PendingStore, @unchecked Sendable {
         if needsCompaction || journalBytes > 4 * liveBytes + 65_536 {
             try compact(current)
         } else {
-            let line = try JSONEncoder.storeKeeper.encode(Line(w: changes.isEmpty ? nil : changes, r: removing.isEmpty ? nil : removing))
+            let line = try JSONEncoder.storeKeeper.encode(
+                Line(w: changes.isEmpty ? nil : changes, r: removing.isEmpty ? nil : removing))
             try append(line + Data("\n".utf8))
             journalBytes += line.count + 1
         }

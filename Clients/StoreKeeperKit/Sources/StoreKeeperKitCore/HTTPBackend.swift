@@ -100,7 +100,8 @@ public struct HTTPBackend: Backend {
         var answer = try await sendOnce(
             method, path, token: try await tokens(accountId, false), body: body, signed: signed)
         if answer.status == 401 {
-            answer = try await sendOnce(method, path, token: try await tokens(accountId, true), body: body, signed: signed)
+            answer = try await sendOnce(
+                method, path, token: try await tokens(accountId, true), body: body, signed: signed)
         }
         return answer
     }

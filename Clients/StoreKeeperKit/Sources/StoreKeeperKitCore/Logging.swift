@@ -2,7 +2,10 @@ import Foundation
 
 /// How much the SDK says.
 public enum LogLevel: Int, Comparable, Sendable, CustomStringConvertible {
-    case debug = 0, info, warning, error
+    case debug = 0
+    case info
+    case warning
+    case error
 
     public static func < (lhs: LogLevel, rhs: LogLevel) -> Bool { lhs.rawValue < rhs.rawValue }
     public var description: String { ["debug", "info", "warning", "error"][rawValue] }

@@ -338,7 +338,8 @@ public actor PurchaseCoordinator {
         for index in state.intents.indices where state.intents[index].launch != launch {
             if state.intents[index].state == .paying { state.intents[index].state = .created }
         }
-        for index in state.intents.indices where state.intents[index].isOpen && state.intents[index].state != .deferred {
+        for index in state.intents.indices where state.intents[index].isOpen && state.intents[index].state != .deferred
+        {
             if intentEnd(state.intents[index]) < now { state.intents[index].state = .closed }
         }
         clampDelays(now)
@@ -358,9 +359,12 @@ public actor PurchaseCoordinator {
                 holdUntil[item.key] = uptime + min(max(notBefore.timeIntervalSince(now), 0), limit)
             }
             let backoff = item.backoff ?? configuration.retry.cap
-            if item.nextAttemptAt > now.addingTimeInterval(backoff) { item.nextAttemptAt = now.addingTimeInterval(backoff) }
+            if item.nextAttemptAt > now.addingTimeInterval(backoff) {
+                item.nextAttemptAt = now.addingTimeInterval(backoff)
+            }
             if let notBefore = item.notBefore {
-                let limit = now.addingTimeInterval(min(item.retryAfter ?? configuration.maxRetryAfter, configuration.maxRetryAfter))
+                let limit = now.addingTimeInterval(
+                    min(item.retryAfter ?? configuration.maxRetryAfter, configuration.maxRetryAfter))
                 if notBefore > limit { item.notBefore = limit }
             }
             if item != state.pending[index] { state.pending[index] = item }
@@ -823,7 +827,8 @@ public actor PurchaseCoordinator {
                 resolve(token, .success(.notCharged(transactionId: transaction.id)))
             }
             // Older than this launch and no order of ours: a `Transaction.updates` replay.
-            let ours = transaction.appAccountToken.map { token in state.intents.contains { $0.appAccountToken == token } }
+            let ours = transaction.appAccountToken.map { token in state.intents.contains { $0.appAccountToken == token }
+            }
             let replayed = ours != true && transaction.purchaseDate < launchedAt.addingTimeInterval(-60)
             await accept(
                 transaction, reason: transaction.revocationDate == nil ? .purchase : .revocation, replayed: replayed)
@@ -913,7 +918,9 @@ public actor PurchaseCoordinator {
         if let index = state.pending.firstIndex(where: { $0.key == key }) {
             // The same transaction again: keep the better copy (a token, a JWS).
             var held = state.pending[index]
-            if held.transaction.appAccountToken == nil { held.transaction.appAccountToken = transaction.appAccountToken }
+            if held.transaction.appAccountToken == nil {
+                held.transaction.appAccountToken = transaction.appAccountToken
+            }
             if held.transaction.signedTransaction == nil {
                 held.transaction.signedTransaction = transaction.signedTransaction
             }
@@ -1083,7 +1090,9 @@ public actor PurchaseCoordinator {
             } else {
                 // A 200 that does not name this transaction with a final outcome (a receipt read
                 // before it held the purchase): not a verdict on it. Refresh and try again.
-                log(.warning, "the answer for transaction \(item.transaction.id) does not name it: held, proof refreshed")
+                log(
+                    .warning,
+                    "the answer for transaction \(item.transaction.id) does not name it: held, proof refreshed")
                 if let info = response.account { remember(info) }
                 verdict = .retryable(status: 200, code: "transaction_not_in_answer", retryAfter: nil)
             }
@@ -1100,14 +1109,20 @@ public actor PurchaseCoordinator {
         guard !items.isEmpty else { return (.cancelled, [:]) }
         for item in items { submitting.insert(item.key) }
         let verdict = await backend.submitPurchase(
-            accountId: account, orderId: nil, proof: .signedTransactions(items.compactMap(\.transaction.signedTransaction)),
+            accountId: account, orderId: nil,
+            proof: .signedTransactions(items.compactMap(\.transaction.signedTransaction)),
             transactionId: nil)
         for item in items { submitting.remove(item.key) }
         guard !stopped else { return (verdict, [:]) }
         var entries: [String: RestoreResult.Entry] = [:]
         guard case .accepted(let response) = verdict else {
             // The batch as a whole was not answered: each held, as one attempt.
-            for item in items { conclude(item.key, verdict: verdict.isFinal ? .retryable(status: nil, code: "batch_refused", retryAfter: nil) : verdict, account: account) }
+            for item in items {
+                conclude(
+                    item.key,
+                    verdict: verdict.isFinal
+                        ? .retryable(status: nil, code: "batch_refused", retryAfter: nil) : verdict, account: account)
+            }
             return (verdict, entries)
         }
         if let info = response.account { remember(info) }
@@ -1129,7 +1144,8 @@ public actor PurchaseCoordinator {
                     account: account)
             } else {
                 conclude(
-                    item.key, verdict: .retryable(status: 200, code: entry?.code ?? "transaction_not_in_answer", retryAfter: nil),
+                    item.key,
+                    verdict: .retryable(status: 200, code: entry?.code ?? "transaction_not_in_answer", retryAfter: nil),
                     account: account)
             }
         }
@@ -1139,7 +1155,9 @@ public actor PurchaseCoordinator {
     /// A StoreKit 1 restore: the receipt once, naming no transaction; each restored transaction
     /// the answer lists settles.
     func submitReceipt(_ keys: [String], account: String) async -> (SubmissionVerdict, [String: RestoreResult.Entry]) {
-        let items = keys.compactMap { key in state.pending.first { $0.key == key } }.filter { !submitting.contains($0.key) }
+        let items = keys.compactMap { key in state.pending.first { $0.key == key } }.filter {
+            !submitting.contains($0.key)
+        }
         guard !items.isEmpty else { return (.cancelled, [:]) }
         let receipt: String?
         do {
@@ -1159,7 +1177,12 @@ public actor PurchaseCoordinator {
         guard !stopped else { return (verdict, [:]) }
         var entries: [String: RestoreResult.Entry] = [:]
         guard case .accepted(let response) = verdict else {
-            for item in items { conclude(item.key, verdict: verdict.isFinal ? .retryable(status: nil, code: "receipt_refused", retryAfter: nil) : verdict, account: account) }
+            for item in items {
+                conclude(
+                    item.key,
+                    verdict: verdict.isFinal
+                        ? .retryable(status: nil, code: "receipt_refused", retryAfter: nil) : verdict, account: account)
+            }
             return (verdict, entries)
         }
         if let info = response.account { remember(info) }
@@ -1251,7 +1274,10 @@ public actor PurchaseCoordinator {
             }
             held.lastError = Self.describe(verdict)
             if held.attempts == 10 || held.attempts % 50 == 0 {
-                log(.warning, "transaction \(held.transaction.id) still held after \(held.attempts) attempts: \(held.lastError ?? "")")
+                log(
+                    .warning,
+                    "transaction \(held.transaction.id) still held after \(held.attempts) attempts: \(held.lastError ?? "")"
+                )
             }
             state.pending[index] = held
             persistOrLog()

@@ -72,6 +72,7 @@
         }
     }
 
+    // swift-format-ignore: AlwaysUseLowerCamelCase
     public func SecItemCopyMatching(_ query: CFDictionary, _ result: UnsafeMutablePointer<CFTypeRef?>?) -> OSStatus {
         KeychainShim.lock.lock()
         defer { KeychainShim.lock.unlock() }
@@ -95,21 +96,25 @@
         return errSecSuccess
     }
 
+    // swift-format-ignore: AlwaysUseLowerCamelCase
     public func SecItemAdd(_ attributes: CFDictionary, _ result: UnsafeMutablePointer<CFTypeRef?>?) -> OSStatus {
         KeychainShim.lock.lock()
         defer { KeychainShim.lock.unlock() }
         guard !KeychainShim.locked else { return errSecInteractionNotAllowed }
-        guard let service = attributes[kSecAttrService] as? String, let account = attributes[kSecAttrAccount] as? String,
+        guard let service = attributes[kSecAttrService] as? String,
+            let account = attributes[kSecAttrAccount] as? String,
             let data = attributes[kSecValueData] as? Data
         else { return errSecParam }
         guard !KeychainShim.items.contains(where: { KeychainShim.matches($0, attributes) }) else {
             return errSecDuplicateItem
         }
         KeychainShim.items.append(
-            .init(service: service, account: account, data: data, accessible: attributes[kSecAttrAccessible] as? String))
+            .init(service: service, account: account, data: data, accessible: attributes[kSecAttrAccessible] as? String)
+        )
         return errSecSuccess
     }
 
+    // swift-format-ignore: AlwaysUseLowerCamelCase
     public func SecItemUpdate(_ query: CFDictionary, _ attributesToUpdate: CFDictionary) -> OSStatus {
         KeychainShim.lock.lock()
         defer { KeychainShim.lock.unlock() }
@@ -122,6 +127,7 @@
         return updated ? errSecSuccess : errSecItemNotFound
     }
 
+    // swift-format-ignore: AlwaysUseLowerCamelCase
     public func SecItemDelete(_ query: CFDictionary) -> OSStatus {
         KeychainShim.lock.lock()
         defer { KeychainShim.lock.unlock() }

@@ -190,11 +190,13 @@ final class DeviceReviewTests: XCTestCase {
             func send(_ request: URLRequest) async throws -> (Data, HTTPURLResponse) {
                 let body = #"{"error":{"code":"transaction_not_in_proof","message":"refresh","retryable":true}}"#
                 return (
-                    Data(body.utf8), HTTPURLResponse(url: request.url!, statusCode: 422, httpVersion: nil, headerFields: nil)!
+                    Data(body.utf8),
+                    HTTPURLResponse(url: request.url!, statusCode: 422, httpVersion: nil, headerFields: nil)!
                 )
             }
         }
-        let http = HTTPBackend(baseURL: URL(string: "https://example.invalid")!, transport: Canned(), tokens: { _, _ in "t" })
+        let http = HTTPBackend(
+            baseURL: URL(string: "https://example.invalid")!, transport: Canned(), tokens: { _, _ in "t" })
         let verdict = await http.submitPurchase(accountId: "a", orderId: nil, proof: .receipt("r"), transactionId: "5")
         XCTAssertEqual(verdict, .retryable(status: 422, code: "transaction_not_in_proof", retryAfter: nil))
     }
@@ -239,7 +241,8 @@ final class DeviceReviewTests: XCTestCase {
         await coordinator.login("bob")
         // An offer code redeemed on the App Store while Alice's Ask to Buy is open.
         queue.send(
-            .transaction(queue.transaction(productId: "pro", token: nil, id: "8001", date: clock.now().addingTimeInterval(5))))
+            .transaction(
+                queue.transaction(productId: "pro", token: nil, id: "8001", date: clock.now().addingTimeInterval(5))))
         let backend = self.backend!
         await assertEventually { backend.submissions.count == 1 }
         XCTAssertEqual(backend.submissions.first?.accountId, "bob")
@@ -387,7 +390,8 @@ final class DeviceReviewTests: XCTestCase {
     }
 
     func testAnOlderRecordWithUnknownStatesAndMissingFieldsStillLoads() throws {
-        let intent = #"{"v":2,"value":{"orderId":"o","appAccountToken":"5742E386-757E-4762-9349-D6ADAA160407","productId":"p","accountId":"a","createdAt":1,"state":"refunding"}}"#
+        let intent =
+            #"{"v":2,"value":{"orderId":"o","appAccountToken":"5742E386-757E-4762-9349-D6ADAA160407","productId":"p","accountId":"a","createdAt":1,"state":"refunding"}}"#
         let (state, _) = PendingRecords.decode(["intent:x": Data(intent.utf8)])
         XCTAssertEqual(state.intents.first?.state, .created, "a state from a newer SDK reads as open")
         XCTAssertEqual(state.intents.first?.quantity, 1)
@@ -481,7 +485,8 @@ final class DeviceReviewTests: XCTestCase {
         XCTAssertFalse(info.isActive("pro", at: clock.now()))
         let after = await coordinator.isEntitled("pro")
         XCTAssertFalse(after)
-        let json = #"{"accountId":"u","entitlements":[{"id":"pro","active":true,"expiresAt":"2026-01-01T00:00:00.000Z"}]}"#
+        let json =
+            #"{"accountId":"u","entitlements":[{"id":"pro","active":true,"expiresAt":"2026-01-01T00:00:00.000Z"}]}"#
         let decoded = try JSONDecoder().decode(CustomerInfo.self, from: Data(json.utf8))
         XCTAssertEqual(decoded.entitlements.first?.expiresAt, Date(timeIntervalSince1970: 1_767_225_600))
         await coordinator.shutdown()
@@ -579,7 +584,9 @@ final class DeviceReviewTests: XCTestCase {
                 let signature = try key.signature(for: mode == "tampered" ? Data("x".utf8) : message)
                 var headers = ["Content-Type": "application/json"]
                 if mode != "unsigned" { headers["StoreKeeper-Signature"] = Data(signature).base64EncodedString() }
-                return (body, HTTPURLResponse(url: request.url!, statusCode: 200, httpVersion: nil, headerFields: headers)!)
+                return (
+                    body, HTTPURLResponse(url: request.url!, statusCode: 200, httpVersion: nil, headerFields: headers)!
+                )
             }
         }
         for mode in ["signed", "unsigned", "tampered", "replayed"] {
@@ -594,7 +601,9 @@ final class DeviceReviewTests: XCTestCase {
             }
         }
         // The key as /v1/status gives it, or as PEM.
-        let spki = Data([0x30, 0x2A, 0x30, 0x05, 0x06, 0x03, 0x2B, 0x65, 0x70, 0x03, 0x21, 0x00]) + key.publicKey.rawRepresentation
+        let spki =
+            Data([0x30, 0x2A, 0x30, 0x05, 0x06, 0x03, 0x2B, 0x65, 0x70, 0x03, 0x21, 0x00])
+            + key.publicKey.rawRepresentation
         let pem = "-----BEGIN PUBLIC KEY-----\n\(spki.base64EncodedString())\n-----END PUBLIC KEY-----\n"
         XCTAssertEqual(try ResponseSigningKey(pem), publicKey)
         XCTAssertThrowsError(try ResponseSigningKey("not a key"))

@@ -1,6 +1,6 @@
 import Foundation
-import XCTest
 import StoreKeeperKitCore
+import XCTest
 
 /// A payment queue whose answers a test scripts, recording every payment and finish.
 final class FakeQueue: PaymentQueue, @unchecked Sendable {
@@ -37,7 +37,8 @@ final class FakeQueue: PaymentQueue, @unchecked Sendable {
                 return String($0.counter)
             }
         return StoreTransaction(
-            id: id, originalId: id, productId: productId, quantity: quantity, appAccountToken: token, purchaseDate: date,
+            id: id, originalId: id, productId: productId, quantity: quantity, appAccountToken: token,
+            purchaseDate: date,
             signedTransaction: "jws-\(id)")
     }
 
@@ -198,7 +199,8 @@ final class FakeBackend: Backend, @unchecked Sendable {
     }
 
     /// A 200 naming these transactions.
-    static func delivered(_ ids: String..., outcome: String = "delivered", account: String = "u1") -> SubmissionVerdict {
+    static func delivered(_ ids: String..., outcome: String = "delivered", account: String = "u1") -> SubmissionVerdict
+    {
         .accepted(
             PurchaseResponse(
                 status: "delivered", transactions: ids.map { .init(transactionId: $0, outcome: outcome) },

@@ -57,7 +57,8 @@ final class FilePendingStoreTests: XCTestCase {
         let store = FilePendingStore(url: url, synchronous: false)
         var history: [String: Data] = [:]
         for index in 0..<2_000 {
-            history["settled:\(index)"] = Data(#"{"v":2,"value":{"key":"\#(index)","verdict":"delivered","at":1}}"#.utf8)
+            history["settled:\(index)"] = Data(
+                #"{"v":2,"value":{"key":"\#(index)","verdict":"delivered","at":1}}"#.utf8)
         }
         try store.write(history, removing: [])
         let before = try Data(contentsOf: url).count
@@ -148,7 +149,9 @@ final class FilePendingStoreTests: XCTestCase {
         await second.configure()
         await assertEventually { backend.submissions.count == 2 && queue.finished.count == 1 }
         XCTAssertEqual(backend.submissions.last?.orderId, backend.orders.first?.orderId)
-        await assertEventually { PendingRecords.decode((try? FilePendingStore(url: url).load()) ?? [:]).state.pending.isEmpty }
+        await assertEventually {
+            PendingRecords.decode((try? FilePendingStore(url: url).load()) ?? [:]).state.pending.isEmpty
+        }
         await second.shutdown()
     }
 }

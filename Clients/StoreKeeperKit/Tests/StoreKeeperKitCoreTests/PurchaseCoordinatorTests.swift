@@ -431,7 +431,8 @@ final class PurchaseCoordinatorTests: XCTestCase {
         let outcome = try await coordinator.purchase(promoted)
         guard case .delivered = outcome else { return XCTFail("\(outcome)") }
         XCTAssertEqual(backend.orders.map(\.accountId), ["u2"])
-        XCTAssertEqual(queue.state.withValue { $0.options.last?.promotedPurchaseId }, "promo-1", "Apple's payment, with its offer")
+        XCTAssertEqual(
+            queue.state.withValue { $0.options.last?.promotedPurchaseId }, "promo-1", "Apple's payment, with its offer")
         let left = await coordinator.waitingPromotedPurchases
         XCTAssertEqual(left, [])
         do {

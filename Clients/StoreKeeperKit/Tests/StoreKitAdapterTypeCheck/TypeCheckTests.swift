@@ -81,7 +81,8 @@ final class StoreKitAdapterTypeCheckTests: XCTestCase {
         var held = PendingState()
         held.pending = [
             PendingSubmission(
-                transaction: StoreTransaction(id: "1", productId: "p", purchaseDate: Date(), signedTransaction: "a.b.c"),
+                transaction: StoreTransaction(
+                    id: "1", productId: "p", purchaseDate: Date(), signedTransaction: "a.b.c"),
                 reason: .purchase, accountId: "u1", orderId: nil, attempts: 3,
                 nextAttemptAt: Date().addingTimeInterval(900), backoff: 900)
         ]
