@@ -1,7 +1,10 @@
 // The StoreKit API surface StoreKeeperKit's adapters use, declared with Apple's signatures
 // (developer.apple.com/documentation/storekit), so that the adapters type-check on Linux: a
-// renamed call or a wrong type fails the build. Test-only: nothing here runs; every body
-// traps. Linux only — elsewhere the real StoreKit is imported.
+// renamed call or a wrong type fails the build. Each declaration carries Apple's availability
+// (introduced, deprecated: StoreKit 1 since iOS 18) as Xcode sees it; Swift checks platform
+// availability only when compiling for that platform, so on Linux these annotations document and
+// the adapters' own `#available` guards are what the iOS build checks. Test-only: nothing here
+// runs; every body traps. Linux only — elsewhere the real StoreKit is imported.
 #if os(Linux)
     import Foundation
 
@@ -9,6 +12,7 @@
 
     // MARK: StoreKit 2
 
+    @available(iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, visionOS 1.0, *)
     public struct Product: Sendable, Identifiable, Hashable {
         public typealias ID = String
         public let id: Product.ID
@@ -39,15 +43,16 @@
             public static func introductoryOfferEligibility(compactJWS: String) -> Product.PurchaseOption {
                 unavailable()
             }
-            // iOS 18.0
+            @available(iOS 18.0, macOS 15.0, tvOS 18.0, watchOS 11.0, visionOS 2.0, *)
             public static func winBackOffer(_ offer: Product.SubscriptionOffer) -> Product.PurchaseOption {
                 unavailable()
             }
         }
 
         public struct SubscriptionInfo: Hashable, Sendable {
-            // iOS 18.0
-            public let winBackOffers: [Product.SubscriptionOffer]
+            @available(iOS 18.0, macOS 15.0, tvOS 18.0, watchOS 11.0, visionOS 2.0, *)
+            public var winBackOffers: [Product.SubscriptionOffer] { unavailable() }
+            let _winBackOffers: [Product.SubscriptionOffer]
         }
 
         public struct SubscriptionOffer: Hashable, Sendable {
@@ -57,7 +62,7 @@
             public struct OfferType: Hashable, Sendable {
                 public static let introductory = OfferType()
                 public static let promotional = OfferType()
-                // iOS 18.0
+                @available(iOS 18.0, macOS 15.0, tvOS 18.0, watchOS 11.0, visionOS 2.0, *)
                 public static let winBack = OfferType()
             }
         }
@@ -69,6 +74,7 @@
         }
     }
 
+    @available(iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, visionOS 1.0, *)
     public enum VerificationResult<SignedType: Sendable>: Sendable {
         public enum VerificationError: Error, Sendable {
             case revokedCertificate, invalidCertificateChain, invalidDeviceVerification, invalidEncoding,
@@ -81,6 +87,7 @@
         public var unsafePayloadValue: SignedType { unavailable() }
     }
 
+    @available(iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, visionOS 1.0, *)
     public struct Transaction: Sendable, Identifiable, Hashable {
         public let id: UInt64
         public let originalID: UInt64
@@ -106,6 +113,7 @@
         }
     }
 
+    @available(iOS 16.0, macOS 13.0, tvOS 16.0, watchOS 9.0, visionOS 1.0, *)
     public struct AppTransaction: Sendable {
         // iOS 16.0: `static var shared: VerificationResult<AppTransaction> { get async throws }`
         public static var shared: VerificationResult<AppTransaction> {
@@ -115,15 +123,20 @@
         public let appTransactionID: String
     }
 
+    @available(iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, visionOS 1.0, *)
     public enum AppStore {
         public static func sync() async throws { unavailable() }
     }
 
-    // iOS 16.4
+    @available(iOS 16.4, macOS 14.4, visionOS 1.0, *)
+    @available(tvOS, unavailable)
+    @available(watchOS, unavailable)
     public struct PurchaseIntent: Sendable {
         public let product: Product
-        // iOS 18.0: the offer the App Store attached (a promotional or win-back offer).
-        public let offer: Product.SubscriptionOffer?
+        // The offer the App Store attached (a promotional or win-back offer).
+        @available(iOS 18.0, macOS 15.0, visionOS 2.0, *)
+        public var offer: Product.SubscriptionOffer? { unavailable() }
+        let _offer: Product.SubscriptionOffer?
         public var id: Product.ID { unavailable() }
         public static var intents: PurchaseIntent.PurchaseIntents { unavailable() }
 
@@ -140,6 +153,9 @@
 
     // StoreKit 1: @available(iOS, introduced: 3.0, deprecated: 18.0) throughout (the adapter is
     // for apps that still ship it; StoreKit 2 is the default).
+    @available(iOS, introduced: 3.0, deprecated: 18.0, message: "Use StoreKit 2")
+    @available(macOS, introduced: 10.7, deprecated: 15.0, message: "Use StoreKit 2")
+    @available(tvOS, introduced: 9.0, deprecated: 18.0, message: "Use StoreKit 2")
     open class SKPayment: NSObject {
         open var productIdentifier: String { unavailable() }
         open var quantity: Int { unavailable() }
@@ -148,6 +164,9 @@
         open var paymentDiscount: SKPaymentDiscount? { unavailable() }
     }
 
+    @available(iOS, introduced: 3.0, deprecated: 18.0, message: "Use StoreKit 2")
+    @available(macOS, introduced: 10.7, deprecated: 15.0, message: "Use StoreKit 2")
+    @available(tvOS, introduced: 9.0, deprecated: 18.0, message: "Use StoreKit 2")
     open class SKRequest: NSObject {
         open weak var delegate: SKRequestDelegate?
         open func start() { unavailable() }
@@ -155,15 +174,24 @@
     }
 
     /// In StoreKit an Objective-C protocol with optional methods; here the ones the adapter implements.
+    @available(iOS, introduced: 3.0, deprecated: 18.0, message: "Use StoreKit 2")
+    @available(macOS, introduced: 10.7, deprecated: 15.0, message: "Use StoreKit 2")
+    @available(tvOS, introduced: 9.0, deprecated: 18.0, message: "Use StoreKit 2")
     public protocol SKRequestDelegate: NSObjectProtocol {
         func requestDidFinish(_ request: SKRequest)
         func request(_ request: SKRequest, didFailWithError error: Error)
     }
 
+    @available(iOS, introduced: 3.0, deprecated: 18.0, message: "Use StoreKit 2")
+    @available(macOS, introduced: 10.7, deprecated: 15.0, message: "Use StoreKit 2")
+    @available(tvOS, introduced: 9.0, deprecated: 18.0, message: "Use StoreKit 2")
     open class SKReceiptRefreshRequest: SKRequest {
         public init(receiptProperties properties: [String: Any]?) { unavailable() }
     }
 
+    @available(iOS, introduced: 3.0, deprecated: 18.0, message: "Use StoreKit 2")
+    @available(macOS, introduced: 10.7, deprecated: 15.0, message: "Use StoreKit 2")
+    @available(tvOS, introduced: 9.0, deprecated: 18.0, message: "Use StoreKit 2")
     open class SKPaymentDiscount: NSObject {
         public init(identifier: String, keyIdentifier: String, nonce: UUID, signature: String, timestamp: NSNumber) {
             unavailable()
@@ -171,6 +199,9 @@
         open var identifier: String { unavailable() }
     }
 
+    @available(iOS, introduced: 3.0, deprecated: 18.0, message: "Use StoreKit 2")
+    @available(macOS, introduced: 10.7, deprecated: 15.0, message: "Use StoreKit 2")
+    @available(tvOS, introduced: 9.0, deprecated: 18.0, message: "Use StoreKit 2")
     open class SKMutablePayment: SKPayment {
         public override init() { super.init() }
         public init(product: SKProduct) { unavailable() }
@@ -192,14 +223,23 @@
         }
     }
 
+    @available(iOS, introduced: 3.0, deprecated: 18.0, message: "Use StoreKit 2")
+    @available(macOS, introduced: 10.7, deprecated: 15.0, message: "Use StoreKit 2")
+    @available(tvOS, introduced: 9.0, deprecated: 18.0, message: "Use StoreKit 2")
     open class SKProduct: NSObject {
         open var productIdentifier: String { unavailable() }
     }
 
+    @available(iOS, introduced: 3.0, deprecated: 18.0, message: "Use StoreKit 2")
+    @available(macOS, introduced: 10.7, deprecated: 15.0, message: "Use StoreKit 2")
+    @available(tvOS, introduced: 9.0, deprecated: 18.0, message: "Use StoreKit 2")
     public enum SKPaymentTransactionState: Int, @unchecked Sendable {
         case purchasing, purchased, failed, restored, deferred
     }
 
+    @available(iOS, introduced: 3.0, deprecated: 18.0, message: "Use StoreKit 2")
+    @available(macOS, introduced: 10.7, deprecated: 15.0, message: "Use StoreKit 2")
+    @available(tvOS, introduced: 9.0, deprecated: 18.0, message: "Use StoreKit 2")
     open class SKPaymentTransaction: NSObject {
         open var error: Error? { unavailable() }
         open var original: SKPaymentTransaction? { unavailable() }
@@ -209,6 +249,9 @@
         open var transactionState: SKPaymentTransactionState { unavailable() }
     }
 
+    @available(iOS, introduced: 3.0, deprecated: 18.0, message: "Use StoreKit 2")
+    @available(macOS, introduced: 10.7, deprecated: 15.0, message: "Use StoreKit 2")
+    @available(tvOS, introduced: 9.0, deprecated: 18.0, message: "Use StoreKit 2")
     public struct SKError: Error {
         public enum Code: Int {
             case unknown, clientInvalid, paymentCancelled, paymentInvalid, paymentNotAllowed
@@ -218,6 +261,9 @@
 
     /// In StoreKit an Objective-C protocol with optional methods; here each method the adapter
     /// implements is required, so a signature that differs from Apple's fails to conform.
+    @available(iOS, introduced: 3.0, deprecated: 18.0, message: "Use StoreKit 2")
+    @available(macOS, introduced: 10.7, deprecated: 15.0, message: "Use StoreKit 2")
+    @available(tvOS, introduced: 9.0, deprecated: 18.0, message: "Use StoreKit 2")
     public protocol SKPaymentTransactionObserver: NSObjectProtocol {
         func paymentQueue(_ queue: SKPaymentQueue, updatedTransactions transactions: [SKPaymentTransaction])
         func paymentQueue(_ queue: SKPaymentQueue, shouldAddStorePayment payment: SKPayment, for product: SKProduct)
@@ -226,6 +272,9 @@
         func paymentQueue(_ queue: SKPaymentQueue, restoreCompletedTransactionsFailedWithError error: Error)
     }
 
+    @available(iOS, introduced: 3.0, deprecated: 18.0, message: "Use StoreKit 2")
+    @available(macOS, introduced: 10.7, deprecated: 15.0, message: "Use StoreKit 2")
+    @available(tvOS, introduced: 9.0, deprecated: 18.0, message: "Use StoreKit 2")
     open class SKPaymentQueue: NSObject {
         open class func `default`() -> SKPaymentQueue { unavailable() }
         open var transactions: [SKPaymentTransaction] { unavailable() }
