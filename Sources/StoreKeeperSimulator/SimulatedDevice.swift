@@ -160,7 +160,7 @@ public actor SimulatedDevice {
         appleId: String, accountId: String, server: URL, key: String, directory: URL, seed: UInt64,
         faults: DeviceFaults, retry: RetryPolicy = RetryPolicy(base: 0.05, cap: 1),
         tokens: ClientTokenProvider? = nil, transport: HTTPTransport = AsyncHTTPTransport(), fsync: Bool = true,
-        storeKit: StoreKitVersion = .two, otherAccounts: [String] = [], purchaseTimeout: TimeInterval = 1.5
+        storeKit: StoreKitVersion = .two, otherAccounts: [String] = [], purchaseTimeout: TimeInterval = 30
     ) {
         self.fsync = fsync
         self.appleId = appleId
@@ -383,6 +383,18 @@ public actor SimulatedDevice {
     func created(_ order: ServerOrder) {
         orderIds.append(order.orderId)
         orderAccounts[order.orderId] = order.accountId
+        orderOfToken[order.appAccountToken] = order.orderId
+    }
+    var orderOfToken: [UUID: String] = [:]
+    /// The token each payment carried (StoreKit's record, whatever the callback said).
+    var tokenOfTransaction: [String: UUID] = [:]
+
+    /// The order a transaction's token names, if this device created it.
+    public func order(paidBy transactionId: String) -> (orderId: String, accountId: String)? {
+        guard let token = tokenOfTransaction[transactionId], let orderId = orderOfToken[token],
+            let account = orderAccounts[orderId]
+        else { return nil }
+        return (orderId, account)
     }
     /// Whose each order is: a delivery that paid an order went to the order's account.
     var orderAccounts: [String: String] = [:]
@@ -450,6 +462,7 @@ public actor SimulatedDevice {
                 purchaseDate: Date(timeIntervalSince1970: Double(transaction.purchaseDate ?? 0) / 1000),
                 signedTransaction: signed)
             paidBy[mapped.id] = owner
+            if let token = mapped.appAccountToken { tokenOfTransaction[mapped.id] = token }
             unfinished.append(mapped)
             result.append(mapped)
         }

@@ -205,14 +205,16 @@ public struct Simulation: Sendable {
 
         progress("comparing what was paid with what was delivered")
         var report = try await report(
-            devices: devices, control: control, secondsToSettle: secondsToSettle, settled: settledAll)
+            devices: devices, control: control, secondsToSettle: secondsToSettle, settled: settledAll,
+            progress: progress)
         report.held = held
         return report
     }
 
-    func report(devices: [SimulatedDevice], control: LocalStoreControl, secondsToSettle: Double, settled: Bool)
-        async throws -> Report
-    {
+    func report(
+        devices: [SimulatedDevice], control: LocalStoreControl, secondsToSettle: Double, settled: Bool,
+        progress: @escaping @Sendable (String) -> Void
+    ) async throws -> Report {
         var report = Report(
             purchases: 0, paid: 0, delivered: 0, lost: 0, doubled: 0, misattributed: 0, finishedBeforeAck: 0,
             stuckPurchases: 0, productMismatches: 0, held: 0,
@@ -242,12 +244,19 @@ public struct Simulation: Sendable {
                 report.paid += 1
                 runTransactions.insert(transaction.transactionId)
                 let payer = paidBy[transaction.transactionId] ?? device.accountId
-                let accounts = deliveredTo[transaction.transactionId] ?? []
+                var accounts = deliveredTo[transaction.transactionId] ?? []
+                if !accounts.contains(payer), let paid = await device.order(paidBy: transaction.transactionId),
+                    try await orderPaid(paid.orderId, by: transaction.transactionId)
+                {
+                    // The answer that said so never reached the device (a crash, a proxy, the
+                    // network): the server's order record is the truth.
+                    accounts.insert(paid.accountId)
+                }
                 if accounts.contains(payer) { report.delivered += 1 } else { report.lost += 1 }
                 if accounts.contains(where: { $0 != payer }) { report.misattributed += 1 }
                 if !accounts.contains(payer) || accounts.contains(where: { $0 != payer }) {
-                    trace(
-                        "PROBLEM \(device.storeKit) tx \(transaction.transactionId) \(transaction.productId) paid by \(payer) delivered to \(accounts.sorted())"
+                    progress(
+                        "problem: StoreKit \(device.storeKit.rawValue) transaction \(transaction.transactionId) \(transaction.productId) paid by \(payer), delivered to \(accounts.sorted())"
                     )
                 }
                 if (answers[transaction.transactionId] ?? 0) > 1 { report.doubled += 1 }
@@ -288,6 +297,21 @@ public struct Simulation: Sendable {
         report.requestsPerPurchase =
             report.purchases == 0 ? 0 : (Double(requests) / Double(report.purchases) * 100).rounded() / 100
         return report
+    }
+
+    /// Whether the server's order was paid by this transaction (`GET /v1/orders/{id}`).
+    func orderPaid(_ orderId: String, by transactionId: String) async throws -> Bool {
+        var base = options.server.absoluteString
+        while base.hasSuffix("/") { base.removeLast() }
+        guard let url = URL(string: base + "/v1/orders/" + LocalStoreControl.path(orderId)) else { return false }
+        var request = URLRequest(url: url, timeoutInterval: 30)
+        request.setValue("Bearer \(options.key)", forHTTPHeaderField: "Authorization")
+        let (data, response) = try await AsyncHTTPTransport().send(request)
+        guard response.statusCode == 200,
+            let order = try JSONSerialization.jsonObject(with: data) as? [String: Any]
+        else { return false }
+        let status = order["status"] as? String
+        return order["transactionId"] as? String == transactionId && (status == "delivered" || status == "refunded")
     }
 
     /// The server's `product_mismatch` anomalies about these transactions (every page).

@@ -14,7 +14,7 @@ import Testing
         for step in [
             "A purchase", "A double tap", "killed between payment and upload", "merged 6 + 30", "Apple down",
             "App Review", "forged receipt", "One Apple ID, two app accounts", "renewed", "billing fails",
-            "billing recovers", "upgraded", "refunded", "24 purchases on 6 devices",
+            "billing recovers", "upgraded", "refunded", "24 purchases on 6 StoreKit 1 and 2 devices",
         ] {
             #expect(
                 output.contains("✔")
