@@ -199,6 +199,7 @@ public actor PurchaseCoordinator {
     var appTransactionId: Task<String?, Never>?
     var loadRetry: Task<Void, Never>?
     var swept = false
+    var deferredFinishes: [String] = []
     /// When each held item is due, in the clock's elapsed time (`uptime`): backoff and a
     /// server's Retry-After. The wall-clock times in the records only carry them to the next
     /// launch, clamped to their stated length; while the app runs nothing the user does to the
@@ -1114,42 +1115,44 @@ public actor PurchaseCoordinator {
             transactionId: nil)
         for item in items { submitting.remove(item.key) }
         guard !stopped else { return (verdict, [:]) }
+        return (verdict, settle(items, answer: verdict, account: account, inOrder: true, refused: "batch_refused"))
+    }
+
+    /// One answer for many held transactions (a batch, a restore's receipt): each settles on its
+    /// own entry (in the order submitted, or matched by id), or is held; the verdicts are
+    /// written in one go, then the settled ones finished.
+    func settle(
+        _ items: [PendingSubmission], answer verdict: SubmissionVerdict, account: String, inOrder: Bool,
+        refused: String
+    ) -> [String: RestoreResult.Entry] {
         var entries: [String: RestoreResult.Entry] = [:]
+        defer { flushDeferred() }
         guard case .accepted(let response) = verdict else {
-            // The batch as a whole was not answered: each held, as one attempt.
-            for item in items {
-                conclude(
-                    item.key,
-                    verdict: verdict.isFinal
-                        ? .retryable(status: nil, code: "batch_refused", retryAfter: nil) : verdict, account: account)
-            }
-            return (verdict, entries)
+            // Not answered as a whole: each held, as one attempt.
+            let held = verdict.isFinal ? .retryable(status: nil, code: refused, retryAfter: nil) : verdict
+            for item in items { conclude(item.key, verdict: held, account: account, persisting: false) }
+            return entries
         }
         if let info = response.account { remember(info) }
         for (index, item) in items.enumerated() {
-            // Entries come in the order submitted; a shorter answer is matched by id.
             let entry =
-                response.transactions.count == items.count
+                inOrder && response.transactions.count == items.count
                 ? response.transactions[index] : response.entry(for: item.transaction)
             if let entry {
                 entries[item.key] = RestoreResult.Entry(
                     transactionId: item.transaction.id, productId: item.transaction.productId, outcome: entry.outcome,
                     code: entry.code)
             }
-            if let entry, entry.isFinal {
-                conclude(
-                    item.key,
-                    verdict: .accepted(
-                        PurchaseResponse(status: response.status, transactions: [entry], account: response.account)),
-                    account: account)
-            } else {
-                conclude(
-                    item.key,
-                    verdict: .retryable(status: 200, code: entry?.code ?? "transaction_not_in_answer", retryAfter: nil),
-                    account: account)
-            }
+            let settled: SubmissionVerdict =
+                if let entry, entry.isFinal {
+                    .accepted(
+                        PurchaseResponse(status: response.status, transactions: [entry], account: response.account))
+                } else {
+                    .retryable(status: 200, code: entry?.code ?? "transaction_not_in_answer", retryAfter: nil)
+                }
+            conclude(item.key, verdict: settled, account: account, persisting: false)
         }
-        return (verdict, entries)
+        return entries
     }
 
     /// A StoreKit 1 restore: the receipt once, naming no transaction; each restored transaction
@@ -1175,42 +1178,12 @@ public actor PurchaseCoordinator {
             accountId: account, orderId: nil, proof: .receipt(receipt), transactionId: nil)
         for item in items { submitting.remove(item.key) }
         guard !stopped else { return (verdict, [:]) }
-        var entries: [String: RestoreResult.Entry] = [:]
-        guard case .accepted(let response) = verdict else {
-            for item in items {
-                conclude(
-                    item.key,
-                    verdict: verdict.isFinal
-                        ? .retryable(status: nil, code: "receipt_refused", retryAfter: nil) : verdict, account: account)
-            }
-            return (verdict, entries)
-        }
-        if let info = response.account { remember(info) }
-        for item in items {
-            let entry = response.entry(for: item.transaction)
-            if let entry {
-                entries[item.key] = RestoreResult.Entry(
-                    transactionId: item.transaction.id, productId: item.transaction.productId, outcome: entry.outcome,
-                    code: entry.code)
-            }
-            if let entry, entry.isFinal {
-                conclude(
-                    item.key,
-                    verdict: .accepted(
-                        PurchaseResponse(status: response.status, transactions: [entry], account: response.account)),
-                    account: account)
-            } else {
-                var held = verdict
-                held = .retryable(status: 200, code: "transaction_not_in_answer", retryAfter: nil)
-                conclude(item.key, verdict: held, account: account)
-            }
-        }
-        return (verdict, entries)
+        return (verdict, settle(items, answer: verdict, account: account, inOrder: false, refused: "receipt_refused"))
     }
 
     /// Records a verdict: a final one settles (durably, then StoreKit finishes it); a cancelled
     /// request is no attempt; anything else holds the item with backoff.
-    func conclude(_ key: String, verdict: SubmissionVerdict, account: String) {
+    func conclude(_ key: String, verdict: SubmissionVerdict, account: String, persisting: Bool = true) {
         guard let item = state.pending.first(where: { $0.key == key }) else { return }
         let purchaseToken = item.transaction.appAccountToken ?? intentToken(for: item.transaction.id)
         if verdict.isFinal {
@@ -1228,12 +1201,14 @@ public actor PurchaseCoordinator {
                 state.settled.removeFirst(dropped.count)
             }
             prune()
-            let durable = persistOrLog()
+            let durable = persisting ? persistOrLog() : true
             if case .rejected(_, let code, _) = verdict {
                 log(.warning, "transaction \(item.transaction.id) refused for good: \(code)")
             }
             if case .accepted(let response) = verdict, let info = response.account { remember(info) }
-            if durable {
+            if !persisting {
+                deferredFinishes.append(item.transaction.id)
+            } else if durable {
                 // Durable verdict first, then finish: a crash in between re-delivers it, and the
                 // settled record finishes it without asking the server again.
                 let queue = self.queue
@@ -1280,13 +1255,22 @@ public actor PurchaseCoordinator {
                 )
             }
             state.pending[index] = held
-            persistOrLog()
+            if persisting { persistOrLog() }
         }
         for waiter in verdictWaiters.removeValue(forKey: key) ?? [] { waiter.resume(returning: verdict) }
         if verdict.isFinal, let token = purchaseToken, purchaseWaiters[token] != nil {
             resolve(token, .success(Self.outcome(verdict)))
         }
         scheduleWake()
+    }
+
+    /// A batch's verdicts: written in one go, then finished.
+    func flushDeferred() {
+        let ids = deferredFinishes
+        deferredFinishes = []
+        guard persistOrLog() else { return }
+        let queue = self.queue
+        for id in ids { spawn { _ in await queue.finish(transactionId: id) } }
     }
 
     func intentToken(for transactionId: String) -> UUID? {

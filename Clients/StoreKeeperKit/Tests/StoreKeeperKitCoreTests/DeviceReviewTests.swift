@@ -346,7 +346,11 @@ final class DeviceReviewTests: XCTestCase {
         let outcome = try await coordinator.purchase(productId: "coins_60")
         guard case .delivered = outcome else { return XCTFail("\(outcome)") }
         let backend = self.backend!
-        await assertEventually { backend.submissions.count >= 4 && self.store.state.pending.isEmpty }
+        await assertEventually {
+            let held = await coordinator.pendingSubmissions
+            return backend.submissions.count >= 4 && held.isEmpty
+        }
+        XCTAssertTrue(store.state.pending.isEmpty, "replays are never written as pending records")
         let batches = backend.submissions.filter {
             if case .signedTransactions = $0.proof { return true }
             return false
