@@ -96,7 +96,10 @@ struct SimulateCommand: AsyncParsableCommand {
         let report: Simulation.Report
         do {
             report = try await Simulation(options: options).run { line in
-                if !json { FileHandle.standardError.write(Data("simulate: \(line)\n".utf8)) }
+                // Progress without --json; what went wrong always (stderr: the JSON stays clean).
+                if !json || line.hasPrefix("problem") {
+                    FileHandle.standardError.write(Data("simulate: \(line)\n".utf8))
+                }
             }
         } catch {
             FileHandle.standardError.write(Data("simulate: \(error)\n".utf8))

@@ -43,9 +43,7 @@ public enum PendingRecords {
         var records: [String: Record] = [:]
         records.reserveCapacity(state.intents.count + state.pending.count + state.settled.count + 4)
         for intent in state.intents { records[key(.intent(intent))] = .intent(intent) }
-        // A replayed transaction is not written: StoreKit still holds it if it is unfinished (and
-        // re-delivers it), and a replay of a finished one re-delivers it too. Its verdict is.
-        for item in state.pending where !item.replayed { records[key(.pending(item))] = .pending(item) }
+        for item in state.pending { records[key(.pending(item))] = .pending(item) }
         for settled in state.settled { records[key(.settled(settled))] = .settled(settled) }
         for info in state.customerInfo.values { records[key(.account(info))] = .account(info) }
         return records

@@ -985,7 +985,12 @@ public actor PurchaseCoordinator {
         if let index = state.intents.firstIndex(where: { $0.transactionId == transaction.id }) {
             return (state.intents[index].accountId, state.intents[index].orderId, index)
         }
-        guard transaction.appAccountToken == nil else { return (accountId, nil, nil) }
+        // Only StoreKit 1 loses the token of a payment the app made: a StoreKit 2 transaction
+        // (signed, its token inside) without one was bought outside the app (an offer code, a
+        // replay of old history), never an intent's payment.
+        guard transaction.appAccountToken == nil, transaction.signedTransaction == nil else {
+            return (accountId, nil, nil)
+        }
         let candidates = state.intents.indices.filter {
             let intent = state.intents[$0]
             return intent.isOpen && intent.productId == transaction.productId && intent.quantity == transaction.quantity

@@ -121,7 +121,7 @@ final class DeviceReviewTests: XCTestCase {
         let call = Task { try await coordinator.purchase(productId: "coins_60") }
         let queue = self.queue!
         await assertEventually { queue.payments.count == 2 }
-        queue.send(.transaction(queue.transaction(productId: "coins_60", token: nil, id: old)))
+        queue.send(.transaction(queue.storeKit1(productId: "coins_60", token: nil, id: old)))
         let outcome = try await call.value
         XCTAssertEqual(outcome, .notCharged(transactionId: old))
         let intents = await coordinator.intents
@@ -242,11 +242,29 @@ final class DeviceReviewTests: XCTestCase {
         // An offer code redeemed on the App Store while Alice's Ask to Buy is open.
         queue.send(
             .transaction(
-                queue.transaction(productId: "pro", token: nil, id: "8001", date: clock.now().addingTimeInterval(5))))
+                queue.storeKit1(productId: "pro", token: nil, id: "8001", date: clock.now().addingTimeInterval(5))))
         let backend = self.backend!
         await assertEventually { backend.submissions.count == 1 }
         XCTAssertEqual(backend.submissions.first?.accountId, "bob")
         XCTAssertNil(backend.submissions.first?.orderId, "never Alice's order: no product_mismatch, no crossing")
+        await coordinator.shutdown()
+    }
+
+    /// A StoreKit 2 transaction of the app's own payment always carries its token (signed into
+    /// it): one without is an offer code or old history, never bound to an intent.
+    func testAStoreKit2TransactionWithoutTokenIsNeverAnIntentsPayment() async throws {
+        let coordinator = await started()
+        queue.answer(.enqueued)
+        let call = Task { try await coordinator.purchase(productId: "coins_60") }
+        let queue = self.queue!
+        await assertEventually { queue.payments.count == 1 }
+        queue.send(.transaction(queue.transaction(productId: "coins_60", token: nil, id: "8201", date: clock.now())))
+        let backend = self.backend!
+        await assertEventually { backend.submissions.count == 1 }
+        XCTAssertNil(backend.submissions.first?.orderId)
+        let intents = await coordinator.intents
+        XCTAssertEqual(intents.first?.state, .paying, "the payment in flight is still waiting for its own")
+        call.cancel()
         await coordinator.shutdown()
     }
 
@@ -257,22 +275,23 @@ final class DeviceReviewTests: XCTestCase {
         _ = try await coordinator.purchase(productId: "coins_60", quantity: 2)
         let intents = await coordinator.intents
         XCTAssertEqual(intents.first?.expiresAt, Date(timeIntervalSince1970: 1_800_003_600), "from the order")
-        queue.send(.transaction(queue.transaction(productId: "coins_60", token: nil, id: "8101", date: clock.now())))
+        queue.send(.transaction(queue.storeKit1(productId: "coins_60", token: nil, id: "8101", date: clock.now())))
         let backend = self.backend!
         await assertEventually { backend.submissions.count == 1 }
         XCTAssertNil(backend.submissions.last?.orderId, "quantity 1 does not pay an order of 2")
         queue.send(
             .transaction(
-                queue.transaction(
+                queue.storeKit1(
                     productId: "coins_60", token: nil, id: "8102", date: clock.now().addingTimeInterval(7_200),
                     quantity: 2)))
         await assertEventually { backend.submissions.count == 2 }
         XCTAssertNil(backend.submissions.last?.orderId, "paid after its order ended")
         queue.send(
             .transaction(
-                queue.transaction(
+                queue.storeKit1(
                     productId: "coins_60", token: nil, id: "8103", date: clock.now().addingTimeInterval(60), quantity: 2
                 )))
+        XCTAssertEqual(backend.submissions.last?.proof, .transactionId("8103"))
         await assertEventually { backend.submissions.count == 3 }
         XCTAssertEqual(backend.submissions.last?.orderId, backend.orders.first?.orderId)
         await coordinator.shutdown()
@@ -350,7 +369,6 @@ final class DeviceReviewTests: XCTestCase {
             let held = await coordinator.pendingSubmissions
             return backend.submissions.count >= 4 && held.isEmpty
         }
-        XCTAssertTrue(store.state.pending.isEmpty, "replays are never written as pending records")
         let batches = backend.submissions.filter {
             if case .signedTransactions = $0.proof { return true }
             return false

@@ -42,6 +42,15 @@ final class FakeQueue: PaymentQueue, @unchecked Sendable {
             signedTransaction: "jws-\(id)")
     }
 
+    /// A StoreKit 1 transaction (no JWS: its proof is the receipt), as the observer maps it.
+    func storeKit1(productId: String, token: UUID?, id: String, date: Date = Date(), quantity: Int = 1)
+        -> StoreTransaction
+    {
+        StoreTransaction(
+            id: id, originalId: id, productId: productId, quantity: quantity, appAccountToken: token, purchaseDate: date
+        )
+    }
+
     func purchase(productId: String, quantity: Int, appAccountToken: UUID, options: PurchaseOptions) async throws
         -> PaymentResult
     {

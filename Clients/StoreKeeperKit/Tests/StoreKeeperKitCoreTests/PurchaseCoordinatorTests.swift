@@ -360,7 +360,7 @@ final class PurchaseCoordinatorTests: XCTestCase {
     // P5: the token comes back missing: the intent bound to it, else the open intent.
     func testMissingTokenIsAttributedThroughTheIntent() async throws {
         let coordinator = try await started()
-        let dropped = queue.transaction(
+        let dropped = queue.storeKit1(
             productId: "coins_60", token: nil, id: "2001", date: clock.now().addingTimeInterval(5))
         queue.answer(.enqueued)
         async let outcome = coordinator.purchase(productId: "coins_60")
@@ -389,13 +389,13 @@ final class PurchaseCoordinatorTests: XCTestCase {
         let coordinator = try await started()
         queue.answer(.deferred)
         _ = try await coordinator.purchase(productId: "pro")
-        let early = queue.transaction(
+        let early = queue.storeKit1(
             productId: "pro", token: nil, id: "4001", date: clock.now().addingTimeInterval(-600))
         queue.send(.transaction(early))
         let backend = self.backend!
         _ = await eventually { backend.submissions.count == 1 }
         XCTAssertEqual(backend.submissions.first?.orderId, nil, "bought before the intent existed")
-        let late = queue.transaction(productId: "pro", token: nil, id: "4002", date: clock.now().addingTimeInterval(60))
+        let late = queue.storeKit1(productId: "pro", token: nil, id: "4002", date: clock.now().addingTimeInterval(60))
         queue.send(.transaction(late))
         _ = await eventually { backend.submissions.count == 2 }
         XCTAssertEqual(backend.submissions.last?.orderId, backend.orders.first?.orderId)
