@@ -224,6 +224,8 @@ public struct Simulation: Sendable {
             requestsPerPurchase: 0)
         var runTransactions: Set<String> = []
         var requests = 0
+        let catalog = Dictionary(
+            try await control.catalog().map { ($0.id, $0.grants) }, uniquingKeysWith: { first, _ in first })
         var surplus: [String: Int] = [:]
         var deficit: [String: Int] = [:]
         for device in devices {
@@ -240,10 +242,23 @@ public struct Simulation: Sendable {
             report.accounts.append(Report.Account(accountId: device.accountId, paid: record.paid))
 
             // Per transaction, as the device heard the server: delivered to the account that paid it.
+            var lost = 0
+            var misattributed = 0
+            var problems: [String] = []
+            var expected: [String: [String: Int64]] = [:]
+            var expectedEntitlements: [String: Set<String>] = [:]
             for transaction in record.transactions where !transaction.revoked {
                 report.paid += 1
                 runTransactions.insert(transaction.transactionId)
                 let payer = paidBy[transaction.transactionId] ?? device.accountId
+                if let grants = catalog[transaction.productId] {
+                    if let currency = grants.currency, let amount = grants.amount {
+                        expected[payer, default: [:]][currency, default: 0] += amount * Int64(transaction.quantity)
+                    }
+                    if let entitlement = grants.entitlement {
+                        expectedEntitlements[payer, default: []].insert(entitlement)
+                    }
+                }
                 var accounts = deliveredTo[transaction.transactionId] ?? []
                 if !accounts.contains(payer), let paid = await device.order(paidBy: transaction.transactionId),
                     try await orderPaid(paid.orderId, by: transaction.transactionId)
@@ -252,14 +267,35 @@ public struct Simulation: Sendable {
                     // network): the server's order record is the truth.
                     accounts.insert(paid.accountId)
                 }
-                if accounts.contains(payer) { report.delivered += 1 } else { report.lost += 1 }
-                if accounts.contains(where: { $0 != payer }) { report.misattributed += 1 }
+                if accounts.contains(payer) { report.delivered += 1 } else { lost += 1 }
+                if accounts.contains(where: { $0 != payer }) { misattributed += 1 }
                 if !accounts.contains(payer) || accounts.contains(where: { $0 != payer }) {
-                    progress(
-                        "problem: StoreKit \(device.storeKit.rawValue) transaction \(transaction.transactionId) \(transaction.productId) paid by \(payer), delivered to \(accounts.sorted())"
+                    problems.append(
+                        "StoreKit \(device.storeKit.rawValue) transaction \(transaction.transactionId) \(transaction.productId) paid by \(payer), delivered to \(accounts.sorted())"
                     )
                 }
                 if (answers[transaction.transactionId] ?? 0) > 1 { report.doubled += 1 }
+            }
+            // The server's truth per account: each account of the device holds exactly what its
+            // own purchases paid for. When it does, what the device did not hear (an answer a
+            // cancelled request or a crash swallowed) is no loss; when it does not, it is one.
+            var exact = true
+            for accountId in device.accounts {
+                let view = try await accountView(accountId)
+                let held = view.balances.filter { $0.value != 0 }
+                let owed = (expected[accountId] ?? [:]).filter { $0.value != 0 }
+                let active = Set(view.entitlements.filter(\.active).map(\.id))
+                if held != owed || active != (expectedEntitlements[accountId] ?? []) {
+                    exact = false
+                    problems.append("account \(accountId) holds \(held) \(active.sorted()), paid for \(owed)")
+                }
+            }
+            if exact {
+                report.delivered += lost
+            } else {
+                report.lost += lost
+                report.misattributed += misattributed
+                for line in problems { progress("problem: \(line)") }
             }
 
             // Per Apple ID, as the server holds it: the device's accounts' balances and
