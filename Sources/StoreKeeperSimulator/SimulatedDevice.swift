@@ -330,9 +330,19 @@ public actor SimulatedDevice {
         clockOffset.withValue { $0 = 0 }
         await maybeApprove(all: true)
         try await relaunch()
+        var quiet = 0
         while Date() < deadline {
             let held = await coordinator?.pendingSubmissions ?? []
-            if held.isEmpty && unfinished.isEmpty && askToBuy.isEmpty { return true }
+            let idle = await coordinator?.isIdle ?? true
+            // Settled once nothing is held, StoreKit holds nothing, and it stays so for a while:
+            // updates the launch replays are still being taken in right after it.
+            if held.isEmpty && unfinished.isEmpty && askToBuy.isEmpty && idle {
+                quiet += 1
+                if quiet >= 3 { return true }
+                try await Task.sleep(nanoseconds: 100_000_000)
+                continue
+            }
+            quiet = 0
             await coordinator?.redrive(.networkChange)
             try await Task.sleep(nanoseconds: 100_000_000)
             if !unfinished.isEmpty, await coordinator?.pendingSubmissions.count == 0 {
