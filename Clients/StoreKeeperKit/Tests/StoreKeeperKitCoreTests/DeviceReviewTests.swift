@@ -285,15 +285,16 @@ final class DeviceReviewTests: XCTestCase {
                     productId: "coins_60", token: nil, id: "8102", date: clock.now().addingTimeInterval(7_200),
                     quantity: 2)))
         await assertEventually { backend.submissions.count == 2 }
-        XCTAssertNil(backend.submissions.last?.orderId, "paid after its order ended")
+        XCTAssertNil(
+            backend.submissions.first { $0.proof == .transactionId("8102") }?.orderId, "paid after its order ended")
         queue.send(
             .transaction(
                 queue.storeKit1(
                     productId: "coins_60", token: nil, id: "8103", date: clock.now().addingTimeInterval(60), quantity: 2
                 )))
-        XCTAssertEqual(backend.submissions.last?.proof, .transactionId("8103"))
         await assertEventually { backend.submissions.count == 3 }
-        XCTAssertEqual(backend.submissions.last?.orderId, backend.orders.first?.orderId)
+        let paying = backend.submissions.first { $0.proof == .transactionId("8103") }
+        XCTAssertEqual(paying?.orderId, backend.orders.first?.orderId)
         await coordinator.shutdown()
     }
 
