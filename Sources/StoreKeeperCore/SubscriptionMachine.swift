@@ -199,10 +199,14 @@ public enum SubscriptionMachine {
             if subtype == .upgrade, let transaction = event.transaction { take(&state, transaction) }
         case .priceIncrease:
             break  // renewal price and currency, above
-        case .refund:
-            state.revokedTransactionId = event.transaction?.transactionId ?? state.latestTransactionId
-            state.status = .revoked
-        case .revoke:
+        case .refund, .revoke:
+            // A refund (or Family Sharing revoke) of a period that had already ended before the
+            // current one: recorded (the refund path takes back what it refunded), the current
+            // period and its access stay. One of the current period revokes it.
+            if let transaction = event.transaction, isOlderPeriod(transaction, than: state) {
+                return
+                    "\(type.rawValue) of an older period (transaction \(transaction.transactionId ?? "?")): recorded; the current period stays"
+            }
             state.revokedTransactionId = event.transaction?.transactionId ?? state.latestTransactionId
             state.status = .revoked
         case .refundReversed:
@@ -224,6 +228,15 @@ public enum SubscriptionMachine {
             return "\(type.rawValue) does not change a subscription"
         }
         return nil
+    }
+
+    /// Whether `transaction` is a period that ended before the one the state holds (not its
+    /// latest transaction, and expiring earlier).
+    static func isOlderPeriod(_ transaction: JWSTransactionDecodedPayload, than state: SubscriptionState) -> Bool {
+        guard transaction.transactionId != state.latestTransactionId,
+            let expires = transaction.expiresDate.map(Date.init(appleMilliseconds:)), let current = state.expiresAt
+        else { return false }
+        return expires < current
     }
 
     /// A transaction an app submitted: a newer period (a renewal the server learns of from the

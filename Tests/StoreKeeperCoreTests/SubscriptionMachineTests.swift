@@ -243,6 +243,35 @@ import Testing
         #expect(effects.contains(.entitlementRemoved(productId: "pro_monthly")))
     }
 
+    /// A1 (issue 33): a refund or revoke of an older period never ends the current one; one of
+    /// the current period does. The refund of the older period arrives before or after the
+    /// current period's renewal; its REFUND_REVERSED changes nothing.
+    @Test(arguments: [NotificationType.refund, .revoke], [true, false])
+    func aRefundOfAnOlderPeriodKeepsTheCurrentOne(type: NotificationType, renewalFirst: Bool) {
+        var state = Self.subscribed()
+        let renewal = Self.notification(.didRenew, signed: 30, transaction: Self.transaction("1001", expires: 60))
+        let refundOfTheFirst = Self.notification(
+            type, signed: renewalFirst ? 40 : 35, transaction: Self.transaction("1000", expires: 30, revoked: true))
+        (state, _) = unwrap(SubscriptionMachine.apply(state, renewal))
+        var effects: [SubscriptionMachine.Effect]
+        (state, effects) = unwrap(SubscriptionMachine.apply(state, refundOfTheFirst))
+        #expect(state.status == .active, "the current period stays")
+        #expect(state.expiresAt == Self.at(60))
+        #expect(state.revokedTransactionId == nil)
+        #expect(effects.count == 1)
+        if case .ignored(let reason)? = effects.first { #expect(reason.contains("older period")) }
+        let reversed = SubscriptionMachine.apply(
+            state, Self.notification(.refundReversed, signed: 45, transaction: Self.transaction("1000", expires: 30)))
+        #expect(reversed.0?.status == .active)
+        // The current period's own refund revokes it.
+        (state, effects) = unwrap(
+            SubscriptionMachine.apply(
+                state,
+                Self.notification(type, signed: 50, transaction: Self.transaction("1001", expires: 60, revoked: true))))
+        #expect(state.status == .revoked && state.revokedTransactionId == "1001")
+        #expect(effects.contains(.entitlementRemoved(productId: "pro_monthly")))
+    }
+
     @Test func recordedButIgnoredTypesChangeNothing() {
         let state = Self.subscribed()
         for type in [
