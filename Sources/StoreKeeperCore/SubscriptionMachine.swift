@@ -147,10 +147,14 @@ public enum SubscriptionMachine {
         guard let transaction = event.transaction, let productId = transaction.productId,
             let original = transaction.originalTransactionId ?? transaction.transactionId
         else { return nil }
-        return SubscriptionState(
+        var state = SubscriptionState(
             originalTransactionId: original, productId: productId, status: .active,
             expiresAt: transaction.expiresDate.map(Date.init(appleMilliseconds:)),
             autoRenew: event.renewalInfo?.autoRenewStatus != .off, signedDate: event.signedDate)
+        // Its first transaction is its latest: an extension or a refund without a transaction
+        // needs it from the start.
+        take(&state, transaction)
+        return state
     }
 
     /// Applies a notification; returns why it was ignored, or nil when applied.

@@ -272,6 +272,19 @@ import Testing
         #expect(effects.contains(.entitlementRemoved(productId: "pro_monthly")))
     }
 
+    /// Issue 33: the first transaction, submitted by the device or notified, is the latest.
+    @Test func theFirstTransactionIsTheLatest() {
+        let submitted = SubscriptionMachine.apply(
+            nil,
+            SubscriptionEvent(
+                .submittedTransaction, signedDate: Self.at(0), transaction: Self.transaction("1000", expires: 30)))
+        #expect(submitted.0?.latestTransactionId == "1000")
+        #expect(Self.subscribed().latestTransactionId == "1000")
+        // A refund without a transaction then revokes that one.
+        let refunded = SubscriptionMachine.apply(submitted.0, Self.notification(.refund, signed: 5))
+        #expect(refunded.0?.status == .revoked && refunded.0?.revokedTransactionId == "1000")
+    }
+
     @Test func recordedButIgnoredTypesChangeNothing() {
         let state = Self.subscribed()
         for type in [
