@@ -251,7 +251,9 @@ extension StoreKeeperApp {
             committed = result.account
             switch result.plan.outcome {
             case .delivered: metrics.deliveries.increment()
-            case .unattributed: metrics.unattributed.increment()
+            // A receipt's other entry left for its own report is no unattributed payment.
+            case .unattributed where !companion: metrics.unattributed.increment()
+            case .unattributed: break
             case .alreadyDelivered: metrics.duplicatesSuppressed.increment()
             case .refunded, .notDelivered: break
             }

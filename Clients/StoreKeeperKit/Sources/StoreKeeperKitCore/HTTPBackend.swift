@@ -130,7 +130,7 @@ public struct HTTPBackend: Backend {
         if signed, let key = responseSigningKey {
             let signature = http.value(forHTTPHeaderField: "StoreKeeper-Signature")
             guard key.verifies(signature, nonce: nonce, path: "/" + path, body: data) else {
-                throw BackendError.network(UnsignedAnswer(path: "/" + path).description)
+                throw UnsignedAnswer(path: "/" + path)
             }
         }
         let retryAfter = (http.value(forHTTPHeaderField: "Retry-After")).flatMap(TimeInterval.init)
@@ -223,9 +223,7 @@ public struct HTTPBackend: Backend {
         } catch {
             // Cancelled here (URLSession honours task cancellation): not the network's answer.
             if Self.isCancellation(error) { return .cancelled }
-            if case BackendError.network(let message) = error, message.contains("not signed") {
-                return .retryable(status: nil, code: "unsigned_answer", retryAfter: nil)
-            }
+            if error is UnsignedAnswer { return .retryable(status: nil, code: "unsigned_answer", retryAfter: nil) }
             return .retryable(status: nil, code: "network", retryAfter: nil)
         }
         switch answer.status {
@@ -251,8 +249,14 @@ public struct HTTPBackend: Backend {
     }
 
     public func customerInfo(accountId: String) async throws -> CustomerInfo {
-        let answer = try await send(
-            "GET", "v1/accounts/\(Self.path(accountId))", accountId: accountId, body: nil, signed: true)
+        let answer: Answer
+        do {
+            answer = try await send(
+                "GET", "v1/accounts/\(Self.path(accountId))", accountId: accountId, body: nil, signed: true)
+        } catch let unsigned as UnsignedAnswer {
+            // Not the server's answer: as good as none (the cached view stands).
+            throw BackendError.network(unsigned.description)
+        }
         guard answer.status == 200 else { throw Self.error(answer) }
         do {
             return try JSONDecoder().decode(CustomerInfo.self, from: answer.body)

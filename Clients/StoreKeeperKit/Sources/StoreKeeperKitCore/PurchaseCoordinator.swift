@@ -318,16 +318,47 @@ public actor PurchaseCoordinator {
 
     func sweepDone() {
         swept = true
-        for waiter in readyWaiters { waiter.resume() }
-        readyWaiters = []
+        releaseReadyWaiters()
     }
 
     /// Returns once the durable state is read and StoreKit's unfinished transactions of the
     /// launch are taken in (each attributed to whoever was logged in then): an app that lets the
     /// user switch accounts right at launch waits for this first.
-    public func ready() async {
+    /// Waits at most `timeout` seconds (a Keychain still locked keeps the state unread).
+    public func ready(timeout: TimeInterval = 10) async {
         guard !swept, !stopped else { return }
+        let clock = self.clock
+        let deadline = Task { [weak self] in
+            do { try await clock.sleep(for: timeout) } catch { return }
+            await self?.releaseReadyWaiters()
+        }
         await withCheckedContinuation { readyWaiters.append($0) }
+        deadline.cancel()
+    }
+
+    func releaseReadyWaiters() {
+        for waiter in readyWaiters { waiter.resume() }
+        readyWaiters = []
+    }
+
+    /// The Apple Account id read at `configure()`, waited for at most 2 seconds: StoreKit's
+    /// `AppTransaction` never holds up a tap (the order goes without it).
+    func knownAppTransactionId() async -> String? {
+        guard let lookup = appTransactionId else { return nil }
+        let clock = self.clock
+        let waiter = Locked<CheckedContinuation<String?, Never>?>(nil)
+        return await withCheckedContinuation { continuation in
+            waiter.withValue { $0 = continuation }
+            let timer = Task {
+                try? await clock.sleep(for: 2)
+                waiter.withValue { $0.take() }?.resume(returning: nil)
+            }
+            Task {
+                let value = await lookup.value
+                timer.cancel()
+                waiter.withValue { $0.take() }?.resume(returning: value)
+            }
+        }
     }
 
     /// What a previous run left: `.paying` without anyone waiting is `.created` again (the
@@ -394,8 +425,7 @@ public actor PurchaseCoordinator {
         verdictWaiters = [:]
         for waiter in purchaseWaiters.values { waiter.resume(returning: .success(.pending)) }
         purchaseWaiters = [:]
-        for waiter in readyWaiters { waiter.resume() }
-        readyWaiters = []
+        releaseReadyWaiters()
         purchasing = []
     }
 
@@ -538,7 +568,7 @@ public actor PurchaseCoordinator {
         var released = false
         defer { if !released { purchasing.remove(account) } }
 
-        let appTransactionId = await self.appTransactionId?.value
+        let appTransactionId = await knownAppTransactionId()
         let order: ServerOrder
         do {
             order = try await backend.createOrder(

@@ -559,6 +559,37 @@ final class DeviceReviewTests: XCTestCase {
         await coordinator.shutdown()
     }
 
+    /// Every wait has a deadline: StoreKit's AppTransaction never answering holds a tap two
+    /// seconds at most (the order goes without it); `ready()` returns while the Keychain is locked.
+    func testNothingBeforeThePaymentWaitsWithoutADeadline() async throws {
+        struct Hanging: AppTransactionSource {
+            func appTransactionId() async -> String? {
+                try? await Task.sleep(nanoseconds: 3_600_000_000_000)
+                return "never"
+            }
+        }
+        let coordinator = await started("u1", make(appTransactions: Hanging()))
+        let call = Task { try await coordinator.purchase(productId: "coins_60") }
+        try await Task.sleep(nanoseconds: 50_000_000)
+        XCTAssertEqual(backend.orders.count, 0)
+        clock.advance(3)
+        let outcome = try await call.value
+        guard case .delivered = outcome else { return XCTFail("\(outcome)") }
+        XCTAssertEqual(backend.state.withValue { $0.orderRequests.map(\.appTransactionId) }, [nil])
+        await coordinator.shutdown()
+
+        store.unreadable.withValue { $0 = true }
+        let locked = make()
+        await locked.configure()
+        let waiting = Task { await locked.ready(timeout: 5) }
+        try await Task.sleep(nanoseconds: 50_000_000)
+        clock.advance(6)
+        await waiting.value
+        let loaded = await locked.isLoaded
+        XCTAssertFalse(loaded)
+        await locked.shutdown()
+    }
+
     // MARK: Finding 16: typed errors and an injectable logger.
 
     func testStoreKitErrorsStayTypedAndTheLoggerHearsOfThem() async throws {
