@@ -174,6 +174,11 @@ public final class SignedDataVerifier: Sendable {
         if let signed = payload.data?.signedRenewalInfo {
             decoded.renewalInfo = try CompactJWS(signed).decodePayload(JWSRenewalInfoDecodedPayload.decode(json:))
         }
+        if let signed = payload.appData?.signedAppTransactionInfo {
+            decoded.appTransaction = try CompactJWS(signed).decodePayload {
+                try JSONDecoder().decode(AppTransaction.self, from: Data($0))
+            }
+        }
         return decoded
     }
 

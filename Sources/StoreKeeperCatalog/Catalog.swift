@@ -20,11 +20,15 @@ public struct Catalog: Hashable, Sendable {
     public var products: [Product]
     /// Answers to Apple's Get Retention Message, first match wins.
     public var retention: [RetentionRule]
+    /// Prorated refunds of indivisible products and the refund preference rules (RefundPolicy).
+    public var refunds: RefundPolicy
 
-    public init(products: [Product], retention: [RetentionRule] = []) throws {
+    public init(products: [Product], retention: [RetentionRule] = [], refunds: RefundPolicy = RefundPolicy()) throws {
         self.products = products
         self.retention = retention
+        self.refunds = refunds
         try validate()
+        try refunds.validate()
         try validateOffers()
     }
 
@@ -53,7 +57,7 @@ public struct Catalog: Hashable, Sendable {
     public static func parse(yaml: String) throws -> Catalog {
         do {
             let file = try YAMLDecoder().decode(File.self, from: yaml)
-            return try Catalog(products: file.products, retention: file.retention)
+            return try Catalog(products: file.products, retention: file.retention, refunds: file.refunds)
         } catch let error as CatalogError {
             throw error
         } catch {
@@ -64,7 +68,7 @@ public struct Catalog: Hashable, Sendable {
     public static func parse(json: String) throws -> Catalog {
         do {
             let file = try JSONDecoder().decode(File.self, from: Data(json.utf8))
-            return try Catalog(products: file.products, retention: file.retention)
+            return try Catalog(products: file.products, retention: file.retention, refunds: file.refunds)
         } catch let error as CatalogError {
             throw error
         } catch {
@@ -75,8 +79,9 @@ public struct Catalog: Hashable, Sendable {
     struct File: Decodable {
         var products: [Product]
         var retention: [RetentionRule]
+        var refunds: RefundPolicy
 
-        enum CodingKeys: String, CodingKey { case products, retention }
+        enum CodingKeys: String, CodingKey { case products, retention, refunds }
 
         /// A list item of `retention` with a product's `id` and `type` is a product: API.md's
         /// example catalog lists `season_pass` after the retention rules, at their indentation.
@@ -99,6 +104,7 @@ public struct Catalog: Hashable, Sendable {
             let container = try decoder.container(keyedBy: CodingKeys.self)
             products = try container.decode([Product].self, forKey: .products)
             retention = []
+            refunds = try container.decodeIfPresent(RefundPolicy.self, forKey: .refunds) ?? RefundPolicy()
             for entry in try container.decodeIfPresent([Entry].self, forKey: .retention) ?? [] {
                 switch entry {
                 case .rule(let rule): retention.append(rule)

@@ -230,7 +230,7 @@ public enum DeliveryPlanner {
                 // An order paid by another transaction is not paid twice; the money still goes
                 // to its account (P11: an old transaction resurfacing under a new order).
                 paidOrder = order.status.isOpen ? order : nil
-            } else if order.status == .delivered || order.status == .refunded {
+            } else if order.status == .delivered || order.status == .refunded || order.status == .partiallyRefunded {
                 // The token of an order paid long ago: an upgrade or crossgrade carries its
                 // subscription's original token, a merged payment's other half rides on its
                 // first one. Delivered to that account; nothing claims this order now.

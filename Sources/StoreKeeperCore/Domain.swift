@@ -6,6 +6,8 @@ import StoreKeeperCatalog
 public struct Order: Codable, Hashable, Sendable {
     public enum Status: String, Codable, Hashable, Sendable {
         case created, pending, delivered, cancelled, refunded, failed
+        /// A prorated refund took back part of what was delivered (`revocationPercentage`).
+        case partiallyRefunded = "partially_refunded"
 
         /// Still waiting for its payment. A cancelled order (TTL passed) still takes a late
         /// verified payment: money that arrived is never turned away.

@@ -16,12 +16,23 @@ public struct NotificationRecord: Codable, Sendable, Hashable {
     public var consumptionRequestReason: String?
     public var transaction: JWSTransactionDecodedPayload?
     public var renewalInfo: JWSRenewalInfoDecodedPayload?
+    /// RESCIND_CONSENT: the verified `appData.signedAppTransactionInfo`'s `appTransactionId`
+    /// (the Apple Account whose consent was withdrawn) and `bundleId`.
+    public var appTransactionId: String?
+    public var appBundleId: String?
+    /// EXTERNAL_PURCHASE_TOKEN: the token.
+    public var externalPurchaseToken: ExternalPurchaseToken?
 
     public init(
         notificationUUID: String, type: String, subtype: String?, signedDate: Int64, environment: String?,
         appleStatus: Int? = nil, consumptionRequestReason: String? = nil,
-        transaction: JWSTransactionDecodedPayload? = nil, renewalInfo: JWSRenewalInfoDecodedPayload? = nil
+        transaction: JWSTransactionDecodedPayload? = nil, renewalInfo: JWSRenewalInfoDecodedPayload? = nil,
+        appTransactionId: String? = nil, appBundleId: String? = nil,
+        externalPurchaseToken: ExternalPurchaseToken? = nil
     ) {
+        self.appTransactionId = appTransactionId
+        self.appBundleId = appBundleId
+        self.externalPurchaseToken = externalPurchaseToken
         self.notificationUUID = notificationUUID
         self.type = type
         self.subtype = subtype
@@ -37,17 +48,20 @@ public struct NotificationRecord: Codable, Sendable, Hashable {
     /// fields every notification has.
     public init?(
         payload: ResponseBodyV2DecodedPayload, transaction: JWSTransactionDecodedPayload?,
-        renewalInfo: JWSRenewalInfoDecodedPayload?
+        renewalInfo: JWSRenewalInfoDecodedPayload?, appTransaction: AppTransaction? = nil
     ) {
         guard let uuid = payload.notificationUUID, !uuid.isEmpty, let type = payload.notificationType?.rawValue,
             let signedDate = payload.signedDate
         else { return nil }
         self.init(
             notificationUUID: uuid, type: type, subtype: payload.subtype?.rawValue, signedDate: signedDate,
-            environment: payload.data?.environment?.rawValue ?? payload.summary?.environment?.rawValue,
+            environment: payload.data?.environment?.rawValue ?? payload.summary?.environment?.rawValue
+                ?? payload.appData?.environment?.rawValue ?? payload.externalPurchaseToken?.environment.rawValue,
             appleStatus: payload.data?.status.map { Int($0.rawValue) },
             consumptionRequestReason: payload.data?.consumptionRequestReason?.rawValue, transaction: transaction,
-            renewalInfo: renewalInfo)
+            renewalInfo: renewalInfo, appTransactionId: appTransaction?.appTransactionId,
+            appBundleId: appTransaction?.bundleId ?? payload.appData?.bundleId,
+            externalPurchaseToken: payload.externalPurchaseToken)
     }
 
     /// The subscription (or one-time purchase) the notification is about: events of one
@@ -124,7 +138,16 @@ public enum NotificationPlanner {
 
 /// What a refund (or a Family Sharing revocation) takes back, and what its reversal gives
 /// back — pure: storage reads the delivery and the account's balance, commits the plan.
+///
+/// A refund takes back what it refunded, once (ARCHITECTURE.md invariant 7): a full refund or
+/// a Family Sharing revocation everything, a `REFUND_PRORATED` one `revocationPercentage` of
+/// the credit, rounded down (never more than the refunded share). What was taken back so far
+/// is stored, so a repeated refund takes nothing more, a later larger one only the difference,
+/// and REFUND_REVERSED gives back exactly that.
 public enum RefundPlanner {
+    /// A full share, in Apple's milliunits of a percent.
+    public static let wholeShare: Int32 = 100_000
+
     /// What storage knows about the refunded transaction.
     public struct Context: Sendable, Hashable {
         /// The delivery recorded for the transaction (nil: it was never delivered here).
@@ -138,10 +161,18 @@ public enum RefundPlanner {
         /// The entitlement the product grants, if any.
         public var entitlement: String?
         public var productType: Product.Kind?
+        /// The share refunded so far (milliunits; `wholeShare` for a refund recorded before
+        /// prorated refunds existed) and the units of `credited` taken back so far.
+        public var refundedShare: Int32
+        public var takenBack: Int64
+        /// The policy for an indivisible non-consumable: a prorated refund of at least this
+        /// share removes it (milliunits; the catalog's `refunds.revokeNonConsumableAt`).
+        public var revokeNonConsumableAt: Int32
 
         public init(
             delivery: DeliveryPlanner.Delivery?, refunded: Bool, credited: Credit?,
-            balance: Int64, entitlement: String?, productType: Product.Kind?
+            balance: Int64, entitlement: String?, productType: Product.Kind?, refundedShare: Int32? = nil,
+            takenBack: Int64? = nil, revokeNonConsumableAt: Int32 = 50_000
         ) {
             self.delivery = delivery
             self.refunded = refunded
@@ -149,6 +180,9 @@ public enum RefundPlanner {
             self.balance = balance
             self.entitlement = entitlement
             self.productType = productType
+            self.refundedShare = refundedShare ?? (refunded ? RefundPlanner.wholeShare : 0)
+            self.takenBack = takenBack ?? (refunded ? credited?.amount ?? 0 : 0)
+            self.revokeNonConsumableAt = revokeNonConsumableAt
         }
     }
 
@@ -163,6 +197,31 @@ public enum RefundPlanner {
         }
     }
 
+    /// How much Apple refunded, from the signed transaction.
+    public struct Revocation: Sendable, Hashable {
+        public var type: RevocationType?
+        public var percentage: Int32?
+
+        public init(type: RevocationType?, percentage: Int32?) {
+            self.type = type
+            self.percentage = percentage
+        }
+
+        public init(_ transaction: JWSTransactionDecodedPayload) {
+            self.init(type: transaction.revocationType, percentage: transaction.revocationPercentage)
+        }
+
+        /// The refunded share in milliunits: `revocationPercentage` (clamped to 0…100 %) for
+        /// `REFUND_PRORATED`; everything for a full refund, a family revocation, an unknown
+        /// type or a refund from before December 2025 (no type at all).
+        public var share: Int32 {
+            guard type == .refundProrated, let percentage else { return RefundPlanner.wholeShare }
+            return min(max(percentage, 0), RefundPlanner.wholeShare)
+        }
+
+        public var isPartial: Bool { share < RefundPlanner.wholeShare }
+    }
+
     public struct Plan: Sendable, Hashable {
         /// Nothing to do, and why (never delivered, already refunded, not refunded).
         public var skipped: String?
@@ -171,19 +230,45 @@ public enum RefundPlanner {
         /// Remove (refund) or reinstate (reversal) the entitlement of the transaction.
         public var removeEntitlement: String?
         public var reinstateEntitlement: String?
+        /// A non-renewing subscription prorated: its window shortened by this share of its length.
+        public var shortenEntitlement: (id: String, share: Int32)? {
+            get { shorten.map { ($0.id, $0.share) } }
+            set { shorten = newValue.map { Shortening(id: $0.id, share: $0.share) } }
+        }
+        var shorten: Shortening?
         /// The delivery's new refund state, and its order's status.
         public var refunded: Bool?
+        /// The share refunded and the units taken back after this plan (both 0 on a reversal).
+        public var refundedShare: Int32?
+        public var takenBack: Int64?
         public var orderStatus: Order.Status?
         public var anomalies: [AnomalyDraft] = []
         /// Refunded before it was ever delivered here: record it as delivered with nothing
         /// (quantity 0) and refunded, so a late notification or submission of it never
         /// delivers it.
         public var recordUndelivered = false
+
+        struct Shortening: Sendable, Hashable {
+            var id: String
+            var share: Int32
+        }
+    }
+
+    /// `amount × share / 100 000`, rounded down, without overflow (amount ≥ 0).
+    public static func portion(of amount: Int64, share: Int32) -> Int64 {
+        guard amount > 0, share > 0 else { return 0 }
+        guard share < wholeShare else { return amount }
+        let product = amount.multipliedFullWidth(by: Int64(share))
+        return Int64(wholeShare).dividingFullWidth(product).quotient
     }
 
     /// A REFUND or REVOKE of `transactionId`. `key` makes the ledger entries unique (the
     /// notification's UUID): the notification itself is applied once.
-    public static func refund(_ context: Context, transactionId: String, key: String, reason: String) -> Plan {
+    public static func refund(
+        _ context: Context, transactionId: String, key: String, reason: String,
+        revocation: Revocation = Revocation(type: nil, percentage: nil)
+    ) -> Plan {
+        let share = revocation.share
         guard let delivery = context.delivery else {
             var plan = Plan(
                 skipped:
@@ -191,33 +276,52 @@ public enum RefundPlanner {
             )
             plan.recordUndelivered = true
             plan.orderStatus = .refunded
+            plan.refundedShare = share
             return plan
         }
-        guard !context.refunded else {
-            return Plan(skipped: "transaction \(transactionId) is refunded already")
+        guard !context.refunded || share > context.refundedShare else {
+            return Plan(
+                skipped: "transaction \(transactionId) is refunded already (\(percent(context.refundedShare)))")
         }
-        var plan = Plan(accountId: delivery.accountId, refunded: true, orderStatus: .refunded)
-        if let credited = context.credited, credited.amount != 0 {
-            plan.ledger.append(
-                LedgerEntry(
-                    key: "refund:\(transactionId):\(credited.currency):\(key)", accountId: delivery.accountId,
-                    currency: credited.currency, amount: -credited.amount))
-            let (after, overflow) = context.balance.subtractingReportingOverflow(credited.amount)
-            if overflow || after < 0 {
-                // The credit was spent (in part) before the money went back: the balance goes
-                // negative and an operator decides.
-                plan.anomalies.append(
-                    AnomalyDraft(
-                        kind: .refundedAfterDelivery, transactionId: transactionId, orderId: delivery.orderId,
-                        accountId: delivery.accountId,
-                        detail:
-                            "\(reason): \(credited.amount) \(credited.currency) of transaction \(transactionId) taken back from account \(delivery.accountId), whose balance was \(context.balance) (now \(overflow ? "below the limit" : String(after))): the credit was already spent"
-                    ))
+        var plan = Plan(
+            accountId: delivery.accountId, refunded: true, refundedShare: share, takenBack: context.takenBack,
+            orderStatus: share >= wholeShare ? .refunded : .partiallyRefunded)
+        if let credited = context.credited, credited.amount > 0 {
+            let target = portion(of: credited.amount, share: share)
+            let take = max(0, target - context.takenBack)
+            plan.takenBack = max(target, context.takenBack)
+            if take > 0 {
+                plan.ledger.append(
+                    LedgerEntry(
+                        key: "refund:\(transactionId):\(credited.currency):\(key)", accountId: delivery.accountId,
+                        currency: credited.currency, amount: -take))
+                let (after, overflow) = context.balance.subtractingReportingOverflow(take)
+                if overflow || after < 0 {
+                    // The credit was spent (in part) before the money went back: the balance goes
+                    // negative and an operator decides.
+                    plan.anomalies.append(
+                        AnomalyDraft(
+                            kind: .refundedAfterDelivery, transactionId: transactionId, orderId: delivery.orderId,
+                            accountId: delivery.accountId,
+                            detail:
+                                "\(reason): \(take) \(credited.currency) of transaction \(transactionId) taken back from account \(delivery.accountId), whose balance was \(context.balance) (now \(overflow ? "below the limit" : String(after))): the credit was already spent"
+                        ))
+                }
             }
         }
-        if context.productType != .autoRenewable, let entitlement = context.entitlement {
-            // Subscriptions lose access through their own state (SubscriptionMachine).
-            plan.removeEntitlement = entitlement
+        if let entitlement = context.entitlement {
+            switch context.productType {
+            case .autoRenewable:
+                // Subscriptions lose access through their own state (SubscriptionMachine).
+                break
+            case .nonRenewing where share < wholeShare:
+                plan.shortenEntitlement = (entitlement, share)
+            case .nonConsumable where share < context.revokeNonConsumableAt:
+                // Indivisible: kept below the policy's share (docs/refunds.md).
+                break
+            default:
+                plan.removeEntitlement = entitlement
+            }
         }
         return plan
     }
@@ -230,17 +334,26 @@ public enum RefundPlanner {
         guard context.refunded else {
             return Plan(skipped: "transaction \(transactionId) is not refunded: nothing to reinstate")
         }
-        var plan = Plan(accountId: delivery.accountId, refunded: false, orderStatus: .delivered)
-        if let credited = context.credited, credited.amount != 0 {
+        var plan = Plan(
+            accountId: delivery.accountId, refunded: false, refundedShare: 0, takenBack: 0, orderStatus: .delivered)
+        if let credited = context.credited, context.takenBack > 0 {
             plan.ledger.append(
                 LedgerEntry(
                     key: "refund_reversed:\(transactionId):\(credited.currency):\(key)", accountId: delivery.accountId,
-                    currency: credited.currency, amount: credited.amount))
+                    currency: credited.currency, amount: context.takenBack))
         }
         if context.productType != .autoRenewable, let entitlement = context.entitlement {
+            // Storage reinstates exactly what the refund removed or shortened (nothing if neither).
             plan.reinstateEntitlement = entitlement
         }
         return plan
+    }
+
+    /// `33333` → "33.333 %".
+    public static func percent(_ share: Int32) -> String {
+        let whole = share / 1000
+        let fraction = share % 1000
+        return fraction == 0 ? "\(whole) %" : "\(whole).\(String(format: "%03d", fraction)) %"
     }
 }
 

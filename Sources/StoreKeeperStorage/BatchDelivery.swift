@@ -245,7 +245,7 @@ struct BatchDelivery {
             var insert = sql.insert(into: "deliveries").columns(
                 "transaction_id", "original_transaction_id", "account_id", "order_id", "product_id", "quantity",
                 "environment", "delivered_at", "price_milli", "currency", "proceeds_percent", "period_start",
-                "period_end", "offer_type", "offer_identifier", "offer_source")
+                "period_end", "offer_type", "offer_identifier", "offer_source", "app_transaction_id")
             for (((delivery, originalId, environment, at), money), facts) in zip(
                 zip(newDeliveries, revenue), offerFacts)
             {
@@ -253,7 +253,7 @@ struct BatchDelivery {
                 insert = insert.values([
                     delivery.transactionId, originalId, delivery.accountId, delivery.orderId, delivery.productId,
                     delivery.quantity, environment, at, money.price, money.currency, money.percent, money.periodStart,
-                    money.periodEnd, offer.type, offer.identifier, offer.source,
+                    money.periodEnd, offer.type, offer.identifier, offer.source, facts.transaction.appTransactionId,
                 ])
             }
             inserts.append(insert.insert)

@@ -71,7 +71,8 @@ extension PurchaseStore {
                 """
                 SELECT refunded_at / 86400000 AS d, COALESCE(currency, '?') AS currency, COUNT(*) AS n,
                        CAST(SUM(CASE WHEN price_milli IS NULL OR proceeds_percent IS NULL
-                                     OR environment IN ('Sandbox', 'Xcode') THEN 0 ELSE \(kept) END) AS BIGINT) AS kept
+                                     OR environment IN ('Sandbox', 'Xcode') THEN 0
+                                     ELSE \(kept) * COALESCE(refund_share, 100000) / 100000 END) AS BIGINT) AS kept
                 FROM deliveries WHERE refunded_at >= \(bind: from) GROUP BY 1, 2
                 """
             ).all()

@@ -61,12 +61,14 @@ extension PurchaseStore {
                 """
                 INSERT INTO deliveries (transaction_id, original_transaction_id, account_id, order_id, product_id, quantity,
                                         environment, delivered_at, price_milli, currency, proceeds_percent,
-                                        period_start, period_end, offer_type, offer_identifier, offer_source)
+                                        period_start, period_end, offer_type, offer_identifier, offer_source,
+                                        app_transaction_id)
                 VALUES (\(bind: delivery.transactionId), \(bind: originalId), \(bind: delivery.accountId),
                         \(bind: delivery.orderId), \(bind: delivery.productId), \(bind: delivery.quantity),
                         \(bind: transaction.environment?.rawValue ?? "Production"), \(bind: at), \(bind: money.price),
                         \(bind: money.currency), \(bind: money.percent), \(bind: money.periodStart),
-                        \(bind: money.periodEnd), \(bind: offer.type), \(bind: offer.identifier), \(bind: offer.source))
+                        \(bind: money.periodEnd), \(bind: offer.type), \(bind: offer.identifier), \(bind: offer.source),
+                        \(bind: transaction.appTransactionId))
                 """
             ).run()
         }

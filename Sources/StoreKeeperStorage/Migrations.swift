@@ -423,6 +423,59 @@ public enum Migrations {
                 """,
             ]
         ),
+        (
+            16,
+            [
+                // Apple 2025–2026 (issue 33). A refund takes back what it refunded, once: the
+                // share refunded so far (milliunits of a percent) and the units taken back, so a
+                // repeat takes nothing, a larger share only the difference, a reversal exactly that.
+                "ALTER TABLE deliveries ADD COLUMN refund_share INTEGER",
+                "ALTER TABLE deliveries ADD COLUMN refund_taken BIGINT",
+                "ALTER TABLE deliveries ADD COLUMN refund_type TEXT",
+                // The Apple Account behind each transaction (appTransactionId): RESCIND_CONSENT
+                // finds its accounts by it; the shared-Apple-ID signal and anyTransactionId use it.
+                "ALTER TABLE deliveries ADD COLUMN app_transaction_id TEXT",
+                "CREATE INDEX deliveries_app_transaction ON deliveries (app_transaction_id)",
+                "CREATE INDEX orders_app_transaction ON orders (app_transaction_id)",
+                // The customer's consent to share consumption data with Apple (Send Consumption
+                // Information V2), recorded by the app (or its backend), withdrawn by the customer
+                // or by a parent (RESCIND_CONSENT).
+                """
+                CREATE TABLE consents (
+                    account_id TEXT PRIMARY KEY,
+                    consented INTEGER NOT NULL,
+                    source TEXT NOT NULL,
+                    changed_at BIGINT NOT NULL
+                )
+                """,
+                """
+                CREATE TABLE consent_rescissions (
+                    notification_uuid TEXT PRIMARY KEY,
+                    app_transaction_id TEXT,
+                    bundle_id TEXT,
+                    environment TEXT,
+                    account_ids TEXT NOT NULL,
+                    received_at BIGINT NOT NULL
+                )
+                """,
+                "CREATE INDEX consent_rescissions_received ON consent_rescissions (received_at)",
+                // Each account's own appAccountToken, stable, for Set App Account Token: purchases
+                // made outside the app carry it once an account claims them.
+                """
+                CREATE TABLE account_tokens (
+                    account_id TEXT PRIMARY KEY,
+                    app_account_token TEXT NOT NULL UNIQUE,
+                    created_at BIGINT NOT NULL
+                )
+                """,
+                // A monthly plan with a 12-month commitment (billingPlanType MONTHLY).
+                "ALTER TABLE subscriptions ADD COLUMN billing_plan TEXT",
+                "ALTER TABLE subscriptions ADD COLUMN commitment_period INTEGER",
+                "ALTER TABLE subscriptions ADD COLUMN commitment_periods INTEGER",
+                "ALTER TABLE subscriptions ADD COLUMN commitment_expires_at BIGINT",
+                "ALTER TABLE subscriptions ADD COLUMN commitment_renews INTEGER",
+            ]
+        ),
     ]
 
     /// Applies every migration not yet applied, each in its own transaction. Safe to run from

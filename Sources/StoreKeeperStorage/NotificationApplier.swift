@@ -112,13 +112,18 @@ enum NotificationApplier {
         }
         let context = RefundPlanner.Context(
             delivery: delivery, refunded: delivery?.refunded == true, credited: credit, balance: balance,
-            entitlement: product?.grants.entitlement, productType: product?.type)
+            entitlement: product?.grants.entitlement, productType: product?.type,
+            refundedShare: try row?.decode(column: "refund_share", as: Int32?.self),
+            takenBack: try row?.decode(column: "refund_taken", as: Int64?.self),
+            revokeNonConsumableAt: settings.catalog.refunds.revokeNonConsumableAtShare)
         let kind = reversed ? "refund_reversed" : record.type == NotificationType.revoke.rawValue ? "revoke" : "refund"
+        let revocation = RefundPlanner.Revocation(transaction)
         let plan =
             reversed
             ? RefundPlanner.reversal(context, transactionId: transactionId, key: record.notificationUUID)
             : RefundPlanner.refund(
-                context, transactionId: transactionId, key: record.notificationUUID, reason: record.type)
+                context, transactionId: transactionId, key: record.notificationUUID, reason: record.type,
+                revocation: revocation)
 
         // An auto-renewable's access follows its state: revoked, or reinstated.
         var subscriptionNote = ""
@@ -145,10 +150,12 @@ enum NotificationApplier {
             try await sql.raw(
                 """
                 INSERT INTO deliveries (transaction_id, original_transaction_id, account_id, order_id, product_id, quantity,
-                                        environment, delivered_at, refunded_at)
+                                        environment, delivered_at, refunded_at, refund_share, refund_taken, refund_type,
+                                        app_transaction_id)
                 VALUES (\(bind: transactionId), \(bind: originalId), \(bind: account), \(bind: orderId),
                         \(bind: transaction.productId ?? ""), 0, \(bind: transaction.environment?.rawValue ?? "Production"),
-                        \(bind: at), \(bind: at))
+                        \(bind: at), \(bind: at), \(bind: revocation.share), 0,
+                        \(bind: transaction.revocationType?.rawValue), \(bind: transaction.appTransactionId))
                 ON CONFLICT (transaction_id) DO NOTHING
                 """
             ).run()
@@ -182,10 +189,12 @@ enum NotificationApplier {
                 """
             ).first()
             if let removed {
+                // A window shortened by an earlier prorated refund keeps its original end.
                 try await sql.raw(
                     """
                     UPDATE deliveries SET refund_removed_entitlement = 1,
-                    refund_removed_expires_at = \(bind: try removed.decode(column: "expires_at", as: Int64?.self))
+                    refund_removed_expires_at = CASE WHEN refund_removed_entitlement = 2 THEN refund_removed_expires_at
+                        ELSE \(bind: try removed.decode(column: "expires_at", as: Int64?.self)) END
                     WHERE transaction_id = \(bind: transactionId)
                     """
                 ).run()
@@ -197,31 +206,85 @@ enum NotificationApplier {
                 """
             ).run()
         }
-        if let entitlement = plan.reinstateEntitlement, let product {
-            // Exactly what the refund removed; a refund recorded before that was kept (or that
-            // found no entitlement to remove) falls back to the product's own window.
-            let expiresAt: Int64?
-            if let row, try row.decode(column: "refund_removed_entitlement", as: Int?.self) == 1 {
-                expiresAt = try row.decode(column: "refund_removed_expires_at", as: Int64?.self)
-            } else {
-                let context = DeliveryPlanner.Context(
-                    transaction: transaction, submittingAccount: nil, catalog: settings.catalog)
-                expiresAt =
-                    DeliveryPlanner.expiry(of: product, transaction: transaction, context: context)?.milliseconds
+        if let (entitlement, share) = plan.shortenEntitlement, let purchased = transaction.purchaseDate {
+            // A non-renewing window shortened by the refunded share of its length; what it was is
+            // kept for an exact reversal.
+            if let current = try await sql.raw(
+                """
+                SELECT expires_at FROM entitlements WHERE account_id = \(bind: account)
+                AND entitlement_id = \(bind: entitlement) AND original_transaction_id = \(bind: originalId)
+                """
+            ).first()?.decode(column: "expires_at", as: Int64?.self) {
+                let length = max(0, current - purchased)
+                let shortened = current - RefundPlanner.portion(of: length, share: share)
+                if try row?.decode(column: "refund_removed_entitlement", as: Int?.self) == nil {
+                    try await sql.raw(
+                        """
+                        UPDATE deliveries SET refund_removed_entitlement = 2, refund_removed_expires_at = \(bind: current)
+                        WHERE transaction_id = \(bind: transactionId)
+                        """
+                    ).run()
+                }
+                try await sql.raw(
+                    """
+                    UPDATE entitlements SET expires_at = \(bind: shortened) WHERE account_id = \(bind: account)
+                    AND entitlement_id = \(bind: entitlement) AND original_transaction_id = \(bind: originalId)
+                    """
+                ).run()
             }
-            try await sql.raw(
-                """
-                INSERT INTO entitlements (account_id, entitlement_id, original_transaction_id, product_id, expires_at)
-                VALUES (\(bind: account), \(bind: entitlement), \(bind: originalId), \(bind: product.id),
-                        \(bind: expiresAt))
-                ON CONFLICT (account_id, entitlement_id, original_transaction_id) DO NOTHING
-                """
-            ).run()
+        }
+        if let entitlement = plan.reinstateEntitlement, let product {
+            // Exactly what the refund removed (or shortened); a refund recorded before that was
+            // kept (or that found no entitlement to remove) falls back to the product's own window.
+            let removed = try row?.decode(column: "refund_removed_entitlement", as: Int?.self)
+            let refundedBefore = try row?.decode(column: "refund_share", as: Int32?.self) != nil
+            if removed == 2, let row {
+                try await sql.raw(
+                    """
+                    UPDATE entitlements SET expires_at = \(bind: try row.decode(column: "refund_removed_expires_at", as: Int64?.self))
+                    WHERE account_id = \(bind: account) AND entitlement_id = \(bind: entitlement)
+                    AND original_transaction_id = \(bind: originalId)
+                    """
+                ).run()
+            } else if removed == 1 || !refundedBefore {
+                // A refund from before migration 16 (no share recorded) that found nothing to
+                // remove falls back to the product's own window; a newer one that removed
+                // nothing (a prorated refund below the policy's share) reinstates nothing.
+                let expiresAt: Int64?
+                if let row, removed == 1 {
+                    expiresAt = try row.decode(column: "refund_removed_expires_at", as: Int64?.self)
+                } else {
+                    let context = DeliveryPlanner.Context(
+                        transaction: transaction, submittingAccount: nil, catalog: settings.catalog)
+                    expiresAt =
+                        DeliveryPlanner.expiry(of: product, transaction: transaction, context: context)?.milliseconds
+                }
+                try await sql.raw(
+                    """
+                    INSERT INTO entitlements (account_id, entitlement_id, original_transaction_id, product_id, expires_at)
+                    VALUES (\(bind: account), \(bind: entitlement), \(bind: originalId), \(bind: product.id),
+                            \(bind: expiresAt))
+                    ON CONFLICT (account_id, entitlement_id, original_transaction_id) DO NOTHING
+                    """
+                ).run()
+            }
         }
         if let refunded = plan.refunded {
             try await sql.raw(
-                "UPDATE deliveries SET refunded_at = \(bind: refunded ? at : nil) WHERE transaction_id = \(bind: transactionId)"
+                """
+                UPDATE deliveries SET refunded_at = \(bind: refunded ? at : nil), refund_share = \(bind: plan.refundedShare),
+                refund_taken = \(bind: plan.takenBack), refund_type = \(bind: refunded ? transaction.revocationType?.rawValue : nil)
+                WHERE transaction_id = \(bind: transactionId)
+                """
             ).run()
+            if !refunded {
+                try await sql.raw(
+                    """
+                    UPDATE deliveries SET refund_removed_entitlement = NULL, refund_removed_expires_at = NULL
+                    WHERE transaction_id = \(bind: transactionId)
+                    """
+                ).run()
+            }
         }
         if let status = plan.orderStatus, let orderId = delivery.orderId {
             try await sql.raw("UPDATE orders SET status = \(bind: status.rawValue) WHERE order_id = \(bind: orderId)")
@@ -236,6 +299,7 @@ enum NotificationApplier {
         let amount = plan.ledger.first
         var detail = "\(kind) of transaction \(transactionId) ('\(delivery.productId)') for account \(account)"
         if let amount { detail += ": \(amount.amount) \(amount.currency)" }
+        if !reversed, revocation.isPartial { detail += " (prorated, \(RefundPlanner.percent(revocation.share)))" }
         try await PurchaseStore.audit(sql, actor: "apple", action: kind, subject: transactionId, detail: detail, at: at)
         try await OutboxStore.append(
             reversed ? "refund_reversed" : "refund",
@@ -244,6 +308,9 @@ enum NotificationApplier {
                 "orderId": .string(delivery.orderId), "productId": .string(delivery.productId), "kind": .string(kind),
                 "currency": .string(amount?.currency), "amount": .number(amount?.amount),
                 "revocationReason": .number(transaction.revocationReason.map { Int64($0.rawValue) }),
+                "revocationType": .string(reversed ? nil : transaction.revocationType?.rawValue),
+                "refundedShare": .number(plan.refundedShare.map(Int64.init)),
+                "orderStatus": .string(plan.orderStatus?.rawValue),
             ], sql: sql, at: at)
         return ("applied", detail + subscriptionNote)
     }

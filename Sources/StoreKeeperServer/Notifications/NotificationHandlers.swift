@@ -60,7 +60,8 @@ extension StoreKeeperApp {
         }
         guard
             let record = NotificationRecord(
-                payload: verified.payload, transaction: verified.transaction, renewalInfo: verified.renewalInfo),
+                payload: verified.payload, transaction: verified.transaction, renewalInfo: verified.renewalInfo,
+                appTransaction: verified.appTransaction),
             record.notificationUUID.count <= 128
         else {
             throw APIError.badRequest("the notification has no notificationUUID, notificationType or signedDate")
@@ -75,7 +76,8 @@ extension StoreKeeperApp {
         let decoded = try SignedDataVerifier.decodeVerifiedEarlier(notification: signedPayload)
         guard
             let record = NotificationRecord(
-                payload: decoded.payload, transaction: decoded.transaction, renewalInfo: decoded.renewalInfo)
+                payload: decoded.payload, transaction: decoded.transaction, renewalInfo: decoded.renewalInfo,
+                appTransaction: decoded.appTransaction)
         else { throw APIError.badRequest("stored notification without notificationUUID, type or signedDate") }
         return record
     }
