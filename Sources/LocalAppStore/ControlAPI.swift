@@ -128,6 +128,35 @@ extension LocalAppStoreServer {
                 return Response(status: .noContent)
             }
         }
+        control.post("customers/:appleId/rescind-consent") { _, context in
+            try await self.control {
+                try await self.store.rescindConsent(context.parameters.get("appleId") ?? "")
+                return Response(status: .noContent)
+            }
+        }
+        control.get("customers/:appleId/app-transaction") { _, context in
+            try await self.control {
+                guard let signed = try await self.store.signAppTransaction(for: context.parameters.get("appleId") ?? "")
+                else { throw LocalAppStore.StoreError.invalid("unknown customer") }
+                return Self.json(["signedAppTransactionInfo": signed])
+            }
+        }
+        control.post("external-tokens") { request, context in
+            try await self.control {
+                let body = try? await request.decode(as: ExternalTokenBody.self, context: context)
+                let id = await self.store.issueExternalPurchaseToken(tokenType: body?.tokenType)
+                return Self.json(["externalPurchaseId": id])
+            }
+        }
+        control.post("external-tokens/:id/notify") { request, context in
+            try await self.control {
+                let body = try await request.decode(as: ExternalTokenBody.self, context: context)
+                try await self.store.notifyExternalPurchaseToken(
+                    context.parameters.get("id") ?? "",
+                    subtype: NotificationSubtype(rawValue: body.subtype ?? "UNREPORTED"))
+                return Response(status: .noContent)
+            }
+        }
         control.get("customers/:appleId/receipt") { _, context in
             try await self.control {
                 let receipt = try await self.store.receipt(for: context.parameters.get("appleId") ?? "")
@@ -221,4 +250,10 @@ extension LocalAppStoreServer {
                 ControlError(error: .init(code: "bad_request", message: "malformed body")), status: error.status)
         }
     }
+}
+
+/// `POST /control/external-tokens` and `…/:id/notify`.
+struct ExternalTokenBody: Decodable {
+    var tokenType: String?
+    var subtype: String?
 }

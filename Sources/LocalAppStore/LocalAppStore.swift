@@ -22,6 +22,9 @@ public actor LocalAppStore {
     var transactions: [String: StoredTransaction] = [:]
     var subscriptions: [String: Subscription] = [:]
     var pending: [String: PendingPurchase] = [:]
+    /// External purchase tokens issued, and the reports accepted (by requestIdentifier).
+    var externalTokens: [String: ExternalToken] = [:]
+    var externalReports: [String: ExternalPurchaseReport] = [:]
     public internal(set) var notifications: [SentNotification] = []
     /// Faults injected through the control API.
     public var faults = Faults()

@@ -43,6 +43,7 @@ public struct LocalAppStoreServer: Sendable {
     public func addRoutes<Context: RequestContext>(to router: some RouterMethods<Context>) {
         addServerAPI(to: router)
         addRetentionMessaging(to: router)
+        addAppleRules2026(to: router)
         addVerifyReceipt(to: router)
         addControl(to: router)
     }

@@ -21,10 +21,16 @@ public struct RefundPolicy: Codable, Hashable, Sendable {
     /// percent (default 50; 100 keeps it unless refunded in full; 0 removes it on any refund).
     public var revokeNonConsumableAt: Double?
     public var preference: [PreferenceRule]?
+    /// Send Consumption Information's `sampleContentProvided` for every product (a free sample,
+    /// trial or feature tour before purchase); products with an introductory offer say true anyway.
+    public var sampleContentProvided: Bool?
 
-    public init(revokeNonConsumableAt: Double? = nil, preference: [PreferenceRule]? = nil) {
+    public init(
+        revokeNonConsumableAt: Double? = nil, preference: [PreferenceRule]? = nil, sampleContentProvided: Bool? = nil
+    ) {
         self.revokeNonConsumableAt = revokeNonConsumableAt
         self.preference = preference
+        self.sampleContentProvided = sampleContentProvided
     }
 
     /// `revokeNonConsumableAt` in Apple's milliunits.

@@ -66,8 +66,16 @@ public struct NotificationRecord: Codable, Sendable, Hashable {
 
     /// The subscription (or one-time purchase) the notification is about: events of one
     /// subject apply one at a time, in `signedDate` order. Nil when it has no transaction.
+    /// RESCIND_CONSENT and EXTERNAL_PURCHASE_TOKEN have their own: the Apple Account
+    /// (`consent:<appTransactionId>`) and the token (`external:<externalPurchaseId>`).
     public var subject: String? {
-        transaction.flatMap { $0.originalTransactionId ?? $0.transactionId }
+        if let transaction { return transaction.originalTransactionId ?? transaction.transactionId }
+        switch notificationType {
+        case .rescindConsent: return appTransactionId.map { "consent:\($0)" }
+        case .externalPurchaseToken:
+            return externalPurchaseToken?.externalPurchaseId.flatMap { $0.isEmpty ? nil : "external:\($0)" }
+        default: return nil
+        }
     }
 
     public var notificationType: NotificationType { NotificationType(rawValue: type) }
@@ -94,8 +102,13 @@ public enum NotificationPlanner {
         case refund
         /// REFUND_REVERSED: reinstate exactly what the refund reversed.
         case refundReversed
-        /// CONSUMPTION_REQUEST: answered through the job queue when configured.
+        /// CONSUMPTION_REQUEST: answered through the job queue when configured and the
+        /// customer consented.
         case consumptionRequest
+        /// RESCIND_CONSENT: recorded, the accounts' consent withdrawn, the app's backend told.
+        case rescindConsent
+        /// EXTERNAL_PURCHASE_TOKEN: the token recorded; an UNREPORTED one reported.
+        case externalPurchaseToken
         /// Recorded, nothing to apply: the reason is kept with the notification.
         case ignored(String)
     }
@@ -125,9 +138,15 @@ public enum NotificationPlanner {
         case .test:
             return .ignored("TEST: a test notification, acknowledged")
         case .externalPurchaseToken:
-            return .ignored("EXTERNAL_PURCHASE_TOKEN: external purchases are not sold through this server")
+            guard record.externalPurchaseToken?.externalPurchaseId?.isEmpty == false else {
+                return .ignored("EXTERNAL_PURCHASE_TOKEN without an externalPurchaseId")
+            }
+            return .externalPurchaseToken
         case .rescindConsent:
-            return .ignored("RESCIND_CONSENT: recorded for the app's parental-consent policy; purchases are unchanged")
+            guard record.appTransactionId != nil else {
+                return .ignored("RESCIND_CONSENT without a signed app transaction: no Apple Account to find")
+            }
+            return .rescindConsent
         case .metadataUpdate, .migration, .priceChange:
             return .ignored("\(type.rawValue): Advanced Commerce API only")
         default:
@@ -357,8 +376,9 @@ public enum RefundPlanner {
     }
 }
 
-/// The answer to Apple's CONSUMPTION_REQUEST (Send Consumption Information v2), built from our
-/// own records only — pure.
+/// The answer to Apple's CONSUMPTION_REQUEST (Send Consumption Information V2), built from our
+/// own records only — pure. Sent only when the customer consented (storage checks it before a
+/// request is queued and again before it is sent).
 public enum ConsumptionPlanner {
     /// What the records say about the transaction Apple asks about.
     public struct Facts: Sendable, Hashable {
@@ -367,36 +387,92 @@ public enum ConsumptionPlanner {
         /// For a consumable: what the delivery credited, and the account's balance now.
         public var credited: Int64?
         public var balance: Int64?
+        public var productId: String
+        /// The account had no delivery before this transaction.
+        public var firstPurchase: Bool
+        /// The account's first purchase or order.
+        public var accountSince: Date?
+        /// For an auto-renewable: the paid period, to tell how much of it has elapsed.
+        public var periodStart: Date?
+        public var periodEnd: Date?
 
-        public init(delivered: Bool, productType: Product.Kind?, credited: Int64?, balance: Int64?) {
+        public init(
+            delivered: Bool, productType: Product.Kind?, credited: Int64?, balance: Int64?, productId: String = "",
+            firstPurchase: Bool = true, accountSince: Date? = nil, periodStart: Date? = nil, periodEnd: Date? = nil
+        ) {
             self.delivered = delivered
             self.productType = productType
             self.credited = credited
             self.balance = balance
+            self.productId = productId
+            self.firstPurchase = firstPurchase
+            self.accountSince = accountSince
+            self.periodStart = periodStart
+            self.periodEnd = periodEnd
+        }
+
+        /// The share consumed (milliunits): a consumable's spent credit (the balance left over
+        /// covers the unspent part), a delivered one-time product in full, an auto-renewable's
+        /// elapsed share of its period (for rules only: Apple computes its own), nothing when
+        /// undelivered.
+        public func consumedShare(at now: Date) -> Int32 {
+            guard delivered else { return 0 }
+            switch productType {
+            case .consumable:
+                guard let credited, credited > 0 else { return RefundPlanner.wholeShare }
+                let unspent = min(max(balance ?? 0, 0), credited)
+                return Int32((credited - unspent) * 100_000 / credited)
+            case .autoRenewable:
+                guard let start = periodStart, let end = periodEnd, end > start else { return 0 }
+                let elapsed = min(max(now.timeIntervalSince(start), 0), end.timeIntervalSince(start))
+                return Int32(elapsed / end.timeIntervalSince(start) * 100_000)
+            default:
+                return RefundPlanner.wholeShare
+            }
         }
     }
 
-    /// Delivery status; for a consumable the share of its credit spent since (in milliunits:
-    /// the balance left over covers the unspent part); for a non-consumable or non-renewing
-    /// purchase delivered means fully provided; never a percentage for an auto-renewable
-    /// (Apple refuses it), and 0 for anything undelivered.
-    public static func request(_ facts: Facts) -> ConsumptionRequest {
-        var request = ConsumptionRequest(
-            customerConsented: true, sampleContentProvided: false,
-            deliveryStatus: facts.delivered ? .delivered : .undeliveredOther)
-        switch facts.productType {
-        case .autoRenewable:
-            break
-        case _ where !facts.delivered:
-            request.consumptionPercentage = 0
-        case .consumable:
-            if let credited = facts.credited, credited > 0 {
-                let unspent = min(max(facts.balance ?? 0, 0), credited)
-                request.consumptionPercentage = Int32((credited - unspent) * 100_000 / credited)
-            }
-        default:
-            request.consumptionPercentage = 100_000
-        }
-        return request
+    /// The request, and the refund preference rule that chose `refundPreference` (nil: none
+    /// matched, no preference sent) with what was adjusted to Apple's rules.
+    public struct Answer: Sendable, Hashable {
+        public var request: ConsumptionRequest
+        public var rule: String?
+        public var note: String?
     }
+
+    /// Delivery status; for a one-time product the share consumed (never a percentage for an
+    /// auto-renewable: Apple refuses it; 0 for anything undelivered); the refund preference of
+    /// the catalog's first matching rule, made valid: GRANT_PRORATED of a one-time product needs
+    /// 0 < share < 100 %, so nothing consumed becomes GRANT_FULL and everything consumed DECLINE.
+    public static func answer(
+        _ facts: Facts, policy: RefundPolicy = RefundPolicy(), sampleContentProvided: Bool = false, now: Date = Date()
+    ) -> Answer {
+        var request = ConsumptionRequest(
+            customerConsented: true, sampleContentProvided: sampleContentProvided,
+            deliveryStatus: facts.delivered ? .delivered : .undeliveredOther)
+        let consumed = facts.consumedShare(at: now)
+        if facts.productType != .autoRenewable { request.consumptionPercentage = consumed }
+        let rule = policy.decide(
+            RefundPolicy.Facts(
+                productId: facts.productId, productType: facts.productType, consumedShare: consumed,
+                firstPurchase: facts.firstPurchase, accountSince: facts.accountSince, now: now))
+        var note: String?
+        if let rule {
+            var preference = RefundPreference(rawValue: rule.preference.apple)
+            if preference == .grantProrated, facts.productType != .autoRenewable {
+                if consumed <= 0 {
+                    preference = .grantFull
+                    note = "GRANT_PRORATED with nothing consumed is sent as GRANT_FULL"
+                } else if consumed >= RefundPlanner.wholeShare {
+                    preference = .decline
+                    note = "GRANT_PRORATED with everything consumed is sent as DECLINE"
+                }
+            }
+            request.refundPreference = preference
+        }
+        return Answer(request: request, rule: rule?.name, note: note)
+    }
+
+    /// The request with no refund preference (`answer` without rules).
+    public static func request(_ facts: Facts) -> ConsumptionRequest { answer(facts).request }
 }

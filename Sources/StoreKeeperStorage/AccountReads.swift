@@ -125,28 +125,48 @@ extension PurchaseStore {
         ).first()?.decode(column: "amount", as: Int64.self) ?? 0
     }
 
-    /// What the records say about a transaction, for Send Consumption Information, and the
-    /// environment it was bought in.
+    /// What the records say about a transaction, for Send Consumption Information, the
+    /// environment it was bought in, and its owner's consent to share it.
     public func consumptionFacts(_ transactionId: String, catalog: Catalog) async throws -> (
-        ConsumptionPlanner.Facts, environment: String?
+        ConsumptionPlanner.Facts, environment: String?, consent: Consent?
     ) {
         try await database.read { sql in
             guard
                 let row = try await sql.raw("SELECT * FROM deliveries WHERE transaction_id = \(bind: transactionId)")
                     .first()
             else {
-                return (ConsumptionPlanner.Facts(delivered: false, productType: nil, credited: nil, balance: nil), nil)
+                return (
+                    ConsumptionPlanner.Facts(delivered: false, productType: nil, credited: nil, balance: nil), nil, nil
+                )
             }
             let account = try row.decode(column: "account_id", as: String.self)
-            let product = catalog.product(try row.decode(column: "product_id", as: String.self))
+            let productId = try row.decode(column: "product_id", as: String.self)
+            let product = catalog.product(productId)
             let credit = try await Self.credit(of: transactionId, sql: sql)
             var balance: Int64?
             if let credit { balance = try await Self.balance(account, credit.currency, sql: sql) }
             let refunded = try row.decode(column: "refunded_at", as: Int64?.self) != nil
+            let deliveredAt = try row.decode(column: "delivered_at", as: Int64.self)
+            let history = try await sql.raw(
+                """
+                SELECT (SELECT COUNT(*) FROM deliveries WHERE account_id = \(bind: account)
+                        AND delivered_at < \(bind: deliveredAt) AND quantity > 0) AS earlier,
+                       (SELECT MIN(delivered_at) FROM deliveries WHERE account_id = \(bind: account)) AS first_delivery,
+                       (SELECT MIN(created_at) FROM orders WHERE account_id = \(bind: account)) AS first_order
+                """
+            ).first()
+            let firstDelivery = try history?.decode(column: "first_delivery", as: Int64?.self)
+            let firstOrder = try history?.decode(column: "first_order", as: Int64?.self)
+            let since = [firstDelivery, firstOrder].compactMap { $0 }.min()
             return (
                 ConsumptionPlanner.Facts(
-                    delivered: !refunded, productType: product?.type, credited: credit?.amount, balance: balance),
-                try row.decode(column: "environment", as: String.self)
+                    delivered: !refunded, productType: product?.type, credited: credit?.amount, balance: balance,
+                    productId: productId, firstPurchase: (try history?.decode(column: "earlier", as: Int.self)) == 0,
+                    accountSince: since.map(Date.init(milliseconds:)),
+                    periodStart: try row.decode(column: "period_start", as: Int64?.self).map(Date.init(milliseconds:)),
+                    periodEnd: try row.decode(column: "period_end", as: Int64?.self).map(Date.init(milliseconds:))),
+                try row.decode(column: "environment", as: String.self),
+                try await Self.consent(of: account, sql: sql)
             )
         }
     }

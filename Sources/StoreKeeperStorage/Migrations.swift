@@ -474,6 +474,60 @@ public enum Migrations {
                 "ALTER TABLE subscriptions ADD COLUMN commitment_periods INTEGER",
                 "ALTER TABLE subscriptions ADD COLUMN commitment_expires_at BIGINT",
                 "ALTER TABLE subscriptions ADD COLUMN commitment_renews INTEGER",
+                // External purchases (ExternalPurchaseStore): Apple's tokens, the web checkout's
+                // purchases each token covers, and the journal of External Purchase Server API
+                // reports (one requestIdentifier per report, reused only to resend a failed one).
+                """
+                CREATE TABLE external_tokens (
+                    external_purchase_id TEXT PRIMARY KEY,
+                    account_id TEXT,
+                    token_type TEXT,
+                    environment TEXT NOT NULL,
+                    bundle_id TEXT,
+                    created_at BIGINT,
+                    expires_at BIGINT,
+                    first_seen_at BIGINT NOT NULL,
+                    last_notice TEXT,
+                    last_notice_at BIGINT,
+                    unreported_notices INTEGER NOT NULL DEFAULT 0,
+                    reported_at BIGINT
+                )
+                """,
+                """
+                CREATE TABLE web_purchases (
+                    payment_id TEXT PRIMARY KEY,
+                    transaction_id TEXT NOT NULL UNIQUE,
+                    account_id TEXT NOT NULL,
+                    product_id TEXT NOT NULL,
+                    quantity INTEGER NOT NULL,
+                    amount_milli BIGINT NOT NULL,
+                    tax_milli BIGINT NOT NULL,
+                    currency TEXT NOT NULL,
+                    tax_country TEXT,
+                    external_purchase_id TEXT,
+                    line_item_id TEXT NOT NULL,
+                    purchased_at BIGINT NOT NULL,
+                    refunded_at BIGINT,
+                    refund_line_item_id TEXT,
+                    reported_buy INTEGER NOT NULL DEFAULT 0,
+                    reported_refund INTEGER NOT NULL DEFAULT 0
+                )
+                """,
+                "CREATE INDEX web_purchases_token ON web_purchases (external_purchase_id)",
+                """
+                CREATE TABLE external_reports (
+                    request_identifier TEXT PRIMARY KEY,
+                    external_purchase_id TEXT NOT NULL,
+                    status TEXT NOT NULL,
+                    payload TEXT NOT NULL,
+                    state TEXT NOT NULL,
+                    response TEXT,
+                    attempts INTEGER NOT NULL DEFAULT 0,
+                    created_at BIGINT NOT NULL,
+                    sent_at BIGINT
+                )
+                """,
+                "CREATE INDEX external_reports_token ON external_reports (external_purchase_id, created_at)",
             ]
         ),
     ]

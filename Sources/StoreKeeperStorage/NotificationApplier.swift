@@ -21,9 +21,30 @@ enum NotificationApplier {
             return try await refund(record, reversed: false, settings: settings, sql: sql, now: now)
         case .refundReversed:
             return try await refund(record, reversed: true, settings: settings, sql: sql, now: now)
+        case .rescindConsent:
+            return try await rescindConsent(record, sql: sql, now: now)
+        case .externalPurchaseToken:
+            return try await ExternalPurchaseStore.record(record, sql: sql, now: now)
         case .consumptionRequest:
             guard settings.consumptionEnabled, let transactionId = record.transaction?.transactionId else {
                 return ("ignored", "CONSUMPTION_REQUEST: apple.consumption.enabled is off, so Apple gets no answer")
+            }
+            // Apple: answer only with the customer's valid consent; without it, no call at all.
+            let owner = try await sql.raw(
+                "SELECT account_id FROM deliveries WHERE transaction_id = \(bind: transactionId)"
+            ).first()?.decode(column: "account_id", as: String.self)
+            let consent: Consent? = if let owner { try await PurchaseStore.consent(of: owner, sql: sql) } else { nil }
+            guard let owner, consent?.consumptionData == true else {
+                let reason =
+                    owner == nil
+                    ? "transaction \(transactionId) was never delivered here, so no customer's consent is known"
+                    : consent?.consumptionData == false
+                        ? "account \(Identifiers.quoted(owner!)) withdrew consent to share consumption data"
+                        : "account \(Identifiers.quoted(owner!)) never consented to share consumption data"
+                try await PurchaseStore.audit(
+                    sql, actor: "storekeeper", action: "consumption_withheld", subject: transactionId,
+                    detail: "CONSUMPTION_REQUEST not answered: \(reason)", at: now.milliseconds)
+                return ("ignored", "CONSUMPTION_REQUEST: \(reason); Apple gets no answer")
             }
             // Answered from the job queue (Apple allows 12 hours), once per request.
             try await JobStore.insert(

@@ -211,6 +211,7 @@ extension OutboxStore {
     enum Field {
         case string(String?)
         case number(Int64?)
+        case strings([String])
     }
 
     /// Writes an event in the caller's transaction — the refunds, status changes and anomalies
@@ -238,6 +239,13 @@ extension OutboxStore {
             case .string(let value?): PurchaseStore.appendJSONString(value, to: &json)
             case .number(let value?): json += String(value)
             case .string(nil), .number(nil): json += "null"
+            case .strings(let values):
+                json += "["
+                for (index, value) in values.enumerated() {
+                    if index > 0 { json += "," }
+                    PurchaseStore.appendJSONString(value, to: &json)
+                }
+                json += "]"
             }
         }
         return json + "}"

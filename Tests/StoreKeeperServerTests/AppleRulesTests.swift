@@ -1,7 +1,9 @@
 import AppStoreModels
+import AppStoreSigning
 import Foundation
 import Hummingbird
 import HummingbirdTesting
+import StoreKeeperCatalog
 import StoreKeeperStorage
 import Testing
 
@@ -104,6 +106,159 @@ import Testing
             _ = try await relay.deliver()
             #expect(try await expiry("season") == fullWindow)
             #expect(try await relay.entitlements("keeper").contains { $0["id"] as? String == "no_ads" } == false)
+        }
+    }
+
+    // MARK: A4: consent
+
+    @Test(arguments: ServerAPITests.databases)
+    func aParentRescindingConsentIsVerifiedRecordedAndSentToTheBackend(kind: String) async throws {
+        try await NotificationTests.withRelay(kind) { relay in
+            let store = relay.store
+            // Two app accounts on one Apple Account (its appTransactionId), another elsewhere.
+            _ = try await relay.buy("kid", "coins_60", appleId: "apple-family")
+            _ = try await relay.buy("kid-alt", "remove_ads", appleId: "apple-family")
+            _ = try await relay.buy("stranger", "coins_60")
+            _ = try await relay.deliver()
+            let granted = try await API.call(
+                relay.client, .put, "/v1/accounts/kid/consent", body: #"{"consumptionData":true}"#)
+            #expect(granted.json["consumptionData"] as? Bool == true && granted.json["source"] as? String == "backend")
+
+            try await store.rescindConsent("apple-family")
+            #expect(try await relay.deliver(times: 2) == ["RESCIND_CONSENT"])
+            let events = try await Self.outbox(relay, "consent.rescinded")
+            #expect(events.count == 1)
+            #expect(events.first?["accountIds"] as? [String] == ["kid", "kid-alt"])
+            #expect(
+                events.first?["environment"] as? String == "Sandbox"
+                    || events.first?["environment"] as? String == "Production")
+            #expect((events.first?["appTransactionId"] as? String)?.isEmpty == false)
+            let consent = try await API.call(relay.client, .get, "/v1/accounts/kid/consent").json
+            #expect(consent["consumptionData"] as? Bool == false)
+            #expect(consent["source"] as? String == "rescind_consent")
+            // Purchases stay: Apple says nothing about refunding them.
+            #expect(try await Self.balance(relay, "kid") == 60)
+            #expect(try await relay.entitlements("kid-alt").count == 1)
+            let rescissions = try await relay.app.store.consentRescissions()
+            #expect(rescissions.map(\.accountIds) == [["kid", "kid-alt"]])
+            // The stranger's consent is untouched.
+            #expect(
+                try await API.call(relay.client, .get, "/v1/accounts/stranger/consent").json["consumptionData"]
+                    is NSNull)
+
+            // A RESCIND_CONSENT signed by someone else is refused and records nothing.
+            let forged = try Self.forgedRescind(relay)
+            let reply = try await relay.post(forged)
+            #expect(reply.status == .badRequest)
+            #expect(try await relay.app.store.consentRescissions().count == 1)
+        }
+    }
+
+    /// A RESCIND_CONSENT whose app transaction is signed by a key Apple never certified.
+    static func forgedRescind(_ relay: Relay) throws -> String {
+        let signer = try ApplePKI.generate(name: "Forger").jwsSigner
+        let app = AppTransaction(
+            appAppleId: 1_234_567_890, appTransactionId: "705000000000000001", bundleId: "com.example.app",
+            receiptType: .sandbox)
+        let payload = ResponseBodyV2DecodedPayload(
+            notificationType: .rescindConsent, subtype: nil, notificationUUID: UUID().uuidString.lowercased(),
+            version: "2.0", signedDate: Int64(Date().timeIntervalSince1970 * 1000),
+            appData: NotificationAppData(
+                appAppleId: 1_234_567_890, bundleId: "com.example.app", environment: .sandbox,
+                signedAppTransactionInfo: try signer.sign(app)))
+        return try signer.sign(payload)
+    }
+
+    @Test(arguments: ServerAPITests.databases)
+    func consentIsTheCustomersAndAClientTokenMaySetOnlyItsOwn(kind: String) async throws {
+        try await API.withServer(kind) { app, client in
+            let token = try await ServerAPITests.clientToken("maria")
+            let own = try await API.call(
+                client, .put, "/v1/accounts/maria/consent", token: token, body: #"{"consumptionData":true}"#)
+            #expect(own.status == .ok && own.json["source"] as? String == "app")
+            let other = try await API.call(
+                client, .put, "/v1/accounts/juan/consent", token: token, body: #"{"consumptionData":true}"#)
+            #expect(other.status == .forbidden)
+            for body in [#"{}"#, #"{"consumptionData":"yes"}"#, #"[true]"#, "", #"{"consumptionData":true"#] {
+                let bad = try await API.call(client, .put, "/v1/accounts/maria/consent", token: token, body: body)
+                #expect(bad.status == .badRequest, "\(body)")
+            }
+            let withdrawn = try await API.call(
+                client, .put, "/v1/accounts/maria/consent", token: token, body: #"{"consumptionData":false}"#)
+            #expect(withdrawn.json["consumptionData"] as? Bool == false)
+            let audit = try await app.store.audit().map(\.action)
+            #expect(audit.filter { $0 == "consent_given" || $0 == "consent_withdrawn" }.count == 2)
+        }
+    }
+
+    // MARK: Consumption information V2, by consent and policy
+
+    @Test(arguments: ServerAPITests.databases)
+    func consumptionIsSentOnlyWithConsentAndStatesThePolicysPreference(kind: String) async throws {
+        try await NotificationTests.withRelay(
+            kind,
+            configure: {
+                $0.consumptionEnabled = true
+                var catalog = Catalog.demo
+                catalog.refunds = RefundPolicy(preference: [
+                    .init(
+                        name: "spent_coins", when: .init(productType: .consumable, consumedAtLeast: 50),
+                        preference: .decline),
+                    .init(name: "unspent_first", when: .init(purchase: .first), preference: .grantFull),
+                    .init(name: "the_rest", preference: .grantProrated),
+                ])
+                $0.catalog = catalog
+            }
+        ) { relay in
+            let store = relay.store
+            // No consent: Apple gets no answer, and the record says why.
+            let (_, silent) = try await relay.buy("quiet", "coins_60")
+            try await store.requestRefund(silent.transactionId!)
+            _ = try await relay.deliver()
+            #expect(try await store.transaction(silent.transactionId!)?.consumptionReceived.isEmpty == true)
+            let recorded = try await relay.app.notifications.notifications(subject: silent.originalTransactionId!)
+            #expect(recorded.first { $0.type == "CONSUMPTION_REQUEST" }?.status == "ignored")
+            #expect(recorded.first { $0.type == "CONSUMPTION_REQUEST" }?.outcome?.contains("never consented") == true)
+            #expect(try await relay.app.store.audit().contains { $0.action == "consumption_withheld" })
+
+            // Consented: the first purchase, unspent → GRANT_FULL by rule unspent_first.
+            _ = try await API.call(relay.client, .put, "/v1/accounts/gamer/consent", body: #"{"consumptionData":true}"#)
+            let (_, first) = try await relay.buy("gamer", "coins_60")
+            try await store.requestRefund(first.transactionId!)
+            _ = try await relay.deliver()
+            let firstAnswer = try #require(await store.transaction(first.transactionId!)?.consumptionReceived.first)
+            #expect(firstAnswer.customerConsented == true)
+            #expect(firstAnswer.refundPreference == .grantFull)
+            #expect(firstAnswer.consumptionPercentage == 0)
+            #expect(firstAnswer.deliveryStatus == .delivered)
+            // A repeat purchase, 75 % spent → DECLINE by rule spent_coins.
+            let (_, second) = try await relay.buy("gamer", "coins_300")
+            _ = try await API.call(
+                relay.client, .post, "/v1/accounts/gamer/balances/coins/debit",
+                body: #"{"amount":285,"idempotencyKey":"potion"}"#)
+            try await store.requestRefund(second.transactionId!)
+            _ = try await relay.deliver()
+            let secondAnswer = try #require(await store.transaction(second.transactionId!)?.consumptionReceived.first)
+            #expect(secondAnswer.refundPreference == .decline)
+            #expect(secondAnswer.consumptionPercentage == 75_000)
+            let sent = try await relay.app.store.audit().filter { $0.action == "consumption_sent" }.map(\.detail)
+            #expect(sent.contains { $0.contains("rule 'spent_coins'") })
+            #expect(sent.contains { $0.contains("rule 'unspent_first'") })
+
+            // Withdrawn after the request was queued: nothing is sent.
+            let (_, third) = try await relay.buy("gamer", "remove_ads")
+            try await store.requestRefund(third.transactionId!)
+            for notification in await relay.take() { _ = try await relay.post(notification.signedPayload) }
+            let runner = JobRunner(app: relay.app)
+            // Apply the notifications (queues the answer), withdraw, then run the answer.
+            await runner.applyNotifications(
+                try await relay.app.jobs.claimDue(now: Date(), limit: 100).filter {
+                    $0.kind == NotificationStore.jobKind
+                }, now: Date())
+            _ = try await API.call(
+                relay.client, .put, "/v1/accounts/gamer/consent", body: #"{"consumptionData":false}"#)
+            await relay.apply()
+            #expect(try await store.transaction(third.transactionId!)?.consumptionReceived.isEmpty == true)
         }
     }
 }

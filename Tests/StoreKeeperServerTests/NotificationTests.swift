@@ -325,6 +325,7 @@ import Testing
     func consumptionRequestsAreAnsweredFromTheLedgerWhenEnabled(kind: String) async throws {
         try await Self.withRelay(kind, configure: { $0.consumptionEnabled = true }) { relay in
             let store = relay.store
+            _ = try await API.call(relay.client, .put, "/v1/accounts/gamer/consent", body: #"{"consumptionData":true}"#)
             let (_, coins) = try await relay.buy("gamer", "coins_300")
             _ = try await API.call(
                 relay.client, .post, "/v1/accounts/gamer/balances/coins/debit",

@@ -80,6 +80,52 @@ extension StoreKeeperApp {
     }
 }
 
+/// The customer's consent to share consumption data with Apple (docs/consent.md).
+extension StoreKeeperApp {
+    struct ConsentBody: RequestBody {
+        var consumptionData: Bool
+
+        func validate() throws {}
+    }
+
+    /// `consumptionData`, `source` and `changedAt` are null until the customer answered.
+    struct ConsentJSON: Encodable {
+        var accountId: String
+        var consumptionData: Bool?
+        var source: String?
+        var changedAt: String?
+
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(accountId, forKey: .accountId)
+            try container.encode(consumptionData, forKey: .consumptionData)
+            try container.encode(source, forKey: .source)
+            try container.encode(changedAt, forKey: .changedAt)
+        }
+
+        enum CodingKeys: String, CodingKey { case accountId, consumptionData, source, changedAt }
+    }
+
+    static func consentJSON(_ consent: Consent) throws -> Response {
+        try json(
+            ConsentJSON(
+                accountId: consent.accountId, consumptionData: consent.consumptionData, source: consent.source,
+                changedAt: consent.changedAt.map(iso)))
+    }
+
+    func setConsent(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        let caller = try context.caller()
+        let accountId = try Self.parameter(context, "accountId")
+        try Self.validateAccountId(accountId)
+        try caller.require(accountId)
+        let body = try await decode(ConsentBody.self, request)
+        let consent = try await store.setConsent(
+            accountId, consumptionData: body.consumptionData, source: caller == .secretKey ? "backend" : "app",
+            now: Date())
+        return try Self.consentJSON(consent)
+    }
+}
+
 struct AccountsController {
     let app: StoreKeeperApp
 
@@ -93,6 +139,16 @@ struct AccountsController {
         }
         v1.post("accounts/:accountId/balances/:currency/debit") { request, context in
             try await app.debit(request, context)
+        }
+        v1.get("accounts/:accountId/consent") { request, context in
+            let caller = try context.caller()
+            let accountId = try StoreKeeperApp.parameter(context, "accountId")
+            try StoreKeeperApp.validateAccountId(accountId)
+            try caller.require(accountId)
+            return try StoreKeeperApp.consentJSON(try await app.store.consent(of: accountId))
+        }
+        v1.put("accounts/:accountId/consent") { request, context in
+            try await app.setConsent(request, context)
         }
     }
 }

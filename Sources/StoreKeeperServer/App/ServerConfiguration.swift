@@ -135,7 +135,7 @@ public struct ServerConfiguration: Sendable {
         "dashboard.enabled", "dashboard.sessionIdleSeconds", "dashboard.sessionMaxHours",
     ]
     /// Keys whose value is a structure read by its own parser (the inline catalog).
-    static let structuredKeys = ["catalog.products", "catalog.retention"]
+    static let structuredKeys = ["catalog.products", "catalog.retention", "catalog.refunds"]
     static let secretKeyNames: Set<String> = [
         "auth.secretKeys", "auth.clientTokenSecret", "auth.metricsToken", "apple.sharedSecret", "webhooks.secret",
         "auth.responseSigningKey",
@@ -273,6 +273,7 @@ public struct ServerConfiguration: Sendable {
             } else if let products = structured["catalog.products"] {
                 var inline: [String: Any] = ["products": products]
                 if let retention = structured["catalog.retention"] { inline["retention"] = retention }
+                if let refunds = structured["catalog.refunds"] { inline["refunds"] = refunds }
                 configuration.catalog = try Catalog.parse(yaml: try Yams.dump(object: inline))
             }
         } catch let error as CatalogError {

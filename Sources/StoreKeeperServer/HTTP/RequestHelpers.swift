@@ -132,6 +132,7 @@ protocol RequestBody: Decodable {
 public enum RequestBodies {
     public static let names = [
         "order", "purchase", "debit", "notification", "resolve", "retention", "extend", "massExtend", "grant",
+        "consent",
     ]
 
     public static func decode(_ name: String, _ data: Data) throws {
@@ -146,6 +147,7 @@ public enum RequestBodies {
         case "extend": _ = try App.decodeBody(App.ExtendBody.self, data)
         case "massExtend": _ = try App.decodeBody(App.MassExtendBody.self, data)
         case "grant": _ = try App.decodeBody(App.GrantBody.self, data)
+        case "consent": _ = try App.decodeBody(App.ConsentBody.self, data)
         default: preconditionFailure("no request body '\(name)'")
         }
     }

@@ -197,11 +197,31 @@ public struct JobRunner: Service {
             return
         }
         do {
-            let (facts, environment) = try await app.store.consumptionFacts(transactionId, catalog: app.catalog)
-            let request = ConsumptionPlanner.request(facts)
+            let (facts, environment, consent) = try await app.store.consumptionFacts(
+                transactionId, catalog: app.catalog)
+            guard consent?.consumptionData == true else {
+                // Withdrawn since the request was queued: Apple gets nothing.
+                try await app.store.recordAudit(
+                    actor: "storekeeper", action: "consumption_withheld", subject: transactionId,
+                    detail:
+                        "not sent: account \(consent.map { Identifiers.quoted($0.accountId) } ?? "(unknown)") no longer consents to sharing consumption data",
+                    now: now)
+                try await app.jobs.complete(job.id)
+                return
+            }
+            let product = app.catalog.product(facts.productId)
+            let answer = ConsumptionPlanner.answer(
+                facts, policy: app.catalog.refunds,
+                sampleContentProvided: product?.introductoryOffer != nil
+                    || app.catalog.refunds.sampleContentProvided == true,
+                now: now)
+            let request = answer.request
             let encoder = JSONEncoder()
             encoder.outputFormatting = .sortedKeys
-            let body = String(decoding: try encoder.encode(request), as: UTF8.self)
+            var body = String(decoding: try encoder.encode(request), as: UTF8.self)
+            body +=
+                answer.rule.map { " (refundPreference by rule '\($0)'\(answer.note.map { "; \($0)" } ?? ""))" }
+                ?? " (no refund preference rule matched)"
             do {
                 try await source.sendConsumption(transactionId, environment: environment, request)
             } catch let error as AppStoreAPIError where Self.isFinal(error) {
