@@ -189,6 +189,17 @@ public final class AppStoreServerAPIClient: Sendable {
         try await sendExpectingNoBody(.POST, "/inApps/v1/transactions/\(try pathSegment(transactionId))/finish")
     }
 
+    /// Send External Purchase Report — `PUT /externalPurchase/v1/reports` (External Purchase
+    /// Server API, same hosts and token). A 400 means nothing of the report was accepted.
+    public func sendExternalPurchaseReport(_ report: ExternalPurchaseReport) async throws {
+        let _: SendExternalPurchaseReportResponse = try await send(.PUT, "/externalPurchase/v1/reports", body: report)
+    }
+
+    /// Retrieve External Purchase Report — `GET /externalPurchase/v1/reports/{requestIdentifier}`.
+    public func retrieveExternalPurchaseReport(_ requestIdentifier: String) async throws -> ExternalPurchaseReport {
+        try await send(.GET, "/externalPurchase/v1/reports/\(try pathSegment(requestIdentifier))")
+    }
+
     // MARK: Transport
 
     private struct Empty: Encodable {}

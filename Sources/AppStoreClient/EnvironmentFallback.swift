@@ -21,4 +21,14 @@ public struct EnvironmentFallback: Sendable {
             return try await sandbox.getTransactionInfo(transactionId)
         }
     }
+
+    /// Get App Transaction Info in whichever environment knows the id.
+    public func getAppTransactionInfo(_ anyTransactionId: String) async throws -> AppTransactionInfoResponse {
+        do {
+            return try await production.getAppTransactionInfo(anyTransactionId)
+        } catch let error as AppStoreAPIError where error.errorCode == AppStoreAPIError.transactionIdNotFound {
+            guard let sandbox else { throw error }
+            return try await sandbox.getAppTransactionInfo(anyTransactionId)
+        }
+    }
 }

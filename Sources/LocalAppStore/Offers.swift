@@ -41,16 +41,35 @@ extension LocalAppStore {
         public var introductoryEligibilityJWS: String?
         /// `winBackOffer(_:)`: an id from renewal info's `eligibleWinBackOfferIds`.
         public var winBackOfferId: String?
+        /// An offer code redeemed in the App Store (also for one-time products since 2025-10):
+        /// the code and the price it charges (nil: free).
+        public var offerCode: OfferCode?
 
         public init(
-            promotional: OfferRequest? = nil, introductoryEligibilityJWS: String? = nil, winBackOfferId: String? = nil
+            promotional: OfferRequest? = nil, introductoryEligibilityJWS: String? = nil, winBackOfferId: String? = nil,
+            offerCode: OfferCode? = nil
         ) {
             self.promotional = promotional
             self.introductoryEligibilityJWS = introductoryEligibilityJWS
             self.winBackOfferId = winBackOfferId
+            self.offerCode = offerCode
         }
 
-        public var isEmpty: Bool { promotional == nil && introductoryEligibilityJWS == nil && winBackOfferId == nil }
+        public var isEmpty: Bool {
+            promotional == nil && introductoryEligibilityJWS == nil && winBackOfferId == nil && offerCode == nil
+        }
+    }
+
+    public struct OfferCode: Sendable, Hashable {
+        public var code: String
+        public var price: Decimal?
+        public var period: ISODuration?
+
+        public init(code: String, price: Decimal? = nil, period: ISODuration? = nil) {
+            self.code = code
+            self.price = price
+            self.period = period
+        }
     }
 
     /// StoreKit's refusal, by its error name (`Product.PurchaseError` / `SKError`).
@@ -103,6 +122,15 @@ extension LocalAppStore {
             return Discount(
                 type: .promotionalOffer, id: offer.id, discountType: offer.discountType ?? .payAsYouGo,
                 price: offer.price, period: offer.period)
+        }
+        if let code = offers.offerCode {
+            // One-time products: ONE_TIME at the code's price; subscriptions: the code's period
+            // paid up front (free without a price).
+            let discountType: Offer.DiscountType =
+                product.type == .autoRenewable ? (code.price == nil ? .freeTrial : .payUpFront) : .oneTime
+            return Discount(
+                type: .offerCode, id: code.code, discountType: discountType, price: code.price ?? 0,
+                period: product.type == .autoRenewable ? code.period ?? ISODuration(months: 1) : nil)
         }
         if let winBack = offers.winBackOfferId {
             guard let offer = product.winBackOffers?.first(where: { $0.id == winBack }) else {
@@ -248,7 +276,7 @@ extension LocalAppStore {
         if let period = discount.period { payload.offerPeriod = period.description }
         switch discount.discountType {
         case .freeTrial: payload.price = 0
-        case .payAsYouGo, .payUpFront:
+        case .payAsYouGo, .payUpFront, .oneTime:
             if let price = discount.price {
                 payload.price = Product.Price(currency: payload.currency ?? "USD", price: price).milliunits
             }

@@ -125,4 +125,10 @@ extension LocalAppStore {
         guard let stored = transactions[transactionId] else { throw StoreError.unknownTransaction(transactionId) }
         customers[stored.appleId]?.finished.insert(transactionId)
     }
+
+    /// Whether the app (or the server, Finish Transaction) finished the transaction.
+    public func isFinished(_ transactionId: String) -> Bool {
+        guard let stored = transactions[transactionId] else { return false }
+        return customers[stored.appleId]?.finished.contains(transactionId) == true
+    }
 }

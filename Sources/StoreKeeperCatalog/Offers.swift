@@ -27,6 +27,8 @@ public struct Offer: Codable, Hashable, Sendable {
         case freeTrial = "free_trial"
         case payAsYouGo = "pay_as_you_go"
         case payUpFront = "pay_up_front"
+        /// An offer code of a one-time product (consumable, non-consumable, non-renewing).
+        case oneTime = "one_time"
 
         /// Apple's `offerDiscountType`.
         public var appleValue: String {
@@ -34,6 +36,7 @@ public struct Offer: Codable, Hashable, Sendable {
             case .freeTrial: "FREE_TRIAL"
             case .payAsYouGo: "PAY_AS_YOU_GO"
             case .payUpFront: "PAY_UP_FRONT"
+            case .oneTime: "ONE_TIME"
             }
         }
     }

@@ -93,6 +93,21 @@ struct BatchDelivery {
                 orders[order.orderId] = order
             }
         }
+        // A token that is no order's may be an account's own (Set App Account Token gave it to
+        // a purchase made outside the app): that account submits it.
+        var accountTokens: [String: String] = [:]
+        let unmatched = tokens.filter { token in
+            !orders.values.contains { $0.appAccountToken.uuidString.lowercased() == token }
+        }
+        if !unmatched.isEmpty {
+            for row in try await sql.raw(
+                "SELECT app_account_token, account_id FROM account_tokens WHERE app_account_token IN (\(binds: unmatched))"
+            ).all() {
+                accountTokens[try row.decode(column: "app_account_token", as: String.self)] =
+                    try row.decode(column: "account_id", as: String.self)
+            }
+        }
+        var claims: [(originalId: String, account: String, environment: String, at: Date)] = []
         let originals = Array(
             Set(
                 items.filter { $0.catalog.product($0.transaction.productId ?? "")?.type != .consumable }
@@ -139,8 +154,9 @@ struct BatchDelivery {
                 orders.values.first { $0.appAccountToken.uuidString.lowercased() == token }
             }
             let requested = item.requestedOrderId.flatMap { orders[$0] }
+            let submitting = item.submittingAccount ?? (byToken == nil ? token.flatMap { accountTokens[$0] } : nil)
             var oldest: Order?
-            if let account = item.submittingAccount, byToken == nil, requested == nil {
+            if let account = submitting, byToken == nil, requested == nil {
                 oldest = DeliveryPlanner.oldestOpenOrder(
                     of: account, product: transaction.productId, among: orders.values)
             }
@@ -149,7 +165,7 @@ struct BatchDelivery {
             let bound = isConsumable ? nil : bindings[originalId]
             var currentExpiry: Date?
             if let product, product.type == .nonRenewing, let entitlement = product.grants.entitlement,
-                let account = byToken?.accountId ?? requested?.accountId ?? item.submittingAccount ?? bound
+                let account = byToken?.accountId ?? requested?.accountId ?? submitting ?? bound
             {
                 let key = EntitlementKey(account: account, entitlement: entitlement)
                 if let known = expiries[key] {
@@ -165,7 +181,7 @@ struct BatchDelivery {
                 }
             }
             let context = DeliveryPlanner.Context(
-                transaction: transaction, submittingAccount: item.submittingAccount, orderByToken: byToken,
+                transaction: transaction, submittingAccount: submitting, orderByToken: byToken,
                 requestedOrder: requested, oldestOpenOrder: oldest, existingDelivery: deliveries[transactionId],
                 boundAccount: bound, currentEntitlementExpiry: currentExpiry, catalog: item.catalog,
                 policy: item.policy, evidence: item.evidence)
@@ -207,6 +223,17 @@ struct BatchDelivery {
             results.append(
                 .init(plan: plan, existing: context.existingDelivery, subscriptionEffects: subscriptionEffects))
 
+            // A purchase made outside the app (no token: an offer code, a promoted purchase or a
+            // win-back redeemed on the App Store) claimed by an account now: Apple is told the
+            // account's token, so every later renewal and notification carries it.
+            if let delivery = plan.delivery, transaction.appAccountToken == nil, delivery.quantity > 0,
+                !transactionId.hasPrefix("web:"),
+                transaction.inAppOwnershipType != .familyShared, transaction.environment != .xcode,
+                isConsumable || bound == nil
+            {
+                claims.append(
+                    (originalId, delivery.accountId, transaction.environment?.rawValue ?? "Production", item.now))
+            }
             // The overlay: what later items of this batch must see.
             if let delivery = plan.delivery {
                 deliveries[delivery.transactionId] = delivery
@@ -282,6 +309,10 @@ struct BatchDelivery {
             || plan.grants.contains(where: { if case .entitlement = $0 { true } else { false } })
         {
             try await PurchaseStore.apply(plan, transaction: transaction, context: context, sql: sql, now: now)
+        }
+        for claim in claims {
+            try await PurchaseStore.claimJob(
+                claim.originalId, account: claim.account, environment: claim.environment, sql: sql, now: claim.at)
         }
         try await SubscriptionStore.apply(subscriptionWrites, sql: sql)
         try await OfferStore.record(offerFacts, sql: sql)

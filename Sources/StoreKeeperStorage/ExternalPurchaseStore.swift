@@ -126,3 +126,300 @@ public struct ExternalPurchaseStore: Sendable {
         }
     }
 }
+
+// MARK: Web purchases
+
+extension ExternalPurchaseStore {
+    /// A payment the app's backend took on its own web checkout.
+    public struct WebPayment: Sendable, Hashable {
+        public var paymentId: String
+        public var accountId: String
+        public var productId: String
+        public var quantity: Int
+        /// Milliunits of `currency`, tax included; the tax in it.
+        public var amountMilli: Int64
+        public var taxMilli: Int64
+        public var currency: String
+        public var taxCountry: String?
+        public var externalPurchaseId: String?
+
+        public init(
+            paymentId: String, accountId: String, productId: String, quantity: Int, amountMilli: Int64,
+            taxMilli: Int64, currency: String, taxCountry: String?, externalPurchaseId: String?
+        ) {
+            self.paymentId = paymentId
+            self.accountId = accountId
+            self.productId = productId
+            self.quantity = quantity
+            self.amountMilli = amountMilli
+            self.taxMilli = taxMilli
+            self.currency = currency
+            self.taxCountry = taxCountry
+            self.externalPurchaseId = externalPurchaseId
+        }
+
+        /// The delivery key: one delivery per payment.
+        public var transactionId: String { "web:\(paymentId)" }
+    }
+
+    public enum RecordOutcome: Sendable, Hashable {
+        /// Recorded now or before with the same facts: deliver (exactly once by its id).
+        case recorded(purchasedAt: Date)
+        /// The paymentId was recorded with other facts.
+        case conflict
+        /// The token is another account's.
+        case tokenOfAnotherAccount
+    }
+
+    /// Records the payment (and its token, and the report that will carry it) before it is
+    /// delivered: a retry with the same facts finds it and delivers what is missing.
+    public func record(_ payment: WebPayment, reporting: Bool, now: Date) async throws -> RecordOutcome {
+        try await database.transaction { sql in
+            if let row = try await sql.raw(
+                "SELECT * FROM web_purchases WHERE payment_id = \(bind: payment.paymentId)"
+            ).first() {
+                let same =
+                    try row.decode(column: "account_id", as: String.self) == payment.accountId
+                    && row.decode(column: "product_id", as: String.self) == payment.productId
+                    && row.decode(column: "quantity", as: Int.self) == payment.quantity
+                    && row.decode(column: "amount_milli", as: Int64.self) == payment.amountMilli
+                    && row.decode(column: "currency", as: String.self) == payment.currency
+                    && row.decode(column: "external_purchase_id", as: String?.self) == payment.externalPurchaseId
+                return same
+                    ? .recorded(purchasedAt: Date(milliseconds: try row.decode(column: "purchased_at", as: Int64.self)))
+                    : .conflict
+            }
+            if let token = payment.externalPurchaseId {
+                guard
+                    try await Self.register(
+                        token, accountId: payment.accountId, tokenType: nil, sql: sql, at: now.milliseconds)
+                else { return .tokenOfAnotherAccount }
+            }
+            try await sql.raw(
+                """
+                INSERT INTO web_purchases (payment_id, transaction_id, account_id, product_id, quantity, amount_milli,
+                                           tax_milli, currency, tax_country, external_purchase_id, line_item_id,
+                                           purchased_at)
+                VALUES (\(bind: payment.paymentId), \(bind: payment.transactionId), \(bind: payment.accountId),
+                        \(bind: payment.productId), \(bind: payment.quantity), \(bind: payment.amountMilli),
+                        \(bind: payment.taxMilli), \(bind: payment.currency), \(bind: payment.taxCountry),
+                        \(bind: payment.externalPurchaseId), \(bind: UUID().uuidString.lowercased()),
+                        \(bind: now.milliseconds))
+                """
+            ).run()
+            if reporting, let token = payment.externalPurchaseId {
+                try await JobStore.insert(
+                    kind: Self.reportJobKind, dedupeKey: "\(Self.reportJobKind)|\(token)|buy:\(payment.paymentId)",
+                    payload: token, sql: sql, now: now)
+            }
+            try await PurchaseStore.audit(
+                sql, actor: "backend", action: "web_purchase", subject: payment.transactionId,
+                detail:
+                    "web payment \(payment.paymentId): \(payment.quantity) × '\(payment.productId)' for account \(Identifiers.quoted(payment.accountId)), \(payment.amountMilli) milli-\(payment.currency)\(payment.externalPurchaseId.map { ", external purchase token \($0)" } ?? "")",
+                at: now.milliseconds)
+            return .recorded(purchasedAt: now)
+        }
+    }
+
+    /// A web payment refunded by the backend's payment provider: marked, and its refund line
+    /// item queued for the token's next report. Nil for an unknown payment.
+    public func markRefunded(_ paymentId: String, reporting: Bool, now: Date) async throws -> WebPayment? {
+        try await database.transaction { sql in
+            guard
+                let row = try await sql.raw("SELECT * FROM web_purchases WHERE payment_id = \(bind: paymentId)").first()
+            else { return nil }
+            let token = try row.decode(column: "external_purchase_id", as: String?.self)
+            try await sql.raw(
+                """
+                UPDATE web_purchases SET refunded_at = \(bind: now.milliseconds),
+                refund_line_item_id = \(bind: UUID().uuidString.lowercased())
+                WHERE payment_id = \(bind: paymentId) AND refunded_at IS NULL
+                """
+            ).run()
+            if reporting, let token {
+                try await JobStore.insert(
+                    kind: Self.reportJobKind, dedupeKey: "\(Self.reportJobKind)|\(token)|refund:\(paymentId)",
+                    payload: token, sql: sql, now: now)
+            }
+            return WebPayment(
+                paymentId: paymentId, accountId: try row.decode(column: "account_id", as: String.self),
+                productId: try row.decode(column: "product_id", as: String.self),
+                quantity: try row.decode(column: "quantity", as: Int.self),
+                amountMilli: try row.decode(column: "amount_milli", as: Int64.self),
+                taxMilli: try row.decode(column: "tax_milli", as: Int64.self),
+                currency: try row.decode(column: "currency", as: String.self),
+                taxCountry: try row.decode(column: "tax_country", as: String?.self), externalPurchaseId: token)
+        }
+    }
+}
+
+// MARK: Reports
+
+extension ExternalPurchaseStore {
+    /// The report to send now for `token`: a report that failed for a retryable reason goes
+    /// again with its own requestIdentifier and body; otherwise a new one with every line item
+    /// not yet reported (a buy before its refund), or — for a token never reported — NO_LINE_ITEM
+    /// (the app knew it) or UNRECOGNIZED_TOKEN (only Apple's notice named it). Nil: nothing to send.
+    public func nextReport(_ token: String, now: Date) async throws -> (String, ExternalPurchaseReport)? {
+        try await database.transaction { sql in
+            if let pending = try await sql.raw(
+                """
+                SELECT request_identifier, payload FROM external_reports
+                WHERE external_purchase_id = \(bind: token) AND state = 'pending' ORDER BY created_at LIMIT 1
+                """
+            ).first() {
+                let report = try JSONDecoder().decode(
+                    ExternalPurchaseReport.self, from: Data(try pending.decode(column: "payload", as: String.self).utf8)
+                )
+                return (try pending.decode(column: "request_identifier", as: String.self), report)
+            }
+            guard
+                let tokenRow = try await sql.raw(
+                    "SELECT * FROM external_tokens WHERE external_purchase_id = \(bind: token)"
+                ).first()
+            else { return nil }
+            var items: [ExternalPurchaseLineItem] = []
+            for row in try await sql.raw(
+                "SELECT * FROM web_purchases WHERE external_purchase_id = \(bind: token) ORDER BY purchased_at, payment_id"
+            ).all() {
+                let amount = try row.decode(column: "amount_milli", as: Int64.self)
+                let tax = try row.decode(column: "tax_milli", as: Int64.self)
+                let currency = try row.decode(column: "currency", as: String.self)
+                let lineItemId = try row.decode(column: "line_item_id", as: String.self)
+                let refunded = try row.decode(column: "refunded_at", as: Int64?.self)
+                func item(_ id: String, event: String, at: Int64, net: Int64, reference: String?) throws
+                    -> ExternalPurchaseLineItem
+                {
+                    ExternalPurchaseLineItem(
+                        lineItemId: id, creationDate: at, eventType: event, productType: "ONE_TIME_BUY",
+                        productIdentifier: try row.decode(column: "product_id", as: String.self),
+                        quantity: Int64(try row.decode(column: "quantity", as: Int.self)), pricingCurrency: currency,
+                        reportingCurrency: currency, amountTaxInclusive: amount, amountTaxExclusive: amount - tax,
+                        taxAmount: tax, netAmountTaxExclusive: net,
+                        taxCountry: try row.decode(column: "tax_country", as: String?.self),
+                        referenceLineItemId: reference)
+                }
+                if try row.decode(column: "reported_buy", as: Int.self) == 0 {
+                    items.append(
+                        try item(
+                            lineItemId, event: "BUY", at: try row.decode(column: "purchased_at", as: Int64.self),
+                            net: refunded == nil ? amount - tax : 0, reference: nil))
+                }
+                if let refunded, try row.decode(column: "reported_refund", as: Int.self) == 0,
+                    let refundId = try row.decode(column: "refund_line_item_id", as: String?.self)
+                {
+                    items.append(try item(refundId, event: "REFUND", at: refunded, net: 0, reference: lineItemId))
+                }
+            }
+            let status: String
+            if !items.isEmpty {
+                status = ExternalPurchaseReport.lineItem
+            } else if try tokenRow.decode(column: "reported_at", as: Int64?.self) != nil {
+                return nil
+            } else {
+                status =
+                    try tokenRow.decode(column: "account_id", as: String?.self) != nil
+                    ? ExternalPurchaseReport.noLineItem : ExternalPurchaseReport.unrecognizedToken
+            }
+            let requestId = UUID().uuidString.lowercased()
+            let report = ExternalPurchaseReport(
+                requestIdentifier: requestId, externalPurchaseId: token, status: status,
+                lineItems: items.isEmpty ? nil : items)
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = .sortedKeys
+            try await sql.raw(
+                """
+                INSERT INTO external_reports (request_identifier, external_purchase_id, status, payload, state, created_at)
+                VALUES (\(bind: requestId), \(bind: token), \(bind: status),
+                        \(bind: String(decoding: try encoder.encode(report), as: UTF8.self)), 'pending', \(bind: now.milliseconds))
+                """
+            ).run()
+            return (requestId, report)
+        }
+    }
+
+    /// Apple accepted the report: its line items and the token are reported.
+    public func reportSent(_ requestId: String, _ report: ExternalPurchaseReport, now: Date) async throws {
+        try await database.transaction { sql in
+            let at = now.milliseconds
+            try await sql.raw(
+                """
+                UPDATE external_reports SET state = 'sent', sent_at = \(bind: at), attempts = attempts + 1
+                WHERE request_identifier = \(bind: requestId)
+                """
+            ).run()
+            for item in report.lineItems ?? [] {
+                guard let id = item.lineItemId else { continue }
+                if item.eventType == "REFUND" {
+                    try await sql.raw(
+                        "UPDATE web_purchases SET reported_refund = 1 WHERE refund_line_item_id = \(bind: id)"
+                    )
+                    .run()
+                } else {
+                    try await sql.raw("UPDATE web_purchases SET reported_buy = 1 WHERE line_item_id = \(bind: id)")
+                        .run()
+                }
+            }
+            try await sql.raw(
+                """
+                UPDATE external_tokens SET reported_at = \(bind: at)
+                WHERE external_purchase_id = \(bind: report.externalPurchaseId ?? "")
+                """
+            ).run()
+            try await PurchaseStore.audit(
+                sql, actor: "storekeeper", action: "external_report_sent", subject: report.externalPurchaseId,
+                detail:
+                    "External Purchase report \(requestId) (\(report.status ?? "?"), \(report.lineItems?.count ?? 0) line items) accepted",
+                at: at)
+        }
+    }
+
+    /// Apple refused the report for good (400: nothing accepted): kept for the operator.
+    public func reportFailed(_ requestId: String, token: String, reason: String, final: Bool, now: Date) async throws {
+        try await database.transaction { sql in
+            try await sql.raw(
+                """
+                UPDATE external_reports SET state = \(bind: final ? "failed" : "pending"), response = \(bind: reason),
+                attempts = attempts + 1 WHERE request_identifier = \(bind: requestId)
+                """
+            ).run()
+            if final {
+                try await PurchaseStore.audit(
+                    sql, actor: "storekeeper", action: "external_report_refused", subject: token,
+                    detail: "External Purchase report \(requestId) refused by Apple: \(reason)", at: now.milliseconds)
+            }
+        }
+    }
+
+    /// The report journal of a token (or all), newest first.
+    public func reports(token: String? = nil, limit: Int = 200) async throws -> [(
+        requestIdentifier: String, token: String, status: String, state: String, response: String?, createdAt: Date
+    )] {
+        try await database.read { sql in
+            let filter: SQLQueryString = token.map { "WHERE external_purchase_id = \(bind: $0)" } ?? ""
+            return try await sql.raw(
+                "SELECT * FROM external_reports \(filter) ORDER BY created_at DESC LIMIT \(bind: max(1, min(limit, 1000)))"
+            ).all().map { row in
+                (
+                    try row.decode(column: "request_identifier", as: String.self),
+                    try row.decode(column: "external_purchase_id", as: String.self),
+                    try row.decode(column: "status", as: String.self), try row.decode(column: "state", as: String.self),
+                    try row.decode(column: "response", as: String?.self),
+                    Date(milliseconds: try row.decode(column: "created_at", as: Int64.self))
+                )
+            }
+        }
+    }
+}
+
+extension NotificationStore {
+    /// A refund this server decided itself (a web payment the provider refunded), through the
+    /// one refund path, in one transaction.
+    public func applyRefund(_ record: NotificationRecord, settings: Settings, now: Date) async throws -> (
+        String, String
+    ) {
+        try await database.transaction { sql in
+            try await NotificationApplier.refund(record, reversed: false, settings: settings, sql: sql, now: now)
+        }
+    }
+}

@@ -435,6 +435,8 @@ public enum Migrations {
                 // The Apple Account behind each transaction (appTransactionId): RESCIND_CONSENT
                 // finds its accounts by it; the shared-Apple-ID signal and anyTransactionId use it.
                 "ALTER TABLE deliveries ADD COLUMN app_transaction_id TEXT",
+                // Finish Transaction on the server (apple.finishTransactions): -1 queued, else when.
+                "ALTER TABLE deliveries ADD COLUMN finished_at BIGINT",
                 "CREATE INDEX deliveries_app_transaction ON deliveries (app_transaction_id)",
                 "CREATE INDEX orders_app_transaction ON orders (app_transaction_id)",
                 // The customer's consent to share consumption data with Apple (Send Consumption

@@ -54,7 +54,10 @@ struct Revenue {
         }
         return Revenue(
             price: transaction.price, currency: transaction.currency,
-            percent: Proceeds.percent(of: transaction, earlierPeriods: earlier), periodStart: periodStart,
+            // A web checkout's payment is the developer's own (Apple's commission on link-outs,
+            // where one applies, is invoiced apart and not modelled here).
+            percent: transaction.transactionId?.hasPrefix("web:") == true
+                ? 100 : Proceeds.percent(of: transaction, earlierPeriods: earlier), periodStart: periodStart,
             periodEnd: periodEnd)
     }
 }

@@ -261,6 +261,91 @@ import Testing
             #expect(try await store.transaction(third.transactionId!)?.consumptionReceived.isEmpty == true)
         }
     }
+
+    // MARK: A3: purchases made outside the app
+
+    @Test(arguments: ServerAPITests.databases)
+    func anOfferCodeRedeemedOutsideTheAppIsClaimedAndAppleIsGivenTheAccountsToken(kind: String) async throws {
+        try await NotificationTests.withRelay(kind) { relay in
+            let store = relay.store
+            // Redeemed on the App Store: no order, no token. Held until an account claims it.
+            let coins = try await store.buy(
+                "apple-redeemer", items: [.init(productId: "coins_60")],
+                offers: .init(offerCode: .init(code: "SPRING_COINS", price: 0.49)))
+            let pro = try await store.buy(
+                "apple-redeemer", items: [.init(productId: "pro_monthly")],
+                offers: .init(offerCode: .init(code: "PRO_FREE_MONTH")))
+            #expect(coins.transactions[0].offerDiscountType?.rawValue == "ONE_TIME")
+            #expect(coins.transactions[0].offerType == .offerCode)
+            #expect(coins.transactions[0].price == 490)
+            _ = try await relay.deliver()
+            #expect(try await relay.statuses()["unattributed"] == 2)
+
+            // The app forwards the redeemed transactions: the account claims them.
+            for signed in coins.signedTransactions + pro.signedTransactions {
+                let reply = try await API.submit(relay.client, account: "redeemer", signedTransaction: signed)
+                #expect(reply.status == .ok, "\(reply.json)")
+            }
+            await relay.apply()
+            #expect(try await Self.balance(relay, "redeemer") == 60)
+            let token = try await relay.app.store.accountToken("redeemer", now: Date()).uuidString.lowercased()
+            // Apple now holds the account's token on both; the next renewal carries it.
+            #expect(await store.transaction(coins.transactions[0].transactionId!)?.payload.appAccountToken == token)
+            #expect(await store.subscription(pro.transactions[0].originalTransactionId!)?.appAccountToken == token)
+            // Stable: the same token for the account's next claim.
+            #expect(try await relay.app.store.accountToken("redeemer", now: Date()).uuidString.lowercased() == token)
+            let audit = try await relay.app.store.audit().filter { $0.action == "app_account_token_set" }
+            #expect(audit.count == 2)
+
+            await store.advance(by: 32 * 86_400)
+            _ = try await relay.deliver()
+            let renewal = await store.notifications.last { $0.payload.notificationType == .didRenew }
+            #expect(renewal != nil)
+            #expect(try await relay.subscription("redeemer")?["status"] as? String == "active")
+
+            // A purchase with the order's token needs no call.
+            _ = try await relay.buy("redeemer", "coins_300")
+            await relay.apply()
+            #expect(try await relay.app.store.audit().filter { $0.action == "app_account_token_set" }.count == 2)
+
+            // Revenue counts the discounted price Apple charged, not the catalog's.
+            let revenue = try await API.call(relay.client, .get, "/v1/revenue?since=2000-01-01").json
+            #expect(revenue["sandboxTransactions"] != nil)
+        }
+    }
+
+    @Test(arguments: ServerAPITests.databases)
+    func setAppAccountTokenRetriesWhileAppleIsDown(kind: String) async throws {
+        try await NotificationTests.withRelay(kind) { relay in
+            let store = relay.store
+            let bought = try await store.buy("apple-x", items: [.init(productId: "remove_ads")])
+            var faults = Faults()
+            faults.endpoints["appAccountToken"] = .init(status: 503, count: 2)
+            await store.setFaults(faults)
+            _ = try await API.submit(relay.client, account: "x", signedTransaction: bought.signedTransactions[0])
+            let runner = JobRunner(app: relay.app)
+            // Two failures, each rescheduled; then Apple answers.
+            for hour in 1...3 { _ = await runner.runDueCounting(now: Date().addingTimeInterval(Double(hour) * 3600)) }
+            #expect(await store.transaction(bought.transactions[0].transactionId!)?.payload.appAccountToken != nil)
+        }
+    }
+
+    @Test(arguments: ServerAPITests.databases)
+    func finishTransactionRunsOnTheServerOnlyWhenSwitchedOn(kind: String) async throws {
+        for enabled in [false, true] {
+            try await NotificationTests.withRelay(kind, configure: { $0.finishTransactions = enabled }) { relay in
+                let (_, coins) = try await relay.buy("finisher", "coins_60")
+                if enabled {
+                    let queued = try await relay.app.store.queueFinishes(delay: 0, now: Date().addingTimeInterval(1))
+                    #expect(queued == 1)
+                    #expect(try await relay.app.store.queueFinishes(delay: 0, now: Date().addingTimeInterval(2)) == 0)
+                }
+                _ = await JobRunner(app: relay.app).runDueCounting(now: Date().addingTimeInterval(10))
+                let finished = await relay.store.isFinished(coins.transactionId!)
+                #expect(finished == enabled)
+            }
+        }
+    }
 }
 
 extension Date {

@@ -58,6 +58,9 @@ extension ServerConfiguration {
             ("rejectedProofs.maxBytesPerDay", String(rejectedProofsMaxBytesPerDay)),
             ("rejectedProofs.maxBytesTotal", String(rejectedProofsMaxBytesTotal)),
             ("apple.consumption.enabled", String(consumptionEnabled)),
+            ("apple.setAppAccountToken", String(setAppAccountToken)),
+            ("apple.finishTransactions", String(finishTransactions)),
+            ("apple.externalPurchase.reporting", String(externalPurchaseReporting)),
             ("apple.smallBusinessProgram", String(smallBusinessProgram)),
             ("webhooks.maxAttemptHours", String(webhookMaxAttemptHours)),
         ]

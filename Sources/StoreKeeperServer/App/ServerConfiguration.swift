@@ -75,6 +75,15 @@ public struct ServerConfiguration: Sendable {
     /// Answer Apple's CONSUMPTION_REQUEST with Send Consumption Information (the customer
     /// consented in the refund request; needs the Server API key).
     public var consumptionEnabled = false
+    /// Set App Account Token when an account claims a purchase made outside the app (needs the
+    /// Server API key; docs/external-purchases.md).
+    public var setAppAccountToken = true
+    /// Finish Transaction on the server after each delivery (for apps that never call
+    /// `finish()` themselves; off by default: the SDK finishes on the device).
+    public var finishTransactions = false
+    /// External Purchase Server API reports: on when the app sells outside the App Store
+    /// under an external purchase entitlement.
+    public var externalPurchaseReporting = false
     /// Enrolled in Apple's App Store Small Business Program: 85 % of every price is kept.
     public var smallBusinessProgram = false
     /// A webhook event still refused after this long moves to the dead-letter list.
@@ -130,7 +139,9 @@ public struct ServerConfiguration: Sendable {
         "limits.clientRequestsPerSecond", "limits.secretRequestsPerSecond", "limits.requestTimeoutSeconds",
         "ownership.policy", "webhooks.url", "webhooks.secret", "localAppStore.enabled",
         "rejectedProofs.retentionDays", "rejectedProofs.maxBytesPerDay", "rejectedProofs.maxBytesTotal",
-        "offers.introductoryOffers", "apple.consumption.enabled",
+        "offers.introductoryOffers", "apple.consumption.enabled", "apple.setAppAccountToken",
+        "apple.finishTransactions",
+        "apple.externalPurchase.reporting",
         "webhooks.maxAttemptHours", "apple.smallBusinessProgram", "offers.sharedAppleIdAccounts",
         "dashboard.enabled", "dashboard.sessionIdleSeconds", "dashboard.sessionMaxHours",
     ]
@@ -382,6 +393,9 @@ public struct ServerConfiguration: Sendable {
         rejectedProofsMaxBytesPerDay = try source.int("rejectedProofs.maxBytesPerDay") ?? rejectedProofsMaxBytesPerDay
         rejectedProofsMaxBytesTotal = try source.int("rejectedProofs.maxBytesTotal") ?? rejectedProofsMaxBytesTotal
         consumptionEnabled = try source.bool("apple.consumption.enabled") ?? false
+        setAppAccountToken = try source.bool("apple.setAppAccountToken") ?? true
+        finishTransactions = try source.bool("apple.finishTransactions") ?? false
+        externalPurchaseReporting = try source.bool("apple.externalPurchase.reporting") ?? false
         smallBusinessProgram = try source.bool("apple.smallBusinessProgram") ?? false
         webhookMaxAttemptHours = try source.int("webhooks.maxAttemptHours") ?? webhookMaxAttemptHours
         offersIssuerId = try source.string("apple.offers.issuerId")

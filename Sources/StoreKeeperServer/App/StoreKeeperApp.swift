@@ -325,7 +325,9 @@ public struct StoreKeeperApp: Sendable {
         runJobs: Bool = true, onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
         var services: [any Service] = [
-            OrderExpiry(store: store, ttl: configuration.orderTTL, logger: logger),
+            OrderExpiry(
+                store: store, ttl: configuration.orderTTL, logger: logger,
+                finishAfter: configuration.finishTransactions && transactionSource != nil ? 600 : nil),
             Housekeeping(
                 rejectedProofs: rejectedProofs, retentionDays: configuration.rejectedProofsRetentionDays,
                 outbox: OutboxStore(database: database), logger: logger),

@@ -84,6 +84,15 @@ public struct JobRunner: Service {
         case NotificationStore.consumptionJobKind:
             await sendConsumption(job, now: now)
             return false
+        case PurchaseStore.setTokenJobKind:
+            await setAppAccountToken(job, now: now)
+            return false
+        case PurchaseStore.finishJobKind:
+            await finishTransaction(job, now: now)
+            return false
+        case ExternalPurchaseStore.reportJobKind:
+            await sendExternalReport(job, now: now)
+            return false
         case PurchaseStore.extendJobKind:
             await sendExtension(job, now: now)
             return false

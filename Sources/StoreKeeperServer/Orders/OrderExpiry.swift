@@ -9,6 +9,9 @@ struct OrderExpiry: Service {
     let store: PurchaseStore
     let ttl: TimeInterval
     let logger: Logger
+    /// `apple.finishTransactions`: deliveries this old are finished on the server (Finish
+    /// Transaction), in the same minute's pass.
+    var finishAfter: TimeInterval? = nil
 
     func run() async throws {
         try? await cancelWhenGracefulShutdown {
@@ -16,6 +19,10 @@ struct OrderExpiry: Service {
                 do {
                     let cancelled = try await store.cancelExpiredOrders(olderThan: ttl, now: Date())
                     if cancelled > 0 { logger.info("cancelled expired orders", metadata: ["count": "\(cancelled)"]) }
+                    if let finishAfter {
+                        let queued = try await store.queueFinishes(delay: finishAfter, now: Date())
+                        if queued > 0 { logger.info("Finish Transaction queued", metadata: ["count": "\(queued)"]) }
+                    }
                 } catch is CancellationError {
                     return
                 } catch {

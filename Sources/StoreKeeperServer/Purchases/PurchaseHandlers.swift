@@ -26,6 +26,18 @@ extension StoreKeeperApp {
         /// Alone: look the transaction up at Apple. With `receipt`: the transaction the device
         /// reports, which the verified receipt must contain (422 `transaction_not_in_proof`).
         var transactionId: String?
+        /// `app_store` (the default) or `web`: a payment the app's backend took on its own web
+        /// checkout (secret key only), delivered through the same path, once per `paymentId`.
+        var store: String?
+        var productId: String?
+        var paymentId: String?
+        var price: FlexibleDecimal?
+        var currency: String?
+        var quantity: Int?
+        /// Tax included in `price` (default 0), and the country it was charged in.
+        var taxAmount: FlexibleDecimal?
+        var taxCountry: String?
+        var externalPurchaseToken: String?
 
         static let oneOf =
             "exactly one of 'signedTransaction', 'signedTransactions', 'receipt', 'transactionId' is required ('transactionId' may go with 'receipt')"
@@ -40,6 +52,14 @@ extension StoreKeeperApp {
 
         func validate() throws {
             try StoreKeeperApp.validateAccountId(accountId)
+            switch store {
+            case nil, "app_store": break
+            case "web": return try validateWeb()
+            case "google_play":
+                throw APIError(
+                    .badRequest, "store_not_configured", "no Google Play app is configured on this server")
+            default: throw APIError.badRequest("field 'store' must be app_store or web")
+            }
             if let orderId {
                 guard orderId.count <= 200 else {
                     throw APIError.badRequest("field 'orderId' must be 1…200 characters")
@@ -72,6 +92,12 @@ extension StoreKeeperApp {
         let caller = try context.caller()
         let body = try await decode(PurchaseBody.self, request)
         try caller.require(body.accountId)
+        if body.store == "web" {
+            guard caller == .secretKey else {
+                throw APIError.forbidden("web purchases are reported by the app's backend with a secret key")
+            }
+            return try await submitWebPurchase(body)
+        }
         if let batch = body.signedTransactions {
             return try await submitBatch(batch, accountId: body.accountId)
         }
@@ -364,5 +390,47 @@ struct PurchasesController {
 
     func addRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
         v1.post("purchases") { request, context in try await app.submitPurchase(request, context) }
+        v1.post("purchases/web/:paymentId/refund") { _, context in
+            try context.caller().requireSecretKey()
+            let paymentId = try StoreKeeperApp.parameter(context, "paymentId")
+            guard !paymentId.isEmpty, paymentId.count <= 200 else {
+                throw APIError.badRequest("paymentId must be 1…200 characters")
+            }
+            try StoreKeeperApp.validateText(paymentId, field: "paymentId")
+            return try await app.refundWebPurchase(paymentId)
+        }
+        v1.get("external-purchases/tokens") { request, context in
+            try context.caller().requireSecretKey()
+            let unreported = request.uri.queryParameters.get("unreported") == "true"
+            let tokens = try await ExternalPurchaseStore(database: app.database).tokens(unreportedOnly: unreported)
+            return try StoreKeeperApp.json(["tokens": tokens.map(ExternalTokenJSON.init)])
+        }
+    }
+}
+
+/// `GET /v1/external-purchases/tokens`: Apple's external purchase tokens as recorded.
+struct ExternalTokenJSON: Encodable {
+    var externalPurchaseId: String
+    var accountId: String?
+    var tokenType: String?
+    var environment: String
+    var createdAt: String?
+    var expiresAt: String?
+    var lastNotice: String?
+    var unreportedNotices: Int
+    var reportedAt: String?
+    var unreportedLineItems: Int
+
+    init(_ token: ExternalPurchaseStore.Token) {
+        externalPurchaseId = token.externalPurchaseId
+        accountId = token.accountId
+        tokenType = token.tokenType
+        environment = token.environment
+        createdAt = token.createdAt.map(StoreKeeperApp.iso)
+        expiresAt = token.expiresAt.map(StoreKeeperApp.iso)
+        lastNotice = token.lastNotice
+        unreportedNotices = token.unreportedNotices
+        reportedAt = token.reportedAt.map(StoreKeeperApp.iso)
+        unreportedLineItems = token.unreportedLineItems
     }
 }

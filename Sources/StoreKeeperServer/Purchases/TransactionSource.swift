@@ -19,6 +19,14 @@ public protocol TransactionSource: Sendable {
     func massExtend(_ request: MassExtendRenewalDateRequest) async throws -> MassExtendRenewalDateResponse
     func massExtendStatus(productId: String, requestIdentifier: String) async throws
         -> MassExtendRenewalDateStatusResponse
+    /// Set App Account Token on an original transaction of `environment`.
+    func setAppAccountToken(_ originalTransactionId: String, environment: String?, token: UUID) async throws
+    /// Get App Transaction Info (`anyTransactionId`): the signed app transaction, verified by the caller.
+    func signedAppTransaction(_ anyTransactionId: String) async throws -> String
+    /// Finish Transaction (server side) for a transaction of `environment`.
+    func finishTransaction(_ transactionId: String, environment: String?) async throws
+    /// Send External Purchase Report.
+    func sendExternalReport(_ report: ExternalPurchaseReport, sandbox: Bool) async throws
 }
 
 public struct ServerAPITransactionSource: TransactionSource {
@@ -56,6 +64,30 @@ public struct ServerAPITransactionSource: TransactionSource {
 
     public func massExtend(_ request: MassExtendRenewalDateRequest) async throws -> MassExtendRenewalDateResponse {
         try await lookup.production.extendRenewalDatesForAllActiveSubscribers(request)
+    }
+
+    func client(_ environment: String?) -> AppStoreServerAPIClient {
+        environment == AppStoreEnvironment.sandbox.rawValue ? lookup.sandbox ?? lookup.production : lookup.production
+    }
+
+    public func setAppAccountToken(_ originalTransactionId: String, environment: String?, token: UUID) async throws {
+        try await client(environment).setAppAccountToken(originalTransactionId, appAccountToken: token)
+    }
+
+    public func signedAppTransaction(_ anyTransactionId: String) async throws -> String {
+        guard let signed = try await lookup.getAppTransactionInfo(anyTransactionId).signedAppTransactionInfo else {
+            throw AppStoreAPIError(
+                kind: .malformedResponse, message: "Apple answered without signedAppTransactionInfo", isRetryable: true)
+        }
+        return signed
+    }
+
+    public func finishTransaction(_ transactionId: String, environment: String?) async throws {
+        try await client(environment).finishTransaction(transactionId)
+    }
+
+    public func sendExternalReport(_ report: ExternalPurchaseReport, sandbox: Bool) async throws {
+        try await client(sandbox ? AppStoreEnvironment.sandbox.rawValue : nil).sendExternalPurchaseReport(report)
     }
 
     public func massExtendStatus(productId: String, requestIdentifier: String) async throws
@@ -131,6 +163,58 @@ struct LocalTransactionSource: TransactionSource {
                 isRetryable: false)
         }
         return status
+    }
+
+    func setAppAccountToken(_ originalTransactionId: String, environment: String?, token: UUID) async throws {
+        try await injectedFault("appAccountToken")
+        guard let stored = await store.transaction(originalTransactionId) else {
+            throw AppStoreAPIError(
+                kind: .apple, httpStatus: 404, errorCode: 4_040_005, message: "Original transaction id not found.",
+                isRetryable: false)
+        }
+        guard stored.payload.originalTransactionId == originalTransactionId else {
+            throw AppStoreAPIError(
+                kind: .apple, httpStatus: 400, errorCode: 4_000_187,
+                message: "Transaction id is not an original transaction id.", isRetryable: false)
+        }
+        guard stored.payload.inAppOwnershipType != .familyShared else {
+            throw AppStoreAPIError(
+                kind: .apple, httpStatus: 400, errorCode: 4_000_185, message: "Family transactions are not supported.",
+                isRetryable: false)
+        }
+        try await store.setAppAccountToken(originalTransactionId, token: token)
+    }
+
+    func signedAppTransaction(_ anyTransactionId: String) async throws -> String {
+        try await injectedFault("appTransaction")
+        guard let owner = await store.owner(of: anyTransactionId),
+            let signed = try await store.signAppTransaction(for: owner)
+        else {
+            throw AppStoreAPIError(
+                kind: .apple, httpStatus: 404, errorCode: AppStoreAPIError.transactionIdNotFound,
+                message: "Transaction id not found.", isRetryable: false)
+        }
+        return signed
+    }
+
+    func finishTransaction(_ transactionId: String, environment: String?) async throws {
+        try await injectedFault("finish")
+        guard await store.transaction(transactionId) != nil else {
+            throw AppStoreAPIError(
+                kind: .apple, httpStatus: 404, errorCode: AppStoreAPIError.transactionIdNotFound,
+                message: "Transaction id not found.", isRetryable: false)
+        }
+        try await store.finish(transactionId)
+    }
+
+    func sendExternalReport(_ report: ExternalPurchaseReport, sandbox: Bool) async throws {
+        try await injectedFault("externalReport")
+        do {
+            _ = try await store.receiveExternalReport(report)
+        } catch {
+            throw AppStoreAPIError(
+                kind: .apple, httpStatus: 400, errorCode: error.code, message: error.message, isRetryable: false)
+        }
     }
 
     func signedTransaction(_ transactionId: String) async throws -> String {

@@ -1,0 +1,108 @@
+import AppStoreClient
+import AppStoreModels
+import Foundation
+import StoreKeeperCore
+import StoreKeeperStorage
+
+/// Jobs that tell Apple something: Set App Account Token after a claim, Finish Transaction on
+/// the server, External Purchase reports. Each retried like any Apple call; Apple's final
+/// refusal ends it, audited.
+extension JobRunner {
+    func setAppAccountToken(_ job: JobStore.Job, now: Date) async {
+        guard let claim = try? JSONDecoder().decode(PurchaseStore.ClaimJob.self, from: Data(job.payload.utf8)) else {
+            try? await app.jobs.fail(job.id, error: "malformed payload")
+            return
+        }
+        guard app.configuration.setAppAccountToken, let source = app.transactionSource else {
+            try? await app.jobs.complete(job.id)
+            return
+        }
+        await callApple(job, now: now, action: "app_account_token_set", subject: claim.originalTransactionId) {
+            // Only while the account still owns it: a transfer since made another account's claim.
+            guard try await app.store.owns(claim.accountId, originalTransactionId: claim.originalTransactionId) else {
+                return
+                    "not sent: transaction \(claim.originalTransactionId) is no longer account \(Identifiers.quoted(claim.accountId))'s"
+            }
+            let token = try await app.store.accountToken(claim.accountId, now: now)
+            try await source.setAppAccountToken(
+                claim.originalTransactionId, environment: claim.environment, token: token)
+            return
+                "Set App Account Token: transaction \(claim.originalTransactionId) now carries account \(Identifiers.quoted(claim.accountId))'s token \(token.uuidString.lowercased())"
+        }
+    }
+
+    func finishTransaction(_ job: JobStore.Job, now: Date) async {
+        let parts = job.payload.split(separator: "|", maxSplits: 1).map(String.init)
+        guard parts.count == 2, let source = app.transactionSource else {
+            try? await app.jobs.fail(job.id, error: "no App Store Server API key configured, or a malformed payload")
+            return
+        }
+        await callApple(job, now: now, action: "transaction_finished", subject: parts[1]) {
+            try await source.finishTransaction(parts[1], environment: parts[0])
+            try await app.store.markFinished(parts[1], now: now)
+            return "Finish Transaction: \(parts[1]) finished on the server"
+        }
+    }
+
+    /// Runs one Apple call of `job`: audited on success and on Apple's final refusal; anything
+    /// else (network, 5xx, 429, the database) comes back later with backoff.
+    func callApple(
+        _ job: JobStore.Job, now: Date, action: String, subject: String, _ body: () async throws -> String
+    ) async {
+        do {
+            let detail = try await body()
+            try await app.store.recordAudit(
+                actor: "storekeeper", action: action, subject: subject, detail: detail, now: now)
+            try await app.jobs.complete(job.id)
+        } catch let error where Self.isFinal(error) {
+            try? await app.store.recordAudit(
+                actor: "storekeeper", action: action + "_refused", subject: subject, detail: "Apple refused: \(error)",
+                now: now)
+            try? await app.jobs.fail(job.id, error: "\(error)")
+        } catch {
+            var backoff = min(maxBackoff, pow(2, Double(min(job.attempts, 20))))
+            if let retryAfter = (error as? AppStoreAPIError)?.retryAfter {
+                backoff = max(backoff, retryAfter.timeIntervalSince(now))
+            }
+            try? await app.jobs.reschedule(job.id, runAt: now.addingTimeInterval(backoff), error: "\(error)")
+        }
+    }
+}
+
+extension JobRunner {
+    /// Sends the token's next External Purchase report (see `ExternalPurchaseStore.nextReport`).
+    func sendExternalReport(_ job: JobStore.Job, now: Date) async {
+        let token = job.payload
+        guard app.configuration.externalPurchaseReporting, let source = app.transactionSource else {
+            try? await app.store.recordAudit(
+                actor: "storekeeper", action: "external_report_skipped", subject: token,
+                detail: "not reported: apple.externalPurchase.reporting is off or no Server API key is configured",
+                now: now)
+            try? await app.jobs.complete(job.id)
+            return
+        }
+        let external = ExternalPurchaseStore(database: app.database)
+        do {
+            guard let (requestId, report) = try await external.nextReport(token, now: now) else {
+                try await app.jobs.complete(job.id)
+                return
+            }
+            do {
+                try await source.sendExternalReport(report, sandbox: token.hasPrefix("SANDBOX"))
+            } catch let error where Self.isFinal(error) {
+                try await external.reportFailed(requestId, token: token, reason: "\(error)", final: true, now: now)
+                try await app.jobs.fail(job.id, error: "\(error)")
+                return
+            } catch {
+                try await external.reportFailed(requestId, token: token, reason: "\(error)", final: false, now: now)
+                throw error
+            }
+            try await external.reportSent(requestId, report, now: now)
+            // More may have arrived meanwhile: the next run finds nothing or sends them.
+            try await app.jobs.complete(job.id)
+        } catch {
+            let backoff = min(maxBackoff, pow(2, Double(min(job.attempts, 20))))
+            try? await app.jobs.reschedule(job.id, runAt: now.addingTimeInterval(backoff), error: "\(error)")
+        }
+    }
+}

@@ -1,0 +1,166 @@
+import AppStoreModels
+import Foundation
+import Hummingbird
+import StoreKeeperCatalog
+import StoreKeeperCore
+import StoreKeeperStorage
+
+/// A decimal given as a JSON number or string ("9.99").
+struct FlexibleDecimal: Decodable, Hashable {
+    var value: Decimal
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if let text = try? container.decode(String.self) {
+            guard text.count <= 32, let value = Decimal(string: text, locale: Locale(identifier: "en_US_POSIX")),
+                text.allSatisfy({ $0.isNumber || $0 == "." || $0 == "-" })
+            else { throw DecodingError.dataCorruptedError(in: container, debugDescription: "not a decimal") }
+            self.value = value
+        } else {
+            value = try container.decode(Decimal.self)
+        }
+    }
+
+    /// Milliunits, rounded half-up; nil when negative or beyond 10^12 units.
+    var milliunits: Int64? {
+        guard value >= 0, value <= 1_000_000_000_000 else { return nil }
+        var scaled = value * 1000
+        var rounded = Decimal()
+        NSDecimalRound(&rounded, &scaled, 0, .plain)
+        return Int64(truncating: rounded as NSDecimalNumber)
+    }
+}
+
+extension StoreKeeperApp.PurchaseBody {
+    func validateWeb() throws {
+        guard orderId == nil, signedTransaction == nil, signedTransactions == nil, receipt == nil, transactionId == nil
+        else {
+            throw APIError.badRequest(
+                "a web purchase takes productId, paymentId, price, currency, not an App Store proof")
+        }
+        for (name, value, limit) in [("paymentId", paymentId, 200), ("productId", productId, 255)] {
+            guard let value, !value.isEmpty, value.count <= limit else {
+                throw APIError.badRequest("field '\(name)' is required (1…\(limit) characters)")
+            }
+            try StoreKeeperApp.validateText(value, field: name)
+        }
+        guard let price, price.milliunits != nil else {
+            throw APIError.badRequest("field 'price' is required: the amount paid, tax included, ≥ 0 (e.g. 9.99)")
+        }
+        guard let currency, currency.count == 3, currency.allSatisfy({ $0.isASCII && $0.isUppercase }) else {
+            throw APIError.badRequest("field 'currency' must be an ISO 4217 code (e.g. EUR)")
+        }
+        guard (1...1000).contains(quantity ?? 1) else { throw APIError.badRequest("field 'quantity' must be 1…1000") }
+        if let taxAmount {
+            guard let tax = taxAmount.milliunits, let paid = price.milliunits, tax <= paid else {
+                throw APIError.badRequest("field 'taxAmount' must be 0…price")
+            }
+        }
+        if let taxCountry {
+            guard taxCountry.count == 3, taxCountry.allSatisfy({ $0.isASCII && $0.isUppercase }) else {
+                throw APIError.badRequest("field 'taxCountry' must be an ISO 3166-1 alpha-3 code (e.g. DEU)")
+            }
+        }
+        if let token = externalPurchaseToken {
+            guard !token.isEmpty, token.count <= 128 else {
+                throw APIError.badRequest("field 'externalPurchaseToken' must be 1…128 characters")
+            }
+            try StoreKeeperApp.validateText(token, field: "externalPurchaseToken")
+        }
+    }
+}
+
+extension StoreKeeperApp {
+    /// `POST /v1/purchases` with `"store": "web"`: recorded (idempotent by `paymentId`), then
+    /// delivered through the one delivery path as transaction `web:<paymentId>`.
+    func submitWebPurchase(_ body: PurchaseBody) async throws -> Response {
+        guard let productId = body.productId, let product = catalog.product(productId) else {
+            throw APIError(
+                .unprocessableContent, "unknown_product", "product '\(body.productId ?? "")' is not in the catalog")
+        }
+        guard product.type != .autoRenewable else {
+            throw APIError(
+                .unprocessableContent, "unsupported_product",
+                "web checkouts sell one-time products and non-renewing passes; '\(productId)' is an App Store auto-renewable subscription"
+            )
+        }
+        let payment = ExternalPurchaseStore.WebPayment(
+            paymentId: body.paymentId ?? "", accountId: body.accountId, productId: productId,
+            quantity: body.quantity ?? 1, amountMilli: body.price?.milliunits ?? 0,
+            taxMilli: body.taxAmount?.milliunits ?? 0, currency: body.currency ?? "", taxCountry: body.taxCountry,
+            externalPurchaseId: body.externalPurchaseToken)
+        let external = ExternalPurchaseStore(database: database)
+        let purchasedAt: Date
+        switch try await external.record(payment, reporting: configuration.externalPurchaseReporting, now: Date()) {
+        case .recorded(let at): purchasedAt = at
+        case .conflict:
+            throw APIError(
+                .conflict, "idempotency_conflict",
+                "paymentId '\(payment.paymentId)' was recorded with another account, product, quantity, price or token")
+        case .tokenOfAnotherAccount:
+            throw APIError(
+                .conflict, "token_of_another_account",
+                "external purchase token '\(payment.externalPurchaseId ?? "")' belongs to another account")
+        }
+        let transaction = Self.webTransaction(payment, type: product.type, purchasedAt: purchasedAt)
+        let delivered = try await deliverVerified(
+            [transaction], accountId: body.accountId, orderId: nil, evidence: .device, reported: nil)
+        if let refusal = delivered.refusals.first { throw APIError.refusal(refusal) }
+        let results = delivered.results
+        let nothingNew = !results.isEmpty && results.allSatisfy { $0.outcome == "already_delivered" }
+        return try Self.json(
+            PurchaseJSON(
+                status: nothingNew ? "already_delivered" : "delivered", transactions: results,
+                account: try await account(body.accountId, state: delivered.account)))
+    }
+
+    /// What a web payment is to the delivery path: a transaction this server vouches for.
+    static func webTransaction(_ payment: ExternalPurchaseStore.WebPayment, type: Product.Kind, purchasedAt: Date)
+        -> JWSTransactionDecodedPayload
+    {
+        let kind: ProductType =
+            switch type {
+            case .consumable: .consumable
+            case .nonConsumable: .nonConsumable
+            case .nonRenewing: .nonRenewing
+            case .autoRenewable: .autoRenewable
+            }
+        return JWSTransactionDecodedPayload(
+            transactionId: payment.transactionId, originalTransactionId: payment.transactionId,
+            productId: payment.productId, purchaseDate: purchasedAt.webMilliseconds,
+            quantity: Int32(payment.quantity), type: kind, inAppOwnershipType: .purchased,
+            signedDate: purchasedAt.webMilliseconds,
+            environment: (payment.externalPurchaseId ?? "").hasPrefix("SANDBOX") ? .sandbox : .production,
+            currency: payment.currency, price: payment.amountMilli)
+    }
+
+    /// `POST /v1/purchases/web/{paymentId}/refund` (secret key): the provider refunded a web
+    /// payment; reversed through the one refund path, its refund line item reported.
+    func refundWebPurchase(_ paymentId: String) async throws -> Response {
+        let external = ExternalPurchaseStore(database: database)
+        guard
+            let payment = try await external.markRefunded(
+                paymentId, reporting: configuration.externalPurchaseReporting, now: Date())
+        else { throw APIError(.notFound, "not_found", "no web payment '\(paymentId)'") }
+        var transaction = Self.webTransaction(
+            payment, type: catalog.product(payment.productId)?.type ?? .consumable, purchasedAt: Date())
+        transaction.revocationDate = Date().webMilliseconds
+        transaction.revocationReason = .refundedForOtherReason
+        transaction.revocationType = .refundFull
+        var settings = NotificationStore.Settings(
+            catalog: catalog, policy: configuration.ownershipPolicy,
+            consumptionEnabled: configuration.consumptionEnabled, read: StoreKeeperApp.storedNotification)
+        settings.sharedAppleIdLimit = configuration.sharedAppleIdAccounts
+        let outcome = try await notifications.applyRefund(
+            NotificationRecord(
+                notificationUUID: "web-refund:\(paymentId)", type: NotificationType.refund.rawValue, subtype: nil,
+                signedDate: Date().webMilliseconds, environment: transaction.environment?.rawValue,
+                transaction: transaction),
+            settings: settings, now: Date())
+        return try Self.json(["paymentId": paymentId, "status": outcome.0, "detail": outcome.1])
+    }
+}
+
+extension Date {
+    fileprivate var webMilliseconds: Int64 { Int64((timeIntervalSince1970 * 1000).rounded(.down)) }
+}
