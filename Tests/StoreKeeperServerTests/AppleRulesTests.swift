@@ -346,6 +346,117 @@ import Testing
             }
         }
     }
+
+    // MARK: External purchases
+
+    static func web(_ relay: Relay, _ body: String, token: String? = ServerAPITests.secret) async throws -> API.Reply {
+        try await API.call(relay.client, .post, "/v1/purchases", token: token, body: body)
+    }
+
+    @Test(arguments: ServerAPITests.databases)
+    func webPurchasesShareTheLedgerAndAreReportedToAppleOnce(kind: String) async throws {
+        try await NotificationTests.withRelay(kind, configure: { $0.externalPurchaseReporting = true }) { relay in
+            let store = relay.store
+            let token = await store.issueExternalPurchaseToken()
+            let body =
+                #"{"store":"web","accountId":"webber","productId":"coins_60","paymentId":"pay_1","price":"1.19","currency":"EUR","taxAmount":"0.19","taxCountry":"DEU","externalPurchaseToken":"\#(token)"}"#
+            let first = try await Self.web(relay, body)
+            #expect(first.status == .ok, "\(first.json)")
+            #expect(first.json["status"] as? String == "delivered")
+            #expect((first.json["transactions"] as? [[String: Any]])?.first?["transactionId"] as? String == "web:pay_1")
+            // The backend retries: delivered once.
+            let again = try await Self.web(relay, body)
+            #expect(again.json["status"] as? String == "already_delivered")
+            #expect(try await Self.balance(relay, "webber") == 60)
+            // The same paymentId with other facts, a client token, bad input: refused.
+            let conflict = try await Self.web(relay, body.replacingOccurrences(of: "1.19", with: "2.19"))
+            #expect(
+                conflict.status == .conflict
+                    && (conflict.json["error"] as? [String: Any])?["code"] as? String == "idempotency_conflict")
+            let client = try await Self.web(relay, body, token: try await ServerAPITests.clientToken("webber"))
+            #expect(client.status == .forbidden)
+            for bad in [
+                #"{"store":"web","accountId":"webber","productId":"coins_60","paymentId":"p","price":"-1","currency":"EUR"}"#,
+                #"{"store":"web","accountId":"webber","productId":"coins_60","paymentId":"p","price":"1e400","currency":"EUR"}"#,
+                #"{"store":"web","accountId":"webber","productId":"coins_60","paymentId":"p","price":1,"currency":"euro"}"#,
+                #"{"store":"web","accountId":"webber","productId":"coins_60","price":1,"currency":"EUR"}"#,
+                #"{"store":"web","accountId":"webber","productId":"coins_60","paymentId":"p","price":1,"currency":"EUR","taxAmount":2}"#,
+                #"{"store":"web","accountId":"webber","productId":"coins_60","paymentId":"p","price":1,"currency":"EUR","signedTransaction":"x"}"#,
+                #"{"store":"nope","accountId":"webber","productId":"coins_60","paymentId":"p","price":1,"currency":"EUR"}"#,
+            ] {
+                let reply = try await Self.web(relay, bad)
+                #expect(reply.status == .badRequest, "\(bad) → \(reply.status)")
+            }
+            let subscription = try await Self.web(
+                relay,
+                #"{"store":"web","accountId":"webber","productId":"pro_monthly","paymentId":"p2","price":5,"currency":"EUR"}"#
+            )
+            #expect(subscription.status == .unprocessableContent)
+
+            // The report: one BUY line item, accepted by Apple, never sent twice.
+            await relay.apply()
+            let reported = try #require(await store.externalToken(token))
+            #expect(reported.reports.count == 1)
+            let report = try #require(await store.externalReport(reported.reports[0]))
+            #expect(report.status == "LINE_ITEM")
+            #expect(report.lineItems?.first?.amountTaxInclusive == 1190)
+            #expect(report.lineItems?.first?.taxAmount == 190)
+            #expect(report.lineItems?.first?.netAmountTaxExclusive == 1000)
+            #expect(report.lineItems?.first?.eventType == "BUY")
+            await relay.apply()
+            #expect(await store.externalToken(token)?.reports.count == 1)
+
+            // Refunded by the payment provider: the credit reversed through the refund path, and
+            // a new report with a REFUND line item that references the buy.
+            let refund = try await API.call(relay.client, .post, "/v1/purchases/web/pay_1/refund")
+            #expect(refund.status == .ok, "\(refund.json)")
+            #expect(try await Self.balance(relay, "webber") == 0)
+            await relay.apply()
+            let reports = try #require(await store.externalToken(token)?.reports)
+            #expect(reports.count == 2)
+            let second = try #require(await store.externalReport(reports[1]))
+            #expect(second.lineItems?.map(\.eventType) == ["REFUND"])
+            #expect(second.lineItems?.first?.referenceLineItemId == report.lineItems?.first?.lineItemId)
+            #expect(try await API.call(relay.client, .post, "/v1/purchases/web/nope/refund").status == .notFound)
+
+            // Apple's UNREPORTED nag about a token nobody here knew: UNRECOGNIZED_TOKEN.
+            let stranger = await store.issueExternalPurchaseToken()
+            try await store.notifyExternalPurchaseToken(stranger, subtype: .unreported)
+            #expect(try await relay.deliver() == ["EXTERNAL_PURCHASE_TOKEN"])
+            let nag = try #require(await store.externalToken(stranger)?.reports.first)
+            #expect(await store.externalReport(nag)?.status == "UNRECOGNIZED_TOKEN")
+            let listed =
+                try await API.call(relay.client, .get, "/v1/external-purchases/tokens").json["tokens"]
+                as? [[String: Any]]
+            #expect(listed?.count == 2)
+            #expect(
+                listed?.contains {
+                    $0["externalPurchaseId"] as? String == stranger && $0["unreportedNotices"] as? Int == 1
+                } == true)
+        }
+    }
+
+    @Test(arguments: ServerAPITests.databases)
+    func aReportAppleRejectsIsKeptAndOneThatFailedIsResentWithItsIdentifier(kind: String) async throws {
+        try await NotificationTests.withRelay(kind, configure: { $0.externalPurchaseReporting = true }) { relay in
+            let store = relay.store
+            let token = await store.issueExternalPurchaseToken()
+            var faults = Faults()
+            faults.endpoints["externalReport"] = .init(status: 503, count: 1)
+            await store.setFaults(faults)
+            _ = try await Self.web(
+                relay,
+                #"{"store":"web","accountId":"w2","productId":"remove_ads","paymentId":"pay_9","price":2.99,"currency":"USD","externalPurchaseToken":"\#(token)"}"#
+            )
+            let runner = JobRunner(app: relay.app)
+            for hour in 0...2 { _ = await runner.runDueCounting(now: Date().addingTimeInterval(Double(hour) * 3600)) }
+            let journal = try await ExternalPurchaseStore(database: relay.app.database).reports(token: token)
+            // One report: failed once (503), then sent with the same requestIdentifier.
+            #expect(journal.count == 1)
+            #expect(journal.first?.state == "sent")
+            #expect(await store.externalToken(token)?.reports == journal.map(\.requestIdentifier))
+        }
+    }
 }
 
 extension Date {
