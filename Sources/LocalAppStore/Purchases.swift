@@ -80,8 +80,22 @@ extension LocalAppStore {
             let product = configuration.catalog.product(item.productId)!
             var payload = issue(product, quantity: item.quantity, appleId: appleId, token: appAccountToken, at: now)
             if let discount { apply(discount, to: &payload, product: product, appleId: appleId, at: now) }
+            var commitment: Commitment?
+            if item.billingPlan == BillingPlanType.monthly.rawValue {
+                guard product.type == .autoRenewable, product.period?.years == 1 else {
+                    throw StoreError.invalid(
+                        "a monthly plan with a commitment is a billing plan of a 1-year subscription")
+                }
+                let yearly = payload.price ?? 0
+                commitment = Commitment(
+                    period: 1, expires: ISODuration(years: 1).added(to: now), monthlyPrice: yearly / 12)
+                commit(&payload, commitment!, at: now)
+            }
             if product.type == .autoRenewable {
                 payload = try subscribe(product, payload: payload, appleId: appleId, at: now)
+                if let commitment, let original = payload.originalTransactionId {
+                    subscriptions[original]?.commitment = commitment
+                }
             } else {
                 store(payload, appleId: appleId, at: now)
                 notify(.oneTimeCharge, subtype: nil, transaction: payload, at: now)
@@ -130,5 +144,19 @@ extension LocalAppStore {
     public func isFinished(_ transactionId: String) -> Bool {
         guard let stored = transactions[transactionId] else { return false }
         return customers[stored.appleId]?.finished.contains(transactionId) == true
+    }
+}
+
+extension LocalAppStore {
+    /// One monthly period of a commitment: a month of service at the monthly price.
+    func commit(_ payload: inout JWSTransactionDecodedPayload, _ commitment: Commitment, at start: Date) {
+        payload.billingPlanType = .monthly
+        payload.price = commitment.monthlyPrice
+        payload.purchaseDate = start.milliseconds
+        payload.expiresDate = ISODuration(months: 1).added(to: start).milliseconds
+        payload.commitmentInfo = TransactionCommitmentInfo(
+            billingPeriodNumber: Int32(commitment.period), totalBillingPeriods: Int32(commitment.periods),
+            commitmentExpiresDate: commitment.expires.milliseconds,
+            commitmentPrice: commitment.monthlyPrice * Int64(commitment.periods))
     }
 }

@@ -69,7 +69,16 @@ extension LocalAppStore {
             renewalDate: subscription.expires.milliseconds, renewalPrice: price?.milliunits, currency: price?.currency,
             eligibleWinBackOfferIds: eligibleWinBackOffers(subscription, at: now).nilIfEmpty,
             appAccountToken: subscription.appAccountToken,
-            appTransactionId: customers[subscription.appleId]?.appTransactionId)
+            appTransactionId: customers[subscription.appleId]?.appTransactionId,
+            renewalBillingPlanType: subscription.commitment == nil ? nil : .monthly,
+            commitmentInfo: subscription.commitment.map { commitment in
+                RenewalCommitmentInfo(
+                    commitmentAutoRenewProductId: subscription.autoRenewProductId,
+                    commitmentAutoRenewStatus: commitment.renews ? .on : .off,
+                    commitmentRenewalBillingPlanType: .monthly,
+                    commitmentRenewalDate: commitment.expires.milliseconds,
+                    commitmentRenewalPrice: commitment.monthlyPrice)
+            })
     }
 }
 

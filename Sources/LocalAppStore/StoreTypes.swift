@@ -105,6 +105,8 @@ extension LocalAppStore {
         public var extensions: [Date] = []
         /// A promotional offer redeemed while subscribed: applied at the next renewal.
         public var pendingOffer: PendingOffer? = nil
+        /// Set while billed monthly with a 12-month commitment.
+        public var commitment: Commitment? = nil
     }
 
     public struct PendingOffer: Sendable, Hashable {
@@ -136,10 +138,24 @@ extension LocalAppStore {
     public struct PurchaseItem: Sendable, Hashable, Codable {
         public var productId: String
         public var quantity: Int32
-        public init(productId: String, quantity: Int32 = 1) {
+        /// `MONTHLY`: a 1-year product billed monthly with a 12-month commitment.
+        public var billingPlan: String?
+        public init(productId: String, quantity: Int32 = 1, billingPlan: String? = nil) {
             self.productId = productId
             self.quantity = quantity
+            self.billingPlan = billingPlan
         }
+    }
+
+    /// A monthly plan's 12-month commitment.
+    public struct Commitment: Sendable, Hashable {
+        public var period: Int
+        public var periods = 12
+        public var expires: Date
+        /// Whether a new commitment starts after this one (the customer cancels only that).
+        public var renews = true
+        /// One period's price, milliunits.
+        public var monthlyPrice: Int64
     }
 
     /// What a purchase returns to the simulated device.

@@ -67,6 +67,17 @@ extension LocalAppStore {
         guard var subscription = subscriptions[originalTransactionId] else {
             throw StoreError.unknownSubscription(originalTransactionId)
         }
+        if var commitment = subscription.commitment {
+            // Committed to 12 months: cancelling stops the next commitment; billing goes on.
+            guard commitment.renews != on else { return }
+            commitment.renews = on
+            subscription.commitment = commitment
+            subscriptions[originalTransactionId] = subscription
+            notify(
+                .didChangeRenewalStatus, subtype: on ? .autoRenewEnabled : .autoRenewDisabled,
+                subscription: subscription, at: clock.now())
+            return
+        }
         guard subscription.autoRenew != on else { return }
         subscription.autoRenew = on
         subscriptions[originalTransactionId] = subscription
@@ -150,7 +161,8 @@ extension LocalAppStore {
         switch subscription.status {
         case .active where subscription.expires <= now:
             let at = subscription.expires
-            guard subscription.autoRenew else {
+            let commitmentEnds = subscription.commitment.map { $0.period >= $0.periods && !$0.renews } ?? false
+            guard subscription.autoRenew, !commitmentEnds else {
                 subscription.status = .expired
                 subscription.expirationIntent = .customerCancelled
                 subscriptions[subscription.originalTransactionId] = subscription
@@ -216,6 +228,18 @@ extension LocalAppStore {
             payload.purchaseDate = subscription.expires.milliseconds
             payload.expiresDate =
                 (product.period ?? ISODuration(months: 1)).added(to: subscription.expires).milliseconds
+        }
+        if var commitment = subscription.commitment {
+            // The next month of the commitment, or the first of a new one.
+            let start = subtype == nil ? subscription.expires : date
+            if commitment.period >= commitment.periods {
+                commitment.period = 1
+                commitment.expires = ISODuration(years: 1).added(to: start)
+            } else {
+                commitment.period += 1
+            }
+            commit(&payload, commitment, at: start)
+            subscription.commitment = commitment
         }
         if let offer = subscription.pendingOffer {
             // The promotional offer redeemed during the last period starts with this renewal.

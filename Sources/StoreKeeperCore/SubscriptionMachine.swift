@@ -47,6 +47,46 @@ public struct SubscriptionState: Sendable, Hashable {
     public var revokedTransactionId: String?
     /// The `signedDate` of the newest event applied: older ones are stale.
     public var signedDate: Date
+    /// A monthly plan with a 12-month commitment (`billingPlanType` MONTHLY): this period's
+    /// number, how many the commitment has, when it ends, and whether a new commitment starts
+    /// after it (`commitmentAutoRenewStatus`). Nil for a plan billed up front.
+    public var commitment: Commitment?
+
+    public struct Commitment: Sendable, Hashable {
+        public var period: Int
+        public var periods: Int
+        public var expiresAt: Date?
+        /// Whether the commitment renews at its end (nil: not known yet).
+        public var renews: Bool?
+
+        public init(period: Int, periods: Int, expiresAt: Date?, renews: Bool? = nil) {
+            self.period = period
+            self.periods = periods
+            self.expiresAt = expiresAt
+            self.renews = renews
+        }
+
+        /// Billing goes on to the last period whatever the customer cancels.
+        public var isBinding: Bool { period < periods }
+    }
+
+    /// Whether it bills again: inside a commitment always (cancelling stops only the next
+    /// commitment), otherwise as auto-renew says.
+    public var willRenew: Bool {
+        if let commitment, commitment.isBinding { return true }
+        if let commitment, commitment.renews == false { return false }
+        return autoRenew
+    }
+
+    /// When access ends for good if nothing changes: a cancelled commitment at its end, a
+    /// cancelled plan at its period's end; nil while it renews.
+    public var endsAt: Date? {
+        if let commitment {
+            if commitment.renews == false { return commitment.expiresAt ?? expiresAt }
+            if commitment.isBinding { return nil }
+        }
+        return autoRenew ? nil : expiresAt
+    }
 
     public init(
         originalTransactionId: String, productId: String, status: SubscriptionStatus, expiresAt: Date?,
@@ -195,6 +235,14 @@ public enum SubscriptionMachine {
             state.status = .expired
             state.autoRenew = false
         case .didChangeRenewalStatus:
+            // Inside a commitment the customer cancels the next commitment, not the months
+            // committed to: they keep billing to the last period, then it ends.
+            if let commitment = state.commitment, commitment.isBinding || commitment.renews != nil {
+                if event.renewalInfo?.commitmentInfo?.commitmentAutoRenewStatus == nil, let subtype {
+                    state.commitment?.renews = subtype == .autoRenewEnabled
+                }
+                if commitment.isBinding { break }
+            }
             if subtype == .autoRenewEnabled { state.autoRenew = true }
             if subtype == .autoRenewDisabled { state.autoRenew = false }
         case .didChangeRenewalPref:
@@ -272,6 +320,14 @@ public enum SubscriptionMachine {
         state.offerType = transaction.offerType
         state.offerIdentifier = transaction.offerIdentifier
         if let id = transaction.transactionId { state.latestTransactionId = id }
+        if transaction.billingPlanType == .monthly, let info = transaction.commitmentInfo {
+            state.commitment = SubscriptionState.Commitment(
+                period: Int(info.billingPeriodNumber ?? 1), periods: Int(info.totalBillingPeriods ?? 12),
+                expiresAt: info.commitmentExpiresDate.map(Date.init(appleMilliseconds:)),
+                renews: state.commitment?.renews)
+        } else if transaction.billingPlanType != nil {
+            state.commitment = nil
+        }
     }
 
     /// What the renewal info says about the next renewal.
@@ -282,6 +338,9 @@ public enum SubscriptionMachine {
         if let price = info.renewalPrice { state.renewalPrice = price }
         if let currency = info.currency { state.currency = currency }
         if let grace = info.gracePeriodExpiresDate { state.gracePeriodEndsAt = Date(appleMilliseconds: grace) }
+        if let commitment = info.commitmentInfo, let status = commitment.commitmentAutoRenewStatus {
+            state.commitment?.renews = status == .on
+        }
     }
 
     static func advanced(_ state: SubscriptionState, to signedDate: Date) -> SubscriptionState {

@@ -34,7 +34,7 @@ enum NotificationApplier {
                 "SELECT account_id FROM deliveries WHERE transaction_id = \(bind: transactionId)"
             ).first()?.decode(column: "account_id", as: String.self)
             let consent: Consent? = if let owner { try await PurchaseStore.consent(of: owner, sql: sql) } else { nil }
-            guard let owner, consent?.consumptionData == true else {
+            guard owner != nil, consent?.consumptionData == true else {
                 let reason =
                     owner == nil
                     ? "transaction \(transactionId) was never delivered here, so no customer's consent is known"

@@ -8,7 +8,7 @@ import StoreKeeperCore
 /// SubscriptionMachine left it, and the writes its effects make — the entitlement of the
 /// subscription's current product (granted, moved or removed) and a
 /// `subscription_status_changed` outbox event — in the caller's transaction.
-enum SubscriptionStore {
+public enum SubscriptionStore {
     /// A state to save with the effects that produced it, for `account`.
     struct Write {
         var state: SubscriptionState
@@ -19,6 +19,11 @@ enum SubscriptionStore {
     }
 
     /// The stored states of `originals`, one query.
+    /// A subscription's state as the machine left it (nil: unknown).
+    public static func state(_ originalTransactionId: String, database: Database) async throws -> SubscriptionState? {
+        try await database.read { sql in try await states([originalTransactionId], sql: sql)[originalTransactionId] }
+    }
+
     static func states(_ originals: [String], sql: any SQLDatabase) async throws -> [String: SubscriptionState] {
         guard !originals.isEmpty else { return [:] }
         var states: [String: SubscriptionState] = [:]
@@ -44,6 +49,16 @@ enum SubscriptionStore {
             Date.init(milliseconds:))
         state.latestTransactionId = try row.decode(column: "latest_transaction_id", as: String?.self)
         state.revokedTransactionId = try row.decode(column: "revoked_transaction_id", as: String?.self)
+        if try row.decode(column: "billing_plan", as: String?.self) == "MONTHLY",
+            let period = try row.decode(column: "commitment_period", as: Int?.self)
+        {
+            let renews = try row.decode(column: "commitment_renews", as: Int?.self)
+            state.commitment = SubscriptionState.Commitment(
+                period: period, periods: try row.decode(column: "commitment_periods", as: Int?.self) ?? 12,
+                expiresAt: try row.decode(column: "commitment_expires_at", as: Int64?.self).map(
+                    Date.init(milliseconds:)),
+                renews: renews.map { $0 != 0 })
+        }
         return state
     }
 
@@ -98,7 +113,8 @@ enum SubscriptionStore {
         var upsert = sql.insert(into: "subscriptions").columns(
             "original_transaction_id", "account_id", "product_id", "status", "expires_at", "auto_renew",
             "next_product_id", "grace_ends_at", "latest_transaction_id", "revoked_transaction_id", "signed_at",
-            "updated_at")
+            "updated_at", "billing_plan", "commitment_period", "commitment_periods", "commitment_expires_at",
+            "commitment_renews")
         for original in order {
             let write = states[original]!
             let state = write.state
@@ -106,7 +122,9 @@ enum SubscriptionStore {
                 state.originalTransactionId, write.account, state.productId, state.status.rawValue,
                 state.expiresAt?.milliseconds, state.autoRenew ? 1 : 0, state.nextProductId,
                 state.gracePeriodEndsAt?.milliseconds, state.latestTransactionId, state.revokedTransactionId,
-                state.signedDate.milliseconds, write.at,
+                state.signedDate.milliseconds, write.at, state.commitment == nil ? nil : "MONTHLY",
+                state.commitment?.period, state.commitment?.periods, state.commitment?.expiresAt?.milliseconds,
+                state.commitment?.renews.map { $0 ? 1 : 0 },
             ])
         }
         try await sql.raw(
@@ -117,7 +135,9 @@ enum SubscriptionStore {
                 next_product_id = excluded.next_product_id, grace_ends_at = excluded.grace_ends_at,
                 latest_transaction_id = excluded.latest_transaction_id,
                 revoked_transaction_id = excluded.revoked_transaction_id, signed_at = excluded.signed_at,
-                updated_at = excluded.updated_at
+                updated_at = excluded.updated_at, billing_plan = excluded.billing_plan,
+                commitment_period = excluded.commitment_period, commitment_periods = excluded.commitment_periods,
+                commitment_expires_at = excluded.commitment_expires_at, commitment_renews = excluded.commitment_renews
             """
         ).run()
         var grants = sql.insert(into: "entitlements").columns(

@@ -4,6 +4,7 @@ import Foundation
 import Hummingbird
 import HummingbirdTesting
 import StoreKeeperCatalog
+import StoreKeeperCore
 import StoreKeeperStorage
 import Testing
 
@@ -456,6 +457,112 @@ import Testing
             #expect(journal.first?.state == "sent")
             #expect(await store.externalToken(token)?.reports == journal.map(\.requestIdentifier))
         }
+    }
+
+    // MARK: A5: monthly billing with a 12-month commitment
+
+    @Test(arguments: ServerAPITests.databases)
+    func aCommitmentCancelledInMonthFourRenewsToMonthTwelveThenEnds(kind: String) async throws {
+        try await NotificationTests.withRelay(kind, configure: { $0.environments = [.production, .sandbox] }) { relay in
+            let store = relay.store
+            let order = try await ScenarioTests.order(relay.client, account: "committed", product: "pro_yearly")
+            let bought = try await store.buy(
+                "apple-committed", items: [.init(productId: "pro_yearly", billingPlan: "MONTHLY")],
+                appAccountToken: order.token)
+            let first = bought.transactions[0]
+            #expect(first.billingPlanType == .monthly)
+            #expect(first.commitmentInfo?.billingPeriodNumber == 1)
+            #expect(first.price == Int64(49_990 / 12))
+            _ = try await API.submit(
+                relay.client, account: "committed", signedTransaction: bought.signedTransactions[0])
+            _ = try await relay.deliver()
+            let original = try #require(first.originalTransactionId)
+            func state() async throws -> SubscriptionState? {
+                try await SubscriptionStore.state(original, database: relay.app.database)
+            }
+            // Months 2 and 3 bill; in month 4 the customer cancels.
+            for _ in 0..<3 {
+                await store.advance(by: 31 * 86_400)
+                _ = try await relay.deliver()
+            }
+            #expect(try await state()?.commitment?.period == 4)
+            try await store.setAutoRenew(original, false)
+            _ = try await relay.deliver()
+            let cancelled = try #require(try await state())
+            #expect(cancelled.commitment?.renews == false)
+            #expect(cancelled.willRenew)
+            #expect(cancelled.endsAt == cancelled.commitment?.expiresAt)
+            #expect(try await relay.subscription("committed")?["autoRenew"] as? Bool == true)
+            // It keeps billing monthly to period 12…
+            for _ in 0..<8 {
+                await store.advance(by: 31 * 86_400)
+                _ = try await relay.deliver()
+                #expect(try await relay.subscription("committed")?["status"] as? String == "active")
+            }
+            #expect(try await state()?.commitment?.period == 12)
+            #expect(try await state()?.willRenew == false)
+            // …then ends.
+            await store.advance(by: 31 * 86_400)
+            _ = try await relay.deliver()
+            #expect(try await relay.subscription("committed")?["status"] as? String == "expired")
+            #expect(try await relay.entitlements("committed").allSatisfy { $0["active"] as? Bool == false })
+            // Twelve monthly deliveries, each booked at the monthly price (not the commitment's).
+            let deliveries = try await relay.app.store.deliveries(of: "committed")
+            #expect(deliveries.count == 12)
+            let revenue = try await API.call(relay.client, .get, "/v1/revenue?since=2000-01-01").json
+            let usd = (revenue["currencies"] as? [[String: Any]])?.first { $0["currency"] as? String == "USD" }
+            // Sandbox deliveries are counted apart; Production ones at the monthly price.
+            #expect((revenue["sandboxTransactions"] as? Int ?? 0) + (usd?["transactions"] as? Int ?? 0) == 12)
+            if let usd { #expect(usd["grossMilli"] as? Int == 12 * (49_990 / 12)) }
+        }
+    }
+
+    @Test func theMachineKeepsACommitmentBillingThroughACancel() {
+        let start = Date(timeIntervalSince1970: 1_767_225_600)
+        func transaction(_ period: Int32) -> JWSTransactionDecodedPayload {
+            JWSTransactionDecodedPayload(
+                transactionId: "t\(period)", originalTransactionId: "t1", productId: "pro_yearly",
+                expiresDate: Int64(start.timeIntervalSince1970 * 1000) + Int64(period) * 2_592_000_000,
+                billingPlanType: .monthly,
+                commitmentInfo: .init(
+                    billingPeriodNumber: period, totalBillingPeriods: 12,
+                    commitmentExpiresDate: Int64(start.timeIntervalSince1970 * 1000) + 31_536_000_000))
+        }
+        var (state, _) = SubscriptionMachine.apply(
+            nil,
+            SubscriptionEvent(.notification(.subscribed, .initialBuy), signedDate: start, transaction: transaction(1)))
+        #expect(state?.commitment?.period == 1)
+        (state, _) = SubscriptionMachine.apply(
+            state,
+            SubscriptionEvent(
+                .notification(.didChangeRenewalStatus, .autoRenewDisabled), signedDate: start.addingTimeInterval(60),
+                transaction: transaction(1)))
+        #expect(state?.autoRenew == true)
+        #expect(state?.commitment?.renews == false)
+        #expect(state?.willRenew == true)
+        (state, _) = SubscriptionMachine.apply(
+            state,
+            SubscriptionEvent(
+                .notification(.didRenew, nil), signedDate: start.addingTimeInterval(2_592_000),
+                transaction: transaction(2)))
+        #expect(state?.commitment?.period == 2)
+        #expect(state?.status == .active)
+        #expect(state?.commitment?.renews == false)
+        // A plan billed up front has no commitment: a cancel stops it at its period's end.
+        var upfront = transaction(1)
+        upfront.billingPlanType = .billedUpfront
+        upfront.commitmentInfo = nil
+        (state, _) = SubscriptionMachine.apply(
+            state,
+            SubscriptionEvent(
+                .notification(.didRenew, nil), signedDate: start.addingTimeInterval(5_184_000),
+                transaction: {
+                    var next = upfront
+                    next.transactionId = "t99"
+                    next.expiresDate = Int64(start.timeIntervalSince1970 * 1000) + 40_000_000_000
+                    return next
+                }()))
+        #expect(state?.commitment == nil)
     }
 }
 
