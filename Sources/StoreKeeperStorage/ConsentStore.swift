@@ -83,6 +83,12 @@ extension PurchaseStore {
         return Set(try rows.map { try $0.decode(column: "account_id", as: String.self) }).sorted()
     }
 
+    /// The app accounts one Apple Account (appTransactionId) bought or ordered with.
+    public func accounts(ofAppTransaction id: String) async throws -> [String] {
+        guard !id.isEmpty else { return [] }
+        return try await database.read { sql in try await Self.accounts(ofAppTransaction: id, sql: sql) }
+    }
+
     /// The latest withdrawals of consent, newest first.
     public func consentRescissions(limit: Int = 100) async throws -> [ConsentRescission] {
         try await database.read { sql in

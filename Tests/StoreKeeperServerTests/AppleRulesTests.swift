@@ -564,6 +564,28 @@ import Testing
                 }()))
         #expect(state?.commitment == nil)
     }
+
+    @Test(arguments: ServerAPITests.databases)
+    func getAppTransactionInfoAnswersSupportWithoutTheDevice(kind: String) async throws {
+        try await NotificationTests.withRelay(kind) { relay in
+            let (_, coins) = try await relay.buy("helped", "coins_60", appleId: "apple-helped")
+            let reply = try await API.call(relay.client, .get, "/v1/app-transactions/\(coins.transactionId!)")
+            #expect(reply.status == .ok, "\(reply.json)")
+            #expect(reply.json["appTransactionId"] as? String == coins.appTransactionId)
+            #expect(reply.json["bundleId"] as? String == "com.example.app")
+            #expect(reply.json["accountIds"] as? [String] == ["helped"])
+            #expect(reply.json["originalApplicationVersion"] as? String == "1")
+            // By the appTransactionId itself (anyTransactionId), too.
+            let byApp = try await API.call(relay.client, .get, "/v1/app-transactions/\(coins.appTransactionId!)")
+            #expect(byApp.json["appTransactionId"] as? String == coins.appTransactionId)
+            #expect(try await API.call(relay.client, .get, "/v1/app-transactions/999999999").status == .notFound)
+            #expect(try await API.call(relay.client, .get, "/v1/app-transactions/abc").status == .badRequest)
+            let client = try await ServerAPITests.clientToken("helped")
+            #expect(
+                try await API.call(relay.client, .get, "/v1/app-transactions/\(coins.transactionId!)", token: client)
+                    .status == .forbidden)
+        }
+    }
 }
 
 extension Date {

@@ -1,4 +1,6 @@
+import AppStoreClient
 import AppStoreModels
+import AppStoreVerification
 import Foundation
 import Hummingbird
 import StoreKeeperCatalog
@@ -197,6 +199,15 @@ struct SupportController {
         v1.post("extensions/mass") { request, context in try await app.massExtend(request, context) }
         v1.get("extensions/:requestId") { request, context in try await app.getExtension(request, context) }
         v1.post("accounts/:accountId/grants") { request, context in try await app.createGrant(request, context) }
+        v1.get("app-transactions/:transactionId") { _, context in
+            try context.caller().requireSecretKey()
+            let id = try StoreKeeperApp.parameter(context, "transactionId")
+            guard StoreKeeperApp.isAppleNumericId(id) else {
+                throw APIError.badRequest(
+                    "transactionId must be an App Store transaction, original or app transaction id")
+            }
+            return try await app.appTransaction(id)
+        }
         v1.delete("accounts/:accountId/grants/:grantId") { request, context in try await app.endGrant(request, context)
         }
     }
@@ -239,5 +250,52 @@ extension StoreKeeperApp {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         return (current.status, String(decoding: try encoder.encode(ExtensionJSON(current)), as: UTF8.self))
+    }
+}
+
+extension StoreKeeperApp {
+    /// Get App Transaction Info (`anyTransactionId`): the Apple Account's app transaction,
+    /// verified like any signed object — for support and migration without the device.
+    func appTransaction(_ anyTransactionId: String) async throws -> Response {
+        guard let source = transactionSource else {
+            throw APIError(
+                .serviceUnavailable, "apple_unavailable", "no App Store Server API key is configured", retryable: false)
+        }
+        let signed: String
+        do {
+            signed = try await withDeadline(.seconds(10)) { try await source.signedAppTransaction(anyTransactionId) }
+        } catch let error as AppStoreAPIError where !error.isRetryable {
+            throw APIError(.notFound, "not_found", "Apple knows no app transaction for \(anyTransactionId): \(error)")
+        } catch {
+            throw APIError(
+                .serviceUnavailable, "apple_unavailable", "Apple did not answer: \(error)", retryable: true)
+        }
+        let app: AppTransaction
+        do {
+            app = try await verifier.verifyAppTransaction(signed)
+        } catch let failure as VerificationFailure {
+            throw APIError.verification(failure, status: .badGateway)
+        }
+        struct Answer: Encodable {
+            var appTransactionId: String?
+            var bundleId: String?
+            var environment: String?
+            var originalApplicationVersion: String?
+            var originalPurchaseDate: String?
+            var originalPlatform: String?
+            var applicationVersion: String?
+            var preorderDate: String?
+            var accountIds: [String]
+            var signedAppTransactionInfo: String
+        }
+        func date(_ ms: Int64?) -> String? { ms.map { Self.iso(Date(timeIntervalSince1970: Double($0) / 1000)) } }
+        let accounts = try await store.accounts(ofAppTransaction: app.appTransactionId ?? "")
+        return try Self.json(
+            Answer(
+                appTransactionId: app.appTransactionId, bundleId: app.bundleId, environment: app.receiptType?.rawValue,
+                originalApplicationVersion: app.originalApplicationVersion,
+                originalPurchaseDate: date(app.originalPurchaseDate), originalPlatform: app.originalPlatform?.rawValue,
+                applicationVersion: app.applicationVersion, preorderDate: date(app.preorderDate), accountIds: accounts,
+                signedAppTransactionInfo: signed))
     }
 }
