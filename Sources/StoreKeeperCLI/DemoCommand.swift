@@ -284,6 +284,8 @@ final class DemoStory: @unchecked Sendable {  // run by one task at a time
             ("Subscription: billing fails (grace period)", billingFails),
             ("Subscription: billing recovers", billingRecovers), ("Subscription: upgraded", upgrade),
             ("Subscription: refunded", refund),
+            ("A partial refund: Apple gives back 50 % of 60 coins", partialRefund),
+            ("An offer code redeemed on the App Store, claimed later", offerCodeClaimedLater),
             (
                 "\(bulkPurchases) purchases on 6 StoreKit 1 and 2 devices, through crashes and network failures",
                 {
@@ -526,6 +528,48 @@ final class DemoStory: @unchecked Sendable {  // run by one task at a time
         let entitlements = try await account("sam")["entitlements"] as? [[String: Any]] ?? []
         guard entitlements.isEmpty else { throw DemoFailure("still entitled after the refund") }
         return "REFUND → revoked, entitlement removed"
+    }
+
+    func partialRefund() async throws -> String {
+        let phone = device("demo-apple-half", "half")
+        try await phone.launch()
+        guard case .success = try await phone.purchase(productId: "coins_60") else {
+            throw DemoFailure("the purchase did not complete")
+        }
+        await phone.stop()
+        try await expectBalance("half", 60)
+        guard let id = await store.paidRecord(for: "demo-apple-half").transactions.last?.transactionId else {
+            throw DemoFailure("no payment at the App Store")
+        }
+        try await store.refund(id, percentage: 50_000)
+        try await eventually("the prorated REFUND applied") { try await self.balance("half") == 30 }
+        // Apple retries: nothing more is taken.
+        try await store.refund(id, percentage: 50_000)
+        try await Task.sleep(for: .seconds(2))
+        try await expectBalance("half", 30)
+        return "REFUND_PRORATED 50 % → 30 coins taken back, once; the order is partially_refunded"
+    }
+
+    func offerCodeClaimedLater() async throws -> String {
+        // Redeemed in the App Store app: no order, no token — held as unattributed.
+        let redeemed = try await store.buy(
+            "demo-apple-olive", items: [.init(productId: "coins_60")],
+            offers: .init(offerCode: .init(code: "SPRING_COINS", price: 0.49)))
+        guard let transaction = redeemed.transactions.first, let id = transaction.transactionId else {
+            throw DemoFailure("no redemption")
+        }
+        try await Task.sleep(for: .seconds(1))
+        // Later the app forwards the transaction for the signed-in account.
+        let reply = try await call(
+            .POST, "/v1/purchases", ["accountId": "olive", "signedTransaction": redeemed.signedTransactions[0]])
+        guard reply.status == 200 else {
+            throw DemoFailure("POST /v1/purchases answered \(reply.status) \(reply.json)")
+        }
+        try await expectBalance("olive", 60)
+        try await eventually("Set App Account Token") {
+            await self.store.transaction(id)?.payload.appAccountToken != nil
+        }
+        return "offer code SPRING_COINS (ONE_TIME, 0.49) → claimed by olive → 60 coins; Apple now holds olive's token"
     }
 
     func bulk(purchases: Int, seed: UInt64) async throws -> String {

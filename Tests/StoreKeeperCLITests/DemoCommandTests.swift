@@ -14,7 +14,8 @@ import Testing
         for step in [
             "A purchase", "A double tap", "killed between payment and upload", "merged 6 + 30", "Apple down",
             "App Review", "forged receipt", "One Apple ID, two app accounts", "renewed", "billing fails",
-            "billing recovers", "upgraded", "refunded", "24 purchases on 6 StoreKit 1 and 2 devices",
+            "billing recovers", "upgraded", "refunded", "50 % of 60 coins", "claimed later",
+            "24 purchases on 6 StoreKit 1 and 2 devices",
         ] {
             #expect(
                 output.contains("✔")
