@@ -806,6 +806,10 @@ struct GatedBackend: Backend {
         return verdict
     }
 
+    func setConsumptionDataConsent(accountId: String, granted: Bool) async throws {
+        try await inner.setConsumptionDataConsent(accountId: accountId, granted: granted)
+    }
+
     func customerInfo(accountId: String) async throws -> CustomerInfo {
         guard !gate.dead else { throw SimulatedCrash() }
         return try await inner.customerInfo(accountId: accountId)

@@ -300,6 +300,21 @@ import Testing
 
     // Client tokens on every call: an expired one gets 401, the SDK asks for a fresh one once;
     // through Foundation's URLSession, the SDK's default transport.
+    @Test func theAppRecordsTheCustomersConsentThroughTheSDK() async throws {
+        try await Self.withLiveServer("sqlite") { app, server in
+            let tokens: ClientTokenProvider = { account, _ in try await API.clientToken(account) }
+            let device = Self.device(server, "consenting", tokens: tokens, transport: URLSessionTransport())
+            try await device.launch()
+            let coordinator = try #require(await device.coordinator)
+            try await coordinator.setConsumptionDataConsent(true)
+            #expect(try await app.store.consent(of: "consenting").consumptionData == true)
+            #expect(try await app.store.consent(of: "consenting").source == "app")
+            try await coordinator.setConsumptionDataConsent(false)
+            #expect(try await app.store.consent(of: "consenting").consumptionData == false)
+            await device.stop()
+        }
+    }
+
     @Test func clientTokensAreRefreshedOnceOn401() async throws {
         try await Self.withLiveServer("sqlite") { _, server in
             let asked = ManagedCounter()

@@ -248,6 +248,14 @@ public struct HTTPBackend: Backend {
         }
     }
 
+    /// `PUT /v1/accounts/{accountId}/consent`.
+    public func setConsumptionDataConsent(accountId: String, granted: Bool) async throws {
+        let answer = try await send(
+            "PUT", "v1/accounts/\(Self.path(accountId))/consent", accountId: accountId,
+            body: Data(#"{"consumptionData":\#(granted)}"#.utf8))
+        guard answer.status == 200 else { throw Self.error(answer) }
+    }
+
     public func customerInfo(accountId: String) async throws -> CustomerInfo {
         let answer: Answer
         do {

@@ -90,6 +90,9 @@ public protocol Backend: Sendable {
     /// Cancels an unpaid order (the user cancelled; nothing was charged).
     func cancelOrder(accountId: String, orderId: String) async throws
     func customerInfo(accountId: String) async throws -> CustomerInfo
+    /// Records the customer's answer to "share consumption data with Apple?" (Send Consumption
+    /// Information V2 is sent only with it; docs/consent.md).
+    func setConsumptionDataConsent(accountId: String, granted: Bool) async throws
 }
 
 extension Backend {

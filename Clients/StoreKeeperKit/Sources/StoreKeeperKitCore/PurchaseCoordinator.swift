@@ -787,6 +787,14 @@ public actor PurchaseCoordinator {
     // MARK: The account
 
     /// The server's view of the logged-in account, cached durably; offline, the last one seen.
+    /// Records the logged-in customer's consent to share consumption data with Apple when they
+    /// ask for a refund (Apple's Send Consumption Information is sent only with it). Ask in your
+    /// own words, opt-in, and let them change it later; not the App Tracking Transparency prompt.
+    public func setConsumptionDataConsent(_ granted: Bool) async throws {
+        guard let account = accountId else { throw PurchaseError.notLoggedIn }
+        try await backend.setConsumptionDataConsent(accountId: account, granted: granted)
+    }
+
     public func customerInfo() async throws -> CustomerInfo {
         guard let account = accountId else { throw PurchaseError.notLoggedIn }
         do {

@@ -687,6 +687,8 @@ struct GatedFake: Backend {
         return await inner.submitPurchase(
             accountId: accountId, orderId: orderId, proof: proof, transactionId: transactionId)
     }
+    func setConsumptionDataConsent(accountId: String, granted: Bool) async throws {}
+
     func cancelOrder(accountId: String, orderId: String) async throws {
         try await inner.cancelOrder(accountId: accountId, orderId: orderId)
     }

@@ -130,6 +130,7 @@ final class FakeBackend: Backend, @unchecked Sendable {
         var introductory: IntroductoryOfferEligibility?
         var cancelled: [String] = []
         var expiresIn: TimeInterval? = nil
+        var consents: [String: Bool] = [:]
     }
     let state = Locked(State())
 
@@ -214,6 +215,14 @@ final class FakeBackend: Backend, @unchecked Sendable {
             PurchaseResponse(
                 status: "delivered", transactions: ids.map { .init(transactionId: $0, outcome: outcome) },
                 account: CustomerInfo(accountId: account)))
+    }
+
+    /// The consent answers recorded, per account (the last one counts).
+    var consents: [String: Bool] { state.withValue { $0.consents } }
+
+    func setConsumptionDataConsent(accountId: String, granted: Bool) async throws {
+        if state.withValue({ $0.offline }) { throw BackendError.network("offline") }
+        state.withValue { $0.consents[accountId] = granted }
     }
 
     func cancelOrder(accountId: String, orderId: String) async throws {

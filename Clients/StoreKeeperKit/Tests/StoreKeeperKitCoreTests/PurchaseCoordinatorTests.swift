@@ -37,6 +37,28 @@ final class PurchaseCoordinatorTests: XCTestCase {
         return coordinator
     }
 
+    /// Consent to share consumption data with Apple: the logged-in customer's, recorded at the
+    /// server; nobody logged in, nothing recorded; offline, the error reaches the app.
+    func testConsumptionDataConsentIsTheLoggedInCustomers() async throws {
+        let anonymous = try await started(login: nil)
+        do {
+            try await anonymous.setConsumptionDataConsent(true)
+            XCTFail("recorded without an account")
+        } catch PurchaseError.notLoggedIn {}
+        XCTAssertTrue(backend.consents.isEmpty)
+        let coordinator = try await started(login: "u7")
+        try await coordinator.setConsumptionDataConsent(true)
+        XCTAssertEqual(backend.consents, ["u7": true])
+        try await coordinator.setConsumptionDataConsent(false)
+        XCTAssertEqual(backend.consents, ["u7": false])
+        backend.state.withValue { $0.offline = true }
+        do {
+            try await coordinator.setConsumptionDataConsent(true)
+            XCTFail("offline must throw")
+        } catch {}
+        XCTAssertEqual(backend.consents, ["u7": false])
+    }
+
     // P1: order first, intent durable before the payment, finished after the server's 200.
     func testHappyPathWritesTheIntentBeforePayingAndFinishesAfterTheVerdict() async throws {
         let coordinator = try await started()

@@ -128,6 +128,7 @@ final class NoBackend: Backend, @unchecked Sendable {
         submissions.withValue { $0 += 1 }
         return .retryable(status: nil, code: "network", retryAfter: nil)
     }
+    func setConsumptionDataConsent(accountId: String, granted: Bool) async throws {}
     func cancelOrder(accountId: String, orderId: String) async throws {}
     func customerInfo(accountId: String) async throws -> CustomerInfo { throw BackendError.network("offline") }
 }
