@@ -306,11 +306,12 @@ import Testing
             let device = Self.device(server, "consenting", tokens: tokens, transport: URLSessionTransport())
             try await device.launch()
             let coordinator = try #require(await device.coordinator)
+            let account = device.accountId
             try await coordinator.setConsumptionDataConsent(true)
-            #expect(try await app.store.consent(of: "consenting").consumptionData == true)
-            #expect(try await app.store.consent(of: "consenting").source == "app")
+            #expect(try await app.store.consent(of: account).consumptionData == true)
+            #expect(try await app.store.consent(of: account).source == "app")
             try await coordinator.setConsumptionDataConsent(false)
-            #expect(try await app.store.consent(of: "consenting").consumptionData == false)
+            #expect(try await app.store.consent(of: account).consumptionData == false)
             await device.stop()
         }
     }
