@@ -19,6 +19,15 @@ extension LocalAppStoreServer {
         /// An introductory-offer eligibility JWS.
         var introductoryOfferEligibility: String?
         var winBackOfferId: String?
+        /// `MONTHLY`: a 1-year subscription billed monthly with a 12-month commitment.
+        var billingPlan: String?
+        /// An offer code redeemed in the App Store (no token): `{"code", "price"?}`.
+        var offerCode: OfferCodeBody?
+    }
+
+    struct OfferCodeBody: Codable {
+        var code: String
+        var price: Decimal?
     }
 
     struct PurchaseReply: Codable {
@@ -56,7 +65,10 @@ extension LocalAppStoreServer {
                 let body = try await request.decode(as: PurchaseBody.self, context: context)
                 let items =
                     body.items ?? body.productId.map {
-                        [LocalAppStore.PurchaseItem(productId: $0, quantity: body.quantity ?? 1)]
+                        [
+                            LocalAppStore.PurchaseItem(
+                                productId: $0, quantity: body.quantity ?? 1, billingPlan: body.billingPlan)
+                        ]
                     }
                     ?? []
                 // One payment carries a handful of products (merged payments), never thousands.
@@ -68,7 +80,8 @@ extension LocalAppStoreServer {
                         askToBuy: body.askToBuy ?? false,
                         offers: .init(
                             promotional: body.offer, introductoryEligibilityJWS: body.introductoryOfferEligibility,
-                            winBackOfferId: body.winBackOfferId)))
+                            winBackOfferId: body.winBackOfferId,
+                            offerCode: body.offerCode.map { .init(code: $0.code, price: $0.price) })))
             }
         }
         control.post("pending/:id/approve") { _, context in

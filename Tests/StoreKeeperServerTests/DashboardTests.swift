@@ -211,6 +211,11 @@ import Testing
             #expect(account.body.contains(#"data-action="manual_delivery""#))
             #expect(account.body.contains("ticket 7 (dashboard)"))
             #expect(account.body.contains("Delivered."))
+            #expect(account.body.contains("Consent to share consumption data with Apple: <strong>not asked</strong>"))
+            _ = try await app.store.setConsent("dana", consumptionData: true, source: "app", now: Date())
+            #expect(
+                try await browser.get("/dashboard/accounts/dana").body.contains(
+                    "Consent to share consumption data with Apple: <strong>yes</strong> (app)"))
             // Search: a transaction id leads to its account.
             let transactionId = try #require(bought.transactions[0].transactionId)
             #expect(

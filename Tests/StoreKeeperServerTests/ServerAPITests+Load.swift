@@ -50,7 +50,9 @@ extension ServerAPITests {
             #expect(text.contains("storekeeper_deliveries_total 1"))
             #expect(text.contains("storekeeper_duplicates_suppressed_total 1"))
             #expect(text.contains(#"storekeeper_proofs_rejected_total{code="invalid_signature"} 1"#))
-            #expect(text.contains("storekeeper_jobs_pending 0"))
+            // The purchase carried no appAccountToken (bought without an order): the claim queues
+            // Set App Account Token for the account (docs/external-purchases.md).
+            #expect(text.contains("storekeeper_jobs_pending 1"))
             #expect(text.contains("storekeeper_anomalies_open 0"))
             #expect(text.contains("storekeeper_http_request_duration_seconds"))
             let tagged = try await client.execute(

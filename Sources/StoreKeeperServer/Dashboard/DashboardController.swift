@@ -408,7 +408,17 @@ struct DashboardController {
                 "subject": $0.subject ?? "", "detail": $0.detail,
             ]
         }
+        let consent = try await app.store.consent(of: accountId)
+        let rescissions: [[String: Any]] = try await app.store.consentRescissions(limit: 1000)
+            .filter { $0.accountIds.contains(accountId) }.map {
+                [
+                    "receivedAt": StoreKeeperApp.iso($0.receivedAt), "appTransactionId": $0.appTransactionId ?? "—",
+                    "environment": $0.environment ?? "—",
+                ]
+            }
         let values: [String: Any] = [
+            "consent": consent.consumptionData.map { $0 ? "yes" : "no" } ?? "not asked",
+            "consentSource": consent.source ?? "", "rescissions": rescissions, "hasRescissions": !rescissions.isEmpty,
             "accountId": accountId, "balances": balances, "hasBalances": !balances.isEmpty,
             "entitlements": entitlements, "hasEntitlements": !entitlements.isEmpty, "subscriptions": subscriptions,
             "orders": orders, "hasOrders": !orders.isEmpty, "ledger": ledger, "hasLedger": !ledger.isEmpty,

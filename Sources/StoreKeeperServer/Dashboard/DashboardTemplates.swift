@@ -121,6 +121,9 @@ enum DashboardTemplates {
 
     static let account = """
         <h1>Account <code id="account-id">{{accountId}}</code></h1>
+        <p id="consent">Consent to share consumption data with Apple: <strong>{{consent}}</strong>{{#consentSource}} ({{consentSource}}){{/consentSource}}</p>
+        {{#hasRescissions}}<section><h2>Consent withdrawn by a parent</h2><table id="rescissions"><thead><tr><th>Received</th><th>Apple Account</th><th>Environment</th></tr></thead>
+        <tbody>{{#rescissions}}<tr><td>{{receivedAt}}</td><td><code>{{appTransactionId}}</code></td><td>{{environment}}</td></tr>{{/rescissions}}</tbody></table></section>{{/hasRescissions}}
         <section>
         <h2>Balances</h2>
         {{^balances}}<p class="empty">No balances.</p>{{/balances}}

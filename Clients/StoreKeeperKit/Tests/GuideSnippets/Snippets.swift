@@ -141,6 +141,19 @@ extension Shop {
 
 // MARK: block 7
 
+extension Shop {
+    /// The settings switch "Share usage with Apple when I ask for a refund".
+    func shareConsumptionData(_ granted: Bool) async {
+        do {
+            try await coordinator.setConsumptionDataConsent(granted)
+        } catch {
+            message = "Could not save your choice; try again."
+        }
+    }
+}
+
+// MARK: block 8
+
 struct Breadcrumbs: StoreKeeperLogger {
     let record: @Sendable (String) -> Void
     func log(_ level: LogLevel, _ message: String) {
