@@ -86,7 +86,8 @@ extension CrashRecoveryTests {
                 try await notifications.notification(bodies[index].uuid) != nil,
                 "acknowledged notification \(index) was lost")
         }
-        let settled = Date().addingTimeInterval(30)
+        // Under the whole suite's load (two cores) applying 200 notifications can take a while.
+        let settled = Date().addingTimeInterval(90)
         while try await notifications.pendingCount() > 0, Date() < settled {
             try await Task.sleep(for: .milliseconds(100))
         }
