@@ -89,6 +89,19 @@ extension PurchaseStore {
         return try await database.read { sql in try await Self.accounts(ofAppTransaction: id, sql: sql) }
     }
 
+    /// The Apple Accounts (appTransactionId) an app account bought or ordered with.
+    public func appTransactionIds(of accountId: String) async throws -> [String] {
+        try await database.read { sql in
+            let rows = try await sql.raw(
+                """
+                SELECT app_transaction_id FROM deliveries WHERE account_id = \(bind: accountId) AND app_transaction_id IS NOT NULL
+                UNION SELECT app_transaction_id FROM orders WHERE account_id = \(bind: accountId) AND app_transaction_id IS NOT NULL
+                """
+            ).all()
+            return Set(try rows.map { try $0.decode(column: "app_transaction_id", as: String.self) }).sorted()
+        }
+    }
+
     /// The latest withdrawals of consent, newest first.
     public func consentRescissions(limit: Int = 100) async throws -> [ConsentRescission] {
         try await database.read { sql in

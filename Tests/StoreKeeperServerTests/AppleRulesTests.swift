@@ -579,6 +579,13 @@ import Testing
             let byApp = try await API.call(relay.client, .get, "/v1/app-transactions/\(coins.appTransactionId!)")
             #expect(byApp.json["appTransactionId"] as? String == coins.appTransactionId)
             #expect(try await API.call(relay.client, .get, "/v1/app-transactions/999999999").status == .notFound)
+            // The dashboard's account page lists the Apple Account and shows its app transaction.
+            let browser = DashboardTests.Browser(relay.client)
+            _ = try await browser.post("/dashboard/login", ["key": ServerAPITests.secret])
+            let page = try await browser.get("/dashboard/accounts/helped?appTransaction=\(coins.appTransactionId!)")
+            #expect(page.body.contains("<code>\(coins.appTransactionId!)</code>"))
+            #expect(page.body.contains(#"<table id="app-transaction">"#))
+            #expect(page.body.contains("<tr><th>Original version</th><td>1</td></tr>"))
             #expect(try await API.call(relay.client, .get, "/v1/app-transactions/abc").status == .badRequest)
             let client = try await ServerAPITests.clientToken("helped")
             #expect(

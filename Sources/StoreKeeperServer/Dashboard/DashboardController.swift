@@ -416,7 +416,28 @@ struct DashboardController {
                     "environment": $0.environment ?? "—",
                 ]
             }
-        let values: [String: Any] = [
+        let appleAccounts = try await app.store.appTransactionIds(of: accountId)
+        var appTransaction: [String: Any]?
+        var appTransactionError: String?
+        if let wanted = request.uri.queryParameters.get("appTransaction").map({ String($0) }),
+            appleAccounts.contains(wanted)
+        {
+            // Asked for: Apple is called now (Get App Transaction Info, verified), with a deadline.
+            do {
+                let answer = try await app.appTransactionFacts(wanted)
+                appTransaction = [
+                    "appTransactionId": answer.appTransactionId ?? "—", "environment": answer.environment ?? "—",
+                    "originalApplicationVersion": answer.originalApplicationVersion ?? "—",
+                    "originalPurchaseDate": answer.originalPurchaseDate ?? "—",
+                    "originalPlatform": answer.originalPlatform ?? "—",
+                    "accounts": answer.accountIds.joined(separator: ", "),
+                ]
+            } catch {
+                appTransactionError = "Apple's app transaction is not available now: \(error)"
+            }
+        }
+        var values: [String: Any] = [
+            "appleAccounts": appleAccounts.map { ["id": $0] },
             "consent": consent.consumptionData.map { $0 ? "yes" : "no" } ?? "not asked",
             "consentSource": consent.source ?? "", "rescissions": rescissions, "hasRescissions": !rescissions.isEmpty,
             "accountId": accountId, "balances": balances, "hasBalances": !balances.isEmpty,
@@ -424,6 +445,8 @@ struct DashboardController {
             "orders": orders, "hasOrders": !orders.isEmpty, "ledger": ledger, "hasLedger": !ledger.isEmpty,
             "audit": audit, "hasAudit": !audit.isEmpty,
         ]
+        if let appTransaction { values["appTransaction"] = appTransaction }
+        if let appTransactionError { values["appTransactionError"] = appTransactionError }
         return page("account", title: "Account \(accountId)", values: values, session: session, request: request)
     }
 

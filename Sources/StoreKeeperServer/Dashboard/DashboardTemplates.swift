@@ -122,6 +122,15 @@ enum DashboardTemplates {
     static let account = """
         <h1>Account <code id="account-id">{{accountId}}</code></h1>
         <p id="consent">Consent to share consumption data with Apple: <strong>{{consent}}</strong>{{#consentSource}} ({{consentSource}}){{/consentSource}}</p>
+        <section id="apple-accounts"><h2>Apple Accounts</h2>
+        {{^appleAccounts}}<p class="empty">No Apple Account seen yet.</p>{{/appleAccounts}}
+        <ul>{{#appleAccounts}}<li><code>{{id}}</code> <a href="?appTransaction={{id}}#apple-accounts">app transaction</a></li>{{/appleAccounts}}</ul>
+        {{#appTransaction}}<table id="app-transaction"><tbody>
+        <tr><th>appTransactionId</th><td>{{appTransactionId}}</td></tr><tr><th>Environment</th><td>{{environment}}</td></tr>
+        <tr><th>Original version</th><td>{{originalApplicationVersion}}</td></tr><tr><th>Original purchase</th><td>{{originalPurchaseDate}}</td></tr>
+        <tr><th>Platform</th><td>{{originalPlatform}}</td></tr><tr><th>Accounts</th><td>{{accounts}}</td></tr></tbody></table>{{/appTransaction}}
+        {{#appTransactionError}}<p class="empty">{{appTransactionError}}</p>{{/appTransactionError}}
+        </section>
         {{#hasRescissions}}<section><h2>Consent withdrawn by a parent</h2><table id="rescissions"><thead><tr><th>Received</th><th>Apple Account</th><th>Environment</th></tr></thead>
         <tbody>{{#rescissions}}<tr><td>{{receivedAt}}</td><td><code>{{appTransactionId}}</code></td><td>{{environment}}</td></tr>{{/rescissions}}</tbody></table></section>{{/hasRescissions}}
         <section>

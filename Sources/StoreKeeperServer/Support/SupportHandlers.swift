@@ -257,6 +257,23 @@ extension StoreKeeperApp {
     /// Get App Transaction Info (`anyTransactionId`): the Apple Account's app transaction,
     /// verified like any signed object — for support and migration without the device.
     func appTransaction(_ anyTransactionId: String) async throws -> Response {
+        try Self.json(try await appTransactionFacts(anyTransactionId))
+    }
+
+    struct AppTransactionAnswer: Encodable {
+        var appTransactionId: String?
+        var bundleId: String?
+        var environment: String?
+        var originalApplicationVersion: String?
+        var originalPurchaseDate: String?
+        var originalPlatform: String?
+        var applicationVersion: String?
+        var preorderDate: String?
+        var accountIds: [String]
+        var signedAppTransactionInfo: String
+    }
+
+    func appTransactionFacts(_ anyTransactionId: String) async throws -> AppTransactionAnswer {
         guard let source = transactionSource else {
             throw APIError(
                 .serviceUnavailable, "apple_unavailable", "no App Store Server API key is configured", retryable: false)
@@ -276,26 +293,13 @@ extension StoreKeeperApp {
         } catch let failure as VerificationFailure {
             throw APIError.verification(failure, status: .badGateway)
         }
-        struct Answer: Encodable {
-            var appTransactionId: String?
-            var bundleId: String?
-            var environment: String?
-            var originalApplicationVersion: String?
-            var originalPurchaseDate: String?
-            var originalPlatform: String?
-            var applicationVersion: String?
-            var preorderDate: String?
-            var accountIds: [String]
-            var signedAppTransactionInfo: String
-        }
         func date(_ ms: Int64?) -> String? { ms.map { Self.iso(Date(timeIntervalSince1970: Double($0) / 1000)) } }
         let accounts = try await store.accounts(ofAppTransaction: app.appTransactionId ?? "")
-        return try Self.json(
-            Answer(
-                appTransactionId: app.appTransactionId, bundleId: app.bundleId, environment: app.receiptType?.rawValue,
-                originalApplicationVersion: app.originalApplicationVersion,
-                originalPurchaseDate: date(app.originalPurchaseDate), originalPlatform: app.originalPlatform?.rawValue,
-                applicationVersion: app.applicationVersion, preorderDate: date(app.preorderDate), accountIds: accounts,
-                signedAppTransactionInfo: signed))
+        return AppTransactionAnswer(
+            appTransactionId: app.appTransactionId, bundleId: app.bundleId, environment: app.receiptType?.rawValue,
+            originalApplicationVersion: app.originalApplicationVersion,
+            originalPurchaseDate: date(app.originalPurchaseDate), originalPlatform: app.originalPlatform?.rawValue,
+            applicationVersion: app.applicationVersion, preorderDate: date(app.preorderDate), accountIds: accounts,
+            signedAppTransactionInfo: signed)
     }
 }
