@@ -23,6 +23,7 @@ extension PurchaseStore {
     static func accountStates(_ accounts: [String], sql: any SQLDatabase) async throws -> [String: AccountState] {
         guard !accounts.isEmpty else { return [:] }
         var states: [String: AccountState] = [:]
+        var commitments: [String: [String: PurchaseStore.SubscriptionRow.Commitment]] = [:]
         for row in try await sql.raw(
             """
             SELECT account_id, 'b' AS kind, currency AS name, amount, NULL AS product_id,
@@ -36,6 +37,11 @@ extension PurchaseStore {
             SELECT account_id, 's' AS kind, status AS name, auto_renew AS amount, product_id,
                    original_transaction_id, expires_at
             FROM subscriptions WHERE account_id IN (\(binds: accounts))
+            UNION ALL
+            SELECT account_id, 'c' AS kind, CAST(COALESCE(commitment_renews, -1) AS TEXT) AS name,
+                   commitment_period * 100 + COALESCE(commitment_periods, 12) AS amount, NULL AS product_id,
+                   original_transaction_id, commitment_expires_at AS expires_at
+            FROM subscriptions WHERE account_id IN (\(binds: accounts)) AND billing_plan = 'MONTHLY'
             UNION ALL
             SELECT account_id, 'g' AS kind, entitlement_id AS name, NULL AS amount, NULL AS product_id,
                    grant_id AS original_transaction_id, expires_at
@@ -53,6 +59,14 @@ extension PurchaseStore {
                         productId: try row.decode(column: "product_id", as: String.self), status: name,
                         expiresAt: try row.decode(column: "expires_at", as: Int64?.self).map(Date.init(milliseconds:)),
                         autoRenew: try row.decode(column: "amount", as: Int64.self) != 0))
+            } else if kind == "c" {
+                // Attached to its subscription once every row is read.
+                commitments[account, default: [:]][try row.decode(column: "original_transaction_id", as: String.self)] =
+                    PurchaseStore.SubscriptionRow.Commitment(
+                        period: try row.decode(column: "amount", as: Int.self) / 100,
+                        periods: try row.decode(column: "amount", as: Int.self) % 100,
+                        expiresAt: try row.decode(column: "expires_at", as: Int64?.self).map(Date.init(milliseconds:)),
+                        renews: name == "-1" ? nil : name == "1")
             } else if kind == "b" {
                 states[account, default: AccountState()].balances[name] = try row.decode(
                     column: "amount", as: Int64.self)
@@ -70,6 +84,13 @@ extension PurchaseStore {
                         originalTransactionId: try row.decode(column: "original_transaction_id", as: String.self),
                         expiresAt: try row.decode(column: "expires_at", as: Int64?.self).map(Date.init(milliseconds:))))
             }
+        }
+        for (account, byOriginal) in commitments {
+            guard var state = states[account] else { continue }
+            for index in state.subscriptions.indices {
+                state.subscriptions[index].commitment = byOriginal[state.subscriptions[index].originalTransactionId]
+            }
+            states[account] = state
         }
         return states
     }

@@ -51,5 +51,15 @@ public struct PurchaseStore: Sendable {
         public var status: String
         public var expiresAt: Date?
         public var autoRenew: Bool
+        /// A monthly plan with a 12-month commitment: this period, the commitment's end, and
+        /// whether a new commitment follows it (nil: not known).
+        public var commitment: Commitment? = nil
+
+        public struct Commitment: Sendable, Hashable {
+            public var period: Int
+            public var periods: Int
+            public var expiresAt: Date?
+            public var renews: Bool?
+        }
     }
 }

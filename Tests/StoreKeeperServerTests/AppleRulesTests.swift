@@ -493,6 +493,10 @@ import Testing
             #expect(cancelled.willRenew)
             #expect(cancelled.endsAt == cancelled.commitment?.expiresAt)
             #expect(try await relay.subscription("committed")?["autoRenew"] as? Bool == true)
+            let shown = try #require(try await relay.subscription("committed")?["commitment"] as? [String: Any])
+            #expect(shown["billingPeriod"] as? Int == 4 && shown["totalBillingPeriods"] as? Int == 12)
+            #expect(shown["renews"] as? Bool == false)
+            #expect(shown["expiresAt"] is String)
             // It keeps billing monthly to period 12…
             for _ in 0..<8 {
                 await store.advance(by: 31 * 86_400)

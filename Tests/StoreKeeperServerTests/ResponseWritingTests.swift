@@ -51,7 +51,13 @@ import Testing
             subscriptions: (0..<Int.random(in: 0...3, using: &generator)).map { _ in
                 AccountJSON.Subscription(
                     originalTransactionId: text(&generator), productId: text(&generator), status: text(&generator),
-                    expiresAt: maybe(&generator), autoRenew: Bool.random(using: &generator))
+                    expiresAt: maybe(&generator), autoRenew: Bool.random(using: &generator),
+                    commitment: Bool.random(using: &generator)
+                        ? nil
+                        : AccountJSON.Commitment(
+                            billingPeriod: Int.random(in: 1...12, using: &generator), totalBillingPeriods: 12,
+                            expiresAt: maybe(&generator),
+                            renews: [nil, true, false].randomElement(using: &generator)!))
             })
     }
 

@@ -35,7 +35,13 @@ extension StoreKeeperApp {
             subscriptions: state.subscriptions.map {
                 AccountJSON.Subscription(
                     originalTransactionId: $0.originalTransactionId, productId: $0.productId, status: $0.status,
-                    expiresAt: $0.expiresAt.map(Self.iso), autoRenew: $0.autoRenew)
+                    expiresAt: $0.expiresAt.map(Self.iso), autoRenew: $0.autoRenew,
+                    commitment: $0.commitment.map {
+                        AccountJSON.Commitment(
+                            billingPeriod: $0.period, totalBillingPeriods: $0.periods,
+                            expiresAt: $0.expiresAt.map(Self.iso),
+                            renews: $0.renews)
+                    })
             })
     }
 

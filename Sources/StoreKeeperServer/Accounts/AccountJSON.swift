@@ -23,6 +23,17 @@ struct AccountJSON: Encodable {
         var status: String
         var expiresAt: String?
         var autoRenew: Bool
+        /// Billed monthly with a 12-month commitment (absent for a plan billed up front).
+        var commitment: Commitment? = nil
+    }
+
+    /// `billingPeriod` of `totalBillingPeriods`, the commitment's end, and whether a new
+    /// commitment follows (absent: not known). A cancel inside a commitment stops only that.
+    struct Commitment: Encodable {
+        var billingPeriod: Int
+        var totalBillingPeriods: Int
+        var expiresAt: String?
+        var renews: Bool?
     }
 
     var accountId: String
@@ -77,6 +88,15 @@ extension AccountJSON.Subscription: JSONWritable {
     func write(to json: inout JSONOutput) {
         json.beginObject()
         json.field("autoRenew", autoRenew)
+        if let commitment {
+            json.key("commitment")
+            json.beginObject()
+            json.field("billingPeriod", commitment.billingPeriod)
+            json.field("expiresAt", commitment.expiresAt)
+            if let renews = commitment.renews { json.field("renews", renews) }
+            json.field("totalBillingPeriods", commitment.totalBillingPeriods)
+            json.endObject()
+        }
         json.field("expiresAt", expiresAt)
         json.field("originalTransactionId", originalTransactionId)
         json.field("productId", productId)
