@@ -271,19 +271,55 @@ public struct CustomerInfo: Codable, Sendable, Equatable {
         public var status: String
         public var expiresAt: Date?
         public var autoRenew: Bool?
+        /// Billed monthly with a 12-month commitment: show "month 4 of 12, renews until …".
+        public var commitment: Commitment?
+
+        public struct Commitment: Codable, Sendable, Equatable {
+            public var billingPeriod: Int
+            public var totalBillingPeriods: Int
+            public var expiresAt: Date?
+            /// Whether a new commitment follows this one (nil: not known).
+            public var renews: Bool?
+
+            public init(billingPeriod: Int, totalBillingPeriods: Int, expiresAt: Date? = nil, renews: Bool? = nil) {
+                self.billingPeriod = billingPeriod
+                self.totalBillingPeriods = totalBillingPeriods
+                self.expiresAt = expiresAt
+                self.renews = renews
+            }
+
+            enum CodingKeys: String, CodingKey { case billingPeriod, totalBillingPeriods, expiresAt, renews }
+            public init(from decoder: Decoder) throws {
+                let container = try decoder.container(keyedBy: CodingKeys.self)
+                billingPeriod = try container.decode(Int.self, forKey: .billingPeriod)
+                totalBillingPeriods = try container.decodeIfPresent(Int.self, forKey: .totalBillingPeriods) ?? 12
+                expiresAt = try container.decodeIfPresent(String.self, forKey: .expiresAt).flatMap(ISODate.parse)
+                renews = try container.decodeIfPresent(Bool.self, forKey: .renews)
+            }
+            public func encode(to encoder: Encoder) throws {
+                var container = encoder.container(keyedBy: CodingKeys.self)
+                try container.encode(billingPeriod, forKey: .billingPeriod)
+                try container.encode(totalBillingPeriods, forKey: .totalBillingPeriods)
+                try container.encodeIfPresent(expiresAt.map(ISODate.format), forKey: .expiresAt)
+                try container.encodeIfPresent(renews, forKey: .renews)
+            }
+        }
 
         public init(
             originalTransactionId: String, productId: String, status: String, expiresAt: Date? = nil,
-            autoRenew: Bool? = nil
+            autoRenew: Bool? = nil, commitment: Commitment? = nil
         ) {
             self.originalTransactionId = originalTransactionId
             self.productId = productId
             self.status = status
             self.expiresAt = expiresAt
             self.autoRenew = autoRenew
+            self.commitment = commitment
         }
 
-        enum CodingKeys: String, CodingKey { case originalTransactionId, productId, status, expiresAt, autoRenew }
+        enum CodingKeys: String, CodingKey {
+            case originalTransactionId, productId, status, expiresAt, autoRenew, commitment
+        }
         public init(from decoder: Decoder) throws {
             let container = try decoder.container(keyedBy: CodingKeys.self)
             originalTransactionId = try container.decode(String.self, forKey: .originalTransactionId)
@@ -291,6 +327,8 @@ public struct CustomerInfo: Codable, Sendable, Equatable {
             status = try container.decode(String.self, forKey: .status)
             expiresAt = try container.decodeIfPresent(String.self, forKey: .expiresAt).flatMap(ISODate.parse)
             autoRenew = try container.decodeIfPresent(Bool.self, forKey: .autoRenew)
+            // Tolerant: a commitment this version cannot read is left out, never a failed decode.
+            commitment = try? container.decodeIfPresent(Commitment.self, forKey: .commitment)
         }
         public func encode(to encoder: Encoder) throws {
             var container = encoder.container(keyedBy: CodingKeys.self)
@@ -299,6 +337,7 @@ public struct CustomerInfo: Codable, Sendable, Equatable {
             try container.encode(status, forKey: .status)
             try container.encodeIfPresent(expiresAt.map(ISODate.format), forKey: .expiresAt)
             try container.encodeIfPresent(autoRenew, forKey: .autoRenew)
+            try container.encodeIfPresent(commitment, forKey: .commitment)
         }
     }
     public var accountId: String

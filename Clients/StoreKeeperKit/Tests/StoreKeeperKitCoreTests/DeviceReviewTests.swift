@@ -515,6 +515,25 @@ final class DeviceReviewTests: XCTestCase {
         await coordinator.shutdown()
     }
 
+    /// A commitment plan as the server shows it; one this version cannot read is left out.
+    func testACommitmentIsReadAndAMalformedOneIsIgnored() throws {
+        let json = #"""
+            {"accountId":"u","subscriptions":[
+              {"originalTransactionId":"1","productId":"pro_yearly","status":"active","autoRenew":true,
+               "commitment":{"billingPeriod":4,"totalBillingPeriods":12,"expiresAt":"2026-01-01T00:00:00.000Z","renews":false}},
+              {"originalTransactionId":"2","productId":"pro_yearly","status":"active","commitment":{"billingPeriod":"four"}}]}
+            """#
+        let decoded = try JSONDecoder().decode(CustomerInfo.self, from: Data(json.utf8))
+        XCTAssertEqual(
+            decoded.subscriptions.first?.commitment,
+            .init(
+                billingPeriod: 4, totalBillingPeriods: 12, expiresAt: Date(timeIntervalSince1970: 1_767_225_600),
+                renews: false))
+        XCTAssertNil(decoded.subscriptions.last?.commitment)
+        let again = try JSONDecoder().decode(CustomerInfo.self, from: try JSONEncoder().encode(decoded))
+        XCTAssertEqual(again, decoded)
+    }
+
     // MARK: Finding 14: one drive loop; a trigger storm resets backoff once.
 
     func testOneDriveLoopAndDebouncedTriggers() async throws {
