@@ -65,13 +65,14 @@ extension LocalAppStore {
         try append(payload)
     }
 
-    /// Tokens issued ~10 days ago and never reported get Apple's UNREPORTED reminder.
-    public func remindUnreportedTokens() throws {
+    /// Tokens issued ~10 days ago and never reported get Apple's UNREPORTED reminder, once (run
+    /// with the other due events whenever the clock moves).
+    func remindUnreportedTokens() {
         let now = clock.now()
         for (id, token) in externalTokens.sorted(by: { $0.key < $1.key })
         where token.reports.isEmpty && now.timeIntervalSince(token.created) >= 10 * 86_400 && !token.reminded {
             externalTokens[id]?.reminded = true
-            try notifyExternalPurchaseToken(id, subtype: .unreported)
+            try? notifyExternalPurchaseToken(id, subtype: .unreported)
         }
     }
 

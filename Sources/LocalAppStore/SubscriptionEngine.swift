@@ -153,6 +153,7 @@ extension LocalAppStore {
                 guard let subscription = subscriptions[id], step(subscription, now: now) else { break }
             }
         }
+        remindUnreportedTokens()
     }
 
     /// One lifecycle step of a subscription if one is due; false when nothing is.

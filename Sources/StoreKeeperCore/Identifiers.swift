@@ -34,3 +34,14 @@ public enum Identifiers {
     /// detail later (a dashboard, a log, a terminal) shows text, never markup or a look-alike.
     public static func quoted(_ text: String) -> String { QuotedText.quoted(text) }
 }
+
+/// A payment the app's backend took on its own web checkout, delivered through the one path
+/// as transaction `web:<paymentId>`: no Apple to tell (no account token, no Finish
+/// Transaction) and no Apple commission in its proceeds.
+extension JWSTransactionDecodedPayload {
+    public static let webPrefix = "web:"
+
+    public static func webTransactionId(paymentId: String) -> String { webPrefix + paymentId }
+
+    public var isWebPurchase: Bool { transactionId?.hasPrefix(Self.webPrefix) == true }
+}

@@ -250,11 +250,7 @@ public enum RefundPlanner {
         public var removeEntitlement: String?
         public var reinstateEntitlement: String?
         /// A non-renewing subscription prorated: its window shortened by this share of its length.
-        public var shortenEntitlement: (id: String, share: Int32)? {
-            get { shorten.map { ($0.id, $0.share) } }
-            set { shorten = newValue.map { Shortening(id: $0.id, share: $0.share) } }
-        }
-        var shorten: Shortening?
+        public var shortenEntitlement: Shortening?
         /// The delivery's new refund state, and its order's status.
         public var refunded: Bool?
         /// The share refunded and the units taken back after this plan (both 0 on a reversal).
@@ -267,9 +263,9 @@ public enum RefundPlanner {
         /// delivers it.
         public var recordUndelivered = false
 
-        struct Shortening: Sendable, Hashable {
-            var id: String
-            var share: Int32
+        public struct Shortening: Sendable, Hashable {
+            public var id: String
+            public var share: Int32
         }
     }
 
@@ -334,7 +330,7 @@ public enum RefundPlanner {
                 // Subscriptions lose access through their own state (SubscriptionMachine).
                 break
             case .nonRenewing where share < wholeShare:
-                plan.shortenEntitlement = (entitlement, share)
+                plan.shortenEntitlement = Plan.Shortening(id: entitlement, share: share)
             case .nonConsumable where share < context.revokeNonConsumableAt:
                 // Indivisible: kept below the policy's share (docs/refunds.md).
                 break

@@ -227,7 +227,7 @@ struct BatchDelivery {
             // win-back redeemed on the App Store) claimed by an account now: Apple is told the
             // account's token, so every later renewal and notification carries it.
             if let delivery = plan.delivery, transaction.appAccountToken == nil, delivery.quantity > 0,
-                !transactionId.hasPrefix("web:"),
+                !transaction.isWebPurchase,
                 transaction.inAppOwnershipType != .familyShared, transaction.environment != .xcode,
                 isConsumable || bound == nil
             {

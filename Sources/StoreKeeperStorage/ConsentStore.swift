@@ -103,10 +103,19 @@ extension PurchaseStore {
     }
 
     /// The latest withdrawals of consent, newest first.
-    public func consentRescissions(limit: Int = 100) async throws -> [ConsentRescission] {
-        try await database.read { sql in
-            try await sql.raw(
-                "SELECT * FROM consent_rescissions ORDER BY received_at DESC LIMIT \(bind: max(1, min(limit, 1000)))"
+    /// `appTransactionIds`: only those of these Apple Accounts (an account page's), by index.
+    public func consentRescissions(appTransactionIds: [String]? = nil, limit: Int = 100) async throws
+        -> [ConsentRescission]
+    {
+        if let ids = appTransactionIds, ids.isEmpty { return [] }
+        return try await database.read { sql in
+            let filter: SQLQueryString =
+                appTransactionIds.map { "WHERE app_transaction_id IN (\(binds: $0))" } ?? ""
+            return try await sql.raw(
+                """
+                SELECT * FROM consent_rescissions \(filter)
+                ORDER BY received_at DESC LIMIT \(bind: max(1, min(limit, 1000)))
+                """
             ).all().map { row in
                 ConsentRescission(
                     notificationUUID: try row.decode(column: "notification_uuid", as: String.self),
@@ -161,106 +170,5 @@ extension NotificationApplier {
                 "notificationUUID": .string(record.notificationUUID),
             ], sql: sql, at: at)
         return ("applied", detail)
-    }
-}
-
-/// Each account's own appAccountToken, for purchases made outside the app (Set App Account
-/// Token): created once, random, stored — stable for the account's life.
-extension PurchaseStore {
-    public static let setTokenJobKind = "set_app_account_token"
-
-    /// The job's payload.
-    public struct ClaimJob: Codable, Sendable, Hashable {
-        public var originalTransactionId: String
-        public var accountId: String
-        public var environment: String
-    }
-
-    static func claimJob(_ originalId: String, account: String, environment: String, sql: any SQLDatabase, now: Date)
-        async throws
-    {
-        let payload = String(
-            decoding: try JSONEncoder().encode(
-                ClaimJob(originalTransactionId: originalId, accountId: account, environment: environment)),
-            as: UTF8.self)
-        try await JobStore.insert(
-            kind: setTokenJobKind, dedupeKey: "\(setTokenJobKind)|\(originalId)|\(account)", payload: payload, sql: sql,
-            now: now)
-    }
-
-    /// The account's token, created on first use.
-    public func accountToken(_ accountId: String, now: Date) async throws -> UUID {
-        try await database.transaction { sql in
-            if let existing = try await sql.raw(
-                "SELECT app_account_token FROM account_tokens WHERE account_id = \(bind: accountId)"
-            ).first()?.decode(column: "app_account_token", as: String.self), let token = UUID(uuidString: existing) {
-                return token
-            }
-            let token = UUID()
-            try await sql.raw(
-                """
-                INSERT INTO account_tokens (account_id, app_account_token, created_at)
-                VALUES (\(bind: accountId), \(bind: token.uuidString.lowercased()), \(bind: now.milliseconds))
-                ON CONFLICT (account_id) DO NOTHING
-                """
-            ).run()
-            let stored = try await sql.raw(
-                "SELECT app_account_token FROM account_tokens WHERE account_id = \(bind: accountId)"
-            ).first()?.decode(column: "app_account_token", as: String.self)
-            return stored.flatMap(UUID.init(uuidString:)) ?? token
-        }
-    }
-
-    /// Whether the subscription (or purchase) is still the account's (a transfer since means
-    /// the job's token is no longer wanted).
-    public func owns(_ accountId: String, originalTransactionId: String) async throws -> Bool {
-        try await database.read { sql in
-            let bound = try await sql.raw(
-                "SELECT account_id FROM ownership WHERE original_transaction_id = \(bind: originalTransactionId)"
-            ).first()?.decode(column: "account_id", as: String.self)
-            if let bound { return bound == accountId }
-            let delivered = try await sql.raw(
-                "SELECT account_id FROM deliveries WHERE transaction_id = \(bind: originalTransactionId)"
-            ).first()?.decode(column: "account_id", as: String.self)
-            return delivered == accountId
-        }
-    }
-}
-
-extension PurchaseStore {
-    public static let finishJobKind = "finish_transaction"
-
-    /// Queues Finish Transaction for deliveries made at least `delay` ago (and at most a week
-    /// ago) that were never finished by this server; returns how many.
-    public func queueFinishes(delay: TimeInterval, now: Date, limit: Int = 200) async throws -> Int {
-        try await database.transaction { sql in
-            let rows = try await sql.raw(
-                """
-                SELECT transaction_id, environment FROM deliveries
-                WHERE finished_at IS NULL AND quantity > 0 AND refunded_at IS NULL
-                AND delivered_at < \(bind: now.addingTimeInterval(-delay).milliseconds)
-                AND delivered_at > \(bind: now.addingTimeInterval(-7 * 86_400).milliseconds)
-                AND environment <> 'Xcode' AND transaction_id NOT LIKE 'web:%'
-                ORDER BY delivered_at LIMIT \(bind: limit)
-                """
-            ).all()
-            for row in rows {
-                let id = try row.decode(column: "transaction_id", as: String.self)
-                let environment = try row.decode(column: "environment", as: String.self)
-                try await JobStore.insert(
-                    kind: Self.finishJobKind, dedupeKey: "\(Self.finishJobKind)|\(id)", payload: "\(environment)|\(id)",
-                    sql: sql, now: now)
-                try await sql.raw("UPDATE deliveries SET finished_at = -1 WHERE transaction_id = \(bind: id)").run()
-            }
-            return rows.count
-        }
-    }
-
-    public func markFinished(_ transactionId: String, now: Date) async throws {
-        try await database.transaction { sql in
-            try await sql.raw(
-                "UPDATE deliveries SET finished_at = \(bind: now.milliseconds) WHERE transaction_id = \(bind: transactionId)"
-            ).run()
-        }
     }
 }

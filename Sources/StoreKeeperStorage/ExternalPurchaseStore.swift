@@ -159,7 +159,7 @@ extension ExternalPurchaseStore {
         }
 
         /// The delivery key: one delivery per payment.
-        public var transactionId: String { "web:\(paymentId)" }
+        public var transactionId: String { JWSTransactionDecodedPayload.webTransactionId(paymentId: paymentId) }
     }
 
     public enum RecordOutcome: Sendable, Hashable {
@@ -419,7 +419,8 @@ extension NotificationStore {
         String, String
     ) {
         try await database.transaction { sql in
-            try await NotificationApplier.refund(record, reversed: false, settings: settings, sql: sql, now: now)
+            try await NotificationApplier.refund(
+                record, reversed: false, settings: settings, sql: sql, now: now, actor: "backend")
         }
     }
 }

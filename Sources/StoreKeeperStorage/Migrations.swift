@@ -437,6 +437,8 @@ public enum Migrations {
                 "ALTER TABLE deliveries ADD COLUMN app_transaction_id TEXT",
                 // Finish Transaction on the server (apple.finishTransactions): -1 queued, else when.
                 "ALTER TABLE deliveries ADD COLUMN finished_at BIGINT",
+                // The finish sweep reads the last week's unfinished deliveries, not the table.
+                "CREATE INDEX deliveries_unfinished ON deliveries (delivered_at) WHERE finished_at IS NULL",
                 "CREATE INDEX deliveries_app_transaction ON deliveries (app_transaction_id)",
                 "CREATE INDEX orders_app_transaction ON orders (app_transaction_id)",
                 // The customer's consent to share consumption data with Apple (Send Consumption
@@ -461,6 +463,7 @@ public enum Migrations {
                 )
                 """,
                 "CREATE INDEX consent_rescissions_received ON consent_rescissions (received_at)",
+                "CREATE INDEX consent_rescissions_app_transaction ON consent_rescissions (app_transaction_id)",
                 // Each account's own appAccountToken, stable, for Set App Account Token: purchases
                 // made outside the app carry it once an account claims them.
                 """

@@ -106,9 +106,10 @@ enum NotificationApplier {
 
     /// REFUND or REVOKE (`reversed` false), REFUND_REVERSED (true): the ledger, the
     /// entitlement, the order, the subscription — each exactly once, audited, with a webhook event.
+    /// `actor`: who decided it, for the audit (`apple`, or `backend` for a web payment's refund).
     static func refund(
         _ record: NotificationRecord, reversed: Bool, settings: NotificationStore.Settings, sql: any SQLDatabase,
-        now: Date
+        now: Date, actor: String = "apple"
     ) async throws -> (String, String) {
         guard let transaction = record.transaction, let transactionId = transaction.transactionId else {
             return ("ignored", "no transaction")
@@ -186,7 +187,7 @@ enum NotificationApplier {
                 ).run()
             }
             try await PurchaseStore.audit(
-                sql, actor: "apple", action: kind, subject: transactionId,
+                sql, actor: actor, action: kind, subject: transactionId,
                 detail:
                     "\(kind) of transaction \(transactionId), never delivered: recorded for account \(Identifiers.quoted(account))",
                 at: at)
@@ -227,7 +228,8 @@ enum NotificationApplier {
                 """
             ).run()
         }
-        if let (entitlement, share) = plan.shortenEntitlement, let purchased = transaction.purchaseDate {
+        if let shortening = plan.shortenEntitlement, let purchased = transaction.purchaseDate {
+            let (entitlement, share) = (shortening.id, shortening.share)
             // A non-renewing window shortened by the refunded share of its length; what it was is
             // kept for an exact reversal.
             if let current = try await sql.raw(
@@ -321,7 +323,7 @@ enum NotificationApplier {
         var detail = "\(kind) of transaction \(transactionId) ('\(delivery.productId)') for account \(account)"
         if let amount { detail += ": \(amount.amount) \(amount.currency)" }
         if !reversed, revocation.isPartial { detail += " (prorated, \(RefundPlanner.percent(revocation.share)))" }
-        try await PurchaseStore.audit(sql, actor: "apple", action: kind, subject: transactionId, detail: detail, at: at)
+        try await PurchaseStore.audit(sql, actor: actor, action: kind, subject: transactionId, detail: detail, at: at)
         try await OutboxStore.append(
             reversed ? "refund_reversed" : "refund",
             [

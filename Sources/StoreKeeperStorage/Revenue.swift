@@ -56,7 +56,7 @@ struct Revenue {
             price: transaction.price, currency: transaction.currency,
             // A web checkout's payment is the developer's own (Apple's commission on link-outs,
             // where one applies, is invoiced apart and not modelled here).
-            percent: transaction.transactionId?.hasPrefix("web:") == true
+            percent: transaction.isWebPurchase
                 ? 100 : Proceeds.percent(of: transaction, earlierPeriods: earlier), periodStart: periodStart,
             periodEnd: periodEnd)
     }

@@ -420,9 +420,10 @@ import Testing
             #expect(second.lineItems?.first?.referenceLineItemId == report.lineItems?.first?.lineItemId)
             #expect(try await API.call(relay.client, .post, "/v1/purchases/web/nope/refund").status == .notFound)
 
-            // Apple's UNREPORTED nag about a token nobody here knew: UNRECOGNIZED_TOKEN.
+            // Apple's UNREPORTED nag, ten days on, about a token nobody here knew:
+            // UNRECOGNIZED_TOKEN. The reported token gets no nag.
             let stranger = await store.issueExternalPurchaseToken()
-            try await store.notifyExternalPurchaseToken(stranger, subtype: .unreported)
+            await store.advance(by: 11 * 86_400)
             #expect(try await relay.deliver() == ["EXTERNAL_PURCHASE_TOKEN"])
             let nag = try #require(await store.externalToken(stranger)?.reports.first)
             #expect(await store.externalReport(nag)?.status == "UNRECOGNIZED_TOKEN")

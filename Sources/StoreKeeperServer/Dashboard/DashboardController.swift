@@ -409,14 +409,14 @@ struct DashboardController {
             ]
         }
         let consent = try await app.store.consent(of: accountId)
-        let rescissions: [[String: Any]] = try await app.store.consentRescissions(limit: 1000)
-            .filter { $0.accountIds.contains(accountId) }.map {
+        let appleAccounts = try await app.store.appTransactionIds(of: accountId)
+        let rescissions: [[String: Any]] = try await app.store.consentRescissions(appTransactionIds: appleAccounts)
+            .map {
                 [
                     "receivedAt": StoreKeeperApp.iso($0.receivedAt), "appTransactionId": $0.appTransactionId ?? "—",
                     "environment": $0.environment ?? "—",
                 ]
             }
-        let appleAccounts = try await app.store.appTransactionIds(of: accountId)
         var appTransaction: [String: Any]?
         var appTransactionError: String?
         if let wanted = request.uri.queryParameters.get("appTransaction").map({ String($0) }),
