@@ -379,6 +379,9 @@ import Testing
             for bad in [
                 #"{"store":"web","accountId":"webber","productId":"coins_60","paymentId":"p","price":"-1","currency":"EUR"}"#,
                 #"{"store":"web","accountId":"webber","productId":"coins_60","paymentId":"p","price":"1e400","currency":"EUR"}"#,
+                #"{"store":"web","accountId":"webber","productId":"coins_60","paymentId":"p","price":"1.2.3","currency":"EUR"}"#,
+                #"{"store":"web","accountId":"webber","productId":"coins_60","paymentId":"p","price":".5","currency":"EUR"}"#,
+                #"{"store":"web","accountId":"webber","productId":"coins_60","paymentId":"p","price":1e400,"currency":"EUR"}"#,
                 #"{"store":"web","accountId":"webber","productId":"coins_60","paymentId":"p","price":1,"currency":"euro"}"#,
                 #"{"store":"web","accountId":"webber","productId":"coins_60","price":1,"currency":"EUR"}"#,
                 #"{"store":"web","accountId":"webber","productId":"coins_60","paymentId":"p","price":1,"currency":"EUR","taxAmount":2}"#,

@@ -12,8 +12,11 @@ struct FlexibleDecimal: Decodable, Hashable {
     init(from decoder: any Decoder) throws {
         let container = try decoder.singleValueContainer()
         if let text = try? container.decode(String.self) {
-            guard text.count <= 32, let value = Decimal(string: text, locale: Locale(identifier: "en_US_POSIX")),
-                text.allSatisfy({ $0.isNumber || $0 == "." || $0 == "-" })
+            // Digits, at most one point: "1.2.3", "1e3", "-1" or " 1" are not amounts.
+            let parts = text.split(separator: ".", omittingEmptySubsequences: false)
+            guard text.count <= 24, (1...2).contains(parts.count),
+                parts.allSatisfy({ !$0.isEmpty && $0.allSatisfy { $0.isASCII && $0.isNumber } }),
+                let value = Decimal(string: text, locale: Locale(identifier: "en_US_POSIX"))
             else { throw DecodingError.dataCorruptedError(in: container, debugDescription: "not a decimal") }
             self.value = value
         } else {
