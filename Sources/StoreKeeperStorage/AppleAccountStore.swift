@@ -15,16 +15,29 @@ extension PurchaseStore {
         public var environment: String
     }
 
-    static func claimJob(_ originalId: String, account: String, environment: String, sql: any SQLDatabase, now: Date)
-        async throws
-    {
-        let payload = String(
-            decoding: try JSONEncoder().encode(
-                ClaimJob(originalTransactionId: originalId, accountId: account, environment: environment)),
-            as: UTF8.self)
-        try await JobStore.insert(
-            kind: setTokenJobKind, dedupeKey: "\(setTokenJobKind)|\(originalId)|\(account)", payload: payload, sql: sql,
-            now: now)
+    /// The Set App Account Token jobs of a batch's claims: one multi-row insert beside the
+    /// batch's other writes (a claim already queued is left as it is).
+    static func claimJobs(
+        _ claims: [(originalId: String, account: String, environment: String, at: Date)], sql: any SQLDatabase
+    ) throws -> (any SQLExpression)? {
+        guard !claims.isEmpty else { return nil }
+        var insert = sql.insert(into: "jobs").columns(
+            "id", "kind", "dedupe_key", "payload", "status", "attempts", "run_at", "created_at", "stuck_reported")
+        var seen = Set<String>()
+        for claim in claims where seen.insert("\(claim.originalId)|\(claim.account)").inserted {
+            let payload = String(
+                decoding: try JSONEncoder().encode(
+                    ClaimJob(
+                        originalTransactionId: claim.originalId, accountId: claim.account,
+                        environment: claim.environment)),
+                as: UTF8.self)
+            let at = claim.at.milliseconds
+            insert = insert.values([
+                RowIdentifiers.uuidString(), setTokenJobKind, "\(setTokenJobKind)|\(claim.originalId)|\(claim.account)",
+                payload, "pending", 0, at, at, 0,
+            ])
+        }
+        return insert.ignoringConflicts(with: ["dedupe_key"]).insert
     }
 
     /// The account's token, created on first use.

@@ -223,10 +223,12 @@ struct BatchDelivery {
             results.append(
                 .init(plan: plan, existing: context.existingDelivery, subscriptionEffects: subscriptionEffects))
 
-            // A purchase made outside the app (no token: an offer code, a promoted purchase or a
-            // win-back redeemed on the App Store) claimed by an account now: Apple is told the
-            // account's token, so every later renewal and notification carries it.
+            // A purchase made outside the app (no token, no order: an offer code, a promoted
+            // purchase or a win-back redeemed on the App Store) claimed by an account now: Apple is
+            // told the account's token, so every later renewal and notification carries it. One that
+            // pays an order (a StoreKit 1 receipt, whose entries never show the token) is the app's.
             if let delivery = plan.delivery, transaction.appAccountToken == nil, delivery.quantity > 0,
+                plan.order == nil,
                 !transaction.isWebPurchase,
                 transaction.inAppOwnershipType != .familyShared, transaction.environment != .xcode,
                 isConsumable || bound == nil
@@ -298,6 +300,7 @@ struct BatchDelivery {
             }
             inserts.append(insert.insert)
         }
+        if let jobs = try PurchaseStore.claimJobs(claims, sql: sql) { inserts.append(jobs) }
         if combineWrites && inserts.count > 1 {
             // PostgreSQL: one statement (data-modifying WITH), one round trip for all of them.
             try await sql.execute(sql: CombinedWrites(writes: inserts)) { _ in }
@@ -309,10 +312,6 @@ struct BatchDelivery {
             || plan.grants.contains(where: { if case .entitlement = $0 { true } else { false } })
         {
             try await PurchaseStore.apply(plan, transaction: transaction, context: context, sql: sql, now: now)
-        }
-        for claim in claims {
-            try await PurchaseStore.claimJob(
-                claim.originalId, account: claim.account, environment: claim.environment, sql: sql, now: claim.at)
         }
         try await SubscriptionStore.apply(subscriptionWrites, sql: sql)
         try await OfferStore.record(offerFacts, sql: sql)
