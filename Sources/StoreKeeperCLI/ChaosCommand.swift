@@ -188,6 +188,8 @@ struct ChaosRunResult: Codable, Sendable {
     /// Apple's CONSUMPTION_REQUESTs in the run, and how many were answered more than once.
     var consumptionRequests: Int = 0
     var consumptionAnsweredAgain: Int = 0
+    /// Requests whose customer had not consented: rightly never answered.
+    var consumptionWithheld: Int = 0
     var settleSeconds: Double = 0
     var problems: [String] = []
 
@@ -200,10 +202,11 @@ struct ChaosRunResult: Codable, Sendable {
         let verdict = clean ? "clean" : "FAILED: \(problems.prefix(3).joined(separator: "; "))"
         return String(
             format:
-                "run %2d  %-9@ at %4.1f s  paid %4d (renewals %3d)  refunds %2d  debits %3d  notifications %3d  lost %d  doubled %d  subscriptions %d/%d  balances≠ledger %d  webhooks %d (+%d retried)  consumption %d (+%d again)  settled %.1f s  %@",
+                "run %2d  %-9@ at %4.1f s  paid %4d (renewals %3d)  refunds %2d  debits %3d  notifications %3d  lost %d  doubled %d  subscriptions %d/%d  balances≠ledger %d  webhooks %d (+%d retried)  consumption %d (+%d again, %d withheld)  settled %.1f s  %@",
             run, fault.rawValue, faultAtSeconds, paid, renewals, refunds, debits, notificationsSent, lost, doubled,
             subscriptions - subscriptionMismatches, subscriptions, balanceMismatches, webhookEvents,
-            webhookRedeliveries, consumptionRequests, consumptionAnsweredAgain, settleSeconds, verdict)
+            webhookRedeliveries, consumptionRequests, consumptionAnsweredAgain, consumptionWithheld, settleSeconds,
+            verdict)
     }
 }
 

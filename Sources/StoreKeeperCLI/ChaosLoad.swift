@@ -28,6 +28,12 @@ final class ChaosLoad: Sendable {
         /// Transactions a customer asked Apple to refund (each once: a second request would be a
         /// second CONSUMPTION_REQUEST, rightly answered a second time).
         var refundRequested: Set<String> = []
+        /// Accounts whose customer consented to sharing consumption data (recorded through
+        /// `PUT /v1/accounts/{id}/consent` before the refund request): only their requests are
+        /// answered — Apple's rule since Consumption Information V2.
+        var consented: Set<String> = []
+        /// Accounts whose customer never consents.
+        var declined: Set<String> = []
     }
     let state = Mutex(State())
 
@@ -43,6 +49,12 @@ final class ChaosLoad: Sendable {
     func appleIds() -> [String] { state.withLock { Array($0.owners.keys) } }
     func account(ofAppleId appleId: String) -> String? { state.withLock { $0.owners[appleId] } }
     func acknowledgedDebits() -> [String] { state.withLock { Array($0.acknowledgedDebits) } }
+    /// The account a paid transaction was bought for, and whether its customer consented.
+    func consent(ofTransaction id: String) -> (account: String, consented: Bool)? {
+        state.withLock { state in
+            state.paid[id].map { ($0.account, state.consented.contains($0.account)) }
+        }
+    }
 
     // MARK: HTTP
 
@@ -181,6 +193,22 @@ final class ChaosLoad: Sendable {
                 }
                 if !candidates.isEmpty {
                     let id = candidates[random.below(candidates.count)]
+                    // Half the customers consented in the app, decided once per account before
+                    // its first request (recorded before they ask Apple; a consent the server
+                    // did not confirm is not asked with).
+                    let consents = random.below(2) == 0
+                    if let account = state.withLock({ $0.paid[id]?.account }),
+                        state.withLock({ !$0.consented.contains(account) && !$0.declined.contains(account) })
+                    {
+                        if consents {
+                            let reply = await retrying(
+                                .PUT, "/v1/accounts/\(account)/consent", ["consumptionData": true], deadline: end)
+                            guard reply.status == 200 else { continue }
+                            state.withLock { _ = $0.consented.insert(account) }
+                        } else {
+                            state.withLock { _ = $0.declined.insert(account) }
+                        }
+                    }
                     state.withLock { _ = $0.refundRequested.insert(id) }
                     try? await store.requestRefund(id)
                 }

@@ -383,15 +383,22 @@ final class ChaosWorld: Sendable {
             result.problems.append("notifications never recorded: \(missingNotifications.count)")
         }
 
-        // Jobs: every CONSUMPTION_REQUEST answered (Send Consumption Information, from a job
-        // whichever instance claims it) — once, as Apple records it, unless an instance or the
-        // database was lost between Apple's answer and the job marked done (then at least once).
+        // Jobs: every CONSUMPTION_REQUEST of a customer who consented answered (Send
+        // Consumption Information, from a job whichever instance claims it) — once, as Apple
+        // records it, unless an instance or the database was lost between Apple's answer and the
+        // job marked done (then at least once); one without consent never answered.
         for appleId in load.appleIds() {
             for stored in await store.history(of: appleId) where stored.consumptionRequested {
                 result.consumptionRequests += 1
                 let answers = stored.consumptionReceived.count
                 let id = stored.payload.transactionId ?? "?"
-                if answers == 0 {
+                let consented = load.consent(ofTransaction: id)?.consented ?? false
+                if !consented {
+                    result.consumptionWithheld += 1
+                    if answers > 0 {
+                        result.problems.append("consumption request for \(id) answered without the customer's consent")
+                    }
+                } else if answers == 0 {
                     result.problems.append("consumption request for \(id) never answered")
                 } else if answers > 1 {
                     result.consumptionAnsweredAgain += 1
