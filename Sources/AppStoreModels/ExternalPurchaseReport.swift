@@ -45,6 +45,13 @@ public struct ExternalPurchaseLineItem: Codable, Hashable, Sendable {
     public var erroneouslySubmitted: Bool?
     /// Refunds and subscription events: the line item they refer to.
     public var referenceLineItemId: String?
+    /// `SubscriptionBuyLineItem`: `SUBSCRIPTION_START`, `RENEWAL`, `SUBSCRIPTION_CHANGE`,
+    /// `SUBSCRIPTION_PAYMENT`.
+    public var subscriptionEvent: String?
+    /// `SubscriptionBuyLineItem`: the paid period (ms) and its length in days.
+    public var subscriptionStartDate: Int64?
+    public var subscriptionEndDate: Int64?
+    public var subscriptionDaysOfPaidService: Int64?
 
     public init(
         lineItemId: String?, creationDate: Int64?, eventType: String?, productType: String?,
@@ -67,6 +74,14 @@ public struct ExternalPurchaseLineItem: Codable, Hashable, Sendable {
         self.taxCountry = taxCountry
         self.referenceLineItemId = referenceLineItemId
     }
+
+    /// `productType` of one-time products.
+    public static let oneTimeBuy = "ONE_TIME_BUY"
+    /// `productType` of subscriptions (Apple's value is [unconfirmed] in the digest).
+    public static let subscription = "SUBSCRIPTION"
+    public static let subscriptionEvents: Set<String> = [
+        "SUBSCRIPTION_START", "RENEWAL", "SUBSCRIPTION_CHANGE", "SUBSCRIPTION_PAYMENT",
+    ]
 }
 
 /// `SendReportSuccessResponse`.

@@ -120,7 +120,24 @@ extension LocalAppStore {
                 let tax = item.taxAmount, inclusive == exclusive + tax, item.netAmountTaxExclusive != nil
             else { throw ReportRefusal(code: 4_000_010, message: "line item is malformed") }
             switch item.eventType {
+            case "BUY" where item.productType == ExternalPurchaseLineItem.subscription:
+                // SubscriptionBuyLineItem: its event, its paid period; after the start, the
+                // first payment's line item referenced.
+                guard let event = item.subscriptionEvent, ExternalPurchaseLineItem.subscriptionEvents.contains(event),
+                    let start = item.subscriptionStartDate, let end = item.subscriptionEndDate, end > start,
+                    (item.subscriptionDaysOfPaidService ?? 0) > 0
+                else { throw ReportRefusal(code: 4_000_014, message: "subscription line item is malformed") }
+                if event != "SUBSCRIPTION_START" {
+                    guard let reference = item.referenceLineItemId, buys[reference] != nil else {
+                        throw ReportRefusal(
+                            code: 4_000_015, message: "a renewal must reference the subscription's reported first buy")
+                    }
+                }
+                buys[lineId] = inclusive
             case "BUY":
+                guard item.productType == ExternalPurchaseLineItem.oneTimeBuy, item.subscriptionEvent == nil else {
+                    throw ReportRefusal(code: 4_000_016, message: "productType must be ONE_TIME_BUY or SUBSCRIPTION")
+                }
                 buys[lineId] = inclusive
             case "REFUND":
                 guard let reference = item.referenceLineItemId, let bought = buys[reference] else {

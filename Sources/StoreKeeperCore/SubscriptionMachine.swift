@@ -120,6 +120,9 @@ public struct SubscriptionEvent: Sendable {
         case submittedTransaction
         /// Get All Subscription Statuses: Apple's `status` for the subscription.
         case appleStatus(Int)
+        /// A web subscription's period ended and the app's backend reported no payment for the
+        /// next one (only this server's own record: no store renews a web subscription).
+        case lapsed
     }
 
     public var source: Source
@@ -176,6 +179,14 @@ public enum SubscriptionMachine {
             renewal(&next, event.renewalInfo)
             if let transaction = event.transaction { take(&next, transaction) }
             next.status = status
+        case .lapsed:
+            guard next.status == .active || next.status == .gracePeriod,
+                let expires = next.gracePeriodEndsAt ?? next.expiresAt, expires <= event.signedDate
+            else {
+                return (state, [.ignored("the paid period has not ended, or the subscription is not active")])
+            }
+            next.status = .expired
+            next.gracePeriodEndsAt = nil
         }
         next.signedDate = event.signedDate
         return (next, effects(from: before, to: next))

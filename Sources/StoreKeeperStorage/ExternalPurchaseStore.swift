@@ -95,12 +95,25 @@ public struct ExternalPurchaseStore: Sendable {
         return owner == accountId
     }
 
+    /// One token as recorded, nil when unknown.
+    public func token(_ id: String) async throws -> Token? {
+        try await tokens(only: id).first
+    }
+
     public func tokens(unreportedOnly: Bool = false, limit: Int = 200) async throws -> [Token] {
+        try await tokens(unreportedOnly: unreportedOnly, only: nil, limit: limit)
+    }
+
+    func tokens(unreportedOnly: Bool = false, only: String?, limit: Int = 200) async throws -> [Token] {
         try await database.read { sql in
             let filter: SQLQueryString =
-                unreportedOnly
-                ? "WHERE t.unreported_notices > 0 OR EXISTS (SELECT 1 FROM web_purchases w WHERE w.external_purchase_id = t.external_purchase_id AND (w.reported_buy = 0 OR (w.refunded_at IS NOT NULL AND w.reported_refund = 0)))"
-                : ""
+                if let only {
+                    "WHERE t.external_purchase_id = \(bind: only)"
+                } else if unreportedOnly {
+                    "WHERE t.unreported_notices > 0 OR EXISTS (SELECT 1 FROM web_purchases w WHERE w.external_purchase_id = t.external_purchase_id AND (w.reported_buy = 0 OR (w.refunded_at IS NOT NULL AND w.reported_refund = 0)))"
+                } else {
+                    ""
+                }
             return try await sql.raw(
                 """
                 SELECT t.*, (SELECT COUNT(*) FROM web_purchases w WHERE w.external_purchase_id = t.external_purchase_id
@@ -142,11 +155,21 @@ extension ExternalPurchaseStore {
         public var currency: String
         public var taxCountry: String?
         public var externalPurchaseId: String?
+        /// Subscriptions: the payment that started the subscription (nil: this one), and the end
+        /// of the period this payment paid for (ms).
+        public var originalPaymentId: String?
+        public var expiresAt: Int64?
+        /// When it was recorded (ms), as read back.
+        public var purchasedAt: Int64?
 
         public init(
             paymentId: String, accountId: String, productId: String, quantity: Int, amountMilli: Int64,
-            taxMilli: Int64, currency: String, taxCountry: String?, externalPurchaseId: String?
+            taxMilli: Int64, currency: String, taxCountry: String?, externalPurchaseId: String?,
+            originalPaymentId: String? = nil, expiresAt: Int64? = nil, purchasedAt: Int64? = nil
         ) {
+            self.originalPaymentId = originalPaymentId
+            self.expiresAt = expiresAt
+            self.purchasedAt = purchasedAt
             self.paymentId = paymentId
             self.accountId = accountId
             self.productId = productId
@@ -160,6 +183,35 @@ extension ExternalPurchaseStore {
 
         /// The delivery key: one delivery per payment.
         public var transactionId: String { JWSTransactionDecodedPayload.webTransactionId(paymentId: paymentId) }
+        /// A subscription's key: its first payment's.
+        public var originalTransactionId: String {
+            JWSTransactionDecodedPayload.webTransactionId(paymentId: originalPaymentId ?? paymentId)
+        }
+
+        init(row: some SQLRow) throws {
+            self.init(
+                paymentId: try row.decode(column: "payment_id", as: String.self),
+                accountId: try row.decode(column: "account_id", as: String.self),
+                productId: try row.decode(column: "product_id", as: String.self),
+                quantity: try row.decode(column: "quantity", as: Int.self),
+                amountMilli: try row.decode(column: "amount_milli", as: Int64.self),
+                taxMilli: try row.decode(column: "tax_milli", as: Int64.self),
+                currency: try row.decode(column: "currency", as: String.self),
+                taxCountry: try row.decode(column: "tax_country", as: String?.self),
+                externalPurchaseId: try row.decode(column: "external_purchase_id", as: String?.self),
+                originalPaymentId: try row.decode(column: "original_payment_id", as: String?.self),
+                expiresAt: try row.decode(column: "expires_at", as: Int64?.self),
+                purchasedAt: try row.decode(column: "purchased_at", as: Int64.self))
+        }
+    }
+
+    /// A recorded web payment, nil when unknown.
+    public func payment(_ paymentId: String) async throws -> WebPayment? {
+        try await database.read { sql in
+            try await sql.raw("SELECT * FROM web_purchases WHERE payment_id = \(bind: paymentId)").first().map {
+                try WebPayment(row: $0)
+            }
+        }
     }
 
     public enum RecordOutcome: Sendable, Hashable {
@@ -185,6 +237,8 @@ extension ExternalPurchaseStore {
                     && row.decode(column: "amount_milli", as: Int64.self) == payment.amountMilli
                     && row.decode(column: "currency", as: String.self) == payment.currency
                     && row.decode(column: "external_purchase_id", as: String?.self) == payment.externalPurchaseId
+                    && row.decode(column: "original_payment_id", as: String?.self) == payment.originalPaymentId
+                    && row.decode(column: "expires_at", as: Int64?.self) == payment.expiresAt
                 return same
                     ? .recorded(purchasedAt: Date(milliseconds: try row.decode(column: "purchased_at", as: Int64.self)))
                     : .conflict
@@ -199,12 +253,12 @@ extension ExternalPurchaseStore {
                 """
                 INSERT INTO web_purchases (payment_id, transaction_id, account_id, product_id, quantity, amount_milli,
                                            tax_milli, currency, tax_country, external_purchase_id, line_item_id,
-                                           purchased_at)
+                                           purchased_at, original_payment_id, expires_at)
                 VALUES (\(bind: payment.paymentId), \(bind: payment.transactionId), \(bind: payment.accountId),
                         \(bind: payment.productId), \(bind: payment.quantity), \(bind: payment.amountMilli),
                         \(bind: payment.taxMilli), \(bind: payment.currency), \(bind: payment.taxCountry),
                         \(bind: payment.externalPurchaseId), \(bind: UUID().uuidString.lowercased()),
-                        \(bind: now.milliseconds))
+                        \(bind: now.milliseconds), \(bind: payment.originalPaymentId), \(bind: payment.expiresAt))
                 """
             ).run()
             if reporting, let token = payment.externalPurchaseId {
@@ -241,14 +295,7 @@ extension ExternalPurchaseStore {
                     kind: Self.reportJobKind, dedupeKey: "\(Self.reportJobKind)|\(token)|refund:\(paymentId)",
                     payload: token, sql: sql, now: now)
             }
-            return WebPayment(
-                paymentId: paymentId, accountId: try row.decode(column: "account_id", as: String.self),
-                productId: try row.decode(column: "product_id", as: String.self),
-                quantity: try row.decode(column: "quantity", as: Int.self),
-                amountMilli: try row.decode(column: "amount_milli", as: Int64.self),
-                taxMilli: try row.decode(column: "tax_milli", as: Int64.self),
-                currency: try row.decode(column: "currency", as: String.self),
-                taxCountry: try row.decode(column: "tax_country", as: String?.self), externalPurchaseId: token)
+            return try WebPayment(row: row)
         }
     }
 }
@@ -256,6 +303,35 @@ extension ExternalPurchaseStore {
 // MARK: Reports
 
 extension ExternalPurchaseStore {
+    /// A subscription payment's line item fields: `SUBSCRIPTION_START` for the first payment,
+    /// else `RENEWAL` (or `SUBSCRIPTION_CHANGE` when the product differs from the payment before
+    /// it) referencing the first payment's line item; the paid period and its days.
+    static func subscriptionLineItem(
+        _ item: inout ExternalPurchaseLineItem, _ payment: WebPayment, until expiresAt: Int64, sql: any SQLDatabase
+    ) async throws {
+        let start = payment.purchasedAt ?? expiresAt
+        item.subscriptionStartDate = start
+        item.subscriptionEndDate = expiresAt
+        item.subscriptionDaysOfPaidService = max(1, (expiresAt - start + 86_399_999) / 86_400_000)
+        guard let original = payment.originalPaymentId, original != payment.paymentId else {
+            item.subscriptionEvent = "SUBSCRIPTION_START"
+            return
+        }
+        item.referenceLineItemId = try await sql.raw(
+            "SELECT line_item_id FROM web_purchases WHERE payment_id = \(bind: original)"
+        ).first()?.decode(column: "line_item_id", as: String.self)
+        let previous = try await sql.raw(
+            """
+            SELECT product_id FROM web_purchases
+            WHERE (payment_id = \(bind: original) OR original_payment_id = \(bind: original))
+              AND payment_id <> \(bind: payment.paymentId)
+              AND (purchased_at < \(bind: start) OR (purchased_at = \(bind: start) AND payment_id < \(bind: payment.paymentId)))
+            ORDER BY purchased_at DESC, payment_id DESC LIMIT 1
+            """
+        ).first()?.decode(column: "product_id", as: String.self)
+        item.subscriptionEvent = previous.map { $0 == payment.productId } ?? true ? "RENEWAL" : "SUBSCRIPTION_CHANGE"
+    }
+
     /// The report to send now for `token`: a report that failed for a retryable reason goes
     /// again with its own requestIdentifier and body; otherwise a new one with every line item
     /// not yet reported (a buy before its refund), or — for a token never reported — NO_LINE_ITEM
@@ -287,23 +363,30 @@ extension ExternalPurchaseStore {
                 let currency = try row.decode(column: "currency", as: String.self)
                 let lineItemId = try row.decode(column: "line_item_id", as: String.self)
                 let refunded = try row.decode(column: "refunded_at", as: Int64?.self)
+                let payment = try WebPayment(row: row)
+                let purchasedAt = payment.purchasedAt ?? 0
                 func item(_ id: String, event: String, at: Int64, net: Int64, reference: String?) throws
                     -> ExternalPurchaseLineItem
                 {
                     ExternalPurchaseLineItem(
-                        lineItemId: id, creationDate: at, eventType: event, productType: "ONE_TIME_BUY",
-                        productIdentifier: try row.decode(column: "product_id", as: String.self),
-                        quantity: Int64(try row.decode(column: "quantity", as: Int.self)), pricingCurrency: currency,
-                        reportingCurrency: currency, amountTaxInclusive: amount, amountTaxExclusive: amount - tax,
-                        taxAmount: tax, netAmountTaxExclusive: net,
-                        taxCountry: try row.decode(column: "tax_country", as: String?.self),
-                        referenceLineItemId: reference)
+                        lineItemId: id, creationDate: at, eventType: event,
+                        productType: payment.expiresAt == nil
+                            ? ExternalPurchaseLineItem.oneTimeBuy : ExternalPurchaseLineItem.subscription,
+                        productIdentifier: payment.productId, quantity: Int64(payment.quantity),
+                        pricingCurrency: currency, reportingCurrency: currency, amountTaxInclusive: amount,
+                        amountTaxExclusive: amount - tax, taxAmount: tax, netAmountTaxExclusive: net,
+                        taxCountry: payment.taxCountry, referenceLineItemId: reference)
                 }
                 if try row.decode(column: "reported_buy", as: Int.self) == 0 {
-                    items.append(
-                        try item(
-                            lineItemId, event: "BUY", at: try row.decode(column: "purchased_at", as: Int64.self),
-                            net: refunded == nil ? amount - tax : 0, reference: nil))
+                    var buy = try item(
+                        lineItemId, event: "BUY", at: purchasedAt, net: refunded == nil ? amount - tax : 0,
+                        reference: nil)
+                    if let expiresAt = payment.expiresAt {
+                        // A subscription's period: its start, a renewal or a change of product,
+                        // each after the first pointing at the first payment's line item.
+                        try await Self.subscriptionLineItem(&buy, payment, until: expiresAt, sql: sql)
+                    }
+                    items.append(buy)
                 }
                 if let refunded, try row.decode(column: "reported_refund", as: Int.self) == 0,
                     let refundId = try row.decode(column: "refund_line_item_id", as: String?.self)
@@ -316,10 +399,33 @@ extension ExternalPurchaseStore {
                 status = ExternalPurchaseReport.lineItem
             } else if try tokenRow.decode(column: "reported_at", as: Int64?.self) != nil {
                 return nil
+            } else if let account = try tokenRow.decode(column: "account_id", as: String?.self) {
+                // A custom-link token (ACQUISITION / SERVICES) of a customer who already had an
+                // active one of the same type when it was created: Apple's DUPLICATE_TOKEN
+                // (the purchases are reported under the other token).
+                let type = try tokenRow.decode(column: "token_type", as: String?.self)
+                let created =
+                    try tokenRow.decode(column: "created_at", as: Int64?.self)
+                    ?? tokenRow.decode(column: "first_seen_at", as: Int64.self)
+                var duplicate = false
+                if let type, ["ACQUISITION", "SERVICES"].contains(type) {
+                    duplicate =
+                        try await sql.raw(
+                            """
+                            SELECT 1 AS found FROM external_tokens
+                            WHERE account_id = \(bind: account) AND token_type = \(bind: type)
+                              AND external_purchase_id <> \(bind: token)
+                              AND (COALESCE(created_at, first_seen_at) < \(bind: created)
+                                   OR (COALESCE(created_at, first_seen_at) = \(bind: created)
+                                       AND external_purchase_id < \(bind: token)))
+                              AND (expires_at IS NULL OR expires_at > \(bind: created))
+                            LIMIT 1
+                            """
+                        ).first() != nil
+                }
+                status = duplicate ? ExternalPurchaseReport.duplicateToken : ExternalPurchaseReport.noLineItem
             } else {
-                status =
-                    try tokenRow.decode(column: "account_id", as: String?.self) != nil
-                    ? ExternalPurchaseReport.noLineItem : ExternalPurchaseReport.unrecognizedToken
+                status = ExternalPurchaseReport.unrecognizedToken
             }
             let requestId = UUID().uuidString.lowercased()
             let report = ExternalPurchaseReport(

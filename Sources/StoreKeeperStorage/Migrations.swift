@@ -535,6 +535,15 @@ public enum Migrations {
                 "CREATE INDEX external_reports_token ON external_reports (external_purchase_id, created_at)",
             ]
         ),
+        (
+            17,
+            [
+                // Web subscriptions: each payment is a paid period (until `expires_at`) of the
+                // subscription its first payment started (`original_payment_id`).
+                "ALTER TABLE web_purchases ADD COLUMN original_payment_id TEXT",
+                "ALTER TABLE web_purchases ADD COLUMN expires_at BIGINT",
+            ]
+        ),
     ]
 
     /// Applies every migration not yet applied, each in its own transaction. Safe to run from

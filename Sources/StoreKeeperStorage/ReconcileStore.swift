@@ -17,6 +17,7 @@ extension PurchaseStore {
                 SELECT original_transaction_id FROM subscriptions
                 WHERE status IN ('active', 'grace_period')
                 AND COALESCE(grace_ends_at, expires_at) < \(bind: now.milliseconds)
+                AND original_transaction_id NOT LIKE 'web:%'
                 ORDER BY original_transaction_id LIMIT \(unsafeRaw: String(limit))
                 """
             ).all().map { try $0.decode(column: "original_transaction_id", as: String.self) }
@@ -32,7 +33,8 @@ extension PurchaseStore {
             try await sql.raw(
                 """
                 SELECT account_id, MAX(transaction_id) AS transaction_id FROM deliveries
-                WHERE delivered_at >= \(bind: since.milliseconds) GROUP BY account_id ORDER BY account_id
+                WHERE delivered_at >= \(bind: since.milliseconds) AND transaction_id NOT LIKE 'web:%'
+                GROUP BY account_id ORDER BY account_id
                 LIMIT \(unsafeRaw: String(limit))
                 """
             ).all().map {
@@ -67,5 +69,42 @@ extension PurchaseStore {
                         sharedAppleIdLimit: sharedAppleIdLimit)
                 ], sql: sql, combineWrites: false)[0]
         }
+    }
+
+    /// Web subscriptions whose paid period ended without a payment for the next: expired
+    /// through the subscription machine (`.lapsed`), their access removed, their status-change
+    /// event written — up to `limit` per pass. Returns how many lapsed.
+    public func lapseWebSubscriptions(catalog: Catalog, now: Date, limit: Int = 500) async throws -> Int {
+        let due = try await database.read { sql in
+            try await sql.raw(
+                """
+                SELECT original_transaction_id, account_id FROM subscriptions
+                WHERE status IN ('active', 'grace_period')
+                AND COALESCE(grace_ends_at, expires_at) <= \(bind: now.milliseconds)
+                AND original_transaction_id LIKE 'web:%'
+                ORDER BY original_transaction_id LIMIT \(unsafeRaw: String(max(1, limit)))
+                """
+            ).all().map {
+                (
+                    try $0.decode(column: "original_transaction_id", as: String.self),
+                    try $0.decode(column: "account_id", as: String.self)
+                )
+            }
+        }
+        var lapsed = 0
+        let kind = database.kind
+        for (original, account) in due {
+            lapsed += try await database.transaction { sql in
+                try await NotificationStore.lock([original], sql: sql, kind: kind)
+                let before = try await SubscriptionStore.states([original], sql: sql)[original]
+                let (state, effects) = SubscriptionMachine.apply(before, SubscriptionEvent(.lapsed, signedDate: now))
+                guard let state, state != before else { return 0 }
+                try await SubscriptionStore.apply(
+                    [.init(state: state, account: account, effects: effects, catalog: catalog, at: now.milliseconds)],
+                    sql: sql)
+                return 1
+            }
+        }
+        return lapsed
     }
 }

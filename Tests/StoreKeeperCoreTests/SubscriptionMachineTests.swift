@@ -57,6 +57,36 @@ import Testing
         return state!
     }
 
+    /// A web subscription's period ending without a payment (`.lapsed`): expired only once the
+    /// period (or its grace) is over, and only from active or grace; never before, never a
+    /// revoked or expired one, never an older event than the state's.
+    @Test func aLapseExpiresOnlyAnEndedActivePeriod() {
+        let active = Self.subscribed()
+        let early = SubscriptionMachine.apply(active, SubscriptionEvent(.lapsed, signedDate: Self.at(29)))
+        #expect(early.0 == active)
+        #expect(early.1.count == 1 && { if case .ignored = early.1[0] { true } else { false } }())
+        let (lapsed, effects) = SubscriptionMachine.apply(active, SubscriptionEvent(.lapsed, signedDate: Self.at(30)))
+        #expect(lapsed?.status == .expired)
+        #expect(effects.contains(.statusChanged(from: .active, to: .expired)))
+        #expect(effects.contains(.entitlementRemoved(productId: "pro_monthly")))
+        // Grace counts: not before its end.
+        var grace = active
+        grace.status = .gracePeriod
+        grace.gracePeriodEndsAt = Self.at(36)
+        #expect(SubscriptionMachine.apply(grace, SubscriptionEvent(.lapsed, signedDate: Self.at(31))).0 == grace)
+        #expect(
+            SubscriptionMachine.apply(grace, SubscriptionEvent(.lapsed, signedDate: Self.at(36))).0?.status == .expired)
+        for status: StoreKeeperCore.SubscriptionStatus in [.revoked, .expired, .billingRetry] {
+            var other = active
+            other.status = status
+            #expect(SubscriptionMachine.apply(other, SubscriptionEvent(.lapsed, signedDate: Self.at(40))).0 == other)
+        }
+        // Nothing to lapse, and no older event than the state's.
+        #expect(SubscriptionMachine.apply(nil, SubscriptionEvent(.lapsed, signedDate: Self.at(40))).0 == nil)
+        #expect(
+            SubscriptionMachine.apply(active, SubscriptionEvent(.lapsed, signedDate: Self.at(-1))).1 == [.stale])
+    }
+
     @Test func subscribeThenRenewMovesTheExpiryOnly() {
         var state = Self.subscribed()
         #expect(state.status == .active && state.autoRenew && state.entitles(at: Self.at(29)))

@@ -391,11 +391,12 @@ import Testing
                 let reply = try await Self.web(relay, bad)
                 #expect(reply.status == .badRequest, "\(bad) → \(reply.status)")
             }
+            // An auto-renewable product needs the period it paid for.
             let subscription = try await Self.web(
                 relay,
                 #"{"store":"web","accountId":"webber","productId":"pro_monthly","paymentId":"p2","price":5,"currency":"EUR"}"#
             )
-            #expect(subscription.status == .unprocessableContent)
+            #expect(subscription.status == .badRequest)
 
             // The report: one BUY line item, accepted by Apple, never sent twice.
             await relay.apply()
@@ -438,6 +439,140 @@ import Testing
                 listed?.contains {
                     $0["externalPurchaseId"] as? String == stranger && $0["unreportedNotices"] as? Int == 1
                 } == true)
+        }
+    }
+
+    @Test(arguments: ServerAPITests.databases)
+    func aWebSubscriptionRenewsLapsesAndIsReportedWithItsPeriods(kind: String) async throws {
+        try await NotificationTests.withRelay(kind, configure: { $0.externalPurchaseReporting = true }) { relay in
+            let store = relay.store
+            let token = await store.issueExternalPurchaseToken()
+            let now = Date()
+            func iso(_ days: Double) -> String { StoreKeeperApp.iso(now.addingTimeInterval(days * 86_400)) }
+            func body(_ payment: String, expires: String, original: String? = nil, account: String = "subscriber")
+                -> String
+            {
+                let originalField = original.map { #","originalPaymentId":"\#($0)""# } ?? ""
+                let tokenField = account == "subscriber" ? #","externalPurchaseToken":"\#(token)""# : ""
+                return
+                    #"{"store":"web","accountId":"\#(account)","productId":"pro_monthly","paymentId":"\#(payment)","price":"5.99","currency":"EUR","taxAmount":"0.99","taxCountry":"DEU","expiresAt":"\#(expires)"\#(originalField)\#(tokenField)}"#
+            }
+            // The first payment starts the subscription: access until its period's end.
+            let first = try await Self.web(relay, body("sub_1", expires: iso(30)))
+            #expect(first.status == .ok, "\(first.json)")
+            var shown = try #require(try await relay.subscription("subscriber"))
+            #expect(shown["originalTransactionId"] as? String == "web:sub_1")
+            #expect(shown["status"] as? String == "active")
+            #expect(try await relay.entitlements("subscriber").map { $0["id"] as? String } == ["pro"])
+
+            // The renewal names the first payment; the period moves on. Retried: once.
+            let renewal = try await Self.web(relay, body("sub_2", expires: iso(60), original: "sub_1"))
+            #expect(renewal.status == .ok, "\(renewal.json)")
+            #expect(
+                try await Self.web(relay, body("sub_2", expires: iso(60), original: "sub_1")).json["status"] as? String
+                    == "already_delivered")
+            shown = try #require(try await relay.subscription("subscriber"))
+            #expect(
+                (shown["expiresAt"] as? String).flatMap(StoreKeeperApp.parseDate).map { Int($0.timeIntervalSince1970) }
+                    == Int(now.addingTimeInterval(60 * 86_400).timeIntervalSince1970))
+            #expect((try await relay.account("subscriber")["subscriptions"] as? [Any])?.count == 1)
+
+            // Wrong originals and periods: refused, nothing recorded.
+            let stranger = try await Self.web(relay, body("sub_x", expires: iso(30), account: "other"))
+            #expect(stranger.status == .ok)
+            for (bad, code) in [
+                (body("sub_3", expires: iso(90), original: "nope"), "invalid_original_payment"),
+                (body("sub_3", expires: iso(90), original: "sub_2"), "invalid_original_payment"),
+                (body("sub_3", expires: iso(90), original: "sub_x"), "invalid_original_payment"),
+                (body("sub_3", expires: iso(-1)), "bad_request"),
+                (body("sub_3", expires: iso(401)), "bad_request"),
+                (body("sub_3", expires: "yesterday"), "bad_request"),
+                (
+                    #"{"store":"web","accountId":"subscriber","productId":"coins_60","paymentId":"sub_3","price":1,"currency":"EUR","expiresAt":"\#(iso(30))"}"#,
+                    "bad_request"
+                ),
+            ] {
+                let reply = try await Self.web(relay, bad)
+                #expect((reply.json["error"] as? [String: Any])?["code"] as? String == code, "\(bad) → \(reply.json)")
+            }
+            // Apple extends only its own subscriptions.
+            let extend = try await API.call(
+                relay.client, .post, "/v1/subscriptions/web:sub_1/extend",
+                body: #"{"days":7,"reason":"customer_satisfaction"}"#)
+            #expect((extend.json["error"] as? [String: Any])?["code"] as? String == "not_extendable", "\(extend.json)")
+
+            // Reported with their periods: the start, then the renewal referencing it.
+            await relay.apply()
+            let reports = try #require(await store.externalToken(token)?.reports)
+            var items: [ExternalPurchaseLineItem] = []
+            for report in reports { items += await store.externalReport(report)?.lineItems ?? [] }
+            let start = try #require(items.first { $0.subscriptionEvent == "SUBSCRIPTION_START" })
+            let renewed = try #require(items.first { $0.subscriptionEvent == "RENEWAL" })
+            #expect(start.productType == "SUBSCRIPTION" && renewed.productType == "SUBSCRIPTION")
+            #expect(renewed.referenceLineItemId == start.lineItemId)
+            #expect(renewed.subscriptionDaysOfPaidService == 60)
+            #expect(start.subscriptionDaysOfPaidService == 30)
+            #expect(renewed.amountTaxInclusive == 5990 && renewed.netAmountTaxExclusive == 5000)
+
+            // A refund of the older period keeps the current one (A1, on the web rail too).
+            let refund = try await API.call(relay.client, .post, "/v1/purchases/web/sub_1/refund")
+            #expect(refund.status == .ok, "\(refund.json)")
+            #expect(try await relay.subscription("subscriber")?["status"] as? String == "active")
+            #expect(try await relay.entitlements("subscriber").count == 1)
+
+            // No payment for the next period: the minute's sweep lapses it, once.
+            let later = now.addingTimeInterval(61 * 86_400)
+            #expect(try await relay.app.store.lapseWebSubscriptions(catalog: relay.app.catalog, now: now) == 0)
+            #expect(try await relay.app.store.lapseWebSubscriptions(catalog: relay.app.catalog, now: later) == 2)
+            #expect(try await relay.app.store.lapseWebSubscriptions(catalog: relay.app.catalog, now: later) == 0)
+            #expect(try await relay.subscription("subscriber")?["status"] as? String == "expired")
+            #expect(try await relay.entitlements("subscriber").isEmpty)
+        }
+    }
+
+    @Test(arguments: ServerAPITests.databases)
+    func aSecondCustomLinkTokenOfTheSameTypeIsReportedAsADuplicate(kind: String) async throws {
+        try await NotificationTests.withRelay(kind, configure: { $0.externalPurchaseReporting = true }) { relay in
+            let store = relay.store
+            let first = await store.issueExternalPurchaseToken(tokenType: "ACQUISITION")
+            await store.advance(by: 3600)
+            let second = await store.issueExternalPurchaseToken(tokenType: "ACQUISITION")
+            let services = await store.issueExternalPurchaseToken(tokenType: "SERVICES")
+            let client = try await ServerAPITests.clientToken("linked")
+            for (id, type) in [(first, "ACQUISITION"), (second, "ACQUISITION"), (services, "SERVICES")] {
+                let reply = try await API.call(
+                    relay.client, .post, "/v1/external-purchases/tokens", token: client,
+                    body: #"{"accountId":"linked","externalPurchaseId":"\#(id)","tokenType":"\#(type)"}"#)
+                #expect(reply.status == .ok, "\(reply.json)")
+                #expect(reply.json["accountId"] as? String == "linked")
+            }
+            // Another account's token, a bad type, someone else's account: refused.
+            let taken = try await API.call(
+                relay.client, .post, "/v1/external-purchases/tokens",
+                body: #"{"accountId":"someone","externalPurchaseId":"\#(first)"}"#)
+            #expect((taken.json["error"] as? [String: Any])?["code"] as? String == "token_of_another_account")
+            let badType = try await API.call(
+                relay.client, .post, "/v1/external-purchases/tokens",
+                body: #"{"accountId":"linked","externalPurchaseId":"x","tokenType":"OTHER"}"#)
+            #expect(badType.status == .badRequest)
+            let foreign = try await API.call(
+                relay.client, .post, "/v1/external-purchases/tokens", token: client,
+                body: #"{"accountId":"someone","externalPurchaseId":"y"}"#)
+            #expect(foreign.status == .forbidden)
+
+            // Apple nags about all three (nothing bought): the first and the SERVICES token are
+            // NO_LINE_ITEM; the second ACQUISITION token, created while the first was active,
+            // DUPLICATE_TOKEN.
+            await store.advance(by: 11 * 86_400)
+            _ = try await relay.deliver()
+            await relay.apply()
+            func status(_ id: String) async -> String? {
+                guard let report = await store.externalToken(id)?.reports.first else { return nil }
+                return await store.externalReport(report)?.status
+            }
+            #expect(await status(first) == "NO_LINE_ITEM")
+            #expect(await status(second) == "DUPLICATE_TOKEN")
+            #expect(await status(services) == "NO_LINE_ITEM")
         }
     }
 

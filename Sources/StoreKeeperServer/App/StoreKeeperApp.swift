@@ -327,7 +327,8 @@ public struct StoreKeeperApp: Sendable {
         var services: [any Service] = [
             OrderExpiry(
                 store: store, ttl: configuration.orderTTL, logger: logger,
-                finishAfter: configuration.finishTransactions && transactionSource != nil ? 600 : nil),
+                finishAfter: configuration.finishTransactions && transactionSource != nil ? 600 : nil,
+                catalog: catalog),
             Housekeeping(
                 rejectedProofs: rejectedProofs, retentionDays: configuration.rejectedProofsRetentionDays,
                 outbox: OutboxStore(database: database), logger: logger),

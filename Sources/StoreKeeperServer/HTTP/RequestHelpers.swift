@@ -132,7 +132,7 @@ protocol RequestBody: Decodable {
 public enum RequestBodies {
     public static let names = [
         "order", "purchase", "debit", "notification", "resolve", "retention", "extend", "massExtend", "grant",
-        "consent",
+        "consent", "externalToken",
     ]
 
     public static func decode(_ name: String, _ data: Data) throws {
@@ -148,6 +148,7 @@ public enum RequestBodies {
         case "massExtend": _ = try App.decodeBody(App.MassExtendBody.self, data)
         case "grant": _ = try App.decodeBody(App.GrantBody.self, data)
         case "consent": _ = try App.decodeBody(App.ConsentBody.self, data)
+        case "externalToken": _ = try App.decodeBody(App.ExternalTokenBody.self, data)
         default: preconditionFailure("no request body '\(name)'")
         }
     }

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import ServiceLifecycle
+import StoreKeeperCatalog
 import StoreKeeperStorage
 
 /// Cancels orders left `created` past their TTL, once a minute. A late verified payment for a
@@ -12,6 +13,9 @@ struct OrderExpiry: Service {
     /// `apple.finishTransactions`: deliveries this old are finished on the server (Finish
     /// Transaction), in the same minute's pass.
     var finishAfter: TimeInterval? = nil
+    /// Web subscriptions whose paid period ended without a renewal payment expire in the same
+    /// pass (no store tells us: the app's backend reports payments, not their absence).
+    var catalog: Catalog? = nil
 
     func run() async throws {
         try? await cancelWhenGracefulShutdown {
@@ -19,6 +23,10 @@ struct OrderExpiry: Service {
                 do {
                     let cancelled = try await store.cancelExpiredOrders(olderThan: ttl, now: Date())
                     if cancelled > 0 { logger.info("cancelled expired orders", metadata: ["count": "\(cancelled)"]) }
+                    if let catalog {
+                        let lapsed = try await store.lapseWebSubscriptions(catalog: catalog, now: Date())
+                        if lapsed > 0 { logger.info("web subscriptions lapsed", metadata: ["count": "\(lapsed)"]) }
+                    }
                     if let finishAfter {
                         let queued = try await store.queueFinishes(delay: finishAfter, now: Date())
                         if queued > 0 { logger.info("Finish Transaction queued", metadata: ["count": "\(queued)"]) }

@@ -38,6 +38,11 @@ extension StoreKeeperApp {
         var taxAmount: FlexibleDecimal?
         var taxCountry: String?
         var externalPurchaseToken: String?
+        /// Web subscriptions (auto-renewable products): the end of the period this payment paid
+        /// for (ISO 8601 or ms since 1970), and the payment that started the subscription (a
+        /// renewal or a change of plan; absent on the first payment).
+        var expiresAt: FlexibleInstant?
+        var originalPaymentId: String?
 
         static let oneOf =
             "exactly one of 'signedTransaction', 'signedTransactions', 'receipt', 'transactionId' is required ('transactionId' may go with 'receipt')"
@@ -405,6 +410,54 @@ struct PurchasesController {
             let tokens = try await ExternalPurchaseStore(database: app.database).tokens(unreportedOnly: unreported)
             return try StoreKeeperApp.json(["tokens": tokens.map(ExternalTokenJSON.init)])
         }
+        v1.post("external-purchases/tokens") { request, context in
+            try await app.registerExternalToken(request, context)
+        }
+    }
+}
+
+/// `POST /v1/external-purchases/tokens`: a token StoreKit gave the app (or the web checkout)
+/// for an account, recorded before anything is bought with it, so its report is right:
+/// NO_LINE_ITEM when nothing was bought, DUPLICATE_TOKEN for a second custom-link token of the
+/// same type while the first is active.
+extension StoreKeeperApp {
+    struct ExternalTokenBody: RequestBody {
+        var accountId: String
+        var externalPurchaseId: String
+        /// `ACQUISITION`, `SERVICES` (custom-link tokens), `IN_APP`, `LINK_OUT`; absent when unknown.
+        var tokenType: String?
+
+        func validate() throws {
+            try StoreKeeperApp.validateAccountId(accountId)
+            guard !externalPurchaseId.isEmpty, externalPurchaseId.count <= 128 else {
+                throw APIError.badRequest("field 'externalPurchaseId' must be 1…128 characters")
+            }
+            try StoreKeeperApp.validateText(externalPurchaseId, field: "externalPurchaseId")
+            if let tokenType {
+                guard ["ACQUISITION", "SERVICES", "IN_APP", "LINK_OUT"].contains(tokenType) else {
+                    throw APIError.badRequest("field 'tokenType' must be ACQUISITION, SERVICES, IN_APP or LINK_OUT")
+                }
+            }
+        }
+    }
+
+    func registerExternalToken(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        let caller = try context.caller()
+        let body = try await decode(ExternalTokenBody.self, request)
+        try caller.require(body.accountId)
+        let store = ExternalPurchaseStore(database: database)
+        guard
+            try await store.registerToken(
+                body.externalPurchaseId, accountId: body.accountId, tokenType: body.tokenType, now: Date())
+        else {
+            throw APIError(
+                .conflict, "token_of_another_account",
+                "external purchase token '\(body.externalPurchaseId)' belongs to another account")
+        }
+        guard let token = try await store.token(body.externalPurchaseId) else {
+            throw APIError.notFound("no external purchase token '\(body.externalPurchaseId)'")
+        }
+        return try Self.json(ExternalTokenJSON(token))
     }
 }
 

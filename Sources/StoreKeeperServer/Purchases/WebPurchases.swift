@@ -34,6 +34,23 @@ struct FlexibleDecimal: Decodable, Hashable {
     }
 }
 
+/// An instant given as an ISO 8601 string ("2026-12-24T10:00:00Z") or milliseconds since 1970.
+struct FlexibleInstant: Decodable, Hashable {
+    var milliseconds: Int64
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if let text = try? container.decode(String.self) {
+            guard text.count <= 40, let date = StoreKeeperApp.parseDate(text) else {
+                throw DecodingError.dataCorruptedError(in: container, debugDescription: "not an ISO 8601 instant")
+            }
+            milliseconds = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
+        } else {
+            milliseconds = try container.decode(Int64.self)
+        }
+    }
+}
+
 extension StoreKeeperApp.PurchaseBody {
     func validateWeb() throws {
         guard orderId == nil, signedTransaction == nil, signedTransactions == nil, receipt == nil, transactionId == nil
@@ -64,6 +81,12 @@ extension StoreKeeperApp.PurchaseBody {
                 throw APIError.badRequest("field 'taxCountry' must be an ISO 3166-1 alpha-3 code (e.g. DEU)")
             }
         }
+        if let original = originalPaymentId {
+            guard !original.isEmpty, original.count <= 200 else {
+                throw APIError.badRequest("field 'originalPaymentId' must be 1…200 characters")
+            }
+            try StoreKeeperApp.validateText(original, field: "originalPaymentId")
+        }
         if let token = externalPurchaseToken {
             guard !token.isEmpty, token.count <= 128 else {
                 throw APIError.badRequest("field 'externalPurchaseToken' must be 1…128 characters")
@@ -81,18 +104,14 @@ extension StoreKeeperApp {
             throw APIError(
                 .unprocessableContent, "unknown_product", "product '\(body.productId ?? "")' is not in the catalog")
         }
-        guard product.type != .autoRenewable else {
-            throw APIError(
-                .unprocessableContent, "unsupported_product",
-                "web checkouts sell one-time products and non-renewing passes; '\(productId)' is an App Store auto-renewable subscription"
-            )
-        }
+        let external = ExternalPurchaseStore(database: database)
+        let subscription = try await webSubscriptionPeriod(body, product: product, external: external)
         let payment = ExternalPurchaseStore.WebPayment(
             paymentId: body.paymentId ?? "", accountId: body.accountId, productId: productId,
             quantity: body.quantity ?? 1, amountMilli: body.price?.milliunits ?? 0,
             taxMilli: body.taxAmount?.milliunits ?? 0, currency: body.currency ?? "", taxCountry: body.taxCountry,
-            externalPurchaseId: body.externalPurchaseToken)
-        let external = ExternalPurchaseStore(database: database)
+            externalPurchaseId: body.externalPurchaseToken, originalPaymentId: subscription?.original,
+            expiresAt: subscription?.expiresAt)
         let purchasedAt: Date
         switch try await external.record(payment, reporting: configuration.externalPurchaseReporting, now: Date()) {
         case .recorded(let at): purchasedAt = at
@@ -117,6 +136,43 @@ extension StoreKeeperApp {
                 account: try await account(body.accountId, state: delivered.account)))
     }
 
+    /// A web subscription's period: auto-renewable products need `expiresAt` (in the future,
+    /// at most 400 days ahead); a renewal or change of plan names the first payment
+    /// (`originalPaymentId`: the same account's, an auto-renewable product of the same group).
+    /// Other products take neither. Nil for a one-time product.
+    func webSubscriptionPeriod(
+        _ body: PurchaseBody, product: Product, external: ExternalPurchaseStore
+    ) async throws -> (original: String?, expiresAt: Int64)? {
+        guard product.type == .autoRenewable else {
+            guard body.expiresAt == nil, body.originalPaymentId == nil else {
+                throw APIError.badRequest(
+                    "'expiresAt' and 'originalPaymentId' are for auto-renewable products; '\(product.id)' is not one")
+            }
+            return nil
+        }
+        guard (body.quantity ?? 1) == 1 else {
+            throw APIError.badRequest("a subscription's payment has quantity 1")
+        }
+        let now = Date().webMilliseconds
+        guard let expiresAt = body.expiresAt?.milliseconds, expiresAt > now, expiresAt <= now + 400 * 86_400_000
+        else {
+            throw APIError.badRequest(
+                "field 'expiresAt' is required for auto-renewable products: the end of the paid period, in the future and at most 400 days ahead"
+            )
+        }
+        guard let original = body.originalPaymentId, original != body.paymentId else { return (nil, expiresAt) }
+        guard let first = try await external.payment(original), first.accountId == body.accountId,
+            first.originalPaymentId == nil, first.expiresAt != nil,
+            let firstProduct = catalog.product(first.productId), firstProduct.group == product.group
+        else {
+            throw APIError(
+                .unprocessableContent, "invalid_original_payment",
+                "originalPaymentId '\(original.prefix(200))' is not the first payment of this account's web subscription in the product's group"
+            )
+        }
+        return (original, expiresAt)
+    }
+
     /// What a web payment is to the delivery path: a transaction this server vouches for.
     static func webTransaction(_ payment: ExternalPurchaseStore.WebPayment, type: Product.Kind, purchasedAt: Date)
         -> JWSTransactionDecodedPayload
@@ -128,13 +184,16 @@ extension StoreKeeperApp {
             case .nonRenewing: .nonRenewing
             case .autoRenewable: .autoRenewable
             }
-        return JWSTransactionDecodedPayload(
-            transactionId: payment.transactionId, originalTransactionId: payment.transactionId,
-            productId: payment.productId, purchaseDate: purchasedAt.webMilliseconds,
+        let purchased = payment.purchasedAt ?? purchasedAt.webMilliseconds
+        var transaction = JWSTransactionDecodedPayload(
+            transactionId: payment.transactionId, originalTransactionId: payment.originalTransactionId,
+            productId: payment.productId, purchaseDate: purchased,
             quantity: Int32(payment.quantity), type: kind, inAppOwnershipType: .purchased,
             signedDate: purchasedAt.webMilliseconds,
             environment: (payment.externalPurchaseId ?? "").hasPrefix("SANDBOX") ? .sandbox : .production,
             currency: payment.currency, price: payment.amountMilli)
+        transaction.expiresDate = payment.expiresAt
+        return transaction
     }
 
     /// `POST /v1/purchases/web/{paymentId}/refund` (secret key): the provider refunded a web

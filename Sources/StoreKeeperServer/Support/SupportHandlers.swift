@@ -104,6 +104,12 @@ extension StoreKeeperApp {
         try Self.validateText(original, field: "originalTransactionId")
         let body = try await decode(ExtendBody.self, request)
         let note = try Self.validateExtension(days: body.days, reason: body.reason, note: body.note)
+        guard !original.hasPrefix(JWSTransactionDecodedPayload.webPrefix) else {
+            throw APIError(
+                .unprocessableContent, "not_extendable",
+                "'\(original.prefix(64))' is a web subscription: Apple extends only App Store subscriptions (report the web checkout's next period instead)"
+            )
+        }
         do {
             let row = try await store.requestExtension(
                 originalTransactionId: original, days: body.days, reason: body.reason, note: note, actor: "operator",
