@@ -232,8 +232,11 @@ public struct Product: Codable, Hashable, Sendable {
     public var offers: [Offer]?
     /// The introductory offer (local App Store: applied once per Apple ID and group).
     public var introductoryOffer: IntroductoryOffer?
-    /// Win-back offers (local App Store: listed for churned subscribers).
+    /// Win-back offers (local App Store: listed for churned subscribers; StoreKeeper: the
+    /// per-account policy).
     public var winBackOffers: [WinBackOffer]?
+    /// Offer codes with StoreKeeper's per-account policy (any product type).
+    public var offerCodes: [OfferCodeRule]?
 
     public init(
         id: String, type: Kind, group: String? = nil, duration: ISODuration? = nil, period: ISODuration? = nil,

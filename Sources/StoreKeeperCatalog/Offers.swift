@@ -86,17 +86,43 @@ public struct WinBackOffer: Codable, Hashable, Sendable {
     public var period: ISODuration
     public var paidAtLeast: ISODuration?
     public var churnedAtLeast: ISODuration?
+    /// StoreKeeper's policy on top of Apple's (which counts per Apple ID): redemptions per app
+    /// account, across its Apple IDs. An order asking for the offer beyond it is refused; a
+    /// redemption beyond it (bought without asking) is delivered and raises
+    /// `offer_limit_exceeded`.
+    public var maxPerAccount: Int?
 
     public init(
         id: String, discountType: Offer.DiscountType, price: Decimal? = nil, period: ISODuration,
-        paidAtLeast: ISODuration? = nil, churnedAtLeast: ISODuration? = nil
+        paidAtLeast: ISODuration? = nil, churnedAtLeast: ISODuration? = nil, maxPerAccount: Int? = nil
     ) {
+        self.maxPerAccount = maxPerAccount
         self.id = id
         self.discountType = discountType
         self.price = price
         self.period = period
         self.paidAtLeast = paidAtLeast
         self.churnedAtLeast = churnedAtLeast
+    }
+}
+
+/// An offer code set up in App Store Connect (for any product type since 2025-10), with
+/// StoreKeeper's policy: `maxPerAccount` redemptions per app account across its Apple IDs
+/// (Apple counts per Apple ID). Codes are redeemed in the App Store, never asked for: one beyond
+/// the limit is delivered (Apple was paid) and raises `offer_limit_exceeded`.
+///
+/// ```yaml
+/// offerCodes:
+///   - id: SPRING_COINS        # the transaction's offerIdentifier
+///     maxPerAccount: 1
+/// ```
+public struct OfferCodeRule: Codable, Hashable, Sendable {
+    public var id: String
+    public var maxPerAccount: Int?
+
+    public init(id: String, maxPerAccount: Int? = nil) {
+        self.id = id
+        self.maxPerAccount = maxPerAccount
     }
 }
 
@@ -166,6 +192,22 @@ extension Catalog {
         product(productId)?.offers?.first { $0.id == offerId }
     }
 
+    /// The win-back offer `offerId` of `productId`.
+    public func winBackOffer(_ offerId: String, of productId: String) -> WinBackOffer? {
+        product(productId)?.winBackOffers?.first { $0.id == offerId }
+    }
+
+    /// The per-account limit the catalog sets on an offer Apple applied outside our signing:
+    /// `offerType` 3 (offer codes, `offerCodes`) or 4 (win-back, `winBackOffers`); nil when none.
+    public func redemptionLimit(offerType: Int, offerIdentifier: String, productId: String) -> Int? {
+        guard let product = product(productId) else { return nil }
+        switch offerType {
+        case 3: return product.offerCodes?.first { $0.id == offerIdentifier }?.maxPerAccount
+        case 4: return product.winBackOffers?.first { $0.id == offerIdentifier }?.maxPerAccount
+        default: return nil
+        }
+    }
+
     /// The rule's name: its `id`, else `rule-<n>` (1-based position).
     public func retentionRuleName(_ index: Int) -> String { retention[index].id ?? "rule-\(index + 1)" }
 
@@ -200,6 +242,18 @@ extension Catalog {
             for offer in product.winBackOffers ?? [] {
                 guard !offer.id.isEmpty, offerIds.insert(offer.id).inserted else {
                     throw CatalogError("\(name): win-back offer id '\(offer.id)' is empty or used twice")
+                }
+                if let max = offer.maxPerAccount, max < 1 {
+                    throw CatalogError("\(name): win-back offer '\(offer.id)': maxPerAccount must be at least 1")
+                }
+            }
+            var codes = Set<String>()
+            for code in product.offerCodes ?? [] {
+                guard !code.id.isEmpty, code.id.count <= 64, codes.insert(code.id).inserted else {
+                    throw CatalogError("\(name): offer code id '\(code.id)' is empty, over 64 characters or used twice")
+                }
+                if let max = code.maxPerAccount, max < 1 {
+                    throw CatalogError("\(name): offer code '\(code.id)': maxPerAccount must be at least 1")
                 }
             }
         }

@@ -86,6 +86,8 @@ public struct AnomalyDraft: Hashable, Sendable {
         case grantOverflow = "grant_overflow"
         /// One Apple Account (appTransactionId) on more app accounts than configured.
         case sharedAppleId = "shared_apple_id"
+        /// An offer code or win-back offer redeemed past the catalog's `maxPerAccount`.
+        case offerLimitExceeded = "offer_limit_exceeded"
     }
 
     public var kind: Kind

@@ -81,6 +81,44 @@ public enum OfferEligibility {
         return nil
     }
 
+    /// Whether an order may ask for the win-back offer `offer` (StoreKeeper's policy on top of
+    /// Apple's, which decides per Apple ID): the account subscribed in the group before, has no
+    /// subscription active, in grace or in billing retry now, lapsed at least `churnedAtLeast`
+    /// ago, and redeemed the offer fewer than `maxPerAccount` times under any Apple ID
+    /// (`redemptions`: Apple-signed transactions with `offerType` 4 and this identifier).
+    public static func winBackRefusal(
+        _ offer: WinBackOffer, subscriptions: [SubscriptionState], redemptions: Int, now: Date
+    ) -> Refusal? {
+        guard !subscriptions.isEmpty else {
+            return Refusal(
+                rule: "eligible: lapsed",
+                message: "the account has never subscribed in this group (win-back offers are for past subscribers)")
+        }
+        if subscriptions.contains(where: { $0.entitles(at: now) || $0.status == .billingRetry }) {
+            return Refusal(rule: "eligible: lapsed", message: "the account is still subscribed in this group")
+        }
+        if let atLeast = offer.churnedAtLeast {
+            let lapsedAt = subscriptions.compactMap { $0.expiresAt }.max() ?? .distantPast
+            guard atLeast.added(to: lapsedAt) <= now else {
+                return Refusal(rule: "churnedAtLeast", message: "lapsed less than \(atLeast) ago")
+            }
+        }
+        if let max = offer.maxPerAccount, redemptions >= max {
+            return Refusal(
+                rule: "maxPerAccount",
+                message:
+                    "redeemed \(redemptions) time\(redemptions == 1 ? "" : "s") under this account's Apple IDs (at most \(max))"
+            )
+        }
+        return nil
+    }
+
+    /// Whether a redemption Apple applied outside our signing (an offer code, a win-back
+    /// offer) went past the catalog's per-account limit: `redemptions` counts it too.
+    public static func overLimit(_ maxPerAccount: Int?, redemptions: Int) -> Bool {
+        maxPerAccount.map { redemptions > $0 } ?? false
+    }
+
     /// `offers.introductoryOffers: once_per_account`: whether the account may have the group's
     /// introductory offer. Apple counts per Apple ID; this counts per account, across every
     /// Apple ID it used: once it had one (`offerType` 1 in any Apple-signed transaction of the

@@ -248,7 +248,12 @@ struct BatchDelivery {
                 offerFacts.append(
                     OfferStore.DeliveredFacts(
                         transaction: transaction, delivery: delivery, limit: item.sharedAppleIdLimit,
-                        at: item.now.milliseconds))
+                        at: item.now.milliseconds,
+                        redemptionLimit: transaction.offerType.flatMap { type in
+                            item.catalog.redemptionLimit(
+                                offerType: Int(type.rawValue), offerIdentifier: transaction.offerIdentifier ?? "",
+                                productId: delivery.productId)
+                        }))
                 outbox.append(
                     (PurchaseStore.outboxPayload(delivery, environment: environment), item.now.milliseconds))
             }

@@ -16,6 +16,8 @@ public enum OfferStore {
         var delivery: DeliveryPlanner.Delivery
         var limit: Int
         var at: Int64
+        /// The catalog's per-account limit on the offer code or win-back offer it redeemed.
+        var redemptionLimit: Int? = nil
     }
 
     /// The deliveries row's offer columns: Apple's `offerType` and `offerIdentifier`; whose
@@ -52,6 +54,28 @@ public enum OfferStore {
             try await sql.raw(
                 "UPDATE deliveries SET offer_source = \(bind: source) WHERE transaction_id = \(bind: fact.delivery.transactionId)"
             ).run()
+        }
+        // An offer code or win-back offer past the catalog's per-account limit (redeemed under
+        // several Apple IDs): delivered — Apple was paid — and shown to the operator.
+        for fact in facts where fact.redemptionLimit != nil {
+            guard let type = fact.transaction.offerType, let id = fact.transaction.offerIdentifier else { continue }
+            let redemptions =
+                try await sql.raw(
+                    """
+                    SELECT COUNT(*) AS n FROM deliveries
+                    WHERE account_id = \(bind: fact.delivery.accountId) AND offer_type = \(bind: Int(type.rawValue))
+                    AND offer_identifier = \(bind: id)
+                    """
+                ).first()?.decode(column: "n", as: Int.self) ?? 0
+            guard OfferEligibility.overLimit(fact.redemptionLimit, redemptions: redemptions) else { continue }
+            try await PurchaseStore.insertAnomaly(
+                AnomalyDraft(
+                    kind: .offerLimitExceeded, transactionId: fact.delivery.transactionId,
+                    orderId: fact.delivery.orderId, accountId: fact.delivery.accountId,
+                    detail:
+                        "\(type == .winBackOffer ? "win-back offer" : "offer code") \(Identifiers.quoted(id)) redeemed \(redemptions) times by account \(Identifiers.quoted(fact.delivery.accountId)) (catalog maxPerAccount \(fact.redemptionLimit ?? 0)); delivered"
+                ), dedupeKey: PurchaseStore.dedupeKey("offer_limit_exceeded", fact.delivery.transactionId),
+                payload: nil, sql: sql, at: fact.at)
         }
         // The Apple Accounts seen: one multi-row insert for the batch; only pairs seen for the
         // first time are counted, with one grouped query.
@@ -116,8 +140,11 @@ extension PurchaseStore {
     /// What offer eligibility reads about an account in a subscription group.
     public struct OfferHistory: Sendable {
         public var subscriptions: [SubscriptionState]
-        /// Apple-signed transactions of the account per promotional offer id.
+        /// Apple-signed transactions of the account per promotional offer id (retention offers,
+        /// `offerType` 5, count as promotional).
         public var redemptions: [String: Int]
+        /// Apple-signed transactions of the account per win-back offer id (`offerType` 4).
+        public var winBackRedemptions: [String: Int] = [:]
         /// Whether any Apple-signed transaction of the account in the group had an introductory offer.
         public var hadIntroductoryOffer: Bool
         /// The account's latest transaction in the group (for the V2 JWS `transactionId`).
@@ -158,6 +185,7 @@ extension PurchaseStore {
             "SELECT * FROM subscriptions WHERE account_id = \(bind: account) AND product_id IN (\(binds: productIds))"
         ).all().map(SubscriptionStore.decodeState)
         var redemptions: [String: Int] = [:]
+        var winBack: [String: Int] = [:]
         var hadIntro = false
         for row in try await sql.raw(
             """
@@ -169,9 +197,9 @@ extension PurchaseStore {
             let type = try row.decode(column: "offer_type", as: Int.self)
             let count = try row.decode(column: "n", as: Int.self)
             if type == 1 { hadIntro = true }
-            if type == 2, let id = try row.decode(column: "offer_identifier", as: String?.self) {
-                redemptions[id, default: 0] += count
-            }
+            guard let id = try row.decode(column: "offer_identifier", as: String?.self) else { continue }
+            if type == 2 || type == 5 { redemptions[id, default: 0] += count }
+            if type == 4 { winBack[id, default: 0] += count }
         }
         let latest: String? =
             latestTransaction
@@ -185,6 +213,7 @@ extension PurchaseStore {
         var history = OfferHistory(
             subscriptions: subscriptions, redemptions: redemptions, hadIntroductoryOffer: hadIntro,
             latestTransactionId: latest)
+        history.winBackRedemptions = winBack
         if let now {
             let since = now.addingTimeInterval(-signedOfferLifetime).milliseconds
             for row in try await sql.raw(

@@ -122,6 +122,13 @@ import Testing
         ("offers:\n      - { id: a, eligible: active, lapsedAtLeast: P1D }", "lapsedAtLeast needs"),
         ("offers:\n      - { id: a, eligible: lapsed, maxPerAccount: 0 }", "maxPerAccount"),
         ("offers:\n      - { id: a, eligible: lapsed }\n      - { id: a, eligible: active }", "used twice"),
+        (
+            "winBackOffers:\n      - { id: w, discountType: pay_up_front, period: P1M, maxPerAccount: 0 }",
+            "win-back offer 'w': maxPerAccount"
+        ),
+        ("offerCodes:\n      - { id: C, maxPerAccount: 0 }", "offer code 'C': maxPerAccount"),
+        ("offerCodes:\n      - { id: C }\n      - { id: C }", "used twice"),
+        ("offerCodes:\n      - { id: \"\" }", "is empty"),
     ])
     func badOffersAreRefusedNamingTheProblem(offers: String, expected: String) {
         let yaml = """

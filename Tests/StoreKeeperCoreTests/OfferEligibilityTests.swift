@@ -91,6 +91,42 @@ import Testing
         #expect(Self.refusal(Offer(id: "o", eligible: .anySubscriber), history, redemptions: 99) == nil)
     }
 
+    /// Win-back offers by the catalog's policy: every subscription state × churn age × the
+    /// account's redemptions under any Apple ID; and the redemption-time limit for codes.
+    @Test func winBackPolicyOverEveryStateChurnAndRedemptions() {
+        let day: TimeInterval = 86_400
+        let offer = WinBackOffer(
+            id: "wb", discountType: .payUpFront, period: ISODuration(months: 1),
+            churnedAtLeast: ISODuration(days: 30), maxPerAccount: 1)
+        func rule(_ subscriptions: [SubscriptionState], redemptions: Int = 0) -> String? {
+            OfferEligibility.winBackRefusal(
+                offer, subscriptions: subscriptions, redemptions: redemptions, now: Self.now)?
+                .rule
+        }
+        #expect(rule([]) == "eligible: lapsed")
+        #expect(rule([Self.subscription(.active, expires: day)]) == "eligible: lapsed")
+        #expect(rule([Self.subscription(.gracePeriod, expires: -day)]) == "eligible: lapsed")
+        #expect(rule([Self.subscription(.billingRetry, expires: -40 * day)]) == "eligible: lapsed")
+        #expect(rule([Self.subscription(.expired, expires: -29 * day)]) == "churnedAtLeast")
+        #expect(rule([Self.subscription(.expired, expires: -31 * day)]) == nil)
+        #expect(rule([Self.subscription(.revoked, expires: -31 * day)]) == nil)
+        #expect(rule([Self.subscription(.expired, expires: -31 * day)], redemptions: 1) == "maxPerAccount")
+        // One churned and one active subscription in the group: still subscribed.
+        #expect(
+            rule([Self.subscription(.expired, expires: -90 * day), Self.subscription(.active, expires: day)])
+                == "eligible: lapsed")
+        var unlimited = offer
+        unlimited.maxPerAccount = nil
+        #expect(
+            OfferEligibility.winBackRefusal(
+                unlimited, subscriptions: [Self.subscription(.expired, expires: -31 * day)], redemptions: 50,
+                now: Self.now) == nil)
+        // Codes: counted after the redemption, so the limit's own redemption is within it.
+        #expect(!OfferEligibility.overLimit(1, redemptions: 1))
+        #expect(OfferEligibility.overLimit(1, redemptions: 2))
+        #expect(!OfferEligibility.overLimit(nil, redemptions: 1000))
+    }
+
     @Test func introductoryOfferOncePerAccountNeverWhileSubscribed() {
         let active = [Self.subscription(.active, expires: 86_400)]
         let expired = [Self.subscription(.expired, expires: -86_400)]

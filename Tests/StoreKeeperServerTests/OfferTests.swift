@@ -21,7 +21,10 @@ import Testing
     static let catalog = try! Catalog.parse(
         yaml: """
             products:
-              - { id: coins_60, type: consumable, grants: { currency: coins, amount: 60 } }
+              - id: coins_60
+                type: consumable
+                grants: { currency: coins, amount: 60 }
+                offerCodes: [{ id: SPRING_COINS, maxPerAccount: 1 }]
               - id: pro_monthly
                 type: auto_renewable
                 group: pro
@@ -34,6 +37,8 @@ import Testing
                   - { id: longgone, eligible: lapsed, lapsedAtLeast: P30D }
                   - { id: stay, eligible: active }
                   - { id: anyone, eligible: any_subscriber, discountType: pay_up_front, price: 0.49, period: P3M }
+                winBackOffers:
+                  - { id: winback, discountType: pay_up_front, price: 0.99, period: P1M, maxPerAccount: 1 }
               - { id: pro_yearly, type: auto_renewable, group: pro, period: P1Y, grants: { entitlement: pro } }
             retention:
               - id: yearly-switch
@@ -380,6 +385,94 @@ import Testing
             let tooLong = try await Self.order(
                 relay, "kid-5", product: "coins_60", appTransactionId: String(repeating: "9", count: 65))
             #expect(tooLong.status == .badRequest)
+        }
+    }
+
+    /// Win-back offers by the catalog's policy (SCENARIOS A3's "offer policy"): an order names
+    /// the offer; a subscriber is refused, a churned one allowed; Apple applies it; once
+    /// redeemed (`offerType` 4, counted across Apple IDs) `maxPerAccount` refuses the next.
+    @Test(arguments: API.databases)
+    func aWinBackOfferFollowsTheCatalogsPolicyAcrossAppleIds(kind: String) async throws {
+        try await Self.withRelay(kind) { relay in
+            let store = relay.store
+            func winBackOrder(_ offer: String = "winback") async throws -> API.Reply {
+                try await API.call(
+                    relay.client, .post, "/v1/orders",
+                    body: #"{"accountId":"wb","productId":"pro_monthly","winBackOfferId":"\#(offer)"}"#)
+            }
+            func code(_ reply: API.Reply) -> String? { (reply.json["error"] as? [String: Any])?["code"] as? String }
+            // Never subscribed: nothing to win back.
+            #expect(code(try await winBackOrder()) == "offer_not_eligible")
+            let (_, first) = try await relay.buy("wb", "pro_monthly")
+            let original = try #require(first.originalTransactionId)
+            // Subscribed: refused, naming the rule.
+            let active = try await winBackOrder()
+            #expect(code(active) == "offer_not_eligible")
+            #expect(
+                ((active.json["error"] as? [String: Any])?["message"] as? String ?? "").contains("eligible: lapsed"))
+            // Both offer kinds at once: a bad request.
+            let both = try await API.call(
+                relay.client, .post, "/v1/orders",
+                body: #"{"accountId":"wb","productId":"pro_monthly","winBackOfferId":"winback","offerId":"stay"}"#)
+            #expect(both.status == .badRequest)
+
+            // Churned: allowed, Apple applies it, the redemption is counted.
+            try await store.setAutoRenew(original, false)
+            await store.advance(by: 32 * 86_400)
+            _ = try await relay.deliver()
+            #expect(try await relay.subscription("wb")?["status"] as? String == "expired")
+            let allowed = try await winBackOrder()
+            #expect(allowed.status == .created, "\(allowed.json)")
+            #expect((allowed.json["winBackOffer"] as? [String: Any])?["id"] as? String == "winback")
+            let token = try #require(UUID(uuidString: allowed.json["appAccountToken"] as? String ?? ""))
+            let back = try await store.buy(
+                "apple-wb", items: [.init(productId: "pro_monthly")], appAccountToken: token,
+                offers: .init(winBackOfferId: "winback"))
+            #expect(back.transactions[0].offerType == .winBackOffer)
+            let submitted = try await API.submit(
+                relay.client, account: "wb", signedTransaction: back.signedTransactions[0])
+            #expect(submitted.status == .ok, "\(submitted.json)")
+
+            // Churned again: the policy's one redemption is used (whatever Apple ID comes next).
+            try await store.setAutoRenew(original, false)
+            await store.advance(by: 32 * 86_400)
+            _ = try await relay.deliver()
+            #expect(try await relay.subscription("wb")?["status"] as? String == "expired")
+            let again = try await winBackOrder()
+            #expect(code(again) == "offer_not_eligible")
+            #expect(((again.json["error"] as? [String: Any])?["message"] as? String ?? "").contains("maxPerAccount"))
+            // An offer the catalog does not list has no policy here: Apple alone decides.
+            #expect(try await winBackOrder("not_listed").status == .created)
+        }
+    }
+
+    /// Offer codes are redeemed on the App Store, never asked for: one past the catalog's
+    /// `maxPerAccount` (codes redeemed under several Apple IDs, claimed by one account) is
+    /// delivered — Apple was paid — and raises `offer_limit_exceeded` for the operator.
+    @Test(arguments: API.databases)
+    func anOfferCodePastItsLimitIsDeliveredAndShownToTheOperator(kind: String) async throws {
+        try await Self.withRelay(kind) { relay in
+            var claimed: [String] = []
+            for appleId in ["apple-farm-1", "apple-farm-2"] {
+                let bought = try await relay.store.buy(
+                    appleId, items: [.init(productId: "coins_60")],
+                    offers: .init(offerCode: .init(code: "SPRING_COINS", price: 0)))
+                #expect(bought.transactions[0].offerDiscountType?.rawValue == "ONE_TIME")
+                let reply = try await API.submit(
+                    relay.client, account: "farmer", signedTransaction: bought.signedTransactions[0])
+                #expect(reply.status == .ok, "\(reply.json)")
+                claimed.append(try #require(bought.transactions[0].transactionId))
+            }
+            #expect(try await AppleRulesTests.balance(relay, "farmer") == 120)
+            let raised =
+                (try await API.call(relay.client, .get, "/v1/anomalies?status=open").json["anomalies"]
+                as? [[String: Any]] ?? []).filter { $0["kind"] as? String == "offer_limit_exceeded" }
+            #expect(raised.count == 1)
+            #expect(raised.first?["transactionId"] as? String == claimed[1])
+            #expect(raised.first?["accountId"] as? String == "farmer")
+            // Free codes count nothing in proceeds.
+            let revenue = try await API.call(relay.client, .get, "/v1/revenue")
+            #expect(revenue.status == .ok)
         }
     }
 

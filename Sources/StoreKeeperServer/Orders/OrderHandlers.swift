@@ -20,6 +20,8 @@ extension StoreKeeperApp {
         var productId: String
         var quantity: Int?
         var offerId: String?
+        /// A win-back offer (Apple applies it; the catalog's policy decides whether to ask).
+        var winBackOfferId: String?
         var appTransactionId: String?
 
         func validate() throws {
@@ -32,6 +34,12 @@ extension StoreKeeperApp {
                 }
             }
             if let offerId { try StoreKeeperApp.validateText(offerId, field: "offerId") }
+            if let winBackOfferId {
+                try StoreKeeperApp.validateText(winBackOfferId, field: "winBackOfferId")
+                guard offerId == nil else {
+                    throw APIError.badRequest("give 'offerId' or 'winBackOfferId', not both")
+                }
+            }
         }
     }
 
@@ -44,6 +52,8 @@ extension StoreKeeperApp {
             throw APIError(.notFound, "unknown_product", "no product '\(body.productId.prefix(100))' in the catalog")
         }
         let now = Date()
+        let winBack = try await winBackDecision(
+            product: product, offerId: body.winBackOfferId, accountId: body.accountId, now: now)
         let offers = try await offerDecision(
             product: product, offerId: body.offerId, accountId: body.accountId,
             appTransactionId: body.appTransactionId, now: now)
@@ -69,6 +79,7 @@ extension StoreKeeperApp {
                 "the account has \(error.limit) unpaid orders; pay or let them expire before creating more")
         }
         var json = OrderJSON(order, ttl: configuration.orderTTL)
+        json.winBackOffer = winBack.map { OrderJSON.WinBackOfferJSON(id: $0.id) }
         if let offer = offers.offer, let signer = offerSigner {
             let timestamp = Int64((now.timeIntervalSince1970 * 1000).rounded(.down))
             let v1 = try signer.signV1(
@@ -136,6 +147,25 @@ extension StoreKeeperApp {
             offer, allowed, history.latestTransactionId ?? appTransactionId,
             offer.map { history.redemptions[$0.id] ?? 0 } ?? 0
         )
+    }
+
+    /// The win-back offer an order asks for, by the catalog's policy: 403 `offer_not_eligible`
+    /// naming the rule that refused (the account's subscriptions in the group, its win-back
+    /// redemptions under any Apple ID). One the catalog does not list has no policy here: Apple
+    /// alone decides (nil, the order goes on).
+    func winBackDecision(product: Product, offerId: String?, accountId: String, now: Date) async throws
+        -> WinBackOffer?
+    {
+        guard let offerId, let offer = catalog.winBackOffer(offerId, of: product.id) else { return nil }
+        let history = try await store.offerHistory(
+            account: accountId, groupProducts: catalog.group(product.group ?? "").map(\.id), latestTransaction: false)
+        if let refusal = OfferEligibility.winBackRefusal(
+            offer, subscriptions: history.subscriptions, redemptions: history.winBackRedemptions[offer.id] ?? 0,
+            now: now)
+        {
+            throw APIError(.forbidden, "offer_not_eligible", "win-back offer '\(offer.id)' refused by rule \(refusal)")
+        }
+        return offer
     }
 
     func getOrder(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {

@@ -24,6 +24,13 @@ struct OrderJSON: Encodable {
     /// Only in the 201 answer: what StoreKit needs to apply the offer.
     var offer: SignedOffer?
     var introductoryOfferEligibility: IntroductoryEligibility?
+    /// The win-back offer the order asked for, allowed by the catalog's policy (Apple applies
+    /// it; nothing is signed).
+    var winBackOffer: WinBackOfferJSON?
+
+    struct WinBackOfferJSON: Encodable {
+        var id: String
+    }
 
     struct SignedOffer: Encodable {
         var id: String

@@ -166,11 +166,21 @@ public struct HTTPBackend: Backend {
     public func createOrder(
         accountId: String, productId: String, quantity: Int, offerId: String?, appTransactionId: String?
     ) async throws -> ServerOrder {
+        try await createOrder(
+            accountId: accountId, productId: productId, quantity: quantity, offerId: offerId, winBackOfferId: nil,
+            appTransactionId: appTransactionId)
+    }
+
+    public func createOrder(
+        accountId: String, productId: String, quantity: Int, offerId: String?, winBackOfferId: String?,
+        appTransactionId: String?
+    ) async throws -> ServerOrder {
         struct Body: Encodable {
             var accountId: String
             var productId: String
             var quantity: Int
             var offerId: String?
+            var winBackOfferId: String?
             var appTransactionId: String?
         }
         let answer = try await send(
@@ -178,7 +188,7 @@ public struct HTTPBackend: Backend {
             body: try JSONEncoder().encode(
                 Body(
                     accountId: accountId, productId: productId, quantity: quantity, offerId: offerId,
-                    appTransactionId: appTransactionId)))
+                    winBackOfferId: winBackOfferId, appTransactionId: appTransactionId)))
         guard answer.status == 201 || answer.status == 200 else { throw Self.error(answer) }
         do {
             return try JSONDecoder().decode(ServerOrder.self, from: answer.body)

@@ -83,6 +83,13 @@ public protocol Backend: Sendable {
     func createOrder(
         accountId: String, productId: String, quantity: Int, offerId: String?, appTransactionId: String?
     ) async throws -> ServerOrder
+    /// The same naming the win-back offer the purchase will use, so the server's catalog policy
+    /// (`maxPerAccount` across the account's Apple IDs) decides before the payment. A backend
+    /// without that policy ignores it (the default implementation).
+    func createOrder(
+        accountId: String, productId: String, quantity: Int, offerId: String?, winBackOfferId: String?,
+        appTransactionId: String?
+    ) async throws -> ServerOrder
     /// Submits a proof. `transactionId` names the transaction the device reports (sent with a
     /// receipt, which must contain it); `.signedTransactions` is one batch (1…100).
     func submitPurchase(accountId: String, orderId: String?, proof: Proof, transactionId: String?) async
@@ -158,6 +165,15 @@ extension PaymentQueue {
 }
 
 extension Backend {
+    public func createOrder(
+        accountId: String, productId: String, quantity: Int, offerId: String?, winBackOfferId: String?,
+        appTransactionId: String?
+    ) async throws -> ServerOrder {
+        try await createOrder(
+            accountId: accountId, productId: productId, quantity: quantity, offerId: offerId,
+            appTransactionId: appTransactionId)
+    }
+
     public func createOrder(
         accountId: String, productId: String, quantity: Int, offerId: String?, appTransactionId: String?
     ) async throws -> ServerOrder {

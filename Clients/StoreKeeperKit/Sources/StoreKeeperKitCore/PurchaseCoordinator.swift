@@ -502,7 +502,9 @@ public actor PurchaseCoordinator {
     }
 
     /// Buys back a churned subscriber with a win-back offer listed in renewal info's
-    /// `eligibleWinBackOfferIds` (Apple decides eligibility; nothing to sign).
+    /// `eligibleWinBackOfferIds` (Apple decides eligibility; nothing to sign). The order names
+    /// it, so the server's catalog policy may refuse first (403 `offer_not_eligible` comes back
+    /// as `PurchaseError.order`).
     public func purchase(productId: String, winBackOffer offerId: String) async throws -> PurchaseOutcome {
         try await purchase(
             productId: productId, quantity: 1, offerId: nil, options: PurchaseOptions(winBackOfferId: offerId))
@@ -573,7 +575,7 @@ public actor PurchaseCoordinator {
         do {
             order = try await backend.createOrder(
                 accountId: account, productId: productId, quantity: quantity, offerId: offerId,
-                appTransactionId: appTransactionId)
+                winBackOfferId: baseOptions.winBackOfferId, appTransactionId: appTransactionId)
         } catch let error as BackendError {
             throw PurchaseError.order(error)
         } catch {

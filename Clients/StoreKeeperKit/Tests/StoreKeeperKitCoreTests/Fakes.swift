@@ -127,6 +127,7 @@ final class FakeBackend: Backend, @unchecked Sendable {
         var accounts: [String: CustomerInfo] = [:]
         var offline = false
         var orderRequests: [(offerId: String?, appTransactionId: String?)] = []
+        var winBackRequests: [String?] = []
         var introductory: IntroductoryOfferEligibility?
         var cancelled: [String] = []
         var expiresIn: TimeInterval? = nil
@@ -138,6 +139,16 @@ final class FakeBackend: Backend, @unchecked Sendable {
     var orders: [ServerOrder] { state.withValue { $0.orders } }
 
     func script(_ verdicts: SubmissionVerdict...) { state.withValue { $0.verdicts.append(contentsOf: verdicts) } }
+
+    func createOrder(
+        accountId: String, productId: String, quantity: Int, offerId: String?, winBackOfferId: String?,
+        appTransactionId: String?
+    ) async throws -> ServerOrder {
+        state.withValue { $0.winBackRequests.append(winBackOfferId) }
+        return try await createOrder(
+            accountId: accountId, productId: productId, quantity: quantity, offerId: offerId,
+            appTransactionId: appTransactionId)
+    }
 
     func createOrder(
         accountId: String, productId: String, quantity: Int, offerId: String?, appTransactionId: String?

@@ -56,6 +56,10 @@ final class OfferPurchaseTests: XCTestCase {
         let request = try XCTUnwrap(backend.state.withValue { $0.orderRequests.first })
         XCTAssertNil(request.offerId)
         XCTAssertNil(request.appTransactionId)
+        // The order names the win-back offer, for the server's per-account policy.
+        XCTAssertEqual(backend.state.withValue { $0.winBackRequests }, ["winback_1"])
+        _ = try await coordinator.purchase(productId: "pro_monthly")
+        XCTAssertEqual(backend.state.withValue { $0.winBackRequests }, ["winback_1", nil])
     }
 
     func testARefusedOfferPaysNothing() async throws {
