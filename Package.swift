@@ -89,6 +89,15 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // Google Play's server side: Developer API client (service-account auth), its payloads,
+        // Pub/Sub push verification (google-play.md).
+        .target(
+            name: "GooglePlay",
+            dependencies: [
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+            ]
+        ),
         // The product catalog file shared by the server and the local App Store (API.md).
         .target(
             name: "StoreKeeperCatalog",

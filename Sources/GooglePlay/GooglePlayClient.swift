@@ -1,0 +1,139 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NIOHTTP1
+
+/// The Google Play Developer API for one app (`packageName`): purchases read, acknowledged,
+/// consumed; voided purchases listed; refund reviews answered (google-play.md §3–§6). Every
+/// call has a deadline; a 401 is retried once with a new access token; errors are classified
+/// (`GooglePlayError.Kind`).
+public struct GooglePlayClient: Sendable {
+    public let packageName: String
+    /// The Android Publisher root (`https://androidpublisher.googleapis.com`).
+    public let baseURL: String
+    let tokens: AccessTokenSource
+    let http: HTTPClient
+    let timeout: Duration
+
+    public init(
+        packageName: String, baseURL: String = "https://androidpublisher.googleapis.com", tokens: AccessTokenSource,
+        http: HTTPClient = .shared, timeout: Duration = .seconds(10)
+    ) {
+        self.packageName = packageName
+        self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
+        self.tokens = tokens
+        self.http = http
+        self.timeout = timeout
+    }
+
+    /// Percent-encodes a path segment (tokens and order ids are opaque).
+    public static func segment(_ text: String) -> String {
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-._~")
+        return text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text
+    }
+
+    var applicationPath: String { "/androidpublisher/v3/applications/\(Self.segment(packageName))" }
+
+    // MARK: Purchases
+
+    public func productPurchase(token: String) async throws -> ProductPurchaseV2 {
+        try await decode(
+            ProductPurchaseV2.self,
+            try await call(.GET, "\(applicationPath)/purchases/productsv2/tokens/\(Self.segment(token))"))
+    }
+
+    public func subscriptionPurchase(token: String) async throws -> SubscriptionPurchaseV2 {
+        try await decode(
+            SubscriptionPurchaseV2.self,
+            try await call(.GET, "\(applicationPath)/purchases/subscriptionsv2/tokens/\(Self.segment(token))"))
+    }
+
+    public func acknowledgeProduct(productId: String, token: String) async throws {
+        _ = try await call(
+            .POST,
+            "\(applicationPath)/purchases/products/\(Self.segment(productId))/tokens/\(Self.segment(token)):acknowledge",
+            body: Data("{}".utf8))
+    }
+
+    public func consumeProduct(productId: String, token: String) async throws {
+        _ = try await call(
+            .POST,
+            "\(applicationPath)/purchases/products/\(Self.segment(productId))/tokens/\(Self.segment(token)):consume")
+    }
+
+    public func acknowledgeSubscription(productId: String, token: String) async throws {
+        _ = try await call(
+            .POST,
+            "\(applicationPath)/purchases/subscriptions/\(Self.segment(productId))/tokens/\(Self.segment(token)):acknowledge",
+            body: Data("{}".utf8))
+    }
+
+    /// One page of voided purchases (one-time and subscriptions, with partial refunds).
+    public func voidedPurchases(startTime: Date?, pageToken: String?, maxResults: Int = 1000) async throws
+        -> VoidedPurchasesListResponse
+    {
+        var query = ["type=1", "includeQuantityBasedPartialRefund=true", "maxResults=\(maxResults)"]
+        if let pageToken {
+            query.append("token=\(Self.segment(pageToken))")
+        } else if let startTime {
+            query.append("startTime=\(Int64(startTime.timeIntervalSince1970 * 1000))")
+        }
+        return try await decode(
+            VoidedPurchasesListResponse.self,
+            try await call(.GET, "\(applicationPath)/purchases/voidedpurchases?\(query.joined(separator: "&"))"))
+    }
+
+    /// `orders.reviewrefund`: Google records the first answer per review.
+    public func reviewRefund(orderId: String, _ request: ReviewRefundRequest) async throws {
+        _ = try await call(
+            .POST, "\(applicationPath)/orders/\(Self.segment(orderId)):reviewrefund",
+            body: try JSONEncoder().encode(request))
+    }
+
+    // MARK: HTTP
+
+    func call(_ method: HTTPMethod, _ path: String, body: Data? = nil) async throws -> [UInt8] {
+        var retried = false
+        while true {
+            var request = HTTPClientRequest(url: baseURL + path)
+            request.method = method
+            request.headers.add(name: "Authorization", value: "Bearer \(try await tokens.token())")
+            if let body {
+                request.headers.add(name: "Content-Type", value: "application/json")
+                request.body = .bytes(ByteBuffer(bytes: body))
+            }
+            let answer = try await GoogleHTTP.exchange(http, request, timeout: timeout, maxBody: 4 << 20)
+            if answer.isSuccess { return answer.body }
+            if answer.status == 401, !retried {
+                retried = true
+                await tokens.invalidate()
+                continue
+            }
+            throw Self.error(status: answer.status, body: answer.body)
+        }
+    }
+
+    static func error(status: Int, body: [UInt8]) -> GooglePlayError {
+        let detail = (try? JSONDecoder().decode(GoogleErrorBody.self, from: Data(body)))?.error
+        let reason = detail?.errors?.first?.reason
+        let message = "Google Play answered \(status)\(detail?.message.map { ": \($0.prefix(200))" } ?? "")"
+        let kind: GooglePlayError.Kind =
+            switch status {
+            case 404, 410: .notFound
+            case 400 where reason == "invalidValue" || reason == "purchaseTokenNotFound": .notFound
+            case 401, 403: .unauthorized
+            case 409, 429, 500...: .unavailable
+            default: .refused
+            }
+        return GooglePlayError(kind, message, status: status, reason: reason)
+    }
+
+    func decode<T: Decodable>(_ type: T.Type, _ body: [UInt8]) throws -> T {
+        do {
+            return try JSONDecoder().decode(type, from: Data(body))
+        } catch {
+            throw GooglePlayError(.malformed, "Google Play answered a malformed \(type): \(error)")
+        }
+    }
+}

@@ -1,0 +1,128 @@
+import AsyncHTTPClient
+import Foundation
+import JWTKit
+import NIOCore
+
+/// The OIDC token a Pub/Sub push carries (google-play.md §2.4).
+public struct PushTokenClaims: JWTPayload {
+    public var iss: IssuerClaim
+    public var aud: AudienceClaim
+    public var exp: ExpirationClaim
+    public var iat: IssuedAtClaim?
+    public var email: String?
+    public var emailVerified: Bool?
+    public var sub: SubjectClaim?
+
+    enum CodingKeys: String, CodingKey {
+        case iss, aud, exp, iat, email, sub
+        case emailVerified = "email_verified"
+    }
+
+    public init(audience: String, email: String, issuedAt: Date, lifetime: TimeInterval = 3600) {
+        iss = IssuerClaim(value: "https://accounts.google.com")
+        aud = AudienceClaim(value: audience)
+        iat = IssuedAtClaim(value: issuedAt)
+        exp = ExpirationClaim(value: issuedAt.addingTimeInterval(lifetime))
+        self.email = email
+        emailVerified = true
+        sub = SubjectClaim(value: "1" + String(abs(email.hashValue) % 1_000_000_000))
+    }
+
+    public func verify(using algorithm: some JWTAlgorithm) async throws {
+        try exp.verifyNotExpired(currentDate: Date().addingTimeInterval(-60))
+    }
+}
+
+/// Verifies a push's `Authorization: Bearer <JWT>`: RS256 against Google's keys (the JWKS at
+/// `certificatesURL`, cached an hour, fetched again once for an unknown `kid` — at most once a
+/// minute), `iss` Google's, `aud` and `email` as configured, `email_verified`, not expired.
+public actor PushVerifier {
+    public struct Refusal: Error, Sendable, CustomStringConvertible {
+        public var message: String
+        public var description: String { message }
+    }
+
+    let audience: String
+    let serviceAccount: String
+    let certificatesURL: String
+    let http: HTTPClient
+    var keys: JWTKeyCollection?
+    var fetchedAt: ContinuousClock.Instant?
+
+    public init(audience: String, serviceAccount: String, certificatesURL: String, http: HTTPClient = .shared) {
+        self.audience = audience
+        self.serviceAccount = serviceAccount
+        self.certificatesURL = certificatesURL
+        self.http = http
+    }
+
+    /// The verified claims, or `Refusal` saying why not.
+    public func verify(authorization: String?) async throws(Refusal) -> PushTokenClaims {
+        guard let authorization, authorization.hasPrefix("Bearer "), authorization.count <= 8192 else {
+            throw Refusal(message: "no OIDC bearer token")
+        }
+        let token = String(authorization.dropFirst("Bearer ".count))
+        let claims: PushTokenClaims
+        do {
+            claims = try await verifySignature(token)
+        } catch {
+            throw Refusal(message: "the push's token does not verify against Google's keys: \(error)")
+        }
+        guard ["https://accounts.google.com", "accounts.google.com"].contains(claims.iss.value) else {
+            throw Refusal(message: "issuer '\(claims.iss.value.prefix(80))' is not Google's")
+        }
+        guard claims.aud.value.contains(audience) else {
+            throw Refusal(message: "audience is not the configured pushAudience")
+        }
+        guard claims.email == serviceAccount else {
+            throw Refusal(message: "email is not the configured pushServiceAccount")
+        }
+        guard claims.emailVerified == true else { throw Refusal(message: "email_verified is not true") }
+        return claims
+    }
+
+    func verifySignature(_ token: String) async throws -> PushTokenClaims {
+        // Only RS256 is Google's: anything else is refused before a key is looked at.
+        let header = token.split(separator: ".", maxSplits: 1).first.map(String.init) ?? ""
+        guard let headerData = Data(base64URL: header),
+            let json = try? JSONSerialization.jsonObject(with: headerData) as? [String: Any],
+            json["alg"] as? String == "RS256"
+        else { throw Refusal(message: "alg is not RS256") }
+        if keys == nil || fetchedAt.map({ ContinuousClock.now - $0 > .seconds(3600) }) == true {
+            try await refresh()
+        }
+        do {
+            return try await keys!.verify(token, as: PushTokenClaims.self)
+        } catch let error as JWTError where error.errorType == .unknownKID {
+            // Google rotated its keys: fetch once more (at most once a minute).
+            guard fetchedAt.map({ ContinuousClock.now - $0 > .seconds(60) }) ?? true else { throw error }
+            try await refresh()
+            return try await keys!.verify(token, as: PushTokenClaims.self)
+        }
+    }
+
+    func refresh() async throws {
+        var request = HTTPClientRequest(url: certificatesURL)
+        request.method = .GET
+        let answer = try await GoogleHTTP.exchange(http, request, timeout: .seconds(10), maxBody: 256 * 1024)
+        guard answer.isSuccess else {
+            throw GooglePlayError(.unavailable, "Google's push certificates answered \(answer.status)")
+        }
+        keys = try await JWTKeyCollection().add(jwksJSON: String(decoding: answer.body, as: UTF8.self))
+        fetchedAt = .now
+    }
+}
+
+extension Data {
+    /// Base64url without padding, as JWTs carry their parts.
+    public init?(base64URL text: String) {
+        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while base64.count % 4 != 0 { base64 += "=" }
+        self.init(base64Encoded: base64)
+    }
+
+    public func base64URLEncodedString() -> String {
+        base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+}
