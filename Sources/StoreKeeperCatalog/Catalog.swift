@@ -34,6 +34,16 @@ public struct Catalog: Hashable, Sendable {
 
     public func product(_ id: String) -> Product? { products.first { $0.id == id } }
 
+    /// The stores a catalog maps product ids for (`storeProducts` keys).
+    public static let stores = ["app_store", "google_play"]
+
+    /// The product a store sells as `storeProductId`: the one whose `storeProducts[store]` is it,
+    /// else the one with that id and no mapping for that store.
+    public func product(store: String, storeProductId: String) -> Product? {
+        products.first { $0.storeProducts?[store] == storeProductId }
+            ?? products.first { $0.id == storeProductId && $0.storeProducts?[store] == nil }
+    }
+
     /// The largest currency amount one product may grant.
     public static let maxGrantAmount: Int64 = 1_000_000_000_000
 
@@ -116,6 +126,7 @@ public struct Catalog: Hashable, Sendable {
 
     private func validate() throws {
         var seen = Set<String>()
+        var seenStoreIds = Set<String>()
         for (index, product) in products.enumerated() {
             let name = "products[\(index)] (\(product.id))"
             guard !product.id.isEmpty, product.id.count <= 255 else {
@@ -144,6 +155,18 @@ public struct Catalog: Hashable, Sendable {
                 // Bounded so amount × quantity and years of balances stay far from Int64's limit.
                 guard amount <= Catalog.maxGrantAmount else {
                     throw CatalogError("\(name): amount must be at most \(Catalog.maxGrantAmount)")
+                }
+            }
+            for (store, id) in product.storeProducts ?? [:] {
+                guard Catalog.stores.contains(store) else {
+                    throw CatalogError(
+                        "\(name): storeProducts.\(store): stores are \(Catalog.stores.joined(separator: ", "))")
+                }
+                guard !id.isEmpty, id.count <= 255 else {
+                    throw CatalogError("\(name): storeProducts.\(store) must be 1…255 characters")
+                }
+                guard seenStoreIds.insert("\(store)\u{0}\(id)").inserted else {
+                    throw CatalogError("\(name): storeProducts.\(store) '\(id)' names two products")
                 }
             }
             for (storefront, price) in product.prices ?? [:] {
@@ -237,6 +260,9 @@ public struct Product: Codable, Hashable, Sendable {
     public var winBackOffers: [WinBackOffer]?
     /// Offer codes with StoreKeeper's per-account policy (any product type).
     public var offerCodes: [OfferCodeRule]?
+    /// Each store's id for this product when it differs from `id`:
+    /// `{app_store: com.x.pro_monthly, google_play: pro_monthly}`.
+    public var storeProducts: [String: String]?
 
     public init(
         id: String, type: Kind, group: String? = nil, duration: ISODuration? = nil, period: ISODuration? = nil,

@@ -1,0 +1,579 @@
+import Foundation
+import GooglePlay
+import JWTKit
+import LocalAppStore
+import StoreKeeperCatalog
+
+/// A faithful fake of Google Play's server side for tests, the demo and zero-config serve
+/// (google-play.md): purchases with Google's states, acknowledgement and its 3-day refund,
+/// subscriptions renewing on a store clock (grace, hold, pause, cancel, upgrade with
+/// `linkedPurchaseToken`), voided purchases, refund reviews, and Real-time developer
+/// notifications queued for Pub/Sub pushes. `LocalGooglePlayServer` serves it over HTTP at
+/// Google's paths.
+public actor LocalGooglePlay {
+    public struct Configuration: Sendable {
+        public var packageName: String
+        public var catalog: Catalog
+        /// Grace period and account hold after a failed renewal.
+        public var gracePeriod: TimeInterval = 3 * 86_400
+        public var accountHold: TimeInterval = 30 * 86_400
+        /// Unacknowledged purchases are refunded this long after they became PURCHASED.
+        public var acknowledgementWindow: TimeInterval = 3 * 86_400
+        /// `testPurchase` on every purchase (license testers).
+        public var testPurchases = false
+
+        public init(packageName: String, catalog: Catalog) {
+            self.packageName = packageName
+            self.catalog = catalog
+        }
+    }
+
+    /// One purchase token's state, as Google keeps it.
+    public struct Purchase: Sendable, Hashable {
+        public enum Kind: String, Sendable { case oneTime, subscription }
+        public var token: String
+        public var kind: Kind
+        /// Google Play's product id.
+        public var productId: String
+        public var obfuscatedAccountId: String?
+        public var quantity: Int
+        public var refundableQuantity: Int
+        /// One-time: PURCHASED, PENDING, CANCELLED.
+        public var purchaseState: String
+        public var acknowledged = false
+        public var consumed = false
+        public var purchaseTime: Date
+        /// When it became PURCHASED/ACTIVE (the acknowledgement window starts then).
+        public var paidAt: Date?
+        public var test: Bool
+        public var orders: [String]
+        public var priceMilli: Int64
+        public var currency: String
+        // Subscriptions
+        public var subscriptionState: String = SubscriptionState.active
+        public var expiry: Date = .distantPast
+        public var autoRenew = true
+        public var billingFails = false
+        public var graceEnds: Date?
+        public var holdEnds: Date?
+        public var pausedUntil: Date?
+        public var linkedPurchaseToken: String?
+        public var period: ISODuration = ISODuration(months: 1)
+        public var cancellation: String?
+        /// Set when Google refunded it (voided).
+        public var voided = false
+    }
+
+    public let configuration: Configuration
+    public let clock: StoreClock
+    var purchases: [String: Purchase] = [:]
+    var voided: [(recordedAt: Date, purchase: VoidedPurchase)] = []
+    var pushes: [Push] = []
+    var orderCounter = 0
+    var reviews: [String: ReviewRefundRequest] = [:]
+    var pendingReviews: [String: (orderId: String, token: String)] = [:]
+    var messageCounter = 100_000_000_000
+
+    /// A Real-time developer notification waiting for its Pub/Sub push.
+    public struct Push: Sendable, Hashable {
+        public var messageId: String
+        public var notification: DeveloperNotification
+        public var publishTime: Date
+        public var attempts = 0
+        public var nextAttempt: Date
+    }
+
+    public init(configuration: Configuration, clock: StoreClock = StoreClock()) {
+        self.configuration = configuration
+        self.clock = clock
+    }
+
+    public enum Refusal: Error, Sendable, Equatable {
+        case notFound
+        /// 400 `invalidPurchaseState`.
+        case invalidPurchaseState(String)
+        case invalid(String)
+    }
+
+    // MARK: Buying
+
+    /// A purchase in the app (Play Billing's purchase flow): the account id the app set with
+    /// `setObfuscatedAccountId`, `pending` for a slow payment method. Returns the token.
+    public func buy(
+        _ productId: String, obfuscatedAccountId: String?, quantity: Int = 1, pending: Bool = false,
+        linkedPurchaseToken: String? = nil
+    ) throws(Refusal) -> String {
+        guard let product = configuration.catalog.product(store: "google_play", storeProductId: productId) else {
+            throw .invalid("no product '\(productId)' in the catalog")
+        }
+        guard (1...100).contains(quantity) else { throw .invalid("quantity must be 1…100") }
+        if let id = obfuscatedAccountId, id.count > 64 { throw .invalid("obfuscatedAccountId is over 64 characters") }
+        let now = clock.now()
+        let token = Self.newToken()
+        let price = product.price(in: "USA")
+        let milli = Int64(truncating: (price.price * 1000) as NSDecimalNumber)
+        var purchase = Purchase(
+            token: token, kind: product.type == .autoRenewable ? .subscription : .oneTime, productId: productId,
+            obfuscatedAccountId: obfuscatedAccountId, quantity: product.type == .consumable ? quantity : 1,
+            refundableQuantity: product.type == .consumable ? quantity : 1,
+            purchaseState: pending ? ProductPurchaseV2.pending : ProductPurchaseV2.purchased, purchaseTime: now,
+            paidAt: pending ? nil : now, test: configuration.testPurchases, orders: [], priceMilli: milli,
+            currency: price.currency)
+        if !pending { purchase.orders.append(newOrderId()) }
+        if purchase.kind == .subscription {
+            purchase.period = product.period ?? ISODuration(months: 1)
+            purchase.subscriptionState = pending ? SubscriptionState.pending : SubscriptionState.active
+            purchase.expiry = pending ? now : purchase.period.added(to: now)
+            if let old = linkedPurchaseToken {
+                guard var previous = purchases[old], previous.kind == .subscription else {
+                    throw .invalid("no subscription '\(old)' to replace")
+                }
+                // An upgrade or downgrade (or a re-signup before expiry): a new token names
+                // the old one, which ends now.
+                purchase.linkedPurchaseToken = old
+                previous.subscriptionState = SubscriptionState.expired
+                previous.autoRenew = false
+                previous.expiry = now
+                previous.cancellation = "replacementCancellation"
+                purchases[old] = previous
+            }
+        }
+        purchases[token] = purchase
+        if !pending { notifyPurchased(purchase) }
+        return token
+    }
+
+    /// A pending purchase is paid (or, with `paid: false`, abandoned).
+    public func completePending(_ token: String, paid: Bool = true) throws(Refusal) {
+        guard var purchase = purchases[token] else { throw .notFound }
+        guard purchase.purchaseState == ProductPurchaseV2.pending else {
+            throw .invalidPurchaseState("not pending")
+        }
+        let now = clock.now()
+        if paid {
+            purchase.purchaseState = ProductPurchaseV2.purchased
+            purchase.paidAt = now
+            purchase.orders.append(newOrderId())
+            if purchase.kind == .subscription {
+                purchase.subscriptionState = SubscriptionState.active
+                purchase.expiry = purchase.period.added(to: now)
+            }
+            purchases[token] = purchase
+            notifyPurchased(purchase)
+        } else {
+            purchase.purchaseState = ProductPurchaseV2.cancelled
+            if purchase.kind == .subscription {
+                purchase.subscriptionState = SubscriptionState.pendingPurchaseCanceled
+                purchases[token] = purchase
+                notify(subscription: 20, token)
+            } else {
+                purchases[token] = purchase
+                notify(oneTime: 2, purchase)
+            }
+        }
+    }
+
+    func notifyPurchased(_ purchase: Purchase) {
+        if purchase.kind == .subscription {
+            notify(subscription: 4, purchase.token)
+        } else {
+            notify(oneTime: 1, purchase)
+        }
+    }
+
+    // MARK: Acknowledgement
+
+    public func acknowledge(productId: String, token: String) throws(Refusal) {
+        guard var purchase = purchases[token], purchase.productId == productId else { throw .notFound }
+        guard purchase.purchaseState == ProductPurchaseV2.purchased, !purchase.voided else {
+            throw .invalidPurchaseState("The purchase is not in a valid state to perform the desired operation.")
+        }
+        purchase.acknowledged = true
+        purchases[token] = purchase
+    }
+
+    public func consume(productId: String, token: String) throws(Refusal) {
+        guard var purchase = purchases[token], purchase.productId == productId, purchase.kind == .oneTime else {
+            throw .notFound
+        }
+        guard purchase.purchaseState == ProductPurchaseV2.purchased, !purchase.consumed, !purchase.voided else {
+            throw .invalidPurchaseState("The purchase is not in a valid state to perform the desired operation.")
+        }
+        purchase.consumed = true
+        purchase.acknowledged = true
+        purchases[token] = purchase
+    }
+
+    // MARK: Subscriptions' life
+
+    /// The customer cancels in Play: no renewal; access until expiry.
+    public func cancel(_ token: String) throws(Refusal) {
+        guard var purchase = purchases[token], purchase.kind == .subscription else { throw .notFound }
+        guard purchase.subscriptionState == SubscriptionState.active else { throw .invalidPurchaseState("not active") }
+        purchase.autoRenew = false
+        purchase.subscriptionState = SubscriptionState.canceled
+        purchase.cancellation = "userInitiatedCancellation"
+        purchases[token] = purchase
+        notify(subscription: 3, token)
+    }
+
+    /// The customer restores a canceled, unexpired subscription (same token).
+    public func restart(_ token: String) throws(Refusal) {
+        guard var purchase = purchases[token], purchase.kind == .subscription else { throw .notFound }
+        guard purchase.subscriptionState == SubscriptionState.canceled else {
+            throw .invalidPurchaseState("not canceled")
+        }
+        purchase.autoRenew = true
+        purchase.subscriptionState = SubscriptionState.active
+        purchase.cancellation = nil
+        purchases[token] = purchase
+        notify(subscription: 7, token)
+    }
+
+    public func setBillingFails(_ token: String, _ fails: Bool) throws(Refusal) {
+        guard var purchase = purchases[token], purchase.kind == .subscription else { throw .notFound }
+        purchase.billingFails = fails
+        purchases[token] = purchase
+    }
+
+    /// Pauses at the next renewal for `duration` (here: at once, for simplicity of tests).
+    public func pause(_ token: String, for duration: TimeInterval) throws(Refusal) {
+        guard var purchase = purchases[token], purchase.kind == .subscription else { throw .notFound }
+        guard purchase.subscriptionState == SubscriptionState.active else { throw .invalidPurchaseState("not active") }
+        purchase.subscriptionState = SubscriptionState.paused
+        purchase.pausedUntil = clock.now().addingTimeInterval(duration)
+        purchases[token] = purchase
+        notify(subscription: 10, token)
+    }
+
+    /// Google refunds: one-time purchases by quantity (`nil`: all that is left), a subscription
+    /// by revoking it (access ends now). A voided purchase is listed and notified.
+    public func refund(_ token: String, quantity: Int? = nil, reason: Int = 1) throws(Refusal) {
+        guard var purchase = purchases[token] else { throw .notFound }
+        guard purchase.purchaseState == ProductPurchaseV2.purchased, !purchase.voided,
+            purchase.refundableQuantity > 0, let orderId = purchase.orders.last
+        else { throw .invalidPurchaseState("nothing to refund") }
+        let now = clock.now()
+        let count = min(quantity ?? purchase.refundableQuantity, purchase.refundableQuantity)
+        guard count > 0 else { throw .invalid("quantity must be positive") }
+        purchase.refundableQuantity -= count
+        let full = purchase.refundableQuantity == 0
+        if full { purchase.voided = true }
+        if purchase.kind == .subscription {
+            purchase.subscriptionState = SubscriptionState.expired
+            purchase.autoRenew = false
+            purchase.expiry = now
+            purchase.cancellation = "developerInitiatedCancellation"
+        }
+        purchases[token] = purchase
+        voided.append(
+            (
+                now,
+                VoidedPurchase(
+                    purchaseToken: token, purchaseTimeMillis: Int64(purchase.purchaseTime.timeIntervalSince1970 * 1000),
+                    voidedTimeMillis: Int64(now.timeIntervalSince1970 * 1000), orderId: orderId, voidedSource: 0,
+                    voidedReason: reason, voidedQuantity: full && quantity == nil ? nil : count)
+            ))
+        var notification = newNotification()
+        notification.voidedPurchaseNotification = .init(
+            purchaseToken: token, orderId: orderId, productType: purchase.kind == .subscription ? 1 : 2,
+            refundType: full ? 1 : 2)
+        enqueue(notification)
+    }
+
+    /// The customer disputes a charge: Google asks for the developer's review.
+    public func requestRefundReview(_ token: String) throws(Refusal) -> String {
+        guard let purchase = purchases[token], let orderId = purchase.orders.last else { throw .notFound }
+        let reviewToken = "review-" + Self.newToken().prefix(24)
+        pendingReviews[reviewToken] = (orderId, token)
+        var notification = newNotification()
+        notification.pendingRefundReviewNotification = .init(
+            pendingRefundToken: reviewToken, orderId: orderId, refundReason: 7,
+            obfuscatedAccountId: purchase.obfuscatedAccountId)
+        enqueue(notification)
+        return reviewToken
+    }
+
+    /// `orders.reviewrefund`: the first answer per review is kept.
+    public func reviewRefund(orderId: String, _ request: ReviewRefundRequest) throws(Refusal) {
+        guard let token = request.pendingRefundToken, let review = pendingReviews[token], review.orderId == orderId
+        else { throw .notFound }
+        guard request.sampleContentProvided != nil,
+            ["DECLINE", "APPROVE", "NEUTRAL"].contains(request.refundPreference ?? "")
+        else { throw .invalid("sampleContentProvided and refundPreference are required") }
+        if let share = request.consumptionPercentageMilliunits, !(0...100_000).contains(share) {
+            throw .invalid("consumptionPercentageMilliunits must be 0…100000")
+        }
+        if reviews[token] == nil { reviews[token] = request }
+    }
+
+    public func review(_ pendingRefundToken: String) -> ReviewRefundRequest? { reviews[pendingRefundToken] }
+
+    // MARK: Time
+
+    /// Moves Google's clock: renewals, grace and hold, expiries, resumes, and the refund of
+    /// purchases left unacknowledged past the window.
+    public func advance(by interval: TimeInterval) {
+        clock.advance(by: interval)
+        runDue()
+    }
+
+    public func runDue() {
+        let now = clock.now()
+        for token in purchases.keys.sorted() {
+            guard var purchase = purchases[token] else { continue }
+            if purchase.purchaseState == ProductPurchaseV2.purchased, !purchase.acknowledged, !purchase.voided,
+                let paid = purchase.paidAt, paid.addingTimeInterval(configuration.acknowledgementWindow) <= now
+            {
+                // Google's rule: never acknowledged within three days → refunded and revoked.
+                try? refund(token, reason: 8)
+                continue
+            }
+            guard purchase.kind == .subscription, !purchase.voided else { continue }
+            var changed = true
+            while changed {
+                changed = false
+                switch purchase.subscriptionState {
+                case SubscriptionState.active where purchase.expiry <= now:
+                    if purchase.billingFails {
+                        purchase.subscriptionState = SubscriptionState.inGracePeriod
+                        purchase.graceEnds = purchase.expiry.addingTimeInterval(configuration.gracePeriod)
+                        purchases[token] = purchase
+                        notify(subscription: 6, token)
+                    } else {
+                        purchase.orders.append(renewalOrderId(purchase))
+                        purchase.expiry = purchase.period.added(to: purchase.expiry)
+                        purchases[token] = purchase
+                        notify(subscription: 2, token)
+                    }
+                    changed = true
+                case SubscriptionState.inGracePeriod:
+                    if !purchase.billingFails {
+                        recover(&purchase, now: now)
+                        changed = true
+                    } else if let ends = purchase.graceEnds, ends <= now {
+                        purchase.subscriptionState = SubscriptionState.onHold
+                        purchase.holdEnds = ends.addingTimeInterval(configuration.accountHold)
+                        purchases[token] = purchase
+                        notify(subscription: 5, token)
+                        changed = true
+                    }
+                case SubscriptionState.onHold:
+                    if !purchase.billingFails {
+                        recover(&purchase, now: now)
+                        changed = true
+                    } else if let ends = purchase.holdEnds, ends <= now {
+                        purchase.subscriptionState = SubscriptionState.expired
+                        purchase.cancellation = "systemInitiatedCancellation"
+                        purchases[token] = purchase
+                        notify(subscription: 13, token)
+                    }
+                case SubscriptionState.canceled where purchase.expiry <= now:
+                    purchase.subscriptionState = SubscriptionState.expired
+                    purchases[token] = purchase
+                    notify(subscription: 13, token)
+                case SubscriptionState.paused where (purchase.pausedUntil ?? now) <= now:
+                    purchase.subscriptionState = SubscriptionState.active
+                    purchase.orders.append(renewalOrderId(purchase))
+                    purchase.expiry = purchase.period.added(to: now)
+                    purchase.pausedUntil = nil
+                    purchases[token] = purchase
+                    notify(subscription: 1, token)
+                default:
+                    break
+                }
+            }
+        }
+    }
+
+    func recover(_ purchase: inout Purchase, now: Date) {
+        purchase.subscriptionState = SubscriptionState.active
+        purchase.orders.append(renewalOrderId(purchase))
+        purchase.expiry = purchase.period.added(to: now)
+        purchase.graceEnds = nil
+        purchase.holdEnds = nil
+        purchases[purchase.token] = purchase
+        notify(subscription: 1, purchase.token)
+    }
+
+    // MARK: Reads (Google's resources)
+
+    public func purchase(_ token: String) -> Purchase? { purchases[token] }
+    public func allPurchases() -> [Purchase] { purchases.values.sorted { $0.purchaseTime < $1.purchaseTime } }
+
+    public func productPurchaseV2(_ token: String) -> ProductPurchaseV2? {
+        guard let purchase = purchases[token], purchase.kind == .oneTime else { return nil }
+        var resource = ProductPurchaseV2()
+        resource.kind = "androidpublisher#productPurchaseV2"
+        resource.productLineItem = [
+            .init(
+                productId: purchase.productId,
+                productOfferDetails: .init(
+                    purchaseOptionId: "buy", quantity: purchase.quantity,
+                    refundableQuantity: purchase.refundableQuantity,
+                    consumptionState: purchase.consumed ? ConsumptionState.consumed : ConsumptionState.yetToBeConsumed))
+        ]
+        resource.purchaseStateContext = .init(purchaseState: purchase.purchaseState)
+        if purchase.test { resource.testPurchaseContext = .init(fopType: "TEST") }
+        resource.orderId = purchase.orders.last
+        resource.obfuscatedExternalAccountId = purchase.obfuscatedAccountId
+        resource.regionCode = "US"
+        resource.purchaseCompletionTime = purchase.paidAt.map(GoogleTime.format)
+        resource.acknowledgementState =
+            purchase.acknowledged ? AcknowledgementState.acknowledged : AcknowledgementState.pending
+        return resource
+    }
+
+    public func subscriptionPurchaseV2(_ token: String) -> SubscriptionPurchaseV2? {
+        guard let purchase = purchases[token], purchase.kind == .subscription else { return nil }
+        var resource = SubscriptionPurchaseV2()
+        resource.kind = "androidpublisher#subscriptionPurchaseV2"
+        resource.regionCode = "US"
+        resource.startTime = purchase.paidAt.map(GoogleTime.format)
+        resource.subscriptionState = purchase.subscriptionState
+        resource.linkedPurchaseToken = purchase.linkedPurchaseToken
+        resource.latestOrderId = purchase.orders.last
+        resource.acknowledgementState =
+            purchase.acknowledged ? AcknowledgementState.acknowledged : AcknowledgementState.pending
+        resource.externalAccountIdentifiers = purchase.obfuscatedAccountId.map {
+            .init(obfuscatedExternalAccountId: $0)
+        }
+        if let until = purchase.pausedUntil {
+            resource.pausedStateContext = .init(autoResumeTime: GoogleTime.format(until))
+        }
+        if let cancellation = purchase.cancellation,
+            [SubscriptionState.canceled, SubscriptionState.expired].contains(purchase.subscriptionState)
+        {
+            var context = SubscriptionPurchaseV2.CanceledStateContext()
+            switch cancellation {
+            case "userInitiatedCancellation": context.userInitiatedCancellation = .init(cancelTime: nil)
+            case "systemInitiatedCancellation": context.systemInitiatedCancellation = .init()
+            case "developerInitiatedCancellation": context.developerInitiatedCancellation = .init()
+            default: context.replacementCancellation = .init()
+            }
+            resource.canceledStateContext = context
+        }
+        if purchase.test { resource.testPurchase = .init() }
+        resource.lineItems = [
+            .init(
+                productId: purchase.productId,
+                expiryTime: purchase.subscriptionState == SubscriptionState.pending
+                    ? nil : GoogleTime.format(purchase.expiry),
+                latestSuccessfulOrderId: purchase.orders.last,
+                autoRenewingPlan: .init(
+                    autoRenewEnabled: purchase.autoRenew,
+                    recurringPrice: GoogleMoney(currencyCode: purchase.currency, milliunits: purchase.priceMilli)),
+                offerDetails: .init(basePlanId: "base"))
+        ]
+        resource.etag = "etag-\(purchase.orders.count)-\(purchase.subscriptionState.count)"
+        return resource
+    }
+
+    /// `voidedpurchases.list`: the last 30 days from `startTime`, `maxResults` a page, paged by
+    /// an opaque token.
+    public func voidedPurchases(startTime: Date?, pageToken: String?, maxResults: Int) throws(Refusal)
+        -> VoidedPurchasesListResponse
+    {
+        let now = clock.now()
+        let oldest = now.addingTimeInterval(-30 * 86_400)
+        let start: Date
+        var offset = 0
+        if let pageToken {
+            guard let data = Data(base64URL: pageToken), let text = String(data: data, encoding: .utf8),
+                let parts = Optional(text.split(separator: "|")), parts.count == 2, let ms = Int64(parts[0]),
+                let index = Int(parts[1])
+            else { throw .invalid("invalid page token") }
+            start = Date(timeIntervalSince1970: Double(ms) / 1000)
+            offset = index
+        } else {
+            start = startTime ?? oldest
+            guard start >= oldest.addingTimeInterval(-60) else {
+                throw .invalid("startTime must be within the last 30 days")
+            }
+        }
+        let size = max(1, min(maxResults, 1000))
+        let matching = voided.filter { $0.recordedAt >= start }.map(\.purchase)
+        let page = Array(matching.dropFirst(offset).prefix(size))
+        let next =
+            offset + page.count < matching.count
+            ? Data("\(Int64(start.timeIntervalSince1970 * 1000))|\(offset + page.count)".utf8).base64URLEncodedString()
+            : nil
+        return VoidedPurchasesListResponse(
+            pageInfo: .init(totalResults: matching.count, resultPerPage: size, startIndex: offset),
+            tokenPagination: next.map { .init(nextPageToken: $0) }, voidedPurchases: page)
+    }
+
+    // MARK: Notifications
+
+    func newNotification() -> DeveloperNotification {
+        DeveloperNotification(
+            packageName: configuration.packageName,
+            eventTimeMillis: Int64(clock.now().timeIntervalSince1970 * 1000))
+    }
+
+    func notify(subscription type: Int, _ token: String) {
+        var notification = newNotification()
+        notification.subscriptionNotification = .init(notificationType: type, purchaseToken: token)
+        enqueue(notification)
+    }
+
+    func notify(oneTime type: Int, _ purchase: Purchase) {
+        var notification = newNotification()
+        notification.oneTimeProductNotification = .init(
+            notificationType: type, purchaseToken: purchase.token, sku: purchase.productId)
+        enqueue(notification)
+    }
+
+    /// Play Console's "Send test message".
+    public func sendTestNotification() {
+        var notification = newNotification()
+        notification.testNotification = .init()
+        enqueue(notification)
+    }
+
+    func enqueue(_ notification: DeveloperNotification) {
+        messageCounter += 1
+        pushes.append(
+            Push(
+                messageId: String(messageCounter), notification: notification, publishTime: clock.now(),
+                nextAttempt: clock.now()))
+    }
+
+    /// Pushes due now (taken off the queue: the sender puts back what was not acknowledged).
+    public func takeDuePushes() -> [Push] {
+        let now = clock.now()
+        let due = pushes.filter { $0.nextAttempt <= now }
+        pushes.removeAll { $0.nextAttempt <= now }
+        return due
+    }
+
+    /// Pub/Sub's retry: exponential backoff from 10 s to 600 s, for 7 days.
+    public func retry(_ push: Push) {
+        var push = push
+        push.attempts += 1
+        guard clock.now().timeIntervalSince(push.publishTime) < 7 * 86_400 else { return }
+        push.nextAttempt = clock.now().addingTimeInterval(min(600, 10 * pow(2, Double(push.attempts - 1))))
+        pushes.append(push)
+    }
+
+    public func pendingPushes() -> [Push] { pushes }
+
+    // MARK: Ids
+
+    static func newToken() -> String {
+        // Google's tokens are long opaque strings; ours are too (no ':' so paths parse).
+        (0..<3).map { _ in UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "") }
+            .joined(separator: ".")
+    }
+
+    func newOrderId() -> String {
+        orderCounter += 1
+        return String(
+            format: "GPA.%04d-%04d-%04d-%05d", 3300 + orderCounter % 100, orderCounter % 10_000, 1234, orderCounter)
+    }
+
+    func renewalOrderId(_ purchase: Purchase) -> String {
+        let base = purchase.orders.first.map { $0.components(separatedBy: "..").first ?? $0 } ?? newOrderId()
+        return "\(base)..\(purchase.orders.count - 1)"
+    }
+}

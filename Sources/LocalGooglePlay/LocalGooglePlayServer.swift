@@ -1,0 +1,358 @@
+import AsyncHTTPClient
+import Crypto
+import CryptoExtras
+import Foundation
+import GooglePlay
+import Hummingbird
+import JWTKit
+import NIOCore
+import ServiceLifecycle
+
+/// The local Google Play over HTTP, at Google's paths and with Google's rules:
+/// - `POST /token`: OAuth's JWT-bearer grant; the assertion must verify against the service
+///   account this fake issued (RS256), `iss` its e-mail, `aud` this endpoint, at most an hour;
+/// - `GET /oauth2/v3/certs`: the JWKS that verifies its Pub/Sub pushes;
+/// - `/androidpublisher/v3/applications/{packageName}/…`: purchases (productsv2,
+///   subscriptionsv2), acknowledge and consume, voided purchases, reviewrefund — each needing
+///   an access token it issued;
+/// - pushes: `PushSender` POSTs each notification wrapped as Pub/Sub does, with an OIDC
+///   bearer, retrying with Pub/Sub's backoff until acknowledged (102, 200, 201, 202, 204).
+public final class LocalGooglePlayServer: Sendable {
+    public let store: LocalGooglePlay
+    /// The service account this fake trusts (its key file is what the server is given).
+    public let serviceAccountEmail: String
+    let serviceAccountKeyId: String
+    let serviceAccountPrivateKeyPEM: String
+    let assertionKeys: JWTKeyCollection
+    let pushKeys: JWTKeyCollection
+    let pushKeyId: String
+    let pushJWKS: String
+    let accessTokens = AccessTokens()
+
+    actor AccessTokens {
+        var issued: [String: Date] = [:]
+        func issue(now: Date) -> String {
+            let token = "ya29.local-" + UUID().uuidString.lowercased()
+            issued = issued.filter { $0.value > now }
+            issued[token] = now.addingTimeInterval(3600)
+            return token
+        }
+        func valid(_ token: String, now: Date) -> Bool { (issued[token] ?? .distantPast) > now }
+    }
+
+    public init(store: LocalGooglePlay, serviceAccountEmail: String = "storekeeper@local-play.iam.gserviceaccount.com")
+        async throws
+    {
+        self.store = store
+        self.serviceAccountEmail = serviceAccountEmail
+        let account = try _RSA.Signing.PrivateKey(keySize: .bits2048)
+        serviceAccountKeyId = Self.keyId(account.publicKey.derRepresentation)
+        serviceAccountPrivateKeyPEM = account.pkcs8PEMRepresentation
+        assertionKeys = await JWTKeyCollection().add(
+            rsa: try Insecure.RSA.PublicKey(backing: account.publicKey), digestAlgorithm: .sha256)
+        let push = try _RSA.Signing.PrivateKey(keySize: .bits2048)
+        pushKeyId = Self.keyId(push.publicKey.derRepresentation)
+        let jwtPush = try Insecure.RSA.PrivateKey(backing: push)
+        pushKeys = await JWTKeyCollection().add(
+            rsa: jwtPush, digestAlgorithm: .sha256, kid: JWKIdentifier(string: pushKeyId))
+        let (modulus, exponent) = try jwtPush.publicKey.getKeyPrimitives()
+        let jwk: [String: String] = [
+            "kty": "RSA", "alg": "RS256", "use": "sig", "kid": pushKeyId, "n": modulus.base64URLEncodedString(),
+            "e": exponent.base64URLEncodedString(),
+        ]
+        pushJWKS = String(
+            decoding: try JSONSerialization.data(withJSONObject: ["keys": [jwk]], options: [.sortedKeys]), as: UTF8.self
+        )
+    }
+
+    static func keyId(_ der: Data) -> String {
+        SHA256.hash(data: der).prefix(20).map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// The service account's JSON key, as Google's Cloud Console downloads it, whose
+    /// `token_uri` is this server's `/token` at `baseURL`.
+    public func serviceAccountKey(baseURL: String) -> ServiceAccountKey {
+        ServiceAccountKey(
+            projectId: "local-play", privateKeyId: serviceAccountKeyId, privateKey: serviceAccountPrivateKeyPEM,
+            clientEmail: serviceAccountEmail, tokenURI: baseURL + "/token")
+    }
+
+    public func writeServiceAccountKey(baseURL: String, to path: String) throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        try encoder.encode(serviceAccountKey(baseURL: baseURL)).write(to: URL(fileURLWithPath: path), options: .atomic)
+    }
+
+    /// An OIDC token as Pub/Sub signs it for a push.
+    public func pushToken(audience: String, serviceAccount: String) async throws -> String {
+        try await pushKeys.sign(
+            PushTokenClaims(audience: audience, email: serviceAccount, issuedAt: Date()),
+            kid: JWKIdentifier(string: pushKeyId))
+    }
+
+    /// The JWKS of the push tokens.
+    public var certificates: String { pushJWKS }
+
+    // MARK: Routes
+
+    public func router() -> Router<BasicRequestContext> {
+        let router = Router()
+        addRoutes(to: router)
+        return router
+    }
+
+    public func addRoutes<Context: RequestContext>(to router: some RouterMethods<Context>) {
+        router.post("token") { request, context in try await self.token(request, context) }
+        router.get("oauth2/v3/certs") { _, _ in
+            var response = Self.json(Data(self.pushJWKS.utf8))
+            response.headers[.cacheControl] = "public, max-age=3600"
+            return response
+        }
+        let app = router.group("androidpublisher/v3/applications/:packageName")
+        app.get("purchases/productsv2/tokens/:token") { request, context in
+            try await self.authorized(request, context) {
+                let token = context.parameters.get("token") ?? ""
+                guard let resource = await self.store.productPurchaseV2(token) else {
+                    return Self.googleError(404, "purchaseTokenNotFound", "The purchase token was not found.")
+                }
+                return Self.json(resource)
+            }
+        }
+        app.get("purchases/subscriptionsv2/tokens/:token") { request, context in
+            try await self.authorized(request, context) {
+                let token = context.parameters.get("token") ?? ""
+                guard let resource = await self.store.subscriptionPurchaseV2(token) else {
+                    return Self.googleError(404, "purchaseTokenNotFound", "The purchase token was not found.")
+                }
+                return Self.json(resource)
+            }
+        }
+        app.post("purchases/products/:productId/tokens/:tokenAction") { request, context in
+            try await self.authorized(request, context) {
+                let productId = context.parameters.get("productId") ?? ""
+                let (token, action) = Self.split(context.parameters.get("tokenAction") ?? "")
+                do {
+                    switch action {
+                    case "acknowledge": try await self.store.acknowledge(productId: productId, token: token)
+                    case "consume": try await self.store.consume(productId: productId, token: token)
+                    default: return Self.googleError(404, "notFound", "Unknown method.")
+                    }
+                } catch {
+                    return Self.refusal(error)
+                }
+                return Self.json(Data("{}".utf8))
+            }
+        }
+        app.post("purchases/subscriptions/:productId/tokens/:tokenAction") { request, context in
+            try await self.authorized(request, context) {
+                let productId = context.parameters.get("productId") ?? ""
+                let (token, action) = Self.split(context.parameters.get("tokenAction") ?? "")
+                guard action == "acknowledge" else { return Self.googleError(404, "notFound", "Unknown method.") }
+                do {
+                    try await self.store.acknowledge(productId: productId, token: token)
+                } catch {
+                    return Self.refusal(error)
+                }
+                return Self.json(Data("{}".utf8))
+            }
+        }
+        app.get("purchases/voidedpurchases") { request, context in
+            try await self.authorized(request, context) {
+                let query = request.uri.queryParameters
+                let start = query["startTime"].flatMap { Int64(String($0)) }.map {
+                    Date(timeIntervalSince1970: Double($0) / 1000)
+                }
+                let max = query["maxResults"].flatMap { Int(String($0)) } ?? 1000
+                let page = (query["token"] ?? query["pageSelection.token"]).map(String.init)
+                do {
+                    return Self.json(
+                        try await self.store.voidedPurchases(startTime: start, pageToken: page, maxResults: max))
+                } catch {
+                    return Self.refusal(error)
+                }
+            }
+        }
+        app.post("orders/:orderAction") { request, context in
+            try await self.authorized(request, context) {
+                let (orderId, action) = Self.split(context.parameters.get("orderAction") ?? "")
+                guard action == "reviewrefund" else { return Self.googleError(404, "notFound", "Unknown method.") }
+                guard let body = try? await request.decode(as: ReviewRefundRequest.self, context: context) else {
+                    return Self.googleError(400, "invalidValue", "Invalid JSON payload received.")
+                }
+                do {
+                    try await self.store.reviewRefund(orderId: orderId, body)
+                } catch {
+                    return Self.refusal(error)
+                }
+                return Self.json(Data("{}".utf8))
+            }
+        }
+        addControl(to: router.group("control"))
+    }
+
+    /// `TOKEN:verb` → (TOKEN, verb).
+    static func split(_ segment: String) -> (String, String) {
+        guard let colon = segment.lastIndex(of: ":") else { return (segment, "") }
+        return (String(segment[..<colon]), String(segment[segment.index(after: colon)...]))
+    }
+
+    func authorized<Context: RequestContext>(
+        _ request: Request, _ context: Context, _ body: () async throws -> Response
+    ) async throws -> Response {
+        guard let header = request.headers[.authorization], header.hasPrefix("Bearer "),
+            await accessTokens.valid(String(header.dropFirst(7)), now: Date())
+        else {
+            return Self.googleError(
+                401, "authError", "Request had invalid authentication credentials.", status: "UNAUTHENTICATED")
+        }
+        guard context.parameters.get("packageName") == store.configuration.packageName else {
+            return Self.googleError(404, "notFound", "No application was found for the given package name.")
+        }
+        return try await body()
+    }
+
+    /// OAuth 2.0's JWT-bearer grant, checked as Google checks it.
+    func token<Context: RequestContext>(_ request: Request, _ context: Context) async throws -> Response {
+        let body = try await request.body.collect(upTo: 64 * 1024)
+        let form = Self.form(String(buffer: body))
+        func refuse(_ error: String, _ description: String) -> Response {
+            var response = Self.json(["error": error, "error_description": description])
+            response.status = .badRequest
+            return response
+        }
+        guard form["grant_type"] == "urn:ietf:params:oauth:grant-type:jwt-bearer", let assertion = form["assertion"]
+        else { return refuse("unsupported_grant_type", "Invalid grant_type.") }
+        let claims: ServiceAccountAssertion
+        do {
+            claims = try await assertionKeys.verify(assertion, as: ServiceAccountAssertion.self)
+        } catch {
+            return refuse("invalid_grant", "Invalid JWT Signature.")
+        }
+        let now = Date()
+        guard claims.iss.value == serviceAccountEmail else {
+            return refuse("invalid_grant", "Invalid email or User ID")
+        }
+        guard claims.aud.value.contains(where: { $0.hasSuffix("/token") }) else {
+            return refuse("invalid_grant", "Invalid JWT: Failed audience check.")
+        }
+        guard claims.exp.value.timeIntervalSince(claims.iat.value) <= 3600,
+            claims.iat.value <= now.addingTimeInterval(300), claims.exp.value > now
+        else {
+            return refuse(
+                "invalid_grant",
+                "Invalid JWT: Token must be a short-lived token (60 minutes) and in a reasonable timeframe. Check your iat and exp values in the JWT claim."
+            )
+        }
+        guard claims.scope.split(separator: " ").contains(Substring(ServiceAccountAssertion.androidPublisherScope))
+        else { return refuse("invalid_scope", "Invalid OAuth scope or ID token audience provided.") }
+        let token = await accessTokens.issue(now: now)
+        return Self.json(
+            ["access_token": token, "expires_in": "3599", "token_type": "Bearer"], numbers: ["expires_in"])
+    }
+
+    static func form(_ text: String) -> [String: String] {
+        var fields: [String: String] = [:]
+        for pair in text.split(separator: "&") {
+            let parts = pair.split(separator: "=", maxSplits: 1).map {
+                String($0).replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? String($0)
+            }
+            if parts.count == 2 { fields[parts[0]] = parts[1] }
+        }
+        return fields
+    }
+
+    // MARK: Answers
+
+    static func json(_ data: Data) -> Response {
+        Response(
+            status: .ok, headers: [.contentType: "application/json; charset=UTF-8"],
+            body: .init(byteBuffer: ByteBuffer(bytes: data)))
+    }
+
+    static func json<T: Encodable>(_ value: T) -> Response {
+        json((try? JSONEncoder().encode(value)) ?? Data("{}".utf8))
+    }
+
+    static func json(_ fields: [String: String], numbers: Set<String> = []) -> Response {
+        var object: [String: Any] = fields
+        for key in numbers { if let value = fields[key].flatMap(Int.init) { object[key] = value } }
+        return json((try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data())
+    }
+
+    static func googleError(_ code: Int, _ reason: String, _ message: String, status: String? = nil) -> Response {
+        var response = json(GoogleErrorBody(code: code, message: message, reason: reason, status: status))
+        response.status = .init(code: code)
+        return response
+    }
+
+    static func refusal(_ error: any Error) -> Response {
+        switch error as? LocalGooglePlay.Refusal {
+        case .notFound: googleError(404, "purchaseTokenNotFound", "The purchase token was not found.")
+        case .invalidPurchaseState(let message): googleError(400, "invalidPurchaseState", message)
+        case .invalid(let message): googleError(400, "invalidValue", message)
+        case nil: googleError(500, "backendError", "Backend Error")
+        }
+    }
+
+    // MARK: Pushes
+
+    /// Delivers the store's notifications to `endpoint` as Pub/Sub pushes (OIDC bearer with
+    /// `audience` and `serviceAccount`), retrying with Pub/Sub's backoff until acknowledged.
+    public func pushSender(endpoint: String, audience: String, serviceAccount: String) -> PushSender {
+        PushSender(server: self, endpoint: endpoint, audience: audience, serviceAccount: serviceAccount)
+    }
+
+    public struct PushSender: Service {
+        let server: LocalGooglePlayServer
+        let endpoint: String
+        let audience: String
+        let serviceAccount: String
+
+        /// One pass: every due push sent once; returns how many were acknowledged.
+        @discardableResult
+        public func deliverDue() async -> Int {
+            var acknowledged = 0
+            for push in await server.store.takeDuePushes() {
+                if await send(push) {
+                    acknowledged += 1
+                } else {
+                    await server.store.retry(push)
+                }
+            }
+            return acknowledged
+        }
+
+        func send(_ push: LocalGooglePlay.Push) async -> Bool {
+            guard let data = try? JSONEncoder().encode(push.notification),
+                let token = try? await server.pushToken(audience: audience, serviceAccount: serviceAccount)
+            else { return false }
+            let body = PubSubPush(
+                message: .init(
+                    data: data.base64EncodedString(), messageId: push.messageId,
+                    publishTime: GoogleTime.format(push.publishTime)),
+                subscription: "projects/local-play/subscriptions/storekeeper")
+            var request = HTTPClientRequest(url: endpoint)
+            request.method = .POST
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.headers.add(name: "Authorization", value: "Bearer \(token)")
+            request.body = .bytes(ByteBuffer(bytes: (try? JSONEncoder().encode(body)) ?? Data()))
+            do {
+                let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
+                _ = try? await response.body.collect(upTo: 1 << 16)
+                return [102, 200, 201, 202, 204].contains(Int(response.status.code))
+            } catch {
+                return false
+            }
+        }
+
+        public func run() async throws {
+            try? await cancelWhenGracefulShutdown {
+                while !Task.isCancelled {
+                    await server.store.runDue()
+                    await deliverDue()
+                    try await Task.sleep(for: .milliseconds(250))
+                }
+            }
+        }
+    }
+}

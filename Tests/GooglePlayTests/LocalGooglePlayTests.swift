@@ -1,0 +1,258 @@
+import AsyncHTTPClient
+import Crypto
+import CryptoExtras
+import Foundation
+import GooglePlay
+import Hummingbird
+import JWTKit
+import LocalAppStore
+import LocalGooglePlay
+import Logging
+import NIOCore
+import NIOHTTP1
+import ServiceLifecycle
+import StoreKeeperCatalog
+import Synchronization
+import Testing
+
+/// The local Google Play through Google's own client path: service-account tokens, the
+/// Developer API's resources at Google's paths and field names, acknowledgement and its
+/// 3-day refund, subscriptions' states, voided purchases, refund reviews, push tokens.
+@Suite struct LocalGooglePlayTests {
+    static let catalog = try! Catalog.parse(
+        yaml: """
+            products:
+              - { id: coins_60, type: consumable, grants: { currency: coins, amount: 60 }, storeProducts: { google_play: coins.sixty } }
+              - { id: remove_ads, type: non_consumable, grants: { entitlement: no_ads } }
+              - id: pro_monthly
+                type: auto_renewable
+                group: pro
+                period: P1M
+                grants: { entitlement: pro }
+                prices: { USA: { currency: USD, price: 4.99 } }
+              - { id: pro_yearly, type: auto_renewable, group: pro, period: P1Y, grants: { entitlement: pro } }
+            """)
+
+    struct Harness {
+        let store: LocalGooglePlay
+        let server: LocalGooglePlayServer
+        let baseURL: String
+        let client: GooglePlayClient
+    }
+
+    static func withPlay(_ body: (Harness) async throws -> Void) async throws {
+        let store = LocalGooglePlay(
+            configuration: .init(packageName: "com.example.app", catalog: catalog),
+            clock: StoreClock(start: Date(), scale: 0))
+        let server = try await LocalGooglePlayServer(store: store)
+        let port = Mutex(0)
+        var logger = Logger(label: "local-google-play")
+        logger.logLevel = .error
+        let app = Application(
+            router: server.router(), configuration: .init(address: .hostname("127.0.0.1", port: 0)),
+            onServerRunning: { channel in port.withLock { $0 = channel.localAddress?.port ?? 0 } }, logger: logger)
+        let group = ServiceGroup(configuration: .init(services: [app], gracefulShutdownSignals: [], logger: logger))
+        let running = Task { try await group.run() }
+        while port.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(10)) }
+        let baseURL = "http://127.0.0.1:\(port.withLock { $0 })"
+        let tokens = try await AccessTokenSource(key: server.serviceAccountKey(baseURL: baseURL))
+        let client = GooglePlayClient(packageName: "com.example.app", baseURL: baseURL, tokens: tokens)
+        do {
+            try await body(Harness(store: store, server: server, baseURL: baseURL, client: client))
+        } catch {
+            await group.triggerGracefulShutdown()
+            _ = try? await running.value
+            throw error
+        }
+        await group.triggerGracefulShutdown()
+        _ = try? await running.value
+    }
+
+    static func raw(_ method: HTTPMethod, _ url: String, body: String? = nil, headers: [String: String] = [:])
+        async throws -> (Int, String)
+    {
+        var request = HTTPClientRequest(url: url)
+        request.method = method
+        for (name, value) in headers { request.headers.add(name: name, value: value) }
+        if let body { request.body = .bytes(ByteBuffer(string: body)) }
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
+        return (Int(response.status.code), String(buffer: try await response.body.collect(upTo: 1 << 20)))
+    }
+
+    @Test func onlyTheServiceAccountsOwnAssertionGetsATokenAndOnlyATokenReadsPurchases() async throws {
+        try await Self.withPlay { play in
+            // A key Google never issued: invalid_grant.
+            let stranger = try _RSA.Signing.PrivateKey(keySize: .bits2048)
+            var forged = play.server.serviceAccountKey(baseURL: play.baseURL)
+            forged.privateKey = stranger.pkcs8PEMRepresentation
+            let forgedTokens = try await AccessTokenSource(key: forged)
+            await #expect(throws: GooglePlayError.self) { _ = try await forgedTokens.token() }
+            let (status, body) = try await Self.raw(
+                .POST, play.baseURL + "/token", body: "grant_type=password&assertion=x",
+                headers: ["Content-Type": "application/x-www-form-urlencoded"])
+            #expect(status == 400 && body.contains("unsupported_grant_type"))
+            // No token, a made-up token, another package: Google's errors.
+            let token = try await play.store.buy("coins.sixty", obfuscatedAccountId: "acc")
+            let path = "/androidpublisher/v3/applications/com.example.app/purchases/productsv2/tokens/\(token)"
+            #expect(try await Self.raw(.GET, play.baseURL + path).0 == 401)
+            #expect(
+                try await Self.raw(.GET, play.baseURL + path, headers: ["Authorization": "Bearer ya29.nope"]).0 == 401)
+            let access = try await AccessTokenSource(key: play.server.serviceAccountKey(baseURL: play.baseURL)).token()
+            let other = path.replacingOccurrences(of: "com.example.app", with: "com.other.app")
+            #expect(
+                try await Self.raw(.GET, play.baseURL + other, headers: ["Authorization": "Bearer \(access)"]).0 == 404)
+            let (ok, json) = try await Self.raw(
+                .GET, play.baseURL + path, headers: ["Authorization": "Bearer \(access)"])
+            #expect(ok == 200)
+            // Google's field names and shapes.
+            let object = try #require(try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any])
+            #expect(object["kind"] as? String == "androidpublisher#productPurchaseV2")
+            #expect((object["purchaseStateContext"] as? [String: Any])?["purchaseState"] as? String == "PURCHASED")
+            #expect(object["acknowledgementState"] as? String == "ACKNOWLEDGEMENT_STATE_PENDING")
+            #expect(object["obfuscatedExternalAccountId"] as? String == "acc")
+            #expect((object["orderId"] as? String)?.hasPrefix("GPA.") == true)
+            let item = try #require((object["productLineItem"] as? [[String: Any]])?.first)
+            #expect(item["productId"] as? String == "coins.sixty")
+        }
+    }
+
+    @Test func aPurchaseIsReadAcknowledgedConsumedAndAnUnacknowledgedOneIsRefundedAfterThreeDays() async throws {
+        try await Self.withPlay { play in
+            let kept = try await play.store.buy("coins.sixty", obfuscatedAccountId: "a1", quantity: 3)
+            let forgotten = try await play.store.buy("remove_ads", obfuscatedAccountId: "a2")
+            let read = try await play.client.productPurchase(token: kept)
+            #expect(read.productLineItem?.first?.productOfferDetails?.quantity == 3)
+            try await play.client.consumeProduct(productId: "coins.sixty", token: kept)
+            #expect(
+                try await play.client.productPurchase(token: kept).acknowledgementState
+                    == AcknowledgementState.acknowledged)
+            // Consumed twice: Google's invalidPurchaseState, a final refusal.
+            await #expect(throws: GooglePlayError.self) {
+                try await play.client.consumeProduct(productId: "coins.sixty", token: kept)
+            }
+            do {
+                try await play.client.consumeProduct(productId: "coins.sixty", token: kept)
+            } catch let error as GooglePlayError {
+                #expect(error.kind == .refused && error.reason == "invalidPurchaseState")
+            }
+            do {
+                _ = try await play.client.productPurchase(token: "no-such-token")
+                Issue.record("an unknown token was read")
+            } catch let error as GooglePlayError {
+                #expect(error.kind == .notFound)
+            }
+            // Three days without acknowledgement: Google refunds (voidedReason 8).
+            await play.store.advance(by: 3 * 86_400 + 1)
+            let voided = try await play.client.voidedPurchases(startTime: nil, pageToken: nil)
+            #expect(voided.voidedPurchases?.map(\.purchaseToken) == [forgotten])
+            #expect(voided.voidedPurchases?.first?.voidedReason == 8)
+        }
+    }
+
+    @Test func pendingPurchasesArePaidLaterAndPartialRefundsAreListedByQuantityAndPaged() async throws {
+        try await Self.withPlay { play in
+            let pending = try await play.store.buy("coins.sixty", obfuscatedAccountId: "p", pending: true)
+            #expect(
+                try await play.client.productPurchase(token: pending).purchaseStateContext?.purchaseState == "PENDING")
+            await #expect(throws: GooglePlayError.self) {
+                try await play.client.acknowledgeProduct(productId: "coins.sixty", token: pending)
+            }
+            try await play.store.completePending(pending)
+            #expect(
+                try await play.client.productPurchase(token: pending).purchaseStateContext?.purchaseState == "PURCHASED"
+            )
+            var tokens: [String] = []
+            for index in 0..<5 {
+                let token = try await play.store.buy("coins.sixty", obfuscatedAccountId: "r\(index)", quantity: 2)
+                try await play.client.acknowledgeProduct(productId: "coins.sixty", token: token)
+                tokens.append(token)
+            }
+            try await play.store.refund(tokens[0], quantity: 1)
+            try await play.store.refund(tokens[0], quantity: 1)
+            for token in tokens.dropFirst() { try await play.store.refund(token) }
+            // Pages of two: every record once, the first two partial.
+            var seen: [VoidedPurchase] = []
+            var page: String?
+            repeat {
+                let answer = try await play.client.voidedPurchases(startTime: nil, pageToken: page, maxResults: 2)
+                seen += answer.voidedPurchases ?? []
+                page = answer.tokenPagination?.nextPageToken
+            } while page != nil
+            #expect(seen.count == 6)
+            #expect(seen.prefix(2).map(\.voidedQuantity) == [1, 1])
+            #expect(Set(seen.compactMap(\.purchaseToken)) == Set(tokens))
+            let notes = await play.store.pendingPushes().compactMap(\.notification.voidedPurchaseNotification)
+            #expect(notes.map(\.refundType) == [2, 1, 1, 1, 1, 1])
+        }
+    }
+
+    @Test func aSubscriptionRenewsFallsIntoGraceAndHoldRecoversIsCanceledAndUpgraded() async throws {
+        try await Self.withPlay { play in
+            let token = try await play.store.buy("pro_monthly", obfuscatedAccountId: "s1")
+            var read = try await play.client.subscriptionPurchase(token: token)
+            #expect(read.subscriptionState == SubscriptionState.active)
+            #expect(read.lineItems?.first?.autoRenewingPlan?.recurringPrice?.milliunits == 4990)
+            #expect(read.externalAccountIdentifiers?.obfuscatedExternalAccountId == "s1")
+            try await play.client.acknowledgeSubscription(productId: "pro_monthly", token: token)
+            await play.store.advance(by: 32 * 86_400)
+            read = try await play.client.subscriptionPurchase(token: token)
+            #expect(read.latestOrderId?.hasSuffix("..0") == true)
+            try await play.store.setBillingFails(token, true)
+            await play.store.advance(by: 31 * 86_400)
+            #expect(
+                try await play.client.subscriptionPurchase(token: token).subscriptionState
+                    == SubscriptionState.inGracePeriod)
+            await play.store.advance(by: 4 * 86_400)
+            #expect(
+                try await play.client.subscriptionPurchase(token: token).subscriptionState == SubscriptionState.onHold)
+            try await play.store.setBillingFails(token, false)
+            await play.store.advance(by: 60)
+            #expect(
+                try await play.client.subscriptionPurchase(token: token).subscriptionState == SubscriptionState.active)
+            try await play.store.cancel(token)
+            read = try await play.client.subscriptionPurchase(token: token)
+            #expect(read.subscriptionState == SubscriptionState.canceled)
+            #expect(read.canceledStateContext?.userInitiatedCancellation != nil)
+            // Upgrade: a new token names the old one, which ends now.
+            let upgraded = try await play.store.buy("pro_yearly", obfuscatedAccountId: "s1", linkedPurchaseToken: token)
+            #expect(try await play.client.subscriptionPurchase(token: upgraded).linkedPurchaseToken == token)
+            #expect(
+                try await play.client.subscriptionPurchase(token: token).subscriptionState == SubscriptionState.expired)
+            let types = await play.store.pendingPushes().compactMap(
+                \.notification.subscriptionNotification?.notificationType)
+            #expect(types == [4, 2, 6, 5, 1, 3, 4])
+        }
+    }
+
+    @Test func pushTokensVerifyAgainstTheJWKSAndNothingElseDoes() async throws {
+        try await Self.withPlay { play in
+            let verifier = PushVerifier(
+                audience: "https://storekeeper.example/v1/notifications/google",
+                serviceAccount: "pubsub@project.iam.gserviceaccount.com",
+                certificatesURL: play.baseURL + "/oauth2/v3/certs")
+            let good = try await play.server.pushToken(
+                audience: "https://storekeeper.example/v1/notifications/google",
+                serviceAccount: "pubsub@project.iam.gserviceaccount.com")
+            let claims = try await verifier.verify(authorization: "Bearer \(good)")
+            #expect(claims.email == "pubsub@project.iam.gserviceaccount.com")
+            let wrongAudience = try await play.server.pushToken(
+                audience: "https://elsewhere", serviceAccount: "pubsub@project.iam.gserviceaccount.com")
+            let wrongAccount = try await play.server.pushToken(
+                audience: "https://storekeeper.example/v1/notifications/google", serviceAccount: "x@y")
+            // Signed by a key not in Google's set.
+            let stranger = try await JWTKeyCollection().add(
+                rsa: try Insecure.RSA.PrivateKey(backing: _RSA.Signing.PrivateKey(keySize: .bits2048)),
+                digestAlgorithm: .sha256, kid: "other")
+            let forged = try await stranger.sign(
+                PushTokenClaims(
+                    audience: "https://storekeeper.example/v1/notifications/google",
+                    email: "pubsub@project.iam.gserviceaccount.com", issuedAt: Date()), kid: "other")
+            for bad in [
+                nil, "Basic abc", "Bearer ", "Bearer \(wrongAudience)", "Bearer \(wrongAccount)", "Bearer \(forged)",
+                "Bearer \(good.dropLast(4))AAAA", "Bearer eyJhbGciOiJub25lIn0.e30.",
+            ] {
+                await #expect(throws: PushVerifier.Refusal.self) { _ = try await verifier.verify(authorization: bad) }
+            }
+        }
+    }
+}
