@@ -135,7 +135,7 @@ let package = Package(
             name: "StoreKeeperServer",
             dependencies: [
                 "StoreKeeperStorage", "StoreKeeperCore", "StoreKeeperCatalog", "AppStoreModels", "AppStoreVerification",
-                "AppStoreClient", "LocalAppStore",
+                "AppStoreClient", "LocalAppStore", "GooglePlay", "LocalGooglePlay",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),

@@ -88,6 +88,8 @@ public struct AnomalyDraft: Hashable, Sendable {
         case sharedAppleId = "shared_apple_id"
         /// An offer code or win-back offer redeemed past the catalog's `maxPerAccount`.
         case offerLimitExceeded = "offer_limit_exceeded"
+        /// A Google Play purchase unacknowledged for 48 hours (Google refunds it at 72).
+        case acknowledgementOverdue = "acknowledgement_overdue"
     }
 
     public var kind: Kind

@@ -220,10 +220,31 @@ public enum RefundPlanner {
     public struct Revocation: Sendable, Hashable {
         public var type: RevocationType?
         public var percentage: Int32?
+        /// A refund by quantity (Google Play's quantity-based partial refunds): `unitsRefunded`
+        /// of `units` in all so far. Exact: the credit taken back is `credit × refunded / units`.
+        public var unitsRefunded: Int64?
+        public var units: Int64?
 
         public init(type: RevocationType?, percentage: Int32?) {
             self.type = type
             self.percentage = percentage
+        }
+
+        /// `refunded` of `units` units refunded so far (clamped to 0…units).
+        public init(unitsRefunded refunded: Int64, of units: Int64) {
+            self.type = refunded >= units ? .refundFull : .refundProrated
+            self.units = max(1, units)
+            self.unitsRefunded = min(max(0, refunded), max(1, units))
+        }
+
+        /// What of `amount` this refund takes back: by units when given, else by `share`.
+        public func portion(of amount: Int64) -> Int64 {
+            if let units, let refunded = unitsRefunded {
+                guard amount > 0, refunded > 0 else { return 0 }
+                guard refunded < units else { return amount }
+                return units.dividingFullWidth(amount.multipliedFullWidth(by: refunded)).quotient
+            }
+            return RefundPlanner.portion(of: amount, share: share)
         }
 
         public init(_ transaction: JWSTransactionDecodedPayload) {
@@ -234,6 +255,9 @@ public enum RefundPlanner {
         /// `REFUND_PRORATED`; everything for a full refund, a family revocation, an unknown
         /// type or a refund from before December 2025 (no type at all).
         public var share: Int32 {
+            if let units, let refunded = unitsRefunded {
+                return refunded >= units ? RefundPlanner.wholeShare : Int32(refunded * 100_000 / units)
+            }
             guard type == .refundProrated, let percentage else { return RefundPlanner.wholeShare }
             return min(max(percentage, 0), RefundPlanner.wholeShare)
         }
@@ -302,7 +326,7 @@ public enum RefundPlanner {
             accountId: delivery.accountId, refunded: true, refundedShare: share, takenBack: context.takenBack,
             orderStatus: share >= wholeShare ? .refunded : .partiallyRefunded)
         if let credited = context.credited, credited.amount > 0 {
-            let target = portion(of: credited.amount, share: share)
+            let target = revocation.portion(of: credited.amount)
             let take = max(0, target - context.takenBack)
             plan.takenBack = max(target, context.takenBack)
             if take > 0 {

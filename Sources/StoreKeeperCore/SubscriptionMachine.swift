@@ -8,8 +8,10 @@ public enum SubscriptionStatus: String, Sendable, Hashable, Codable, CaseIterabl
     case billingRetry = "billing_retry"
     case expired
     case revoked
+    /// Google Play's PAUSED: no access until it resumes.
+    case paused
 
-    /// Active and grace period give access; billing retry, expired and revoked do not.
+    /// Active and grace period give access; billing retry, expired, revoked and paused do not.
     public var entitles: Bool { self == .active || self == .gracePeriod }
 
     /// Apple's `status` in Get All Subscription Statuses (1 active, 2 expired, 3 billing retry,
@@ -106,7 +108,7 @@ public struct SubscriptionState: Sendable, Hashable {
         switch status {
         case .active: return expiresAt.map { $0 > now } ?? true
         case .gracePeriod: return (gracePeriodEndsAt ?? expiresAt).map { $0 > now } ?? true
-        case .billingRetry, .expired, .revoked: return false
+        case .billingRetry, .expired, .revoked, .paused: return false
         }
     }
 }
@@ -123,6 +125,10 @@ public struct SubscriptionEvent: Sendable {
         /// A web subscription's period ended and the app's backend reported no payment for the
         /// next one (only this server's own record: no store renews a web subscription).
         case lapsed
+        /// A store's current state, read back from its API (Google Play's subscriptionsv2):
+        /// the status, whether it renews; the transaction carries the period. A snapshot, so
+        /// it is newer than anything applied before it.
+        case storeState(SubscriptionStatus, autoRenew: Bool)
     }
 
     public var source: Source
@@ -179,6 +185,14 @@ public enum SubscriptionMachine {
             renewal(&next, event.renewalInfo)
             if let transaction = event.transaction { take(&next, transaction) }
             next.status = status
+        case .storeState(let status, let autoRenew):
+            if let transaction = event.transaction { take(&next, transaction) }
+            next.autoRenew = autoRenew
+            next.status = status
+            // Google's grace has no end date in the resource; the next snapshot ends it (at
+            // most 30 days, Google's longest grace).
+            next.gracePeriodEndsAt = status == .gracePeriod ? event.signedDate.addingTimeInterval(30 * 86_400) : nil
+            if status != .revoked { next.revokedTransactionId = nil }
         case .lapsed:
             guard next.status == .active || next.status == .gracePeriod,
                 let expires = next.gracePeriodEndsAt ?? next.expiresAt, expires <= event.signedDate

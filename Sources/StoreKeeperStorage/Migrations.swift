@@ -544,6 +544,68 @@ public enum Migrations {
                 "ALTER TABLE web_purchases ADD COLUMN expires_at BIGINT",
             ]
         ),
+        (
+            18,
+            [
+                // Google Play: every purchase token read from the Play Developer API, with what
+                // the server owes Google for it (acknowledgement within three days).
+                """
+                CREATE TABLE google_purchases (
+                    purchase_token TEXT PRIMARY KEY,
+                    app_id TEXT NOT NULL,
+                    kind TEXT NOT NULL,
+                    product_id TEXT NOT NULL,
+                    catalog_product_id TEXT NOT NULL,
+                    account_id TEXT,
+                    order_id TEXT,
+                    quantity INTEGER NOT NULL,
+                    state TEXT NOT NULL,
+                    test INTEGER NOT NULL DEFAULT 0,
+                    paid_at BIGINT,
+                    acknowledged_at BIGINT,
+                    ack_alerted INTEGER NOT NULL DEFAULT 0,
+                    linked_purchase_token TEXT,
+                    retired INTEGER NOT NULL DEFAULT 0,
+                    original_transaction_id TEXT,
+                    expires_at BIGINT,
+                    updated_at BIGINT NOT NULL
+                )
+                """,
+                "CREATE INDEX google_purchases_unacknowledged ON google_purchases (paid_at) WHERE acknowledged_at IS NULL",
+                "CREATE INDEX google_purchases_order ON google_purchases (order_id)",
+                "CREATE INDEX google_purchases_open ON google_purchases (kind, expires_at)",
+                // Real-time developer notifications, durable before the push is acknowledged,
+                // one row per Pub/Sub messageId.
+                """
+                CREATE TABLE google_notifications (
+                    message_id TEXT PRIMARY KEY,
+                    app_id TEXT,
+                    type TEXT NOT NULL,
+                    purchase_token TEXT,
+                    body TEXT NOT NULL,
+                    status TEXT NOT NULL,
+                    outcome TEXT,
+                    received_at BIGINT NOT NULL,
+                    applied_at BIGINT
+                )
+                """,
+                "CREATE INDEX google_notifications_received ON google_notifications (received_at)",
+                // Voided purchases seen (polled or notified), once each.
+                """
+                CREATE TABLE google_voided (
+                    void_key TEXT PRIMARY KEY,
+                    app_id TEXT NOT NULL,
+                    purchase_token TEXT NOT NULL,
+                    order_id TEXT,
+                    voided_quantity INTEGER,
+                    voided_at BIGINT,
+                    recorded_at BIGINT NOT NULL
+                )
+                """,
+                "CREATE INDEX google_voided_token ON google_voided (purchase_token)",
+                "CREATE TABLE google_poll_state (app_id TEXT PRIMARY KEY, voided_polled_at BIGINT NOT NULL)",
+            ]
+        ),
     ]
 
     /// Applies every migration not yet applied, each in its own transaction. Safe to run from

@@ -109,7 +109,7 @@ enum NotificationApplier {
     /// `actor`: who decided it, for the audit (`apple`, or `backend` for a web payment's refund).
     static func refund(
         _ record: NotificationRecord, reversed: Bool, settings: NotificationStore.Settings, sql: any SQLDatabase,
-        now: Date, actor: String = "apple"
+        now: Date, actor: String = "apple", revocation override: RefundPlanner.Revocation? = nil
     ) async throws -> (String, String) {
         guard let transaction = record.transaction, let transactionId = transaction.transactionId else {
             return ("ignored", "no transaction")
@@ -139,7 +139,7 @@ enum NotificationApplier {
             takenBack: try row?.decode(column: "refund_taken", as: Int64?.self),
             revokeNonConsumableAt: settings.catalog.refunds.revokeNonConsumableAtShare)
         let kind = reversed ? "refund_reversed" : record.type == NotificationType.revoke.rawValue ? "revoke" : "refund"
-        let revocation = RefundPlanner.Revocation(transaction)
+        let revocation = override ?? RefundPlanner.Revocation(transaction)
         let plan =
             reversed
             ? RefundPlanner.reversal(context, transactionId: transactionId, key: record.notificationUUID)

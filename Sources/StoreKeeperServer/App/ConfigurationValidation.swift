@@ -68,7 +68,8 @@ extension ServerConfiguration {
         } catch let error as Database.InvalidURL {
             throw Invalid(key: "database.url", error.description.replacingOccurrences(of: "database.url: ", with: ""))
         }
-        if mode == .configured {
+        try validateGooglePlayApps()
+        if mode == .configured, hasAppStoreApp {
             guard let bundleId, !bundleId.isEmpty else {
                 throw Invalid(key: "apple.bundleId", "is required: every signed object is checked against it")
             }

@@ -67,6 +67,15 @@ public struct ServerConfiguration: Sendable {
     public var webhookSecret: String?
     /// Run and trust the built-in local App Store beside a configuration (tests, staging).
     public var localAppStoreEnabled = false
+    /// `localGooglePlay.enabled`: the built-in local Google Play runs at `/local-google-play`
+    /// and is trusted (its service account and push signer), like the local App Store.
+    public var localGooglePlayEnabled = false
+    /// Google Play apps (`apps` entries with `store: google_play`).
+    public var googlePlayApps: [GooglePlayAppConfiguration] = []
+    /// The App Store app's id (`apps` entry with `store: app_store`; default its bundle id).
+    public var appStoreAppId: String?
+    /// False when `apps` lists only Google Play apps.
+    public var hasAppStoreApp = true
     /// How long proofs that failed verification are kept for re-verification.
     public var rejectedProofsRetentionDays = 90
     /// Bytes of rejected proofs stored per UTC day and in all (`RejectedProofStore`).
@@ -143,10 +152,10 @@ public struct ServerConfiguration: Sendable {
         "apple.finishTransactions",
         "apple.externalPurchase.reporting",
         "webhooks.maxAttemptHours", "apple.smallBusinessProgram", "offers.sharedAppleIdAccounts",
-        "dashboard.enabled", "dashboard.sessionIdleSeconds", "dashboard.sessionMaxHours",
+        "dashboard.enabled", "dashboard.sessionIdleSeconds", "dashboard.sessionMaxHours", "localGooglePlay.enabled",
     ]
     /// Keys whose value is a structure read by its own parser (the inline catalog).
-    static let structuredKeys = ["catalog.products", "catalog.retention", "catalog.refunds"]
+    static let structuredKeys = ["catalog.products", "catalog.retention", "catalog.refunds", "apps"]
     static let secretKeyNames: Set<String> = [
         "auth.secretKeys", "auth.clientTokenSecret", "auth.metricsToken", "apple.sharedSecret", "webhooks.secret",
         "auth.responseSigningKey",
@@ -274,6 +283,7 @@ public struct ServerConfiguration: Sendable {
         ])
         let source = Source(reader: reader, file: flat, environment: aliased)
         try configuration.read(source)
+        try configuration.readApps(structured["apps"])
 
         do {
             if let catalogFile = try source.string("catalog.file") {
@@ -389,6 +399,7 @@ public struct ServerConfiguration: Sendable {
         webhookURL = try source.string("webhooks.url")
         webhookSecret = try source.string("webhooks.secret")
         localAppStoreEnabled = try source.bool("localAppStore.enabled") ?? false
+        localGooglePlayEnabled = try source.bool("localGooglePlay.enabled") ?? false
         rejectedProofsRetentionDays = try source.int("rejectedProofs.retentionDays") ?? rejectedProofsRetentionDays
         rejectedProofsMaxBytesPerDay = try source.int("rejectedProofs.maxBytesPerDay") ?? rejectedProofsMaxBytesPerDay
         rejectedProofsMaxBytesTotal = try source.int("rejectedProofs.maxBytesTotal") ?? rejectedProofsMaxBytesTotal

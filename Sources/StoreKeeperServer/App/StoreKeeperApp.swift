@@ -55,6 +55,8 @@ public struct StoreKeeperApp: Sendable {
     let clock = ClockState()
     /// The listening socket's channel once the server runs (its options, for tests).
     let listening = Listening()
+    /// The Google Play apps, by id (`apps` with `store: google_play`).
+    public internal(set) var google: [String: GooglePlayApp] = [:]
 
     /// Checks the configuration, opens the database, applies migrations and builds the
     /// verifiers from the trust policy.
@@ -155,7 +157,9 @@ public struct StoreKeeperApp: Sendable {
         } else if source == nil, let localAppStore {
             source = LocalTransactionSource(store: localAppStore)
         }
-        return StoreKeeperApp(
+        var google: [String: GooglePlayApp] = [:]
+        for app in configuration.googlePlayApps { google[app.id] = try await GooglePlayApp.make(app) }
+        var app = StoreKeeperApp(
             configuration: configuration, database: database,
             store: PurchaseStore(database: database, sharedAppleIdLimit: configuration.sharedAppleIdAccounts),
             jobs: JobStore(database: database), notifications: NotificationStore(database: database), catalog: catalog,
@@ -178,6 +182,8 @@ public struct StoreKeeperApp: Sendable {
                 maxBytesTotal: configuration.rejectedProofsMaxBytesTotal),
             responseSigner: try responseSigner(configuration, dataDirectory: dataDirectory, logger: logger),
             provenance: try trust.provenanceVerifiers())
+        app.google = google
+        return app
     }
 
     /// `auth.responseSigningKey`, or in demo mode a key generated once into the data directory.
@@ -285,6 +291,7 @@ public struct StoreKeeperApp: Sendable {
         // under /v1 is authenticated and rate limited once, by `Authenticate`.
         OperationsController(app: self).addRoutes(to: router)
         NotificationsController(app: self).addRoutes(to: router)
+        GoogleNotificationsController(app: self).addRoutes(to: router)
         RetentionController(app: self).addRoutes(to: router)
         let authenticate = Authenticate(authenticator: authenticator, limiter: limiter)
         let v1 = router.group("v1").add(middleware: authenticate)
@@ -328,7 +335,7 @@ public struct StoreKeeperApp: Sendable {
             OrderExpiry(
                 store: store, ttl: configuration.orderTTL, logger: logger,
                 finishAfter: configuration.finishTransactions && transactionSource != nil ? 600 : nil,
-                catalog: catalog),
+                catalog: catalog, runner: google.isEmpty ? nil : JobRunner(app: self)),
             Housekeeping(
                 rejectedProofs: rejectedProofs, retentionDays: configuration.rejectedProofsRetentionDays,
                 outbox: OutboxStore(database: database), logger: logger),

@@ -102,6 +102,15 @@ public struct JobRunner: Service {
         case Self.massStatusJobKind:
             await pollMassExtension(job, now: now)
             return false
+        case GooglePlayStore.syncJobKind:
+            await syncGoogle(job, now: now)
+            return false
+        case GooglePlayStore.acknowledgeJobKind:
+            await acknowledgeGoogle(job, now: now)
+            return false
+        case Self.googleVoidedJobKind:
+            await pollVoidedJob(job, now: now)
+            return false
         default:
             break
         }

@@ -16,6 +16,8 @@ struct OrderExpiry: Service {
     /// Web subscriptions whose paid period ended without a renewal payment expire in the same
     /// pass (no store tells us: the app's backend reports payments, not their absence).
     var catalog: Catalog? = nil
+    /// Google Play's periodic duties (acknowledgement sweep, voided purchases).
+    var runner: JobRunner? = nil
 
     func run() async throws {
         try? await cancelWhenGracefulShutdown {
@@ -27,6 +29,7 @@ struct OrderExpiry: Service {
                         let lapsed = try await store.lapseWebSubscriptions(catalog: catalog, now: Date())
                         if lapsed > 0 { logger.info("web subscriptions lapsed", metadata: ["count": "\(lapsed)"]) }
                     }
+                    await runner?.googleHousekeeping(now: Date())
                     if let finishAfter {
                         let queued = try await store.queueFinishes(delay: finishAfter, now: Date())
                         if queued > 0 { logger.info("Finish Transaction queued", metadata: ["count": "\(queued)"]) }

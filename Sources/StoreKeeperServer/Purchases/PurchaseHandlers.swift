@@ -43,6 +43,9 @@ extension StoreKeeperApp {
         /// renewal or a change of plan; absent on the first payment).
         var expiresAt: FlexibleInstant?
         var originalPaymentId: String?
+        /// Google Play: the app (required when several are configured) and the purchase token.
+        var appId: String?
+        var purchaseToken: String?
 
         static let oneOf =
             "exactly one of 'signedTransaction', 'signedTransactions', 'receipt', 'transactionId' is required ('transactionId' may go with 'receipt')"
@@ -60,10 +63,8 @@ extension StoreKeeperApp {
             switch store {
             case nil, "app_store": break
             case "web": return try validateWeb()
-            case "google_play":
-                throw APIError(
-                    .badRequest, "store_not_configured", "no Google Play app is configured on this server")
-            default: throw APIError.badRequest("field 'store' must be app_store or web")
+            case "google_play": return try validateGoogle()
+            default: throw APIError.badRequest("field 'store' must be app_store, google_play or web")
             }
             if let orderId {
                 guard orderId.count <= 200 else {
@@ -102,6 +103,9 @@ extension StoreKeeperApp {
                 throw APIError.forbidden("web purchases are reported by the app's backend with a secret key")
             }
             return try await submitWebPurchase(body)
+        }
+        if body.store == "google_play" {
+            return try await submitGooglePurchase(body)
         }
         if let batch = body.signedTransactions {
             return try await submitBatch(batch, accountId: body.accountId)

@@ -1,0 +1,234 @@
+import AppStoreModels
+import Foundation
+import GooglePlay
+import StoreKeeperCore
+import StoreKeeperStorage
+
+/// Google Play's duties as jobs in the one durable queue: re-reading a token after a
+/// notification, acknowledging (consuming) within three days, polling voided purchases, and
+/// answering refund reviews within 24 hours.
+extension JobRunner {
+    static let googleVoidedJobKind = "google_voided_poll"
+
+    func backoff(_ job: JobStore.Job, now: Date, error: any Error) async {
+        let delay = min(900, pow(2, Double(min(job.attempts, 20))))
+        try? await app.jobs.reschedule(
+            job.id, runAt: now.addingTimeInterval(Double.random(in: (delay / 2)...delay)), error: "\(error)")
+    }
+
+    /// A notification's job: the purchase read again and applied (or the voided list polled,
+    /// or the refund review answered).
+    func syncGoogle(_ job: JobStore.Job, now: Date) async {
+        guard let payload = try? JSONDecoder().decode(StoreKeeperApp.GoogleSyncJob.self, from: Data(job.payload.utf8)),
+            let google = app.google[payload.appId]
+        else {
+            try? await app.jobs.fail(job.id, error: "unreadable job or unknown app")
+            return
+        }
+        let store = GooglePlayStore(database: app.database)
+        do {
+            var outcome: String
+            if let reviewToken = payload.reviewToken, let orderId = payload.voidedOrderId {
+                outcome = try await answerReview(google, orderId: orderId, reviewToken: reviewToken, now: now)
+            } else if payload.voidedOrderId != nil {
+                let applied = try await pollVoided(google, now: now)
+                outcome = "voided purchases polled: \(applied) refund(s) applied"
+            } else {
+                let reading = try await app.readGoogle(google, token: payload.token, productId: payload.productId)
+                switch try await app.applyGoogle(reading, submittingAccount: nil, orderId: nil, now: now) {
+                case .delivered(let result, let transaction):
+                    outcome =
+                        "\(transaction.transactionId ?? "?"): \(result.plan.outcome)\(reading.status.map { "; subscription \($0.rawValue)" } ?? "")"
+                case .pending: outcome = "pending at Google: nothing delivered"
+                case .notPaid(let why): outcome = "never paid (\(why)): nothing delivered"
+                case .retired: outcome = "a replaced token: grants nothing"
+                }
+            }
+            if let messageId = payload.messageId {
+                try await store.finishNotification(messageId, status: "applied", outcome: outcome, now: now)
+            }
+            try await app.jobs.complete(job.id)
+        } catch let error as GooglePlayError where !error.isRetryable && error.kind != .unauthorized {
+            if let messageId = payload.messageId {
+                try? await store.finishNotification(
+                    messageId, status: "ignored", outcome: "Google: \(error.message)", now: now)
+            }
+            try? await app.jobs.fail(job.id, error: error.message)
+        } catch StoreKeeperApp.GoogleReadFailure.unknownProduct(let id) {
+            if let messageId = payload.messageId {
+                try? await store.finishNotification(
+                    messageId, status: "ignored", outcome: "product '\(id)' is not in the catalog", now: now)
+            }
+            try? await app.jobs.fail(job.id, error: "unknown product \(id)")
+        } catch {
+            await backoff(job, now: now, error: error)
+        }
+    }
+
+    /// Acknowledges (a consumable: consumes) a paid purchase Google still waits for.
+    func acknowledgeGoogle(_ job: JobStore.Job, now: Date) async {
+        let store = GooglePlayStore(database: app.database)
+        do {
+            guard let purchase = try await store.purchase(job.payload), let google = app.google[purchase.appId]
+            else {
+                try await app.jobs.fail(job.id, error: "unknown purchase token or app")
+                return
+            }
+            guard purchase.acknowledgedAt == nil, !purchase.retired else {
+                try await app.jobs.complete(job.id)
+                return
+            }
+            do {
+                if purchase.kind == "subscription" {
+                    try await google.client.acknowledgeSubscription(
+                        productId: purchase.productId, token: purchase.purchaseToken)
+                } else if app.catalog.product(purchase.catalogProductId)?.type == .consumable {
+                    try await google.client.consumeProduct(productId: purchase.productId, token: purchase.purchaseToken)
+                } else {
+                    try await google.client.acknowledgeProduct(
+                        productId: purchase.productId, token: purchase.purchaseToken)
+                }
+            } catch let error as GooglePlayError where error.reason == "invalidPurchaseState" {
+                // Already acknowledged (the app did it) or not in a state to be: read what is true.
+                let reading = try await app.readGoogle(google, token: purchase.purchaseToken, productId: nil)
+                guard reading.acknowledged || reading.readiness != .paid else { throw error }
+            }
+            try await store.markAcknowledged(purchase.purchaseToken, now: now)
+            try await app.store.recordAudit(
+                actor: "storekeeper", action: "google_acknowledged", subject: GoogleReading.digest(purchase.purchaseToken),
+                detail:
+                    "\(purchase.kind == "subscription" ? "subscription" : "purchase") of '\(purchase.productId)' acknowledged at Google (app \(purchase.appId))",
+                now: now)
+            try await app.jobs.complete(job.id)
+        } catch let error as GooglePlayError where error.kind == .notFound {
+            try? await app.jobs.fail(job.id, error: error.message)
+        } catch {
+            await backoff(job, now: now, error: error)
+        }
+    }
+
+    /// Voided purchases of the last 30 days (two days of overlap with the last poll), each
+    /// applied once through the one refund path; quantity-based partial refunds take back
+    /// their units. Returns how many refunds were applied.
+    func pollVoided(_ google: GooglePlayApp, now: Date) async throws -> Int {
+        let store = GooglePlayStore(database: app.database)
+        let appId = google.configuration.id
+        let oldest = now.addingTimeInterval(-30 * 86_400 + 60)
+        let start = try await store.voidedPolledAt(appId: appId).map {
+            max(oldest, $0.addingTimeInterval(-2 * 86_400))
+        } ?? oldest
+        var page: String?
+        var applied = 0
+        var pages = 0
+        repeat {
+            let answer = try await google.client.voidedPurchases(startTime: start, pageToken: page)
+            for voided in answer.voidedPurchases ?? [] {
+                if try await applyVoided(voided, appId: appId, now: now) { applied += 1 }
+            }
+            page = answer.tokenPagination?.nextPageToken
+            pages += 1
+        } while page != nil && pages < 1000
+        try await store.setVoidedPolledAt(appId: appId, now)
+        return applied
+    }
+
+    func applyVoided(_ voided: VoidedPurchase, appId: String, now: Date) async throws -> Bool {
+        guard let token = voided.purchaseToken, !token.isEmpty else { return false }
+        let store = GooglePlayStore(database: app.database)
+        guard
+            let quantities = try await store.recordVoided(
+                appId: appId, purchaseToken: token, orderId: voided.orderId, voidedQuantity: voided.voidedQuantity,
+                voidedAt: voided.voidedTimeMillis?.value, now: now)
+        else { return false }
+        let known = try await store.purchase(token)
+        let digest = GoogleReading.digest(token)
+        var transaction = JWSTransactionDecodedPayload(
+            transactionId: GooglePlayPlanner.transactionId(orderId: voided.orderId, tokenDigest: digest),
+            originalTransactionId: known?.originalTransactionId
+                ?? GooglePlayPlanner.transactionId(orderId: voided.orderId, tokenDigest: digest),
+            productId: known?.catalogProductId ?? "", purchaseDate: voided.purchaseTimeMillis?.value,
+            quantity: Int32(known?.quantity ?? 1), type: nil, inAppOwnershipType: .purchased,
+            signedDate: Int64((now.timeIntervalSince1970 * 1000).rounded(.down)), environment: known?.test == true ? .sandbox : .production)
+        transaction.revocationDate = voided.voidedTimeMillis?.value ?? Int64((now.timeIntervalSince1970 * 1000).rounded(.down))
+        transaction.revocationReason = .refundedForOtherReason
+        var settings = NotificationStore.Settings(
+            catalog: app.catalog, policy: app.configuration.ownershipPolicy,
+            consumptionEnabled: app.configuration.consumptionEnabled, read: StoreKeeperApp.storedNotification)
+        settings.sharedAppleIdLimit = app.configuration.sharedAppleIdAccounts
+        let key = PurchaseStore.dedupeKey(token, voided.orderId, String(quantities.count))
+        let outcome = try await app.notifications.applyRefund(
+            NotificationRecord(
+                notificationUUID: "gp-void:" + String(key.hashValue.magnitude) + ":" + digest + ":\(quantities.count)",
+                type: NotificationType.refund.rawValue, subtype: nil, signedDate: Int64((now.timeIntervalSince1970 * 1000).rounded(.down)),
+                environment: transaction.environment?.rawValue, transaction: transaction),
+            settings: settings, now: now, actor: "google",
+            revocation: GooglePlayPlanner.revocation(voidedQuantities: quantities, quantity: known?.quantity ?? 1))
+        app.logger.info(
+            "Google voided purchase applied", metadata: ["order": "\(voided.orderId ?? "-")", "outcome": "\(outcome.1)"])
+        return true
+    }
+
+    /// A pending refund review, answered once from the ledger by the catalog's rules.
+    func answerReview(_ google: GooglePlayApp, orderId: String, reviewToken: String, now: Date) async throws -> String {
+        let transactionId = GooglePlayPlanner.prefix + orderId
+        let (facts, _, _) = try await app.store.consumptionFacts(transactionId, catalog: app.catalog)
+        let answer = GooglePlayPlanner.reviewAnswer(
+            facts, policy: app.catalog.refunds,
+            sampleContentProvided: app.catalog.refunds.sampleContentProvided ?? false, now: now)
+        try await google.client.reviewRefund(
+            orderId: orderId,
+            ReviewRefundRequest(
+                pendingRefundToken: reviewToken, sampleContentProvided: answer.sampleContentProvided,
+                refundPreference: answer.refundPreference,
+                consumptionPercentageMilliunits: answer.consumptionPercentageMilliunits))
+        let detail =
+            "refund review of order \(orderId): \(answer.refundPreference)\(answer.consumptionPercentageMilliunits.map { ", consumed \(RefundPlanner.percent(Int32($0)))" } ?? "")\(answer.rule.map { " (rule '\($0)')" } ?? " (no rule matched)")"
+        try await app.store.recordAudit(
+            actor: "storekeeper", action: "google_refund_review", subject: transactionId, detail: detail, now: now)
+        return detail
+    }
+
+    /// The periodic pass (every minute, from `OrderExpiry`'s loop): acknowledgements Google
+    /// still waits for after an hour are queued again; one at 48 hours raises an alert; every
+    /// hour, each app's voided purchases are polled.
+    func googleHousekeeping(now: Date) async {
+        guard !app.google.isEmpty else { return }
+        let store = GooglePlayStore(database: app.database)
+        do {
+            let swept = try await store.sweepUnacknowledged(
+                after: GooglePlayPlanner.sweepAfter, alertAfter: GooglePlayPlanner.alertAfter, now: now)
+            for purchase in swept.alerts {
+                app.logger.error(
+                    "Google purchase unacknowledged for 48 hours: Google refunds it at 72",
+                    metadata: ["app": "\(purchase.appId)", "product": "\(purchase.productId)"])
+                try await app.store.raiseAnomaly(
+                    AnomalyDraft(
+                        kind: .acknowledgementOverdue, transactionId: nil, orderId: nil, accountId: purchase.accountId,
+                        detail:
+                            "Google Play purchase of '\(purchase.productId)' (app \(purchase.appId), order \(purchase.orderId ?? "-")) still unacknowledged \(Int(now.timeIntervalSince(purchase.paidAt ?? now) / 3600)) h after payment; Google refunds it at 72 h. Check the Google service account's permissions."
+                    ), dedupeKey: PurchaseStore.dedupeKey("acknowledgement_overdue", purchase.purchaseToken), now: now)
+            }
+            let hour = Int64((now.timeIntervalSince1970 * 1000).rounded(.down)) / 3_600_000
+            for appId in app.google.keys {
+                _ = try await app.jobs.enqueue(
+                    kind: Self.googleVoidedJobKind, dedupeKey: "\(Self.googleVoidedJobKind)|\(appId)|\(hour)",
+                    payload: appId, runAt: now, now: now)
+            }
+        } catch {
+            app.logger.warning("Google housekeeping failed; will retry", metadata: ["error": "\(error)"])
+        }
+    }
+
+    func pollVoidedJob(_ job: JobStore.Job, now: Date) async {
+        guard let google = app.google[job.payload] else {
+            try? await app.jobs.fail(job.id, error: "unknown app")
+            return
+        }
+        do {
+            _ = try await pollVoided(google, now: now)
+            try await app.jobs.complete(job.id)
+        } catch {
+            await backoff(job, now: now, error: error)
+        }
+    }
+}

@@ -1,0 +1,116 @@
+import Foundation
+import GooglePlay
+import Hummingbird
+import StoreKeeperCore
+import StoreKeeperStorage
+
+/// `POST /v1/notifications/google`: Real-time developer notifications by Pub/Sub push. The
+/// push's OIDC token must verify (401 otherwise, nothing recorded); the message is recorded
+/// durably, once per `messageId`, before the 204; applying it is a job that re-reads the
+/// purchase from the Play Developer API — a notification is only a hint (invariant 6).
+extension StoreKeeperApp {
+    /// The job payload: which app and token to read again.
+    struct GoogleSyncJob: Codable {
+        var appId: String
+        var token: String
+        var messageId: String?
+        /// A voided purchase: its order and quantity (refund through the one refund path).
+        var voidedOrderId: String?
+        var voidedQuantity: Int?
+        var voidedAt: Int64?
+        /// A pending refund review: Google's token for the answer.
+        var reviewToken: String?
+        var productId: String?
+    }
+
+    func receiveGoogleNotification(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        guard !google.isEmpty else {
+            throw APIError(.notFound, "not_found", "no Google Play app is configured on this server")
+        }
+        // 1. The OIDC bearer, against every Google app's push settings (one usually).
+        let authorization = request.headers[.authorization]
+        var verified = false
+        var reasons: [String] = []
+        for verifier in Set(google.values.compactMap { $0.verifier.map(ObjectIdentifier.init) }) {
+            guard let app = google.values.first(where: { $0.verifier.map(ObjectIdentifier.init) == verifier }),
+                let push = app.verifier
+            else { continue }
+            do {
+                _ = try await push.verify(authorization: authorization)
+                verified = true
+                break
+            } catch {
+                reasons.append(error.message)
+            }
+        }
+        guard verified else {
+            metrics.notificationRejected.increment()
+            logger.warning(
+                "security: Google push rejected", metadata: ["reason": "\(reasons.first ?? "no push settings")"])
+            throw APIError(.unauthorized, "unauthenticated", "the push's OIDC token does not verify")
+        }
+        // 2. The body: Pub/Sub's wrapped message with the notification in `data`.
+        let bytes = try await request.body.collect(upTo: configuration.maxBodyBytes)
+        guard let push = try? JSONDecoder().decode(PubSubPush.self, from: Data(buffer: bytes)),
+            let messageId = push.message?.messageId, !messageId.isEmpty, messageId.count <= 128
+        else {
+            throw APIError.badRequest("not a Pub/Sub push: message.messageId is required")
+        }
+        try Self.validateText(messageId, field: "messageId")
+        let store = GooglePlayStore(database: database)
+        guard let data = push.message?.data.flatMap({ Data(base64Encoded: $0) }),
+            let notification = try? JSONDecoder().decode(DeveloperNotification.self, from: data)
+        else {
+            // Unreadable but authentic: kept aside and acknowledged (never nacked forever).
+            _ = try await store.recordNotification(
+                messageId: messageId, appId: nil, type: "UNREADABLE", purchaseToken: nil,
+                body: String(decoding: bytes.readableBytesView.prefix(65_536), as: UTF8.self), sync: nil, now: Date())
+            return Response(status: .noContent)
+        }
+        let app = google.values.first { $0.configuration.packageName == notification.packageName }
+        let token = notification.purchaseToken ?? notification.pendingRefundReviewNotification.flatMap { review in
+            nil as String?
+        }
+        var job: GoogleSyncJob?
+        if let app, let token, token.utf8.count <= 4096 {
+            job = GoogleSyncJob(
+                appId: app.configuration.id, token: token, messageId: messageId,
+                voidedOrderId: notification.voidedPurchaseNotification?.orderId,
+                productId: notification.oneTimeProductNotification?.sku
+                    ?? notification.subscriptionNotification?.subscriptionId)
+            if notification.voidedPurchaseNotification != nil {
+                // The voided record itself comes from the list (quantity, time): read it there.
+                job?.voidedQuantity = nil
+            }
+        } else if let app, let review = notification.pendingRefundReviewNotification,
+            let reviewToken = review.pendingRefundToken, let orderId = review.orderId
+        {
+            job = GoogleSyncJob(
+                appId: app.configuration.id, token: "", messageId: messageId, voidedOrderId: orderId,
+                reviewToken: reviewToken)
+        }
+        let recorded = try await store.recordNotification(
+            messageId: messageId, appId: app?.configuration.id, type: notification.typeName,
+            purchaseToken: notification.purchaseToken.map { GoogleReading.digest($0) },
+            body: String(decoding: data.prefix(65_536), as: UTF8.self),
+            sync: try job.map { String(decoding: try JSONEncoder().encode($0), as: UTF8.self) }, now: Date())
+        if recorded == .new { metrics.notificationAccepted.increment() }
+        if app == nil {
+            logger.warning(
+                "Google push for a package this server does not serve: recorded, not applied",
+                metadata: ["packageName": "\(notification.packageName?.prefix(100) ?? "-")"])
+        }
+        return Response(status: .noContent)
+    }
+}
+
+struct GoogleNotificationsController {
+    let app: StoreKeeperApp
+
+    /// Outside `/v1`'s authentication: the push carries Google's OIDC token instead.
+    func addRoutes(to router: some RouterMethods<StoreKeeperContext>) {
+        router.post("v1/notifications/google") { request, context in
+            try await app.receiveGoogleNotification(request, context)
+        }
+    }
+}

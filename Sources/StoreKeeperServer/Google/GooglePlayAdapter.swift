@@ -1,0 +1,343 @@
+import AppStoreModels
+import Crypto
+import Foundation
+import GooglePlay
+import Hummingbird
+import StoreKeeperCatalog
+import StoreKeeperCore
+import StoreKeeperStorage
+
+/// A Google Play app at runtime: its Developer API client and its push verifier.
+public struct GooglePlayApp: Sendable {
+    public let configuration: GooglePlayAppConfiguration
+    public let client: GooglePlayClient
+    let verifier: PushVerifier?
+
+    static func make(_ configuration: GooglePlayAppConfiguration) async throws -> GooglePlayApp {
+        let key: ServiceAccountKey
+        if let given = configuration.serviceAccountKey {
+            key = given
+        } else if let file = configuration.serviceAccountKeyFile {
+            key = try ServiceAccountKey.load(path: file)
+        } else {
+            throw ServerConfiguration.Invalid(
+                key: "apps[\(configuration.id)].serviceAccountKeyFile", "is required to read purchases from Google")
+        }
+        let client = GooglePlayClient(
+            packageName: configuration.packageName, baseURL: configuration.apiBaseURL,
+            tokens: try await AccessTokenSource(key: key))
+        var verifier: PushVerifier?
+        if let audience = configuration.pushAudience, let account = configuration.pushServiceAccount {
+            verifier = PushVerifier(
+                audience: audience, serviceAccount: account, certificatesURL: configuration.pushCertificatesURL)
+        }
+        return GooglePlayApp(configuration: configuration, client: client, verifier: verifier)
+    }
+}
+
+/// What the adapter read of one purchase token, in store-neutral terms.
+struct GoogleReading: Sendable {
+    var appId: String
+    var token: String
+    var kind: String
+    var googleProductId: String
+    var product: Product
+    var readiness: GooglePlayPlanner.Readiness
+    var state: String
+    var orderId: String?
+    var quantity: Int
+    var obfuscatedAccountId: String?
+    var paidAt: Date?
+    var expiresAt: Date?
+    var autoRenew: Bool
+    var linkedPurchaseToken: String?
+    var test: Bool
+    var acknowledged: Bool
+    var priceMilli: Int64?
+    var currency: String?
+    var status: StoreKeeperCore.SubscriptionStatus?
+
+    /// The token's digest: stored ids never hold Google's long opaque tokens.
+    var tokenDigest: String { GoogleReading.digest(token) }
+
+    static func digest(_ token: String) -> String {
+        SHA256.hash(data: Data(token.utf8)).prefix(16).map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// The one delivery path's view of this charge: ids `gp:<orderId>` (the subscription's
+    /// `gp:s.<token digest>`), the catalog's product, the order's token as `appAccountToken`,
+    /// Sandbox for a test purchase.
+    var transaction: JWSTransactionDecodedPayload {
+        let id = GooglePlayPlanner.transactionId(orderId: orderId, tokenDigest: tokenDigest)
+        let original =
+            kind == "subscription" ? GooglePlayPlanner.originalTransactionId(tokenDigest: tokenDigest) : id
+        let type: ProductType =
+            switch product.type {
+            case .consumable: .consumable
+            case .nonConsumable: .nonConsumable
+            case .nonRenewing: .nonRenewing
+            case .autoRenewable: .autoRenewable
+            }
+        let purchased = Int64(((paidAt ?? Date()).timeIntervalSince1970 * 1000).rounded(.down))
+        var transaction = JWSTransactionDecodedPayload(
+            transactionId: id, originalTransactionId: original, productId: product.id, purchaseDate: purchased,
+            quantity: Int32(clamping: quantity), type: type, inAppOwnershipType: .purchased,
+            signedDate: Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)),
+            environment: test ? .sandbox : .production, currency: currency, price: priceMilli)
+        transaction.expiresDate = expiresAt.map { Int64(($0.timeIntervalSince1970 * 1000).rounded(.down)) }
+        transaction.appAccountToken = obfuscatedAccountId.flatMap { UUID(uuidString: $0) }.map {
+            $0.uuidString.lowercased()
+        }
+        return transaction
+    }
+
+    var record: GooglePlayStore.Purchase {
+        GooglePlayStore.Purchase(
+            purchaseToken: token, appId: appId, kind: kind, productId: googleProductId, catalogProductId: product.id,
+            accountId: nil, orderId: orderId, quantity: quantity, state: state, test: test, paidAt: paidAt,
+            acknowledgedAt: acknowledged ? (paidAt ?? Date()) : nil, linkedPurchaseToken: linkedPurchaseToken,
+            originalTransactionId: kind == "subscription"
+                ? GooglePlayPlanner.originalTransactionId(tokenDigest: tokenDigest) : nil,
+            expiresAt: expiresAt)
+    }
+}
+
+extension StoreKeeperApp {
+    /// The Google Play app `appId` names (or the only one), else 400 naming the problem.
+    func googleApp(_ appId: String?) throws -> GooglePlayApp {
+        guard !google.isEmpty else {
+            throw APIError(.badRequest, "store_not_configured", "no Google Play app is configured on this server")
+        }
+        if let appId {
+            guard let app = google[appId] else {
+                throw APIError(.badRequest, "unknown_app", "no Google Play app '\(appId.prefix(64))' is configured")
+            }
+            return app
+        }
+        guard google.count == 1, let only = google.values.first else {
+            throw APIError.badRequest("field 'appId' is required: several Google Play apps are configured")
+        }
+        return only
+    }
+
+    /// Reads `token` from Google: a subscription when the catalog's product (or what is
+    /// recorded) says so, else a one-time purchase.
+    func readGoogle(_ app: GooglePlayApp, token: String, productId: String?) async throws -> GoogleReading {
+        let known = try await GooglePlayStore(database: database).purchase(token)
+        let googleId = productId ?? known?.productId
+        let hinted = googleId.flatMap { catalog.product(store: "google_play", storeProductId: $0) }
+        let subscription = known.map { $0.kind == "subscription" } ?? (hinted?.type == .autoRenewable)
+        let appId = app.configuration.id
+        if subscription {
+            let resource = try await app.client.subscriptionPurchase(token: token)
+            guard let item = resource.lineItems?.first, let id = item.productId,
+                let product = catalog.product(store: "google_play", storeProductId: id)
+            else {
+                throw GoogleReadFailure.unknownProduct(resource.lineItems?.first?.productId ?? "?")
+            }
+            let voided = known?.retired == true
+            return GoogleReading(
+                appId: appId, token: token, kind: "subscription", googleProductId: id, product: product,
+                readiness: GooglePlayPlanner.readiness(subscriptionState: resource.subscriptionState),
+                state: resource.subscriptionState ?? "SUBSCRIPTION_STATE_UNSPECIFIED",
+                orderId: item.latestSuccessfulOrderId ?? resource.latestOrderId, quantity: 1,
+                obfuscatedAccountId: resource.externalAccountIdentifiers?.obfuscatedExternalAccountId,
+                paidAt: GoogleTime.parse(resource.startTime), expiresAt: GoogleTime.parse(item.expiryTime),
+                autoRenew: item.autoRenewingPlan?.autoRenewEnabled ?? false,
+                linkedPurchaseToken: resource.linkedPurchaseToken, test: resource.testPurchase != nil,
+                acknowledged: resource.acknowledgementState == AcknowledgementState.acknowledged,
+                priceMilli: item.autoRenewingPlan?.recurringPrice?.milliunits,
+                currency: item.autoRenewingPlan?.recurringPrice?.currencyCode,
+                status: voided ? .expired : GooglePlayPlanner.status(subscriptionState: resource.subscriptionState))
+        }
+        let resource = try await app.client.productPurchase(token: token)
+        guard let item = resource.productLineItem?.first, let id = item.productId,
+            let product = catalog.product(store: "google_play", storeProductId: id)
+        else {
+            throw GoogleReadFailure.unknownProduct(resource.productLineItem?.first?.productId ?? "?")
+        }
+        guard product.type != .autoRenewable else { throw GoogleReadFailure.unknownProduct(id) }
+        let state = resource.purchaseStateContext?.purchaseState
+        return GoogleReading(
+            appId: appId, token: token, kind: "one_time", googleProductId: id, product: product,
+            readiness: GooglePlayPlanner.readiness(purchaseState: state), state: state ?? "UNSPECIFIED",
+            orderId: resource.orderId, quantity: max(1, item.productOfferDetails?.quantity ?? 1),
+            obfuscatedAccountId: resource.obfuscatedExternalAccountId,
+            paidAt: GoogleTime.parse(resource.purchaseCompletionTime), expiresAt: nil, autoRenew: false,
+            linkedPurchaseToken: nil, test: resource.testPurchaseContext?.fopType == "TEST",
+            acknowledged: resource.acknowledgementState == AcknowledgementState.acknowledged, priceMilli: nil,
+            currency: nil, status: nil)
+    }
+
+    enum GoogleReadFailure: Error {
+        case unknownProduct(String)
+    }
+
+    /// What applying a reading did.
+    enum GoogleApplied {
+        case delivered(PurchaseStore.DeliveryResult, JWSTransactionDecodedPayload)
+        case pending
+        case notPaid(String)
+        case retired
+    }
+
+    /// Applies what Google says about a token — the one path for a device's submission, a
+    /// notification, the sweeper and reconciliation: a retired token grants nothing; a paid
+    /// one is delivered exactly once (to the order its obfuscated account id names, else the
+    /// submitter, else held as unattributed), a subscription's state follows the snapshot,
+    /// the token it replaced is retired, and the acknowledgement is queued while Google waits.
+    func applyGoogle(_ reading: GoogleReading, submittingAccount: String?, orderId: String?, now: Date)
+        async throws -> GoogleApplied
+    {
+        let store = GooglePlayStore(database: database)
+        if let linked = reading.linkedPurchaseToken {
+            // Retire the replaced token first: its subscription ends now, whatever comes late.
+            if let old = try await store.purchase(linked), !old.retired, let original = old.originalTransactionId,
+                let state = try await SubscriptionStore.state(original, database: database)
+            {
+                var retired = reading.transaction
+                retired.transactionId = state.latestTransactionId
+                retired.originalTransactionId = original
+                retired.productId = state.productId
+                retired.expiresDate = state.expiresAt.map { Int64(($0.timeIntervalSince1970 * 1000).rounded(.down)) }
+                _ = try await self.store.applyStoreSnapshot(
+                    retired, event: SubscriptionEvent(.storeState(.expired, autoRenew: false), signedDate: now),
+                    submittingAccount: nil, requestedOrderId: nil, catalog: catalog,
+                    policy: configuration.ownershipPolicy, now: now)
+            }
+            try await store.retire(linked, appId: reading.appId, replacedBy: reading.token, now: now)
+        }
+        let paid: Bool
+        switch reading.readiness {
+        case .paid: paid = true
+        case .pending, .notPaid: paid = false
+        }
+        let retired = try await store.record(
+            reading.record,
+            acknowledge: GooglePlayPlanner.needsAcknowledgement(
+                paid: paid, acknowledgementState: reading.acknowledged ? AcknowledgementState.acknowledged : nil),
+            now: now)
+        switch reading.readiness {
+        case .pending: return .pending
+        case .notPaid(let why): return .notPaid(why)
+        case .paid: break
+        }
+        if retired {
+            return .retired
+        }
+        let transaction = reading.transaction
+        let event = reading.status.map {
+            SubscriptionEvent(.storeState($0, autoRenew: reading.autoRenew), signedDate: now, transaction: transaction)
+        }
+        let result = try await self.store.applyStoreSnapshot(
+            transaction, event: reading.kind == "subscription" ? event : nil, submittingAccount: submittingAccount,
+            requestedOrderId: orderId, catalog: catalog, policy: configuration.ownershipPolicy, now: now)
+        if let account = result.plan.accountId ?? result.plan.delivery?.accountId {
+            _ = try await store.record(
+                GooglePlayStore.Purchase(
+                    purchaseToken: reading.token, appId: reading.appId, kind: reading.kind,
+                    productId: reading.googleProductId, catalogProductId: reading.product.id, accountId: account,
+                    orderId: reading.orderId, quantity: reading.quantity, state: reading.state, test: reading.test,
+                    paidAt: reading.paidAt, acknowledgedAt: nil, linkedPurchaseToken: reading.linkedPurchaseToken,
+                    originalTransactionId: reading.record.originalTransactionId, expiresAt: reading.expiresAt),
+                acknowledge: false, now: now)
+        }
+        return .delivered(result, transaction)
+    }
+
+    // MARK: POST /v1/purchases {"store": "google_play"}
+
+    func submitGooglePurchase(_ body: PurchaseBody) async throws -> Response {
+        let app = try googleApp(body.appId)
+        guard let token = body.purchaseToken else { throw APIError.badRequest("field 'purchaseToken' is required") }
+        let reading: GoogleReading
+        do {
+            reading = try await readGoogle(app, token: token, productId: body.productId)
+        } catch let failure as GoogleReadFailure {
+            guard case .unknownProduct(let id) = failure else { throw failure }
+            throw APIError(
+                .unprocessableContent, "unknown_product",
+                "Google Play's product '\(id.prefix(100))' is not in the catalog (storeProducts.google_play)")
+        } catch let error as GooglePlayError {
+            throw Self.googleAPIError(error)
+        }
+        if let claimed = body.productId, claimed != reading.googleProductId {
+            throw APIError(
+                .unprocessableContent, "product_mismatch",
+                "the purchase is for '\(reading.googleProductId)', not '\(claimed.prefix(100))'")
+        }
+        if reading.test, !configuration.environments.contains(.sandbox) {
+            throw APIError(
+                .unprocessableContent, "wrong_environment",
+                "a test purchase (license tester): Sandbox is not accepted by this server")
+        }
+        switch try await applyGoogle(reading, submittingAccount: body.accountId, orderId: body.orderId, now: Date()) {
+        case .pending:
+            struct Pending: Encodable {
+                var status = "pending"
+                var retryAfterSeconds = 60
+            }
+            return try Self.json(Pending(), status: .accepted)
+        case .notPaid(let why):
+            throw APIError(
+                .unprocessableContent, "purchase_not_paid", "Google says the purchase was never paid (\(why))")
+        case .retired:
+            throw APIError(
+                .unprocessableContent, "revoked",
+                "this purchase token was replaced by a newer one (upgrade, downgrade or re-signup): it grants nothing")
+        case .delivered(let result, let transaction):
+            if let refusal = result.plan.refusal { throw APIError.refusal(refusal) }
+            let json = TransactionJSON(transaction, result: result, submitter: body.accountId)
+            return try Self.json(
+                PurchaseJSON(
+                    status: json.outcome == "already_delivered" ? "already_delivered" : "delivered",
+                    transactions: [json], account: try await account(body.accountId, state: result.account)))
+        }
+    }
+
+    static func googleAPIError(_ error: GooglePlayError) -> APIError {
+        switch error.kind {
+        case .notFound:
+            APIError(
+                .unprocessableContent, "invalid_purchase_token",
+                "Google Play does not know this purchase token for this app (\(error.message))")
+        case .refused:
+            APIError(.unprocessableContent, "invalid_purchase_token", "Google Play refused: \(error.message)")
+        case .unauthorized, .unavailable, .configuration, .malformed:
+            {
+                var answer = APIError(
+                    .serviceUnavailable, "google_unavailable",
+                    "Google Play cannot be asked now (\(error.kind.rawValue)); try again", retryable: true)
+                answer.headers[.retryAfter] = "30"
+                return answer
+            }()
+        }
+    }
+}
+
+extension StoreKeeperApp.PurchaseBody {
+    func validateGoogle() throws {
+        guard signedTransaction == nil, signedTransactions == nil, receipt == nil, transactionId == nil,
+            paymentId == nil
+        else {
+            throw APIError.badRequest("a Google Play purchase takes appId, productId and purchaseToken, not an App Store proof")
+        }
+        guard let purchaseToken, !purchaseToken.isEmpty, purchaseToken.utf8.count <= 4096,
+            purchaseToken.utf8.allSatisfy({ (0x21...0x7e).contains($0) })
+        else {
+            throw APIError.badRequest("field 'purchaseToken' is required: Google's token, 1…4096 printable ASCII characters")
+        }
+        guard let productId, !productId.isEmpty, productId.count <= 255 else {
+            throw APIError.badRequest("field 'productId' is required (Google Play's product id)")
+        }
+        try StoreKeeperApp.validateText(productId, field: "productId")
+        if let appId {
+            guard !appId.isEmpty, appId.count <= 64 else { throw APIError.badRequest("field 'appId' must be 1…64 characters") }
+            try StoreKeeperApp.validateText(appId, field: "appId")
+        }
+        if let orderId {
+            guard orderId.count <= 200 else { throw APIError.badRequest("field 'orderId' must be 1…200 characters") }
+            try StoreKeeperApp.validateText(orderId, field: "orderId")
+        }
+    }
+}

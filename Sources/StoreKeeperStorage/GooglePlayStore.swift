@@ -1,0 +1,353 @@
+import AppStoreModels
+import Foundation
+import SQLKit
+import StoreKeeperCatalog
+import StoreKeeperCore
+
+/// Google Play's rows: purchase tokens as last read, notifications, voided purchases, and the
+/// acknowledgement duty (google-play.md §4.4).
+public struct GooglePlayStore: Sendable {
+    public let database: Database
+
+    public init(database: Database) {
+        self.database = database
+    }
+
+    public static let acknowledgeJobKind = "google_acknowledge"
+    public static let syncJobKind = "google_sync"
+    public static let reviewJobKind = "google_refund_review"
+
+    /// A purchase token as the server last read it.
+    public struct Purchase: Sendable, Hashable {
+        public var purchaseToken: String
+        public var appId: String
+        /// `one_time` or `subscription`.
+        public var kind: String
+        public var productId: String
+        public var catalogProductId: String
+        public var accountId: String?
+        public var orderId: String?
+        public var quantity: Int
+        public var state: String
+        public var test: Bool
+        public var paidAt: Date?
+        public var acknowledgedAt: Date?
+        public var linkedPurchaseToken: String?
+        public var retired: Bool
+        public var originalTransactionId: String?
+        public var expiresAt: Date?
+
+        public init(
+            purchaseToken: String, appId: String, kind: String, productId: String, catalogProductId: String,
+            accountId: String?, orderId: String?, quantity: Int, state: String, test: Bool, paidAt: Date?,
+            acknowledgedAt: Date?, linkedPurchaseToken: String?, retired: Bool = false,
+            originalTransactionId: String?, expiresAt: Date?
+        ) {
+            self.purchaseToken = purchaseToken
+            self.appId = appId
+            self.kind = kind
+            self.productId = productId
+            self.catalogProductId = catalogProductId
+            self.accountId = accountId
+            self.orderId = orderId
+            self.quantity = quantity
+            self.state = state
+            self.test = test
+            self.paidAt = paidAt
+            self.acknowledgedAt = acknowledgedAt
+            self.linkedPurchaseToken = linkedPurchaseToken
+            self.retired = retired
+            self.originalTransactionId = originalTransactionId
+            self.expiresAt = expiresAt
+        }
+
+        init(row: some SQLRow) throws {
+            self.init(
+                purchaseToken: try row.decode(column: "purchase_token", as: String.self),
+                appId: try row.decode(column: "app_id", as: String.self),
+                kind: try row.decode(column: "kind", as: String.self),
+                productId: try row.decode(column: "product_id", as: String.self),
+                catalogProductId: try row.decode(column: "catalog_product_id", as: String.self),
+                accountId: try row.decode(column: "account_id", as: String?.self),
+                orderId: try row.decode(column: "order_id", as: String?.self),
+                quantity: try row.decode(column: "quantity", as: Int.self),
+                state: try row.decode(column: "state", as: String.self),
+                test: try row.decode(column: "test", as: Int.self) != 0,
+                paidAt: try row.decode(column: "paid_at", as: Int64?.self).map(Date.init(milliseconds:)),
+                acknowledgedAt: try row.decode(column: "acknowledged_at", as: Int64?.self).map(
+                    Date.init(milliseconds:)),
+                linkedPurchaseToken: try row.decode(column: "linked_purchase_token", as: String?.self),
+                retired: try row.decode(column: "retired", as: Int.self) != 0,
+                originalTransactionId: try row.decode(column: "original_transaction_id", as: String?.self),
+                expiresAt: try row.decode(column: "expires_at", as: Int64?.self).map(Date.init(milliseconds:)))
+        }
+    }
+
+    public func purchase(_ token: String) async throws -> Purchase? {
+        try await database.read { sql in
+            try await sql.raw("SELECT * FROM google_purchases WHERE purchase_token = \(bind: token)").first().map {
+                try Purchase(row: $0)
+            }
+        }
+    }
+
+    /// Records what was read (the account and paid time, once known, are kept), and — when
+    /// Google still waits for it — queues the acknowledgement in the same transaction.
+    /// Returns whether the token is retired (an upgrade or re-signup replaced it).
+    @discardableResult
+    public func record(_ purchase: Purchase, acknowledge: Bool, now: Date) async throws -> Bool {
+        try await database.transaction { sql in
+            try await sql.raw(
+                """
+                INSERT INTO google_purchases (purchase_token, app_id, kind, product_id, catalog_product_id, account_id,
+                    order_id, quantity, state, test, paid_at, acknowledged_at, linked_purchase_token,
+                    original_transaction_id, expires_at, updated_at)
+                VALUES (\(bind: purchase.purchaseToken), \(bind: purchase.appId), \(bind: purchase.kind),
+                    \(bind: purchase.productId), \(bind: purchase.catalogProductId), \(bind: purchase.accountId),
+                    \(bind: purchase.orderId), \(bind: purchase.quantity), \(bind: purchase.state),
+                    \(bind: purchase.test ? 1 : 0), \(bind: purchase.paidAt?.milliseconds),
+                    \(bind: purchase.acknowledgedAt?.milliseconds), \(bind: purchase.linkedPurchaseToken),
+                    \(bind: purchase.originalTransactionId), \(bind: purchase.expiresAt?.milliseconds),
+                    \(bind: now.milliseconds))
+                ON CONFLICT (purchase_token) DO UPDATE SET
+                    account_id = COALESCE(google_purchases.account_id, excluded.account_id),
+                    order_id = COALESCE(excluded.order_id, google_purchases.order_id),
+                    quantity = excluded.quantity, state = excluded.state,
+                    paid_at = COALESCE(google_purchases.paid_at, excluded.paid_at),
+                    acknowledged_at = COALESCE(google_purchases.acknowledged_at, excluded.acknowledged_at),
+                    linked_purchase_token = COALESCE(excluded.linked_purchase_token, google_purchases.linked_purchase_token),
+                    original_transaction_id = COALESCE(google_purchases.original_transaction_id, excluded.original_transaction_id),
+                    expires_at = COALESCE(excluded.expires_at, google_purchases.expires_at),
+                    updated_at = excluded.updated_at
+                """
+            ).run()
+            if acknowledge {
+                try await JobStore.insert(
+                    kind: Self.acknowledgeJobKind, dedupeKey: "\(Self.acknowledgeJobKind)|\(purchase.purchaseToken)",
+                    payload: purchase.purchaseToken, sql: sql, now: now)
+            }
+            return try await sql.raw(
+                "SELECT retired FROM google_purchases WHERE purchase_token = \(bind: purchase.purchaseToken)"
+            ).first()?.decode(column: "retired", as: Int.self) == 1
+        }
+    }
+
+    /// An upgrade, downgrade or re-signup named `token` as its `linkedPurchaseToken`: it never
+    /// grants again, even on a late notification. A token never seen is recorded retired.
+    public func retire(_ token: String, appId: String, replacedBy: String, now: Date) async throws {
+        try await database.transaction { sql in
+            try await sql.raw(
+                """
+                INSERT INTO google_purchases (purchase_token, app_id, kind, product_id, catalog_product_id, quantity,
+                    state, retired, updated_at)
+                VALUES (\(bind: token), \(bind: appId), 'subscription', '', '', 1, 'REPLACED', 1, \(bind: now.milliseconds))
+                ON CONFLICT (purchase_token) DO UPDATE SET retired = 1, updated_at = excluded.updated_at
+                """
+            ).run()
+            try await PurchaseStore.audit(
+                sql, actor: "google", action: "google_token_retired", subject: token,
+                detail: "purchase token replaced by a newer one (linkedPurchaseToken): it grants nothing from now on",
+                at: now.milliseconds)
+        }
+    }
+
+    public func markAcknowledged(_ token: String, now: Date) async throws {
+        try await database.transaction { sql in
+            try await sql.raw(
+                """
+                UPDATE google_purchases SET acknowledged_at = \(bind: now.milliseconds)
+                WHERE purchase_token = \(bind: token) AND acknowledged_at IS NULL
+                """
+            ).run()
+        }
+    }
+
+    /// The sweeper: paid purchases still unacknowledged `after` their payment get an
+    /// acknowledgement job (again, under a new key per hour); those past `alertAfter` are
+    /// returned once each for an alert. Reads by the partial index, never the table.
+    public func sweepUnacknowledged(after: TimeInterval, alertAfter: TimeInterval, now: Date) async throws -> (
+        queued: Int, alerts: [Purchase]
+    ) {
+        try await database.transaction { sql in
+            let rows = try await sql.raw(
+                """
+                SELECT * FROM google_purchases
+                WHERE acknowledged_at IS NULL AND paid_at IS NOT NULL AND paid_at <= \(bind: now.addingTimeInterval(-after).milliseconds)
+                AND retired = 0
+                ORDER BY paid_at LIMIT 500
+                """
+            ).all().map { try Purchase(row: $0) }
+            var alerts: [Purchase] = []
+            let hour = now.milliseconds / 3_600_000
+            for purchase in rows {
+                try await JobStore.insert(
+                    kind: Self.acknowledgeJobKind,
+                    dedupeKey: "\(Self.acknowledgeJobKind)|\(purchase.purchaseToken)|sweep|\(hour)",
+                    payload: purchase.purchaseToken, sql: sql, now: now)
+                if let paid = purchase.paidAt, now.timeIntervalSince(paid) >= alertAfter {
+                    let marked = try await sql.raw(
+                        """
+                        UPDATE google_purchases SET ack_alerted = 1
+                        WHERE purchase_token = \(bind: purchase.purchaseToken) AND ack_alerted = 0
+                        RETURNING purchase_token
+                        """
+                    ).first()
+                    if marked != nil { alerts.append(purchase) }
+                }
+            }
+            return (rows.count, alerts)
+        }
+    }
+
+    // MARK: Notifications
+
+    public enum Recorded: Sendable, Hashable {
+        case new
+        case duplicate
+    }
+
+    /// A Pub/Sub push, durably, once per messageId; a new one queues its sync job in the same
+    /// transaction.
+    public func recordNotification(
+        messageId: String, appId: String?, type: String, purchaseToken: String?, body: String, sync: String?,
+        now: Date
+    ) async throws -> Recorded {
+        try await database.transaction { sql in
+            let inserted = try await sql.raw(
+                """
+                INSERT INTO google_notifications (message_id, app_id, type, purchase_token, body, status, received_at)
+                VALUES (\(bind: messageId), \(bind: appId), \(bind: type), \(bind: purchaseToken), \(bind: body),
+                        \(bind: sync == nil ? "recorded" : "pending"), \(bind: now.milliseconds))
+                ON CONFLICT (message_id) DO NOTHING RETURNING message_id
+                """
+            ).first()
+            guard inserted != nil else { return .duplicate }
+            if let sync {
+                try await JobStore.insert(
+                    kind: Self.syncJobKind, dedupeKey: "\(Self.syncJobKind)|\(messageId)", payload: sync, sql: sql,
+                    now: now)
+            }
+            return .new
+        }
+    }
+
+    public func finishNotification(_ messageId: String, status: String, outcome: String, now: Date) async throws {
+        try await database.transaction { sql in
+            try await sql.raw(
+                """
+                UPDATE google_notifications SET status = \(bind: status), outcome = \(bind: outcome),
+                applied_at = \(bind: now.milliseconds) WHERE message_id = \(bind: messageId)
+                """
+            ).run()
+        }
+    }
+
+    public struct Notification: Sendable, Hashable {
+        public var messageId: String
+        public var type: String
+        public var purchaseToken: String?
+        public var status: String
+        public var outcome: String?
+    }
+
+    public func notifications(limit: Int = 100) async throws -> [Notification] {
+        try await database.read { sql in
+            try await sql.raw(
+                "SELECT * FROM google_notifications ORDER BY received_at DESC LIMIT \(bind: max(1, min(limit, 1000)))"
+            ).all().map {
+                Notification(
+                    messageId: try $0.decode(column: "message_id", as: String.self),
+                    type: try $0.decode(column: "type", as: String.self),
+                    purchaseToken: try $0.decode(column: "purchase_token", as: String?.self),
+                    status: try $0.decode(column: "status", as: String.self),
+                    outcome: try $0.decode(column: "outcome", as: String?.self))
+            }
+        }
+    }
+
+    // MARK: Voided purchases
+
+    /// Records a voided purchase once (by order, quantity and time); returns every voided
+    /// quantity recorded for that order so far when it is new, nil when seen before.
+    public func recordVoided(
+        appId: String, purchaseToken: String, orderId: String?, voidedQuantity: Int?, voidedAt: Int64?, now: Date
+    ) async throws -> [Int?]? {
+        try await database.transaction { sql in
+            let key = PurchaseStore.dedupeKey(
+                purchaseToken, orderId, voidedQuantity.map(String.init), voidedAt.map(String.init))
+            let inserted = try await sql.raw(
+                """
+                INSERT INTO google_voided (void_key, app_id, purchase_token, order_id, voided_quantity, voided_at, recorded_at)
+                VALUES (\(bind: key), \(bind: appId), \(bind: purchaseToken), \(bind: orderId), \(bind: voidedQuantity),
+                        \(bind: voidedAt), \(bind: now.milliseconds))
+                ON CONFLICT (void_key) DO NOTHING RETURNING void_key
+                """
+            ).first()
+            guard inserted != nil else { return nil }
+            return try await sql.raw(
+                """
+                SELECT voided_quantity FROM google_voided WHERE purchase_token = \(bind: purchaseToken)
+                AND (order_id = \(bind: orderId) OR (order_id IS NULL AND \(bind: orderId) IS NULL))
+                """
+            ).all().map { try $0.decode(column: "voided_quantity", as: Int?.self) }
+        }
+    }
+
+    public func voidedPolledAt(appId: String) async throws -> Date? {
+        try await database.read { sql in
+            try await sql.raw("SELECT voided_polled_at FROM google_poll_state WHERE app_id = \(bind: appId)").first()?
+                .decode(column: "voided_polled_at", as: Int64.self)
+        }.map(Date.init(milliseconds:))
+    }
+
+    public func setVoidedPolledAt(appId: String, _ at: Date) async throws {
+        try await database.transaction { sql in
+            try await sql.raw(
+                """
+                INSERT INTO google_poll_state (app_id, voided_polled_at) VALUES (\(bind: appId), \(bind: at.milliseconds))
+                ON CONFLICT (app_id) DO UPDATE SET voided_polled_at = excluded.voided_polled_at
+                """
+            ).run()
+        }
+    }
+
+    /// Subscriptions worth a fresh read (reconciliation): open tokens whose period ends before
+    /// `before` (notifications about them may have been lost).
+    public func subscriptionsToReread(before: Date, limit: Int = 1000) async throws -> [Purchase] {
+        try await database.read { sql in
+            try await sql.raw(
+                """
+                SELECT * FROM google_purchases WHERE kind = 'subscription' AND retired = 0
+                AND state IN ('SUBSCRIPTION_STATE_ACTIVE', 'SUBSCRIPTION_STATE_CANCELED',
+                              'SUBSCRIPTION_STATE_IN_GRACE_PERIOD', 'SUBSCRIPTION_STATE_ON_HOLD', 'SUBSCRIPTION_STATE_PAUSED')
+                AND expires_at <= \(bind: before.milliseconds)
+                ORDER BY expires_at LIMIT \(bind: max(1, limit))
+                """
+            ).all().map { try Purchase(row: $0) }
+        }
+    }
+}
+
+extension PurchaseStore {
+    /// A store's snapshot of a subscription (Google Play), applied like Apple's status: the
+    /// period's transaction delivered (exactly once) to the account its order or binding names
+    /// — or to `submittingAccount`, as a device's submission — and the state moved by
+    /// SubscriptionMachine (`.storeState`), under the subject's lock.
+    public func applyStoreSnapshot(
+        _ transaction: JWSTransactionDecodedPayload, event: SubscriptionEvent?, submittingAccount: String?,
+        requestedOrderId: String?, catalog: Catalog, policy: OwnershipPolicy, now: Date
+    ) async throws -> DeliveryResult {
+        let kind = database.kind
+        let subject = transaction.originalTransactionId ?? transaction.transactionId ?? ""
+        return try await database.transaction { sql in
+            try await NotificationStore.lock([subject], sql: sql, kind: kind)
+            return try await BatchDelivery.run(
+                [
+                    BatchDelivery.Item(
+                        transaction: transaction, submittingAccount: submittingAccount,
+                        requestedOrderId: requestedOrderId, catalog: catalog, policy: policy, evidence: .device,
+                        now: now, event: event, sharedAppleIdLimit: sharedAppleIdLimit)
+                ], sql: sql, combineWrites: false)[0]
+        }
+    }
+}
