@@ -109,6 +109,7 @@ let package = Package(
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         // The product catalog file shared by the server and the local App Store (API.md).
@@ -284,7 +285,7 @@ let package = Package(
             name: "StoreKeeperServerTests",
             dependencies: [
                 "StoreKeeperServer", "StoreKeeperStorage", "StoreKeeperCatalog", "AppStoreModels", "AppStoreSigning",
-                "LocalAppStore", "AppStoreClient", "StoreKeeperSimulator",
+                "LocalAppStore", "AppStoreClient", "StoreKeeperSimulator", "GooglePlay", "LocalGooglePlay",
                 .product(name: "StoreKeeperKitCore", package: "StoreKeeperKit"),
                 .product(name: "SQLKit", package: "sql-kit"),
                 .product(name: "X509", package: "swift-certificates"),

@@ -76,8 +76,9 @@ public enum GoogleTime {
                 separator: .omitted))
     }
 
+    /// `2026-11-24T10:00:00.123Z`.
     public static func format(_ date: Date) -> String {
-        date.formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true))
+        date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))
     }
 }
 

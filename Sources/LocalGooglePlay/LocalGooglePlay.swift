@@ -73,6 +73,17 @@ public actor LocalGooglePlay {
     var reviews: [String: ReviewRefundRequest] = [:]
     var pendingReviews: [String: (orderId: String, token: String)] = [:]
     var messageCounter = 100_000_000_000
+    /// Faults: the next `n` calls of the Developer API answer 503 (Google down).
+    var apiFailures = 0
+
+    public func failNextAPICalls(_ count: Int) { apiFailures = max(0, count) }
+
+    /// Whether this call fails (and counts it).
+    func injectedFailure() -> Bool {
+        guard apiFailures > 0 else { return false }
+        apiFailures -= 1
+        return true
+    }
 
     /// A Real-time developer notification waiting for its Pub/Sub push.
     public struct Push: Sendable, Hashable {

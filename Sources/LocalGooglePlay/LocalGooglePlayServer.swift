@@ -5,8 +5,10 @@ import Foundation
 import GooglePlay
 import Hummingbird
 import JWTKit
+import Logging
 import NIOCore
 import ServiceLifecycle
+import Synchronization
 
 /// The local Google Play over HTTP, at Google's paths and with Google's rules:
 /// - `POST /token`: OAuth's JWT-bearer grant; the assertion must verify against the service
@@ -208,6 +210,9 @@ public final class LocalGooglePlayServer: Sendable {
         guard context.parameters.get("packageName") == store.configuration.packageName else {
             return Self.googleError(404, "notFound", "No application was found for the given package name.")
         }
+        if await store.injectedFailure() {
+            return Self.googleError(503, "backendError", "The service is currently unavailable.", status: "UNAVAILABLE")
+        }
         return try await body()
     }
 
@@ -354,5 +359,62 @@ public final class LocalGooglePlayServer: Sendable {
                 }
             }
         }
+    }
+}
+
+extension LocalGooglePlayServer {
+    /// The server listening on `host` (port 0: a free one) in the background; `stop()` ends it.
+    public final class Running: Sendable {
+        public let baseURL: String
+        let group: ServiceGroup
+        let task: Task<Void, any Error>
+
+        init(baseURL: String, group: ServiceGroup, task: Task<Void, any Error>) {
+            self.baseURL = baseURL
+            self.group = group
+            self.task = task
+        }
+
+        public func stop() async {
+            await group.triggerGracefulShutdown()
+            _ = try? await task.value
+        }
+    }
+
+    public func start(host: String = "127.0.0.1", port: Int = 0, logger: Logger? = nil) async throws -> Running {
+        let bound = Mutex(0)
+        var log = logger ?? Logger(label: "local-google-play")
+        if logger == nil { log.logLevel = .error }
+        let app = Application(
+            router: router(), configuration: .init(address: .hostname(host, port: port), serverName: "LocalGooglePlay"),
+            onServerRunning: { channel in bound.withLock { $0 = channel.localAddress?.port ?? port } }, logger: log)
+        let group = ServiceGroup(configuration: .init(services: [app], gracefulShutdownSignals: [], logger: log))
+        let task = Task { try await group.run() }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while bound.withLock({ $0 }) == 0 {
+            guard ContinuousClock.now < deadline else {
+                await group.triggerGracefulShutdown()
+                throw LocalGooglePlay.Refusal.invalid("the local Google Play did not start listening")
+            }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        return Running(baseURL: "http://\(host):\(bound.withLock { $0 })", group: group, task: task)
+    }
+
+    /// A push as Pub/Sub sends it: the wrapped body and the OIDC bearer (for tests that post
+    /// it themselves).
+    public func pushRequest(_ push: LocalGooglePlay.Push, audience: String, serviceAccount: String) async throws
+        -> (body: Data, authorization: String)
+    {
+        let data = try JSONEncoder().encode(push.notification)
+        let body = PubSubPush(
+            message: .init(
+                data: data.base64EncodedString(), messageId: push.messageId,
+                publishTime: GoogleTime.format(push.publishTime)),
+            subscription: "projects/local-play/subscriptions/storekeeper")
+        return (
+            try JSONEncoder().encode(body),
+            "Bearer " + (try await pushToken(audience: audience, serviceAccount: serviceAccount))
+        )
     }
 }

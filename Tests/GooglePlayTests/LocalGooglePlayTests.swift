@@ -45,27 +45,16 @@ import Testing
             configuration: .init(packageName: "com.example.app", catalog: catalog),
             clock: StoreClock(start: Date(), scale: 0))
         let server = try await LocalGooglePlayServer(store: store)
-        let port = Mutex(0)
-        var logger = Logger(label: "local-google-play")
-        logger.logLevel = .error
-        let app = Application(
-            router: server.router(), configuration: .init(address: .hostname("127.0.0.1", port: 0)),
-            onServerRunning: { channel in port.withLock { $0 = channel.localAddress?.port ?? 0 } }, logger: logger)
-        let group = ServiceGroup(configuration: .init(services: [app], gracefulShutdownSignals: [], logger: logger))
-        let running = Task { try await group.run() }
-        while port.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(10)) }
-        let baseURL = "http://127.0.0.1:\(port.withLock { $0 })"
-        let tokens = try await AccessTokenSource(key: server.serviceAccountKey(baseURL: baseURL))
-        let client = GooglePlayClient(packageName: "com.example.app", baseURL: baseURL, tokens: tokens)
+        let running = try await server.start()
+        let tokens = try await AccessTokenSource(key: server.serviceAccountKey(baseURL: running.baseURL))
+        let client = GooglePlayClient(packageName: "com.example.app", baseURL: running.baseURL, tokens: tokens)
         do {
-            try await body(Harness(store: store, server: server, baseURL: baseURL, client: client))
+            try await body(Harness(store: store, server: server, baseURL: running.baseURL, client: client))
         } catch {
-            await group.triggerGracefulShutdown()
-            _ = try? await running.value
+            await running.stop()
             throw error
         }
-        await group.triggerGracefulShutdown()
-        _ = try? await running.value
+        await running.stop()
     }
 
     static func raw(_ method: HTTPMethod, _ url: String, body: String? = nil, headers: [String: String] = [:])
@@ -122,6 +111,7 @@ import Testing
             let forgotten = try await play.store.buy("remove_ads", obfuscatedAccountId: "a2")
             let read = try await play.client.productPurchase(token: kept)
             #expect(read.productLineItem?.first?.productOfferDetails?.quantity == 3)
+            #expect(GoogleTime.parse(read.purchaseCompletionTime) != nil)
             try await play.client.consumeProduct(productId: "coins.sixty", token: kept)
             #expect(
                 try await play.client.productPurchase(token: kept).acknowledgementState
@@ -222,6 +212,28 @@ import Testing
                 \.notification.subscriptionNotification?.notificationType)
             #expect(types == [4, 2, 6, 5, 1, 3, 4])
         }
+    }
+
+    @Test func timesAreRFC3339AndInt64sAreStringsBothWays() throws {
+        let date = Date(timeIntervalSince1970: 1_795_514_400.5)
+        let text = GoogleTime.format(date)
+        #expect(text == "2026-11-24T10:00:00.500Z")
+        #expect(GoogleTime.parse(text).map { abs($0.timeIntervalSince(date)) < 0.001 } == true)
+        // Google's nine fraction digits and no fraction at all.
+        #expect(GoogleTime.parse("2026-11-24T10:00:00.123456789Z") != nil)
+        #expect(GoogleTime.parse("2026-11-24T10:00:00Z") != nil)
+        #expect(GoogleTime.parse("yesterday") == nil)
+        let voided = try JSONDecoder().decode(
+            VoidedPurchase.self,
+            from: Data(#"{"purchaseTimeMillis":"1795514400000","voidedTimeMillis":1795600800000}"#.utf8))
+        #expect(voided.purchaseTimeMillis?.value == 1_795_514_400_000)
+        #expect(voided.voidedTimeMillis?.value == 1_795_600_800_000)
+        let encoded = String(decoding: try JSONEncoder().encode(voided), as: UTF8.self)
+        #expect(encoded.contains(#""purchaseTimeMillis":"1795514400000""#))
+        #expect(throws: DecodingError.self) {
+            _ = try JSONDecoder().decode(VoidedPurchase.self, from: Data(#"{"purchaseTimeMillis":"12x"}"#.utf8))
+        }
+        #expect(GoogleMoney(currencyCode: "EUR", units: 9, nanos: 990_000_000).milliunits == 9990)
     }
 
     @Test func pushTokensVerifyAgainstTheJWKSAndNothingElseDoes() async throws {

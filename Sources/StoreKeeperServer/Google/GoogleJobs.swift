@@ -95,7 +95,8 @@ extension JobRunner {
             }
             try await store.markAcknowledged(purchase.purchaseToken, now: now)
             try await app.store.recordAudit(
-                actor: "storekeeper", action: "google_acknowledged", subject: GoogleReading.digest(purchase.purchaseToken),
+                actor: "storekeeper", action: "google_acknowledged",
+                subject: GoogleReading.digest(purchase.purchaseToken),
                 detail:
                     "\(purchase.kind == "subscription" ? "subscription" : "purchase") of '\(purchase.productId)' acknowledged at Google (app \(purchase.appId))",
                 now: now)
@@ -114,9 +115,10 @@ extension JobRunner {
         let store = GooglePlayStore(database: app.database)
         let appId = google.configuration.id
         let oldest = now.addingTimeInterval(-30 * 86_400 + 60)
-        let start = try await store.voidedPolledAt(appId: appId).map {
-            max(oldest, $0.addingTimeInterval(-2 * 86_400))
-        } ?? oldest
+        let start =
+            try await store.voidedPolledAt(appId: appId).map {
+                max(oldest, $0.addingTimeInterval(-2 * 86_400))
+            } ?? oldest
         var page: String?
         var applied = 0
         var pages = 0
@@ -148,8 +150,10 @@ extension JobRunner {
                 ?? GooglePlayPlanner.transactionId(orderId: voided.orderId, tokenDigest: digest),
             productId: known?.catalogProductId ?? "", purchaseDate: voided.purchaseTimeMillis?.value,
             quantity: Int32(known?.quantity ?? 1), type: nil, inAppOwnershipType: .purchased,
-            signedDate: Int64((now.timeIntervalSince1970 * 1000).rounded(.down)), environment: known?.test == true ? .sandbox : .production)
-        transaction.revocationDate = voided.voidedTimeMillis?.value ?? Int64((now.timeIntervalSince1970 * 1000).rounded(.down))
+            signedDate: Int64((now.timeIntervalSince1970 * 1000).rounded(.down)),
+            environment: known?.test == true ? .sandbox : .production)
+        transaction.revocationDate =
+            voided.voidedTimeMillis?.value ?? Int64((now.timeIntervalSince1970 * 1000).rounded(.down))
         transaction.revocationReason = .refundedForOtherReason
         var settings = NotificationStore.Settings(
             catalog: app.catalog, policy: app.configuration.ownershipPolicy,
@@ -159,12 +163,14 @@ extension JobRunner {
         let outcome = try await app.notifications.applyRefund(
             NotificationRecord(
                 notificationUUID: "gp-void:" + String(key.hashValue.magnitude) + ":" + digest + ":\(quantities.count)",
-                type: NotificationType.refund.rawValue, subtype: nil, signedDate: Int64((now.timeIntervalSince1970 * 1000).rounded(.down)),
+                type: NotificationType.refund.rawValue, subtype: nil,
+                signedDate: Int64((now.timeIntervalSince1970 * 1000).rounded(.down)),
                 environment: transaction.environment?.rawValue, transaction: transaction),
             settings: settings, now: now, actor: "google",
             revocation: GooglePlayPlanner.revocation(voidedQuantities: quantities, quantity: known?.quantity ?? 1))
         app.logger.info(
-            "Google voided purchase applied", metadata: ["order": "\(voided.orderId ?? "-")", "outcome": "\(outcome.1)"])
+            "Google voided purchase applied",
+            metadata: ["order": "\(voided.orderId ?? "-")", "outcome": "\(outcome.1)"])
         return true
     }
 
@@ -230,5 +236,12 @@ extension JobRunner {
         } catch {
             await backoff(job, now: now, error: error)
         }
+    }
+}
+
+extension StoreKeeperApp {
+    /// The minute pass's Google duties at `now` (tests move time without waiting).
+    public func googleHousekeepingForTests(now: Date) async {
+        await JobRunner(app: self).googleHousekeeping(now: now)
     }
 }

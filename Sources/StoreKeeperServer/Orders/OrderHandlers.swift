@@ -23,6 +23,8 @@ extension StoreKeeperApp {
         /// A win-back offer (Apple applies it; the catalog's policy decides whether to ask).
         var winBackOfferId: String?
         var appTransactionId: String?
+        /// The app the order is for (required when several apps are configured).
+        var appId: String?
 
         func validate() throws {
             try StoreKeeperApp.validateAccountId(accountId)
@@ -34,6 +36,12 @@ extension StoreKeeperApp {
                 }
             }
             if let offerId { try StoreKeeperApp.validateText(offerId, field: "offerId") }
+            if let appId {
+                guard !appId.isEmpty, appId.count <= 64 else {
+                    throw APIError.badRequest("field 'appId' must be 1…64 characters")
+                }
+                try StoreKeeperApp.validateText(appId, field: "appId")
+            }
             if let winBackOfferId {
                 try StoreKeeperApp.validateText(winBackOfferId, field: "winBackOfferId")
                 guard offerId == nil else {
@@ -48,6 +56,15 @@ extension StoreKeeperApp {
         let body = try await decode(CreateOrderBody.self, request)
         try caller.require(body.accountId)
         let quantity = body.quantity ?? 1
+        if let appId = body.appId {
+            guard configuration.allApps.contains(where: { $0.id == appId }) else {
+                throw APIError(.badRequest, "unknown_app", "no app '\(appId.prefix(64))' is configured")
+            }
+        } else if configuration.allApps.count > 1 {
+            throw APIError.badRequest(
+                "field 'appId' is required: this server has several apps (\(configuration.allApps.map(\.id).joined(separator: ", ")))"
+            )
+        }
         guard let product = catalog.product(body.productId) else {
             throw APIError(.notFound, "unknown_product", "no product '\(body.productId.prefix(100))' in the catalog")
         }

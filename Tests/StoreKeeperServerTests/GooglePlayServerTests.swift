@@ -1,0 +1,340 @@
+import AppStoreModels
+import Foundation
+import GooglePlay
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import LocalAppStore
+import LocalGooglePlay
+import NIOCore
+import StoreKeeperCatalog
+import StoreKeeperStorage
+import Testing
+
+@testable import StoreKeeperServer
+
+/// Google Play beside the App Store (API.md "Several apps, two stores"): the real server on
+/// SQLite and PostgreSQL, the local Google Play over HTTP as Google, through the Play
+/// Developer API client.
+@Suite struct GooglePlayServerTests {
+    typealias API = ServerAPITests
+    static let audience = "https://storekeeper.test/v1/notifications/google"
+    static let pushAccount = "play-push@storekeeper-test.iam.gserviceaccount.com"
+
+    struct Play {
+        let app: StoreKeeperApp
+        let client: any TestClientProtocol
+        let store: LocalGooglePlay
+        let server: LocalGooglePlayServer
+
+        /// Pushes every due notification to the server as Pub/Sub would; returns the statuses.
+        @discardableResult
+        func push() async throws -> [HTTPResponse.Status] {
+            var statuses: [HTTPResponse.Status] = []
+            for push in await store.takeDuePushes() {
+                let (body, authorization) = try await server.pushRequest(
+                    push, audience: GooglePlayServerTests.audience, serviceAccount: GooglePlayServerTests.pushAccount)
+                statuses.append(try await post(body, authorization: authorization))
+            }
+            return statuses
+        }
+
+        func post(_ body: Data, authorization: String?) async throws -> HTTPResponse.Status {
+            var headers: HTTPFields = [.contentType: "application/json"]
+            if let authorization { headers[.authorization] = authorization }
+            return try await client.execute(
+                uri: "/v1/notifications/google", method: .post, headers: headers, body: ByteBuffer(bytes: body)
+            ) { $0.status }
+        }
+
+        func runJobs(now: Date = Date()) async {
+            let runner = JobRunner(app: app)
+            while await runner.runDueCounting(now: now).claimed > 0 {}
+        }
+
+        func order(_ account: String, _ product: String) async throws -> (id: String, token: String) {
+            let reply = try await API.call(
+                client, .post, "/v1/orders",
+                body: #"{"accountId":"\#(account)","productId":"\#(product)","appId":"android"}"#)
+            #expect(reply.status == .created, "\(reply.json)")
+            return (reply.json["orderId"] as? String ?? "", reply.json["appAccountToken"] as? String ?? "")
+        }
+
+        func submit(_ account: String, _ product: String, _ token: String, orderId: String? = nil) async throws
+            -> API.Reply
+        {
+            let order = orderId.map { #","orderId":"\#($0)""# } ?? ""
+            return try await API.call(
+                client, .post, "/v1/purchases",
+                body:
+                    #"{"store":"google_play","appId":"android","accountId":"\#(account)","productId":"\#(product)","purchaseToken":"\#(token)"\#(order)}"#
+            )
+        }
+
+        func balance(_ account: String) async throws -> Int {
+            (try await API.call(client, .get, "/v1/accounts/\(account)").json["balances"] as? [String: Int])?["coins"]
+                ?? 0
+        }
+
+        func entitlements(_ account: String) async throws -> [String] {
+            (try await API.call(client, .get, "/v1/accounts/\(account)").json["entitlements"] as? [[String: Any]] ?? [])
+                .compactMap { $0["id"] as? String }
+        }
+
+        func subscriptions(_ account: String) async throws -> [[String: Any]] {
+            try await API.call(client, .get, "/v1/accounts/\(account)").json["subscriptions"] as? [[String: Any]] ?? []
+        }
+    }
+
+    static func withPlay(_ kind: String, _ body: @Sendable (Play) async throws -> Void) async throws {
+        let store = LocalGooglePlay(
+            configuration: .init(packageName: "com.example.android", catalog: .demo),
+            clock: StoreClock(start: Date(), scale: 0))
+        let server = try await LocalGooglePlayServer(store: store)
+        let running = try await server.start()
+        do {
+            try await API.withServer(
+                kind,
+                configure: { configuration in
+                    var google = GooglePlayAppConfiguration(id: "android", packageName: "com.example.android")
+                    google.serviceAccountKey = server.serviceAccountKey(baseURL: running.baseURL)
+                    google.apiBaseURL = running.baseURL
+                    google.pushAudience = audience
+                    google.pushServiceAccount = pushAccount
+                    google.pushCertificatesURL = running.baseURL + "/oauth2/v3/certs"
+                    configuration.googlePlayApps = [google]
+                }
+            ) { app, client in
+                try await body(Play(app: app, client: client, store: store, server: server))
+            }
+        } catch {
+            await running.stop()
+            throw error
+        }
+        await running.stop()
+    }
+
+    @Test(arguments: API.databases)
+    func anAndroidPurchaseIsDeliveredOnceToItsOrderAndAcknowledgedByTheServer(kind: String) async throws {
+        try await Self.withPlay(kind) { play in
+            // Orders name the app once there are several.
+            let missing = try await API.call(
+                play.client, .post, "/v1/orders", body: #"{"accountId":"droid","productId":"coins_60"}"#)
+            #expect(missing.status == .badRequest)
+            let unknown = try await API.call(
+                play.client, .post, "/v1/orders",
+                body: #"{"accountId":"droid","productId":"coins_60","appId":"ios-nope"}"#)
+            #expect((unknown.json["error"] as? [String: Any])?["code"] as? String == "unknown_app")
+
+            let order = try await play.order("droid", "coins_60")
+            let token = try await play.store.buy("coins_60", obfuscatedAccountId: order.token, quantity: 2)
+            let first = try await play.submit("droid", "coins_60", token, orderId: order.id)
+            #expect(first.status == .ok, "\(first.json)")
+            #expect(first.json["status"] as? String == "delivered")
+            let transaction = try #require((first.json["transactions"] as? [[String: Any]])?.first)
+            #expect((transaction["transactionId"] as? String)?.hasPrefix("gp:GPA.") == true)
+            #expect(transaction["orderId"] as? String == order.id)
+            #expect(try await play.balance("droid") == 120)
+            // The app retries, a notification arrives, a second device submits: once.
+            #expect(try await play.submit("droid", "coins_60", token).json["status"] as? String == "already_delivered")
+            #expect(try await play.push() == [.noContent])
+            await play.runJobs()
+            #expect(try await play.balance("droid") == 120)
+            // Another account submitting the same token gets nothing of it.
+            let thief = try await play.submit("thief", "coins_60", token)
+            #expect(
+                thief.status != .ok
+                    || (thief.json["transactions"] as? [[String: Any]])?.first?["outcome"] as? String != "delivered")
+            #expect(try await play.balance("thief") == 0)
+            // The server consumed it at Google (a consumable): never refunded for want of it.
+            let purchase = try #require(await play.store.purchase(token))
+            #expect(purchase.consumed && purchase.acknowledged)
+            await play.store.advance(by: 4 * 86_400)
+            #expect(await play.store.purchase(token)?.voided == false)
+
+            // Bad requests: a made-up token, a wrong product, a missing token, no such app.
+            let madeUp = try await play.submit("droid", "coins_60", "not-a-token")
+            #expect((madeUp.json["error"] as? [String: Any])?["code"] as? String == "invalid_purchase_token")
+            let other = try await play.store.buy("remove_ads", obfuscatedAccountId: nil)
+            let mismatch = try await play.submit("droid", "coins_60", other)
+            #expect((mismatch.json["error"] as? [String: Any])?["code"] as? String == "product_mismatch")
+            for bad in [
+                #"{"store":"google_play","accountId":"droid","productId":"coins_60"}"#,
+                #"{"store":"google_play","accountId":"droid","productId":"coins_60","purchaseToken":"a b"}"#,
+                #"{"store":"google_play","accountId":"droid","purchaseToken":"abc"}"#,
+                #"{"store":"google_play","accountId":"droid","productId":"coins_60","purchaseToken":"abc","signedTransaction":"x"}"#,
+            ] {
+                let reply = try await API.call(play.client, .post, "/v1/purchases", body: bad)
+                #expect(reply.status == .badRequest, "\(bad) → \(reply.json)")
+            }
+            let noApp = try await API.call(
+                play.client, .post, "/v1/purchases",
+                body:
+                    #"{"store":"google_play","appId":"ios","accountId":"droid","productId":"coins_60","purchaseToken":"abc"}"#
+            )
+            #expect((noApp.json["error"] as? [String: Any])?["code"] as? String == "unknown_app")
+        }
+    }
+
+    @Test(arguments: API.databases)
+    func pushesAreVerifiedRecordedOnceAndOnlyHintsAPendingPurchaseIsDeliveredWhenPaid(kind: String) async throws {
+        try await Self.withPlay(kind) { play in
+            let order = try await play.order("slow", "coins_60")
+            let token = try await play.store.buy("coins_60", obfuscatedAccountId: order.token, pending: true)
+            let pending = try await play.submit("slow", "coins_60", token, orderId: order.id)
+            #expect(pending.status == .accepted)
+            #expect(pending.json["status"] as? String == "pending")
+            #expect(try await play.balance("slow") == 0)
+
+            // Paid later: Google's notification is the hint; the server reads and delivers to
+            // the order's account, though no device is there.
+            try await play.store.completePending(token)
+            let due = await play.store.takeDuePushes()
+            #expect(due.count == 1)
+            let (body, authorization) = try await play.server.pushRequest(
+                due[0], audience: Self.audience, serviceAccount: Self.pushAccount)
+            // Forged or missing OIDC: 401, nothing recorded.
+            #expect(try await play.post(body, authorization: nil) == .unauthorized)
+            let wrong = try await play.server.pushToken(audience: "https://elsewhere", serviceAccount: Self.pushAccount)
+            #expect(try await play.post(body, authorization: "Bearer \(wrong)") == .unauthorized)
+            #expect(try await GooglePlayStore(database: play.app.database).notifications().isEmpty)
+            // Authentic: 204, twice (Pub/Sub redelivers) → recorded and applied once.
+            #expect(try await play.post(body, authorization: authorization) == .noContent)
+            #expect(try await play.post(body, authorization: authorization) == .noContent)
+            #expect(try await GooglePlayStore(database: play.app.database).notifications().count == 1)
+            await play.runJobs()
+            #expect(try await play.balance("slow") == 60)
+            let recorded = try await GooglePlayStore(database: play.app.database).notifications()
+            #expect(recorded.first?.status == "applied")
+            #expect(recorded.first?.type == "ONE_TIME_PRODUCT_PURCHASED")
+            // The device comes back: nothing more.
+            #expect(try await play.submit("slow", "coins_60", token).json["status"] as? String == "already_delivered")
+            // An authentic push that is not a notification: acknowledged, kept aside.
+            var garbage = PubSubPush(
+                message: .init(data: "bm90IGpzb24=", messageId: "999", publishTime: nil), subscription: nil)
+            #expect(try await play.post(try JSONEncoder().encode(garbage), authorization: authorization) == .noContent)
+            garbage.message?.messageId = nil
+            #expect(try await play.post(try JSONEncoder().encode(garbage), authorization: authorization) == .badRequest)
+        }
+    }
+
+    @Test(arguments: API.databases)
+    func googleRefundsGoThroughTheOneRefundPathByQuantity(kind: String) async throws {
+        try await Self.withPlay(kind) { play in
+            let order = try await play.order("buyer", "coins_60")
+            let token = try await play.store.buy("coins_60", obfuscatedAccountId: order.token, quantity: 3)
+            #expect(try await play.submit("buyer", "coins_60", token, orderId: order.id).status == .ok)
+            #expect(try await play.balance("buyer") == 180)
+            await play.runJobs()
+            // One of three refunded: 60 coins back, once, however often it is polled.
+            try await play.store.refund(token, quantity: 1)
+            _ = try await play.push()
+            await play.runJobs()
+            #expect(try await play.balance("buyer") == 120)
+            await play.app.googleHousekeepingForTests(now: Date().addingTimeInterval(7200))
+            await play.runJobs(now: Date().addingTimeInterval(7200))
+            #expect(try await play.balance("buyer") == 120)
+            // The rest: everything back; spent coins go negative with refunded_after_delivery.
+            let debit = try await API.call(
+                play.client, .post, "/v1/accounts/buyer/balances/coins/debit",
+                body: #"{"amount":100,"idempotencyKey":"spend-1"}"#)
+            #expect(debit.status == .ok, "\(debit.json)")
+            try await play.store.refund(token)
+            _ = try await play.push()
+            await play.runJobs()
+            #expect(try await play.balance("buyer") == -100)
+        }
+    }
+
+    @Test(arguments: API.databases)
+    func aSubscriptionFollowsGooglesStatesAndAnUpgradeRetiresTheOldToken(kind: String) async throws {
+        try await Self.withPlay(kind) { play in
+            let order = try await play.order("sub", "pro_monthly")
+            let token = try await play.store.buy("pro_monthly", obfuscatedAccountId: order.token)
+            let first = try await play.submit("sub", "pro_monthly", token, orderId: order.id)
+            #expect(first.status == .ok, "\(first.json)")
+            #expect(try await play.entitlements("sub") == ["pro"])
+            _ = try await play.push()
+            await play.runJobs()
+            #expect(await play.store.purchase(token)?.acknowledged == true)
+            // Renewed at Google: the notification re-reads; the period moves; credited to the
+            // purchase's account (no device, whoever is logged in elsewhere).
+            await play.store.advance(by: 32 * 86_400)
+            _ = try await play.push()
+            await play.runJobs()
+            var subscription = try #require(try await play.subscriptions("sub").first)
+            #expect(subscription["status"] as? String == "active")
+            // Billing fails: grace keeps access, hold removes it, recovery restores it.
+            try await play.store.setBillingFails(token, true)
+            await play.store.advance(by: 31 * 86_400)
+            _ = try await play.push()
+            await play.runJobs()
+            #expect(try await play.subscriptions("sub").first?["status"] as? String == "grace_period")
+            #expect(try await play.entitlements("sub") == ["pro"])
+            await play.store.advance(by: 4 * 86_400)
+            _ = try await play.push()
+            await play.runJobs()
+            #expect(try await play.subscriptions("sub").first?["status"] as? String == "billing_retry")
+            #expect(try await play.entitlements("sub").isEmpty)
+            try await play.store.setBillingFails(token, false)
+            await play.store.advance(by: 60)
+            _ = try await play.push()
+            await play.runJobs()
+            #expect(try await play.entitlements("sub") == ["pro"])
+
+            // Upgrade to yearly: a new token names the old one. One entitlement, the old
+            // subscription ended, and a late notification about the old token grants nothing.
+            let upgradeOrder = try await play.order("sub", "pro_yearly")
+            let upgraded = try await play.store.buy(
+                "pro_yearly", obfuscatedAccountId: upgradeOrder.token, linkedPurchaseToken: token)
+            #expect(try await play.submit("sub", "pro_yearly", upgraded, orderId: upgradeOrder.id).status == .ok)
+            _ = try await play.push()
+            await play.runJobs()
+            let all = try await play.subscriptions("sub")
+            #expect(all.count == 2)
+            #expect(all.filter { $0["status"] as? String == "active" }.count == 1)
+            #expect(try await play.entitlements("sub") == ["pro"])
+            let old = try await play.submit("sub", "pro_monthly", token)
+            #expect((old.json["error"] as? [String: Any])?["code"] as? String == "revoked")
+            subscription = try #require(all.first { $0["status"] as? String == "active" })
+            #expect(subscription["productId"] as? String == "pro_yearly")
+        }
+    }
+
+    @Test(arguments: API.databases)
+    func theSweeperAcknowledgesWhatNoDeviceBroughtAndAlertsBeforeGoogleRefunds(kind: String) async throws {
+        try await Self.withPlay(kind) { play in
+            // A purchase whose app crashed before telling the server; the notification is lost.
+            let order = try await play.order("crash", "remove_ads")
+            let token = try await play.store.buy("remove_ads", obfuscatedAccountId: order.token)
+            _ = await play.store.takeDuePushes()
+            // Reconciliation finds it (the sync of a token read from Google's side) — here the
+            // app's next launch submits it after the server was down a day.
+            #expect(try await play.submit("crash", "remove_ads", token).status == .ok)
+            // Google is down when the server acknowledges: the job backs off, nothing is lost.
+            await play.store.failNextAPICalls(1000)
+            await play.runJobs()
+            let store = GooglePlayStore(database: play.app.database)
+            #expect(try await store.purchase(token)?.acknowledgedAt == nil)
+            #expect(await play.store.purchase(token)?.acknowledged == false)
+            // Still down 49 hours later: an alert (an anomaly for the operator), once.
+            let alertAt = Date().addingTimeInterval(49 * 3600)
+            await play.app.googleHousekeepingForTests(now: alertAt)
+            await play.app.googleHousekeepingForTests(now: alertAt.addingTimeInterval(60))
+            let anomalies =
+                (try await API.call(play.client, .get, "/v1/anomalies?status=open").json["anomalies"]
+                as? [[String: Any]] ?? []).filter { $0["kind"] as? String == "acknowledgement_overdue" }
+            #expect(anomalies.count == 1)
+            #expect(anomalies.first?["accountId"] as? String == "crash")
+            // Google is back: the sweeper's job acknowledges before the 72nd hour.
+            await play.store.failNextAPICalls(0)
+            let later = alertAt.addingTimeInterval(3600)
+            await play.app.googleHousekeepingForTests(now: later)
+            await play.runJobs(now: later)
+            #expect(await play.store.purchase(token)?.acknowledged == true)
+            #expect(try await store.purchase(token)?.acknowledgedAt != nil)
+            await play.store.advance(by: 4 * 86_400)
+            #expect(await play.store.purchase(token)?.voided == false)
+        }
+    }
+}
