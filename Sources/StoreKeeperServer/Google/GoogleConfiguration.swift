@@ -74,7 +74,8 @@ extension ServerConfiguration {
                     appAppleId = value
                 }
                 if let list = app["environments"] {
-                    let names = (list as? [String]) ?? (list as? String).map { $0.split(separator: ",").map(String.init) }
+                    let names =
+                        (list as? [String]) ?? (list as? String).map { $0.split(separator: ",").map(String.init) }
                     guard let names, !names.isEmpty else {
                         throw Invalid(key: "\(name).environments", "must be a list of Production, Sandbox")
                     }
@@ -82,7 +83,8 @@ extension ServerConfiguration {
                     for environment in names {
                         let value = AppStoreEnvironment(rawValue: environment.trimmingCharacters(in: .whitespaces))
                         guard value == .production || value == .sandbox else {
-                            throw Invalid(key: "\(name).environments", "unknown environment '\(environment.prefix(40))'")
+                            throw Invalid(
+                                key: "\(name).environments", "unknown environment '\(environment.prefix(40))'")
                         }
                         parsed.insert(value)
                     }

@@ -68,9 +68,7 @@ extension StoreKeeperApp {
             return Response(status: .noContent)
         }
         let app = google.values.first { $0.configuration.packageName == notification.packageName }
-        let token = notification.purchaseToken ?? notification.pendingRefundReviewNotification.flatMap { review in
-            nil as String?
-        }
+        let token = notification.purchaseToken
         var job: GoogleSyncJob?
         if let app, let token, token.utf8.count <= 4096 {
             job = GoogleSyncJob(
@@ -78,10 +76,6 @@ extension StoreKeeperApp {
                 voidedOrderId: notification.voidedPurchaseNotification?.orderId,
                 productId: notification.oneTimeProductNotification?.sku
                     ?? notification.subscriptionNotification?.subscriptionId)
-            if notification.voidedPurchaseNotification != nil {
-                // The voided record itself comes from the list (quantity, time): read it there.
-                job?.voidedQuantity = nil
-            }
         } else if let app, let review = notification.pendingRefundReviewNotification,
             let reviewToken = review.pendingRefundToken, let orderId = review.orderId
         {

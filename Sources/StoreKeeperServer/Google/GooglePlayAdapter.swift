@@ -320,19 +320,23 @@ extension StoreKeeperApp.PurchaseBody {
         guard signedTransaction == nil, signedTransactions == nil, receipt == nil, transactionId == nil,
             paymentId == nil
         else {
-            throw APIError.badRequest("a Google Play purchase takes appId, productId and purchaseToken, not an App Store proof")
+            throw APIError.badRequest(
+                "a Google Play purchase takes appId, productId and purchaseToken, not an App Store proof")
         }
         guard let purchaseToken, !purchaseToken.isEmpty, purchaseToken.utf8.count <= 4096,
             purchaseToken.utf8.allSatisfy({ (0x21...0x7e).contains($0) })
         else {
-            throw APIError.badRequest("field 'purchaseToken' is required: Google's token, 1…4096 printable ASCII characters")
+            throw APIError.badRequest(
+                "field 'purchaseToken' is required: Google's token, 1…4096 printable ASCII characters")
         }
         guard let productId, !productId.isEmpty, productId.count <= 255 else {
             throw APIError.badRequest("field 'productId' is required (Google Play's product id)")
         }
         try StoreKeeperApp.validateText(productId, field: "productId")
         if let appId {
-            guard !appId.isEmpty, appId.count <= 64 else { throw APIError.badRequest("field 'appId' must be 1…64 characters") }
+            guard !appId.isEmpty, appId.count <= 64 else {
+                throw APIError.badRequest("field 'appId' must be 1…64 characters")
+            }
             try StoreKeeperApp.validateText(appId, field: "appId")
         }
         if let orderId {
