@@ -301,6 +301,58 @@ import Testing
         }
     }
 
+    /// Notifications lost while the server was down: the hourly pass re-reads subscriptions
+    /// past their period and polls voided purchases, so renewals, expiries and refunds are
+    /// found without a push.
+    @Test(arguments: API.databases)
+    func reconciliationFindsWhatLostNotificationsMissed(kind: String) async throws {
+        try await Self.withPlay(kind) { play in
+            let order = try await play.order("quiet", "pro_monthly")
+            let token = try await play.store.buy("pro_monthly", obfuscatedAccountId: order.token)
+            #expect(try await play.submit("quiet", "pro_monthly", token, orderId: order.id).status == .ok)
+            let coinsOrder = try await play.order("quiet", "coins_60")
+            let coins = try await play.store.buy("coins_60", obfuscatedAccountId: coinsOrder.token)
+            #expect(try await play.submit("quiet", "coins_60", coins, orderId: coinsOrder.id).status == .ok)
+            await play.runJobs()
+            let before = try #require(try await play.subscriptions("quiet").first?["expiresAt"] as? String)
+            // Renewed, then the coins refunded — every push lost.
+            await play.store.advance(by: 32 * 86_400)
+            try await play.store.refund(coins)
+            _ = await play.store.takeDuePushes()
+            let later = Date().addingTimeInterval(33 * 86_400)
+            await play.app.googleHousekeepingForTests(now: later)
+            await play.runJobs(now: later)
+            let after = try #require(try await play.subscriptions("quiet").first?["expiresAt"] as? String)
+            #expect(after > before)
+            #expect(try await play.balance("quiet") == 0)
+        }
+    }
+
+    /// Google's refund review, answered within its deadline from the ledger by the catalog's
+    /// rules (the same as Apple's consumption answers), once.
+    @Test(arguments: API.databases)
+    func aRefundReviewIsAnsweredFromTheLedgerByThePolicy(kind: String) async throws {
+        try await Self.withPlay(kind) { play in
+            let order = try await play.order("spender", "coins_60")
+            let token = try await play.store.buy("coins_60", obfuscatedAccountId: order.token)
+            #expect(try await play.submit("spender", "coins_60", token, orderId: order.id).status == .ok)
+            let debit = try await API.call(
+                play.client, .post, "/v1/accounts/spender/balances/coins/debit",
+                body: #"{"amount":45,"idempotencyKey":"spend-1"}"#)
+            #expect(debit.status == .ok)
+            await play.runJobs()
+            let review = try await play.store.requestRefundReview(token)
+            _ = try await play.push()
+            await play.runJobs()
+            let answer = try #require(await play.store.review(review))
+            #expect(answer.consumptionPercentageMilliunits == 75_000)
+            #expect(answer.refundPreference == "NEUTRAL")
+            #expect(answer.sampleContentProvided == false)
+            let audit = try await play.app.store.audit().filter { $0.action == "google_refund_review" }
+            #expect(audit.count == 1)
+        }
+    }
+
     @Test(arguments: API.databases)
     func theSweeperAcknowledgesWhatNoDeviceBroughtAndAlertsBeforeGoogleRefunds(kind: String) async throws {
         try await Self.withPlay(kind) { play in

@@ -220,6 +220,15 @@ extension JobRunner {
                     kind: Self.googleVoidedJobKind, dedupeKey: "\(Self.googleVoidedJobKind)|\(appId)|\(hour)",
                     payload: appId, runAt: now, now: now)
             }
+            // Reconciliation: subscriptions whose period ended without news are read again
+            // (a notification lost while the server was down), once an hour each.
+            for purchase in try await store.subscriptionsToReread(before: now) {
+                let job = StoreKeeperApp.GoogleSyncJob(appId: purchase.appId, token: purchase.purchaseToken)
+                _ = try await app.jobs.enqueue(
+                    kind: GooglePlayStore.syncJobKind,
+                    dedupeKey: "\(GooglePlayStore.syncJobKind)|reread|\(GoogleReading.digest(purchase.purchaseToken))|\(hour)",
+                    payload: String(decoding: try JSONEncoder().encode(job), as: UTF8.self), runAt: now, now: now)
+            }
         } catch {
             app.logger.warning("Google housekeeping failed; will retry", metadata: ["error": "\(error)"])
         }
