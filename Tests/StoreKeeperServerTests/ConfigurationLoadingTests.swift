@@ -1,4 +1,5 @@
 import AppStoreModels
+import CryptoExtras
 import AppStoreSigning
 import Foundation
 import HTTPTypes
@@ -103,6 +104,90 @@ import Testing
             Issue.record("accepted a broken catalog")
         } catch let error as ServerConfiguration.Invalid {
             #expect(error.key == "catalog.products")
+        }
+    }
+}
+
+/// `apps`: several apps, two stores (API.md "Several apps, two stores").
+@Suite struct AppsConfigurationTests {
+    static func keyFile() throws -> String {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("sa-\(UUID()).json").path
+        let key = try _RSA.Signing.PrivateKey(keySize: .bits2048)
+        let json = """
+            {"type":"service_account","project_id":"p","private_key_id":"k1","private_key":\(String(decoding: try JSONEncoder().encode(key.pkcs8PEMRepresentation), as: UTF8.self)),
+             "client_email":"play@p.iam.gserviceaccount.com","token_uri":"https://oauth2.googleapis.com/token"}
+            """
+        try Data(json.utf8).write(to: URL(fileURLWithPath: path))
+        return path
+    }
+
+    static func load(_ yaml: String) async throws -> ServerConfiguration {
+        try await ServerConfiguration.load(contents: Data(yaml.utf8), name: "test.yaml", environment: [:])
+    }
+
+    @Test func anAppStoreAppAndTwoGooglePlayAppsAreReadAndShown() async throws {
+        let key = try Self.keyFile()
+        let configuration = try await Self.load(
+            """
+            database: { url: "sqlite:x.sqlite" }
+            apps:
+              - { id: ios, store: app_store, bundleId: com.example.game, appAppleId: 42, environments: [Production] }
+              - id: android
+                store: google_play
+                packageName: com.example.game
+                serviceAccountKeyFile: \(key)
+                pushAudience: https://api.example.com/v1/notifications/google
+                pushServiceAccount: pubsub@p.iam.gserviceaccount.com
+              - { id: android-lite, store: google_play, packageName: com.example.lite, serviceAccountKeyFile: \(key),
+                  pushAudience: "https://x", pushServiceAccount: "a@b", apiBaseURL: "http://127.0.0.1:9" }
+            """)
+        #expect(configuration.bundleId == "com.example.game")
+        #expect(configuration.appAppleId == 42)
+        #expect(configuration.environments == [.production])
+        #expect(configuration.googlePlayApps.map(\.id) == ["android", "android-lite"])
+        #expect(configuration.allApps.map(\.id) == ["ios", "android", "android-lite"])
+        #expect(configuration.appId(for: "google_play", given: nil) == nil)
+        #expect(configuration.appId(for: "google_play", given: "android") == "android")
+        let shown = configuration.effectiveValues.filter { $0.key.hasPrefix("apps.") }
+        #expect(shown.count == 3)
+        #expect(shown.contains { $0.key == "apps.android" && $0.value.contains("pubsub@p.iam.gserviceaccount.com") })
+    }
+
+    @Test func onlyGooglePlayAppsNeedNoAppleKeys() async throws {
+        let key = try Self.keyFile()
+        let configuration = try await Self.load(
+            """
+            apps:
+              - { id: android, store: google_play, packageName: com.example.game, serviceAccountKeyFile: \(key),
+                  pushAudience: "https://x", pushServiceAccount: "a@b" }
+            """)
+        #expect(!configuration.hasAppStoreApp)
+        #expect(configuration.allApps.map(\.store) == ["google_play"])
+        // `config check` and `serve` build the trust set from it.
+        _ = try TrustPolicy(configuration: configuration)
+    }
+
+    @Test(arguments: [
+        ("apps: []", "apps"),
+        ("apps: [1]", "apps[0]"),
+        ("apps: [{ store: google_play, packageName: a.b }]", "apps[0].id"),
+        ("apps: [{ id: a, store: amazon }]", "apps[0].store"),
+        ("apps: [{ id: 'a b', store: google_play, packageName: a.b }]", "apps[0].id"),
+        ("apps: [{ id: a, store: google_play }]", "apps[0].packageName"),
+        ("apps: [{ id: a, store: google_play, packageName: a.b, colour: red }]", "apps[0].colour"),
+        ("apps: [{ id: a, store: google_play, packageName: 'not a package' }]", "packageName"),
+        ("apps: [{ id: a, store: google_play, packageName: a.b }]", "serviceAccountKeyFile"),
+        ("apps: [{ id: a, store: google_play, packageName: a.b, serviceAccountKeyFile: /nonexistent }]", "serviceAccountKeyFile"),
+        ("apps: [{ id: a, store: app_store, bundleId: x, appAppleId: 1 }, { id: b, store: app_store, bundleId: y, appAppleId: 2 }]", "apps[1]"),
+        ("apps: [{ id: a, store: app_store, bundleId: x, appAppleId: 1 }, { id: a, store: google_play, packageName: a.b }]", "apps[1].id"),
+        ("apps: [{ id: a, store: app_store, bundleId: x, appAppleId: 1, environments: [Xcode] }]", "environments"),
+    ])
+    func badAppsAreRefusedNamingTheKey(yaml: String, key: String) async throws {
+        do {
+            _ = try await Self.load(yaml)
+            Issue.record("accepted: \(yaml)")
+        } catch let error as ServerConfiguration.Invalid {
+            #expect(error.key.contains(key) || error.message.contains(key), "\(error)")
         }
     }
 }

@@ -63,7 +63,28 @@ extension ServerConfiguration {
             ("apple.externalPurchase.reporting", String(externalPurchaseReporting)),
             ("apple.smallBusinessProgram", String(smallBusinessProgram)),
             ("webhooks.maxAttemptHours", String(webhookMaxAttemptHours)),
-        ]
+            ("localGooglePlay.enabled", String(localGooglePlayEnabled)),
+        ] + appLines
+    }
+
+    /// One line per app: its store, identity and what it trusts.
+    var appLines: [(key: String, value: String)] {
+        var lines: [(key: String, value: String)] = []
+        if hasAppStoreApp {
+            lines.append(
+                (
+                    "apps.\(appStoreAppId ?? bundleId ?? "app_store")",
+                    "app_store, bundleId \(bundleId ?? "-"), appAppleId \(appAppleId.map(String.init) ?? "-"), environments \(environments.map(\.rawValue).sorted().joined(separator: "+")), trusts Apple's roots\(usesLocalAppStore ? " and the local App Store" : "")"
+                ))
+        }
+        for app in googlePlayApps {
+            lines.append(
+                (
+                    "apps.\(app.id)",
+                    "google_play, packageName \(app.packageName), service account \(app.serviceAccountKeyFile ?? (app.serviceAccountKey != nil ? "(given)" : "-")), API \(app.apiBaseURL), pushes: OIDC against \(app.pushCertificatesURL), aud \(app.pushAudience ?? "-"), email \(app.pushServiceAccount ?? "-")"
+                ))
+        }
+        return lines
     }
 
     /// What a production deployment needs beyond a valid configuration (docs/deployment.md);
