@@ -34,7 +34,7 @@ extension LocalGooglePlayServer {
         var orders: [String]
     }
 
-    func addControl<Context: RequestContext>(to control: some RouterMethods<Context>) {
+    public func addControl<Context: RequestContext>(to control: some RouterMethods<Context>) {
         control.post("purchases") { request, context in
             guard let body = try? await request.decode(as: BuyBody.self, context: context) else {
                 return Self.googleError(400, "invalidValue", "productId is required")

@@ -92,6 +92,9 @@ public final class LocalGooglePlayServer: Sendable {
             kid: JWKIdentifier(string: pushKeyId))
     }
 
+    /// The service account the local Google Play's pushes are signed for.
+    public static let pushServiceAccount = "local-pubsub@local-play.iam.gserviceaccount.com"
+
     /// The JWKS of the push tokens.
     public var certificates: String { pushJWKS }
 
@@ -104,6 +107,13 @@ public final class LocalGooglePlayServer: Sendable {
     }
 
     public func addRoutes<Context: RequestContext>(to router: some RouterMethods<Context>) {
+        addGoogleRoutes(to: router)
+        addControl(to: router.group("control"))
+    }
+
+    /// Google's own routes (token endpoint, push certificates, the Developer API), which check
+    /// Google's credentials themselves.
+    public func addGoogleRoutes<Context: RequestContext>(to router: some RouterMethods<Context>) {
         router.post("token") { request, context in try await self.token(request, context) }
         router.get("oauth2/v3/certs") { _, _ in
             var response = Self.json(Data(self.pushJWKS.utf8))
@@ -189,7 +199,6 @@ public final class LocalGooglePlayServer: Sendable {
                 return Self.json(Data("{}".utf8))
             }
         }
-        addControl(to: router.group("control"))
     }
 
     /// `TOKEN:verb` → (TOKEN, verb).

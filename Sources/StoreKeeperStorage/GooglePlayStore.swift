@@ -351,3 +351,14 @@ extension PurchaseStore {
         }
     }
 }
+
+extension PurchaseStore {
+    /// The account a transaction was delivered to, nil when it was not.
+    public func deliveryAccount(_ transactionId: String) async throws -> String? {
+        try await database.read { sql in
+            try await sql.raw(
+                "SELECT account_id FROM deliveries WHERE transaction_id = \(bind: transactionId) AND quantity > 0"
+            ).first()?.decode(column: "account_id", as: String.self)
+        }
+    }
+}

@@ -353,6 +353,30 @@ import Testing
         }
     }
 
+    /// A purchase without the order's account id (an app that did not set it) is held until
+    /// an account claims it — never acknowledged for nobody — then acknowledged.
+    @Test(arguments: API.databases)
+    func anUnattributedPurchaseIsAcknowledgedOnlyOnceClaimed(kind: String) async throws {
+        try await Self.withPlay(kind) { play in
+            let token = try await play.store.buy("remove_ads", obfuscatedAccountId: nil)
+            _ = try await play.push()
+            await play.runJobs()
+            let later = Date().addingTimeInterval(2 * 3600)
+            await play.app.googleHousekeepingForTests(now: later)
+            await play.runJobs(now: later)
+            #expect(await play.store.purchase(token)?.acknowledged == false)
+            let held =
+                (try await API.call(play.client, .get, "/v1/anomalies?status=open").json["anomalies"]
+                as? [[String: Any]] ?? []).filter { $0["kind"] as? String == "unattributed_transaction" }
+            #expect(held.count == 1)
+            // The device submits it: delivered to its account, then acknowledged.
+            #expect(try await play.submit("claimer", "remove_ads", token).status == .ok)
+            #expect(try await play.entitlements("claimer") == ["no_ads"])
+            await play.runJobs(now: later)
+            #expect(await play.store.purchase(token)?.acknowledged == true)
+        }
+    }
+
     @Test(arguments: API.databases)
     func theSweeperAcknowledgesWhatNoDeviceBroughtAndAlertsBeforeGoogleRefunds(kind: String) async throws {
         try await Self.withPlay(kind) { play in

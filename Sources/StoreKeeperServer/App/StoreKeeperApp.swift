@@ -7,6 +7,7 @@ import Foundation
 import Hummingbird
 import HummingbirdCore
 import LocalAppStore
+import LocalGooglePlay
 import Logging
 import NIOCore
 import ServiceLifecycle
@@ -57,6 +58,8 @@ public struct StoreKeeperApp: Sendable {
     let listening = Listening()
     /// The Google Play apps, by id (`apps` with `store: google_play`).
     public internal(set) var google: [String: GooglePlayApp] = [:]
+    /// The built-in local Google Play (demo mode, `localGooglePlay.enabled`).
+    public internal(set) var localGooglePlay: LocalGooglePlayServer? = nil
 
     /// Checks the configuration, opens the database, applies migrations and builds the
     /// verifiers from the trust policy.
@@ -68,6 +71,7 @@ public struct StoreKeeperApp: Sendable {
         rateLimitClock: @escaping @Sendable () -> ContinuousClock.Instant = { ContinuousClock.now }
     ) async throws -> StoreKeeperApp {
         try configuration.validate()
+        var configuration = configuration
         var localAppStore: LocalAppStore?
         var localRoots: [[UInt8]]?
         let catalog = configuration.catalog ?? .demo
@@ -157,6 +161,7 @@ public struct StoreKeeperApp: Sendable {
         } else if source == nil, let localAppStore {
             source = LocalTransactionSource(store: localAppStore)
         }
+        let localGooglePlay = try await Self.localGooglePlay(&configuration, catalog: catalog, logger: logger)
         var google: [String: GooglePlayApp] = [:]
         for app in configuration.googlePlayApps { google[app.id] = try await GooglePlayApp.make(app) }
         var app = StoreKeeperApp(
@@ -183,7 +188,47 @@ public struct StoreKeeperApp: Sendable {
             responseSigner: try responseSigner(configuration, dataDirectory: dataDirectory, logger: logger),
             provenance: try trust.provenanceVerifiers())
         app.google = google
+        app.localGooglePlay = localGooglePlay
         return app
+    }
+
+    /// Demo mode or `localGooglePlay.enabled`: the built-in local Google Play, mounted at
+    /// `/local-google-play`, stands in for Google for the (first) Google Play app — created as
+    /// `android` (`com.example.android`) when none is configured. Its service account and push
+    /// signer are the ones trusted. Needs a known port (not 0): Google's client reaches it
+    /// over HTTP like the real Google.
+    static func localGooglePlay(_ configuration: inout ServerConfiguration, catalog: Catalog, logger: Logger)
+        async throws -> LocalGooglePlayServer?
+    {
+        guard configuration.mode == .demo || configuration.localGooglePlayEnabled else { return nil }
+        guard configuration.port != 0 else {
+            logger.notice("local Google Play not started: it needs a fixed http.port")
+            return nil
+        }
+        let host =
+            ["0.0.0.0", "::"].contains(configuration.host)
+            ? "127.0.0.1" : configuration.host.contains(":") ? "[\(configuration.host)]" : configuration.host
+        var app =
+            configuration.googlePlayApps.first
+            ?? GooglePlayAppConfiguration(id: "android", packageName: "com.example.android")
+        let store = LocalGooglePlay(configuration: .init(packageName: app.packageName, catalog: catalog))
+        let server = try await LocalGooglePlayServer(store: store)
+        let base = "http://\(host):\(configuration.port)/local-google-play"
+        app.serviceAccountKey = server.serviceAccountKey(baseURL: base)
+        app.serviceAccountKeyFile = nil
+        app.apiBaseURL = base
+        app.pushAudience = "http://\(host):\(configuration.port)/v1/notifications/google"
+        app.pushServiceAccount = LocalGooglePlayServer.pushServiceAccount
+        app.pushCertificatesURL = base + "/oauth2/v3/certs"
+        if configuration.googlePlayApps.isEmpty {
+            configuration.googlePlayApps = [app]
+        } else {
+            configuration.googlePlayApps[0] = app
+        }
+        logger.notice(
+            "local Google Play: Google Play app '\(app.id)' (\(app.packageName)) is served by the built-in fake at \(base)"
+        )
+        return server
     }
 
     /// `auth.responseSigningKey`, or in demo mode a key generated once into the data directory.
@@ -323,6 +368,16 @@ public struct StoreKeeperApp: Sendable {
                 server.addRoutes(to: group.add(middleware: SecretKeyRequired(authenticator: authenticator)))
             }
         }
+        if let localGooglePlay {
+            let group = router.group("local-google-play")
+            localGooglePlay.addGoogleRoutes(to: group)
+            if configuration.mode == .demo {
+                localGooglePlay.addControl(to: group.group("control"))
+            } else {
+                localGooglePlay.addControl(
+                    to: group.group("control").add(middleware: SecretKeyRequired(authenticator: authenticator)))
+            }
+        }
         return router
     }
 
@@ -342,6 +397,11 @@ public struct StoreKeeperApp: Sendable {
         ]
         if runJobs { services.append(JobRunner(app: self)) }
         if let localAppStore { services.append(NotificationSender(store: localAppStore)) }
+        if let localGooglePlay, let app = configuration.googlePlayApps.first, let audience = app.pushAudience {
+            services.append(
+                localGooglePlay.pushSender(
+                    endpoint: audience, audience: audience, serviceAccount: LocalGooglePlayServer.pushServiceAccount))
+        }
         if appleAPI != nil { services.append(ReconcileService(app: self)) }
         if database.kind == .sqlite { services.append(WALCheckpointer(database: database, logger: logger)) }
         if let url = configuration.webhookURL, let secret = configuration.webhookSecret {

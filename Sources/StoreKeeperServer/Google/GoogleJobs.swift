@@ -78,6 +78,17 @@ extension JobRunner {
                 try await app.jobs.complete(job.id)
                 return
             }
+            // Only what an account has: an unattributed purchase waits for its claim (the
+            // device's submission or the operator's resolution); the 48-hour alert shows it.
+            if purchase.accountId == nil {
+                let id = GooglePlayPlanner.transactionId(
+                    orderId: purchase.orderId, tokenDigest: GoogleReading.digest(purchase.purchaseToken))
+                guard try await app.store.deliveryAccount(id) != nil else {
+                    try await app.jobs.reschedule(
+                        job.id, runAt: now.addingTimeInterval(3600), error: "not delivered to an account yet")
+                    return
+                }
+            }
             do {
                 if purchase.kind == "subscription" {
                     try await google.client.acknowledgeSubscription(
@@ -226,7 +237,8 @@ extension JobRunner {
                 let job = StoreKeeperApp.GoogleSyncJob(appId: purchase.appId, token: purchase.purchaseToken)
                 _ = try await app.jobs.enqueue(
                     kind: GooglePlayStore.syncJobKind,
-                    dedupeKey: "\(GooglePlayStore.syncJobKind)|reread|\(GoogleReading.digest(purchase.purchaseToken))|\(hour)",
+                    dedupeKey:
+                        "\(GooglePlayStore.syncJobKind)|reread|\(GoogleReading.digest(purchase.purchaseToken))|\(hour)",
                     payload: String(decoding: try JSONEncoder().encode(job), as: UTF8.self), runAt: now, now: now)
             }
         } catch {

@@ -212,11 +212,10 @@ extension StoreKeeperApp {
         case .paid: paid = true
         case .pending, .notPaid: paid = false
         }
-        let retired = try await store.record(
-            reading.record,
-            acknowledge: GooglePlayPlanner.needsAcknowledgement(
-                paid: paid, acknowledgementState: reading.acknowledged ? AcknowledgementState.acknowledged : nil),
-            now: now)
+        // Recorded before anything is delivered; acknowledged only once an account has it.
+        let retired = try await store.record(reading.record, acknowledge: false, now: now)
+        let needsAcknowledgement = GooglePlayPlanner.needsAcknowledgement(
+            paid: paid, acknowledgementState: reading.acknowledged ? AcknowledgementState.acknowledged : nil)
         switch reading.readiness {
         case .pending: return .pending
         case .notPaid(let why): return .notPaid(why)
@@ -240,7 +239,7 @@ extension StoreKeeperApp {
                     orderId: reading.orderId, quantity: reading.quantity, state: reading.state, test: reading.test,
                     paidAt: reading.paidAt, acknowledgedAt: nil, linkedPurchaseToken: reading.linkedPurchaseToken,
                     originalTransactionId: reading.record.originalTransactionId, expiresAt: reading.expiresAt),
-                acknowledge: false, now: now)
+                acknowledge: needsAcknowledgement, now: now)
         }
         return .delivered(result, transaction)
     }

@@ -60,7 +60,9 @@ extension StoreKeeperApp {
             guard configuration.allApps.contains(where: { $0.id == appId }) else {
                 throw APIError(.badRequest, "unknown_app", "no app '\(appId.prefix(64))' is configured")
             }
-        } else if configuration.allApps.count > 1 {
+        } else if configuration.allApps.count > 1, configuration.mode != .demo {
+            // Demo mode's local Google Play is beside the App Store app: an order without
+            // `appId` is the App Store app's (the quick start's iOS path).
             throw APIError.badRequest(
                 "field 'appId' is required: this server has several apps (\(configuration.allApps.map(\.id).joined(separator: ", ")))"
             )
