@@ -1,6 +1,6 @@
 import AppStoreModels
-import CryptoExtras
 import AppStoreSigning
+import CryptoExtras
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -177,9 +177,18 @@ import Testing
         ("apps: [{ id: a, store: google_play, packageName: a.b, colour: red }]", "apps[0].colour"),
         ("apps: [{ id: a, store: google_play, packageName: 'not a package' }]", "packageName"),
         ("apps: [{ id: a, store: google_play, packageName: a.b }]", "serviceAccountKeyFile"),
-        ("apps: [{ id: a, store: google_play, packageName: a.b, serviceAccountKeyFile: /nonexistent }]", "serviceAccountKeyFile"),
-        ("apps: [{ id: a, store: app_store, bundleId: x, appAppleId: 1 }, { id: b, store: app_store, bundleId: y, appAppleId: 2 }]", "apps[1]"),
-        ("apps: [{ id: a, store: app_store, bundleId: x, appAppleId: 1 }, { id: a, store: google_play, packageName: a.b }]", "apps[1].id"),
+        (
+            "apps: [{ id: a, store: google_play, packageName: a.b, serviceAccountKeyFile: /nonexistent }]",
+            "serviceAccountKeyFile"
+        ),
+        (
+            "apps: [{ id: a, store: app_store, bundleId: x, appAppleId: 1 }, { id: b, store: app_store, bundleId: y }]",
+            "apps[1]"
+        ),
+        (
+            "apps: [{ id: a, store: app_store, bundleId: x, appAppleId: 1 }, { id: a, store: google_play }]",
+            "apps[1].id"
+        ),
         ("apps: [{ id: a, store: app_store, bundleId: x, appAppleId: 1, environments: [Xcode] }]", "environments"),
     ])
     func badAppsAreRefusedNamingTheKey(yaml: String, key: String) async throws {
