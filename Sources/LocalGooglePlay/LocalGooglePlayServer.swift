@@ -399,7 +399,7 @@ extension LocalGooglePlayServer {
             onServerRunning: { channel in bound.withLock { $0 = channel.localAddress?.port ?? port } }, logger: log)
         let group = ServiceGroup(configuration: .init(services: [app], gracefulShutdownSignals: [], logger: log))
         let task = Task { try await group.run() }
-        let deadline = ContinuousClock.now + .seconds(10)
+        let deadline = ContinuousClock.now + .seconds(60)
         while bound.withLock({ $0 }) == 0 {
             guard ContinuousClock.now < deadline else {
                 await group.triggerGracefulShutdown()

@@ -45,3 +45,13 @@ extension JWSTransactionDecodedPayload {
 
     public var isWebPurchase: Bool { transactionId?.hasPrefix(Self.webPrefix) == true }
 }
+
+/// Which store a stored transaction id came from: `gp:…` Google Play, `web:…` a web checkout,
+/// anything else (Apple's digits) the App Store.
+public enum StoreOfTransaction {
+    public static func of(_ transactionId: String) -> String {
+        if transactionId.hasPrefix(GooglePlayPlanner.prefix) { return "google_play" }
+        if transactionId.hasPrefix(JWSTransactionDecodedPayload.webPrefix) { return "web" }
+        return "app_store"
+    }
+}

@@ -184,7 +184,9 @@ extension PurchaseStore {
         if let orderId = delivery.orderId { appendJSONString(orderId, to: &json) } else { json += "null" }
         json += #","productId":"#
         appendJSONString(delivery.productId, to: &json)
-        json += #","quantity":\#(delivery.quantity),"transactionId":"#
+        json += #","quantity":\#(delivery.quantity),"store":""#
+        json += StoreOfTransaction.of(delivery.transactionId)
+        json += #"","transactionId":"#
         appendJSONString(delivery.transactionId, to: &json)
         json += "}"
         return json

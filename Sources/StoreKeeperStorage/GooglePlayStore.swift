@@ -83,6 +83,19 @@ public struct GooglePlayStore: Sendable {
         }
     }
 
+    /// The app a Google subscription (`gp:s.…`) or charge (`gp:<orderId>`) was read for.
+    public func appId(ofOriginal id: String) async throws -> String? {
+        try await database.read { sql in
+            try await sql.raw(
+                """
+                SELECT app_id FROM google_purchases WHERE original_transaction_id = \(bind: id)
+                   OR order_id = \(bind: String(id.dropFirst(GooglePlayPlanner.prefix.count)))
+                LIMIT 1
+                """
+            ).first()?.decode(column: "app_id", as: String.self)
+        }
+    }
+
     public func purchase(_ token: String) async throws -> Purchase? {
         try await database.read { sql in
             try await sql.raw("SELECT * FROM google_purchases WHERE purchase_token = \(bind: token)").first().map {

@@ -573,6 +573,7 @@ public enum Migrations {
                 """,
                 "CREATE INDEX google_purchases_unacknowledged ON google_purchases (paid_at) WHERE acknowledged_at IS NULL",
                 "CREATE INDEX google_purchases_order ON google_purchases (order_id)",
+                "CREATE INDEX google_purchases_original ON google_purchases (original_transaction_id)",
                 "CREATE INDEX google_purchases_open ON google_purchases (kind, expires_at)",
                 // Real-time developer notifications, durable before the push is acknowledged,
                 // one row per Pub/Sub messageId.

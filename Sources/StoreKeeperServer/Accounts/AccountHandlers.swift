@@ -30,11 +30,16 @@ extension StoreKeeperApp {
                 source: source,
                 grantId: row.grantId)
         }
+        var apps: [String: String] = [:]
+        for subscription in state.subscriptions {
+            apps[subscription.originalTransactionId] = try await appId(ofOriginal: subscription.originalTransactionId)
+        }
         return AccountJSON(
             accountId: accountId, entitlements: entitlements, balances: state.balances,
             subscriptions: state.subscriptions.map {
                 AccountJSON.Subscription(
-                    originalTransactionId: $0.originalTransactionId, productId: $0.productId, status: $0.status,
+                    originalTransactionId: $0.originalTransactionId, appId: apps[$0.originalTransactionId],
+                    productId: $0.productId, status: $0.status,
                     expiresAt: $0.expiresAt.map(Self.iso), autoRenew: $0.autoRenew,
                     commitment: $0.commitment.map {
                         AccountJSON.Commitment(
@@ -155,6 +160,22 @@ struct AccountsController {
         }
         v1.put("accounts/:accountId/consent") { request, context in
             try await app.setConsent(request, context)
+        }
+    }
+}
+
+extension StoreKeeperApp {
+    /// The app a stored subscription (or transaction) came from: the App Store app, the only
+    /// Google Play app, or the one Google's token was read for; nil for a web checkout.
+    func appId(ofOriginal originalTransactionId: String) async throws -> String? {
+        switch StoreOfTransaction.of(originalTransactionId) {
+        case "app_store":
+            return configuration.hasAppStoreApp ? configuration.appStoreAppId ?? configuration.bundleId : nil
+        case "google_play":
+            if google.count == 1 { return google.keys.first }
+            return try await GooglePlayStore(database: database).appId(ofOriginal: originalTransactionId)
+        default:
+            return nil
         }
     }
 }

@@ -19,6 +19,9 @@ struct AccountJSON: Encodable {
 
     struct Subscription: Encodable {
         var originalTransactionId: String
+        /// `app_store`, `google_play` or `web`, and the app (when known).
+        var store: String { StoreOfTransaction.of(originalTransactionId) }
+        var appId: String? = nil
         var productId: String
         var status: String
         var expiresAt: String?
@@ -97,10 +100,12 @@ extension AccountJSON.Subscription: JSONWritable {
             json.field("totalBillingPeriods", commitment.totalBillingPeriods)
             json.endObject()
         }
+        json.field("appId", appId)
         json.field("expiresAt", expiresAt)
         json.field("originalTransactionId", originalTransactionId)
         json.field("productId", productId)
         json.field("status", status)
+        json.field("store", store)
         json.endObject()
     }
 }

@@ -286,7 +286,8 @@ extension StoreKeeperApp {
                 "this purchase token was replaced by a newer one (upgrade, downgrade or re-signup): it grants nothing")
         case .delivered(let result, let transaction):
             if let refusal = result.plan.refusal { throw APIError.refusal(refusal) }
-            let json = TransactionJSON(transaction, result: result, submitter: body.accountId)
+            var json = TransactionJSON(transaction, result: result, submitter: body.accountId)
+            json.appId = app.configuration.id
             return try Self.json(
                 PurchaseJSON(
                     status: json.outcome == "already_delivered" ? "already_delivered" : "delivered",

@@ -13,6 +13,8 @@ struct TransactionJSON: Encodable {
     var environment: String
     var orderId: String?
     var outcome: String
+    /// The app the transaction was bought in (set by the handler when known).
+    var appId: String? = nil
     /// In a `signedTransactions` batch: why an entry was `rejected` (verification) or
     /// `not_delivered` (`owned_by_other_account`, …).
     var code: String?
@@ -65,6 +67,7 @@ struct PurchaseJSON: Encodable {
 extension TransactionJSON: JSONWritable {
     func write(to json: inout JSONOutput) {
         json.beginObject()
+        if let appId { json.field("appId", appId) }
         if let code { json.field("code", code) }
         json.field("environment", environment)
         json.field("orderId", orderId)
@@ -72,6 +75,7 @@ extension TransactionJSON: JSONWritable {
         json.field("outcome", outcome)
         json.field("productId", productId)
         json.field("quantity", quantity)
+        json.field("store", StoreOfTransaction.of(transactionId))
         json.field("transactionId", transactionId)
         json.endObject()
     }
