@@ -134,6 +134,8 @@ import Testing
             let transaction = try #require((first.json["transactions"] as? [[String: Any]])?.first)
             #expect((transaction["transactionId"] as? String)?.hasPrefix("gp:GPA.") == true)
             #expect(transaction["orderId"] as? String == order.id)
+            #expect(transaction["store"] as? String == "google_play")
+            #expect(transaction["appId"] as? String == "android")
             #expect(try await play.balance("droid") == 120)
             // The app retries, a notification arrives, a second device submits: once.
             #expect(try await play.submit("droid", "coins_60", token).json["status"] as? String == "already_delivered")
@@ -264,6 +266,8 @@ import Testing
             await play.runJobs()
             var subscription = try #require(try await play.subscriptions("sub").first)
             #expect(subscription["status"] as? String == "active")
+            #expect(subscription["store"] as? String == "google_play")
+            #expect(subscription["appId"] as? String == "android")
             // Billing fails: grace keeps access, hold removes it, recovery restores it.
             try await play.store.setBillingFails(token, true)
             await play.store.advance(by: 31 * 86_400)
