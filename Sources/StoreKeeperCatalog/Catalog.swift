@@ -32,7 +32,11 @@ public struct Catalog: Hashable, Sendable {
         try validateOffers()
     }
 
-    public func product(_ id: String) -> Product? { products.first { $0.id == id } }
+    /// The product `id` names: its own id, else an App Store product id mapped in
+    /// `storeProducts.app_store` (Apple's transactions carry the App Store's id).
+    public func product(_ id: String) -> Product? {
+        products.first { $0.id == id } ?? products.first { $0.storeProducts?["app_store"] == id }
+    }
 
     /// The stores a catalog maps product ids for (`storeProducts` keys).
     public static let stores = ["app_store", "google_play"]

@@ -187,4 +187,37 @@ import Testing
                     """)
         }
     }
+
+    @Test func eachStoresProductIdMapsToOneProduct() throws {
+        let catalog = try Catalog.parse(
+            yaml: """
+                products:
+                  - id: pro_monthly
+                    type: auto_renewable
+                    group: pro
+                    grants: { entitlement: pro }
+                    storeProducts: { app_store: com.x.pro_monthly, google_play: pro.monthly }
+                  - { id: coins_60, type: consumable, grants: { currency: coins, amount: 60 } }
+                """)
+        #expect(catalog.product("com.x.pro_monthly")?.id == "pro_monthly")
+        #expect(catalog.product(store: "google_play", storeProductId: "pro.monthly")?.id == "pro_monthly")
+        #expect(catalog.product(store: "google_play", storeProductId: "coins_60")?.id == "coins_60")
+        #expect(catalog.product(store: "google_play", storeProductId: "pro_monthly") == nil)
+        for bad in [
+            "storeProducts: { amazon: x }", "storeProducts: { google_play: \"\" }",
+        ] {
+            #expect(throws: CatalogError.self) {
+                _ = try Catalog.parse(
+                    yaml: "products:\n  - { id: a, type: consumable, grants: { currency: c, amount: 1 }, \(bad) }")
+            }
+        }
+        #expect(throws: CatalogError.self) {
+            _ = try Catalog.parse(
+                yaml: """
+                    products:
+                      - { id: a, type: consumable, grants: { currency: c, amount: 1 }, storeProducts: { google_play: x } }
+                      - { id: b, type: consumable, grants: { currency: c, amount: 1 }, storeProducts: { google_play: x } }
+                    """)
+        }
+    }
 }

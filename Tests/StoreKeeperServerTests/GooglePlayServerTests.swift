@@ -178,6 +178,40 @@ import Testing
         }
     }
 
+    /// One account's ledger and entitlements hold both stores: coins bought on Android spend
+    /// on iOS; `pro` bought on Android is the entitlement the iOS app reads.
+    @Test(arguments: API.databases)
+    func oneAccountHoldsPurchasesFromBothStores(kind: String) async throws {
+        try await Self.withPlay(kind) { play in
+            let android = try await play.order("both", "coins_60")
+            let token = try await play.store.buy("coins_60", obfuscatedAccountId: android.token)
+            #expect(try await play.submit("both", "coins_60", token, orderId: android.id).status == .ok)
+            let ios = try await API.call(
+                play.client, .post, "/v1/orders",
+                body: #"{"accountId":"both","productId":"coins_60","appId":"com.example.app"}"#)
+            #expect(ios.status == .created, "\(ios.json)")
+            let bought = try await play.app.localAppStore!.buy(
+                "apple-both", items: [.init(productId: "coins_60")],
+                appAccountToken: UUID(uuidString: ios.json["appAccountToken"] as? String ?? ""))
+            #expect(
+                try await API.submit(play.client, account: "both", signedTransaction: bought.signedTransactions[0])
+                    .status == .ok)
+            #expect(try await play.balance("both") == 120)
+            let spend = try await API.call(
+                play.client, .post, "/v1/accounts/both/balances/coins/debit",
+                body: #"{"amount":90,"idempotencyKey":"cross-store"}"#)
+            #expect(spend.status == .ok)
+            #expect(try await play.balance("both") == 30)
+            // pro on Android: the one entitlement the iOS app reads.
+            let pro = try await play.order("both", "pro_monthly")
+            let proToken = try await play.store.buy("pro_monthly", obfuscatedAccountId: pro.token)
+            #expect(try await play.submit("both", "pro_monthly", proToken, orderId: pro.id).status == .ok)
+            #expect(try await play.entitlements("both") == ["pro"])
+            let stores = try await play.subscriptions("both").compactMap { $0["store"] as? String }
+            #expect(stores == ["google_play"])
+        }
+    }
+
     @Test(arguments: API.databases)
     func pushesAreVerifiedRecordedOnceAndOnlyHintsAPendingPurchaseIsDeliveredWhenPaid(kind: String) async throws {
         try await Self.withPlay(kind) { play in
