@@ -209,6 +209,12 @@ import Testing
             #expect(try await play.entitlements("both") == ["pro"])
             let stores = try await play.subscriptions("both").compactMap { $0["store"] as? String }
             #expect(stores == ["google_play"])
+            // The dashboard's account page names each row's store and app.
+            let browser = DashboardTests.Browser(play.client)
+            _ = try await browser.post("/dashboard/login", ["key": ServerAPITests.secret])
+            let page = try await browser.get("/dashboard/accounts/both").body
+            #expect(page.contains("Google Play · app android"))
+            #expect(page.contains("<td>App Store</td>") && page.contains("<td>Google Play</td>"))
         }
     }
 

@@ -4,6 +4,7 @@ import Hummingbird
 import Logging
 import Mustache
 import NIOCore
+import StoreKeeperCore
 import StoreKeeperStorage
 
 /// The operator dashboard at `/dashboard`: server-rendered HTML (Mustache templates compiled
@@ -361,6 +362,15 @@ struct DashboardController {
         return page("search", title: "Search", values: ["hits": items, "query": query], session: session)
     }
 
+    /// How the dashboard names a store.
+    static func storeName(_ store: String) -> String {
+        switch store {
+        case "google_play": "Google Play"
+        case "web": "Web"
+        default: "App Store"
+        }
+    }
+
     func account(_ accountId: String, request: Request, session: DashboardSessions.Session) async throws -> Response {
         let shown = try await app.account(accountId)
         let records = try await app.store.accountRecords(accountId)
@@ -375,6 +385,7 @@ struct DashboardController {
                     ]
                 }
             subscriptions.append([
+                "store": Self.storeName(subscription.store), "appId": subscription.appId ?? "—",
                 "productId": subscription.productId, "status": subscription.status,
                 "originalTransactionId": subscription.originalTransactionId,
                 "expiresAt": subscription.expiresAt ?? "—", "autoRenew": subscription.autoRenew ? "on" : "off",
@@ -388,6 +399,7 @@ struct DashboardController {
             [
                 "id": $0.id, "active": $0.active ? "yes" : "no", "productId": $0.productId ?? "—",
                 "source": $0.source, "expiresAt": $0.expiresAt ?? "never",
+                "store": $0.originalTransactionId.map { Self.storeName(StoreOfTransaction.of($0)) } ?? "—",
             ]
         }
         let ledger: [[String: Any]] = records.ledger.map {
@@ -400,6 +412,7 @@ struct DashboardController {
             [
                 "createdAt": StoreKeeperApp.iso($0.createdAt), "orderId": $0.orderId, "productId": $0.productId,
                 "quantity": $0.quantity, "status": $0.status, "transactionId": $0.transactionId ?? "",
+                "store": $0.transactionId.map { Self.storeName(StoreOfTransaction.of($0)) } ?? "—",
             ]
         }
         let audit: [[String: Any]] = records.audit.map {

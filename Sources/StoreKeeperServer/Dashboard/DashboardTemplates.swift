@@ -142,8 +142,8 @@ enum DashboardTemplates {
         <section>
         <h2>Entitlements</h2>
         {{^entitlements}}<p class="empty">No entitlements.</p>{{/entitlements}}
-        {{#hasEntitlements}}<table><thead><tr><th>Entitlement</th><th>Active</th><th>Product</th><th>Source</th><th>Expires</th></tr></thead>
-        <tbody>{{#entitlements}}<tr><td>{{id}}</td><td>{{active}}</td><td>{{productId}}</td><td>{{source}}</td><td>{{expiresAt}}</td></tr>{{/entitlements}}</tbody></table>{{/hasEntitlements}}
+        {{#hasEntitlements}}<table><thead><tr><th>Entitlement</th><th>Active</th><th>Product</th><th>Store</th><th>Source</th><th>Expires</th></tr></thead>
+        <tbody>{{#entitlements}}<tr><td>{{id}}</td><td>{{active}}</td><td>{{productId}}</td><td>{{store}}</td><td>{{source}}</td><td>{{expiresAt}}</td></tr>{{/entitlements}}</tbody></table>{{/hasEntitlements}}
         </section>
         <section>
         <h2>Subscriptions</h2>
@@ -151,7 +151,7 @@ enum DashboardTemplates {
         {{#subscriptions}}
         <article class="subscription">
         <h3>{{productId}} <span class="status status-{{status}}">{{status}}</span></h3>
-        <p>Original transaction {{originalTransactionId}} · expires {{expiresAt}} · auto-renew {{autoRenew}}</p>
+        <p>{{store}} · app {{appId}} · original transaction {{originalTransactionId}} · expires {{expiresAt}} · auto-renew {{autoRenew}}</p>
         {{#hasEvents}}<table><thead><tr><th>Signed</th><th>Notification</th><th>Status</th><th>Outcome</th></tr></thead>
         <tbody>{{#events}}<tr><td>{{signedDate}}</td><td>{{type}} {{subtype}}</td><td>{{status}}</td><td>{{outcome}}</td></tr>{{/events}}</tbody></table>{{/hasEvents}}
         </article>
@@ -160,8 +160,8 @@ enum DashboardTemplates {
         <section>
         <h2>Orders</h2>
         {{^orders}}<p class="empty">No orders.</p>{{/orders}}
-        {{#hasOrders}}<table><thead><tr><th>Created</th><th>Order</th><th>Product</th><th class="num">Quantity</th><th>Status</th><th>Transaction</th></tr></thead>
-        <tbody>{{#orders}}<tr><td>{{createdAt}}</td><td>{{orderId}}</td><td>{{productId}}</td><td class="num">{{quantity}}</td><td>{{status}}</td><td>{{transactionId}}</td></tr>{{/orders}}</tbody></table>{{/hasOrders}}
+        {{#hasOrders}}<table><thead><tr><th>Created</th><th>Order</th><th>Product</th><th class="num">Quantity</th><th>Status</th><th>Transaction</th><th>Store</th></tr></thead>
+        <tbody>{{#orders}}<tr><td>{{createdAt}}</td><td>{{orderId}}</td><td>{{productId}}</td><td class="num">{{quantity}}</td><td>{{status}}</td><td>{{transactionId}}</td><td>{{store}}</td></tr>{{/orders}}</tbody></table>{{/hasOrders}}
         </section>
         <section>
         <h2>Ledger</h2>
