@@ -194,6 +194,8 @@ let package = Package(
                 "AppStoreSigning",
                 "AppStoreClient",
                 "LocalAppStore",
+                "GooglePlay",
+                "LocalGooglePlay",
                 "StoreKeeperCatalog",
                 "StoreKeeperServer",
                 "StoreKeeperStorage",

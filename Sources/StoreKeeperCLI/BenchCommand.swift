@@ -27,6 +27,9 @@ struct BenchCommand: AsyncParsableCommand {
     )
     var besideNginx = false
 
+    @Option(help: "With --purchases: app_store (default) or google_play (beside the App Store, same run).")
+    var store: String = "app_store"
+
     @Option(parsing: .upToNextOption, help: "With --purchases: concurrency levels.")
     var concurrency: [Int] = [1, 16, 64, 256]
 
@@ -133,6 +136,15 @@ struct BenchCommand: AsyncParsableCommand {
             ).run()
             return
         }
+        if purchases, store == "google_play" {
+            guard requests > 0, concurrency.allSatisfy({ $0 > 0 }) else {
+                throw ValidationError("--requests and --concurrency must be positive")
+            }
+            try await GooglePlayBench(databaseURL: databaseURL, concurrencies: concurrency, requestsPerLevel: requests)
+                .run()
+            return
+        }
+        if store != "app_store" { throw ValidationError("--store is app_store or google_play") }
         if purchases, !instances.isEmpty {
             guard requests > 0, concurrency.allSatisfy({ $0 > 0 }), instances.allSatisfy({ (1...16).contains($0) })
             else {
