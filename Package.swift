@@ -214,7 +214,7 @@ let package = Package(
             name: "StoreKeeperFuzzTargets",
             dependencies: [
                 "AppStoreModels", "AppStoreVerification", "AppStoreSigning", "StoreKeeperCatalog", "StoreKeeperServer",
-                "LocalAppStore",
+                "LocalAppStore", "GooglePlay", "StoreKeeperCore",
             ]
         ),
         // A libFuzzer binary when scripts/fuzz builds it with -sanitize=fuzzer,address; built

@@ -65,7 +65,11 @@ public enum GooglePlayPlanner {
         if voidedQuantities.contains(where: { $0 == nil }) {
             return .init(unitsRefunded: units, of: units)
         }
-        return .init(unitsRefunded: voidedQuantities.reduce(Int64(0)) { $0 + Int64(max(0, $1 ?? 0)) }, of: units)
+        // Google's quantities are at most a purchase's; clamped so no input overflows.
+        let refunded = voidedQuantities.reduce(Int64(0)) { sum, quantity in
+            min(units, sum + Int64(min(max(0, quantity ?? 0), 1_000_000)))
+        }
+        return .init(unitsRefunded: refunded, of: units)
     }
 
     /// How long after payment an unacknowledged purchase is refunded by Google, and when the

@@ -1,7 +1,9 @@
 import AppStoreModels
 import AppStoreVerification
 import Foundation
+import GooglePlay
 import StoreKeeperCatalog
+import StoreKeeperCore
 import StoreKeeperServer
 
 /// What each libFuzzer target feeds hostile bytes to (`scripts/fuzz TARGET SECONDS`). A target
@@ -98,6 +100,31 @@ public final class Fuzzer: Sendable {
         _ = try? ResponseBodyV2DecodedPayload.decode(json: bytes)
         _ = try? JSONDecoder().decode(AppTransaction.self, from: Data(bytes))
         _ = try? JSONDecoder().decode(DecodedRealtimeRequestBody.self, from: Data(bytes))
+        // Google Play: a push, the notification in it, the resources read back, and what the
+        // planner makes of their states.
+        let decoder = JSONDecoder()
+        if let push = try? decoder.decode(PubSubPush.self, from: Data(bytes)),
+            let data = push.message?.data.flatMap({ Data(base64Encoded: $0) })
+        {
+            _ = try? decoder.decode(DeveloperNotification.self, from: data)
+        }
+        if let notification = try? decoder.decode(DeveloperNotification.self, from: Data(bytes)) {
+            _ = notification.typeName
+        }
+        if let product = try? decoder.decode(ProductPurchaseV2.self, from: Data(bytes)) {
+            _ = GooglePlayPlanner.readiness(purchaseState: product.purchaseStateContext?.purchaseState)
+            _ = GoogleTime.parse(product.purchaseCompletionTime)
+        }
+        if let subscription = try? decoder.decode(SubscriptionPurchaseV2.self, from: Data(bytes)) {
+            _ = GooglePlayPlanner.status(subscriptionState: subscription.subscriptionState)
+            _ = subscription.lineItems?.first?.autoRenewingPlan?.recurringPrice?.milliunits
+            _ = GoogleTime.parse(subscription.lineItems?.first?.expiryTime)
+        }
+        if let voided = try? decoder.decode(VoidedPurchasesListResponse.self, from: Data(bytes)) {
+            let quantities = (voided.voidedPurchases ?? []).map(\.voidedQuantity)
+            _ = GooglePlayPlanner.revocation(voidedQuantities: quantities, quantity: quantities.count)
+                .portion(of: Int64.max)
+        }
     }
 
     func receipt(_ bytes: [UInt8]) async {
