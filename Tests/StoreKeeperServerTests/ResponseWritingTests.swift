@@ -50,7 +50,8 @@ import Testing
             balances: balances,
             subscriptions: (0..<Int.random(in: 0...3, using: &generator)).map { _ in
                 AccountJSON.Subscription(
-                    originalTransactionId: text(&generator), productId: text(&generator), status: text(&generator),
+                    originalTransactionId: text(&generator), store: text(&generator), appId: maybe(&generator),
+                    productId: text(&generator), status: text(&generator),
                     expiresAt: maybe(&generator), autoRenew: Bool.random(using: &generator),
                     commitment: Bool.random(using: &generator)
                         ? nil
@@ -73,7 +74,7 @@ import Testing
                         transactionId: Self.text(&generator), originalTransactionId: Self.text(&generator),
                         productId: Self.text(&generator), quantity: Int.random(in: -5...Int.max, using: &generator),
                         environment: Self.text(&generator), orderId: Self.maybe(&generator),
-                        outcome: Self.text(&generator)))
+                        outcome: Self.text(&generator), store: Self.text(&generator), appId: Self.maybe(&generator)))
             }
             #expect(Self.written(purchase) == (try Self.encoded(purchase)))
             let debit: [String: Int64] = ["balance": Int64.random(in: Int64.min...Int64.max, using: &generator)]

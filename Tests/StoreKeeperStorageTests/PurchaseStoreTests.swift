@@ -373,7 +373,8 @@ enum TestDatabase {
             #expect(object["quantity"] as? Int == 3)
             #expect(object["transactionId"] as? String == "2000000000000001")
             #expect(object["environment"] as? String == "Sandbox")
-            #expect(object.count == 6)
+            #expect(object["store"] as? String == "app_store")
+            #expect(object.count == 7)
         }
     }
 }

@@ -38,7 +38,8 @@ extension StoreKeeperApp {
             accountId: accountId, entitlements: entitlements, balances: state.balances,
             subscriptions: state.subscriptions.map {
                 AccountJSON.Subscription(
-                    originalTransactionId: $0.originalTransactionId, appId: apps[$0.originalTransactionId],
+                    originalTransactionId: $0.originalTransactionId,
+                    store: StoreOfTransaction.of($0.originalTransactionId), appId: apps[$0.originalTransactionId],
                     productId: $0.productId, status: $0.status,
                     expiresAt: $0.expiresAt.map(Self.iso), autoRenew: $0.autoRenew,
                     commitment: $0.commitment.map {

@@ -20,7 +20,7 @@ struct AccountJSON: Encodable {
     struct Subscription: Encodable {
         var originalTransactionId: String
         /// `app_store`, `google_play` or `web`, and the app (when known).
-        var store: String { StoreOfTransaction.of(originalTransactionId) }
+        var store: String
         var appId: String? = nil
         var productId: String
         var status: String
@@ -90,6 +90,7 @@ extension AccountJSON.Entitlement: JSONWritable {
 extension AccountJSON.Subscription: JSONWritable {
     func write(to json: inout JSONOutput) {
         json.beginObject()
+        json.field("appId", appId)
         json.field("autoRenew", autoRenew)
         if let commitment {
             json.key("commitment")
@@ -100,7 +101,6 @@ extension AccountJSON.Subscription: JSONWritable {
             json.field("totalBillingPeriods", commitment.totalBillingPeriods)
             json.endObject()
         }
-        json.field("appId", appId)
         json.field("expiresAt", expiresAt)
         json.field("originalTransactionId", originalTransactionId)
         json.field("productId", productId)

@@ -13,6 +13,8 @@ struct TransactionJSON: Encodable {
     var environment: String
     var orderId: String?
     var outcome: String
+    /// `app_store`, `google_play` or `web` (from the transaction id).
+    var store: String
     /// The app the transaction was bought in (set by the handler when known).
     var appId: String? = nil
     /// In a `signedTransactions` batch: why an entry was `rejected` (verification) or
@@ -38,7 +40,8 @@ extension TransactionJSON {
         let transactionId = id("transactionId") ?? ""
         return TransactionJSON(
             transactionId: transactionId, originalTransactionId: id("originalTransactionId") ?? transactionId,
-            productId: "", quantity: 0, environment: "", orderId: nil, outcome: "rejected", code: code)
+            productId: "", quantity: 0, environment: "", orderId: nil, outcome: "rejected", store: "app_store",
+            code: code)
     }
 }
 
@@ -55,6 +58,7 @@ extension TransactionJSON {
             Identifiers.same(recipient, submitter)
             ? result.plan.delivery?.orderId ?? result.existing?.orderId ?? result.plan.order?.orderId : nil
         outcome = result.plan.outcome.rawValue
+        store = StoreOfTransaction.of(transactionId)
     }
 }
 
@@ -75,7 +79,7 @@ extension TransactionJSON: JSONWritable {
         json.field("outcome", outcome)
         json.field("productId", productId)
         json.field("quantity", quantity)
-        json.field("store", StoreOfTransaction.of(transactionId))
+        json.field("store", store)
         json.field("transactionId", transactionId)
         json.endObject()
     }
