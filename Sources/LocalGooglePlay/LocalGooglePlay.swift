@@ -78,6 +78,17 @@ public actor LocalGooglePlay {
 
     public func failNextAPICalls(_ count: Int) { apiFailures = max(0, count) }
 
+    /// Faults: the next `n` acknowledge/consume calls answer 503 (reads still work).
+    var acknowledgeFailures = 0
+
+    public func failNextAcknowledgements(_ count: Int) { acknowledgeFailures = max(0, count) }
+
+    func injectedAcknowledgeFailure() -> Bool {
+        guard acknowledgeFailures > 0 else { return false }
+        acknowledgeFailures -= 1
+        return true
+    }
+
     /// Whether this call fails (and counts it).
     func injectedFailure() -> Bool {
         guard apiFailures > 0 else { return false }

@@ -143,6 +143,9 @@ public final class LocalGooglePlayServer: Sendable {
             try await self.authorized(request, context) {
                 let productId = context.parameters.get("productId") ?? ""
                 let (token, action) = Self.split(context.parameters.get("tokenAction") ?? "")
+                if await self.store.injectedAcknowledgeFailure() {
+                    return Self.googleError(503, "backendError", "The service is currently unavailable.")
+                }
                 do {
                     switch action {
                     case "acknowledge": try await self.store.acknowledge(productId: productId, token: token)
@@ -160,6 +163,9 @@ public final class LocalGooglePlayServer: Sendable {
                 let productId = context.parameters.get("productId") ?? ""
                 let (token, action) = Self.split(context.parameters.get("tokenAction") ?? "")
                 guard action == "acknowledge" else { return Self.googleError(404, "notFound", "Unknown method.") }
+                if await self.store.injectedAcknowledgeFailure() {
+                    return Self.googleError(503, "backendError", "The service is currently unavailable.")
+                }
                 do {
                     try await self.store.acknowledge(productId: productId, token: token)
                 } catch {

@@ -273,7 +273,7 @@ import Testing
             _ = try await play.push()
             await play.runJobs()
             #expect(try await play.balance("buyer") == 120)
-            await play.app.googleHousekeepingForTests(now: Date().addingTimeInterval(7200))
+            await play.app.runGoogleHousekeeping(now: Date().addingTimeInterval(7200))
             await play.runJobs(now: Date().addingTimeInterval(7200))
             #expect(try await play.balance("buyer") == 120)
             // The rest: everything back; spent coins go negative with refunded_after_delivery.
@@ -364,7 +364,7 @@ import Testing
             try await play.store.refund(coins)
             _ = await play.store.takeDuePushes()
             let later = Date().addingTimeInterval(33 * 86_400)
-            await play.app.googleHousekeepingForTests(now: later)
+            await play.app.runGoogleHousekeeping(now: later)
             await play.runJobs(now: later)
             let after = try #require(try await play.subscriptions("quiet").first?["expiresAt"] as? String)
             #expect(after > before)
@@ -406,7 +406,7 @@ import Testing
             _ = try await play.push()
             await play.runJobs()
             let later = Date().addingTimeInterval(2 * 3600)
-            await play.app.googleHousekeepingForTests(now: later)
+            await play.app.runGoogleHousekeeping(now: later)
             await play.runJobs(now: later)
             #expect(await play.store.purchase(token)?.acknowledged == false)
             let held =
@@ -439,8 +439,8 @@ import Testing
             #expect(await play.store.purchase(token)?.acknowledged == false)
             // Still down 49 hours later: an alert (an anomaly for the operator), once.
             let alertAt = Date().addingTimeInterval(49 * 3600)
-            await play.app.googleHousekeepingForTests(now: alertAt)
-            await play.app.googleHousekeepingForTests(now: alertAt.addingTimeInterval(60))
+            await play.app.runGoogleHousekeeping(now: alertAt)
+            await play.app.runGoogleHousekeeping(now: alertAt.addingTimeInterval(60))
             let anomalies =
                 (try await API.call(play.client, .get, "/v1/anomalies?status=open").json["anomalies"]
                 as? [[String: Any]] ?? []).filter { $0["kind"] as? String == "acknowledgement_overdue" }
@@ -449,7 +449,7 @@ import Testing
             // Google is back: the sweeper's job acknowledges before the 72nd hour.
             await play.store.failNextAPICalls(0)
             let later = alertAt.addingTimeInterval(3600)
-            await play.app.googleHousekeepingForTests(now: later)
+            await play.app.runGoogleHousekeeping(now: later)
             await play.runJobs(now: later)
             #expect(await play.store.purchase(token)?.acknowledged == true)
             #expect(try await store.purchase(token)?.acknowledgedAt != nil)

@@ -262,7 +262,7 @@ extension JobRunner {
 
 extension StoreKeeperApp {
     /// The minute pass's Google duties at `now` (tests move time without waiting).
-    public func googleHousekeepingForTests(now: Date) async {
+    public func runGoogleHousekeeping(now: Date) async {
         await JobRunner(app: self).googleHousekeeping(now: now)
     }
 }
