@@ -86,9 +86,9 @@ public final class LocalGooglePlayServer: Sendable {
     }
 
     /// An OIDC token as Pub/Sub signs it for a push.
-    public func pushToken(audience: String, serviceAccount: String) async throws -> String {
+    public func pushToken(audience: String, serviceAccount: String, issuedAt: Date = Date()) async throws -> String {
         try await pushKeys.sign(
-            PushTokenClaims(audience: audience, email: serviceAccount, issuedAt: Date()),
+            PushTokenClaims(audience: audience, email: serviceAccount, issuedAt: issuedAt),
             kid: JWKIdentifier(string: pushKeyId))
     }
 

@@ -249,6 +249,9 @@ import Testing
             #expect(claims.email == "pubsub@project.iam.gserviceaccount.com")
             let wrongAudience = try await play.server.pushToken(
                 audience: "https://elsewhere", serviceAccount: "pubsub@project.iam.gserviceaccount.com")
+            let expired = try await play.server.pushToken(
+                audience: "https://storekeeper.example/v1/notifications/google",
+                serviceAccount: "pubsub@project.iam.gserviceaccount.com", issuedAt: Date().addingTimeInterval(-7200))
             let wrongAccount = try await play.server.pushToken(
                 audience: "https://storekeeper.example/v1/notifications/google", serviceAccount: "x@y")
             // Signed by a key not in Google's set.
@@ -261,7 +264,7 @@ import Testing
                     email: "pubsub@project.iam.gserviceaccount.com", issuedAt: Date()), kid: "other")
             for bad in [
                 nil, "Basic abc", "Bearer ", "Bearer \(wrongAudience)", "Bearer \(wrongAccount)", "Bearer \(forged)",
-                "Bearer \(good.dropLast(4))AAAA", "Bearer eyJhbGciOiJub25lIn0.e30.",
+                "Bearer \(expired)", "Bearer \(good.dropLast(4))AAAA", "Bearer eyJhbGciOiJub25lIn0.e30.",
             ] {
                 await #expect(throws: PushVerifier.Refusal.self) { _ = try await verifier.verify(authorization: bad) }
             }
