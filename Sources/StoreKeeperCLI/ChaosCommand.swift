@@ -190,6 +190,8 @@ struct ChaosRunResult: Codable, Sendable {
     var consumptionAnsweredAgain: Int = 0
     /// Requests whose customer had not consented: rightly never answered.
     var consumptionWithheld: Int = 0
+    /// Google Play purchases paid during the run (each checked delivered once and consumed).
+    var googlePaid: Int = 0
     var settleSeconds: Double = 0
     var problems: [String] = []
 
@@ -202,8 +204,9 @@ struct ChaosRunResult: Codable, Sendable {
         let verdict = clean ? "clean" : "FAILED: \(problems.prefix(3).joined(separator: "; "))"
         return String(
             format:
-                "run %2d  %-9@ at %4.1f s  paid %4d (renewals %3d)  refunds %2d  debits %3d  notifications %3d  lost %d  doubled %d  subscriptions %d/%d  balances≠ledger %d  webhooks %d (+%d retried)  consumption %d (+%d again, %d withheld)  settled %.1f s  %@",
-            run, fault.rawValue, faultAtSeconds, paid, renewals, refunds, debits, notificationsSent, lost, doubled,
+                "run %2d  %-9@ at %4.1f s  paid %4d (renewals %3d, Google Play %3d)  refunds %2d  debits %3d  notifications %3d  lost %d  doubled %d  subscriptions %d/%d  balances≠ledger %d  webhooks %d (+%d retried)  consumption %d (+%d again, %d withheld)  settled %.1f s  %@",
+            run, fault.rawValue, faultAtSeconds, paid, renewals, googlePaid, refunds, debits, notificationsSent, lost,
+            doubled,
             subscriptions - subscriptionMismatches, subscriptions, balanceMismatches, webhookEvents,
             webhookRedeliveries, consumptionRequests, consumptionAnsweredAgain, consumptionWithheld, settleSeconds,
             verdict)

@@ -1,18 +1,22 @@
 import AsyncHTTPClient
 import Foundation
 import LocalAppStore
+import LocalGooglePlay
 import NIOCore
 import NIOHTTP1
 import StoreKeeperSimulator
 import Synchronization
 
 /// A chaos run's traffic: customers paying for coins (order → pay at Apple → submit, retried
-/// as StoreKeeperKit retries), subscribers renewing on Apple's clock (a day per half second),
-/// one subscriber's billing failing, refunds, and the backend spending coins.
+/// as StoreKeeperKit retries), Android customers paying at Google Play (order → buy with the
+/// order's token → submit the purchase token, retried), subscribers renewing on Apple's clock
+/// (a day per half second), one subscriber's billing failing, refunds, and the backend spending
+/// coins.
 final class ChaosLoad: Sendable {
     let balancer: String
     let key: String
     let store: LocalAppStore
+    let play: LocalGooglePlay
     let run: Int
     let seconds: Double
     let seed: UInt64
@@ -32,21 +36,28 @@ final class ChaosLoad: Sendable {
         /// `PUT /v1/accounts/{id}/consent` before the refund request): only their requests are
         /// answered — Apple's rule since Consumption Information V2.
         var consented: Set<String> = []
+        /// Google Play purchase tokens paid, with the account their order is for.
+        var googlePaid: [String: String] = [:]
         /// Accounts whose customer never consents.
         var declined: Set<String> = []
     }
     let state = Mutex(State())
 
-    init(balancer: String, key: String, store: LocalAppStore, run: Int, seconds: Double, seed: UInt64) {
+    init(
+        balancer: String, key: String, store: LocalAppStore, play: LocalGooglePlay, run: Int, seconds: Double,
+        seed: UInt64
+    ) {
         self.balancer = balancer
         self.key = key
         self.store = store
+        self.play = play
         self.run = run
         self.seconds = seconds
         self.seed = seed
     }
 
     func appleIds() -> [String] { state.withLock { Array($0.owners.keys) } }
+    func googlePaid() -> [String: String] { state.withLock { $0.googlePaid } }
     func account(ofAppleId appleId: String) -> String? { state.withLock { $0.owners[appleId] } }
     func acknowledgedDebits() -> [String] { state.withLock { Array($0.acknowledgedDebits) } }
     /// The account a paid transaction was bought for, and whether its customer consented.
@@ -100,6 +111,7 @@ final class ChaosLoad: Sendable {
         let end = ContinuousClock.now + .seconds(seconds)
         await withTaskGroup(of: Void.self) { group in
             for worker in 0..<4 { group.addTask { await self.buyCoins(worker: worker, until: end) } }
+            for worker in 0..<2 { group.addTask { await self.buyOnAndroid(worker: worker, until: end) } }
             group.addTask { await self.subscribe(until: end) }
             group.addTask { await self.driveClock(until: end) }
             for worker in 0..<2 { group.addTask { await self.spend(worker: worker, until: end) } }
@@ -119,7 +131,8 @@ final class ChaosLoad: Sendable {
     /// Order, pay, submit: what StoreKeeperKit does for one purchase. A submission not
     /// acknowledged by `end` is left for `resubmitUnacknowledged` (the next launch).
     func purchase(appleId: String, account: String, product: String, until end: ContinuousClock.Instant) async {
-        let order = await retrying(.POST, "/v1/orders", ["accountId": account, "productId": product], deadline: end)
+        let order = await retrying(
+            .POST, "/v1/orders", ["accountId": account, "productId": product, "appId": "ios"], deadline: end)
         guard order.status == 201, let orderId = order.json["orderId"] as? String,
             let token = (order.json["appAccountToken"] as? String).flatMap(UUID.init(uuidString:))
         else { return }
@@ -131,6 +144,39 @@ final class ChaosLoad: Sendable {
         else { return }
         state.withLock { $0.paid[id] = (account, orderId, jws) }
         await submit(id, deadline: end)
+    }
+
+    /// Android: an order for the app `android`, bought at Google Play with the order's token as
+    /// the obfuscated account id, its purchase token submitted (what docs/android-integration.md
+    /// tells a Kotlin app to do).
+    func buyOnAndroid(worker: Int, until end: ContinuousClock.Instant) async {
+        var count = 0
+        while ContinuousClock.now < end {
+            count += 1
+            let account = "r\(run)-player-\((worker * 5 + count) % 12)"
+            let order = await retrying(
+                .POST, "/v1/orders", ["accountId": account, "productId": "coins_60", "appId": "android"], deadline: end)
+            guard order.status == 201, let orderId = order.json["orderId"] as? String,
+                let token = order.json["appAccountToken"] as? String,
+                let purchaseToken = try? await play.buy("coins_60", obfuscatedAccountId: token)
+            else {
+                try? await Task.sleep(for: .milliseconds(100))
+                continue
+            }
+            state.withLock { $0.googlePaid[purchaseToken] = account }
+            await submitGoogle(purchaseToken, orderId: orderId, deadline: end)
+        }
+    }
+
+    func submitGoogle(_ purchaseToken: String, orderId: String?, deadline: ContinuousClock.Instant) async {
+        guard let account = state.withLock({ $0.googlePaid[purchaseToken] }) else { return }
+        var body: [String: Any] = [
+            "store": "google_play", "appId": "android", "accountId": account, "productId": "coins_60",
+            "purchaseToken": purchaseToken,
+        ]
+        if let orderId { body["orderId"] = orderId }
+        let reply = await retrying(.POST, "/v1/purchases", body, deadline: deadline)
+        if reply.status == 200 { state.withLock { $0.creditedAccounts.append(account) } }
     }
 
     func submit(_ transactionId: String, deadline: ContinuousClock.Instant) async {
@@ -148,8 +194,11 @@ final class ChaosLoad: Sendable {
 
     func resubmitUnacknowledged(deadline: ContinuousClock.Instant) async {
         let pending = state.withLock { state in state.paid.keys.filter { !state.acknowledged.contains($0) } }
+        // Android apps submit what `queryPurchasesAsync` still returns at launch: every token.
+        let google = Array(state.withLock { $0.googlePaid.keys })
         await withTaskGroup(of: Void.self) { group in
             for id in pending { group.addTask { await self.submit(id, deadline: deadline) } }
+            for token in google { group.addTask { await self.submitGoogle(token, orderId: nil, deadline: deadline) } }
         }
     }
 

@@ -4,9 +4,11 @@ import AsyncHTTPClient
 import Foundation
 import Hummingbird
 import LocalAppStore
+import LocalGooglePlay
 import NIOCore
 import SQLKit
 import StoreKeeperCatalog
+import StoreKeeperCore
 import StoreKeeperSimulator
 import StoreKeeperStorage
 import Synchronization
@@ -104,6 +106,20 @@ final class ChaosWorld: Sendable {
                     issuerId: apiKey.issuerId, keyId: apiKey.keyId,
                     publicKeyPEM: try ServerAPIKeyStore.publicKeyPEM(apiKey))),
             pki: pki, clock: clock)
+        // Google Play: its own server (its service account's key file is the instances'), its
+        // pushes to the balancer.
+        let play = LocalGooglePlay(
+            configuration: .init(
+                packageName: "com.example.android", catalog: try Catalog.parse(yaml: Self.catalogYAML)),
+            clock: StoreClock(start: Date(), scale: 0))
+        let playServer = try await LocalGooglePlayServer(store: play)
+        let playRunning = try await playServer.start()
+        let playKeyFile = directory.appendingPathComponent("play-service-account.json")
+        try playServer.writeServiceAccountKey(baseURL: playRunning.baseURL, to: playKeyFile.path)
+        let pushes = playServer.pushSender(
+            endpoint: "\(balancer)/v1/notifications/google", audience: "\(balancer)/v1/notifications/google",
+            serviceAccount: LocalGooglePlayServer.pushServiceAccount)
+        let pushTask = Task { try await pushes.run() }
         let storeServer = try await LocalAppStoreServer(store: store)
         let storeTask = Task { try await storeServer.application(port: storePort).runService() }
         let receiver = WebhookReceiver()
@@ -125,6 +141,16 @@ final class ChaosWorld: Sendable {
             privateKeyFile: "\(storeDirectory.appendingPathComponent("server-api-key.p8").path)"
             baseURL: "http://127.0.0.1:\(storePort)"
           consumption: { enabled: true }
+        apps:
+          - { id: ios, store: app_store, bundleId: com.example.app, appAppleId: 1234567890, environments: [Production] }
+          - id: android
+            store: google_play
+            packageName: com.example.android
+            serviceAccountKeyFile: "\(playKeyFile.path)"
+            apiBaseURL: "\(playRunning.baseURL)"
+            pushAudience: "\(balancer)/v1/notifications/google"
+            pushServiceAccount: \(LocalGooglePlayServer.pushServiceAccount)
+            pushCertificatesURL: "\(playRunning.baseURL)/oauth2/v3/certs"
         catalog: { file: "\(catalogFile.path)" }
         webhooks: { url: "http://127.0.0.1:\(receiverPort)/hooks", secret: "chaos-webhook-secret-0123456789" }
 
@@ -135,6 +161,7 @@ final class ChaosWorld: Sendable {
         defer {
             storeTask.cancel()
             receiverTask.cancel()
+            pushTask.cancel()
         }
         do {
             try await cluster.start(count: 2)
@@ -143,7 +170,7 @@ final class ChaosWorld: Sendable {
             throw error
         }
         let load = ChaosLoad(
-            balancer: balancer, key: key, store: store, run: index, seconds: seconds, seed: seed)
+            balancer: balancer, key: key, store: store, play: play, run: index, seconds: seconds, seed: seed)
 
         // Load, with one fault at its moment.
         let loadTask = Task { await load.run() }
@@ -164,8 +191,10 @@ final class ChaosWorld: Sendable {
             faults.endpoints["*"] = .init(status: 503)
             faults.dropNotifications = 1_000_000
             await store.setFaults(faults)
+            await play.failNextAPICalls(1_000_000)
             try await Task.sleep(for: .seconds(3))
             await store.setFaults(Faults())
+            await play.failNextAPICalls(0)
         case .webhooks:
             receiver.failing.store(true, ordering: .relaxed)
             try await Task.sleep(for: .seconds(4))
@@ -189,6 +218,7 @@ final class ChaosWorld: Sendable {
 
         do {
             try await check(database, store: store, load: load, receiver: receiver, result: &result)
+            try await checkGoogle(database, play: play, load: load, result: &result)
         } catch {
             result.problems.append("check failed: \(String(reflecting: error))")
         }
@@ -202,6 +232,40 @@ final class ChaosWorld: Sendable {
             result.problems.append("database \(name) kept for inspection")
         }
         try? await admin.close()
+        await playRunning.stop()
+    }
+
+    /// Google Play's books: every paid token delivered exactly once to its order's account, and
+    /// acknowledged (consumed) at Google — none refunded for want of it.
+    func checkGoogle(_ database: Database, play: LocalGooglePlay, load: ChaosLoad, result: inout ChaosRunResult)
+        async throws
+    {
+        let paid = load.googlePaid()
+        result.googlePaid = paid.count
+        struct Row: Decodable {
+            var transactionId: String
+            var accountId: String
+        }
+        let rows = try await database.read { sql in
+            try await sql.raw("SELECT transaction_id, account_id FROM deliveries WHERE transaction_id LIKE 'gp:%'")
+                .all(decoding: Row.self, keyDecodingStrategy: .convertFromSnakeCase)
+        }
+        var delivered: [String: [String]] = [:]
+        for row in rows { delivered[row.transactionId, default: []].append(row.accountId) }
+        for (token, account) in paid {
+            guard let purchase = await play.purchase(token), let order = purchase.orders.last else { continue }
+            let accounts = delivered["gp:" + order] ?? []
+            if accounts.isEmpty {
+                result.lost += 1
+                result.problems.append("Google purchase \(order) never delivered")
+            } else if accounts.count > 1 {
+                result.doubled += 1
+            } else if accounts[0] != account {
+                result.problems.append("Google purchase \(order) credited to \(accounts[0]), not \(account)")
+            }
+            if !purchase.consumed { result.problems.append("Google purchase \(order) never consumed by the server") }
+            if purchase.voided { result.problems.append("Google refunded \(order) for want of acknowledgement") }
+        }
     }
 
     /// No pending notification, job or webhook event, twice in a row half a second apart.
@@ -265,7 +329,10 @@ final class ChaosWorld: Sendable {
                 decoding: Delivery.self, keyDecodingStrategy: .convertFromSnakeCase)
         }
         var deliveredCount: [String: Int] = [:]
-        for delivery in deliveries { deliveredCount[delivery.transactionId, default: 0] += 1 }
+        // Apple's books here; Google Play's (`gp:…`) in `checkGoogle`.
+        for delivery in deliveries where StoreOfTransaction.isAppStore(delivery.transactionId) {
+            deliveredCount[delivery.transactionId, default: 0] += 1
+        }
         result.delivered = deliveredCount.count
         let lost = paid.keys.filter { deliveredCount[$0] == nil }.sorted()
         result.lost = lost.count

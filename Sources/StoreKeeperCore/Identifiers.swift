@@ -44,11 +44,18 @@ extension JWSTransactionDecodedPayload {
     public static func webTransactionId(paymentId: String) -> String { webPrefix + paymentId }
 
     public var isWebPurchase: Bool { transactionId?.hasPrefix(Self.webPrefix) == true }
+
+    /// Apple's own transaction (digits): what Apple's APIs (Set App Account Token, Finish
+    /// Transaction, history, extensions) may be asked about — never a `web:` or `gp:` one.
+    public var isAppStoreTransaction: Bool { transactionId.map(StoreOfTransaction.isAppStore) ?? false }
 }
 
 /// Which store a stored transaction id came from: `gp:…` Google Play, `web:…` a web checkout,
 /// anything else (Apple's digits) the App Store.
 public enum StoreOfTransaction {
+    /// Apple's ids have no `:` (they are digits); every other store's carry a prefix.
+    public static func isAppStore(_ transactionId: String) -> Bool { !transactionId.contains(":") }
+
     public static func of(_ transactionId: String) -> String {
         if transactionId.hasPrefix(GooglePlayPlanner.prefix) { return "google_play" }
         if transactionId.hasPrefix(JWSTransactionDecodedPayload.webPrefix) { return "web" }

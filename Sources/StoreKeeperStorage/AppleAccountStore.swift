@@ -92,7 +92,7 @@ extension PurchaseStore {
                 WHERE finished_at IS NULL AND quantity > 0 AND refunded_at IS NULL
                 AND delivered_at < \(bind: now.addingTimeInterval(-delay).milliseconds)
                 AND delivered_at > \(bind: now.addingTimeInterval(-7 * 86_400).milliseconds)
-                AND environment <> 'Xcode' AND transaction_id NOT LIKE \(bind: JWSTransactionDecodedPayload.webPrefix + "%")
+                AND environment <> 'Xcode' AND transaction_id NOT LIKE '%:%'
                 ORDER BY delivered_at LIMIT \(bind: limit)
                 """
             ).all()

@@ -229,7 +229,7 @@ struct BatchDelivery {
             // pays an order (a StoreKit 1 receipt, whose entries never show the token) is the app's.
             if let delivery = plan.delivery, transaction.appAccountToken == nil, delivery.quantity > 0,
                 plan.order == nil,
-                !transaction.isWebPurchase,
+                transaction.isAppStoreTransaction,
                 transaction.inAppOwnershipType != .familyShared, transaction.environment != .xcode,
                 isConsumable || bound == nil
             {

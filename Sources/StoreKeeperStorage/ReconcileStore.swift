@@ -17,7 +17,7 @@ extension PurchaseStore {
                 SELECT original_transaction_id FROM subscriptions
                 WHERE status IN ('active', 'grace_period')
                 AND COALESCE(grace_ends_at, expires_at) < \(bind: now.milliseconds)
-                AND original_transaction_id NOT LIKE 'web:%'
+                AND original_transaction_id NOT LIKE '%:%'
                 ORDER BY original_transaction_id LIMIT \(unsafeRaw: String(limit))
                 """
             ).all().map { try $0.decode(column: "original_transaction_id", as: String.self) }
@@ -33,7 +33,7 @@ extension PurchaseStore {
             try await sql.raw(
                 """
                 SELECT account_id, MAX(transaction_id) AS transaction_id FROM deliveries
-                WHERE delivered_at >= \(bind: since.milliseconds) AND transaction_id NOT LIKE 'web:%'
+                WHERE delivered_at >= \(bind: since.milliseconds) AND transaction_id NOT LIKE '%:%'
                 GROUP BY account_id ORDER BY account_id
                 LIMIT \(unsafeRaw: String(limit))
                 """

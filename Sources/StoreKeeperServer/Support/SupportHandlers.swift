@@ -104,10 +104,10 @@ extension StoreKeeperApp {
         try Self.validateText(original, field: "originalTransactionId")
         let body = try await decode(ExtendBody.self, request)
         let note = try Self.validateExtension(days: body.days, reason: body.reason, note: body.note)
-        guard !original.hasPrefix(JWSTransactionDecodedPayload.webPrefix) else {
+        guard StoreOfTransaction.isAppStore(original) else {
             throw APIError(
                 .unprocessableContent, "not_extendable",
-                "'\(original.prefix(64))' is a web subscription: Apple extends only App Store subscriptions (report the web checkout's next period instead)"
+                "'\(original.prefix(64))' is not an App Store subscription: Apple extends only its own (a web subscription: report its next period; Google Play: defer it in Play Console)"
             )
         }
         do {
