@@ -369,6 +369,12 @@ import Testing
             let after = try #require(try await play.subscriptions("quiet").first?["expiresAt"] as? String)
             #expect(after > before)
             #expect(try await play.balance("quiet") == 0)
+            // Apple's reconciliation never asks Apple about Google's subscriptions or charges
+            // (found by the chaos run: 'gp:' ids sort after digits).
+            let far = Date().addingTimeInterval(400 * 86_400)
+            #expect(try await play.app.store.overdueSubscriptions(now: far).allSatisfy { !$0.contains(":") })
+            #expect(
+                try await play.app.store.recentAccounts(since: .distantPast).allSatisfy { !$0.transactionId.contains(":") })
         }
     }
 
@@ -418,6 +424,12 @@ import Testing
             #expect(try await play.entitlements("claimer") == ["no_ads"])
             await play.runJobs(now: later)
             #expect(await play.store.purchase(token)?.acknowledged == true)
+            // A claim of a Google purchase is no reason to call Apple's Set App Account Token.
+            let appleJobs = try await play.app.database.read { sql in
+                try await sql.raw("SELECT COUNT(*) AS n FROM jobs WHERE kind = 'set_app_account_token'").first()?
+                    .decode(column: "n", as: Int.self) ?? 0
+            }
+            #expect(appleJobs == 0)
         }
     }
 
