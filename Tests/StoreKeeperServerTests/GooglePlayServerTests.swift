@@ -374,7 +374,9 @@ import Testing
             let far = Date().addingTimeInterval(400 * 86_400)
             #expect(try await play.app.store.overdueSubscriptions(now: far).allSatisfy { !$0.contains(":") })
             #expect(
-                try await play.app.store.recentAccounts(since: .distantPast).allSatisfy { !$0.transactionId.contains(":") })
+                try await play.app.store.recentAccounts(since: .distantPast).allSatisfy {
+                    !$0.transactionId.contains(":")
+                })
         }
     }
 
