@@ -31,6 +31,9 @@ extension LocalGooglePlayServer {
         var productId: String
         var state: String
         var acknowledged: Bool
+        var consumed: Bool
+        var voided: Bool
+        var obfuscatedAccountId: String?
         var orders: [String]
     }
 
@@ -90,7 +93,8 @@ extension LocalGooglePlayServer {
                 Row(
                     purchaseToken: $0.token, productId: $0.productId,
                     state: $0.kind == .subscription ? $0.subscriptionState : $0.purchaseState,
-                    acknowledged: $0.acknowledged, orders: $0.orders)
+                    acknowledged: $0.acknowledged, consumed: $0.consumed, voided: $0.voided,
+                    obfuscatedAccountId: $0.obfuscatedAccountId, orders: $0.orders)
             }
             return Self.json(["purchases": rows])
         }

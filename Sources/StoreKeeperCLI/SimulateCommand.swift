@@ -58,6 +58,16 @@ struct SimulateCommand: AsyncParsableCommand {
         name: .customLong("tokenless-rate"),
         help: "Share of purchases beside which one is made outside the app, without token (0…1).")
     var tokenlessRate: Double = 0
+    @Option(
+        name: .long,
+        help:
+            "app_store (default) or google_play: simulated Android devices (Play Billing's behaviour) against the server's local Google Play."
+    )
+    var store: String = "app_store"
+    @Option(
+        name: .customLong("pending-rate"),
+        help: "With --store google_play: share of purchases paid later by a slow payment method (0…1).")
+    var pendingRate: Double = 0.1
     @Flag(name: .long, help: "Print the report as JSON.") var json = false
 
     func validate() throws {
@@ -77,9 +87,47 @@ struct SimulateCommand: AsyncParsableCommand {
         guard (0...1).contains(clockJumpRate) else { throw ValidationError("--clock-jump-rate must be 0…1") }
         guard (0...10_000).contains(replayFlood) else { throw ValidationError("--replay-flood must be 0…10000") }
         guard (0...1).contains(tokenlessRate) else { throw ValidationError("--tokenless-rate must be 0…1") }
+        guard ["app_store", "google_play"].contains(store) else {
+            throw ValidationError("--store must be app_store or google_play")
+        }
+        guard (0...1).contains(pendingRate) else { throw ValidationError("--pending-rate must be 0…1") }
+    }
+
+    func runGoogle() async throws {
+        var options = GoogleSimulation.Options(server: URL(string: server)!, key: key)
+        options.devices = devices
+        options.purchases = purchases
+        options.crashRate = crashRate
+        options.networkFailureRate = networkFailureRate
+        options.pendingRate = pendingRate
+        options.seed = seed
+        options.settleSeconds = settleSeconds
+        let report: GoogleSimulation.Report
+        do {
+            report = try await GoogleSimulation(options: options).run { line in
+                if !json { FileHandle.standardError.write(Data("simulate: \(line)\n".utf8)) }
+            }
+        } catch {
+            FileHandle.standardError.write(Data("simulate: \(error)\n".utf8))
+            throw ExitCode(2)
+        }
+        if json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            print(String(decoding: try encoder.encode(report), as: UTF8.self))
+        } else {
+            print(
+                """
+                Google Play: purchases \(report.purchases) · paid \(report.paid) (\(report.pending) pending first) · delivered \(report.delivered)
+                lost \(report.lost) · doubled \(report.doubled) · refunded by Google for want of an acknowledgement \(report.autoRefunded) · unacknowledged \(report.unacknowledged)
+                settled \(report.settled ? "in \(report.secondsToSettle) s" : "NOT within \(settleSeconds) s") · \(report.crashes) crashes · \(report.networkFailures) network failures · seed \(report.seed)
+                """)
+        }
+        if !report.clean { throw ExitCode(1) }
     }
 
     func run() async throws {
+        if store == "google_play" { return try await runGoogle() }
         var options = Simulation.Options(server: URL(string: server)!, key: key)
         options.devices = devices
         options.purchases = purchases

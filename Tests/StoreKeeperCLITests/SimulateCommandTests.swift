@@ -1,4 +1,5 @@
 import Foundation
+import StoreKeeperSimulator
 import Testing
 
 #if canImport(FoundationNetworking)
@@ -51,6 +52,39 @@ import Testing
             let entitlements = (view["entitlements"] as? [[String: Any]] ?? []).compactMap { $0["id"] as? String }
             #expect(Set(entitlements) == Set(paid["entitlements"] as? [String] ?? []), "\(id)")
         }
+    }
+
+    /// Android devices with Play Billing's behaviour against demo mode's local Google Play:
+    /// killed before submitting, requests lost both ways, pending purchases paid later — then
+    /// Google's clock past its 3-day refund. Nothing lost, doubled or refunded by Google.
+    @Test func androidDevicesAgainstTheLocalGooglePlayLoseNothing() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("simulate-gp-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        // A fixed port: the local Google Play is reached over HTTP like Google.
+        let server = try ServerProcess(directory: directory, environment: ["HTTP_PORT": String(try FreePort.pick())])
+        defer { server.kill() }
+        try await server.waitUntilListening()
+        let key = try String(
+            contentsOf: directory.appendingPathComponent("storekeeper-data/dev-secret-key"), encoding: .utf8
+        ).trimmingCharacters(in: .whitespacesAndNewlines)
+        let run = try await VerifyCommandTests.run([
+            "simulate", "--store", "google_play", "--server", "http://127.0.0.1:\(server.port)", "--key", key,
+            "--devices", "3", "--purchases", "30", "--crash-rate", "0.3", "--network-failure-rate", "0.3",
+            "--pending-rate", "0.2", "--seed", "5", "--json",
+        ])
+        #expect(run.status == 0, "\(run.stderr)")
+        let report = try #require(run.json, "\(run.stdout)")
+        #expect(report["store"] as? String == "google_play")
+        #expect(report["purchases"] as? Int == 30 && report["paid"] as? Int == 30)
+        #expect(report["delivered"] as? Int == 30)
+        #expect(report["lost"] as? Int == 0 && report["doubled"] as? Int == 0)
+        #expect(report["autoRefunded"] as? Int == 0 && report["unacknowledged"] as? Int == 0)
+        #expect((report["crashes"] as? Int ?? 0) > 0 && (report["pending"] as? Int ?? 0) > 0)
+        let bad = try await VerifyCommandTests.run([
+            "simulate", "--store", "amazon", "--server", "http://127.0.0.1:1", "--key", "x",
+        ])
+        #expect(bad.status == 64)
     }
 
     @Test func unreachableServerIsExitTwoAndBadOptionsAreUsageErrors() async throws {
