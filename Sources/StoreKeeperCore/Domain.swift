@@ -29,12 +29,15 @@ public struct Order: Codable, Hashable, Sendable {
     public var offerRedeemed = false
     /// StoreKit's `AppTransaction.appTransactionID`, as the app gave it.
     public var appTransactionId: String?
+    /// The app the order is for (`apps` id).
+    public var appId: String?
 
     public init(
         orderId: String, appAccountToken: UUID, accountId: String, productId: String, quantity: Int, status: Status,
         createdAt: Date, transactionId: String? = nil, deliveredAt: Date? = nil, offerId: String? = nil,
-        offerRedeemed: Bool = false, appTransactionId: String? = nil
+        offerRedeemed: Bool = false, appTransactionId: String? = nil, appId: String? = nil
     ) {
+        self.appId = appId
         self.offerId = offerId
         self.offerRedeemed = offerRedeemed
         self.appTransactionId = appTransactionId

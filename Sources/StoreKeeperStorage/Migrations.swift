@@ -605,6 +605,8 @@ public enum Migrations {
                 """,
                 "CREATE INDEX google_voided_token ON google_voided (purchase_token)",
                 "CREATE TABLE google_poll_state (app_id TEXT PRIMARY KEY, voided_polled_at BIGINT NOT NULL)",
+                // Orders name their app (`apps` id) once a deployment has several.
+                "ALTER TABLE orders ADD COLUMN app_id TEXT",
             ]
         ),
     ]

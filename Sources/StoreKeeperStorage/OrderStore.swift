@@ -26,13 +26,13 @@ extension PurchaseStore {
     public func createOrder(
         accountId: String, productId: String, quantity: Int, maxOpen: Int? = nil, ttl: TimeInterval = 24 * 3600,
         appAccountToken: UUID = UUID(), offerId: String? = nil, offerNonce: UUID? = nil, offerLimit: Int? = nil,
-        introAllowed: Bool = false, appTransactionId: String? = nil, now: Date
+        introAllowed: Bool = false, appTransactionId: String? = nil, appId: String? = nil, now: Date
     ) async throws -> Order {
         let order = Order(
             orderId: UUID().uuidString.lowercased(), appAccountToken: appAccountToken, accountId: accountId,
             productId: productId,
             quantity: quantity, status: .created, createdAt: Date(milliseconds: now.milliseconds), offerId: offerId,
-            appTransactionId: appTransactionId)
+            appTransactionId: appTransactionId, appId: appId)
         let limit = sharedAppleIdLimit
         let cutoff = now.addingTimeInterval(-ttl).milliseconds
         try await database.transaction { sql in
@@ -60,11 +60,11 @@ extension PurchaseStore {
             try await sql.raw(
                 """
                 INSERT INTO orders (order_id, app_account_token, account_id, product_id, quantity, status, created_at,
-                                    offer_id, offer_nonce, app_transaction_id, intro_allowed)
+                                    offer_id, offer_nonce, app_transaction_id, intro_allowed, app_id)
                 VALUES (\(bind: order.orderId), \(bind: order.appAccountToken.uuidString.lowercased()), \(bind: accountId),
                         \(bind: productId), \(bind: quantity), \(bind: order.status.rawValue), \(bind: now.milliseconds),
                         \(bind: offerId), \(bind: offerNonce?.uuidString.lowercased()), \(bind: appTransactionId),
-                        \(bind: introAllowed ? 1 : nil as Int?))
+                        \(bind: introAllowed ? 1 : nil as Int?), \(bind: appId))
                 """
             ).run()
             if let appTransactionId {
@@ -129,6 +129,7 @@ extension PurchaseStore {
             deliveredAt: try row.decode(column: "delivered_at", as: Int64?.self).map(Date.init(milliseconds:)),
             offerId: try row.decode(column: "offer_id", as: String?.self),
             offerRedeemed: try row.decode(column: "offer_redeemed_transaction_id", as: String?.self) != nil,
-            appTransactionId: try row.decode(column: "app_transaction_id", as: String?.self))
+            appTransactionId: try row.decode(column: "app_transaction_id", as: String?.self),
+            appId: (try? row.decode(column: "app_id", as: String?.self)) ?? nil)
     }
 }

@@ -57,6 +57,7 @@ import Testing
                 client, .post, "/v1/orders",
                 body: #"{"accountId":"\#(account)","productId":"\#(product)","appId":"android"}"#)
             #expect(reply.status == .created, "\(reply.json)")
+            #expect(reply.json["appId"] as? String == "android")
             return (reply.json["orderId"] as? String ?? "", reply.json["appAccountToken"] as? String ?? "")
         }
 

@@ -86,7 +86,8 @@ extension StoreKeeperApp {
                 offerId: offers.offer?.id, offerNonce: offers.offer == nil ? nil : nonce,
                 offerLimit: offers.offer?.maxPerAccount.map { $0 - (offers.redemptions) },
                 introAllowed: offers.introductoryAllowed == true && offers.transactionId != nil,
-                appTransactionId: body.appTransactionId, now: now)
+                appTransactionId: body.appTransactionId,
+                appId: body.appId ?? configuration.appId(for: "app_store", given: nil), now: now)
         } catch let error as PurchaseStore.OfferLimitReached {
             throw APIError(
                 .forbidden, "offer_not_eligible",

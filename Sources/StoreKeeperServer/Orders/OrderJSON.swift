@@ -21,6 +21,8 @@ struct OrderJSON: Encodable {
     var offerId: String?
     var offerRedeemed: Bool?
     var appTransactionId: String?
+    /// The app the order is for (when the deployment names apps).
+    var appId: String?
     /// Only in the 201 answer: what StoreKit needs to apply the offer.
     var offer: SignedOffer?
     var introductoryOfferEligibility: IntroductoryEligibility?
@@ -51,6 +53,7 @@ struct OrderJSON: Encodable {
         offerId = order.offerId
         offerRedeemed = order.offerId == nil ? nil : order.offerRedeemed
         appTransactionId = order.appTransactionId
+        appId = order.appId
         orderId = order.orderId
         appAccountToken = order.appAccountToken.uuidString.lowercased()
         accountId = order.accountId
