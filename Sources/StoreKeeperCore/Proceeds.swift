@@ -44,6 +44,12 @@ public enum Proceeds {
     ) -> Int? {
         if transaction.environment == .sandbox || transaction.environment == .xcode { return nil }
         if smallBusinessProgram { return reducedCommissionPercent }
+        // Google Play's service fee: 15 % on subscriptions from the first day; 30 % on one-time
+        // products beyond the 15 % tier (the first USD 1M a year, for an enrolled developer —
+        // what `smallBusinessProgram` says here too).
+        if transaction.transactionId?.hasPrefix(GooglePlayPlanner.prefix) == true {
+            return transaction.type == .autoRenewable ? reducedCommissionPercent : standardPercent
+        }
         guard transaction.type == .autoRenewable, let purchased = transaction.purchaseDate else {
             return standardPercent
         }

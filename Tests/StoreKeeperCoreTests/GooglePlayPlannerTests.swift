@@ -1,3 +1,4 @@
+import AppStoreModels
 import Foundation
 import StoreKeeperCatalog
 import Testing
@@ -6,8 +7,8 @@ import Testing
 
 /// Google Play's decisions (google-play.md §4, §7): every state, both ways.
 @Suite struct GooglePlayPlannerTests {
-    @Test(arguments: [
-        ("SUBSCRIPTION_STATE_ACTIVE", SubscriptionStatus?.some(.active)),
+    static let states: [(String, StoreKeeperCore.SubscriptionStatus?)] = [
+        ("SUBSCRIPTION_STATE_ACTIVE", .active),
         ("SUBSCRIPTION_STATE_CANCELED", .active),
         ("SUBSCRIPTION_STATE_IN_GRACE_PERIOD", .gracePeriod),
         ("SUBSCRIPTION_STATE_ON_HOLD", .billingRetry),
@@ -16,8 +17,10 @@ import Testing
         ("SUBSCRIPTION_STATE_PENDING", nil),
         ("SUBSCRIPTION_STATE_PENDING_PURCHASE_CANCELED", nil),
         ("SUBSCRIPTION_STATE_SOMETHING_NEW", nil),
-    ])
-    func eachSubscriptionStateGivesItsStatus(state: String, status: SubscriptionStatus?) {
+    ]
+
+    @Test(arguments: states)
+    func eachSubscriptionStateGivesItsStatus(state: String, status: StoreKeeperCore.SubscriptionStatus?) {
         #expect(GooglePlayPlanner.status(subscriptionState: state) == status)
         // A voided purchase is revoked whatever Google's state still says.
         #expect(GooglePlayPlanner.status(subscriptionState: state, voided: true) == .revoked)
@@ -87,5 +90,30 @@ import Testing
             #expect(answer.refundPreference == google, "\(preference)")
             #expect(answer.rule == "r")
         }
+    }
+}
+
+@Suite struct GooglePlayProceedsTests {
+    /// Google's service fee: subscriptions 15 % from the first period, one-time products 30 %
+    /// (15 % with the reduced tier), test purchases none.
+    @Test func googlesServiceFeeIsNotApples() {
+        var subscription = JWSTransactionDecodedPayload()
+        subscription.transactionId = "gp:GPA.1"
+        subscription.type = .autoRenewable
+        subscription.environment = .production
+        subscription.purchaseDate = 1_767_225_600_000
+        subscription.price = 9990
+        #expect(Proceeds.percent(of: subscription) == 85)
+        var coins = subscription
+        coins.type = .consumable
+        #expect(Proceeds.percent(of: coins) == 70)
+        #expect(Proceeds.percent(of: coins, smallBusinessProgram: true) == 85)
+        var test = coins
+        test.environment = .sandbox
+        #expect(Proceeds.percent(of: test) == nil)
+        // Apple's first-year subscription is 70 %.
+        var apple = subscription
+        apple.transactionId = "2000000000000001"
+        #expect(Proceeds.percent(of: apple) == 70)
     }
 }
