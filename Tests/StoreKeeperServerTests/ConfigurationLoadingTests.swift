@@ -151,6 +151,10 @@ import Testing
         let shown = configuration.effectiveValues.filter { $0.key.hasPrefix("apps.") }
         #expect(shown.count == 3)
         #expect(shown.contains { $0.key == "apps.android" && $0.value.contains("pubsub@p.iam.gserviceaccount.com") })
+        #expect(!configuration.productionProblems.contains { $0.contains("localGooglePlay") })
+        var local = configuration
+        local.localGooglePlayEnabled = true
+        #expect(local.productionProblems.contains { $0.contains("localGooglePlay.enabled") })
     }
 
     @Test func onlyGooglePlayAppsNeedNoAppleKeys() async throws {

@@ -97,6 +97,9 @@ extension ServerConfiguration {
         if localAppStoreEnabled {
             problems.append("localAppStore.enabled is true: the local App Store is trusted beside Apple")
         }
+        if localGooglePlayEnabled {
+            problems.append("localGooglePlay.enabled is true: the local Google Play stands in for Google")
+        }
         if secretKeys.isEmpty { problems.append("auth.secretKeys: no secret key, operators cannot reach the server") }
         if clientTokenSecret == nil {
             problems.append("auth.clientTokenSecret: not set, apps cannot authenticate with client tokens")
