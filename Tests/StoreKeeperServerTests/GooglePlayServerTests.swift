@@ -261,6 +261,37 @@ import Testing
         }
     }
 
+    /// Hostile pushes and tokens: answers with a code, nothing recorded or applied wrongly.
+    @Test func hostilePushesAndTokensGetClearAnswers() async throws {
+        try await Self.withPlay("sqlite") { play in
+            let token = try await play.server.pushToken(audience: Self.audience, serviceAccount: Self.pushAccount)
+            // Oversized, no messageId, a messageId of 10 kB, not JSON: 413 / 400.
+            let huge = Data(repeating: UInt8(ascii: "a"), count: 2 * 1_048_576)
+            #expect(try await play.post(huge, authorization: "Bearer \(token)") == .contentTooLarge)
+            #expect(try await play.post(Data("{}".utf8), authorization: "Bearer \(token)") == .badRequest)
+            let longId = #"{"message":{"messageId":"\#(String(repeating: "9", count: 10_000))","data":"e30="}}"#
+            #expect(try await play.post(Data(longId.utf8), authorization: "Bearer \(token)") == .badRequest)
+            #expect(try await play.post(Data("not json".utf8), authorization: "Bearer \(token)") == .badRequest)
+            // A notification for a package this server does not serve: recorded, never applied.
+            var foreign = DeveloperNotification(packageName: "com.other.app", eventTimeMillis: 1)
+            foreign.oneTimeProductNotification = .init(notificationType: 1, purchaseToken: "t", sku: "coins_60")
+            let body = PubSubPush(
+                message: .init(
+                    data: try JSONEncoder().encode(foreign).base64EncodedString(), messageId: "m-foreign",
+                    publishTime: nil), subscription: nil)
+            #expect(try await play.post(try JSONEncoder().encode(body), authorization: "Bearer \(token)") == .noContent)
+            await play.runJobs()
+            let recorded = try await GooglePlayStore(database: play.app.database).notifications()
+            #expect(recorded.map(\.messageId) == ["m-foreign"])
+            #expect(recorded.first?.status == "recorded")
+            // A token of 5,000 characters or with a space: 400 before Google is asked.
+            for bad in [String(repeating: "x", count: 5000), "a b", ""] {
+                let reply = try await play.submit("h", "coins_60", bad)
+                #expect(reply.status == .badRequest, "\(bad.prefix(10))")
+            }
+        }
+    }
+
     @Test(arguments: API.databases)
     func googleRefundsGoThroughTheOneRefundPathByQuantity(kind: String) async throws {
         try await Self.withPlay(kind) { play in
