@@ -334,6 +334,7 @@ enum NotificationApplier {
                 "revocationType": .string(reversed ? nil : transaction.revocationType?.rawValue),
                 "refundedShare": .number(plan.refundedShare.map(Int64.init)),
                 "orderStatus": .string(plan.orderStatus?.rawValue),
+                "store": .string(StoreOfTransaction.of(transactionId)),
             ], sql: sql, at: at)
         return ("applied", detail + subscriptionNote)
     }

@@ -103,6 +103,7 @@ public enum SubscriptionStore {
                                 "accountId": .string(write.account), "productId": .string(state.productId),
                                 "oldStatus": .string(from?.rawValue), "newStatus": .string(to.rawValue),
                                 "expiresAt": .string(state.expiresAt.map(Self.iso8601)),
+                                "store": .string(StoreOfTransaction.of(state.originalTransactionId)),
                             ]), write.at
                         ))
                 case .stale, .ignored:

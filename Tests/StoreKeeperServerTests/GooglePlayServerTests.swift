@@ -305,6 +305,13 @@ import Testing
             _ = try await play.push()
             await play.runJobs()
             #expect(try await play.balance("buyer") == 120)
+            // The backend hears of it like an Apple refund, naming the store.
+            let events = try await play.app.database.read { sql in
+                try await sql.raw("SELECT payload FROM outbox WHERE event = 'refund'").all()
+                    .map { try $0.decode(column: "payload", as: String.self) }
+            }
+            #expect(events.count == 1)
+            #expect(events.first?.contains(#""store":"google_play""#) == true)
             await play.app.runGoogleHousekeeping(now: Date().addingTimeInterval(7200))
             await play.runJobs(now: Date().addingTimeInterval(7200))
             #expect(try await play.balance("buyer") == 120)
