@@ -460,6 +460,7 @@ import Testing
                 (try await API.call(play.client, .get, "/v1/anomalies?status=open").json["anomalies"]
                 as? [[String: Any]] ?? []).filter { $0["kind"] as? String == "unattributed_transaction" }
             #expect(held.count == 1)
+            #expect(held.first?["store"] as? String == "google_play")
             // The device submits it: delivered to its account, then acknowledged.
             #expect(try await play.submit("claimer", "remove_ads", token).status == .ok)
             #expect(try await play.entitlements("claimer") == ["no_ads"])

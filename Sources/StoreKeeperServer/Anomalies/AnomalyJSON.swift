@@ -16,6 +16,8 @@ struct AnomalyJSON: Encodable {
     var createdAt: String
     var resolvedAt: String?
     var resolution: String?
+    /// The store of the transaction it is about (`app_store`, `google_play`, `web`).
+    var store: String?
 
     init(_ anomaly: PurchaseStore.StoredAnomaly) {
         id = anomaly.id
@@ -28,6 +30,7 @@ struct AnomalyJSON: Encodable {
         createdAt = StoreKeeperApp.iso(anomaly.createdAt)
         resolvedAt = anomaly.resolvedAt.map(StoreKeeperApp.iso)
         resolution = anomaly.resolution
+        store = anomaly.transactionId.map(StoreOfTransaction.of)
     }
 }
 
