@@ -280,29 +280,50 @@ public struct GooglePlayStore: Sendable {
 
     // MARK: Voided purchases
 
-    /// Records a voided purchase once (by order, quantity and time); returns every voided
-    /// quantity recorded for that order so far when it is new, nil when seen before.
-    public func recordVoided(
-        appId: String, purchaseToken: String, orderId: String?, voidedQuantity: Int?, voidedAt: Int64?, now: Date
-    ) async throws -> [Int?]? {
-        try await database.transaction { sql in
-            let key = PurchaseStore.dedupeKey(
-                purchaseToken, orderId, voidedQuantity.map(String.init), voidedAt.map(String.init))
-            let inserted = try await sql.raw(
+    /// A voided record as Google listed it, and whether it was applied before.
+    public struct Voided: Sendable {
+        /// Unique per record (order, quantity, time).
+        public var key: String
+        public var seen: Bool
+        /// Every voided quantity of that order so far, this record's included.
+        public var quantities: [Int?]
+    }
+
+    /// What applying a voided record needs, read: it is marked (`markVoided`) only after its
+    /// refund committed, so a crash in between applies it again next time — harmless, the
+    /// refund path takes nothing it took before.
+    public func voided(purchaseToken: String, orderId: String?, voidedQuantity: Int?, voidedAt: Int64?)
+        async throws -> Voided
+    {
+        let key = PurchaseStore.dedupeKey(
+            purchaseToken, orderId, voidedQuantity.map(String.init), voidedAt.map(String.init))
+        return try await database.read { sql in
+            let rows = try await sql.raw(
                 """
-                INSERT INTO google_voided (void_key, app_id, purchase_token, order_id, voided_quantity, voided_at, recorded_at)
-                VALUES (\(bind: key), \(bind: appId), \(bind: purchaseToken), \(bind: orderId), \(bind: voidedQuantity),
-                        \(bind: voidedAt), \(bind: now.milliseconds))
-                ON CONFLICT (void_key) DO NOTHING RETURNING void_key
-                """
-            ).first()
-            guard inserted != nil else { return nil }
-            return try await sql.raw(
-                """
-                SELECT voided_quantity FROM google_voided WHERE purchase_token = \(bind: purchaseToken)
+                SELECT void_key, voided_quantity FROM google_voided WHERE purchase_token = \(bind: purchaseToken)
                 AND (order_id = \(bind: orderId) OR (order_id IS NULL AND \(bind: orderId) IS NULL))
                 """
-            ).all().map { try $0.decode(column: "voided_quantity", as: Int?.self) }
+            ).all()
+            let keys = try rows.map { try $0.decode(column: "void_key", as: String.self) }
+            let quantities = try rows.map { try $0.decode(column: "voided_quantity", as: Int?.self) }
+            let seen = keys.contains(key)
+            return Voided(key: key, seen: seen, quantities: seen ? quantities : quantities + [voidedQuantity])
+        }
+    }
+
+    public func markVoided(
+        _ voided: Voided, appId: String, purchaseToken: String, orderId: String?, voidedQuantity: Int?,
+        voidedAt: Int64?, now: Date
+    ) async throws {
+        try await database.transaction { sql in
+            try await sql.raw(
+                """
+                INSERT INTO google_voided (void_key, app_id, purchase_token, order_id, voided_quantity, voided_at, recorded_at)
+                VALUES (\(bind: voided.key), \(bind: appId), \(bind: purchaseToken), \(bind: orderId),
+                        \(bind: voidedQuantity), \(bind: voidedAt), \(bind: now.milliseconds))
+                ON CONFLICT (void_key) DO NOTHING
+                """
+            ).run()
         }
     }
 

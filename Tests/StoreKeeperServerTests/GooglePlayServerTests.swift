@@ -315,6 +315,12 @@ import Testing
             await play.app.runGoogleHousekeeping(now: Date().addingTimeInterval(7200))
             await play.runJobs(now: Date().addingTimeInterval(7200))
             #expect(try await play.balance("buyer") == 120)
+            // A crash after the refund committed and before the record was marked: the next poll
+            // applies it again — and takes nothing more.
+            try await play.app.database.transaction { sql in try await sql.raw("DELETE FROM google_voided").run() }
+            await play.app.runGoogleHousekeeping(now: Date().addingTimeInterval(2 * 7200))
+            await play.runJobs(now: Date().addingTimeInterval(2 * 7200))
+            #expect(try await play.balance("buyer") == 120)
             // The rest: everything back; spent coins go negative with refunded_after_delivery.
             let debit = try await API.call(
                 play.client, .post, "/v1/accounts/buyer/balances/coins/debit",

@@ -148,11 +148,11 @@ extension JobRunner {
     func applyVoided(_ voided: VoidedPurchase, appId: String, now: Date) async throws -> Bool {
         guard let token = voided.purchaseToken, !token.isEmpty else { return false }
         let store = GooglePlayStore(database: app.database)
-        guard
-            let quantities = try await store.recordVoided(
-                appId: appId, purchaseToken: token, orderId: voided.orderId, voidedQuantity: voided.voidedQuantity,
-                voidedAt: voided.voidedTimeMillis?.value, now: now)
-        else { return false }
+        let record = try await store.voided(
+            purchaseToken: token, orderId: voided.orderId, voidedQuantity: voided.voidedQuantity,
+            voidedAt: voided.voidedTimeMillis?.value)
+        guard !record.seen else { return false }
+        let quantities = record.quantities
         let known = try await store.purchase(token)
         let digest = GoogleReading.digest(token)
         var transaction = JWSTransactionDecodedPayload(
@@ -170,15 +170,19 @@ extension JobRunner {
             catalog: app.catalog, policy: app.configuration.ownershipPolicy,
             consumptionEnabled: app.configuration.consumptionEnabled, read: StoreKeeperApp.storedNotification)
         settings.sharedAppleIdLimit = app.configuration.sharedAppleIdAccounts
-        let key = PurchaseStore.dedupeKey(token, voided.orderId, String(quantities.count))
+        // The same record, applied again after a crash, has the same key and share: nothing more.
+        let orderDigest = GoogleReading.digest(token + "\u{0}" + (voided.orderId ?? ""))
         let outcome = try await app.notifications.applyRefund(
             NotificationRecord(
-                notificationUUID: "gp-void:" + String(key.hashValue.magnitude) + ":" + digest + ":\(quantities.count)",
+                notificationUUID: "gp-void:\(orderDigest):\(quantities.count)",
                 type: NotificationType.refund.rawValue, subtype: nil,
                 signedDate: Int64((now.timeIntervalSince1970 * 1000).rounded(.down)),
                 environment: transaction.environment?.rawValue, transaction: transaction),
             settings: settings, now: now, actor: "google",
             revocation: GooglePlayPlanner.revocation(voidedQuantities: quantities, quantity: known?.quantity ?? 1))
+        try await store.markVoided(
+            record, appId: appId, purchaseToken: token, orderId: voided.orderId,
+            voidedQuantity: voided.voidedQuantity, voidedAt: voided.voidedTimeMillis?.value, now: now)
         app.logger.info(
             "Google voided purchase applied",
             metadata: ["order": "\(voided.orderId ?? "-")", "outcome": "\(outcome.1)"])
