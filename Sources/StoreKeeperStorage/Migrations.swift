@@ -542,6 +542,12 @@ public enum Migrations {
                 // subscription its first payment started (`original_payment_id`).
                 "ALTER TABLE web_purchases ADD COLUMN original_payment_id TEXT",
                 "ALTER TABLE web_purchases ADD COLUMN expires_at BIGINT",
+                // The minute pass looks for open web subscriptions past their period: a partial
+                // index of just those, never a scan of every subscription.
+                """
+                CREATE INDEX subscriptions_web_open ON subscriptions (expires_at)
+                WHERE original_transaction_id LIKE 'web:%' AND status IN ('active', 'grace_period')
+                """,
             ]
         ),
         (

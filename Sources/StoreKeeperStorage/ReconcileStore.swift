@@ -82,7 +82,7 @@ extension PurchaseStore {
                 WHERE status IN ('active', 'grace_period')
                 AND COALESCE(grace_ends_at, expires_at) <= \(bind: now.milliseconds)
                 AND original_transaction_id LIKE 'web:%'
-                ORDER BY original_transaction_id LIMIT \(unsafeRaw: String(max(1, limit)))
+                ORDER BY expires_at LIMIT \(unsafeRaw: String(max(1, limit)))
                 """
             ).all().map {
                 (
