@@ -102,10 +102,31 @@ struct SimulateCommand: AsyncParsableCommand {
         options.pendingRate = pendingRate
         options.seed = seed
         options.settleSeconds = settleSeconds
-        let report: GoogleSimulation.Report
+        try await report(
+            { progress in try await GoogleSimulation(options: options).run(progress: progress) },
+            text: { report in
+                """
+                Google Play: purchases \(report.purchases) · paid \(report.paid) (\(report.pending) pending first) · delivered \(report.delivered)
+                lost \(report.lost) · doubled \(report.doubled) · refunded by Google for want of an acknowledgement \(report.autoRefunded) · unacknowledged \(report.unacknowledged)
+                settled \(report.settled ? "in \(report.secondsToSettle) s" : "NOT within \(settleSeconds) s") · \(report.crashes) crashes · \(report.networkFailures) network failures · seed \(report.seed)
+                """
+            }, clean: \.clean)
+    }
+
+    /// Runs a simulation: progress (and problems) on stderr, the report as text or JSON on
+    /// stdout; exit 2 when it could not run, 1 when it is not clean.
+    func report<Report: Encodable>(
+        _ simulate: (@escaping @Sendable (String) -> Void) async throws -> Report, text: (Report) -> String,
+        clean: (Report) -> Bool
+    ) async throws {
+        let json = self.json
+        let report: Report
         do {
-            report = try await GoogleSimulation(options: options).run { line in
-                if !json { FileHandle.standardError.write(Data("simulate: \(line)\n".utf8)) }
+            report = try await simulate { line in
+                // Progress without --json; what went wrong always (stderr: the JSON stays clean).
+                if !json || line.hasPrefix("problem") {
+                    FileHandle.standardError.write(Data("simulate: \(line)\n".utf8))
+                }
             }
         } catch {
             FileHandle.standardError.write(Data("simulate: \(error)\n".utf8))
@@ -116,14 +137,9 @@ struct SimulateCommand: AsyncParsableCommand {
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
             print(String(decoding: try encoder.encode(report), as: UTF8.self))
         } else {
-            print(
-                """
-                Google Play: purchases \(report.purchases) · paid \(report.paid) (\(report.pending) pending first) · delivered \(report.delivered)
-                lost \(report.lost) · doubled \(report.doubled) · refunded by Google for want of an acknowledgement \(report.autoRefunded) · unacknowledged \(report.unacknowledged)
-                settled \(report.settled ? "in \(report.secondsToSettle) s" : "NOT within \(settleSeconds) s") · \(report.crashes) crashes · \(report.networkFailures) network failures · seed \(report.seed)
-                """)
+            print(text(report))
         }
-        if !report.clean { throw ExitCode(1) }
+        if !clean(report) { throw ExitCode(1) }
     }
 
     func run() async throws {
@@ -141,31 +157,15 @@ struct SimulateCommand: AsyncParsableCommand {
         options.clockJumpRate = clockJumpRate
         options.replayFlood = replayFlood
         options.tokenlessRate = tokenlessRate
-        let report: Simulation.Report
-        do {
-            report = try await Simulation(options: options).run { line in
-                // Progress without --json; what went wrong always (stderr: the JSON stays clean).
-                if !json || line.hasPrefix("problem") {
-                    FileHandle.standardError.write(Data("simulate: \(line)\n".utf8))
-                }
-            }
-        } catch {
-            FileHandle.standardError.write(Data("simulate: \(error)\n".utf8))
-            throw ExitCode(2)
-        }
-        if json {
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-            print(String(decoding: try encoder.encode(report), as: UTF8.self))
-        } else {
-            print(
+        try await report(
+            { progress in try await Simulation(options: options).run(progress: progress) },
+            text: { report in
                 """
                 purchases \(report.purchases) · paid \(report.paid) · delivered \(report.delivered)
                 lost \(report.lost) · doubled \(report.doubled) · misattributed \(report.misattributed) · finished before ack \(report.finishedBeforeAck)
                 stuck purchases \(report.stuckPurchases) · product mismatches \(report.productMismatches) · held \(report.held) · \(report.requestsPerPurchase) requests per purchase
                 settled \(report.settled ? "in \(report.secondsToSettle) s" : "NOT within \(settleSeconds) s") · \(report.crashes) crashes · \(report.networkFailures) network failures · seed \(report.seed)
-                """)
-        }
-        if !report.clean { throw ExitCode(1) }
+                """
+            }, clean: \.clean)
     }
 }

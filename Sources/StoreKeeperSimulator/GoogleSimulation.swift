@@ -92,7 +92,7 @@ public struct GoogleSimulation: Sendable {
         var tokens: [String: String] = [:]  // purchase token → order id
     }
 
-    public func run(progress: @Sendable (String) -> Void = { _ in }) async throws -> Report {
+    public func run(progress: @escaping @Sendable (String) -> Void = { _ in }) async throws -> Report {
         var random = SeededRandom(seed: options.seed)
         let control = "/local-google-play/control"
         guard (try? await call(.GET, "\(control)/purchases"))?.status == 200 else {

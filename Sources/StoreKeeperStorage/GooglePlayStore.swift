@@ -15,7 +15,6 @@ public struct GooglePlayStore: Sendable {
 
     public static let acknowledgeJobKind = "google_acknowledge"
     public static let syncJobKind = "google_sync"
-    public static let reviewJobKind = "google_refund_review"
 
     /// A purchase token as the server last read it.
     public struct Purchase: Sendable, Hashable {

@@ -115,9 +115,8 @@ extension ServerConfiguration {
     /// Google Play apps' rules (what `validate` checks).
     func validateGooglePlayApps() throws {
         var packages = Set<String>()
-        for (index, app) in googlePlayApps.enumerated() {
+        for app in googlePlayApps {
             let name = "apps[\(app.id)]"
-            _ = index
             guard
                 app.packageName.count <= 255,
                 app.packageName.split(separator: ".").count >= 2,

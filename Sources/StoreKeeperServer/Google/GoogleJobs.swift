@@ -28,9 +28,9 @@ extension JobRunner {
         let store = GooglePlayStore(database: app.database)
         do {
             var outcome: String
-            if let reviewToken = payload.reviewToken, let orderId = payload.voidedOrderId {
+            if let reviewToken = payload.reviewToken, let orderId = payload.orderId {
                 outcome = try await answerReview(google, orderId: orderId, reviewToken: reviewToken, now: now)
-            } else if payload.voidedOrderId != nil {
+            } else if payload.voided == true {
                 let applied = try await pollVoided(google, now: now)
                 outcome = "voided purchases polled: \(applied) refund(s) applied"
             } else {

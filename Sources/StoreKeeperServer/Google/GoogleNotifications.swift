@@ -14,11 +14,10 @@ extension StoreKeeperApp {
         var appId: String
         var token: String
         var messageId: String?
-        /// A voided purchase: its order and quantity (refund through the one refund path).
-        var voidedOrderId: String?
-        var voidedQuantity: Int?
-        var voidedAt: Int64?
-        /// A pending refund review: Google's token for the answer.
+        /// A voided purchase (applied from the voided purchases list, which has its quantity).
+        var voided: Bool?
+        /// A pending refund review: the order and Google's token for the answer.
+        var orderId: String?
         var reviewToken: String?
         var productId: String?
     }
@@ -31,10 +30,7 @@ extension StoreKeeperApp {
         let authorization = request.headers[.authorization]
         var verified = false
         var reasons: [String] = []
-        for verifier in Set(google.values.compactMap { $0.verifier.map(ObjectIdentifier.init) }) {
-            guard let app = google.values.first(where: { $0.verifier.map(ObjectIdentifier.init) == verifier }),
-                let push = app.verifier
-            else { continue }
+        for push in google.values.compactMap(\.verifier) {
             do {
                 _ = try await push.verify(authorization: authorization)
                 verified = true
@@ -73,14 +69,14 @@ extension StoreKeeperApp {
         if let app, let token, token.utf8.count <= 4096 {
             job = GoogleSyncJob(
                 appId: app.configuration.id, token: token, messageId: messageId,
-                voidedOrderId: notification.voidedPurchaseNotification?.orderId,
+                voided: notification.voidedPurchaseNotification != nil ? true : nil,
                 productId: notification.oneTimeProductNotification?.sku
                     ?? notification.subscriptionNotification?.subscriptionId)
         } else if let app, let review = notification.pendingRefundReviewNotification,
             let reviewToken = review.pendingRefundToken, let orderId = review.orderId
         {
             job = GoogleSyncJob(
-                appId: app.configuration.id, token: "", messageId: messageId, voidedOrderId: orderId,
+                appId: app.configuration.id, token: "", messageId: messageId, orderId: orderId,
                 reviewToken: reviewToken)
         }
         let recorded = try await store.recordNotification(
