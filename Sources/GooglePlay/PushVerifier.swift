@@ -48,6 +48,11 @@ public actor PushVerifier {
     let http: HTTPClient
     var keys: JWTKeyCollection?
     var fetchedAt: ContinuousClock.Instant?
+    /// A failed fetch: anyone can POST a push, so a failing certificates URL is asked again at
+    /// most every 10 s, not once per request.
+    var failedAt: ContinuousClock.Instant?
+    /// Fetches attempted (for tests).
+    var fetches = 0
 
     public init(audience: String, serviceAccount: String, certificatesURL: String, http: HTTPClient = .shared) {
         self.audience = audience
@@ -102,6 +107,20 @@ public actor PushVerifier {
     }
 
     func refresh() async throws {
+        if let failedAt, ContinuousClock.now - failedAt < .seconds(10) {
+            throw GooglePlayError(.unavailable, "Google's push certificates failed less than 10 s ago")
+        }
+        do {
+            try await fetch()
+            failedAt = nil
+        } catch {
+            failedAt = .now
+            throw error
+        }
+    }
+
+    func fetch() async throws {
+        fetches += 1
         var request = HTTPClientRequest(url: certificatesURL)
         request.method = .GET
         let answer = try await GoogleHTTP.exchange(http, request, timeout: .seconds(10), maxBody: 256 * 1024)

@@ -77,6 +77,8 @@ public enum GooglePlayPlanner {
     public static let acknowledgementWindow: TimeInterval = 3 * 86_400
     public static let sweepAfter: TimeInterval = 3600
     public static let alertAfter: TimeInterval = 48 * 3600
+    /// Past this, Google has refunded what was never acknowledged: nothing left to acknowledge.
+    public static let acknowledgeUntil: TimeInterval = 4 * 86_400
 
     /// The transaction ids a Google purchase is delivered under: one per charge (`orderId`;
     /// a purchase without one — promo codes — by its token's digest), and the subscription's

@@ -177,14 +177,18 @@ public struct GooglePlayStore: Sendable {
     /// The sweeper: paid purchases still unacknowledged `after` their payment get an
     /// acknowledgement job (again, under a new key per hour); those past `alertAfter` are
     /// returned once each for an alert. Reads by the partial index, never the table.
-    public func sweepUnacknowledged(after: TimeInterval, alertAfter: TimeInterval, now: Date) async throws -> (
+    public func sweepUnacknowledged(
+        after: TimeInterval, alertAfter: TimeInterval, until: TimeInterval = GooglePlayPlanner.acknowledgeUntil,
+        now: Date
+    ) async throws -> (
         queued: Int, alerts: [Purchase]
     ) {
         try await database.transaction { sql in
             let rows = try await sql.raw(
                 """
                 SELECT * FROM google_purchases
-                WHERE acknowledged_at IS NULL AND paid_at IS NOT NULL AND paid_at <= \(bind: now.addingTimeInterval(-after).milliseconds)
+                WHERE acknowledged_at IS NULL AND paid_at <= \(bind: now.addingTimeInterval(-after).milliseconds)
+                AND paid_at >= \(bind: now.addingTimeInterval(-until).milliseconds)
                 AND retired = 0
                 ORDER BY paid_at LIMIT 500
                 """

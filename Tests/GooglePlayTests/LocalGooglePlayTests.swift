@@ -2,7 +2,6 @@ import AsyncHTTPClient
 import Crypto
 import CryptoExtras
 import Foundation
-import GooglePlay
 import Hummingbird
 import JWTKit
 import LocalAppStore
@@ -14,6 +13,8 @@ import ServiceLifecycle
 import StoreKeeperCatalog
 import Synchronization
 import Testing
+
+@testable import GooglePlay
 
 /// The local Google Play through Google's own client path: service-account tokens, the
 /// Developer API's resources at Google's paths and field names, acknowledgement and its
@@ -234,6 +235,18 @@ import Testing
             _ = try JSONDecoder().decode(VoidedPurchase.self, from: Data(#"{"purchaseTimeMillis":"12x"}"#.utf8))
         }
         #expect(GoogleMoney(currencyCode: "EUR", units: 9, nanos: 990_000_000).milliunits == 9990)
+    }
+
+    /// Anyone can POST a push: a failing certificates URL is not fetched once per request.
+    @Test func aFailingCertificatesURLIsAskedAtMostEveryTenSeconds() async throws {
+        let verifier = PushVerifier(audience: "a", serviceAccount: "b", certificatesURL: "http://127.0.0.1:1/certs")
+        let token = "eyJhbGciOiJSUzI1NiIsImtpZCI6IngifQ.e30.c2ln"
+        for _ in 0..<5 {
+            await #expect(throws: PushVerifier.Refusal.self) {
+                _ = try await verifier.verify(authorization: "Bearer \(token)")
+            }
+        }
+        #expect(await verifier.fetches == 1)
     }
 
     @Test func pushTokensVerifyAgainstTheJWKSAndNothingElseDoes() async throws {

@@ -472,6 +472,22 @@ import Testing
             #expect(try await play.entitlements("claimer") == ["no_ads"])
             await play.runJobs(now: later)
             #expect(await play.store.purchase(token)?.acknowledged == true)
+            // One never claimed is not retried forever: past Google's window (it refunded it)
+            // the acknowledgement job ends, and the sweeper stops asking.
+            let stray = try await play.store.buy("remove_ads", obfuscatedAccountId: nil)
+            _ = try await play.push()
+            await play.runJobs()
+            let gone = Date().addingTimeInterval(5 * 86_400)
+            await play.app.runGoogleHousekeeping(now: gone)
+            await play.runJobs(now: gone)
+            let pendingAcks = try await play.app.database.read { sql in
+                try await sql.raw(
+                    "SELECT COUNT(*) AS n FROM jobs WHERE kind = 'google_acknowledge' AND status = 'pending'"
+                )
+                .first()?.decode(column: "n", as: Int.self) ?? 0
+            }
+            #expect(pendingAcks == 0)
+            #expect(await play.store.purchase(stray)?.acknowledged == false)
             // A claim of a Google purchase is no reason to call Apple's Set App Account Token.
             let appleJobs = try await play.app.database.read { sql in
                 try await sql.raw("SELECT COUNT(*) AS n FROM jobs WHERE kind = 'set_app_account_token'").first()?

@@ -78,6 +78,11 @@ extension JobRunner {
                 try await app.jobs.complete(job.id)
                 return
             }
+            // Past Google's window the purchase is refunded: a job never retries it forever.
+            if let paid = purchase.paidAt, now.timeIntervalSince(paid) > GooglePlayPlanner.acknowledgeUntil {
+                try await app.jobs.fail(job.id, error: "past Google's acknowledgement window: refunded by Google")
+                return
+            }
             // Only what an account has: an unattributed purchase waits for its claim (the
             // device's submission or the operator's resolution); the 48-hour alert shows it.
             if purchase.accountId == nil {
