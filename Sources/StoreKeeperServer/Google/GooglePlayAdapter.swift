@@ -135,7 +135,8 @@ extension StoreKeeperApp {
             else {
                 throw GoogleReadFailure.unknownProduct(resource.lineItems?.first?.productId ?? "?")
             }
-            let voided = known?.retired == true
+            // A replaced token never grants again, whatever Google still says of it.
+            let retired = known?.retired == true
             return GoogleReading(
                 appId: appId, token: token, kind: "subscription", googleProductId: id, product: product,
                 readiness: GooglePlayPlanner.readiness(subscriptionState: resource.subscriptionState),
@@ -148,7 +149,7 @@ extension StoreKeeperApp {
                 acknowledged: resource.acknowledgementState == AcknowledgementState.acknowledged,
                 priceMilli: item.autoRenewingPlan?.recurringPrice?.milliunits,
                 currency: item.autoRenewingPlan?.recurringPrice?.currencyCode,
-                status: voided ? .expired : GooglePlayPlanner.status(subscriptionState: resource.subscriptionState))
+                status: retired ? .expired : GooglePlayPlanner.status(subscriptionState: resource.subscriptionState))
         }
         let resource = try await app.client.productPurchase(token: token)
         guard let item = resource.productLineItem?.first, let id = item.productId,
