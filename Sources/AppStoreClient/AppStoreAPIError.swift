@@ -69,4 +69,6 @@ public struct AppStoreAPIError: Error, Hashable, Sendable, CustomStringConvertib
 
     /// `TransactionIdNotFoundError`: usually the id belongs to the other environment.
     public static let transactionIdNotFound: Int64 = 4_040_010
+    /// `OriginalTransactionIdNotFoundError`.
+    public static let originalTransactionIdNotFound: Int64 = 4_040_005
 }

@@ -18,6 +18,19 @@ public struct OfferSigner: Sendable {
         self.bundleId = bundleId
     }
 
+    init(key: P256.Signing.PrivateKey, keyId: String, issuerId: String, bundleId: String) {
+        self.key = key
+        self.keyId = keyId
+        self.issuerId = issuerId
+        self.bundleId = bundleId
+    }
+
+    /// The same In-App Purchase key signing for another app of the developer team (the
+    /// signature covers the bundle id).
+    public func forBundle(_ bundleId: String) -> OfferSigner {
+        OfferSigner(key: key, keyId: keyId, issuerId: issuerId, bundleId: bundleId)
+    }
+
     /// A V1 signature's fields, as StoreKit's `promotionalOffer(offerID:keyID:nonce:signature:timestamp:)` takes them.
     public struct V1: Sendable, Hashable {
         public var keyId: String

@@ -10,6 +10,8 @@ public struct AppReceiptVerifier: Sendable {
     /// Trust anchors, DER. Default: Apple Inc. Root.
     public var trustedRoots: [[UInt8]]
     public var bundleId: String?
+    /// More bundle ids accepted besides `bundleId` (a deployment with several App Store apps).
+    public var otherBundleIds: Set<String> = []
     public var environments: Set<AppStoreEnvironment>?
     public var validationTime: VerificationConfiguration.ValidationTime
     /// Receipts larger than this are rejected before parsing (10,000 purchases are ~4 MB).
@@ -82,8 +84,11 @@ public struct AppReceiptVerifier: Sendable {
         _ = try await ChainValidator.validate(
             leaf: signer, intermediates: [intermediate], roots: roots, at: time, onlineChecks: nil)
 
-        if let expected = bundleId, receipt.bundleId != expected {
-            throw VerificationFailure.wrongBundle(expected: expected, actual: receipt.bundleId)
+        if let expected = bundleId, receipt.bundleId != expected,
+            !(receipt.bundleId.map(otherBundleIds.contains) ?? false)
+        {
+            throw VerificationFailure.wrongBundle(
+                expected: ([expected] + otherBundleIds.sorted()).joined(separator: " or "), actual: receipt.bundleId)
         }
         // Receipts without attribute 0 predate it and cannot be placed; the chain still held.
         if let accepted = environments, let environment = receipt.environment, !accepted.contains(environment) {

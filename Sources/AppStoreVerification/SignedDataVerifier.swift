@@ -24,6 +24,9 @@ public struct VerificationConfiguration: Sendable {
     public var bundleId: String?
     /// The app's App Store id, required to match in Production; nil skips the check.
     public var appAppleId: Int64?
+    /// More apps of the same deployment, each with its own bundle id and App Store id: data
+    /// signed for any of them (or for `bundleId`) is accepted and checked against its own app.
+    public var otherApps: [AppIdentity] = []
     /// Accepted environments; nil accepts any.
     public var environments: Set<AppStoreEnvironment>?
     public var validationTime: ValidationTime
@@ -48,6 +51,18 @@ public struct VerificationConfiguration: Sendable {
         self.validationTime = validationTime
         self.onlineChecks = onlineChecks
         self.chainCacheCapacity = chainCacheCapacity
+    }
+}
+
+/// One App Store app a verifier accepts besides `VerificationConfiguration.bundleId`.
+public struct AppIdentity: Sendable, Hashable {
+    public var bundleId: String
+    /// Its App Store id, required to match in Production; nil skips the check.
+    public var appAppleId: Int64?
+
+    public init(bundleId: String, appAppleId: Int64?) {
+        self.bundleId = bundleId
+        self.appAppleId = appAppleId
     }
 }
 
@@ -111,7 +126,7 @@ public final class SignedDataVerifier: Sendable {
     public func verifyAppTransaction(_ jws: String) async throws -> AppTransaction {
         let payload = try await verifySignedPayload(jws, as: AppTransaction.self) { $0.receiptCreationDate }
         try checkBundle(payload.bundleId)
-        try checkApp(payload.appAppleId, environment: payload.receiptType)
+        try checkApp(payload.appAppleId, bundleId: payload.bundleId, environment: payload.receiptType)
         try checkEnvironment(payload.receiptType)
         return payload
     }
@@ -135,7 +150,7 @@ public final class SignedDataVerifier: Sendable {
             throw VerificationFailure.wrongBundle(expected: configuration.bundleId ?? "(any)", actual: nil)
         }
         try checkBundle(bundleId)
-        try checkApp(appAppleId, environment: environment)
+        try checkApp(appAppleId, bundleId: bundleId, environment: environment)
         try checkEnvironment(environment)
 
         var verified = VerifiedNotification(payload: payload)
@@ -158,7 +173,13 @@ public final class SignedDataVerifier: Sendable {
         let payload = try await verifySignedPayload(signedPayload, decode: DecodedRealtimeRequestBody.decode(json:)) {
             $0.signedDate
         }
-        try checkApp(payload.appAppleId, environment: .production)
+        // The request names no bundle: it must be one of the configured apps'.
+        if configuration.appAppleId != nil || !configuration.otherApps.isEmpty {
+            let known = ([configuration.appAppleId] + configuration.otherApps.map(\.appAppleId)).compactMap { $0 }
+            if !known.isEmpty, payload.appAppleId.map(known.contains) != true {
+                throw VerificationFailure.wrongApp(expected: known[0], actual: payload.appAppleId)
+            }
+        }
         try checkEnvironment(payload.environment)
         return payload
     }
@@ -186,11 +207,18 @@ public final class SignedDataVerifier: Sendable {
 
     private func checkBundle(_ actual: String?) throws {
         guard let expected = configuration.bundleId else { return }
-        guard actual == expected else { throw VerificationFailure.wrongBundle(expected: expected, actual: actual) }
+        guard actual == expected || configuration.otherApps.contains(where: { $0.bundleId == actual }) else {
+            let all = ([expected] + configuration.otherApps.map(\.bundleId)).joined(separator: " or ")
+            throw VerificationFailure.wrongBundle(expected: all, actual: actual)
+        }
     }
 
-    private func checkApp(_ actual: Int64?, environment: AppStoreEnvironment?) throws {
-        guard let expected = configuration.appAppleId, environment == .production else { return }
+    /// The App Store id of the configured app `bundleId` names (checked by `checkBundle` first).
+    private func checkApp(_ actual: Int64?, bundleId: String?, environment: AppStoreEnvironment?) throws {
+        let expected =
+            configuration.otherApps.first(where: { $0.bundleId == bundleId && bundleId != configuration.bundleId })
+            .map(\.appAppleId) ?? configuration.appAppleId
+        guard let expected, environment == .production else { return }
         guard actual == expected else { throw VerificationFailure.wrongApp(expected: expected, actual: actual) }
     }
 

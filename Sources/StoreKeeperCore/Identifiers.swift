@@ -62,3 +62,20 @@ public enum StoreOfTransaction {
         return "app_store"
     }
 }
+
+/// The deployment's apps by their store identity: an App Store bundle id or a Google Play
+/// package name → the app's id (`apps[].id`). What every stored purchase and subscription
+/// records as its app.
+public struct AppDirectory: Sendable, Hashable {
+    public var apps: [String: String]
+
+    public init(_ apps: [String: String] = [:]) {
+        self.apps = apps
+    }
+
+    /// The app of a transaction: its `bundleId` (Apple's, or the package name a Google
+    /// purchase is read for); nil for a web payment or an unknown identity.
+    public func appId(ofStoreIdentity identity: String?) -> String? {
+        identity.flatMap { apps[$0] }
+    }
+}

@@ -11,6 +11,23 @@ extension PurchaseStore {
         try await account(accountId).balances
     }
 
+    /// The app recorded with a subscription or its deliveries (nil: none recorded — a row from
+    /// before several apps, or a web payment).
+    public func recordedAppId(ofOriginal originalTransactionId: String) async throws -> String? {
+        try await database.read { sql in
+            try await sql.raw(
+                """
+                SELECT app_id FROM subscriptions WHERE original_transaction_id = \(bind: originalTransactionId)
+                    AND app_id IS NOT NULL
+                UNION ALL
+                SELECT app_id FROM deliveries WHERE original_transaction_id = \(bind: originalTransactionId)
+                    AND app_id IS NOT NULL
+                LIMIT 1
+                """
+            ).first()?.decode(column: "app_id", as: String.self)
+        }
+    }
+
     /// Balances and entitlements of an account, read together.
     public func account(_ accountId: String) async throws -> AccountState {
         try await database.read { sql in

@@ -29,6 +29,11 @@ struct BatchDelivery {
         var event: SubscriptionEvent? = nil
         /// More accounts than this on one Apple Account (appTransactionId): `shared_apple_id`.
         var sharedAppleIdLimit = OfferStore.defaultSharedAppleIdLimit
+        /// The deployment's apps: the transaction's app is recorded with it.
+        var apps = AppDirectory()
+
+        /// The app this transaction is of (its bundle id or package name), if configured.
+        var appId: String? { apps.appId(ofStoreIdentity: transaction.bundleId) }
     }
 
     struct EntitlementKey: Hashable {
@@ -136,7 +141,7 @@ struct BatchDelivery {
 
         // MARK: Plan in order, against the overlay.
         var results: [PurchaseStore.DeliveryResult] = []
-        var newDeliveries: [(DeliveryPlanner.Delivery, String, String, Int64)] = []  // + original id, environment, at
+        var newDeliveries: [(DeliveryPlanner.Delivery, String, String, Int64, String?)] = []  // + original id, environment, at, app
         var offerFacts: [OfferStore.DeliveredFacts] = []
         var revenue: [Revenue] = []  // one per new delivery, in the same order
         var ledger: [(LedgerEntry, Int64)] = []
@@ -209,7 +214,7 @@ struct BatchDelivery {
                         subscriptionWrites.append(
                             SubscriptionStore.Write(
                                 state: state, account: account, effects: effects, catalog: item.catalog,
-                                at: item.now.milliseconds))
+                                at: item.now.milliseconds, appId: item.appId))
                     }
                 }
             }
@@ -244,7 +249,7 @@ struct BatchDelivery {
                         transaction, originalId: originalId, isAutoRenewable: product?.type == .autoRenewable,
                         periods: &paidPeriods, sql: sql))
                 let environment = transaction.environment?.rawValue ?? "Production"
-                newDeliveries.append((delivery, originalId, environment, item.now.milliseconds))
+                newDeliveries.append((delivery, originalId, environment, item.now.milliseconds, item.appId))
                 offerFacts.append(
                     OfferStore.DeliveredFacts(
                         transaction: transaction, delivery: delivery, limit: item.sharedAppleIdLimit,
@@ -255,7 +260,10 @@ struct BatchDelivery {
                                 productId: delivery.productId)
                         }))
                 outbox.append(
-                    (PurchaseStore.outboxPayload(delivery, environment: environment), item.now.milliseconds))
+                    (
+                        PurchaseStore.outboxPayload(delivery, environment: environment, appId: item.appId),
+                        item.now.milliseconds
+                    ))
             }
             if let order = plan.order { orders[order.orderId] = order }
             if let binding = plan.binding { bindings[originalId] = binding }
@@ -279,8 +287,8 @@ struct BatchDelivery {
             var insert = sql.insert(into: "deliveries").columns(
                 "transaction_id", "original_transaction_id", "account_id", "order_id", "product_id", "quantity",
                 "environment", "delivered_at", "price_milli", "currency", "proceeds_percent", "period_start",
-                "period_end", "offer_type", "offer_identifier", "offer_source", "app_transaction_id")
-            for (((delivery, originalId, environment, at), money), facts) in zip(
+                "period_end", "offer_type", "offer_identifier", "offer_source", "app_transaction_id", "app_id")
+            for (((delivery, originalId, environment, at, appId), money), facts) in zip(
                 zip(newDeliveries, revenue), offerFacts)
             {
                 let offer = OfferStore.offerColumns(facts.transaction)
@@ -288,6 +296,7 @@ struct BatchDelivery {
                     delivery.transactionId, originalId, delivery.accountId, delivery.orderId, delivery.productId,
                     delivery.quantity, environment, at, money.price, money.currency, money.percent, money.periodStart,
                     money.periodEnd, offer.type, offer.identifier, offer.source, facts.transaction.appTransactionId,
+                    appId,
                 ])
             }
             inserts.append(insert.insert)

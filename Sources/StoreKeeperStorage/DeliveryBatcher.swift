@@ -39,9 +39,15 @@ final class DeliveryBatcher: Sendable {
 
     /// More accounts than this on one Apple Account: `shared_apple_id` (`offers.sharedAppleIdAccounts`).
     let sharedAppleIdLimit: Int
+    /// The deployment's apps, recorded with each delivery.
+    let apps: AppDirectory
 
-    init(database: Database, maxBatch: Int = 128, sharedAppleIdLimit: Int = OfferStore.defaultSharedAppleIdLimit) {
+    init(
+        database: Database, maxBatch: Int = 128, sharedAppleIdLimit: Int = OfferStore.defaultSharedAppleIdLimit,
+        apps: AppDirectory = AppDirectory()
+    ) {
         self.database = database
+        self.apps = apps
         self.sharedAppleIdLimit = sharedAppleIdLimit
         self.maxBatch = maxBatch
         self.maxConcurrentBatches = database.kind == .postgres ? 2 : 1
@@ -85,7 +91,7 @@ final class DeliveryBatcher: Sendable {
             BatchDelivery.Item(
                 transaction: $0.transaction, submittingAccount: $0.submittingAccount,
                 requestedOrderId: $0.requestedOrderId, catalog: $0.catalog, policy: $0.policy, evidence: $0.evidence,
-                now: $0.now, sharedAppleIdLimit: sharedAppleIdLimit)
+                now: $0.now, sharedAppleIdLimit: sharedAppleIdLimit, apps: apps)
         }
         let results: [PurchaseStore.DeliveryResult]
         do {
@@ -123,7 +129,7 @@ final class DeliveryBatcher: Sendable {
                 BatchDelivery.Item(
                     transaction: request.transaction, submittingAccount: request.submittingAccount,
                     requestedOrderId: request.requestedOrderId, catalog: request.catalog, policy: request.policy,
-                    evidence: request.evidence, now: request.now, sharedAppleIdLimit: sharedAppleIdLimit))
+                    evidence: request.evidence, now: request.now, sharedAppleIdLimit: sharedAppleIdLimit, apps: apps))
             request.continuation.resume(returning: result)
         } catch {
             request.continuation.resume(throwing: error)

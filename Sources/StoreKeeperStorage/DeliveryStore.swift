@@ -173,11 +173,16 @@ extension PurchaseStore {
     }
 
     /// The outbox event of a delivery:
-    /// `{"accountId","environment","orderId","productId","quantity","transactionId"}`, keys sorted,
-    /// written by hand (it is on the hot path; JSONSerialization cost ~7 % of a request).
-    static func outboxPayload(_ delivery: DeliveryPlanner.Delivery, environment: String) -> String {
+    /// `{"accountId","appId"?,"environment","orderId","productId","quantity","store","transactionId"}`,
+    /// keys sorted, written by hand (it is on the hot path; JSONSerialization cost ~7 % of a request).
+    static func outboxPayload(_ delivery: DeliveryPlanner.Delivery, environment: String, appId: String? = nil) -> String
+    {
         var json = #"{"accountId":"#
         appendJSONString(delivery.accountId, to: &json)
+        if let appId {
+            json += #","appId":"#
+            appendJSONString(appId, to: &json)
+        }
         json += #","environment":"#
         appendJSONString(environment, to: &json)
         json += #","orderId":"#

@@ -383,7 +383,7 @@ extension PurchaseStore {
                     BatchDelivery.Item(
                         transaction: transaction, submittingAccount: submittingAccount,
                         requestedOrderId: requestedOrderId, catalog: catalog, policy: policy, evidence: .device,
-                        now: now, event: event, sharedAppleIdLimit: sharedAppleIdLimit)
+                        now: now, event: event, sharedAppleIdLimit: sharedAppleIdLimit, apps: apps)
                 ], sql: sql, combineWrites: false)[0]
         }
     }

@@ -615,6 +615,16 @@ public enum Migrations {
                 "ALTER TABLE orders ADD COLUMN app_id TEXT",
             ]
         ),
+        (
+            19,
+            [
+                // Several apps per deployment: the app of each delivery and subscription (the
+                // transaction's bundle id or package name, as `apps[].id`). Rows from before
+                // have none; reads fall back to the app their store implies.
+                "ALTER TABLE deliveries ADD COLUMN app_id TEXT",
+                "ALTER TABLE subscriptions ADD COLUMN app_id TEXT",
+            ]
+        ),
     ]
 
     /// Applies every migration not yet applied, each in its own transaction. Safe to run from

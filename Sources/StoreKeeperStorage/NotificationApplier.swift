@@ -70,7 +70,7 @@ enum NotificationApplier {
                 transaction: transaction, submittingAccount: nil, requestedOrderId: nil, catalog: settings.catalog,
                 policy: settings.policy, evidence: .device, now: now,
                 event: product?.type == .autoRenewable ? record.subscriptionEvent : nil,
-                sharedAppleIdLimit: settings.sharedAppleIdLimit)
+                sharedAppleIdLimit: settings.sharedAppleIdLimit, apps: settings.apps)
         }
         precondition(items.count == records.count, "NotificationPlanner delivers only what has a transaction")
         let results = try await BatchDelivery.run(items, sql: sql, combineWrites: combineWrites)

@@ -142,6 +142,8 @@ public struct NotificationStore: Sendable {
         public var read: @Sendable (String) throws -> NotificationRecord
         /// More accounts than this on one Apple Account: `shared_apple_id`.
         public var sharedAppleIdLimit = OfferStore.defaultSharedAppleIdLimit
+        /// The deployment's apps: what a notification delivers records its app.
+        public var apps = AppDirectory()
 
         public init(
             catalog: Catalog, policy: OwnershipPolicy, consumptionEnabled: Bool,

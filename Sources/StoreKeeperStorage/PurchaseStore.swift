@@ -15,9 +15,12 @@ public struct PurchaseStore: Sendable {
     /// Retention requests, group committed: concurrent answers share one commit.
     let retentionCommitter: GroupCommit<RetentionRecord>
 
-    public init(database: Database, sharedAppleIdLimit: Int = OfferStore.defaultSharedAppleIdLimit) {
+    public init(
+        database: Database, sharedAppleIdLimit: Int = OfferStore.defaultSharedAppleIdLimit,
+        apps: AppDirectory = AppDirectory()
+    ) {
         self.database = database
-        self.batcher = DeliveryBatcher(database: database, sharedAppleIdLimit: sharedAppleIdLimit)
+        self.batcher = DeliveryBatcher(database: database, sharedAppleIdLimit: sharedAppleIdLimit, apps: apps)
         self.retentionCommitter = GroupCommit(database: database) { items, sql in
             try await Self.insertRetention(items, sql: sql)
         }
@@ -25,6 +28,9 @@ public struct PurchaseStore: Sendable {
 
     /// More accounts than this on one Apple Account (appTransactionId) raise `shared_apple_id`.
     public var sharedAppleIdLimit: Int { batcher.sharedAppleIdLimit }
+
+    /// The deployment's apps: each delivery and subscription records its app.
+    public var apps: AppDirectory { batcher.apps }
 
     public struct DeliveryResult: Sendable {
         public var plan: DeliveryPlanner.Plan

@@ -66,7 +66,7 @@ extension PurchaseStore {
                     BatchDelivery.Item(
                         transaction: transaction, submittingAccount: nil, requestedOrderId: nil, catalog: catalog,
                         policy: policy, evidence: .device, now: now, event: event,
-                        sharedAppleIdLimit: sharedAppleIdLimit)
+                        sharedAppleIdLimit: sharedAppleIdLimit, apps: apps)
                 ], sql: sql, combineWrites: false)[0]
         }
     }

@@ -16,6 +16,8 @@ public enum SubscriptionStore {
         var effects: [SubscriptionMachine.Effect]
         var catalog: Catalog
         var at: Int64
+        /// The app of the transaction that moved it (nil: the one recorded stays).
+        var appId: String? = nil
     }
 
     /// The stored states of `originals`, one query.
@@ -78,6 +80,20 @@ public enum SubscriptionStore {
         var entitlements: [EntitlementKey: (productId: String, expiresAt: Date?)?] = [:]  // nil: removed
         var entitlementOrder: [EntitlementKey] = []
         var events: [(String, Int64)] = []
+        // The app recorded with each subscription, for events whose write does not name it.
+        var recordedApps: [String: String] = [:]
+        let unnamed = Set(writes.filter { $0.appId == nil }.map(\.state.originalTransactionId))
+        if !unnamed.isEmpty {
+            for row in try await sql.raw(
+                """
+                SELECT original_transaction_id, app_id FROM subscriptions
+                WHERE original_transaction_id IN (\(binds: Array(unnamed))) AND app_id IS NOT NULL
+                """
+            ).all() {
+                recordedApps[try row.decode(column: "original_transaction_id", as: String.self)] = try row.decode(
+                    column: "app_id", as: String.self)
+            }
+        }
         for write in writes {
             let state = write.state
             if states.updateValue(write, forKey: state.originalTransactionId) == nil {
@@ -104,6 +120,7 @@ public enum SubscriptionStore {
                                 "oldStatus": .string(from?.rawValue), "newStatus": .string(to.rawValue),
                                 "expiresAt": .string(state.expiresAt.map(Self.iso8601)),
                                 "store": .string(StoreOfTransaction.of(state.originalTransactionId)),
+                                "appId": .string(write.appId ?? recordedApps[state.originalTransactionId]),
                             ]), write.at
                         ))
                 case .stale, .ignored:
@@ -115,7 +132,7 @@ public enum SubscriptionStore {
             "original_transaction_id", "account_id", "product_id", "status", "expires_at", "auto_renew",
             "next_product_id", "grace_ends_at", "latest_transaction_id", "revoked_transaction_id", "signed_at",
             "updated_at", "billing_plan", "commitment_period", "commitment_periods", "commitment_expires_at",
-            "commitment_renews")
+            "commitment_renews", "app_id")
         for original in order {
             let write = states[original]!
             let state = write.state
@@ -125,7 +142,7 @@ public enum SubscriptionStore {
                 state.gracePeriodEndsAt?.milliseconds, state.latestTransactionId, state.revokedTransactionId,
                 state.signedDate.milliseconds, write.at, state.commitment == nil ? nil : "MONTHLY",
                 state.commitment?.period, state.commitment?.periods, state.commitment?.expiresAt?.milliseconds,
-                state.commitment?.renews.map { $0 ? 1 : 0 },
+                state.commitment?.renews.map { $0 ? 1 : 0 }, write.appId,
             ])
         }
         try await sql.raw(
@@ -138,7 +155,8 @@ public enum SubscriptionStore {
                 revoked_transaction_id = excluded.revoked_transaction_id, signed_at = excluded.signed_at,
                 updated_at = excluded.updated_at, billing_plan = excluded.billing_plan,
                 commitment_period = excluded.commitment_period, commitment_periods = excluded.commitment_periods,
-                commitment_expires_at = excluded.commitment_expires_at, commitment_renews = excluded.commitment_renews
+                commitment_expires_at = excluded.commitment_expires_at, commitment_renews = excluded.commitment_renews,
+                app_id = COALESCE(excluded.app_id, subscriptions.app_id)
             """
         ).run()
         var grants = sql.insert(into: "entitlements").columns(

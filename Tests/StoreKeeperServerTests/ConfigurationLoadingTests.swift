@@ -157,6 +157,38 @@ import Testing
         #expect(local.productionProblems.contains { $0.contains("localGooglePlay.enabled") })
     }
 
+    @Test func severalAppStoreAppsAreReadTrustedAndShown() async throws {
+        let configuration = try await Self.load(
+            """
+            database: { url: "sqlite:x.sqlite" }
+            apps:
+              - { id: ios, store: app_store, bundleId: com.example.game, appAppleId: 42 }
+              - { id: ipad, store: app_store, bundleId: com.example.game.hd, appAppleId: 43 }
+              - { id: mac, store: app_store, bundleId: com.example.game.mac, appAppleId: "44" }
+            """)
+        #expect(configuration.allApps.map(\.id) == ["ios", "ipad", "mac"])
+        #expect(configuration.allApps.allSatisfy { $0.store == "app_store" })
+        #expect(configuration.otherAppStoreApps.map(\.appAppleId) == [43, 44])
+        #expect(configuration.appId(for: "app_store", given: nil) == nil)
+        #expect(configuration.appId(for: "app_store", given: "mac") == "mac")
+        #expect(configuration.appId(for: "app_store", given: "tv") == nil)
+        #expect(configuration.bundleId(ofApp: "ipad") == "com.example.game.hd")
+        #expect(configuration.bundleId(ofApp: "ios") == "com.example.game")
+        #expect(
+            configuration.appDirectory.apps == [
+                "com.example.game": "ios", "com.example.game.hd": "ipad", "com.example.game.mac": "mac",
+            ])
+        let shown = configuration.effectiveValues.filter { $0.key.hasPrefix("apps.") }
+        #expect(shown.map(\.key) == ["apps.ios", "apps.ipad", "apps.mac"])
+        #expect(shown[1].value.contains("bundleId com.example.game.hd, appAppleId 43"))
+        // One verifier accepts each app's data against its own App Store id.
+        let trust = try TrustPolicy(configuration: configuration)
+        #expect(trust.lines.contains { $0.contains("also bundleId: com.example.game.mac, appAppleId: 44") })
+        let verifier = try trust.signedDataVerifier()
+        #expect(verifier.configuration.otherApps.map(\.bundleId) == ["com.example.game.hd", "com.example.game.mac"])
+        #expect(try trust.receiptVerifier().otherBundleIds == ["com.example.game.hd", "com.example.game.mac"])
+    }
+
     @Test func onlyGooglePlayAppsNeedNoAppleKeys() async throws {
         let key = try Self.keyFile()
         let configuration = try await Self.load(
@@ -186,8 +218,28 @@ import Testing
             "serviceAccountKeyFile"
         ),
         (
-            "apps: [{ id: a, store: app_store, bundleId: x, appAppleId: 1 }, { id: b, store: app_store, bundleId: y }]",
-            "apps[1]"
+            "apps: [{ id: a, store: app_store, bundleId: x.y, appAppleId: 1 }, { id: b, store: app_store, bundleId: y.z }]",
+            "apps[b].appAppleId"
+        ),
+        (
+            "apps: [{ id: a, store: app_store, bundleId: x.y, appAppleId: 1 }, { id: b, store: app_store, appAppleId: 2 }]",
+            "apps[1].bundleId"
+        ),
+        (
+            "apps: [{ id: a, store: app_store, bundleId: x.y, appAppleId: 1 }, { id: b, store: app_store, bundleId: x.y, appAppleId: 2 }]",
+            "configured twice"
+        ),
+        (
+            "apps: [{ id: a, store: app_store, bundleId: x.y, appAppleId: 1 }, { id: b, store: app_store, bundleId: y.z, appAppleId: 2, environments: [Sandbox] }]",
+            "apps[1].environments"
+        ),
+        (
+            "apps: [{ id: a, store: app_store, bundleId: x.y, appAppleId: 1 }, { id: a, store: app_store, bundleId: y.z, appAppleId: 2 }]",
+            "apps[1].id"
+        ),
+        (
+            "apps: [{ id: a, store: app_store, bundleId: x.y, appAppleId: 1 }, { id: b, store: app_store, bundleId: 'y z', appAppleId: 2 }]",
+            "bundleId"
         ),
         (
             "apps: [{ id: a, store: app_store, bundleId: x, appAppleId: 1 }, { id: a, store: google_play }]",

@@ -169,6 +169,8 @@ extension StoreKeeperApp {
     /// The app a stored subscription (or transaction) came from: the App Store app, the only
     /// Google Play app, or the one Google's token was read for; nil for a web checkout.
     func appId(ofOriginal originalTransactionId: String) async throws -> String? {
+        // Recorded with the subscription or its deliveries since several apps (migration 19).
+        if let recorded = try await store.recordedAppId(ofOriginal: originalTransactionId) { return recorded }
         switch StoreOfTransaction.of(originalTransactionId) {
         case "app_store":
             return configuration.hasAppStoreApp ? configuration.appStoreAppId ?? configuration.bundleId : nil

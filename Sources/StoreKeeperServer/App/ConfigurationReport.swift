@@ -77,6 +77,13 @@ extension ServerConfiguration {
                     "app_store, bundleId \(bundleId ?? "-"), appAppleId \(appAppleId.map(String.init) ?? "-"), environments \(environments.map(\.rawValue).sorted().joined(separator: "+")), trusts Apple's roots\(usesLocalAppStore ? " and the local App Store" : "")"
                 ))
         }
+        for app in otherAppStoreApps {
+            lines.append(
+                (
+                    "apps.\(app.id)",
+                    "app_store, bundleId \(app.bundleId), appAppleId \(app.appAppleId.map(String.init) ?? "-"), environments \(environments.map(\.rawValue).sorted().joined(separator: "+")), trusts Apple's roots\(usesLocalAppStore ? " and the local App Store" : ""), Server API key of the first App Store app"
+                ))
+        }
         for app in googlePlayApps {
             lines.append(
                 (

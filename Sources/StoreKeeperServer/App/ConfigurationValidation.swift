@@ -78,6 +78,16 @@ extension ServerConfiguration {
                     key: "apple.appAppleId",
                     "is required when Production is accepted (Apple signs it into every Production object)")
             }
+            for app in otherAppStoreApps where environments.contains(.production) && app.appAppleId == nil {
+                throw Invalid(
+                    key: "apps[\(app.id)].appAppleId",
+                    "is required when Production is accepted (Apple signs it into every Production object)")
+            }
+        }
+        for app in otherAppStoreApps {
+            guard !app.bundleId.isEmpty, app.bundleId.count <= 255,
+                app.bundleId.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || ".-".contains($0)) })
+            else { throw Invalid(key: "apps[\(app.id)].bundleId", "must be a bundle id (com.example.app)") }
         }
         if let secret = clientTokenSecret, secret.utf8.count < 32 {
             throw Invalid(key: "auth.clientTokenSecret", "must be at least 32 bytes (HS256 needs a 256-bit key)")

@@ -74,6 +74,8 @@ public struct ServerConfiguration: Sendable {
     public var googlePlayApps: [GooglePlayAppConfiguration] = []
     /// The App Store app's id (`apps` entry with `store: app_store`; default its bundle id).
     public var appStoreAppId: String?
+    /// The further App Store apps (`apps` entries after the first `store: app_store`).
+    public var otherAppStoreApps: [AppStoreAppConfiguration] = []
     /// False when `apps` lists only Google Play apps.
     public var hasAppStoreApp = true
     /// How long proofs that failed verification are kept for re-verification.

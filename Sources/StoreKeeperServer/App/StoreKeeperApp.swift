@@ -144,20 +144,27 @@ public struct StoreKeeperApp: Sendable {
         if source == nil, let pem = try configuration.serverAPIPrivateKeyPEM(),
             let issuerId = configuration.serverAPIIssuerId, let keyId = configuration.serverAPIKeyId
         {
-            let credentials = ServerAPICredentials(
-                issuerId: issuerId, keyId: keyId, privateKeyPEM: pem, bundleId: trust.bundleId)
-            let production = try await AppStoreServerAPIClient(
-                configuration: .init(
-                    credentials: credentials, environment: .production, baseURL: configuration.serverAPIBaseURL,
-                    timeout: .seconds(10), retryPolicy: .none))
-            let sandbox =
-                configuration.environments.contains(.sandbox)
-                ? try await AppStoreServerAPIClient(
+            // One pair of clients per App Store app: the key is the team's, the token names the app.
+            var perApp: [EnvironmentFallback] = []
+            for bundleId in [trust.bundleId] + configuration.otherAppStoreApps.map(\.bundleId) {
+                let credentials = ServerAPICredentials(
+                    issuerId: issuerId, keyId: keyId, privateKeyPEM: pem, bundleId: bundleId)
+                let production = try await AppStoreServerAPIClient(
                     configuration: .init(
-                        credentials: credentials, environment: .sandbox, baseURL: configuration.serverAPIBaseURL,
-                        timeout: .seconds(10), retryPolicy: .none)) : nil
-            source = ServerAPITransactionSource(production: production, sandbox: sandbox)
-            appleAPI = EnvironmentFallback(production: production, sandbox: sandbox)
+                        credentials: credentials, environment: .production, baseURL: configuration.serverAPIBaseURL,
+                        timeout: .seconds(10), retryPolicy: .none))
+                let sandbox =
+                    configuration.environments.contains(.sandbox)
+                    ? try await AppStoreServerAPIClient(
+                        configuration: .init(
+                            credentials: credentials, environment: .sandbox, baseURL: configuration.serverAPIBaseURL,
+                            timeout: .seconds(10), retryPolicy: .none)) : nil
+                perApp.append(EnvironmentFallback(production: production, sandbox: sandbox))
+            }
+            let lookup = EnvironmentFallback(
+                production: perApp[0].production, sandbox: perApp[0].sandbox, otherApps: Array(perApp.dropFirst()))
+            source = ServerAPITransactionSource(lookup)
+            appleAPI = lookup
         } else if source == nil, let localAppStore {
             source = LocalTransactionSource(store: localAppStore)
         }
@@ -166,7 +173,9 @@ public struct StoreKeeperApp: Sendable {
         for app in configuration.googlePlayApps { google[app.id] = try await GooglePlayApp.make(app) }
         var app = StoreKeeperApp(
             configuration: configuration, database: database,
-            store: PurchaseStore(database: database, sharedAppleIdLimit: configuration.sharedAppleIdAccounts),
+            store: PurchaseStore(
+                database: database, sharedAppleIdLimit: configuration.sharedAppleIdAccounts,
+                apps: configuration.appDirectory),
             jobs: JobStore(database: database), notifications: NotificationStore(database: database), catalog: catalog,
             transactionSource: source, appleAPI: appleAPI,
             lookupDeadline: lookupDeadline,

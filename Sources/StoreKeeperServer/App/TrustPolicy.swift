@@ -32,6 +32,8 @@ public struct TrustPolicy: Sendable {
     public let bundleId: String
     public let appAppleId: Int64?
     public let environments: Set<AppStoreEnvironment>
+    /// The deployment's further App Store apps, verified with the same roots and environments.
+    public let otherApps: [AppIdentity]
     public let localAppStoreTrusted: Bool
 
     /// The trust set of `configuration`; `localAppStoreRoots` are the built-in local App
@@ -41,6 +43,9 @@ public struct TrustPolicy: Sendable {
         bundleId = configuration.bundleId ?? "com.example.app"
         appAppleId = configuration.appAppleId
         environments = configuration.environments
+        otherApps = configuration.otherAppStoreApps.map {
+            AppIdentity(bundleId: $0.bundleId, appAppleId: $0.appAppleId)
+        }
         var roots: [Root] = []
         if configuration.rootCertificateFiles.isEmpty {
             roots.append(
@@ -79,16 +84,19 @@ public struct TrustPolicy: Sendable {
 
     /// The verifier of signed transactions, renewal info and notifications under this policy.
     public func signedDataVerifier() throws -> SignedDataVerifier {
-        try SignedDataVerifier(
-            .init(
-                trustedRoots: roots.filter(\.anchorsSignedData).map(\.der), bundleId: bundleId, appAppleId: appAppleId,
-                environments: environments))
+        var configuration = VerificationConfiguration(
+            trustedRoots: roots.filter(\.anchorsSignedData).map(\.der), bundleId: bundleId, appAppleId: appAppleId,
+            environments: environments)
+        configuration.otherApps = otherApps
+        return try SignedDataVerifier(configuration)
     }
 
     /// The verifier of StoreKit 1 app receipts under this policy.
     public func receiptVerifier() throws -> AppReceiptVerifier {
-        try AppReceiptVerifier(
+        var verifier = try AppReceiptVerifier(
             trustedRoots: roots.filter(\.anchorsReceipts).map(\.der), bundleId: bundleId, environments: environments)
+        verifier.otherBundleIds = Set(otherApps.map(\.bundleId))
+        return verifier
     }
 
     /// Verifiers that say only where a proof comes from: its signature and its chain to one of
@@ -125,6 +133,10 @@ public struct TrustPolicy: Sendable {
             "environments: \(environmentList.joined(separator: ", "))",
             "local App Store trusted: \(localAppStoreTrusted)",
         ]
+        for app in otherApps {
+            lines.insert(
+                "also bundleId: \(app.bundleId), appAppleId: \(app.appAppleId.map(String.init) ?? "-")", at: 3)
+        }
         for root in roots {
             let uses = [root.anchorsSignedData ? "signed data" : nil, root.anchorsReceipts ? "receipts" : nil]
                 .compactMap { $0 }.joined(separator: " + ")

@@ -1,6 +1,22 @@
 import AppStoreModels
 import Foundation
 import GooglePlay
+import StoreKeeperCore
+
+/// A second (third…) App Store app of the deployment: its own bundle and App Store id,
+/// verified with the same roots and environments, read through the Server API with the same
+/// In-App Purchase key (keys belong to the developer team, not to an app).
+public struct AppStoreAppConfiguration: Sendable, Hashable {
+    public var id: String
+    public var bundleId: String
+    public var appAppleId: Int64?
+
+    public init(id: String, bundleId: String, appAppleId: Int64? = nil) {
+        self.id = id
+        self.bundleId = bundleId
+        self.appAppleId = appAppleId
+    }
+}
 
 /// One Google Play app of the deployment (API.md "Several apps, two stores").
 public struct GooglePlayAppConfiguration: Sendable, Hashable {
@@ -62,8 +78,21 @@ extension ServerConfiguration {
                 }
                 appStoreApps += 1
                 guard appStoreApps == 1 else {
-                    throw Invalid(
-                        key: name, "one App Store app per deployment for now (run one server per App Store app)")
+                    // A further App Store app: its own identity, the first one's trust and key.
+                    guard app["environments"] == nil else {
+                        throw Invalid(
+                            key: "\(name).environments",
+                            "environments are one setting for every App Store app: give them on the first")
+                    }
+                    var other = AppStoreAppConfiguration(id: id, bundleId: try text("bundleId", required: true)!)
+                    if let appleId = try text("appAppleId") {
+                        guard let value = Int64(appleId), value > 0 else {
+                            throw Invalid(key: "\(name).appAppleId", "must be a number")
+                        }
+                        other.appAppleId = value
+                    }
+                    otherAppStoreApps.append(other)
+                    continue
                 }
                 appStoreAppId = id
                 if let bundleId = try text("bundleId") { self.bundleId = bundleId }
@@ -150,8 +179,15 @@ extension ServerConfiguration {
                 else { throw Invalid(key: "\(name).\(key)", "must be an http(s) URL") }
             }
         }
-        if let id = appStoreAppId, googlePlayApps.contains(where: { $0.id == id }) {
-            throw Invalid(key: "apps", "app id '\(id)' is used twice")
+        let ids = allApps.map(\.id)
+        if let twice = ids.first(where: { id in ids.filter { $0 == id }.count > 1 }) {
+            throw Invalid(key: "apps", "app id '\(twice)' is used twice")
+        }
+        var bundles: Set<String> = bundleId.map { [$0] } ?? []
+        for app in otherAppStoreApps {
+            guard bundles.insert(app.bundleId).inserted else {
+                throw Invalid(key: "apps[\(app.id)].bundleId", "'\(app.bundleId)' is configured twice")
+            }
         }
     }
 
@@ -163,14 +199,32 @@ extension ServerConfiguration {
             return googlePlayApps.count == 1 ? googlePlayApps[0].id : nil
         default:
             let own = appStoreAppId ?? bundleId ?? "app_store"
-            if let given { return given == own ? own : nil }
-            return hasAppStoreApp ? own : nil
+            if let given {
+                return given == own || otherAppStoreApps.contains(where: { $0.id == given }) ? given : nil
+            }
+            return hasAppStoreApp && otherAppStoreApps.isEmpty ? own : nil
         }
     }
 
     /// Every app: (id, store).
     public var allApps: [(id: String, store: String)] {
         (hasAppStoreApp ? [(appStoreAppId ?? bundleId ?? "app_store", "app_store")] : [])
-            + googlePlayApps.map { ($0.id, "google_play") }
+            + otherAppStoreApps.map { ($0.id, "app_store") } + googlePlayApps.map { ($0.id, "google_play") }
+    }
+
+    /// Which app a store's identity belongs to: an App Store bundle id or a Google Play
+    /// package name → the app's id. Stored with each purchase and subscription.
+    public var appDirectory: AppDirectory {
+        var apps: [String: String] = [:]
+        if hasAppStoreApp { apps[bundleId ?? "com.example.app"] = appStoreAppId ?? bundleId ?? "app_store" }
+        for app in otherAppStoreApps { apps[app.bundleId] = app.id }
+        for app in googlePlayApps { apps[app.packageName] = app.id }
+        return AppDirectory(apps)
+    }
+
+    /// The bundle id of App Store app `appId` (nil: the first one's).
+    public func bundleId(ofApp appId: String?) -> String? {
+        if let appId, let other = otherAppStoreApps.first(where: { $0.id == appId }) { return other.bundleId }
+        return bundleId
     }
 }

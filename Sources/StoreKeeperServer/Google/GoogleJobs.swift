@@ -171,10 +171,12 @@ extension JobRunner {
         transaction.revocationDate =
             voided.voidedTimeMillis?.value ?? Int64((now.timeIntervalSince1970 * 1000).rounded(.down))
         transaction.revocationReason = .refundedForOtherReason
+        transaction.bundleId = app.google[appId]?.configuration.packageName
         var settings = NotificationStore.Settings(
             catalog: app.catalog, policy: app.configuration.ownershipPolicy,
             consumptionEnabled: app.configuration.consumptionEnabled, read: StoreKeeperApp.storedNotification)
         settings.sharedAppleIdLimit = app.configuration.sharedAppleIdAccounts
+        settings.apps = app.store.apps
         // The same record, applied again after a crash, has the same key and share: nothing more.
         let orderDigest = GoogleReading.digest(token + "\u{0}" + (voided.orderId ?? ""))
         let outcome = try await app.notifications.applyRefund(

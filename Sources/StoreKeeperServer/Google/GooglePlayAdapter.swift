@@ -56,6 +56,8 @@ struct GoogleReading: Sendable {
     var priceMilli: Int64?
     var currency: String?
     var status: StoreKeeperCore.SubscriptionStatus?
+    /// The app's package name: the purchase's store identity (`AppDirectory`).
+    var packageName: String = ""
 
     /// The token's digest: stored ids never hold Google's long opaque tokens.
     var tokenDigest: String { GoogleReading.digest(token) }
@@ -85,6 +87,7 @@ struct GoogleReading: Sendable {
             signedDate: Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)),
             environment: test ? .sandbox : .production, currency: currency, price: priceMilli)
         transaction.expiresDate = expiresAt.map { Int64(($0.timeIntervalSince1970 * 1000).rounded(.down)) }
+        transaction.bundleId = packageName
         transaction.appAccountToken = obfuscatedAccountId.flatMap { UUID(uuidString: $0) }.map {
             $0.uuidString.lowercased()
         }
@@ -149,7 +152,8 @@ extension StoreKeeperApp {
                 acknowledged: resource.acknowledgementState == AcknowledgementState.acknowledged,
                 priceMilli: item.autoRenewingPlan?.recurringPrice?.milliunits,
                 currency: item.autoRenewingPlan?.recurringPrice?.currencyCode,
-                status: retired ? .expired : GooglePlayPlanner.status(subscriptionState: resource.subscriptionState))
+                status: retired ? .expired : GooglePlayPlanner.status(subscriptionState: resource.subscriptionState),
+                packageName: app.configuration.packageName)
         }
         let resource = try await app.client.productPurchase(token: token)
         guard let item = resource.productLineItem?.first, let id = item.productId,
@@ -167,7 +171,7 @@ extension StoreKeeperApp {
             paidAt: GoogleTime.parse(resource.purchaseCompletionTime), expiresAt: nil, autoRenew: false,
             linkedPurchaseToken: nil, test: resource.testPurchaseContext?.fopType == "TEST",
             acknowledged: resource.acknowledgementState == AcknowledgementState.acknowledged, priceMilli: nil,
-            currency: nil, status: nil)
+            currency: nil, status: nil, packageName: app.configuration.packageName)
     }
 
     enum GoogleReadFailure: Error {

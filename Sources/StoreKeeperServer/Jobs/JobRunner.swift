@@ -165,6 +165,7 @@ public struct JobRunner: Service {
             catalog: app.catalog, policy: app.configuration.ownershipPolicy,
             consumptionEnabled: app.configuration.consumptionEnabled, read: StoreKeeperApp.storedNotification)
         settings.sharedAppleIdLimit = app.configuration.sharedAppleIdAccounts
+        settings.apps = app.store.apps
         func apply(_ jobs: [JobStore.Job]) async throws {
             let applied = try await app.notifications.apply(
                 subjects: jobs.map(\.payload),

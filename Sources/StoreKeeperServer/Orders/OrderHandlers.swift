@@ -100,23 +100,27 @@ extension StoreKeeperApp {
         }
         var json = OrderJSON(order, ttl: configuration.orderTTL)
         json.winBackOffer = winBack.map { OrderJSON.WinBackOfferJSON(id: $0.id) }
-        if let offer = offers.offer, let signer = offerSigner {
+        // Signed for the order's app (the signature covers its bundle id) and Apple's product id.
+        let signer = offerSigner.map { $0.forBundle(configuration.bundleId(ofApp: order.appId) ?? $0.bundleId) }
+        let appStoreProductId = product.storeProducts?["app_store"] ?? product.id
+        if let offer = offers.offer, let signer {
             let timestamp = Int64((now.timeIntervalSince1970 * 1000).rounded(.down))
             let v1 = try signer.signV1(
-                productId: product.id, offerId: offer.id, appAccountToken: token, nonce: nonce, timestamp: timestamp)
+                productId: appStoreProductId, offerId: offer.id, appAccountToken: token, nonce: nonce,
+                timestamp: timestamp)
             json.offer = OrderJSON.SignedOffer(
                 id: offer.id, keyId: signer.keyId, nonce: nonce.uuidString.lowercased(), timestamp: timestamp,
                 signature: v1.signature,
                 jws: try signer.promotionalOfferJWS(
-                    productId: product.id, offerId: offer.id, transactionId: offers.transactionId, nonce: nonce,
+                    productId: appStoreProductId, offerId: offer.id, transactionId: offers.transactionId, nonce: nonce,
                     issuedAt: now))
         }
-        if let allowed = offers.introductoryAllowed, let transactionId = offers.transactionId, let signer = offerSigner
-        {
+        if let allowed = offers.introductoryAllowed, let transactionId = offers.transactionId, let signer {
             json.introductoryOfferEligibility = OrderJSON.IntroductoryEligibility(
                 allowed: allowed,
                 jws: try signer.introductoryEligibilityJWS(
-                    productId: product.id, allowed: allowed, transactionId: transactionId, nonce: UUID(), issuedAt: now)
+                    productId: appStoreProductId, allowed: allowed, transactionId: transactionId, nonce: UUID(),
+                    issuedAt: now)
             )
         }
         return try Self.json(json, status: .created)

@@ -292,7 +292,7 @@ extension StoreKeeperApp {
             case .alreadyDelivered: metrics.duplicatesSuppressed.increment()
             case .refunded, .notDelivered: break
             }
-            results.append(TransactionJSON(transaction, result: result, submitter: accountId))
+            results.append(TransactionJSON(transaction, result: result, submitter: accountId, apps: store.apps))
         }
         return (results, refusals, committed)
     }

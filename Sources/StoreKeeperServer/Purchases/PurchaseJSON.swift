@@ -47,7 +47,10 @@ extension TransactionJSON {
 
 extension TransactionJSON {
     /// `submitter`: an order of another account is never shown to the submitter.
-    init(_ transaction: JWSTransactionDecodedPayload, result: PurchaseStore.DeliveryResult, submitter: String) {
+    init(
+        _ transaction: JWSTransactionDecodedPayload, result: PurchaseStore.DeliveryResult, submitter: String,
+        apps: AppDirectory = AppDirectory()
+    ) {
         transactionId = transaction.transactionId ?? ""
         originalTransactionId = transaction.originalTransactionId ?? transactionId
         productId = transaction.productId ?? ""
@@ -59,6 +62,7 @@ extension TransactionJSON {
             ? result.plan.delivery?.orderId ?? result.existing?.orderId ?? result.plan.order?.orderId : nil
         outcome = result.plan.outcome.rawValue
         store = StoreOfTransaction.of(transactionId)
+        appId = apps.appId(ofStoreIdentity: transaction.bundleId)
     }
 }
 

@@ -36,6 +36,12 @@ public struct ServerAPITransactionSource: TransactionSource {
         lookup = EnvironmentFallback(production: production, sandbox: sandbox)
     }
 
+    /// Every App Store app of the deployment: calls about a transaction go to the app that
+    /// knows it (Apple answers "not found" to the others).
+    public init(_ lookup: EnvironmentFallback) {
+        self.lookup = lookup
+    }
+
     public func signedTransaction(_ transactionId: String) async throws -> String {
         guard let signed = try await lookup.getTransactionInfo(transactionId).signedTransactionInfo else {
             throw AppStoreAPIError(
@@ -44,34 +50,49 @@ public struct ServerAPITransactionSource: TransactionSource {
         return signed
     }
 
+    /// `body` with the client of `environment` of each app in turn, until one knows the id.
+    func each<T: Sendable>(_ environment: String?, _ body: (AppStoreServerAPIClient) async throws -> T)
+        async throws -> T
+    {
+        try await EnvironmentFallback.first(lookup.clients(environment), body)
+    }
+
     public func sendConsumption(_ transactionId: String, environment: String?, _ request: ConsumptionRequest)
         async throws
     {
-        let client =
-            environment == AppStoreEnvironment.sandbox.rawValue
-            ? lookup.sandbox ?? lookup.production : lookup.production
-        try await client.sendConsumptionInformation(transactionId, request)
+        try await each(environment) { try await $0.sendConsumptionInformation(transactionId, request) }
     }
 
     public func extendRenewalDate(
         _ originalTransactionId: String, environment: String?, _ request: ExtendRenewalDateRequest
     ) async throws -> ExtendRenewalDateResponse {
-        let client =
-            environment == AppStoreEnvironment.sandbox.rawValue
-            ? lookup.sandbox ?? lookup.production : lookup.production
-        return try await client.extendSubscriptionRenewalDate(originalTransactionId, request)
+        try await each(environment) { try await $0.extendSubscriptionRenewalDate(originalTransactionId, request) }
     }
 
+    /// Product ids are unique across a developer's apps: the app whose product it is takes the
+    /// request; Apple refuses it (4xx) for the others.
     public func massExtend(_ request: MassExtendRenewalDateRequest) async throws -> MassExtendRenewalDateResponse {
-        try await lookup.production.extendRenewalDatesForAllActiveSubscribers(request)
+        try await eachRefusing { try await $0.extendRenewalDatesForAllActiveSubscribers(request) }
     }
 
-    func client(_ environment: String?) -> AppStoreServerAPIClient {
-        environment == AppStoreEnvironment.sandbox.rawValue ? lookup.sandbox ?? lookup.production : lookup.production
+    /// `body` on each app's Production client until one accepts; Apple's last refusal otherwise.
+    func eachRefusing<T: Sendable>(
+        sandbox: Bool = false, _ body: (AppStoreServerAPIClient) async throws -> T
+    ) async throws -> T {
+        var lastError: (any Error)?
+        for client in lookup.clients(sandbox ? AppStoreEnvironment.sandbox.rawValue : nil) {
+            do {
+                return try await body(client)
+            } catch let error as AppStoreAPIError where !error.isRetryable && lookup.otherApps.count > 0 {
+                lastError = error
+            }
+        }
+        throw lastError
+            ?? AppStoreAPIError(kind: .malformedResponse, message: "no App Store client", isRetryable: false)
     }
 
     public func setAppAccountToken(_ originalTransactionId: String, environment: String?, token: UUID) async throws {
-        try await client(environment).setAppAccountToken(originalTransactionId, appAccountToken: token)
+        try await each(environment) { try await $0.setAppAccountToken(originalTransactionId, appAccountToken: token) }
     }
 
     public func signedAppTransaction(_ anyTransactionId: String) async throws -> String {
@@ -83,18 +104,21 @@ public struct ServerAPITransactionSource: TransactionSource {
     }
 
     public func finishTransaction(_ transactionId: String, environment: String?) async throws {
-        try await client(environment).finishTransaction(transactionId)
+        try await each(environment) { try await $0.finishTransaction(transactionId) }
     }
 
+    /// The report's tokens belong to one app: Apple refuses them from the others.
     public func sendExternalReport(_ report: ExternalPurchaseReport, sandbox: Bool) async throws {
-        try await client(sandbox ? AppStoreEnvironment.sandbox.rawValue : nil).sendExternalPurchaseReport(report)
+        try await eachRefusing(sandbox: sandbox) { try await $0.sendExternalPurchaseReport(report) }
     }
 
     public func massExtendStatus(productId: String, requestIdentifier: String) async throws
         -> MassExtendRenewalDateStatusResponse
     {
-        try await lookup.production.getStatusOfSubscriptionRenewalDateExtensions(
-            productId: productId, requestIdentifier: requestIdentifier)
+        try await eachRefusing {
+            try await $0.getStatusOfSubscriptionRenewalDateExtensions(
+                productId: productId, requestIdentifier: requestIdentifier)
+        }
     }
 }
 

@@ -213,6 +213,7 @@ extension StoreKeeperApp {
             catalog: catalog, policy: configuration.ownershipPolicy,
             consumptionEnabled: configuration.consumptionEnabled, read: StoreKeeperApp.storedNotification)
         settings.sharedAppleIdLimit = configuration.sharedAppleIdAccounts
+        settings.apps = store.apps
         let outcome = try await notifications.applyRefund(
             NotificationRecord(
                 notificationUUID: "web-refund:\(paymentId)", type: NotificationType.refund.rawValue, subtype: nil,

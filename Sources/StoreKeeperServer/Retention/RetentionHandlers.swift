@@ -29,7 +29,8 @@ extension StoreKeeperApp {
         }
         // Apple's rule: a request for another app is never answered — in Sandbox too, where the
         // verifier (like Apple's library) checks appAppleId only when it is Production.
-        if let mine = configuration.appAppleId, let theirs = decoded.appAppleId, mine != theirs {
+        let known = ([configuration.appAppleId] + configuration.otherAppStoreApps.map(\.appAppleId)).compactMap { $0 }
+        if let mine = configuration.appAppleId, let theirs = decoded.appAppleId, !known.contains(theirs) {
             metrics.verificationFailure("wrong_app")
             logger.warning("security: retention request for another app", metadata: ["appAppleId": "\(theirs)"])
             throw APIError.verification(.wrongApp(expected: mine, actual: theirs), status: .badRequest)
@@ -95,7 +96,13 @@ extension StoreKeeperApp {
                 answer.message = .init(messageIdentifier: message.messageId)
             } else if let alternate = rule.alternateProduct {
                 answer.alternateProduct = .init(messageIdentifier: alternate.messageId, productId: alternate.productId)
-            } else if let offer = rule.promotionalOffer, let signer = offerSigner {
+            } else if let offer = rule.promotionalOffer, var signer = offerSigner {
+                // For the app the request is about (the signature covers its bundle id).
+                if let other = configuration.otherAppStoreApps.first(where: {
+                    $0.appAppleId != nil && $0.appAppleId == decoded.appAppleId
+                }) {
+                    signer = signer.forBundle(other.bundleId)
+                }
                 // V2, with the request's original transaction (required inside Retention Messaging).
                 answer.promotionalOffer = .init(
                     messageIdentifier: offer.messageId,

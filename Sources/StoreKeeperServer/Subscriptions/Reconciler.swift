@@ -40,8 +40,8 @@ public struct Reconciler: Sendable {
     public func run(since: Date, accountsSince: Date? = nil, now: Date = Date()) async throws -> Report {
         guard let api = app.appleAPI else { throw NotConfigured() }
         var report = Report(since: StoreKeeperApp.iso(since))
-        var clients = [api.production]
-        if let sandbox = api.sandbox { clients.append(sandbox) }
+        // Each app's Production and Sandbox history: Apple keeps one per app and environment.
+        let clients = api.allClients
 
         // 1. Notification History: the failures first (what Apple is still retrying), then
         // everything in the window (what a proxy or a bug swallowed after a 200).
@@ -148,12 +148,7 @@ public struct Reconciler: Sendable {
     func withFallback<T: Sendable>(
         _ api: EnvironmentFallback, _ body: (AppStoreServerAPIClient) async throws -> T
     ) async throws -> T {
-        do {
-            return try await body(api.production)
-        } catch let error as AppStoreAPIError where error.errorCode == AppStoreAPIError.transactionIdNotFound {
-            guard let sandbox = api.sandbox else { throw error }
-            return try await body(sandbox)
-        }
+        try await EnvironmentFallback.first(api.allClients, body)
     }
 }
 
