@@ -20,6 +20,8 @@ extension PurchaseStore {
         public var resolution: String?
         /// The verified transaction the anomaly holds, for manual delivery.
         public var transaction: JWSTransactionDecodedPayload?
+        /// The app of its delivery or order, when one was recorded.
+        public var appId: String? = nil
     }
 
     /// Anomalies by status, a page at a time: at most `limit` (1…10,000), oldest first after
@@ -72,7 +74,8 @@ extension PurchaseStore {
             resolution: try row.decode(column: "resolution", as: String?.self),
             transaction: try row.decode(column: "payload", as: String?.self).flatMap {
                 try? JSONDecoder().decode(JWSTransactionDecodedPayload.self, from: Data($0.utf8))
-            })
+            },
+            appId: (try? row.decode(column: "app_id", as: String?.self)) ?? nil)
     }
 
     /// Marks an anomaly resolved with an audit entry; idempotent (resolving twice changes nothing).
@@ -98,8 +101,8 @@ extension PurchaseStore {
                 transactionId: current.transactionId, orderId: current.orderId, accountId: current.accountId,
                 detail: current.detail)
             try await Self.anomalyEvent(
-                "anomaly_resolved", id: id, kind: current.kind, resolution: resolution, anomaly: draft, sql: sql,
-                at: now.milliseconds)
+                "anomaly_resolved", id: id, kind: current.kind, resolution: resolution, anomaly: draft,
+                appId: current.appId, sql: sql, at: now.milliseconds)
             return try await sql.raw("SELECT * FROM anomalies WHERE id = \(bind: id)").first().map(Self.decodeAnomaly)
         }
     }
@@ -160,22 +163,25 @@ extension PurchaseStore {
         let inserted = try await sql.raw(
             """
             INSERT INTO anomalies (id, dedupe_key, kind, status, transaction_id, order_id, account_id, detail, created_at,
-                                   payload)
+                                   payload, app_id)
             VALUES (\(bind: id), \(bind: dedupeKey), \(bind: anomaly.kind.rawValue), 'open',
                     \(bind: anomaly.transactionId), \(bind: anomaly.orderId), \(bind: anomaly.accountId),
-                    \(bind: anomaly.detail), \(bind: at), \(bind: payload))
-            ON CONFLICT (dedupe_key) DO NOTHING RETURNING id
+                    \(bind: anomaly.detail), \(bind: at), \(bind: payload),
+                    COALESCE((SELECT app_id FROM deliveries WHERE transaction_id = \(bind: anomaly.transactionId)),
+                             (SELECT app_id FROM orders WHERE order_id = \(bind: anomaly.orderId))))
+            ON CONFLICT (dedupe_key) DO NOTHING RETURNING id, app_id
             """
         ).first()
-        guard inserted != nil else { return }
+        guard let inserted else { return }
         try await anomalyEvent(
-            "anomaly_opened", id: id, kind: anomaly.kind.rawValue, resolution: nil, anomaly: anomaly, sql: sql, at: at)
+            "anomaly_opened", id: id, kind: anomaly.kind.rawValue, resolution: nil, anomaly: anomaly,
+            appId: try inserted.decode(column: "app_id", as: String?.self), sql: sql, at: at)
     }
 
     /// An anomaly's webhook event (`anomaly_opened`, `anomaly_resolved`).
     static func anomalyEvent(
-        _ event: String, id: String, kind: String, resolution: String?, anomaly: AnomalyDraft, sql: any SQLDatabase,
-        at: Int64
+        _ event: String, id: String, kind: String, resolution: String?, anomaly: AnomalyDraft, appId: String?,
+        sql: any SQLDatabase, at: Int64
     ) async throws {
         try await OutboxStore.append(
             event,
@@ -183,7 +189,8 @@ extension PurchaseStore {
                 "id": .string(id), "kind": .string(kind), "status": .string(resolution == nil ? "open" : "resolved"),
                 "resolution": .string(resolution), "accountId": .string(anomaly.accountId),
                 "orderId": .string(anomaly.orderId), "transactionId": .string(anomaly.transactionId),
-                "detail": .string(anomaly.detail),
+                "detail": .string(anomaly.detail), "store": .string(anomaly.transactionId.map(StoreOfTransaction.of)),
+                "appId": .string(appId),
             ], sql: sql, at: at)
     }
 

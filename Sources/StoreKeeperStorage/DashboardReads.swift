@@ -190,6 +190,8 @@ extension PurchaseStore {
         public var status: String
         public var createdAt: Date
         public var transactionId: String?
+        /// The app the order was made for.
+        public var appId: String? = nil
     }
 
     /// One account's records for the dashboard: its ledger and orders (newest first, at most
@@ -216,7 +218,7 @@ extension PurchaseStore {
             }
             let orders = try await sql.raw(
                 """
-                SELECT order_id, product_id, quantity, status, created_at, transaction_id FROM orders
+                SELECT order_id, product_id, quantity, status, created_at, transaction_id, app_id FROM orders
                 WHERE account_id = \(bind: accountId) ORDER BY created_at DESC, order_id LIMIT \(unsafeRaw: String(limit))
                 """
             ).all().map {
@@ -226,7 +228,8 @@ extension PurchaseStore {
                     quantity: try $0.decode(column: "quantity", as: Int.self),
                     status: try $0.decode(column: "status", as: String.self),
                     createdAt: Date(milliseconds: try $0.decode(column: "created_at", as: Int64.self)),
-                    transactionId: try $0.decode(column: "transaction_id", as: String?.self))
+                    transactionId: try $0.decode(column: "transaction_id", as: String?.self),
+                    appId: try $0.decode(column: "app_id", as: String?.self))
             }
             let audit = try await sql.raw(
                 """

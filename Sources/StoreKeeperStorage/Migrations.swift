@@ -623,6 +623,7 @@ public enum Migrations {
                 // have none; reads fall back to the app their store implies.
                 "ALTER TABLE deliveries ADD COLUMN app_id TEXT",
                 "ALTER TABLE subscriptions ADD COLUMN app_id TEXT",
+                "ALTER TABLE anomalies ADD COLUMN app_id TEXT",
             ]
         ),
     ]

@@ -125,6 +125,10 @@ enum NotificationApplier {
                 quantity: try $0.decode(column: "quantity", as: Int.self),
                 refunded: try $0.decode(column: "refunded_at", as: Int64?.self) != nil)
         }
+        // The app: recorded with the delivery, else the one the refund's own data names.
+        let appId =
+            (try? row?.decode(column: "app_id", as: String?.self)) ?? nil
+            ?? settings.apps.appId(ofStoreIdentity: transaction.bundleId)
         let product = settings.catalog.product(delivery?.productId ?? transaction.productId ?? "")
         var credit: RefundPlanner.Credit?
         var balance: Int64 = 0
@@ -334,7 +338,7 @@ enum NotificationApplier {
                 "revocationType": .string(reversed ? nil : transaction.revocationType?.rawValue),
                 "refundedShare": .number(plan.refundedShare.map(Int64.init)),
                 "orderStatus": .string(plan.orderStatus?.rawValue),
-                "store": .string(StoreOfTransaction.of(transactionId)),
+                "store": .string(StoreOfTransaction.of(transactionId)), "appId": .string(appId),
             ], sql: sql, at: at)
         return ("applied", detail + subscriptionNote)
     }

@@ -128,6 +128,31 @@ import Testing
             let changes = events.filter { $0.type == "subscription_status_changed" }.map(\.payload)
             #expect(!changes.isEmpty)
             #expect(changes.allSatisfy { $0.contains(#""appId":"ipad""#) }, "\(changes)")
+
+            // The iPad's coins refunded after they were spent: the refund event and the
+            // operator's anomaly name the iPad app too.
+            let spend = try await API.call(
+                relay.client, .post, "/v1/accounts/kim/balances/coins/debit",
+                body: #"{"amount":360,"idempotencyKey":"spend-all"}"#)
+            #expect(spend.status == .ok || spend.status == .created, "\(spend.json)")
+            let before = await ipad.notifications.count
+            try await ipad.refund(ipadBuy.transactions[0].transactionId ?? "")
+            for notification in await ipad.notifications[before...] {
+                #expect(try await relay.post(notification.signedPayload).status == .ok)
+            }
+            await relay.apply()
+            let refunds = try await OutboxStore(database: app.database).all().map(\.event)
+                .filter { $0.type == "refund" }.map(\.payload)
+            #expect(refunds.count == 1)
+            #expect(refunds.first?.contains(#""appId":"ipad""#) == true, "\(refunds)")
+            let anomalies =
+                try await API.call(relay.client, .get, "/v1/anomalies").json["anomalies"] as? [[String: Any]]
+            let spent = try #require(anomalies?.first { $0["kind"] as? String == "refunded_after_delivery" })
+            #expect(spent["appId"] as? String == "ipad")
+            #expect(spent["store"] as? String == "app_store")
+            let opened = try await OutboxStore(database: app.database).all().map(\.event)
+                .filter { $0.type == "anomaly_opened" }.map(\.payload)
+            #expect(opened.contains { $0.contains(#""appId":"ipad""#) }, "\(opened)")
         }
     }
 

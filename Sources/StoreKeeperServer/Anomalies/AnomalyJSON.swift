@@ -18,6 +18,8 @@ struct AnomalyJSON: Encodable {
     var resolution: String?
     /// The store of the transaction it is about (`app_store`, `google_play`, `web`).
     var store: String?
+    /// The app of its delivery or order (when one was recorded).
+    var appId: String?
 
     init(_ anomaly: PurchaseStore.StoredAnomaly) {
         id = anomaly.id
@@ -31,6 +33,7 @@ struct AnomalyJSON: Encodable {
         resolvedAt = anomaly.resolvedAt.map(StoreKeeperApp.iso)
         resolution = anomaly.resolution
         store = anomaly.transactionId.map(StoreOfTransaction.of)
+        appId = anomaly.appId
     }
 }
 

@@ -318,7 +318,11 @@ struct DashboardController {
                 "createdAt": StoreKeeperApp.iso(anomaly.createdAt), "isOpen": anomaly.status == "open",
                 "deliverable": anomaly.transaction != nil, "csrf": csrf,
             ]
-            if let transactionId = anomaly.transactionId { item["transactionId"] = transactionId }
+            if let transactionId = anomaly.transactionId {
+                item["transactionId"] = transactionId
+                item["store"] = Self.storeName(StoreOfTransaction.of(transactionId))
+            }
+            if let appId = anomaly.appId { item["appId"] = appId }
             if let orderId = anomaly.orderId { item["orderId"] = orderId }
             if let accountId = anomaly.accountId {
                 item["accountId"] = accountId
@@ -413,6 +417,7 @@ struct DashboardController {
                 "createdAt": StoreKeeperApp.iso($0.createdAt), "orderId": $0.orderId, "productId": $0.productId,
                 "quantity": $0.quantity, "status": $0.status, "transactionId": $0.transactionId ?? "",
                 "store": $0.transactionId.map { Self.storeName(StoreOfTransaction.of($0)) } ?? "—",
+                "appId": $0.appId ?? "—",
             ]
         }
         let audit: [[String: Any]] = records.audit.map {

@@ -83,6 +83,7 @@ enum DashboardTemplates {
         <p>{{detail}}</p>
         <dl>
         {{#transactionId}}<dt>Transaction</dt><dd><a href="/dashboard/search?q={{transactionId}}">{{transactionId}}</a></dd>{{/transactionId}}
+        {{#store}}<dt>Store</dt><dd>{{store}}{{#appId}} · app {{appId}}{{/appId}}</dd>{{/store}}
         {{#orderId}}<dt>Order</dt><dd>{{orderId}}</dd>{{/orderId}}
         {{#accountId}}<dt>Account</dt><dd><a href="/dashboard/accounts/{{accountPath}}">{{accountId}}</a></dd>{{/accountId}}
         {{#productId}}<dt>Product</dt><dd>{{productId}}</dd>{{/productId}}
@@ -160,8 +161,8 @@ enum DashboardTemplates {
         <section>
         <h2>Orders</h2>
         {{^orders}}<p class="empty">No orders.</p>{{/orders}}
-        {{#hasOrders}}<table><thead><tr><th>Created</th><th>Order</th><th>Product</th><th class="num">Quantity</th><th>Status</th><th>Transaction</th><th>Store</th></tr></thead>
-        <tbody>{{#orders}}<tr><td>{{createdAt}}</td><td>{{orderId}}</td><td>{{productId}}</td><td class="num">{{quantity}}</td><td>{{status}}</td><td>{{transactionId}}</td><td>{{store}}</td></tr>{{/orders}}</tbody></table>{{/hasOrders}}
+        {{#hasOrders}}<table><thead><tr><th>Created</th><th>Order</th><th>Product</th><th class="num">Quantity</th><th>Status</th><th>Transaction</th><th>Store</th><th>App</th></tr></thead>
+        <tbody>{{#orders}}<tr><td>{{createdAt}}</td><td>{{orderId}}</td><td>{{productId}}</td><td class="num">{{quantity}}</td><td>{{status}}</td><td>{{transactionId}}</td><td>{{store}}</td><td>{{appId}}</td></tr>{{/orders}}</tbody></table>{{/hasOrders}}
         </section>
         <section>
         <h2>Ledger</h2>
