@@ -141,7 +141,8 @@ struct BatchDelivery {
 
         // MARK: Plan in order, against the overlay.
         var results: [PurchaseStore.DeliveryResult] = []
-        var newDeliveries: [(DeliveryPlanner.Delivery, String, String, Int64, String?)] = []  // + original id, environment, at, app
+        // Each with its original id, environment, time and app.
+        var newDeliveries: [(DeliveryPlanner.Delivery, String, String, Int64, String?)] = []
         var offerFacts: [OfferStore.DeliveredFacts] = []
         var revenue: [Revenue] = []  // one per new delivery, in the same order
         var ledger: [(LedgerEntry, Int64)] = []
