@@ -25,6 +25,11 @@ extension LocalGooglePlayServer {
     }
 
     struct AdvanceBody: Decodable { var seconds: Double }
+    struct FaultsBody: Decodable {
+        var failAPICalls: Int?
+        var failAcknowledgements: Int?
+        var outage: Bool?
+    }
 
     struct Row: Encodable {
         var purchaseToken: String
@@ -83,6 +88,18 @@ extension LocalGooglePlayServer {
             else { return Self.googleError(400, "invalidValue", "seconds must be 0…400 days") }
             await self.store.advance(by: body.seconds)
             return Self.json(["now": GoogleTime.format(self.store.clock.now())])
+        }
+        control.post("faults") { request, context in
+            guard let body = try? await request.decode(as: FaultsBody.self, context: context),
+                (0...1_000_000).contains(body.failAPICalls ?? 0),
+                (0...1_000_000).contains(body.failAcknowledgements ?? 0)
+            else {
+                return Self.googleError(400, "invalidValue", "failAPICalls and failAcknowledgements are 0…1000000")
+            }
+            if let count = body.failAPICalls { await self.store.failNextAPICalls(count) }
+            if let count = body.failAcknowledgements { await self.store.failNextAcknowledgements(count) }
+            if let outage = body.outage { await self.store.setOutage(outage) }
+            return Self.json(["outage": String(await self.store.outage)])
         }
         control.post("test-notification") { _, _ in
             await self.store.sendTestNotification()

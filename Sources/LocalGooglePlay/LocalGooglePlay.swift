@@ -89,8 +89,16 @@ public actor LocalGooglePlay {
         return true
     }
 
+    /// Faults: the link between this Google and the server is down — the server cannot reach
+    /// the Developer API (503) and no push reaches the server (held, retried afterwards as
+    /// Pub/Sub does). What a server that is down for a while looks like from Google's side.
+    var outage = false
+
+    public func setOutage(_ on: Bool) { outage = on }
+
     /// Whether this call fails (and counts it).
     func injectedFailure() -> Bool {
+        if outage { return true }
         guard apiFailures > 0 else { return false }
         apiFailures -= 1
         return true
@@ -563,6 +571,7 @@ public actor LocalGooglePlay {
 
     /// Pushes due now (taken off the queue: the sender puts back what was not acknowledged).
     public func takeDuePushes() -> [Push] {
+        guard !outage else { return [] }
         let now = clock.now()
         let due = pushes.filter { $0.nextAttempt <= now }
         pushes.removeAll { $0.nextAttempt <= now }

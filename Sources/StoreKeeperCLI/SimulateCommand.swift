@@ -68,6 +68,12 @@ struct SimulateCommand: AsyncParsableCommand {
         name: .customLong("pending-rate"),
         help: "With --store google_play: share of purchases paid later by a slow payment method (0…1).")
     var pendingRate: Double = 0.1
+    @Option(
+        name: .customLong("outage-hours"),
+        help:
+            "With --store google_play: the server is down (unreachable from devices and Google) for this many hours of Google's clock after the purchases, 0…60 (0: none)."
+    )
+    var outageHours: Double = 30
     @Flag(name: .long, help: "Print the report as JSON.") var json = false
 
     func validate() throws {
@@ -91,6 +97,8 @@ struct SimulateCommand: AsyncParsableCommand {
             throw ValidationError("--store must be app_store or google_play")
         }
         guard (0...1).contains(pendingRate) else { throw ValidationError("--pending-rate must be 0…1") }
+        // Google refunds what is unacknowledged after 3 days: an outage close to that is a loss.
+        guard (0...60).contains(outageHours) else { throw ValidationError("--outage-hours must be 0…60") }
     }
 
     func runGoogle() async throws {
@@ -102,12 +110,14 @@ struct SimulateCommand: AsyncParsableCommand {
         options.pendingRate = pendingRate
         options.seed = seed
         options.settleSeconds = settleSeconds
+        options.outageHours = outageHours
         try await report(
             { progress in try await GoogleSimulation(options: options).run(progress: progress) },
             text: { report in
                 """
                 Google Play: purchases \(report.purchases) · paid \(report.paid) (\(report.pending) pending first) · delivered \(report.delivered)
                 lost \(report.lost) · doubled \(report.doubled) · refunded by Google for want of an acknowledgement \(report.autoRefunded) · unacknowledged \(report.unacknowledged)
+                server down \(report.outageHours) h of Google's clock with \(report.outagePurchases) purchases paid and not yet submitted; \(report.waitingWhenBack) unacknowledged when it came back
                 settled \(report.settled ? "in \(report.secondsToSettle) s" : "NOT within \(settleSeconds) s") · \(report.crashes) crashes · \(report.networkFailures) network failures · seed \(report.seed)
                 """
             }, clean: \.clean)

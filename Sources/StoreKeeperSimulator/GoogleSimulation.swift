@@ -21,6 +21,9 @@ public struct GoogleSimulation: Sendable {
         public var pendingRate = 0.1
         public var seed: UInt64 = 1
         public var settleSeconds = 300.0
+        /// After the purchases the server goes down for this long on Google's clock: devices
+        /// cannot reach it, it cannot reach Google, pushes wait (0: no outage).
+        public var outageHours = 30.0
 
         public init(server: URL, key: String) {
             self.server = server
@@ -44,6 +47,12 @@ public struct GoogleSimulation: Sendable {
         public var unacknowledged: Int
         public var settled: Bool
         public var secondsToSettle: Double
+        public var outageHours: Double
+        /// Purchases paid just before the outage and not submitted by their app until it ended.
+        public var outagePurchases: Int
+        /// Paid purchases still unacknowledged when the server came back (Google's clock then
+        /// `outageHours` past the outage purchases: their 3 days were running).
+        public var waitingWhenBack: Int
         public var seed: UInt64
         public var accounts: [Account]
 
@@ -152,10 +161,46 @@ public struct GoogleSimulation: Sendable {
             _ = await submit(token, orderId: orderId, account: account)
             if index % 20 == 19 { progress("\(index + 1)/\(options.purchases) purchases") }
         }
+        // The server goes down right after more customers paid: their apps cannot submit, the
+        // server cannot acknowledge what it delivered, Google's pushes wait.
+        var outagePurchases = 0
+        if options.outageHours > 0 {
+            for index in 0..<max(1, options.purchases / 10) {
+                let deviceIndex = index % devices.count
+                let account = devices[deviceIndex].account
+                let order = try await call(
+                    .POST, "/v1/orders", ["accountId": account, "productId": "coins_60", "appId": options.appId])
+                guard order.status == 201, let orderId = order.json["orderId"] as? String,
+                    let appAccountToken = order.json["appAccountToken"] as? String
+                else { throw Failure(description: "POST /v1/orders answered \(order.status) \(order.json)") }
+                let bought = try await call(
+                    .POST, "\(control)/purchases", ["productId": "coins_60", "obfuscatedAccountId": appAccountToken])
+                guard let token = bought.json["purchaseToken"] as? String else {
+                    throw Failure(description: "the local Google Play did not sell: \(bought.json)")
+                }
+                devices[deviceIndex].tokens[token] = orderId
+                paid[token] = account
+                outagePurchases += 1
+            }
+            _ = try await call(.POST, "\(control)/faults", ["outage": true])
+            progress("server down for \(options.outageHours) h of Google's clock")
+        }
         // Slow payment methods complete: Google notifies the server (no device needed).
         for token in pending {
             _ = try await call(.POST, "\(control)/purchases/complete", ["purchaseToken": token, "paid": true])
             paid[token] = devices.first { $0.tokens[token] != nil }?.account
+        }
+        var waitingWhenBack = 0
+        if options.outageHours > 0 {
+            _ = try await call(.POST, "\(control)/advance", ["seconds": options.outageHours * 3600])
+            let rows = try await call(.GET, "\(control)/purchases").json["purchases"] as? [[String: Any]] ?? []
+            waitingWhenBack =
+                rows.filter {
+                    ($0["acknowledged"] as? Bool) != true && ($0["voided"] as? Bool) != true
+                        && paid[$0["purchaseToken"] as? String ?? ""] != nil
+                }.count
+            _ = try await call(.POST, "\(control)/faults", ["outage": false])
+            progress("server back")
         }
 
         // Settle: each app relaunches and submits what `queryPurchasesAsync` still returns (a
@@ -212,6 +257,7 @@ public struct GoogleSimulation: Sendable {
             purchases: options.purchases, paid: paid.count, delivered: delivered, lost: lost, doubled: doubled,
             misattributed: 0, pending: pending.count, crashes: crashes, networkFailures: networkFailures,
             autoRefunded: autoRefunded, unacknowledged: unacknowledged, settled: settled,
-            secondsToSettle: secondsToSettle, seed: options.seed, accounts: accounts)
+            secondsToSettle: secondsToSettle, outageHours: options.outageHours, outagePurchases: outagePurchases,
+            waitingWhenBack: waitingWhenBack, seed: options.seed, accounts: accounts)
     }
 }

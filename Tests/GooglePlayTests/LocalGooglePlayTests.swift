@@ -140,6 +140,35 @@ import Testing
         }
     }
 
+    @Test func anOutageCutsTheServerOffGoogleAndHoldsPushesUntilItEnds() async throws {
+        try await Self.withPlay { play in
+            let token = try await play.store.buy("coins.sixty", obfuscatedAccountId: "a1", quantity: 1)
+            _ = await play.store.takeDuePushes()
+            let faults = play.baseURL + "/control/faults"
+            let (bad, _) = try await Self.raw(.POST, faults, body: #"{"failAPICalls":-1}"#)
+            #expect(bad == 400)
+            let (down, answer) = try await Self.raw(.POST, faults, body: #"{"outage":true}"#)
+            #expect(down == 200 && answer.contains("true"))
+            // Google cannot be reached; what Google has to say waits.
+            do {
+                _ = try await play.client.productPurchase(token: token)
+                Issue.record("read during the outage")
+            } catch let error as GooglePlayError {
+                #expect(error.kind == .unavailable)
+            }
+            _ = try await play.store.buy("coins.sixty", obfuscatedAccountId: "a2", quantity: 1)
+            #expect(await play.store.takeDuePushes().isEmpty)
+            let (up, _) = try await Self.raw(.POST, faults, body: #"{"outage":false}"#)
+            #expect(up == 200)
+            #expect(await play.store.takeDuePushes().count == 1)
+            #expect(try await play.client.productPurchase(token: token).orderId != nil)
+            // The next n calls only.
+            _ = try await Self.raw(.POST, faults, body: #"{"failAPICalls":1}"#)
+            await #expect(throws: GooglePlayError.self) { _ = try await play.client.productPurchase(token: token) }
+            #expect(try await play.client.productPurchase(token: token).orderId != nil)
+        }
+    }
+
     @Test func pendingPurchasesArePaidLaterAndPartialRefundsAreListedByQuantityAndPaged() async throws {
         try await Self.withPlay { play in
             let pending = try await play.store.buy("coins.sixty", obfuscatedAccountId: "p", pending: true)

@@ -76,8 +76,12 @@ import Testing
         #expect(run.status == 0, "\(run.stderr)")
         let report = try #require(run.json, "\(run.stdout)")
         #expect(report["store"] as? String == "google_play")
-        #expect(report["purchases"] as? Int == 30 && report["paid"] as? Int == 30)
-        #expect(report["delivered"] as? Int == 30)
+        // 30 purchases, then 3 more paid just before the server went down for 30 hours of
+        // Google's clock: all delivered once and acknowledged in time when it came back.
+        #expect(report["purchases"] as? Int == 30 && report["paid"] as? Int == 33)
+        #expect(report["delivered"] as? Int == 33)
+        #expect(report["outagePurchases"] as? Int == 3 && report["outageHours"] as? Double == 30)
+        #expect((report["waitingWhenBack"] as? Int ?? 0) >= 3, "\(report)")
         #expect(report["lost"] as? Int == 0 && report["doubled"] as? Int == 0)
         #expect(report["autoRefunded"] as? Int == 0 && report["unacknowledged"] as? Int == 0)
         #expect((report["crashes"] as? Int ?? 0) > 0 && (report["pending"] as? Int ?? 0) > 0)
@@ -85,6 +89,11 @@ import Testing
             "simulate", "--store", "amazon", "--server", "http://127.0.0.1:1", "--key", "x",
         ])
         #expect(bad.status == 64)
+        let tooLong = try await VerifyCommandTests.run([
+            "simulate", "--store", "google_play", "--server", "http://127.0.0.1:1", "--key", "x", "--outage-hours",
+            "61",
+        ])
+        #expect(tooLong.status == 64)
     }
 
     @Test func unreachableServerIsExitTwoAndBadOptionsAreUsageErrors() async throws {
