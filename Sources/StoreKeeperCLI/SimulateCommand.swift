@@ -73,7 +73,7 @@ struct SimulateCommand: AsyncParsableCommand {
         help:
             "With --store google_play: the server is down (unreachable from devices and Google) for this many hours of Google's clock after the purchases, 0…60 (0: none)."
     )
-    var outageHours: Double = 30
+    var outageHours: Double = 48
     @Flag(name: .long, help: "Print the report as JSON.") var json = false
 
     func validate() throws {

@@ -23,7 +23,7 @@ public struct GoogleSimulation: Sendable {
         public var settleSeconds = 300.0
         /// After the purchases the server goes down for this long on Google's clock: devices
         /// cannot reach it, it cannot reach Google, pushes wait (0: no outage).
-        public var outageHours = 30.0
+        public var outageHours = 48.0
 
         public init(server: URL, key: String) {
             self.server = server
