@@ -137,22 +137,29 @@ public struct GoogleSimulation: Sendable {
             return reply?.status == 200 || reply?.status == 202
         }
 
-        for index in 0..<options.purchases {
-            let deviceIndex = index % devices.count
+        /// The app creates an order; the customer pays at Google with the order's token.
+        func orderAndPay(_ deviceIndex: Int, pending: Bool) async throws -> (token: String, orderId: String) {
             let account = devices[deviceIndex].account
             let order = try await call(
                 .POST, "/v1/orders", ["accountId": account, "productId": "coins_60", "appId": options.appId])
             guard order.status == 201, let orderId = order.json["orderId"] as? String,
                 let appAccountToken = order.json["appAccountToken"] as? String
             else { throw Failure(description: "POST /v1/orders answered \(order.status) \(order.json)") }
-            let isPending = random.unit() < options.pendingRate
             let bought = try await call(
                 .POST, "\(control)/purchases",
-                ["productId": "coins_60", "obfuscatedAccountId": appAccountToken, "pending": isPending])
+                ["productId": "coins_60", "obfuscatedAccountId": appAccountToken, "pending": pending])
             guard let token = bought.json["purchaseToken"] as? String else {
                 throw Failure(description: "the local Google Play did not sell: \(bought.json)")
             }
             devices[deviceIndex].tokens[token] = orderId
+            return (token, orderId)
+        }
+
+        for index in 0..<options.purchases {
+            let deviceIndex = index % devices.count
+            let account = devices[deviceIndex].account
+            let isPending = random.unit() < options.pendingRate
+            let (token, orderId) = try await orderAndPay(deviceIndex, pending: isPending)
             if isPending { pending.append(token) } else { paid[token] = account }
             if random.unit() < options.crashRate {
                 crashes += 1  // killed before `onPurchasesUpdated` submitted it
@@ -167,19 +174,8 @@ public struct GoogleSimulation: Sendable {
         if options.outageHours > 0 {
             for index in 0..<max(1, options.purchases / 10) {
                 let deviceIndex = index % devices.count
-                let account = devices[deviceIndex].account
-                let order = try await call(
-                    .POST, "/v1/orders", ["accountId": account, "productId": "coins_60", "appId": options.appId])
-                guard order.status == 201, let orderId = order.json["orderId"] as? String,
-                    let appAccountToken = order.json["appAccountToken"] as? String
-                else { throw Failure(description: "POST /v1/orders answered \(order.status) \(order.json)") }
-                let bought = try await call(
-                    .POST, "\(control)/purchases", ["productId": "coins_60", "obfuscatedAccountId": appAccountToken])
-                guard let token = bought.json["purchaseToken"] as? String else {
-                    throw Failure(description: "the local Google Play did not sell: \(bought.json)")
-                }
-                devices[deviceIndex].tokens[token] = orderId
-                paid[token] = account
+                let (token, _) = try await orderAndPay(deviceIndex, pending: false)
+                paid[token] = devices[deviceIndex].account
                 outagePurchases += 1
             }
             _ = try await call(.POST, "\(control)/faults", ["outage": true])

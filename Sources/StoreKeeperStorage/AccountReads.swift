@@ -11,23 +11,6 @@ extension PurchaseStore {
         try await account(accountId).balances
     }
 
-    /// The app recorded with a subscription or its deliveries (nil: none recorded — a row from
-    /// before several apps, or a web payment).
-    public func recordedAppId(ofOriginal originalTransactionId: String) async throws -> String? {
-        try await database.read { sql in
-            try await sql.raw(
-                """
-                SELECT app_id FROM subscriptions WHERE original_transaction_id = \(bind: originalTransactionId)
-                    AND app_id IS NOT NULL
-                UNION ALL
-                SELECT app_id FROM deliveries WHERE original_transaction_id = \(bind: originalTransactionId)
-                    AND app_id IS NOT NULL
-                LIMIT 1
-                """
-            ).first()?.decode(column: "app_id", as: String.self)
-        }
-    }
-
     /// Balances and entitlements of an account, read together.
     public func account(_ accountId: String) async throws -> AccountState {
         try await database.read { sql in
@@ -44,24 +27,24 @@ extension PurchaseStore {
         for row in try await sql.raw(
             """
             SELECT account_id, 'b' AS kind, currency AS name, amount, NULL AS product_id,
-                   NULL AS original_transaction_id, NULL AS expires_at
+                   NULL AS original_transaction_id, NULL AS expires_at, NULL AS app_id
             FROM balances WHERE account_id IN (\(binds: accounts))
             UNION ALL
             SELECT account_id, 'e' AS kind, entitlement_id AS name, NULL AS amount, product_id,
-                   original_transaction_id, expires_at
+                   original_transaction_id, expires_at, NULL AS app_id
             FROM entitlements WHERE account_id IN (\(binds: accounts))
             UNION ALL
             SELECT account_id, 's' AS kind, status AS name, auto_renew AS amount, product_id,
-                   original_transaction_id, expires_at
+                   original_transaction_id, expires_at, app_id
             FROM subscriptions WHERE account_id IN (\(binds: accounts))
             UNION ALL
             SELECT account_id, 'c' AS kind, CAST(COALESCE(commitment_renews, -1) AS TEXT) AS name,
                    commitment_period * 100 + COALESCE(commitment_periods, 12) AS amount, NULL AS product_id,
-                   original_transaction_id, commitment_expires_at AS expires_at
+                   original_transaction_id, commitment_expires_at AS expires_at, NULL AS app_id
             FROM subscriptions WHERE account_id IN (\(binds: accounts)) AND billing_plan = 'MONTHLY'
             UNION ALL
             SELECT account_id, 'g' AS kind, entitlement_id AS name, NULL AS amount, NULL AS product_id,
-                   grant_id AS original_transaction_id, expires_at
+                   grant_id AS original_transaction_id, expires_at, NULL AS app_id
             FROM grants WHERE account_id IN (\(binds: accounts)) AND ended_at IS NULL
             ORDER BY account_id, kind, name, original_transaction_id
             """
@@ -75,7 +58,8 @@ extension PurchaseStore {
                         originalTransactionId: try row.decode(column: "original_transaction_id", as: String.self),
                         productId: try row.decode(column: "product_id", as: String.self), status: name,
                         expiresAt: try row.decode(column: "expires_at", as: Int64?.self).map(Date.init(milliseconds:)),
-                        autoRenew: try row.decode(column: "amount", as: Int64.self) != 0))
+                        autoRenew: try row.decode(column: "amount", as: Int64.self) != 0,
+                        appId: try row.decode(column: "app_id", as: String?.self)))
             } else if kind == "c" {
                 // Attached to its subscription once every row is read.
                 commitments[account, default: [:]][try row.decode(column: "original_transaction_id", as: String.self)] =

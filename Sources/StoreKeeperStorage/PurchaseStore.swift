@@ -60,6 +60,8 @@ public struct PurchaseStore: Sendable {
         /// A monthly plan with a 12-month commitment: this period, the commitment's end, and
         /// whether a new commitment follows it (nil: not known).
         public var commitment: Commitment? = nil
+        /// The app recorded with it (nil: a row from before several apps, or a web checkout).
+        public var appId: String? = nil
 
         public struct Commitment: Sendable, Hashable {
             public var period: Int

@@ -32,7 +32,10 @@ extension StoreKeeperApp {
         }
         var apps: [String: String] = [:]
         for subscription in state.subscriptions {
-            apps[subscription.originalTransactionId] = try await appId(ofOriginal: subscription.originalTransactionId)
+            // Recorded with it since several apps (migration 19); older rows: the app their store implies.
+            var app = subscription.appId
+            if app == nil { app = try await appId(ofOriginal: subscription.originalTransactionId) }
+            apps[subscription.originalTransactionId] = app
         }
         return AccountJSON(
             accountId: accountId, entitlements: entitlements, balances: state.balances,
@@ -166,11 +169,9 @@ struct AccountsController {
 }
 
 extension StoreKeeperApp {
-    /// The app a stored subscription (or transaction) came from: the App Store app, the only
+    /// The app a subscription recorded without one came from: the App Store app, the only
     /// Google Play app, or the one Google's token was read for; nil for a web checkout.
     func appId(ofOriginal originalTransactionId: String) async throws -> String? {
-        // Recorded with the subscription or its deliveries since several apps (migration 19).
-        if let recorded = try await store.recordedAppId(ofOriginal: originalTransactionId) { return recorded }
         switch StoreOfTransaction.of(originalTransactionId) {
         case "app_store":
             return configuration.hasAppStoreApp ? configuration.appStoreAppId ?? configuration.bundleId : nil
