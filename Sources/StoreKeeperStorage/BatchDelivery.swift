@@ -288,7 +288,8 @@ struct BatchDelivery {
             var insert = sql.insert(into: "deliveries").columns(
                 "transaction_id", "original_transaction_id", "account_id", "order_id", "product_id", "quantity",
                 "environment", "delivered_at", "price_milli", "currency", "proceeds_percent", "period_start",
-                "period_end", "offer_type", "offer_identifier", "offer_source", "app_transaction_id", "app_id")
+                "period_end", "offer_type", "offer_identifier", "offer_source", "app_transaction_id", "app_id",
+                "purchased_at", "storefront", "trial", "family_shared")
             for (((delivery, originalId, environment, at, appId), money), facts) in zip(
                 zip(newDeliveries, revenue), offerFacts)
             {
@@ -298,7 +299,7 @@ struct BatchDelivery {
                     delivery.quantity, environment, at, money.price, money.currency, money.percent, money.periodStart,
                     money.periodEnd, offer.type, offer.identifier, offer.source, facts.transaction.appTransactionId,
                     appId,
-                ])
+                ] + money.analyticsValues)
             }
             inserts.append(insert.insert)
         }
@@ -321,6 +322,10 @@ struct BatchDelivery {
             try await sql.execute(sql: CombinedWrites(writes: inserts)) { _ in }
         } else {
             for insert in inserts { try await sql.execute(sql: insert) { _ in } }
+        }
+        for ((_, originalId, _, _, _), money) in zip(newDeliveries, revenue) where money.overlaps {
+            try await Revenue.supersede(
+                originalId: originalId, start: money.periodStart ?? 0, end: money.periodEnd ?? 0, sql: sql)
         }
         for (plan, transaction, context, now) in applied
         where plan.order != nil || plan.binding != nil || !plan.anomalies.isEmpty

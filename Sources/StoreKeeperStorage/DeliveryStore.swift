@@ -62,15 +62,19 @@ extension PurchaseStore {
                 INSERT INTO deliveries (transaction_id, original_transaction_id, account_id, order_id, product_id, quantity,
                                         environment, delivered_at, price_milli, currency, proceeds_percent,
                                         period_start, period_end, offer_type, offer_identifier, offer_source,
-                                        app_transaction_id)
+                                        app_transaction_id, purchased_at, storefront, trial, family_shared)
                 VALUES (\(bind: delivery.transactionId), \(bind: originalId), \(bind: delivery.accountId),
                         \(bind: delivery.orderId), \(bind: delivery.productId), \(bind: delivery.quantity),
                         \(bind: transaction.environment?.rawValue ?? "Production"), \(bind: at), \(bind: money.price),
                         \(bind: money.currency), \(bind: money.percent), \(bind: money.periodStart),
                         \(bind: money.periodEnd), \(bind: offer.type), \(bind: offer.identifier), \(bind: offer.source),
-                        \(bind: transaction.appTransactionId))
+                        \(bind: transaction.appTransactionId), \(bind: money.purchasedAt), \(bind: money.storefront),
+                        \(bind: money.trial ? 1 : 0), \(bind: money.familyShared ? 1 : 0))
                 """
             ).run()
+            if money.overlaps, let start = money.periodStart, let end = money.periodEnd {
+                try await Revenue.supersede(originalId: originalId, start: start, end: end, sql: sql)
+            }
         }
         if let order = plan.order {
             try await sql.raw(

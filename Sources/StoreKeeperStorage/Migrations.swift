@@ -626,6 +626,36 @@ public enum Migrations {
                 "ALTER TABLE anomalies ADD COLUMN app_id TEXT",
             ]
         ),
+        (
+            20,
+            [
+                // Analytics (docs/analytics.md): the store's purchase date (buckets follow the
+                // store's clock, not the server's), the storefront, free trials, Family Sharing,
+                // and where a later period of the same subscription cut this one short (an
+                // upgrade): `superseded_at`.
+                "ALTER TABLE deliveries ADD COLUMN purchased_at BIGINT",
+                "ALTER TABLE deliveries ADD COLUMN storefront TEXT",
+                "ALTER TABLE deliveries ADD COLUMN trial INTEGER NOT NULL DEFAULT 0",
+                "ALTER TABLE deliveries ADD COLUMN family_shared INTEGER NOT NULL DEFAULT 0",
+                "ALTER TABLE deliveries ADD COLUMN superseded_at BIGINT",
+                "UPDATE deliveries SET purchased_at = COALESCE(period_start, delivered_at)",
+                "UPDATE deliveries SET trial = 1 WHERE offer_type IS NOT NULL AND price_milli = 0",
+                """
+                UPDATE deliveries SET superseded_at = (
+                    SELECT MIN(n.period_start) FROM deliveries n
+                    WHERE n.original_transaction_id = deliveries.original_transaction_id
+                    AND n.period_start > deliveries.period_start AND n.period_start < deliveries.period_end)
+                WHERE period_start IS NOT NULL
+                """,
+                "CREATE INDEX deliveries_purchased ON deliveries (purchased_at)",
+                "CREATE INDEX deliveries_period_end ON deliveries (period_end) WHERE period_end IS NOT NULL",
+                "CREATE INDEX deliveries_delivered ON deliveries (delivered_at, transaction_id)",
+                "CREATE INDEX deliveries_refunded ON deliveries (refunded_at, transaction_id) WHERE refunded_at IS NOT NULL",
+                "CREATE INDEX subscriptions_updated ON subscriptions (updated_at, original_transaction_id)",
+                "CREATE INDEX notifications_received ON notifications (received_at, notification_uuid)",
+                "CREATE INDEX anomalies_created ON anomalies (created_at, id)",
+            ] + AnalyticsViews.create
+        ),
     ]
 
     /// Applies every migration not yet applied, each in its own transaction. Safe to run from

@@ -12,6 +12,14 @@ struct Revenue {
     var percent: Int?
     var periodStart: Int64?
     var periodEnd: Int64?
+    /// Analytics' facts (migration 20): the store's purchase date, storefront, a free trial,
+    /// Family Sharing; and whether this period overlaps another of the same subscription (an
+    /// upgrade cuts the earlier one short: `superseded_at`).
+    var purchasedAt: Int64?
+    var storefront: String?
+    var trial = false
+    var familyShared = false
+    var overlaps = false
 
     /// The paid periods already delivered for these auto-renewables, by original transaction
     /// id: one query for a whole batch (every id present, empty when none).
@@ -42,13 +50,23 @@ struct Revenue {
         var earlier: [Proceeds.Period] = []
         var periodStart: Int64?
         var periodEnd: Int64?
+        var overlaps = false
         if isAutoRenewable, let start = transaction.purchaseDate, let end = transaction.expiresDate {
             if periods[originalId] == nil {
                 periods.merge(try await Self.periods(of: [originalId], sql: sql)) { $1 }
             }
             earlier = periods[originalId] ?? []
+            var start = start
+            if transaction.transactionId?.hasPrefix(GooglePlayPlanner.prefix) == true {
+                // Google names the subscription's start, not the period's: a renewal's period
+                // starts where the one before it ended.
+                let previous = earlier.map(\.end.milliseconds).filter { $0 > start && $0 < end }.max()
+                start = previous ?? start
+            }
             periodStart = start
             periodEnd = end
+            let (from, to) = (Date(milliseconds: start), Date(milliseconds: end))
+            overlaps = earlier.contains { ($0.start < from && $0.end > from) || ($0.start > from && $0.start < to) }
             periods[originalId, default: []].append(
                 Proceeds.Period(start: Date(milliseconds: start), end: Date(milliseconds: end)))
         }
@@ -58,6 +76,36 @@ struct Revenue {
             // where one applies, is invoiced apart and not modelled here).
             percent: transaction.isWebPurchase
                 ? 100 : Proceeds.percent(of: transaction, earlierPeriods: earlier), periodStart: periodStart,
-            periodEnd: periodEnd)
+            periodEnd: periodEnd, purchasedAt: periodStart ?? transaction.purchaseDate, storefront: transaction.storefront,
+            trial: transaction.offerDiscountType == .freeTrial || (transaction.offerType != nil && transaction.price == 0),
+            familyShared: transaction.inAppOwnershipType == .familyShared, overlaps: overlaps)
+    }
+
+    /// Where periods of one subscription overlap (an upgrade starts a period before the current
+    /// one ends), the earlier ends where the later starts: `superseded_at`, what analytics
+    /// count as its end. Runs only for a delivery whose period overlaps another.
+    static func supersede(originalId: String, start: Int64, end: Int64, sql: any SQLDatabase) async throws {
+        try await sql.raw(
+            """
+            UPDATE deliveries SET superseded_at = \(bind: start)
+            WHERE original_transaction_id = \(bind: originalId) AND period_start < \(bind: start)
+            AND period_end > \(bind: start) AND (superseded_at IS NULL OR superseded_at > \(bind: start))
+            """
+        ).run()
+        try await sql.raw(
+            """
+            UPDATE deliveries SET superseded_at = (
+                SELECT MIN(n.period_start) FROM deliveries n WHERE n.original_transaction_id = \(bind: originalId)
+                AND n.period_start > \(bind: start) AND n.period_start < \(bind: end))
+            WHERE original_transaction_id = \(bind: originalId) AND period_start = \(bind: start)
+            AND EXISTS (SELECT 1 FROM deliveries n WHERE n.original_transaction_id = \(bind: originalId)
+                AND n.period_start > \(bind: start) AND n.period_start < \(bind: end))
+            """
+        ).run()
+    }
+
+    /// The analytics columns' values of an insert: purchased_at, storefront, trial, family_shared.
+    var analyticsValues: [any Encodable & Sendable] {
+        [purchasedAt, storefront, trial ? 1 : 0, familyShared ? 1 : 0]
     }
 }

@@ -97,6 +97,13 @@ public struct ServerConfiguration: Sendable {
     public var externalPurchaseReporting = false
     /// Enrolled in Apple's App Store Small Business Program: 85 % of every price is kept.
     public var smallBusinessProgram = false
+    /// Analytics (docs/analytics.md): the time zone of days, weeks and months; the reporting
+    /// currency; the rates converting the others into it (inline, or a JSON file re-read when
+    /// it changes).
+    public var analyticsTimeZone = TimeZone(identifier: "UTC")!
+    public var analyticsCurrency = "USD"
+    public var analyticsRates: [String: Double] = [:]
+    public var analyticsRatesFile: String?
     /// A webhook event still refused after this long moves to the dead-letter list.
     public var webhookMaxAttemptHours = 72
     /// The In-App Purchase key that signs offers (default: the `apple.serverAPI` key).
@@ -155,9 +162,10 @@ public struct ServerConfiguration: Sendable {
         "apple.externalPurchase.reporting",
         "webhooks.maxAttemptHours", "apple.smallBusinessProgram", "offers.sharedAppleIdAccounts",
         "dashboard.enabled", "dashboard.sessionIdleSeconds", "dashboard.sessionMaxHours", "localGooglePlay.enabled",
+        "analytics.timeZone", "analytics.currency", "analytics.ratesFile",
     ]
     /// Keys whose value is a structure read by its own parser (the inline catalog).
-    static let structuredKeys = ["catalog.products", "catalog.retention", "catalog.refunds", "apps"]
+    static let structuredKeys = ["catalog.products", "catalog.retention", "catalog.refunds", "apps", "analytics.rates"]
     static let secretKeyNames: Set<String> = [
         "auth.secretKeys", "auth.clientTokenSecret", "auth.metricsToken", "apple.sharedSecret", "webhooks.secret",
         "auth.responseSigningKey",
@@ -286,6 +294,7 @@ public struct ServerConfiguration: Sendable {
         let source = Source(reader: reader, file: flat, environment: aliased)
         try configuration.read(source)
         try configuration.readApps(structured["apps"])
+        try configuration.readAnalyticsRates(structured["analytics.rates"])
 
         do {
             if let catalogFile = try source.string("catalog.file") {
@@ -410,6 +419,19 @@ public struct ServerConfiguration: Sendable {
         finishTransactions = try source.bool("apple.finishTransactions") ?? false
         externalPurchaseReporting = try source.bool("apple.externalPurchase.reporting") ?? false
         smallBusinessProgram = try source.bool("apple.smallBusinessProgram") ?? false
+        if let zone = try source.string("analytics.timeZone") {
+            guard let timeZone = TimeZone(identifier: zone), zone.contains("/") || zone == "UTC" || zone == "GMT" else {
+                throw Invalid(key: "analytics.timeZone", "must be an IANA time zone such as Europe/Paris or UTC")
+            }
+            analyticsTimeZone = timeZone
+        }
+        if let currency = try source.string("analytics.currency") {
+            guard ExchangeRates.isCurrencyCode(currency) else {
+                throw Invalid(key: "analytics.currency", "must be an ISO 4217 code such as USD")
+            }
+            analyticsCurrency = currency
+        }
+        analyticsRatesFile = try source.string("analytics.ratesFile")
         webhookMaxAttemptHours = try source.int("webhooks.maxAttemptHours") ?? webhookMaxAttemptHours
         offersIssuerId = try source.string("apple.offers.issuerId")
         offersKeyId = try source.string("apple.offers.keyId")
@@ -424,5 +446,44 @@ public struct ServerConfiguration: Sendable {
         dashboardEnabled = try source.bool("dashboard.enabled") ?? dashboardEnabled
         dashboardSessionIdleSeconds = try source.int("dashboard.sessionIdleSeconds") ?? dashboardSessionIdleSeconds
         dashboardSessionMaxHours = try source.int("dashboard.sessionMaxHours") ?? dashboardSessionMaxHours
+    }
+}
+
+extension ServerConfiguration {
+    /// `analytics.rates`: `{EUR: 1.08, GBP: 1.27}` (one unit of each is worth that many of
+    /// `analytics.currency`); `analytics.ratesFile` instead, checked here and re-read when it
+    /// changes.
+    mutating func readAnalyticsRates(_ value: Any?) throws {
+        if let value {
+            guard let table = value as? [String: Any] else {
+                throw Invalid(key: "analytics.rates", "must be an object of currency codes and rates")
+            }
+            var rates: [String: Double] = [:]
+            for (code, rate) in table {
+                guard let number = (rate as? Double) ?? (rate as? Int).map(Double.init) else {
+                    throw Invalid(key: "analytics.rates.\(code)", "must be a positive number")
+                }
+                rates[code] = number
+            }
+            do {
+                _ = try ExchangeRates(currency: analyticsCurrency, table: rates, source: "configuration")
+            } catch let error as ExchangeRates.Invalid {
+                throw Invalid(key: "analytics.rates", error.reason)
+            }
+            analyticsRates = rates
+        }
+        if let file = analyticsRatesFile {
+            guard value == nil else {
+                throw Invalid(key: "analytics.ratesFile", "set analytics.rates or analytics.ratesFile, not both")
+            }
+            do {
+                _ = try ExchangeRates.parse(
+                    try Data(contentsOf: URL(fileURLWithPath: file)), currency: analyticsCurrency, source: file)
+            } catch let error as ExchangeRates.Invalid {
+                throw Invalid(key: "analytics.ratesFile", "\(file): \(error.reason)")
+            } catch {
+                throw Invalid(key: "analytics.ratesFile", "cannot read \(file)")
+            }
+        }
     }
 }

@@ -54,6 +54,8 @@ public struct StoreKeeperApp: Sendable {
     var provenance: (signedData: SignedDataVerifier, receipts: AppReceiptVerifier)? = nil
     /// The last comparison of this server's clock with Apple's (after a 401).
     let clock = ClockState()
+    /// Analytics' exchange rates (`analytics.rates` or `analytics.ratesFile`).
+    public internal(set) var analyticsRates = AnalyticsRatesSource(configuration: ServerConfiguration())
     /// The listening socket's channel once the server runs (its options, for tests).
     let listening = Listening()
     /// The Google Play apps, by id (`apps` with `store: google_play`).
@@ -198,6 +200,7 @@ public struct StoreKeeperApp: Sendable {
             provenance: try trust.provenanceVerifiers())
         app.google = google
         app.localGooglePlay = localGooglePlay
+        app.analyticsRates = AnalyticsRatesSource(configuration: configuration)
         return app
     }
 
@@ -364,6 +367,7 @@ public struct StoreKeeperApp: Sendable {
         WebhooksController(app: self).addRoutes(to: v1)
         SupportController(app: self).addRoutes(to: v1)
         RetentionController(app: self).addAPIRoutes(to: v1)
+        AnalyticsController(app: self).addRoutes(to: v1)
         if configuration.dashboardEnabled { DashboardController(app: self).addRoutes(to: router) }
         if let localAppStore {
             // Demo mode: open, for curl and the quick start. Beside a configuration

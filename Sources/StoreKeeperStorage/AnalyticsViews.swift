@@ -1,0 +1,94 @@
+/// The SQL views for BI tools and for analytics' own reads (one definition of each fact):
+/// `storekeeper_transactions`, `storekeeper_subscription_periods`, `storekeeper_subscriptions`
+/// and `storekeeper_events`, the same on PostgreSQL and SQLite. docs/analytics.md documents every
+/// column.
+public enum AnalyticsViews {
+    /// A delivery's price less what refunds gave back (its share, rounded down), milliunits.
+    static let netPrice =
+        "(d.price_milli - CASE WHEN d.refunded_at IS NULL THEN 0 ELSE d.price_milli * COALESCE(d.refund_share, 100000) / 100000 END)"
+
+    static let store = "CASE WHEN d.transaction_id LIKE 'gp:%' THEN 'google_play' ELSE 'app_store' END"
+
+    /// 1 for what earns money: a price, a real environment (not Sandbox or Xcode), not shared
+    /// by Family Sharing (the organizer's own transaction is the one that paid).
+    static let counts = """
+        CASE WHEN d.price_milli IS NOT NULL AND d.proceeds_percent IS NOT NULL
+             AND d.environment NOT IN ('Sandbox', 'Xcode') AND d.family_shared = 0 THEN 1 ELSE 0 END
+        """
+
+    /// Weeks and months of a period, rounded to the nearest (Analytics.monthlyMilli).
+    static let length = "(d.period_end - d.period_start)"
+    static let monthly = """
+        CASE WHEN d.trial = 1 OR d.price_milli IS NULL THEN 0
+             WHEN \(length) < 2160000000 THEN d.price_milli * 52 /
+                  (12 * CASE WHEN (\(length) + 302400000) / 604800000 < 1 THEN 1 ELSE (\(length) + 302400000) / 604800000 END)
+             ELSE d.price_milli /
+                  CASE WHEN (\(length) + 1314900000) / 2629800000 < 1 THEN 1 ELSE (\(length) + 1314900000) / 2629800000 END
+        END
+        """
+
+    static let endsAt =
+        "CASE WHEN d.superseded_at IS NOT NULL AND d.superseded_at < d.period_end THEN d.superseded_at ELSE d.period_end END"
+
+    public static let create = [
+        "DROP VIEW IF EXISTS storekeeper_events",
+        "DROP VIEW IF EXISTS storekeeper_subscription_periods",
+        "DROP VIEW IF EXISTS storekeeper_transactions",
+        "DROP VIEW IF EXISTS storekeeper_subscriptions",
+        """
+        CREATE VIEW storekeeper_transactions AS
+        SELECT d.transaction_id, d.original_transaction_id, d.account_id, d.order_id, d.app_id,
+               \(store) AS store, d.product_id, d.quantity, d.environment, d.storefront,
+               d.purchased_at, d.delivered_at, d.period_start, d.period_end,
+               \(endsAt) AS ends_at,
+               d.trial, d.family_shared, d.offer_type, d.offer_identifier, d.price_milli, d.currency,
+               d.proceeds_percent, d.refunded_at, d.refund_share,
+               \(netPrice) AS net_price_milli,
+               \(netPrice) * d.proceeds_percent / 100 AS proceeds_milli,
+               \(counts) AS counts
+        FROM deliveries d WHERE d.quantity > 0
+        """,
+        """
+        CREATE VIEW storekeeper_subscription_periods AS
+        SELECT d.transaction_id, d.original_transaction_id, d.account_id, d.app_id, \(store) AS store,
+               d.product_id, d.environment, d.storefront, d.period_start, d.period_end,
+               \(endsAt) AS ends_at, d.trial, d.offer_type, d.offer_identifier, d.price_milli, d.currency,
+               \(monthly) AS monthly_milli, d.refunded_at,
+               \(counts) AS counts
+        FROM deliveries d WHERE d.quantity > 0 AND d.period_start IS NOT NULL AND d.period_end IS NOT NULL
+        """,
+        """
+        CREATE VIEW storekeeper_subscriptions AS
+        SELECT s.original_transaction_id, s.account_id, s.app_id,
+               CASE WHEN s.original_transaction_id LIKE 'gp:%' THEN 'google_play' ELSE 'app_store' END AS store,
+               s.product_id, s.status, s.expires_at, s.auto_renew, s.next_product_id, s.grace_ends_at,
+               s.latest_transaction_id, s.billing_plan, s.signed_at, s.updated_at
+        FROM subscriptions s
+        """,
+        """
+        CREATE VIEW storekeeper_events AS
+        SELECT 'delivery' AS type, d.transaction_id AS id, d.delivered_at AS at, d.account_id, d.app_id,
+               \(store) AS store, d.transaction_id, d.original_transaction_id, d.product_id, d.environment,
+               CAST(NULL AS TEXT) AS detail
+        FROM deliveries d WHERE d.quantity > 0
+        UNION ALL
+        SELECT 'refund', d.transaction_id, d.refunded_at, d.account_id, d.app_id, \(store), d.transaction_id,
+               d.original_transaction_id, d.product_id, d.environment, d.refund_type
+        FROM deliveries d WHERE d.refunded_at IS NOT NULL
+        UNION ALL
+        SELECT 'notification', n.notification_uuid, n.received_at, CAST(NULL AS TEXT), CAST(NULL AS TEXT),
+               'app_store', n.transaction_id, n.subject, CAST(NULL AS TEXT), n.environment,
+               n.notification_type || COALESCE('/' || n.subtype, '') || ' ' || n.status
+        FROM notifications n
+        UNION ALL
+        SELECT 'google_notification', g.message_id, g.received_at, CAST(NULL AS TEXT), g.app_id, 'google_play',
+               CAST(NULL AS TEXT), CAST(NULL AS TEXT), CAST(NULL AS TEXT), CAST(NULL AS TEXT), g.type || ' ' || g.status
+        FROM google_notifications g
+        UNION ALL
+        SELECT 'anomaly', a.id, a.created_at, a.account_id, a.app_id,
+               CAST(NULL AS TEXT), a.transaction_id, CAST(NULL AS TEXT), CAST(NULL AS TEXT), CAST(NULL AS TEXT),
+               a.kind || ': ' || a.detail
+        FROM anomalies a
+        """,
+    ]
+}
