@@ -96,8 +96,7 @@ extension PurchaseStore {
                 let quarters = try await tallies(
                     """
                     SELECT x.e / 900000 AS q, x.r AS r, COUNT(*) AS n FROM (
-                        SELECT CASE WHEN d.refunded_at IS NOT NULL AND d.refunded_at < \(ends) THEN d.refunded_at
-                                    ELSE \(ends) END AS e,
+                        SELECT \(ends) AS e,
                                CASE WHEN d.refunded_at IS NOT NULL OR s.status = 'revoked' THEN 'refund'
                                     WHEN s.status = 'billing_retry' OR (s.status = 'expired' AND s.auto_renew = 1) THEN 'billing'
                                     ELSE 'voluntary' END AS r
@@ -165,7 +164,7 @@ extension PurchaseStore {
 
     /// What earns money (AnalyticsViews.counts) over the deliveries aliased `alias`.
     static func counts(_ alias: String) -> SQLQueryString {
-        "\(unsafeRaw: alias).quantity > 0 AND \(unsafeRaw: AnalyticsViews.counts.replacingOccurrences(of: "d.", with: "\(alias)."))"
+        "\(unsafeRaw: alias).quantity > 0 AND (\(unsafeRaw: AnalyticsViews.counts.replacingOccurrences(of: "d.", with: "\(alias)."))) = 1"
     }
 
     /// Proceeds after refunds and commission, rounded down per transaction.

@@ -95,9 +95,10 @@ import Testing
 
     static func withRelay(
         _ kind: String, configure: @Sendable (inout ServerConfiguration) -> Void = { _ in },
+        prepare: @Sendable (inout StoreKeeperApp) -> Void = { _ in },
         _ body: @Sendable (Relay) async throws -> Void
     ) async throws {
-        try await API.withServer(kind, configure: configure) { app, client in
+        try await API.withServer(kind, configure: configure, prepare: prepare) { app, client in
             try await body(Relay(app, client))
         }
     }

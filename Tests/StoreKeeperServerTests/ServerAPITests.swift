@@ -31,6 +31,7 @@ import Testing
         rateLimitClock: @escaping @Sendable () -> ContinuousClock.Instant = { ContinuousClock.now },
         postgresURL: String? = ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_URL"],
         configure: @Sendable (inout ServerConfiguration) -> Void = { _ in },
+        prepare: @Sendable (inout StoreKeeperApp) -> Void = { _ in },
         _ body: @Sendable (StoreKeeperApp, any TestClientProtocol) async throws -> Void
     ) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("server-\(UUID())")
@@ -61,7 +62,8 @@ import Testing
         configuration.appAppleId = 1_234_567_890
         configure(&configuration)
         try await SharedLocalPKI.seed(directory)
-        let app = try await StoreKeeperApp.make(configuration, dataDirectory: directory, rateLimitClock: rateLimitClock)
+        var app = try await StoreKeeperApp.make(configuration, dataDirectory: directory, rateLimitClock: rateLimitClock)
+        prepare(&app)
         try await drive(app, body)
         if let dropDatabase, let base = postgresURL {
             let admin = try await Database.open(url: base)

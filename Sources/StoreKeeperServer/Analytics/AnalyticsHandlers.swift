@@ -13,8 +13,9 @@ struct AnalyticsController {
             try context.caller().requireSecretKey()
             let metric = try context.parameters.require("metric")
             let parameters = request.uri.queryParameters
-            let query = try AnalyticsRequest(metric: metric, app: app, now: Date()) { parameters.get($0) }
-            return try StoreKeeperApp.json(try await app.analyticsReport(query, now: Date()))
+            let now = app.analyticsClock()
+            let query = try AnalyticsRequest(metric: metric, app: app, now: now) { parameters.get($0) }
+            return try StoreKeeperApp.json(try await app.analyticsReport(query, now: now))
         }
         ExportController(app: app).addRoutes(to: v1)
     }
@@ -25,6 +26,7 @@ struct AnalyticsRequest: Sendable {
     static let maximumPoints = 1_100
 
     var metric: AnalyticsMetric
+    var timeZone: TimeZone
     var interval: AnalyticsInterval
     var from: CalendarDay
     var to: CalendarDay
@@ -37,12 +39,21 @@ struct AnalyticsRequest: Sendable {
                 "no metric '\(name.prefix(64))'; one of \(AnalyticsMetric.allCases.map(\.rawValue).joined(separator: ", "))")
         }
         self.metric = metric
-        let calendar = AnalyticsCalendar(timeZone: app.configuration.analyticsTimeZone)
         func text(_ name: String) throws -> String? {
             guard let value = parameter(name), !value.isEmpty else { return nil }
             guard value.utf8.count <= 200 else { throw APIError.badRequest("'\(name)' is too long") }
             return value
         }
+        // `timeZone` (an extension of API.md's query): another zone than analytics.timeZone.
+        var timeZone = app.configuration.analyticsTimeZone
+        if let zone = try text("timeZone") {
+            guard let named = TimeZone(identifier: zone), zone.contains("/") || zone == "UTC" else {
+                throw APIError.badRequest("'timeZone' must be an IANA time zone such as Europe/Paris or UTC")
+            }
+            timeZone = named
+        }
+        self.timeZone = timeZone
+        let calendar = AnalyticsCalendar(timeZone: timeZone)
         func day(_ name: String) throws -> CalendarDay? {
             guard let value = try text(name) else { return nil }
             guard let day = CalendarDay(value) else {
@@ -130,7 +141,7 @@ struct AnalyticsReportJSON: Encodable, Sendable {
 extension StoreKeeperApp {
     /// The one computation behind the API and the dashboard.
     func analyticsReport(_ query: AnalyticsRequest, now: Date) async throws -> AnalyticsReportJSON {
-        let calendar = AnalyticsCalendar(timeZone: configuration.analyticsTimeZone)
+        let calendar = AnalyticsCalendar(timeZone: query.timeZone)
         let buckets = calendar.buckets(from: query.from, to: query.to, interval: query.interval)
         let tallies = try await store.analytics(
             query.metric, filter: query.filter, buckets: buckets, now: now,
@@ -150,7 +161,7 @@ extension StoreKeeperApp {
         if let country = query.filter.country { filters["country"] = country }
         return AnalyticsReportJSON(
             metric: query.metric.rawValue, interval: query.interval.rawValue, from: query.from.description,
-            to: query.to.description, timeZone: configuration.analyticsTimeZone.identifier, filters: filters,
+            to: query.to.description, timeZone: query.timeZone.identifier, filters: filters,
             currency: query.metric.isMoney ? rates.currency : nil,
             ratesSource: query.metric.isMoney ? rates.source : nil,
             unconverted: query.metric.isMoney ? unconverted.sorted() : nil, points: points)

@@ -56,6 +56,9 @@ public struct StoreKeeperApp: Sendable {
     let clock = ClockState()
     /// Analytics' exchange rates (`analytics.rates` or `analytics.ratesFile`).
     public internal(set) var analyticsRates = AnalyticsRatesSource(configuration: ServerConfiguration())
+    /// Analytics' "now" (what has ended, the stock metrics' last instant): the server's clock;
+    /// tests running a store clock ahead set theirs.
+    public internal(set) var analyticsClock: @Sendable () -> Date = { Date() }
     /// The listening socket's channel once the server runs (its options, for tests).
     let listening = Listening()
     /// The Google Play apps, by id (`apps` with `store: google_play`).

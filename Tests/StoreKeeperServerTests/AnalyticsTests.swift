@@ -1,0 +1,398 @@
+import AppStoreModels
+import Foundation
+import HummingbirdTesting
+import LocalAppStore
+import StoreKeeperCatalog
+import Testing
+
+@testable import StoreKeeperServer
+
+/// Issue 35: months of subscriptions generated on the local App Store's clock (trials,
+/// renewals, cancellations, billing failures, refunds, upgrades, two currencies, consumables);
+/// every metric of `GET /v1/analytics/{metric}` compared exactly with the same metric computed
+/// here from the store's own history — not from StoreKeeper's tables.
+@Suite struct AnalyticsTests {
+    typealias API = ServerAPITests
+    typealias Relay = NotificationTests.Relay
+
+    static let catalog = try! Catalog.parse(
+        yaml: """
+            products:
+              - id: coins_60
+                type: consumable
+                grants: { currency: coins, amount: 60 }
+                prices: { USA: { currency: USD, price: 0.99 }, JPN: { currency: JPY, price: 160 } }
+              - id: pro_yearly
+                type: auto_renewable
+                group: pro
+                period: P1Y
+                grants: { entitlement: pro }
+                prices: { USA: { currency: USD, price: 49.99 }, JPN: { currency: JPY, price: 7800 } }
+              - id: pro_monthly
+                type: auto_renewable
+                group: pro
+                period: P1M
+                grants: { entitlement: pro }
+                prices: { USA: { currency: USD, price: 4.99 }, JPN: { currency: JPY, price: 780 } }
+                introductoryOffer: { discountType: free_trial, period: P1W }
+              - id: lite_weekly
+                type: auto_renewable
+                group: lite
+                period: P1W
+                grants: { entitlement: lite }
+                prices: { USA: { currency: USD, price: 1.99 } }
+            """)
+
+    /// A deterministic generator (SplitMix64): the same history every run for a seed.
+    struct Generator {
+        var state: UInt64
+        mutating func next() -> UInt64 {
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return z ^ (z >> 31)
+        }
+        mutating func chance(_ p: Double) -> Bool { Double(next() % 1_000_000) / 1_000_000 < p }
+        mutating func pick<T>(_ items: [T]) -> T { items[Int(next() % UInt64(items.count))] }
+    }
+
+    struct Customer {
+        var account: String
+        var appleId: String
+        var original: String?
+        var product: String?
+    }
+
+    /// Generates `days` days of business; returns the customers and the store's final time.
+    static func generate(_ relay: Relay, seed: UInt64, days: Int) async throws -> [Customer] {
+        let store = relay.store
+        var random = Generator(state: seed)
+        var customers: [Customer] = []
+        for day in 0..<days {
+            // Newcomers: a subscription (the monthly's first week is a free trial), or coins.
+            for _ in 0..<(random.chance(0.6) ? 1 : 0) + (random.chance(0.3) ? 1 : 0) {
+                let index = customers.count
+                var customer = Customer(account: "acct-\(index)", appleId: "apple-\(seed)-\(index)")
+                if random.chance(0.25) { await store.customer(customer.appleId, storefront: "JPN") }
+                let product = random.pick(["pro_monthly", "pro_monthly", "pro_yearly", "lite_weekly", "coins_60"])
+                let (_, transaction) = try await relay.buy(customer.account, product, appleId: customer.appleId)
+                if product != "coins_60" {
+                    customer.original = transaction.originalTransactionId
+                    customer.product = product
+                }
+                customers.append(customer)
+            }
+            // Now and then, existing customers buy coins, cancel, fail to pay, get a refund or upgrade.
+            for index in customers.indices {
+                let customer = customers[index]
+                if random.chance(0.03) {
+                    _ = try await relay.buy(customer.account, "coins_60", appleId: customer.appleId)
+                }
+                guard let original = customer.original, let subscription = await store.subscription(original),
+                    subscription.status == .active
+                else { continue }
+                if random.chance(0.03) {
+                    try await store.setAutoRenew(original, false)
+                } else if random.chance(0.015) {
+                    await store.setBillingFails(customer.appleId, true)
+                } else if random.chance(0.01) {
+                    try await store.refund(subscription.lastTransactionId, percentage: nil)
+                } else if random.chance(0.02), subscription.productId == "pro_monthly" {
+                    try await store.changeProduct(original, to: "pro_yearly")
+                    customers[index].product = "pro_yearly"
+                } else if random.chance(0.02), day % 7 == 0 {
+                    // A refund of a coin purchase.
+                    if let coins = await store.history(of: customer.appleId).last(where: {
+                        $0.payload.productId == "coins_60" && $0.payload.revocationDate == nil
+                    }) {
+                        try await store.refund(coins.payload.transactionId!, percentage: nil)
+                    }
+                }
+            }
+            await store.advance(by: 86_400)
+            try await relay.deliver()
+        }
+        return customers
+    }
+
+    // MARK: The independent computation, from the store's history
+
+    struct Period {
+        var original: String
+        var account: String
+        var product: String
+        var start: Int64
+        var end: Int64
+        var trial: Bool
+        var refunded: Bool
+        var price: Int64
+        var currency: String
+    }
+
+    struct Truth {
+        var periods: [Period] = []
+        /// Every priced transaction: (account, product, purchase date, price, currency, refunded).
+        var sales: [(account: String, product: String, at: Int64, price: Int64, currency: String, refunded: Bool)] = []
+        var statuses: [String: (status: AppStoreModels.SubscriptionStatus, autoRenew: Bool)] = [:]
+    }
+
+    static func truth(_ relay: Relay, _ customers: [Customer]) async throws -> Truth {
+        var truth = Truth()
+        var byOriginal: [String: [JWSTransactionDecodedPayload]] = [:]
+        for customer in customers {
+            for stored in await relay.store.history(of: customer.appleId) {
+                let t = stored.payload
+                guard let price = t.price, let currency = t.currency, let at = t.purchaseDate else { continue }
+                truth.sales.append(
+                    (customer.account, t.productId ?? "", at, price, currency, t.revocationDate != nil))
+                if t.type == .autoRenewable { byOriginal[t.originalTransactionId!, default: []].append(t) }
+            }
+            if let original = customer.original, let subscription = await relay.store.subscription(original) {
+                truth.statuses[original] = (subscription.status, subscription.autoRenew)
+            }
+        }
+        for customer in customers {
+            guard let original = customer.original else { continue }
+            let all = (byOriginal[original] ?? []).sorted { $0.purchaseDate! < $1.purchaseDate! }
+            for (index, t) in all.enumerated() {
+                // An upgrade's new period cuts the one before it short.
+                let next = all[(index + 1)...].map { $0.purchaseDate! }.filter { $0 > t.purchaseDate! }.min()
+                truth.periods.append(
+                    Period(
+                        original: original, account: customer.account, product: t.productId!, start: t.purchaseDate!,
+                        end: min(t.expiresDate!, next ?? Int64.max), trial: t.offerDiscountType == .freeTrial,
+                        refunded: t.revocationDate != nil, price: t.price!, currency: t.currency!))
+            }
+        }
+        return truth
+    }
+
+    struct Expected {
+        var value: Double
+        var byCurrency: [String: Double]? = nil
+        var numerator: Int64? = nil
+        var denominator: Int64? = nil
+    }
+
+    /// Each metric per bucket, by the definitions of docs/analytics.md.
+    static func expected(
+        _ metric: String, truth: Truth, buckets: [(start: Int64, end: Int64)], now: Int64, rates: [String: Double],
+        periodLengths: [String: (start: Int64, end: Int64)]
+    ) -> [Expected] {
+        let quarter: Int64 = 900_000
+        let nowQ = now / quarter * quarter
+        func convert(_ milli: [String: Int64]) -> Double {
+            var total = Decimal(0)
+            for (code, amount) in milli {
+                total += Decimal(amount) * Decimal(string: String(rates[code] ?? (code == "USD" ? 1 : 0)))!
+            }
+            var value = total / 1000
+            var rounded = Decimal()
+            NSDecimalRound(&rounded, &value, 2, .plain)
+            return Double("\(rounded)")!
+        }
+        func major(_ milli: [String: Int64]) -> [String: Double] {
+            milli.filter { $0.value != 0 }.mapValues { Double($0) / 1000 }
+        }
+        return buckets.map { bucket in
+            switch metric {
+            case "mrr", "active_subscriptions", "active_trials":
+                let at = min(bucket.end, nowQ)
+                let live = truth.periods.filter {
+                    !$0.refunded && $0.start < at && $0.end >= at && $0.trial == (metric == "active_trials")
+                }
+                if metric != "mrr" { return Expected(value: Double(live.count)) }
+                var milli: [String: Int64] = [:]
+                for period in live {
+                    let billed = periodLengths["\(period.original)@\(period.start)"]!
+                    let length = billed.end - billed.start
+                    let amount: Int64
+                    if length < 25 * 86_400_000 {
+                        let weeks = Swift.max(1, Int64((Double(length) / 604_800_000).rounded()))
+                        amount = period.price * 52 / (12 * weeks)
+                    } else {
+                        let months = Swift.max(1, Int64((Double(length) / (30.4375 * 86_400_000)).rounded()))
+                        amount = period.price / months
+                    }
+                    milli[period.currency, default: 0] += amount
+                }
+                return Expected(value: convert(milli), byCurrency: major(milli))
+            case "new_subscriptions":
+                var first: [String: Int64] = [:]
+                for period in truth.periods { first[period.original] = Swift.min(first[period.original] ?? .max, period.start) }
+                return Expected(value: Double(first.values.filter { $0 >= bucket.start && $0 < bucket.end }.count))
+            case "churned_subscriptions":
+                var count = 0
+                for period in truth.periods where !period.trial {
+                    let later = truth.periods.contains { $0.original == period.original && $0.start > period.start }
+                    guard !later, period.end >= bucket.start, period.end < bucket.end, period.end < nowQ,
+                        truth.statuses[period.original]?.status != .billingGracePeriod
+                    else { continue }
+                    count += 1
+                }
+                return Expected(value: Double(count))
+            case "trial_conversion":
+                let trials = truth.periods.filter {
+                    $0.trial && $0.start >= bucket.start && $0.start < bucket.end && $0.end <= nowQ
+                }
+                let converted = trials.filter { trial in
+                    truth.periods.contains {
+                        $0.original == trial.original && !$0.trial && !$0.refunded && $0.start >= trial.start
+                    }
+                }
+                let value = trials.isEmpty ? 0 : (Double(converted.count) / Double(trials.count) * 10_000).rounded() / 10_000
+                return Expected(
+                    value: value, numerator: Int64(converted.count), denominator: Int64(trials.count))
+            case "refund_rate":
+                let sold = truth.sales.filter { $0.price > 0 && $0.at >= bucket.start && $0.at < bucket.end }
+                let refunded = sold.filter(\.refunded).count
+                let value = sold.isEmpty ? 0 : (Double(refunded) / Double(sold.count) * 10_000).rounded() / 10_000
+                return Expected(value: value, numerator: Int64(refunded), denominator: Int64(sold.count))
+            case "proceeds":
+                var milli: [String: Int64] = [:]
+                for sale in truth.sales where sale.at >= bucket.start && sale.at < bucket.end && !sale.refunded {
+                    milli[sale.currency, default: 0] += sale.price * 70 / 100
+                }
+                return Expected(value: convert(milli), byCurrency: major(milli))
+            default:  // realized_ltv
+                var first: [String: Int64] = [:]
+                for sale in truth.sales { first[sale.account] = Swift.min(first[sale.account] ?? .max, sale.at) }
+                let cohort = Set(first.filter { $0.value >= bucket.start && $0.value < bucket.end }.keys)
+                var milli: [String: Int64] = [:]
+                for sale in truth.sales where cohort.contains(sale.account) && !sale.refunded {
+                    milli[sale.currency, default: 0] += sale.price * 70 / 100
+                }
+                guard !cohort.isEmpty else { return Expected(value: 0, byCurrency: [:], denominator: 0) }
+                var total = Decimal(0)
+                for (code, amount) in milli {
+                    total += Decimal(amount) * Decimal(string: String(rates[code] ?? (code == "USD" ? 1 : 0)))!
+                }
+                var value = total / 1000 / Decimal(cohort.count)
+                var rounded = Decimal()
+                NSDecimalRound(&rounded, &value, 2, .plain)
+                var perCurrency: [String: Double] = [:]
+                for (code, amount) in milli where amount != 0 {
+                    var share = Decimal(amount) / 1000 / Decimal(cohort.count)
+                    var roundedShare = Decimal()
+                    NSDecimalRound(&roundedShare, &share, 3, .plain)
+                    perCurrency[code] = Double("\(roundedShare)")!
+                }
+                return Expected(
+                    value: Double("\(rounded)")!, byCurrency: perCurrency,
+                    denominator: Int64(cohort.count))
+            }
+        }
+    }
+
+    static let rates: [String: Double] = ["JPY": 0.0065]
+
+    @Test(arguments: ServerAPITests.databases)
+    func everyMetricMatchesTheStoresOwnHistory(kind: String) async throws {
+        try await NotificationTests.withRelay(
+            kind,
+            configure: {
+                $0.catalog = Self.catalog
+                $0.analyticsRates = Self.rates
+            },
+            prepare: { app in
+                let clock = app.localAppStore!.clock
+                app.analyticsClock = { clock.now() }
+            }
+        ) { relay in
+            let start = relay.store.clock.now()
+            let customers = try await Self.generate(relay, seed: 35, days: 75)
+            let now = relay.store.clock.now()
+            let truth = try await Self.truth(relay, customers)
+            #expect(truth.periods.count > 60, "a history worth the name: \(truth.periods.count) periods")
+            #expect(truth.periods.contains { $0.trial } && truth.periods.contains { $0.refunded })
+            // Each period's billed length (what monthly normalisation divides by), before any upgrade cut it.
+            var lengths: [String: (start: Int64, end: Int64)] = [:]
+            for customer in customers {
+                for stored in await relay.store.history(of: customer.appleId) where stored.payload.type == .autoRenewable {
+                    let t = stored.payload
+                    lengths["\(t.originalTransactionId!)@\(t.purchaseDate!)"] = (t.purchaseDate!, t.expiresDate!)
+                }
+            }
+            let metrics = [
+                "mrr", "active_subscriptions", "active_trials", "new_subscriptions", "churned_subscriptions",
+                "trial_conversion", "refund_rate", "proceeds", "realized_ltv",
+            ]
+            var compared = 0
+            var nonZero: Set<String> = []
+            for zone in ["UTC", "Asia/Kolkata"] {
+                for interval in ["day", "week", "month"] {
+                    let (from, to, buckets) = Self.buckets(zone: zone, from: start, to: now, interval: interval)
+                    for metric in metrics {
+                        let reply = try await API.call(
+                            relay.client, .get,
+                            "/v1/analytics/\(metric)?from=\(from)&to=\(to)&interval=\(interval)&timeZone=\(zone)")
+                        #expect(reply.status == .ok, "\(reply.json)")
+                        let points = try #require(reply.json["points"] as? [[String: Any]])
+                        let expected = Self.expected(
+                            metric, truth: truth, buckets: buckets.map { ($0.start, $0.end) },
+                            now: Int64(now.timeIntervalSince1970 * 1000), rates: Self.rates, periodLengths: lengths)
+                        #expect(points.map { $0["start"] as? String } == buckets.map(\.label), "\(metric) \(interval)")
+                        for (point, want) in zip(points, expected) {
+                            let value = (point["value"] as? NSNumber)?.doubleValue
+                            #expect(value == want.value, "\(metric) \(interval) \(zone) \(point)")
+                            if want.value != 0 { nonZero.insert(metric) }
+                            if let byCurrency = want.byCurrency {
+                                let got = (point["byCurrency"] as? [String: Any] ?? [:]).mapValues {
+                                    ($0 as? NSNumber)?.doubleValue ?? .nan
+                                }
+                                #expect(got == byCurrency, "\(metric) \(interval) \(zone) \(point)")
+                            }
+                            if let numerator = want.numerator {
+                                #expect((point["numerator"] as? NSNumber)?.int64Value == numerator, "\(metric) \(point)")
+                            }
+                            if let denominator = want.denominator {
+                                #expect((point["denominator"] as? NSNumber)?.int64Value == denominator, "\(metric) \(point)")
+                            }
+                            compared += 1
+                        }
+                    }
+                }
+            }
+            #expect(compared > 500)
+            // Every metric saw something: a comparison of zeros proves nothing.
+            #expect(nonZero == Set(metrics), "\(Set(metrics).subtracting(nonZero))")
+        }
+    }
+
+    /// Calendar intervals in `zone` from `from`'s day to `to`'s, clipped (docs/analytics.md).
+    static func buckets(zone: String, from: Date, to: Date, interval: String) -> (
+        String, String, [(label: String, start: Int64, end: Int64)]
+    ) {
+        var calendar = Calendar(identifier: .iso8601)
+        calendar.timeZone = TimeZone(identifier: zone)!
+        let firstDay = calendar.startOfDay(for: from)
+        let end = calendar.date(byAdding: .day, value: 1, to: calendar.startOfDay(for: to))!
+        let formatter = DateFormatter()
+        formatter.calendar = calendar
+        formatter.timeZone = calendar.timeZone
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.dateFormat = "yyyy-MM-dd"
+        var result: [(String, Int64, Int64)] = []
+        var cursor = firstDay
+        while cursor < end {
+            var next: Date
+            switch interval {
+            case "day": next = calendar.date(byAdding: .day, value: 1, to: cursor)!
+            case "week":
+                let weekday = calendar.component(.weekday, from: cursor)  // Sunday 1 … Saturday 7
+                let daysToMonday = (9 - weekday) % 7 == 0 ? 7 : (9 - weekday) % 7
+                next = calendar.date(byAdding: .day, value: daysToMonday, to: cursor)!
+            default:
+                let parts = calendar.dateComponents([.year, .month], from: cursor)
+                next = calendar.date(byAdding: .month, value: 1, to: calendar.date(from: parts)!)!
+            }
+            next = min(next, end)
+            result.append(
+                (formatter.string(from: cursor), Int64(cursor.timeIntervalSince1970 * 1000),
+                 Int64(next.timeIntervalSince1970 * 1000)))
+            cursor = next
+        }
+        return (formatter.string(from: from), formatter.string(from: to), result)
+    }
+}
