@@ -52,6 +52,12 @@ public struct ExportPage: Sendable {
     public var rows: [[ExportValue]]
     /// Where the next page starts; nil at the end.
     public var next: ExportCursor?
+
+    public init(columns: [String], rows: [[ExportValue]], next: ExportCursor?) {
+        self.columns = columns
+        self.rows = rows
+        self.next = next
+    }
 }
 
 extension PurchaseStore {

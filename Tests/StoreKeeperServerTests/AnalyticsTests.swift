@@ -3,6 +3,8 @@ import Foundation
 import HummingbirdTesting
 import LocalAppStore
 import StoreKeeperCatalog
+import HTTPTypes
+import StoreKeeperStorage
 import Testing
 
 @testable import StoreKeeperServer
@@ -394,5 +396,120 @@ import Testing
             cursor = next
         }
         return (formatter.string(from: from), formatter.string(from: to), result)
+    }
+}
+
+/// Exports page by cursor through every row once; bad queries are clear 4xx answers.
+@Suite struct ExportTests {
+    typealias API = ServerAPITests
+
+    static func text(_ client: any TestClientProtocol, _ path: String) async throws -> (
+        status: HTTPResponse.Status, body: String, next: String?
+    ) {
+        try await client.execute(
+            uri: path, method: .get, headers: [.authorization: "Bearer \(API.secret)"], body: nil
+        ) { response in
+            (
+                response.status, String(buffer: response.body),
+                response.headers[HTTPField.Name("Next-Cursor")!]
+            )
+        }
+    }
+
+    @Test(arguments: ServerAPITests.databases)
+    func exportsResumeByCursorAndRefuseNonsense(kind: String) async throws {
+        try await NotificationTests.withRelay(kind, configure: { $0.requestTimeoutSeconds = 1 }) { relay in
+            var bought: Set<String> = []
+            for index in 0..<5 {
+                let (_, transaction) = try await relay.buy("buyer-\(index % 2)", index == 4 ? "pro_monthly" : "coins_60")
+                bought.insert(transaction.transactionId!)
+            }
+            try await relay.deliver()
+            // Rows newer than the request deadline (1 s + 5 s here) wait for a later call.
+            let early = try await Self.text(relay.client, "/v1/export/transactions?format=ndjson")
+            #expect(early.status == .ok && early.body.isEmpty && early.next == nil)
+            try await Task.sleep(for: .seconds(6.5))
+
+            for format in ["ndjson", "csv"] {
+                var seen: [String] = []
+                var cursor: String?
+                var pages = 0
+                repeat {
+                    let page = try await Self.text(
+                        relay.client,
+                        "/v1/export/transactions?format=\(format)&limit=2" + (cursor.map { "&cursor=\($0)" } ?? ""))
+                    #expect(page.status == .ok)
+                    if format == "ndjson" {
+                        for line in page.body.split(separator: "\n") {
+                            let row = try #require(
+                                try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+                            seen.append(try #require(row["transaction_id"] as? String))
+                            #expect(row["store"] as? String == "app_store")
+                            #expect((row["purchased_at"] as? String)?.hasSuffix("Z") == true)
+                        }
+                    } else {
+                        let lines = page.body.split(separator: "\r\n")
+                        #expect(lines.first?.hasPrefix("transaction_id,original_transaction_id,account_id") == true)
+                        seen += lines.dropFirst().map { String($0.split(separator: ",").first ?? "") }
+                    }
+                    cursor = page.next
+                    pages += 1
+                } while cursor != nil && pages < 10
+                #expect(Set(seen) == bought && seen.count == bought.count, "\(format): \(seen)")
+                #expect(pages == 3)
+            }
+            let events = try await Self.text(relay.client, "/v1/export/events?format=ndjson&limit=1000")
+            #expect(events.status == .ok)
+            let types = events.body.split(separator: "\n").compactMap {
+                (try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any])?["type"] as? String
+            }
+            #expect(types.filter { $0 == "delivery" }.count == 5)
+            #expect(types.contains("notification"))
+            let subscriptions = try await Self.text(relay.client, "/v1/export/subscriptions?since=2020-01-01")
+            #expect(subscriptions.body.split(separator: "\r\n").count == 2, "\(subscriptions.body)")
+
+            for (path, status, code) in [
+                ("/v1/export/everything", HTTPResponse.Status.notFound, "unknown_export"),
+                ("/v1/export/events?cursor=%21%21", .badRequest, "invalid_cursor"),
+                ("/v1/export/events?cursor=OTk6OTk6eA", .badRequest, "invalid_cursor"),
+                ("/v1/export/events?format=xml", .badRequest, "bad_request"),
+                ("/v1/export/events?limit=0", .badRequest, "bad_request"),
+                ("/v1/export/events?limit=10001", .badRequest, "bad_request"),
+                ("/v1/export/events?since=yesterday", .badRequest, "bad_request"),
+                ("/v1/analytics/arpu", .notFound, "unknown_metric"),
+                ("/v1/analytics/mrr?from=2026-02-30", .badRequest, "bad_request"),
+                ("/v1/analytics/mrr?from=2026-03-02&to=2026-03-01", .badRequest, "bad_request"),
+                ("/v1/analytics/mrr?interval=year", .badRequest, "bad_request"),
+                ("/v1/analytics/mrr?from=2020-01-01&to=2026-01-01", .badRequest, "bad_request"),
+                ("/v1/analytics/mrr?appId=nope", .badRequest, "unknown_app"),
+                ("/v1/analytics/mrr?store=steam", .badRequest, "bad_request"),
+                ("/v1/analytics/mrr?country=us", .badRequest, "bad_request"),
+                ("/v1/analytics/mrr?timeZone=Mars/Olympus", .badRequest, "bad_request"),
+            ] {
+                let reply = try await API.call(relay.client, .get, path)
+                #expect(reply.status == status && reply.errorCode == code, "\(path): \(reply.json)")
+            }
+            // A month interval over six years is fine; a client token is not a secret key.
+            #expect(
+                try await API.call(relay.client, .get, "/v1/analytics/mrr?from=2020-01-01&to=2026-01-01&interval=month")
+                    .status == .ok)
+            let token = try await API.clientToken("buyer-0")
+            #expect(try await API.call(relay.client, .get, "/v1/analytics/mrr", token: token).status == .forbidden)
+            #expect(try await API.call(relay.client, .get, "/v1/export/events", token: token).status == .forbidden)
+        }
+    }
+
+    @Test func csvQuotesAndDisarmsFormulas() {
+        let page = ExportPage(
+            columns: ["a", "b", "c"],
+            rows: [[.text("=HYPERLINK(\"x\")"), .text("a,b\nc"), .integer(-5)], [.null, .time(0), .text("@x")]],
+            next: nil)
+        #expect(
+            ExportFormat.csv(page)
+                == "a,b,c\r\n\"'=HYPERLINK(\"\"x\"\")\",\"a,b\nc\",-5\r\n,1970-01-01T00:00:00.000Z,'@x\r\n")
+        #expect(
+            ExportFormat.ndjson(page)
+                == "{\"a\":\"=HYPERLINK(\\\"x\\\")\",\"b\":\"a,b\\nc\",\"c\":-5}\n{\"a\":null,\"b\":\"1970-01-01T00:00:00.000Z\",\"c\":\"@x\"}\n"
+        )
     }
 }
