@@ -281,10 +281,19 @@ public enum Analytics {
         return result
     }
 
+    /// The instants a stock metric is read at: each interval's end, or — for the interval under
+    /// way — now, taken generously: what started in the current quarter hour counts, and so
+    /// does what ended in it (a purchase shows at once; an expiry a few minutes later).
+    public static func instants(_ buckets: [AnalyticsCalendar.Bucket], now: Int64) -> [(starts: Int64, ends: Int64)] {
+        let floor = QuarterHour.of(now) * QuarterHour.milliseconds
+        let ceiling = floor == now ? floor : floor + QuarterHour.milliseconds
+        return buckets.map { $0.endMilliseconds <= floor ? ($0.endMilliseconds, $0.endMilliseconds) : (ceiling, floor) }
+    }
+
     /// Stock metrics: each instant's sum of what started before it less what ended before it,
     /// from per-quarter-hour sums of starts and ends (instants on quarter hours).
     public static func stock(
-        starts: [Int64: AnalyticsTally], ends: [Int64: AnalyticsTally], at instants: [Int64]
+        starts: [Int64: AnalyticsTally], ends: [Int64: AnalyticsTally], at instants: [(starts: Int64, ends: Int64)]
     ) -> [AnalyticsTally] {
         let startKeys = starts.keys.sorted()
         let endKeys = ends.keys.sorted()
@@ -293,12 +302,13 @@ public enum Analytics {
         var endIndex = 0
         var values: [AnalyticsTally] = []
         for instant in instants {
-            let limit = QuarterHour.of(instant)
+            let limit = QuarterHour.of(instant.starts)
             while startIndex < startKeys.count, startKeys[startIndex] < limit {
                 running.add(starts[startKeys[startIndex]]!)
                 startIndex += 1
             }
-            while endIndex < endKeys.count, endKeys[endIndex] < limit {
+            let endLimit = QuarterHour.of(instant.ends)
+            while endIndex < endKeys.count, endKeys[endIndex] < endLimit {
                 running.subtract(ends[endKeys[endIndex]]!)
                 endIndex += 1
             }

@@ -78,8 +78,8 @@ extension PurchaseStore {
                     "SELECT d.period_start / 900000 AS q, \(select) \(rows)", money: metric == .mrr)
                 let ends = try await tallies(
                     "SELECT (\(unsafeRaw: AnalyticsViews.endsAt)) / 900000 AS q, \(select) \(rows)", money: metric == .mrr)
-                let instants = buckets.map { min($0.endMilliseconds, nowQuarter) }
-                return Analytics.stock(starts: starts, ends: ends, at: instants)
+                return Analytics.stock(
+                    starts: starts, ends: ends, at: Analytics.instants(buckets, now: now.milliseconds))
             case .newSubscriptions:
                 let quarters = try await tallies(
                     """

@@ -36,7 +36,7 @@ try:
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions
-    from selenium.webdriver.support.ui import WebDriverWait
+    from selenium.webdriver.support.ui import Select, WebDriverWait
 except ImportError:
     print("selenium is not installed (pip install selenium)", file=sys.stderr)
     sys.exit(77)
@@ -114,6 +114,21 @@ def unattributed_purchase(server, key, apple_id):
                     return transaction_id, anomaly["id"]
         time.sleep(0.5)
     raise Failed(f"no unattributed_transaction anomaly for {transaction_id} within 60 s")
+
+
+def subscribe(server, key, account):
+    """An order for pro_monthly, paid at the local App Store with its token, submitted."""
+    status, text = api(server, key, "POST", "/v1/orders", body={"accountId": account, "productId": "pro_monthly"})
+    check(status == 201, f"an order for a subscription ({status} {text[:200]})")
+    order = json.loads(text)
+    status, text = api(server, None, "POST", "/local-app-store/control/purchases",
+                       body={"appleId": "apple-" + account, "productId": "pro_monthly",
+                             "appAccountToken": order["appAccountToken"]})
+    check(status == 200, f"the local App Store took the subscription ({status})")
+    signed = json.loads(text)["signedTransactions"][0]
+    status, text = api(server, key, "POST", "/v1/purchases",
+                       body={"accountId": account, "orderId": order["orderId"], "signedTransaction": signed})
+    check(status == 200, f"the subscription is delivered ({status} {text[:200]})")
 
 
 def anomaly_status(server, key, anomaly_id):
@@ -217,6 +232,42 @@ def main():
         arrive(driver, "/dashboard/webhooks")
         check("Webhooks" in driver.find_element(By.TAG_NAME, "h1").text, "the webhooks page opens")
         shot(driver, "webhooks")
+
+        # Analytics: a subscription bought through an order shows in MRR and active
+        # subscriptions; the filters narrow it; a bad date is a message, not a crash.
+        subscribe(server, key, "analyst-" + uuid.uuid4().hex[:8])
+        driver.find_element(By.LINK_TEXT, "Analytics").click()
+        arrive(driver, "/dashboard/analytics")
+        figures = driver.find_elements(By.CSS_SELECTOR, "figure.chart-box")
+        check(len(figures) == 9, f"the analytics page charts the nine metrics ({len(figures)})")
+        for metric in ["mrr", "active_subscriptions", "active_trials", "new_subscriptions",
+                       "churned_subscriptions", "trial_conversion", "refund_rate", "proceeds", "realized_ltv"]:
+            figure = driver.find_element(By.ID, f"metric-{metric}")
+            check(figure.find_elements(By.TAG_NAME, "svg") and figure.find_elements(By.TAG_NAME, "table"),
+                  f"{metric}: a chart and its table")
+        active = driver.find_element(By.ID, "metric-active_subscriptions")
+        cells = active.find_elements(By.CSS_SELECTOR, "tbody tr:last-child td")
+        check(float(cells[1].get_attribute("textContent")) >= 1, "today's active subscriptions count the new one")
+        mrr = driver.find_element(By.ID, "metric-mrr")
+        cells = mrr.find_elements(By.CSS_SELECTOR, "tbody tr:last-child td")
+        check(float(cells[1].get_attribute("textContent")) >= 4.99, "today's MRR holds its monthly price")
+        shot(driver, "analytics")
+        Select(driver.find_element(By.NAME, "store")).select_by_value("google_play")
+        Select(driver.find_element(By.NAME, "interval")).select_by_value("week")
+        before = driver.current_url
+        driver.find_element(By.CSS_SELECTOR, "#analytics-filters button").click()
+        arrive(driver, "store=google_play", leaving=before)
+        mrr = driver.find_element(By.ID, "metric-mrr")
+        values = [float(td.get_attribute("textContent"))
+                  for td in mrr.find_elements(By.CSS_SELECTOR, "tbody tr td:nth-child(2)")]
+        check(values and all(v == 0 for v in values), "filtered to Google Play, the App Store MRR is gone")
+        check(Select(driver.find_element(By.NAME, "store")).first_selected_option.get_attribute("value")
+              == "google_play", "the form keeps its filters")
+        shot(driver, "analytics-filtered")
+        driver.get(server + "/dashboard/analytics?from=2026-02-30")
+        alert = driver.find_element(By.CSS_SELECTOR, "p.error[role=alert]")
+        check("YYYY-MM-DD" in alert.text, "a bad date is explained on the page")
+        shot(driver, "analytics-error")
 
         # Forged form posts change nothing.
         session = f"storekeeper_session={driver.get_cookie('storekeeper_session')['value']}"

@@ -200,9 +200,12 @@ import Testing
         return buckets.map { bucket in
             switch metric {
             case "mrr", "active_subscriptions", "active_trials":
-                let at = min(bucket.end, nowQ)
+                // The interval under way is read now: started by the end of this quarter hour,
+                // not ended before its start.
+                let (startedBy, endedBy) =
+                    bucket.end <= nowQ ? (bucket.end, bucket.end) : (nowQ == now ? nowQ : nowQ + quarter, nowQ)
                 let live = truth.periods.filter {
-                    !$0.refunded && $0.start < at && $0.end >= at && $0.trial == (metric == "active_trials")
+                    !$0.refunded && $0.start < startedBy && $0.end >= endedBy && $0.trial == (metric == "active_trials")
                 }
                 if metric != "mrr" { return Expected(value: Double(live.count)) }
                 var milli: [String: Int64] = [:]

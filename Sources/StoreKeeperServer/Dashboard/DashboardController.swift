@@ -74,6 +74,9 @@ struct DashboardController {
         group.get { request, context in
             try await withSession(request, context) { session, _ in try await overview(session) }
         }
+        group.get("analytics") { request, context in
+            try await withSession(request, context) { session, _ in try await analytics(request, session) }
+        }
         group.get("anomalies") { request, context in
             try await withSession(request, context) { session, _ in try await anomalies(request, session) }
         }
@@ -305,6 +308,99 @@ struct DashboardController {
             "pendingWebhooks": figures.pendingWebhooks, "deadLetters": figures.deadLetters, "charts": charts,
         ]
         return page("overview", title: "Overview", values: values, session: session, nav: "navOverview")
+    }
+
+    /// Every metric as a chart with its table, for the form's period and filters.
+    func analytics(_ request: Request, _ session: DashboardSessions.Session) async throws -> Response {
+        let parameters = request.uri.queryParameters
+        func field(_ name: String) -> String? { parameters.get(name).map { String($0.prefix(200)) } }
+        let now = app.analyticsClock()
+        let interval = field("interval") ?? "day"
+        var values: [String: Any] = [
+            "from": field("from") ?? "", "to": field("to") ?? "", "productId": field("productId") ?? "",
+            "country": field("country") ?? "",
+            "intervals": ["day", "week", "month"].map { ["value": $0, "selected": $0 == interval] },
+            "apps": app.configuration.allApps.map { ["value": $0.id, "selected": $0.id == field("appId")] },
+            "stores": ["app_store", "google_play"].map { ["value": $0, "selected": $0 == field("store")] },
+        ]
+        var charts: [[String: Any]] = []
+        var status = HTTPResponse.Status.ok
+        do {
+            for metric in AnalyticsMetric.allCases {
+                let query = try AnalyticsRequest(metric: metric.rawValue, app: app, now: now) { name in
+                    name == "interval" ? interval : field(name)
+                }
+                let report = try await app.analyticsReport(query, now: now)
+                if values["timeZone"] == nil {
+                    values["timeZone"] = report.timeZone
+                    values["from"] = report.from
+                    values["to"] = report.to
+                }
+                if let currency = report.currency {
+                    values["currency"] = currency
+                    values["ratesSource"] = report.ratesSource ?? "none"
+                    if let missing = report.unconverted, !missing.isEmpty {
+                        values["unconverted"] = missing.joined(separator: ", ")
+                    }
+                }
+                charts.append(Self.metricChart(metric, report))
+            }
+        } catch let error as APIError {
+            values["error"] = error.message
+            status = .badRequest
+        }
+        values["charts"] = charts
+        return page(
+            "analytics", title: "Analytics", values: values, session: session, status: status, nav: "navAnalytics")
+    }
+
+    static let metricTitles: [AnalyticsMetric: String] = [
+        .mrr: "MRR", .activeSubscriptions: "Active subscriptions", .activeTrials: "Active trials",
+        .newSubscriptions: "New subscriptions", .churnedSubscriptions: "Churned subscriptions",
+        .trialConversion: "Trial conversion", .refundRate: "Refund rate", .proceeds: "Proceeds",
+        .realizedLTV: "Realized LTV per customer, by cohort of first purchase",
+    ]
+
+    static func metricChart(_ metric: AnalyticsMetric, _ report: AnalyticsReportJSON) -> [String: Any] {
+        let labels = report.points.map(\.start)
+        let values = report.points.map { Double("\($0.value)") ?? 0 }
+        var title = metricTitles[metric] ?? metric.rawValue
+        if let currency = report.currency { title += " (\(currency))" }
+        if metric.isRatio { title += " (%)" }
+        let decimals = metric.isMoney ? 2 : metric.isRatio ? 1 : 0
+        let format: @Sendable (Double) -> String = { value in
+            decimals == 0 ? BarChart.integer(value) : String(format: "%.\(decimals)f", value)
+        }
+        let chart = BarChart(
+            title: title, labels: labels,
+            series: [
+                .init(name: metric.rawValue, cssClass: "s1", values: metric.isRatio ? values.map { $0 * 100 } : values)
+            ],
+            format: format, integers: !(metric.isMoney || metric.isRatio))
+        var table = Self.chart(chart, labelHeader: report.interval.capitalized)
+        // The table says more than the bars: each currency, the counts behind a ratio, churn's reasons.
+        let currencies = Set(report.points.flatMap { $0.byCurrency?.keys.map { $0 } ?? [] }).sorted()
+        var columns = table["columns"] as? [String] ?? []
+        columns += currencies
+        if metric.isRatio || metric == .realizedLTV { columns += metric == .realizedLTV ? ["customers"] : ["of", "in"] }
+        if metric == .churnedSubscriptions { columns += ["voluntary", "billing", "refund"] }
+        table["columns"] = columns
+        table["rows"] = zip(table["rows"] as? [[String: Any]] ?? [], report.points).map { row, point in
+            var row = row
+            var cells = row["cells"] as? [String] ?? []
+            cells += currencies.map { point.byCurrency?[$0].map { "\($0)" } ?? "" }
+            if metric == .realizedLTV { cells.append(point.denominator.map(String.init) ?? "") }
+            if metric.isRatio {
+                cells += [point.numerator.map(String.init) ?? "", point.denominator.map(String.init) ?? ""]
+            }
+            if metric == .churnedSubscriptions {
+                cells += ["voluntary", "billing", "refund"].map { String(point.byReason?[$0] ?? 0) }
+            }
+            row["cells"] = cells
+            return row
+        }
+        table["metric"] = metric.rawValue
+        return table
     }
 
     func anomalies(_ request: Request, _ session: DashboardSessions.Session) async throws -> Response {

@@ -4,7 +4,7 @@
 enum DashboardTemplates {
     static let all: [String: String] = [
         "layout": layout, "login": login, "overview": overview, "anomalies": anomalies, "search": search,
-        "account": account, "webhooks": webhooks, "message": message,
+        "account": account, "webhooks": webhooks, "message": message, "analytics": analytics,
     ]
 
     static let layout = """
@@ -22,6 +22,7 @@ enum DashboardTemplates {
         {{#signedIn}}
         <nav>
         <a href="/dashboard"{{#navOverview}} aria-current="page"{{/navOverview}}>Overview</a>
+        <a href="/dashboard/analytics"{{#navAnalytics}} aria-current="page"{{/navAnalytics}}>Analytics</a>
         <a href="/dashboard/anomalies"{{#navAnomalies}} aria-current="page"{{/navAnomalies}}>Anomalies</a>
         <a href="/dashboard/webhooks"{{#navWebhooks}} aria-current="page"{{/navWebhooks}}>Webhooks</a>
         </nav>
@@ -64,6 +65,32 @@ enum DashboardTemplates {
         </section>
         {{#charts}}
         <figure class="chart-box">
+        {{{svg}}}
+        <details><summary>As a table</summary>
+        <table><thead><tr><th>{{labelHeader}}</th>{{#columns}}<th class="num">{{.}}</th>{{/columns}}</tr></thead>
+        <tbody>{{#rows}}<tr><td>{{label}}</td>{{#cells}}<td class="num">{{.}}</td>{{/cells}}</tr>{{/rows}}</tbody></table>
+        </details>
+        </figure>
+        {{/charts}}
+        """
+
+    /// The same numbers as `GET /v1/analytics/{metric}` (one computation), filtered by a form.
+    static let analytics = """
+        <h1>Analytics</h1>
+        <form class="filters" method="get" action="/dashboard/analytics" id="analytics-filters">
+        <label>From <input type="date" name="from" value="{{from}}"></label>
+        <label>To <input type="date" name="to" value="{{to}}"></label>
+        <label>Interval <select name="interval">{{#intervals}}<option value="{{value}}"{{#selected}} selected{{/selected}}>{{value}}</option>{{/intervals}}</select></label>
+        <label>App <select name="appId"><option value="">all</option>{{#apps}}<option value="{{value}}"{{#selected}} selected{{/selected}}>{{value}}</option>{{/apps}}</select></label>
+        <label>Store <select name="store"><option value="">all</option>{{#stores}}<option value="{{value}}"{{#selected}} selected{{/selected}}>{{value}}</option>{{/stores}}</select></label>
+        <label>Product <input type="text" name="productId" value="{{productId}}" maxlength="200"></label>
+        <label>Country <input type="text" name="country" value="{{country}}" maxlength="3" placeholder="USA"></label>
+        <button type="submit">Show</button>
+        </form>
+        {{#error}}<p class="error" role="alert">{{error}}</p>{{/error}}
+        <p class="note">{{#timeZone}}Days in {{timeZone}}; {{/timeZone}}money converted into {{currency}} ({{ratesSource}}){{#unconverted}}; without a rate, left out: {{unconverted}}{{/unconverted}}. Definitions: docs/analytics.md. Sandbox, Xcode and Family Sharing never count.</p>
+        {{#charts}}
+        <figure class="chart-box" id="metric-{{metric}}">
         {{{svg}}}
         <details><summary>As a table</summary>
         <table><thead><tr><th>{{labelHeader}}</th>{{#columns}}<th class="num">{{.}}</th>{{/columns}}</tr></thead>
