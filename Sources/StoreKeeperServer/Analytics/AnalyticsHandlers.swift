@@ -161,7 +161,7 @@ extension StoreKeeperApp {
         if let country = query.filter.country { filters["country"] = country }
         return AnalyticsReportJSON(
             metric: query.metric.rawValue, interval: query.interval.rawValue, from: query.from.description,
-            to: query.to.description, timeZone: query.timeZone.identifier, filters: filters,
+            to: query.to.description, timeZone: query.timeZone.identifier == "GMT" ? "UTC" : query.timeZone.identifier, filters: filters,
             currency: query.metric.isMoney ? rates.currency : nil,
             ratesSource: query.metric.isMoney ? rates.source : nil,
             unconverted: query.metric.isMoney ? unconverted.sorted() : nil, points: points)

@@ -362,7 +362,8 @@ struct DashboardController {
     ]
 
     static func metricChart(_ metric: AnalyticsMetric, _ report: AnalyticsReportJSON) -> [String: Any] {
-        let labels = report.points.map(\.start)
+        // Short axis labels (MM-DD; a month's YYYY-MM); the table keeps the full date.
+        let labels = report.points.map { report.interval == "month" ? String($0.start.prefix(7)) : String($0.start.dropFirst(5)) }
         let values = report.points.map { Double("\($0.value)") ?? 0 }
         var title = metricTitles[metric] ?? metric.rawValue
         if let currency = report.currency { title += " (\(currency))" }
@@ -378,6 +379,11 @@ struct DashboardController {
             ],
             format: format, integers: !(metric.isMoney || metric.isRatio))
         var table = Self.chart(chart, labelHeader: report.interval.capitalized)
+        table["rows"] = zip(table["rows"] as? [[String: Any]] ?? [], report.points).map { row, point in
+            var row = row
+            row["label"] = point.start
+            return row
+        }
         // The table says more than the bars: each currency, the counts behind a ratio, churn's reasons.
         let currencies = Set(report.points.flatMap { $0.byCurrency?.keys.map { $0 } ?? [] }).sorted()
         var columns = table["columns"] as? [String] ?? []
