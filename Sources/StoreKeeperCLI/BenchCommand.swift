@@ -89,6 +89,15 @@ struct BenchCommand: AsyncParsableCommand {
         ))
     var accounts = false
 
+    @Flag(
+        help: ArgumentHelp(
+            "Measure the dashboard's overview and every analytics metric over --transactions deliveries instead (each must answer in under a second)."
+        ))
+    var analytics = false
+
+    @Option(help: "With --analytics: how many deliveries to write first.")
+    var transactions: Int = 1_000_000
+
     @Option(help: "With --notifications, --retention or --accounts: concurrent senders.")
     var senders: Int = 64
 
@@ -116,6 +125,11 @@ struct BenchCommand: AsyncParsableCommand {
 
     func run() async throws {
         if !instances.isEmpty, !purchases { throw ValidationError("--instances goes with --purchases") }
+        if analytics {
+            guard transactions > 0 else { throw ValidationError("--transactions must be positive") }
+            try await AnalyticsBench(databaseURL: databaseURL, transactions: transactions).run()
+            return
+        }
         if accounts {
             guard requests > 0, senders > 0 else { throw ValidationError("--requests and --senders must be positive") }
             try await AccountBench(databaseURL: databaseURL, concurrency: senders, count: requests).run()

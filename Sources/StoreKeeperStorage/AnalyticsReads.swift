@@ -43,6 +43,20 @@ extension PurchaseStore {
         let to = last.endMilliseconds
         let nowQuarter = QuarterHour.of(now.milliseconds) * QuarterHour.milliseconds
         let counts = Self.counts("d")
+        // The database groups by the coarsest unit every interval boundary falls on (a UTC day,
+        // an hour, half an hour, or a quarter hour), quarter hours only from the unit under way
+        // on: a few hundred rows back instead of one per quarter hour of history.
+        let boundaries = buckets.map(\.startMilliseconds) + [to]
+        let unit = [86_400_000, 3_600_000, 1_800_000, QuarterHour.milliseconds].first { unit in
+            boundaries.allSatisfy { $0 % unit == 0 }
+        }!
+        let split = now.milliseconds / unit * unit
+        @Sendable func key(_ time: String) -> SQLQueryString {
+            """
+            CASE WHEN \(unsafeRaw: time) >= \(unsafeRaw: String(split)) THEN \(unsafeRaw: time) / 900000 * 900000 \
+            ELSE \(unsafeRaw: time) / \(unsafeRaw: String(unit)) * \(unsafeRaw: String(unit)) END
+            """
+        }
         let where_ = filter.sql("d")
         return try await database.read { sql in
             func tallies(_ query: SQLQueryString, money: Bool = false, total: Bool = false, reason: Bool = false)
@@ -50,7 +64,7 @@ extension PurchaseStore {
             {
                 var result: [Int64: AnalyticsTally] = [:]
                 for row in try await sql.raw(query).all() {
-                    let quarter = try row.decode(column: "q", as: Int64.self)
+                    let quarter = QuarterHour.of(try row.decode(column: "q", as: Int64.self))
                     var tally = AnalyticsTally()
                     tally.count = try row.decode(column: "n", as: Int64?.self) ?? 0
                     if total { tally.total = try row.decode(column: "total", as: Int64?.self) ?? 0 }
@@ -75,15 +89,15 @@ extension PurchaseStore {
                     AND d.refunded_at IS NULL AND \(kind) AND \(counts)\(where_) GROUP BY 1, 2
                     """
                 let starts = try await tallies(
-                    "SELECT d.period_start / 900000 AS q, \(select) \(rows)", money: metric == .mrr)
+                    "SELECT \(key("d.period_start")) AS q, \(select) \(rows)", money: metric == .mrr)
                 let ends = try await tallies(
-                    "SELECT (\(unsafeRaw: AnalyticsViews.endsAt)) / 900000 AS q, \(select) \(rows)", money: metric == .mrr)
+                    "SELECT \(key("(" + AnalyticsViews.endsAt + ")")) AS q, \(select) \(rows)", money: metric == .mrr)
                 return Analytics.stock(
                     starts: starts, ends: ends, at: Analytics.instants(buckets, now: now.milliseconds))
             case .newSubscriptions:
                 let quarters = try await tallies(
                     """
-                    SELECT d.purchased_at / 900000 AS q, COUNT(*) AS n FROM deliveries d
+                    SELECT \(key("d.purchased_at")) AS q, COUNT(*) AS n FROM deliveries d
                     WHERE d.purchased_at >= \(bind: from) AND d.purchased_at < \(bind: to) AND d.period_start IS NOT NULL
                     AND \(counts)\(where_)
                     AND NOT EXISTS (SELECT 1 FROM deliveries e WHERE e.original_transaction_id = d.original_transaction_id
@@ -95,7 +109,7 @@ extension PurchaseStore {
                 let ends: SQLQueryString = "(\(unsafeRaw: AnalyticsViews.endsAt))"
                 let quarters = try await tallies(
                     """
-                    SELECT x.e / 900000 AS q, x.r AS r, COUNT(*) AS n FROM (
+                    SELECT \(key("x.e")) AS q, x.r AS r, COUNT(*) AS n FROM (
                         SELECT \(ends) AS e,
                                CASE WHEN d.refunded_at IS NOT NULL OR s.status = 'revoked' THEN 'refund'
                                     WHEN s.status = 'billing_retry' OR (s.status = 'expired' AND s.auto_renew = 1) THEN 'billing'
@@ -112,7 +126,7 @@ extension PurchaseStore {
             case .trialConversion:
                 let quarters = try await tallies(
                     """
-                    SELECT d.purchased_at / 900000 AS q, COUNT(*) AS total,
+                    SELECT \(key("d.purchased_at")) AS q, COUNT(*) AS total,
                            SUM(CASE WHEN EXISTS (SELECT 1 FROM deliveries p
                                WHERE p.original_transaction_id = d.original_transaction_id AND p.period_start >= d.period_start
                                AND p.trial = 0 AND p.refunded_at IS NULL AND \(Self.counts("p"))) THEN 1 ELSE 0 END) AS n
@@ -125,7 +139,7 @@ extension PurchaseStore {
             case .refundRate:
                 let quarters = try await tallies(
                     """
-                    SELECT d.purchased_at / 900000 AS q, COUNT(*) AS total,
+                    SELECT \(key("d.purchased_at")) AS q, COUNT(*) AS total,
                            SUM(CASE WHEN d.refunded_at IS NOT NULL THEN 1 ELSE 0 END) AS n
                     FROM deliveries d
                     WHERE d.purchased_at >= \(bind: from) AND d.purchased_at < \(bind: to) AND d.price_milli > 0
@@ -136,7 +150,7 @@ extension PurchaseStore {
             case .proceeds:
                 let quarters = try await tallies(
                     """
-                    SELECT d.purchased_at / 900000 AS q, COALESCE(d.currency, '?') AS c, COUNT(*) AS n,
+                    SELECT \(key("d.purchased_at")) AS q, COALESCE(d.currency, '?') AS c, COUNT(*) AS n,
                            CAST(SUM(\(Self.kept(smallBusinessProgram))) AS BIGINT) AS m
                     FROM deliveries d
                     WHERE d.purchased_at >= \(bind: from) AND d.purchased_at < \(bind: to) AND \(counts)\(where_)
@@ -149,10 +163,10 @@ extension PurchaseStore {
                     WHERE \(counts)\(where_) GROUP BY d.account_id
                     HAVING MIN(d.purchased_at) >= \(bind: from) AND MIN(d.purchased_at) < \(bind: to)
                     """
-                let sizes = try await tallies("SELECT c.first / 900000 AS q, COUNT(*) AS n FROM (\(cohort)) c GROUP BY 1")
+                let sizes = try await tallies("SELECT \(key("c.first")) AS q, COUNT(*) AS n FROM (\(cohort)) c GROUP BY 1")
                 let money = try await tallies(
                     """
-                    SELECT c.first / 900000 AS q, COALESCE(d.currency, '?') AS c, 0 AS n,
+                    SELECT \(key("c.first")) AS q, COALESCE(d.currency, '?') AS c, 0 AS n,
                            CAST(SUM(\(Self.kept(smallBusinessProgram))) AS BIGINT) AS m
                     FROM (\(cohort)) c JOIN deliveries d ON d.account_id = c.account_id
                     WHERE \(counts)\(where_) GROUP BY 1, 2
