@@ -25,6 +25,16 @@ struct ImportCommand: AsyncParsableCommand {
     @Option(name: .customLong("data-dir"), help: "Where demo mode keeps the local App Store's keys.")
     var dataDirectory: String = "storekeeper-data"
     @Option(help: "CSV file: accountId,originalTransactionId per line.") var csv: String?
+    @Option(
+        help: ArgumentHelp(
+            "A RevenueCat Transactions export (Scheduled Data Exports, CSV): its App Store rows are imported from Apple's history.",
+            valueName: "file"))
+    var revenuecat: String?
+    @Option(
+        name: .customLong("account-column"),
+        help: "With --revenuecat: the column holding your account id (rc_last_seen_app_user_id_alias or rc_original_app_user_id)."
+    )
+    var accountColumn: String = "rc_last_seen_app_user_id_alias"
     @Option(help: "The account for --original-transaction-id.") var account: String?
     @Option(name: .customLong("original-transaction-id"), help: "An original transaction id (repeatable).")
     var originalTransactionIds: [String] = []
@@ -35,8 +45,11 @@ struct ImportCommand: AsyncParsableCommand {
     @Flag(help: "Print the report as JSON.") var json = false
 
     func validate() throws {
-        guard (csv == nil) != originalTransactionIds.isEmpty else {
-            throw ValidationError("give either --csv or --original-transaction-id (with --account)")
+        guard [csv != nil, revenuecat != nil, !originalTransactionIds.isEmpty].filter({ $0 }).count == 1 else {
+            throw ValidationError("give one of --csv, --revenuecat or --original-transaction-id (with --account)")
+        }
+        guard ["rc_last_seen_app_user_id_alias", "rc_original_app_user_id"].contains(accountColumn) else {
+            throw ValidationError("--account-column must be rc_last_seen_app_user_id_alias or rc_original_app_user_id")
         }
         if !originalTransactionIds.isEmpty, account == nil {
             throw ValidationError("--original-transaction-id needs --account")
@@ -47,7 +60,14 @@ struct ImportCommand: AsyncParsableCommand {
     func run() async throws {
         var rows: [Importer.Row]
         var invalid: [String]
-        if let csv {
+        var skipped: [String: Int] = [:]
+        if let revenuecat {
+            guard let data = FileManager.default.contents(atPath: revenuecat) else {
+                throw ValidationError("cannot read \(revenuecat)")
+            }
+            let export = Importer.parseRevenueCat(String(decoding: data, as: UTF8.self), accountColumn: accountColumn)
+            (rows, invalid, skipped) = (export.rows, export.invalid, export.skipped)
+        } else if let csv {
             guard let data = FileManager.default.contents(atPath: csv) else {
                 throw ValidationError("cannot read \(csv)")
             }
@@ -56,7 +76,7 @@ struct ImportCommand: AsyncParsableCommand {
             let lines = originalTransactionIds.map { "\(account ?? ""),\($0)" }.joined(separator: "\n")
             (rows, invalid) = Importer.parseCSV(lines)
         }
-        let checkpointPath = checkpoint ?? csv.map { $0 + ".checkpoint" }
+        let checkpointPath = checkpoint ?? (csv ?? revenuecat).map { $0 + ".checkpoint" }
         var start = 0
         if let checkpointPath, !restart, let saved = FileManager.default.contents(atPath: checkpointPath) {
             start = Int(String(decoding: saved, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
@@ -88,6 +108,7 @@ struct ImportCommand: AsyncParsableCommand {
         if animated { FileHandle.standardError.write(Data("\n".utf8)) }
         var shown = report
         shown.invalidRows = invalid + report.invalidRows
+        shown.skippedRows = skipped
         if json {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.sortedKeys, .prettyPrinted]
@@ -98,6 +119,9 @@ struct ImportCommand: AsyncParsableCommand {
                 rows \(shown.rows) (\(shown.rowsSkipped) done before, \(shown.rowsDone) now) · imported \(shown.transactionsImported) · already known \(shown.alreadyKnown) · conflicts → anomalies \(shown.conflicts) · revoked \(shown.revoked)
                 invalid rows \(shown.invalidRows.count) · unknown to Apple \(shown.notFound.count) · rate-limited waits \(shown.rateLimitedWaits) · retries \(shown.retries)
                 """)
+            for (reason, count) in shown.skippedRows.sorted(by: { $0.key < $1.key }) {
+                print("  left out: \(count) \(reason) row\(count == 1 ? "" : "s")")
+            }
             for line in shown.invalidRows { print("  invalid: \(line)") }
             for id in shown.notFound { print("  unknown to Apple: \(id)") }
             if let line = shown.stoppedAtLine {

@@ -142,10 +142,56 @@ import Testing
         ])
         #expect(report.status == 0, Comment(rawValue: report.output))
         #expect(report.output.contains(#""alreadyKnown" : 1"#), Comment(rawValue: report.output))
+
+        // A RevenueCat Transactions export (its columns, quoting and JSON columns as RevenueCat
+        // writes them): dave's App Store purchase is imported for the id the app logged in
+        // with; bob's two rows (a purchase and its renewal) are one subscription, already
+        // known; Google, Stripe, Sandbox and anonymous rows are left out and counted.
+        let dave = try await bought("apple-dave", "coins_60")
+        let export = directory.appendingPathComponent("revenuecat.csv")
+        let header =
+            "rc_original_app_user_id,rc_last_seen_app_user_id_alias,country,product_identifier,start_time,store,"
+            + "is_sandbox,store_transaction_id,original_store_transaction_id,entitlement_identifiers,custom_subscriber_attributes"
+        try """
+        \(header)
+        $RCAnonymousID:aa,dave,US,coins_60,2026-11-01 10:00:00,app_store,false,\(dave),\(dave),[],"{""note"": ""a, b""}"
+        $RCAnonymousID:bb,bob,US,pro_monthly,2026-10-01 10:00:00,app_store,false,\(pro),\(pro),"[""pro""]",{}
+        $RCAnonymousID:bb,bob,US,pro_monthly,2026-11-01 10:00:00,app_store,false,\(pro)1,\(pro),"[""pro""]","{""line"": ""one
+        two""}"
+        $RCAnonymousID:cc,erin,DE,coins_60,2026-11-02 10:00:00,play_store,false,GPA.1234-5678,GPA.1234-5678,[],{}
+        $RCAnonymousID:dd,frank,US,pro_monthly,2026-11-03 10:00:00,stripe,false,sub_1,sub_1,[],{}
+        $RCAnonymousID:ee,grace,US,coins_60,2026-11-04 10:00:00,app_store,true,2000000001,2000000001,[],{}
+        $RCAnonymousID:ff,$RCAnonymousID:ff,US,coins_60,2026-11-05 10:00:00,app_store,false,2000000002,2000000002,[],{}
+        """.write(to: export, atomically: true, encoding: .utf8)
+        let fromRevenueCat = try await DemoCommandTests.run([
+            "import", "--config", config.path, "--revenuecat", export.path, "--json",
+        ])
+        #expect(fromRevenueCat.status == 0, Comment(rawValue: fromRevenueCat.output))
+        let json = fromRevenueCat.output.firstIndex(of: "{").map { String(fromRevenueCat.output[$0...]) } ?? ""
+        let imported = (try? JSONSerialization.jsonObject(with: Data(json.utf8))) as? [String: Any] ?? [:]
+        #expect(imported["rows"] as? Int == 2, Comment(rawValue: fromRevenueCat.output))
+        #expect(imported["transactionsImported"] as? Int == 1)
+        #expect(imported["alreadyKnown"] as? Int == 1)
+        #expect(
+            imported["skippedRows"] as? [String: Int]
+                == ["play_store": 1, "stripe": 1, "sandbox": 1, "anonymous customer": 1])
+        let reopened = try await Database.open(url: "sqlite:\(directory.path)/import.sqlite")
+        #expect(try await PurchaseStore(database: reopened).account("dave").balances == ["coins": 60])
+        try await reopened.close()
+
+        // Not a RevenueCat export: said, exit 1, nothing imported.
+        let wrong = directory.appendingPathComponent("wrong.csv")
+        try "accountId,originalTransactionId\nalice,1\n".write(to: wrong, atomically: true, encoding: .utf8)
+        let refused = try await DemoCommandTests.run(["import", "--config", config.path, "--revenuecat", wrong.path])
+        #expect(refused.status == 1 && refused.output.contains("not a RevenueCat Transactions export"))
     }
 
     @Test func optionsAreChecked() async throws {
         #expect(try await DemoCommandTests.run(["import"]).status == 64)
+        #expect(try await DemoCommandTests.run(["import", "--csv", "a.csv", "--revenuecat", "b.csv"]).status == 64)
+        #expect(
+            try await DemoCommandTests.run(["import", "--revenuecat", "b.csv", "--account-column", "email"]).status
+                == 64)
         #expect(try await DemoCommandTests.run(["import", "--original-transaction-id", "1"]).status == 64)
         #expect(
             try await DemoCommandTests.run([

@@ -27,6 +27,8 @@ public struct Importer: Sendable {
         public var rowsDone = 0
         /// Lines that are not `accountId,originalTransactionId` (line number and why).
         public var invalidRows: [String] = []
+        /// A RevenueCat export's rows left out, by reason (play_store, stripe, sandbox, …).
+        public var skippedRows: [String: Int] = [:]
         /// Original transaction ids neither Production nor Sandbox knows.
         public var notFound: [String] = []
         public var transactionsImported = 0
@@ -64,6 +66,87 @@ public struct Importer: Sendable {
 
     /// `accountId,originalTransactionId` per line; a header line, blank lines and `#` comments
     /// are skipped; anything else malformed is reported, never fatal.
+    /// What a RevenueCat Transactions export (Scheduled Data Exports, CSV) gives an import:
+    /// one row per App Store subscription or purchase (`original_store_transaction_id`, deduplicated),
+    /// for the account in `accountColumn` (`rc_last_seen_app_user_id_alias` by default: your
+    /// user id once the app called `logIn`). Left out, counted: Google Play rows (the export holds
+    /// no purchase token; the app resubmits them from Play Billing), Stripe and promotional rows,
+    /// Sandbox rows, and customers only known by an anonymous RevenueCat id.
+    public struct RevenueCatExport: Sendable, Equatable {
+        public var rows: [Row] = []
+        public var invalid: [String] = []
+        public var skipped: [String: Int] = [:]
+    }
+
+    public static func parseRevenueCat(_ text: String, accountColumn: String = "rc_last_seen_app_user_id_alias")
+        -> RevenueCatExport
+    {
+        var export = RevenueCatExport()
+        let records = CSVRecords.parse(text)
+        guard let header = records.first?.fields.map({ $0.trimmingCharacters(in: .whitespaces) }) else {
+            export.invalid.append("line 1: the file is empty")
+            return export
+        }
+        func column(_ name: String) -> Int? { header.firstIndex(of: name) }
+        let required = [accountColumn, "original_store_transaction_id", "store"]
+        let missing = required.filter { column($0) == nil }
+        guard missing.isEmpty else {
+            export.invalid.append(
+                "line 1: not a RevenueCat Transactions export: no column \(missing.joined(separator: ", "))")
+            return export
+        }
+        let account = column(accountColumn)!
+        let original = column("original_store_transaction_id")!
+        let store = column("store")!
+        let sandbox = column("is_sandbox")
+        var seen: Set<String> = []
+        for record in records.dropFirst() {
+            let fields = record.fields
+            if fields.count == 1 && fields[0].isEmpty { continue }
+            guard fields.count == header.count else {
+                export.invalid.append("line \(record.line): \(fields.count) fields, the header has \(header.count)")
+                continue
+            }
+            let storeName = fields[store]
+            guard storeName == "app_store" else {
+                export.skipped[storeName.isEmpty ? "no store" : storeName, default: 0] += 1
+                continue
+            }
+            if let sandbox, ["true", "t", "1"].contains(fields[sandbox].lowercased()) {
+                export.skipped["sandbox", default: 0] += 1
+                continue
+            }
+            let accountId = fields[account]
+            if accountId.hasPrefix("$RCAnonymousID:") {
+                export.skipped["anonymous customer", default: 0] += 1
+                continue
+            }
+            let key = "\(accountId)\u{0}\(fields[original])"
+            guard seen.insert(key).inserted else { continue }
+            // The same checks as a StoreKeeper CSV row.
+            switch row(line: record.line, account: accountId, original: fields[original]) {
+            case .success(let row): export.rows.append(row)
+            case .failure(let reason): export.invalid.append(reason.description)
+            }
+        }
+        return export
+    }
+
+    struct InvalidRow: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    /// A row's checks: a printable account id, an original transaction id of digits.
+    static func row(line: Int, account: String, original: String) -> Result<Row, InvalidRow> {
+        guard !account.isEmpty, account.count <= 128,
+            !account.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
+        else { return .failure(InvalidRow(description: "line \(line): accountId must be 1…128 printable characters")) }
+        guard !original.isEmpty, original.count <= 64, original.allSatisfy(\.isNumber) else {
+            return .failure(InvalidRow(description: "line \(line): originalTransactionId must be digits"))
+        }
+        return .success(Row(line: line, accountId: account, originalTransactionId: original))
+    }
+
     public static func parseCSV(_ text: String) -> (rows: [Row], invalid: [String]) {
         var rows: [Row] = []
         var invalid: [String] = []
@@ -78,18 +161,10 @@ public struct Importer: Sendable {
                 invalid.append("line \(index + 1): expected accountId,originalTransactionId")
                 continue
             }
-            let (account, original) = (fields[0], fields[1])
-            guard !account.isEmpty, account.count <= 128,
-                !account.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
-            else {
-                invalid.append("line \(index + 1): accountId must be 1…128 printable characters")
-                continue
+            switch row(line: index + 1, account: fields[0], original: fields[1]) {
+            case .success(let row): rows.append(row)
+            case .failure(let reason): invalid.append(reason.description)
             }
-            guard !original.isEmpty, original.count <= 64, original.allSatisfy(\.isNumber) else {
-                invalid.append("line \(index + 1): originalTransactionId must be digits")
-                continue
-            }
-            rows.append(Row(line: index + 1, accountId: account, originalTransactionId: original))
         }
         return (rows, invalid)
     }
@@ -168,5 +243,72 @@ public struct Importer: Sendable {
                 try await sleep(min(30, 0.5 * pow(2, Double(failures - 1))))
             }
         }
+    }
+}
+
+/// RFC 4180 records: quoted fields may hold commas, quotes (doubled) and line breaks.
+enum CSVRecords {
+    struct Record: Equatable {
+        /// The line the record starts on (1-based).
+        var line: Int
+        var fields: [String]
+    }
+
+    static func parse(_ text: String) -> [Record] {
+        var records: [Record] = []
+        var fields: [String] = []
+        var field = ""
+        var quoted = false
+        var line = 1
+        var start = 1
+        var scalars = text.unicodeScalars.makeIterator()
+        var pending: Unicode.Scalar? = nil
+        func next() -> Unicode.Scalar? {
+            if let scalar = pending {
+                pending = nil
+                return scalar
+            }
+            return scalars.next()
+        }
+        while let scalar = next() {
+            if quoted {
+                if scalar == "\"" {
+                    if let after = next() {
+                        if after == "\"" {
+                            field.unicodeScalars.append("\"")
+                        } else {
+                            quoted = false
+                            pending = after
+                        }
+                    } else {
+                        quoted = false
+                    }
+                } else {
+                    if scalar == "\n" { line += 1 }
+                    field.unicodeScalars.append(scalar)
+                }
+                continue
+            }
+            switch scalar {
+            case "\"" where field.isEmpty: quoted = true
+            case ",":
+                fields.append(field)
+                field = ""
+            case "\r": continue
+            case "\n":
+                fields.append(field)
+                records.append(Record(line: start, fields: fields))
+                fields = []
+                field = ""
+                line += 1
+                start = line
+            default: field.unicodeScalars.append(scalar)
+            }
+        }
+        if !field.isEmpty || !fields.isEmpty {
+            fields.append(field)
+            records.append(Record(line: start, fields: fields))
+        }
+        return records
     }
 }
