@@ -55,13 +55,16 @@ struct AnalyticsBench {
                     let refunded: Int64? = Int.random(in: 0..<50, using: &random) == 0 ? at + day : nil
                     rows.append([
                         "\(original)-\(index)", "\(original)-\(index)", account, "coins_60", 1, "Production", at,
-                        990 * scale, currency, 70, nil as Int64?, nil as Int64?, at, storefront, 0, refunded, "app_store",
+                        990 * scale, currency, 70, nil as Int64?, nil as Int64?, at, storefront, 0, refunded,
+                        "app_store",
                     ])
                     count += 1
                 }
             } else {
                 let (product, length, price): (String, Int64, Int64) =
-                    kind < 8 ? ("pro_monthly", 30 * day, 4_990) : kind < 9 ? ("pro_yearly", 365 * day, 49_990) : ("lite_weekly", 7 * day, 1_990)
+                    kind < 8
+                    ? ("pro_monthly", 30 * day, 4_990)
+                    : kind < 9 ? ("pro_yearly", 365 * day, 49_990) : ("lite_weekly", 7 * day, 1_990)
                 let trial = kind < 8 && Int.random(in: 0..<10, using: &random) == 0
                 let renewals = Int.random(in: 1...14, using: &random)
                 var start = started
@@ -71,7 +74,8 @@ struct AnalyticsBench {
                     let refunded: Int64? = Int.random(in: 0..<100, using: &random) == 0 ? start + day : nil
                     rows.append([
                         index == 0 ? original : "\(original)-\(index)", original, account, product, 1, "Production",
-                        start, isTrial ? 0 : price * scale, currency, 70, start, end, start, storefront, isTrial ? 1 : 0,
+                        start, isTrial ? 0 : price * scale, currency, 70, start, end, start, storefront,
+                        isTrial ? 1 : 0,
                         refunded, "app_store",
                     ])
                     count += 1
@@ -94,21 +98,29 @@ struct AnalyticsBench {
             return times.sorted()[1]
         }
         let scan = try await median {
-            _ = try await app.database.read { sql in try await sql.raw("SELECT SUM(price_milli) AS n FROM deliveries").first() }
+            _ = try await app.database.read { sql in
+                try await sql.raw("SELECT SUM(price_milli) AS n FROM deliveries").first()
+            }
         }
         var results: [(String, Double)] = []
         results.append(
-            ("dashboard overview (14 days of figures, subscriptions by status)",
-             try await median {
-                _ = try await app.store.dashboardOverview(days: 14, now: now, smallBusinessProgram: false)
-             }))
-        for (query, label) in [("", "last 30 days by day"), ("interval=month&from=\(Self.yearAgo(now))", "12 months by month")] {
+            (
+                "dashboard overview (14 days of figures, subscriptions by status)",
+                try await median {
+                    _ = try await app.store.dashboardOverview(days: 14, now: now, smallBusinessProgram: false)
+                }
+            ))
+        for (query, label) in [
+            ("", "last 30 days by day"), ("interval=month&from=\(Self.yearAgo(now))", "12 months by month"),
+        ] {
             for metric in AnalyticsMetric.allCases {
                 let seconds = try await median {
                     let phase = try await server.send(
                         concurrency: 1, "/v1/analytics/\(metric.rawValue)?\(query)", [""], method: "GET",
                         expect: #""points""#)
-                    guard phase.accepted == 1 else { throw BenchFailure(description: "\(metric.rawValue) did not answer") }
+                    guard phase.accepted == 1 else {
+                        throw BenchFailure(description: "\(metric.rawValue) did not answer")
+                    }
                 }
                 results.append(("`\(metric.rawValue)`, \(label)", seconds))
             }
@@ -125,7 +137,9 @@ struct AnalyticsBench {
         print("|---|---:|---:|---|")
         print("| `SELECT SUM(price_milli) FROM deliveries` (baseline: one full scan) | \(Self.ms(scan)) | 1.00 | |")
         for (name, seconds) in results {
-            print("| \(name) | \(Self.ms(seconds)) | \(String(format: "%.2f", seconds / max(scan, 1e-6))) | \(seconds < 1 ? "yes" : "**no**") |")
+            print(
+                "| \(name) | \(Self.ms(seconds)) | \(String(format: "%.2f", seconds / max(scan, 1e-6))) | \(seconds < 1 ? "yes" : "**no**") |"
+            )
         }
         print("")
         let slow = results.filter { $0.1 >= 1 }

@@ -32,7 +32,8 @@ struct ImportCommand: AsyncParsableCommand {
     var revenuecat: String?
     @Option(
         name: .customLong("account-column"),
-        help: "With --revenuecat: the column holding your account id (rc_last_seen_app_user_id_alias or rc_original_app_user_id)."
+        help:
+            "With --revenuecat: the column holding your account id (rc_last_seen_app_user_id_alias or rc_original_app_user_id)."
     )
     var accountColumn: String = "rc_last_seen_app_user_id_alias"
     @Option(help: "The account for --original-transaction-id.") var account: String?

@@ -32,7 +32,8 @@ public enum QuarterHour {
     public static let milliseconds: Int64 = 900_000
 
     public static func of(_ milliseconds: Int64) -> Int64 {
-        milliseconds >= 0 ? milliseconds / Self.milliseconds : (milliseconds - Self.milliseconds + 1) / Self.milliseconds
+        milliseconds >= 0
+            ? milliseconds / Self.milliseconds : (milliseconds - Self.milliseconds + 1) / Self.milliseconds
     }
 }
 
@@ -101,7 +102,8 @@ public struct AnalyticsCalendar: Sendable {
 
     /// Local midnight starting `day`.
     public func start(of day: CalendarDay) -> Date {
-        calendar.date(from: DateComponents(year: day.year, month: day.month, day: day.day)) ?? Date(timeIntervalSince1970: 0)
+        calendar.date(from: DateComponents(year: day.year, month: day.month, day: day.day))
+            ?? Date(timeIntervalSince1970: 0)
     }
 
     public func day(of date: Date) -> CalendarDay {
@@ -134,7 +136,9 @@ public struct AnalyticsCalendar: Sendable {
             }
             let bucketEnd = min(next, end)
             buckets.append(
-                Bucket(start: day(of: cursor), startMilliseconds: Int64((cursor.timeIntervalSince1970 * 1000).rounded(.down)),
+                Bucket(
+                    start: day(of: cursor),
+                    startMilliseconds: Int64((cursor.timeIntervalSince1970 * 1000).rounded(.down)),
                     endMilliseconds: Int64((bucketEnd.timeIntervalSince1970 * 1000).rounded(.down)))
             )
             guard bucketEnd > cursor else { break }
@@ -205,7 +209,9 @@ public struct ExchangeRates: Sendable, Equatable {
             guard Self.isCurrencyCode(code) else {
                 throw Invalid(reason: "'\(code)' is not an ISO 4217 currency code")
             }
-            guard value > 0, value.isFinite else { throw Invalid(reason: "the rate of \(code) must be a positive number") }
+            guard value > 0, value.isFinite else {
+                throw Invalid(reason: "the rate of \(code) must be a positive number")
+            }
             rates[code] = Decimal(string: String(value)) ?? Decimal(value)
         }
         self.init(currency: currency, rates: rates, source: source)

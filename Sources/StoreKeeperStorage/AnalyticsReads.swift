@@ -22,7 +22,9 @@ public struct AnalyticsFilter: Sendable, Equatable {
         var text: SQLQueryString = ""
         if let appId { text = text + " AND \(unsafeRaw: alias).app_id = \(bind: appId)" }
         if let store {
-            text = text + " AND \(unsafeRaw: AnalyticsViews.store.replacingOccurrences(of: "d.", with: "\(alias).")) = \(bind: store)"
+            text =
+                text
+                + " AND \(unsafeRaw: AnalyticsViews.store.replacingOccurrences(of: "d.", with: "\(alias).")) = \(bind: store)"
         }
         if let productId { text = text + " AND \(unsafeRaw: alias).product_id = \(bind: productId)" }
         if let country { text = text + " AND \(unsafeRaw: alias).storefront = \(bind: country)" }
@@ -57,7 +59,7 @@ extension PurchaseStore {
             ELSE \(unsafeRaw: time) / \(unsafeRaw: String(unit)) * \(unsafeRaw: String(unit)) END
             """
         }
-        let where_ = filter.sql("d")
+        let filtered = filter.sql("d")
         return try await database.read { sql in
             func tallies(_ query: SQLQueryString, money: Bool = false, total: Bool = false, reason: Bool = false)
                 async throws -> [Int64: AnalyticsTally]
@@ -86,7 +88,7 @@ extension PurchaseStore {
                     : "'' AS c, COUNT(*) AS n"
                 let rows: SQLQueryString = """
                     FROM deliveries d WHERE d.period_end >= \(bind: from) AND d.period_start IS NOT NULL
-                    AND d.refunded_at IS NULL AND \(kind) AND \(counts)\(where_) GROUP BY 1, 2
+                    AND d.refunded_at IS NULL AND \(kind) AND \(counts)\(filtered) GROUP BY 1, 2
                     """
                 let starts = try await tallies(
                     "SELECT \(key("d.period_start")) AS q, \(select) \(rows)", money: metric == .mrr)
@@ -99,7 +101,7 @@ extension PurchaseStore {
                     """
                     SELECT \(key("d.purchased_at")) AS q, COUNT(*) AS n FROM deliveries d
                     WHERE d.purchased_at >= \(bind: from) AND d.purchased_at < \(bind: to) AND d.period_start IS NOT NULL
-                    AND \(counts)\(where_)
+                    AND \(counts)\(filtered)
                     AND NOT EXISTS (SELECT 1 FROM deliveries e WHERE e.original_transaction_id = d.original_transaction_id
                         AND e.period_start < d.period_start AND \(Self.counts("e"))\(filter.sql("e")))
                     GROUP BY 1
@@ -116,7 +118,7 @@ extension PurchaseStore {
                                     ELSE 'voluntary' END AS r
                         FROM deliveries d LEFT JOIN subscriptions s ON s.original_transaction_id = d.original_transaction_id
                         WHERE d.period_end >= \(bind: from) AND d.period_start IS NOT NULL AND d.trial = 0
-                        AND \(counts)\(where_) AND (s.status IS NULL OR s.status <> 'grace_period')
+                        AND \(counts)\(filtered) AND (s.status IS NULL OR s.status <> 'grace_period')
                         AND NOT EXISTS (SELECT 1 FROM deliveries n WHERE n.original_transaction_id = d.original_transaction_id
                             AND n.period_start > d.period_start AND \(Self.counts("n"))\(filter.sql("n")))
                     ) x WHERE x.e >= \(bind: from) AND x.e < \(bind: min(to, nowQuarter))
@@ -132,7 +134,7 @@ extension PurchaseStore {
                                AND p.trial = 0 AND p.refunded_at IS NULL AND \(Self.counts("p"))) THEN 1 ELSE 0 END) AS n
                     FROM deliveries d
                     WHERE d.purchased_at >= \(bind: from) AND d.purchased_at < \(bind: to) AND d.period_start IS NOT NULL
-                    AND d.trial = 1 AND \(counts)\(where_) AND (\(unsafeRaw: AnalyticsViews.endsAt)) <= \(bind: nowQuarter)
+                    AND d.trial = 1 AND \(counts)\(filtered) AND (\(unsafeRaw: AnalyticsViews.endsAt)) <= \(bind: nowQuarter)
                     GROUP BY 1
                     """, total: true)
                 return Analytics.flow(quarters, into: buckets)
@@ -143,7 +145,7 @@ extension PurchaseStore {
                            SUM(CASE WHEN d.refunded_at IS NOT NULL THEN 1 ELSE 0 END) AS n
                     FROM deliveries d
                     WHERE d.purchased_at >= \(bind: from) AND d.purchased_at < \(bind: to) AND d.price_milli > 0
-                    AND \(counts)\(where_)
+                    AND \(counts)\(filtered)
                     GROUP BY 1
                     """, total: true)
                 return Analytics.flow(quarters, into: buckets)
@@ -153,25 +155,31 @@ extension PurchaseStore {
                     SELECT \(key("d.purchased_at")) AS q, COALESCE(d.currency, '?') AS c, COUNT(*) AS n,
                            CAST(SUM(\(Self.kept(smallBusinessProgram))) AS BIGINT) AS m
                     FROM deliveries d
-                    WHERE d.purchased_at >= \(bind: from) AND d.purchased_at < \(bind: to) AND \(counts)\(where_)
+                    WHERE d.purchased_at >= \(bind: from) AND d.purchased_at < \(bind: to) AND \(counts)\(filtered)
                     GROUP BY 1, 2
                     """, money: true)
                 return Analytics.flow(quarters, into: buckets)
             case .realizedLTV:
                 let cohort: SQLQueryString = """
                     SELECT d.account_id, MIN(d.purchased_at) AS first FROM deliveries d
-                    WHERE \(counts)\(where_) GROUP BY d.account_id
+                    WHERE \(counts)\(filtered) GROUP BY d.account_id
                     HAVING MIN(d.purchased_at) >= \(bind: from) AND MIN(d.purchased_at) < \(bind: to)
                     """
-                let sizes = try await tallies("SELECT \(key("c.first")) AS q, COUNT(*) AS n FROM (\(cohort)) c GROUP BY 1")
+                let sizes = try await tallies(
+                    "SELECT \(key("c.first")) AS q, COUNT(*) AS n FROM (\(cohort)) c GROUP BY 1")
                 let money = try await tallies(
                     """
                     SELECT \(key("c.first")) AS q, COALESCE(d.currency, '?') AS c, 0 AS n,
                            CAST(SUM(\(Self.kept(smallBusinessProgram))) AS BIGINT) AS m
                     FROM (\(cohort)) c JOIN deliveries d ON d.account_id = c.account_id
-                    WHERE \(counts)\(where_) GROUP BY 1, 2
+                    WHERE \(counts)\(filtered) GROUP BY 1, 2
                     """, money: true)
-                return Analytics.flow(sizes.merging(money) { var a = $0; a.add($1); return a }, into: buckets)
+                return Analytics.flow(
+                    sizes.merging(money) {
+                        var a = $0
+                        a.add($1)
+                        return a
+                    }, into: buckets)
             }
         }
     }

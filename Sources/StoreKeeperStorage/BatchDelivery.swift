@@ -294,12 +294,14 @@ struct BatchDelivery {
                 zip(newDeliveries, revenue), offerFacts)
             {
                 let offer = OfferStore.offerColumns(facts.transaction)
-                insert = insert.values([
-                    delivery.transactionId, originalId, delivery.accountId, delivery.orderId, delivery.productId,
-                    delivery.quantity, environment, at, money.price, money.currency, money.percent, money.periodStart,
-                    money.periodEnd, offer.type, offer.identifier, offer.source, facts.transaction.appTransactionId,
-                    appId,
-                ] + money.analyticsValues)
+                insert = insert.values(
+                    [
+                        delivery.transactionId, originalId, delivery.accountId, delivery.orderId, delivery.productId,
+                        delivery.quantity, environment, at, money.price, money.currency, money.percent,
+                        money.periodStart,
+                        money.periodEnd, offer.type, offer.identifier, offer.source, facts.transaction.appTransactionId,
+                        appId,
+                    ] + money.analyticsValues)
             }
             inserts.append(insert.insert)
         }

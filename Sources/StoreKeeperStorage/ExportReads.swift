@@ -102,15 +102,20 @@ extension PurchaseStore {
                     var values: [ExportValue] = []
                     for (name, type) in columns {
                         switch type {
-                        case .text: values.append(try row.decode(column: name, as: String?.self).map { .text($0) } ?? .null)
+                        case .text:
+                            values.append(try row.decode(column: name, as: String?.self).map { .text($0) } ?? .null)
                         case .integer:
                             values.append(try row.decode(column: name, as: Int64?.self).map { .integer($0) } ?? .null)
-                        case .time: values.append(try row.decode(column: name, as: Int64?.self).map { .time($0) } ?? .null)
+                        case .time:
+                            values.append(try row.decode(column: name, as: Int64?.self).map { .time($0) } ?? .null)
                         }
                     }
                     let at = try row.decode(column: "cursor_at", as: Int64.self)
                     let rank = try row.decode(column: "cursor_rank", as: Int.self)
-                    return (ExportCursor(at: at, rank: rank, key: try row.decode(column: "cursor_key", as: String.self)), values)
+                    return (
+                        ExportCursor(at: at, rank: rank, key: try row.decode(column: "cursor_key", as: String.self)),
+                        values
+                    )
                 }
             }
             // Rows after the cursor in (time, rank, key) order, for a source of `rank`.
@@ -118,7 +123,8 @@ extension PurchaseStore {
                 let settled: SQLQueryString = " AND \(unsafeRaw: time) < \(bind: settled.milliseconds)"
                 if start.rank < rank { return "\(unsafeRaw: time) >= \(bind: start.at)" + settled }
                 if start.rank > rank { return "\(unsafeRaw: time) > \(bind: start.at)" + settled }
-                return "(\(unsafeRaw: time) > \(bind: start.at) OR (\(unsafeRaw: time) = \(bind: start.at) AND \(unsafeRaw: key) > \(bind: start.key)))"
+                return
+                    "(\(unsafeRaw: time) > \(bind: start.at) OR (\(unsafeRaw: time) = \(bind: start.at) AND \(unsafeRaw: key) > \(bind: start.key)))"
                     + settled
             }
             var found: [(ExportCursor, [ExportValue])]

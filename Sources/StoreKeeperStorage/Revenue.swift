@@ -76,8 +76,10 @@ struct Revenue {
             // where one applies, is invoiced apart and not modelled here).
             percent: transaction.isWebPurchase
                 ? 100 : Proceeds.percent(of: transaction, earlierPeriods: earlier), periodStart: periodStart,
-            periodEnd: periodEnd, purchasedAt: periodStart ?? transaction.purchaseDate, storefront: transaction.storefront,
-            trial: transaction.offerDiscountType == .freeTrial || (transaction.offerType != nil && transaction.price == 0),
+            periodEnd: periodEnd, purchasedAt: periodStart ?? transaction.purchaseDate,
+            storefront: transaction.storefront,
+            trial: transaction.offerDiscountType == .freeTrial
+                || (transaction.offerType != nil && transaction.price == 0),
             familyShared: transaction.inAppOwnershipType == .familyShared, overlaps: overlaps)
     }
 

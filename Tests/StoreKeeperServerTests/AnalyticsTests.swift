@@ -1,9 +1,9 @@
 import AppStoreModels
 import Foundation
+import HTTPTypes
 import HummingbirdTesting
 import LocalAppStore
 import StoreKeeperCatalog
-import HTTPTypes
 import StoreKeeperStorage
 import Testing
 
@@ -225,7 +225,9 @@ import Testing
                 return Expected(value: convert(milli), byCurrency: major(milli))
             case "new_subscriptions":
                 var first: [String: Int64] = [:]
-                for period in truth.periods { first[period.original] = Swift.min(first[period.original] ?? .max, period.start) }
+                for period in truth.periods {
+                    first[period.original] = Swift.min(first[period.original] ?? .max, period.start)
+                }
                 return Expected(value: Double(first.values.filter { $0 >= bucket.start && $0 < bucket.end }.count))
             case "churned_subscriptions":
                 var count = 0
@@ -246,7 +248,8 @@ import Testing
                         $0.original == trial.original && !$0.trial && !$0.refunded && $0.start >= trial.start
                     }
                 }
-                let value = trials.isEmpty ? 0 : (Double(converted.count) / Double(trials.count) * 10_000).rounded() / 10_000
+                let value =
+                    trials.isEmpty ? 0 : (Double(converted.count) / Double(trials.count) * 10_000).rounded() / 10_000
                 return Expected(
                     value: value, numerator: Int64(converted.count), denominator: Int64(trials.count))
             case "refund_rate":
@@ -314,7 +317,8 @@ import Testing
             // Each period's billed length (what monthly normalisation divides by), before any upgrade cut it.
             var lengths: [String: (start: Int64, end: Int64)] = [:]
             for customer in customers {
-                for stored in await relay.store.history(of: customer.appleId) where stored.payload.type == .autoRenewable {
+                for stored in await relay.store.history(of: customer.appleId)
+                where stored.payload.type == .autoRenewable {
                     let t = stored.payload
                     lengths["\(t.originalTransactionId!)@\(t.purchaseDate!)"] = (t.purchaseDate!, t.expiresDate!)
                 }
@@ -349,10 +353,13 @@ import Testing
                                 #expect(got == byCurrency, "\(metric) \(interval) \(zone) \(point)")
                             }
                             if let numerator = want.numerator {
-                                #expect((point["numerator"] as? NSNumber)?.int64Value == numerator, "\(metric) \(point)")
+                                #expect(
+                                    (point["numerator"] as? NSNumber)?.int64Value == numerator, "\(metric) \(point)")
                             }
                             if let denominator = want.denominator {
-                                #expect((point["denominator"] as? NSNumber)?.int64Value == denominator, "\(metric) \(point)")
+                                #expect(
+                                    (point["denominator"] as? NSNumber)?.int64Value == denominator, "\(metric) \(point)"
+                                )
                             }
                             compared += 1
                         }
@@ -394,8 +401,10 @@ import Testing
             }
             next = min(next, end)
             result.append(
-                (formatter.string(from: cursor), Int64(cursor.timeIntervalSince1970 * 1000),
-                 Int64(next.timeIntervalSince1970 * 1000)))
+                (
+                    formatter.string(from: cursor), Int64(cursor.timeIntervalSince1970 * 1000),
+                    Int64(next.timeIntervalSince1970 * 1000)
+                ))
             cursor = next
         }
         return (formatter.string(from: from), formatter.string(from: to), result)
@@ -424,7 +433,8 @@ import Testing
         try await NotificationTests.withRelay(kind, configure: { $0.requestTimeoutSeconds = 1 }) { relay in
             var bought: Set<String> = []
             for index in 0..<5 {
-                let (_, transaction) = try await relay.buy("buyer-\(index % 2)", index == 4 ? "pro_monthly" : "coins_60")
+                let (_, transaction) = try await relay.buy(
+                    "buyer-\(index % 2)", index == 4 ? "pro_monthly" : "coins_60")
                 bought.insert(transaction.transactionId!)
             }
             try await relay.deliver()

@@ -36,7 +36,8 @@ struct AnalyticsRequest: Sendable {
         guard let metric = AnalyticsMetric(rawValue: name) else {
             throw APIError(
                 .notFound, "unknown_metric",
-                "no metric '\(name.prefix(64))'; one of \(AnalyticsMetric.allCases.map(\.rawValue).joined(separator: ", "))")
+                "no metric '\(name.prefix(64))'; one of \(AnalyticsMetric.allCases.map(\.rawValue).joined(separator: ", "))"
+            )
         }
         self.metric = metric
         func text(_ name: String) throws -> String? {
@@ -111,7 +112,8 @@ struct AnalyticsRequest: Sendable {
             }
         guard points <= Self.maximumPoints || interval == .month && days <= 366 * 50 else {
             throw APIError.badRequest(
-                "the range holds more than \(Self.maximumPoints) \(interval.rawValue)s; shorten it or use a longer interval")
+                "the range holds more than \(Self.maximumPoints) \(interval.rawValue)s; shorten it or use a longer interval"
+            )
         }
     }
 }
@@ -149,7 +151,8 @@ extension StoreKeeperApp {
         let rates = analyticsRates.current()
         var unconverted = Set<String>()
         let points = zip(buckets, tallies).map { bucket, tally in
-            let point = Analytics.point(query.metric, bucket: bucket, tally: tally, rates: rates, unconverted: &unconverted)
+            let point = Analytics.point(
+                query.metric, bucket: bucket, tally: tally, rates: rates, unconverted: &unconverted)
             return AnalyticsReportJSON.Point(
                 start: point.start.description, value: point.value, byCurrency: point.byCurrency,
                 numerator: point.numerator, denominator: point.denominator, byReason: point.byReason)
@@ -161,7 +164,8 @@ extension StoreKeeperApp {
         if let country = query.filter.country { filters["country"] = country }
         return AnalyticsReportJSON(
             metric: query.metric.rawValue, interval: query.interval.rawValue, from: query.from.description,
-            to: query.to.description, timeZone: query.timeZone.identifier == "GMT" ? "UTC" : query.timeZone.identifier, filters: filters,
+            to: query.to.description, timeZone: query.timeZone.identifier == "GMT" ? "UTC" : query.timeZone.identifier,
+            filters: filters,
             currency: query.metric.isMoney ? rates.currency : nil,
             ratesSource: query.metric.isMoney ? rates.source : nil,
             unconverted: query.metric.isMoney ? unconverted.sorted() : nil, points: points)
@@ -179,9 +183,10 @@ public final class AnalyticsRatesSource: Sendable {
     }
 
     func current() -> ExchangeRates {
-        let fixed = (try? ExchangeRates(
-            currency: configuration.analyticsCurrency, table: configuration.analyticsRates,
-            source: configuration.analyticsRates.isEmpty ? "none" : "configuration"))
+        let fixed =
+            (try? ExchangeRates(
+                currency: configuration.analyticsCurrency, table: configuration.analyticsRates,
+                source: configuration.analyticsRates.isEmpty ? "none" : "configuration"))
             ?? ExchangeRates(currency: configuration.analyticsCurrency)
         guard let file = configuration.analyticsRatesFile else { return fixed }
         let modified = (try? FileManager.default.attributesOfItem(atPath: file))?[.modificationDate] as? Date
@@ -196,7 +201,8 @@ public final class AnalyticsRatesSource: Sendable {
                 return rates
             }
             // Unreadable now: the last good rates, or none.
-            return cached?.rates ?? ExchangeRates(currency: configuration.analyticsCurrency, source: "\(file) (unreadable)")
+            return cached?.rates
+                ?? ExchangeRates(currency: configuration.analyticsCurrency, source: "\(file) (unreadable)")
         }
     }
 }

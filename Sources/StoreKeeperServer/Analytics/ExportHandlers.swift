@@ -1,6 +1,6 @@
 import Foundation
-import Hummingbird
 import HTTPTypes
+import Hummingbird
 import StoreKeeperStorage
 
 /// `GET /v1/export/{events|transactions|subscriptions}?since=…&cursor=…&format=csv|ndjson&limit=…`:
@@ -16,7 +16,8 @@ struct ExportController {
             let name = try context.parameters.require("kind")
             guard let kind = ExportKind(rawValue: name) else {
                 throw APIError(
-                    .notFound, "unknown_export", "no export '\(name.prefix(64))'; one of events, transactions, subscriptions")
+                    .notFound, "unknown_export",
+                    "no export '\(name.prefix(64))'; one of events, transactions, subscriptions")
             }
             let parameters = request.uri.queryParameters
             let format = parameters.get("format") ?? "csv"

@@ -363,7 +363,9 @@ struct DashboardController {
 
     static func metricChart(_ metric: AnalyticsMetric, _ report: AnalyticsReportJSON) -> [String: Any] {
         // Short axis labels (MM-DD; a month's YYYY-MM); the table keeps the full date.
-        let labels = report.points.map { report.interval == "month" ? String($0.start.prefix(7)) : String($0.start.dropFirst(5)) }
+        let labels = report.points.map {
+            report.interval == "month" ? String($0.start.prefix(7)) : String($0.start.dropFirst(5))
+        }
         let values = report.points.map { Double("\($0.value)") ?? 0 }
         var title = metricTitles[metric] ?? metric.rawValue
         if let currency = report.currency { title += " (\(currency))" }
@@ -388,7 +390,9 @@ struct DashboardController {
         let currencies = Set(report.points.flatMap { $0.byCurrency?.keys.map { $0 } ?? [] }).sorted()
         var columns = table["columns"] as? [String] ?? []
         columns += currencies
-        if metric.isRatio || metric == .realizedLTV { columns += metric == .realizedLTV ? ["customers"] : ["of", "in"] }
+        if metric.isRatio || metric == .realizedLTV {
+            columns += metric == .realizedLTV ? ["customers"] : ["of", "in"]
+        }
         if metric == .churnedSubscriptions { columns += ["voluntary", "billing", "refund"] }
         table["columns"] = columns
         table["rows"] = zip(table["rows"] as? [[String: Any]] ?? [], report.points).map { row, point in
