@@ -45,7 +45,8 @@ struct ExportController {
                 }
                 limit = value
             }
-            let settled = Date().addingTimeInterval(-Double(app.configuration.requestTimeoutSeconds + 5))
+            let settled = Date().addingTimeInterval(
+                -(app.exportSettleSeconds ?? Double(app.configuration.requestTimeoutSeconds + 5)))
             let page = try await app.store.export(kind, since: since, cursor: cursor, limit: limit, settled: settled)
             var headers: HTTPFields = [
                 .contentType: format == "csv" ? "text/csv; charset=utf-8" : "application/x-ndjson",

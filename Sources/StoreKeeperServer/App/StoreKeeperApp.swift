@@ -59,6 +59,9 @@ public struct StoreKeeperApp: Sendable {
     /// Analytics' "now" (what has ended, the stock metrics' last instant): the server's clock;
     /// tests running a store clock ahead set theirs.
     public internal(set) var analyticsClock: @Sendable () -> Date = { Date() }
+    /// How long exports hold back the newest rows (a row is dated when its request began and
+    /// committed up to a request's deadline later): `limits.requestTimeoutSeconds` + 5 s unless set.
+    var exportSettleSeconds: Double? = nil
     /// The listening socket's channel once the server runs (its options, for tests).
     let listening = Listening()
     /// The Google Play apps, by id (`apps` with `store: google_play`).
