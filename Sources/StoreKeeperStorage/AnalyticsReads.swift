@@ -86,14 +86,26 @@ extension PurchaseStore {
                     metric == .mrr
                     ? "COALESCE(d.currency, '?') AS c, COUNT(*) AS n, CAST(SUM(\(unsafeRaw: AnalyticsViews.monthly)) AS BIGINT) AS m"
                     : "'' AS c, COUNT(*) AS n"
-                let rows: SQLQueryString = """
-                    FROM deliveries d WHERE d.period_end >= \(bind: from) AND d.period_start IS NOT NULL
-                    AND d.refunded_at IS NULL AND \(kind) AND \(counts)\(filtered) GROUP BY 1, 2
+                // One scan: each group is a (start unit, end unit, currency) with its count and money.
+                let rows = try await sql.raw(
                     """
-                let starts = try await tallies(
-                    "SELECT \(key("d.period_start")) AS q, \(select) \(rows)", money: metric == .mrr)
-                let ends = try await tallies(
-                    "SELECT \(key("(" + AnalyticsViews.endsAt + ")")) AS q, \(select) \(rows)", money: metric == .mrr)
+                    SELECT \(key("d.period_start")) AS q, \(key("(" + AnalyticsViews.endsAt + ")")) AS e, \(select)
+                    FROM deliveries d WHERE d.period_end >= \(bind: from) AND d.period_start IS NOT NULL
+                    AND d.refunded_at IS NULL AND \(kind) AND \(counts)\(filtered) GROUP BY 1, 2, 3
+                    """
+                ).all()
+                var starts: [Int64: AnalyticsTally] = [:]
+                var ends: [Int64: AnalyticsTally] = [:]
+                for row in rows {
+                    var tally = AnalyticsTally(count: try row.decode(column: "n", as: Int64.self))
+                    if metric == .mrr, let amount = try row.decode(column: "m", as: Int64?.self) {
+                        tally.milli[try row.decode(column: "c", as: String.self)] = amount
+                    }
+                    starts[QuarterHour.of(try row.decode(column: "q", as: Int64.self)), default: AnalyticsTally()].add(
+                        tally)
+                    ends[QuarterHour.of(try row.decode(column: "e", as: Int64.self)), default: AnalyticsTally()].add(
+                        tally)
+                }
                 return Analytics.stock(
                     starts: starts, ends: ends, at: Analytics.instants(buckets, now: now.milliseconds))
             case .newSubscriptions:
@@ -160,26 +172,34 @@ extension PurchaseStore {
                     """, money: true)
                 return Analytics.flow(quarters, into: buckets)
             case .realizedLTV:
-                let cohort: SQLQueryString = """
-                    SELECT d.account_id, MIN(d.purchased_at) AS first FROM deliveries d
-                    WHERE \(counts)\(filtered) GROUP BY d.account_id
-                    HAVING MIN(d.purchased_at) >= \(bind: from) AND MIN(d.purchased_at) < \(bind: to)
+                // One pass: per account and currency its first purchase and proceeds, then each
+                // account's first purchase over all its currencies (a window), counted once.
+                let rows = try await sql.raw(
                     """
-                let sizes = try await tallies(
-                    "SELECT \(key("c.first")) AS q, COUNT(*) AS n FROM (\(cohort)) c GROUP BY 1")
-                let money = try await tallies(
+                    SELECT \(key("x.first")) AS q, x.c AS c, CAST(SUM(x.m) AS BIGINT) AS m,
+                           SUM(CASE WHEN x.rn = 1 THEN 1 ELSE 0 END) AS n
+                    FROM (
+                        SELECT a.c, a.m, MIN(a.f) OVER (PARTITION BY a.account_id) AS first,
+                               ROW_NUMBER() OVER (PARTITION BY a.account_id ORDER BY a.c) AS rn
+                        FROM (
+                            SELECT d.account_id, COALESCE(d.currency, '?') AS c, MIN(d.purchased_at) AS f,
+                                   CAST(SUM(\(Self.kept(smallBusinessProgram))) AS BIGINT) AS m
+                            FROM deliveries d WHERE \(counts)\(filtered)
+                            GROUP BY d.account_id, COALESCE(d.currency, '?')
+                        ) a
+                    ) x WHERE x.first >= \(bind: from) AND x.first < \(bind: to)
+                    GROUP BY 1, 2
                     """
-                    SELECT \(key("c.first")) AS q, COALESCE(d.currency, '?') AS c, 0 AS n,
-                           CAST(SUM(\(Self.kept(smallBusinessProgram))) AS BIGINT) AS m
-                    FROM (\(cohort)) c JOIN deliveries d ON d.account_id = c.account_id
-                    WHERE \(counts)\(filtered) GROUP BY 1, 2
-                    """, money: true)
-                return Analytics.flow(
-                    sizes.merging(money) {
-                        var a = $0
-                        a.add($1)
-                        return a
-                    }, into: buckets)
+                ).all()
+                var cohorts: [Int64: AnalyticsTally] = [:]
+                for row in rows {
+                    var tally = AnalyticsTally(count: try row.decode(column: "n", as: Int64.self))
+                    tally.milli[try row.decode(column: "c", as: String.self)] = try row.decode(
+                        column: "m", as: Int64.self)
+                    cohorts[QuarterHour.of(try row.decode(column: "q", as: Int64.self)), default: AnalyticsTally()]
+                        .add(tally)
+                }
+                return Analytics.flow(cohorts, into: buckets)
             }
         }
     }
