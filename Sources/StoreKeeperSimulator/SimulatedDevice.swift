@@ -75,7 +75,7 @@ public struct SeededRandom: Sendable {
         return z ^ (z >> 31)
     }
     mutating func unit() -> Double { Double(next() >> 11) / Double(1 << 53) }
-    mutating func chance(_ p: Double) -> Bool { p > 0 && unit() < p }
+    public mutating func chance(_ p: Double) -> Bool { p > 0 && unit() < p }
     public mutating func below(_ n: Int) -> Int { Int(next() % UInt64(max(n, 1))) }
 }
 

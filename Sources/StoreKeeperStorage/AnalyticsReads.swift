@@ -71,8 +71,9 @@ extension PurchaseStore {
                     tally.count = try row.decode(column: "n", as: Int64?.self) ?? 0
                     if total { tally.total = try row.decode(column: "total", as: Int64?.self) ?? 0 }
                     if money, let amount = try row.decode(column: "m", as: Int64?.self) {
+                        // A money row's count is its transactions; the flows do not report it.
                         tally.milli[try row.decode(column: "c", as: String.self)] = amount
-                        if !metric.isStock { tally.count = 0 }
+                        tally.count = 0
                     }
                     if reason { tally.byReason[try row.decode(column: "r", as: String.self)] = tally.count }
                     result[quarter, default: AnalyticsTally()].add(tally)

@@ -4,6 +4,7 @@ import HTTPTypes
 import HummingbirdTesting
 import LocalAppStore
 import StoreKeeperCatalog
+import StoreKeeperSimulator
 import StoreKeeperStorage
 import Testing
 
@@ -45,20 +46,6 @@ import Testing
                 prices: { USA: { currency: USD, price: 1.99 } }
             """)
 
-    /// A deterministic generator (SplitMix64): the same history every run for a seed.
-    struct Generator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-        mutating func chance(_ p: Double) -> Bool { Double(next() % 1_000_000) / 1_000_000 < p }
-        mutating func pick<T>(_ items: [T]) -> T { items[Int(next() % UInt64(items.count))] }
-    }
-
     struct Customer {
         var account: String
         var appleId: String
@@ -69,7 +56,7 @@ import Testing
     /// Generates `days` days of business; returns the customers and the store's final time.
     static func generate(_ relay: Relay, seed: UInt64, days: Int) async throws -> [Customer] {
         let store = relay.store
-        var random = Generator(state: seed)
+        var random = SeededRandom(seed: seed)
         var customers: [Customer] = []
         for day in 0..<days {
             // Newcomers: a subscription (the monthly's first week is a free trial), or coins.
@@ -77,7 +64,8 @@ import Testing
                 let index = customers.count
                 var customer = Customer(account: "acct-\(index)", appleId: "apple-\(seed)-\(index)")
                 if random.chance(0.25) { await store.customer(customer.appleId, storefront: "JPN") }
-                let product = random.pick(["pro_monthly", "pro_monthly", "pro_yearly", "lite_weekly", "coins_60"])
+                let products = ["pro_monthly", "pro_monthly", "pro_yearly", "lite_weekly", "coins_60"]
+                let product = products[random.below(products.count)]
                 let (_, transaction) = try await relay.buy(customer.account, product, appleId: customer.appleId)
                 if product != "coins_60" {
                     customer.original = transaction.originalTransactionId

@@ -103,33 +103,11 @@ enum ExportFormat {
                 case .null: out += "null"
                 case .integer(let number): out += String(number)
                 case .time(let milliseconds): out += "\"\(time(milliseconds))\""
-                case .text(let text): out += jsonString(text)
+                case .text(let text): PurchaseStore.appendJSONString(text, to: &out)
                 }
             }
             out += "}\n"
         }
         return out
-    }
-
-    static func jsonString(_ text: String) -> String {
-        var out = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case "\u{2028}": out += "\\u2028"
-            case "\u{2029}": out += "\\u2029"
-            default:
-                if scalar.value < 0x20 {
-                    out += String(format: "\\u%04x", scalar.value)
-                } else {
-                    out.unicodeScalars.append(scalar)
-                }
-            }
-        }
-        return out + "\""
     }
 }
