@@ -3,6 +3,7 @@ import Foundation
 import HTTPTypes
 import HummingbirdTesting
 import LocalAppStore
+import SQLKit
 import StoreKeeperCatalog
 import StoreKeeperSimulator
 import StoreKeeperStorage
@@ -469,6 +470,26 @@ import Testing
             #expect(types.filter { $0 == "delivery" }.count == 5)
             #expect(types.contains("notification"))
             let subscriptions = try await Self.text(relay.client, "/v1/export/subscriptions?since=2020-01-01")
+            // The SQL views BI tools read, on this database: every row there, each view answering.
+            let counts = try await relay.app.database.read { sql in
+                var counts: [String: Int] = [:]
+                for view in [
+                    "storekeeper_transactions", "storekeeper_subscription_periods", "storekeeper_subscriptions",
+                    "storekeeper_events",
+                ] {
+                    counts[view] =
+                        try await sql.raw("SELECT COUNT(*) AS n FROM \(ident: view)").first()?.decode(
+                            column: "n", as: Int.self) ?? -1
+                }
+                let mrr = try await sql.raw(
+                    "SELECT CAST(SUM(monthly_milli) AS BIGINT) AS m FROM storekeeper_subscription_periods WHERE counts = 1 AND trial = 0"
+                ).first()?.decode(column: "m", as: Int64?.self)
+                counts["monthly_milli"] = Int(mrr ?? -1)
+                return counts
+            }
+            #expect(counts["storekeeper_transactions"] == 5 && counts["storekeeper_subscription_periods"] == 1)
+            #expect(counts["storekeeper_subscriptions"] == 1 && (counts["storekeeper_events"] ?? 0) >= 5)
+            #expect(counts["monthly_milli"] == 4_990, "\(counts)")
             #expect(subscriptions.body.split(separator: "\r\n").count == 2, "\(subscriptions.body)")
 
             for (path, status, code) in [
