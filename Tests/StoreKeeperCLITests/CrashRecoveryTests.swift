@@ -142,19 +142,24 @@ final class ServerProcess: @unchecked Sendable {
         drain = PipeDrain(output.fileHandleForReading)
     }
 
-    /// Waits for the "listening" log line; returns the log so far.
+    /// Waits for the "listening" log line; returns the log so far. The deadline is generous: a
+    /// whole test run starts many servers at once on two cores.
     @discardableResult
     func waitUntilListening() async throws -> String {
-        let deadline = Date().addingTimeInterval(60)
-        while Date() < deadline {
+        let started = Date()
+        let deadline = started.addingTimeInterval(180)
+        // Looks once more after the deadline: a loop that was not scheduled for a while must
+        // not fail a server that started meanwhile.
+        while true {
             let log = drain.text
             if let range = log.range(of: "StoreKeeper listening on http://127.0.0.1:") {
                 port = Int(log[range.upperBound...].prefix(while: \.isNumber)) ?? 0
                 if port > 0 { return log }
             }
+            if Date() >= deadline { break }
             try await Task.sleep(for: .milliseconds(50))
         }
-        throw CocoaError(.fileReadUnknown)
+        throw ServerDidNotStart(seconds: Date().timeIntervalSince(started), log: drain.text)
     }
 
     func kill() {
@@ -191,6 +196,16 @@ final class PipeDrain: Sendable {
             try await Task.sleep(for: .milliseconds(20))
         }
         return text
+    }
+}
+
+/// A child server that never said it was listening: how long it was given, and its log's end.
+struct ServerDidNotStart: Error, CustomStringConvertible {
+    let seconds: Double
+    let log: String
+
+    var description: String {
+        "no \"listening\" line within \(Int(seconds)) s; the log ends:\n\(log.suffix(2_000))"
     }
 }
 

@@ -43,8 +43,9 @@ import Testing
         python.standardOutput = output
         python.standardError = output
         try python.run()
+        // Read while it runs (a full pipe would stop it), on the drain's own thread.
+        let drain = PipeDrain(output.fileHandleForReading)
         let deadline = Date().addingTimeInterval(300)
-        var log = Data()
         while python.isRunning, Date() < deadline {
             try await Task.sleep(for: .milliseconds(200))
         }
@@ -52,9 +53,8 @@ import Testing
             python.terminate()
             Issue.record("the browser test did not finish within 300 s")
         }
-        python.waitUntilExit()
-        log = output.fileHandleForReading.readDataToEndOfFile()
-        let text = String(decoding: log, as: UTF8.self)
+        while python.isRunning { try await Task.sleep(for: .milliseconds(50)) }
+        let text = try await drain.all()
         if python.terminationStatus == 77 {
             let message = "the browser test needs chromium, chromium-driver and selenium: \(text)"
             if ProcessInfo.processInfo.environment["CI"] != nil { Issue.record(Comment(rawValue: message)) }

@@ -63,7 +63,8 @@ import Testing
     }
 
     static func announcedPort(_ handle: FileHandle) async throws -> Int {
-        let deadline = Date().addingTimeInterval(30)
+        let started = Date()
+        let deadline = started.addingTimeInterval(180)
         let drain = PipeDrain(handle)
         while Date() < deadline {
             try await Task.sleep(for: .milliseconds(50))
@@ -77,7 +78,7 @@ import Testing
                 }
             }
         }
-        throw CocoaError(.fileReadUnknown)
+        throw ServerDidNotStart(seconds: Date().timeIntervalSince(started), log: drain.text)
     }
 
     static func fetch(_ request: URLRequest) async throws -> Data {

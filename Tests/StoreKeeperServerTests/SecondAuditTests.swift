@@ -175,8 +175,15 @@ import Testing
         python.standardOutput = output
         python.standardError = output
         try python.run()
-        let log = output.fileHandleForReading.readDataToEndOfFile()
-        python.waitUntilExit()
+        // Read on a thread of its own, awaited: blocking here would hold one of the test
+        // process's few cooperative threads (two on two cores) for the browser's whole run.
+        let log: Data = try await withCheckedThrowingContinuation { continuation in
+            Thread.detachNewThread {
+                let log = output.fileHandleForReading.readDataToEndOfFile()
+                python.waitUntilExit()
+                continuation.resume(returning: log)
+            }
+        }
         let text = String(decoding: log, as: UTF8.self)
         if python.terminationStatus == 77 {
             if ProcessInfo.processInfo.environment["CI"] != nil {
