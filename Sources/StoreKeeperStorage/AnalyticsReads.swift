@@ -38,7 +38,7 @@ extension PurchaseStore {
     /// metrics' instants and what counts as ended.
     public func analytics(
         _ metric: AnalyticsMetric, filter: AnalyticsFilter, buckets: [AnalyticsCalendar.Bucket], now: Date,
-        smallBusinessProgram: Bool
+        smallBusinessProgram: Bool, policy: AnalyticsScanPolicy = AnalyticsScanPolicy()
     ) async throws -> [AnalyticsTally] {
         guard let first = buckets.first, let last = buckets.last else { return [] }
         let from = first.startMilliseconds
@@ -60,149 +60,192 @@ extension PurchaseStore {
             """
         }
         let filtered = filter.sql("d")
-        return try await database.read { sql in
-            func tallies(_ query: SQLQueryString, money: Bool = false, total: Bool = false, reason: Bool = false)
-                async throws -> [Int64: AnalyticsTally]
-            {
-                var result: [Int64: AnalyticsTally] = [:]
-                for row in try await sql.raw(query).all() {
-                    let quarter = QuarterHour.of(try row.decode(column: "q", as: Int64.self))
-                    var tally = AnalyticsTally()
-                    tally.count = try row.decode(column: "n", as: Int64?.self) ?? 0
-                    if total { tally.total = try row.decode(column: "total", as: Int64?.self) ?? 0 }
-                    if money, let amount = try row.decode(column: "m", as: Int64?.self) {
-                        // A money row's count is its transactions; the flows do not report it.
-                        tally.milli[try row.decode(column: "c", as: String.self)] = amount
-                        tally.count = 0
-                    }
-                    if reason { tally.byReason[try row.decode(column: "r", as: String.self)] = tally.count }
-                    result[quarter, default: AnalyticsTally()].add(tally)
+        let scan = try await scanPlan(
+            windowFrom: from, now: now.milliseconds, byAccount: metric == .realizedLTV, policy: policy)
+        let table = scan.table
+        func tallies(_ rows: [AnalyticsRow], money: Bool = false, total: Bool = false, reason: Bool = false)
+            -> [Int64: AnalyticsTally]
+        {
+            var result: [Int64: AnalyticsTally] = [:]
+            for row in rows {
+                var tally = AnalyticsTally(count: row.n)
+                if total { tally.total = row.total ?? 0 }
+                if money, let amount = row.m {
+                    // A money row's count is its transactions; the flows do not report it.
+                    tally.milli[row.c ?? "?"] = amount
+                    tally.count = 0
                 }
-                return result
+                if reason { tally.byReason[row.r ?? ""] = tally.count }
+                result[QuarterHour.of(row.q), default: AnalyticsTally()].add(tally)
             }
-            switch metric {
-            case .mrr, .activeSubscriptions, .activeTrials:
-                let kind: SQLQueryString = metric == .activeTrials ? "d.trial = 1" : "d.trial = 0"
-                let select: SQLQueryString =
-                    metric == .mrr
-                    ? "COALESCE(d.currency, '?') AS c, COUNT(*) AS n, CAST(SUM(\(unsafeRaw: AnalyticsViews.monthly)) AS BIGINT) AS m"
-                    : "'' AS c, COUNT(*) AS n"
-                // One scan: each group is a (start unit, end unit, currency) with its count and money.
-                let rows = try await sql.raw(
-                    """
-                    SELECT \(key("d.period_start")) AS q, \(key("(" + AnalyticsViews.endsAt + ")")) AS e, \(select)
-                    FROM deliveries d WHERE d.period_end >= \(bind: from) AND d.period_start IS NOT NULL
-                    AND d.refunded_at IS NULL AND \(kind) AND \(counts)\(filtered) GROUP BY 1, 2, 3
-                    """
-                ).all()
-                var starts: [Int64: AnalyticsTally] = [:]
-                var ends: [Int64: AnalyticsTally] = [:]
-                for row in rows {
-                    var tally = AnalyticsTally(count: try row.decode(column: "n", as: Int64.self))
-                    if metric == .mrr, let amount = try row.decode(column: "m", as: Int64?.self) {
-                        tally.milli[try row.decode(column: "c", as: String.self)] = amount
-                    }
-                    starts[QuarterHour.of(try row.decode(column: "q", as: Int64.self)), default: AnalyticsTally()].add(
-                        tally)
-                    ends[QuarterHour.of(try row.decode(column: "e", as: Int64.self)), default: AnalyticsTally()].add(
-                        tally)
-                }
-                return Analytics.stock(
-                    starts: starts, ends: ends, at: Analytics.instants(buckets, now: now.milliseconds))
-            case .newSubscriptions:
-                let quarters = try await tallies(
-                    """
-                    SELECT \(key("d.purchased_at")) AS q, COUNT(*) AS n FROM deliveries d
-                    WHERE d.purchased_at >= \(bind: from) AND d.purchased_at < \(bind: to) AND d.period_start IS NOT NULL
-                    AND \(counts)\(filtered)
-                    AND NOT EXISTS (SELECT 1 FROM deliveries e WHERE e.original_transaction_id = d.original_transaction_id
-                        AND e.period_start < d.period_start AND \(Self.counts("e"))\(filter.sql("e")))
-                    GROUP BY 1
-                    """)
-                return Analytics.flow(quarters, into: buckets)
-            case .churnedSubscriptions:
-                let ends: SQLQueryString = "(\(unsafeRaw: AnalyticsViews.endsAt))"
-                let quarters = try await tallies(
-                    """
-                    SELECT \(key("x.e")) AS q, x.r AS r, COUNT(*) AS n FROM (
-                        SELECT \(ends) AS e,
-                               CASE WHEN d.refunded_at IS NOT NULL OR s.status = 'revoked' THEN 'refund'
-                                    WHEN s.status = 'billing_retry' OR (s.status = 'expired' AND s.auto_renew = 1) THEN 'billing'
-                                    ELSE 'voluntary' END AS r
-                        FROM deliveries d LEFT JOIN subscriptions s ON s.original_transaction_id = d.original_transaction_id
-                        WHERE d.period_end >= \(bind: from) AND d.period_start IS NOT NULL AND d.trial = 0
-                        AND \(counts)\(filtered) AND (s.status IS NULL OR s.status <> 'grace_period')
-                        AND NOT EXISTS (SELECT 1 FROM deliveries n WHERE n.original_transaction_id = d.original_transaction_id
-                            AND n.period_start > d.period_start AND \(Self.counts("n"))\(filter.sql("n")))
-                    ) x WHERE x.e >= \(bind: from) AND x.e < \(bind: min(to, nowQuarter))
-                    GROUP BY 1, 2
-                    """, reason: true)
-                return Analytics.flow(quarters, into: buckets)
-            case .trialConversion:
-                let quarters = try await tallies(
-                    """
-                    SELECT \(key("d.purchased_at")) AS q, COUNT(*) AS total,
-                           SUM(CASE WHEN EXISTS (SELECT 1 FROM deliveries p
-                               WHERE p.original_transaction_id = d.original_transaction_id AND p.period_start >= d.period_start
-                               AND p.trial = 0 AND p.refunded_at IS NULL AND \(Self.counts("p"))) THEN 1 ELSE 0 END) AS n
-                    FROM deliveries d
-                    WHERE d.purchased_at >= \(bind: from) AND d.purchased_at < \(bind: to) AND d.period_start IS NOT NULL
-                    AND d.trial = 1 AND \(counts)\(filtered) AND (\(unsafeRaw: AnalyticsViews.endsAt)) <= \(bind: nowQuarter)
-                    GROUP BY 1
-                    """, total: true)
-                return Analytics.flow(quarters, into: buckets)
-            case .refundRate:
-                let quarters = try await tallies(
-                    """
-                    SELECT \(key("d.purchased_at")) AS q, COUNT(*) AS total,
-                           SUM(CASE WHEN d.refunded_at IS NOT NULL THEN 1 ELSE 0 END) AS n
-                    FROM deliveries d
-                    WHERE d.purchased_at >= \(bind: from) AND d.purchased_at < \(bind: to) AND d.price_milli > 0
-                    AND \(counts)\(filtered)
-                    GROUP BY 1
-                    """, total: true)
-                return Analytics.flow(quarters, into: buckets)
-            case .proceeds:
-                let quarters = try await tallies(
-                    """
-                    SELECT \(key("d.purchased_at")) AS q, COALESCE(d.currency, '?') AS c, COUNT(*) AS n,
-                           CAST(SUM(\(Self.kept(smallBusinessProgram))) AS BIGINT) AS m
-                    FROM deliveries d
-                    WHERE d.purchased_at >= \(bind: from) AND d.purchased_at < \(bind: to) AND \(counts)\(filtered)
-                    GROUP BY 1, 2
-                    """, money: true)
-                return Analytics.flow(quarters, into: buckets)
-            case .realizedLTV:
-                // One pass: per account and currency its first purchase and proceeds, then each
-                // account's first purchase over all its currencies (a window), counted once.
-                let rows = try await sql.raw(
-                    """
-                    SELECT \(key("x.first")) AS q, x.c AS c, CAST(SUM(x.m) AS BIGINT) AS m,
-                           SUM(CASE WHEN x.rn = 1 THEN 1 ELSE 0 END) AS n
-                    FROM (
-                        SELECT a.c, a.m, MIN(a.f) OVER (PARTITION BY a.account_id) AS first,
-                               ROW_NUMBER() OVER (PARTITION BY a.account_id ORDER BY a.c) AS rn
-                        FROM (
-                            SELECT d.account_id, COALESCE(d.currency, '?') AS c, MIN(d.purchased_at) AS f,
-                                   CAST(SUM(\(Self.kept(smallBusinessProgram))) AS BIGINT) AS m
-                            FROM deliveries d WHERE \(counts)\(filtered)
-                            GROUP BY d.account_id, COALESCE(d.currency, '?')
-                        ) a
-                    ) x WHERE x.first >= \(bind: from) AND x.first < \(bind: to)
-                    GROUP BY 1, 2
-                    """
-                ).all()
-                var cohorts: [Int64: AnalyticsTally] = [:]
-                for row in rows {
-                    var tally = AnalyticsTally(count: try row.decode(column: "n", as: Int64.self))
-                    tally.milli[try row.decode(column: "c", as: String.self)] = try row.decode(
-                        column: "m", as: Int64.self)
-                    cohorts[QuarterHour.of(try row.decode(column: "q", as: Int64.self)), default: AnalyticsTally()]
-                        .add(tally)
-                }
-                return Analytics.flow(cohorts, into: buckets)
-            }
+            return result
         }
+        switch metric {
+        case .mrr, .activeSubscriptions, .activeTrials:
+            let kind: SQLQueryString = metric == .activeTrials ? "d.trial = 1" : "d.trial = 0"
+            let select: SQLQueryString =
+                metric == .mrr
+                ? "COALESCE(d.currency, '?') AS c, COUNT(*) AS n, CAST(SUM(\(unsafeRaw: AnalyticsViews.monthly)) AS BIGINT) AS m"
+                : "'' AS c, COUNT(*) AS n"
+            // One scan: each group is a (start unit, end unit, currency) with its count and money.
+            let rows = try await scan.rows { part in
+                """
+                SELECT \(key("d.period_start")) AS q, \(key("(" + AnalyticsViews.endsAt + ")")) AS e, \(select)
+                FROM \(table) WHERE d.period_end >= \(bind: from) AND d.period_start IS NOT NULL
+                AND d.refunded_at IS NULL AND \(kind) AND \(counts)\(filtered)\(part) GROUP BY 1, 2, 3
+                """
+            }
+            var starts: [Int64: AnalyticsTally] = [:]
+            var ends: [Int64: AnalyticsTally] = [:]
+            for row in rows {
+                var tally = AnalyticsTally(count: row.n)
+                if metric == .mrr, let amount = row.m { tally.milli[row.c ?? "?"] = amount }
+                starts[QuarterHour.of(row.q), default: AnalyticsTally()].add(tally)
+                ends[QuarterHour.of(row.e ?? row.q), default: AnalyticsTally()].add(tally)
+            }
+            return Analytics.stock(starts: starts, ends: ends, at: Analytics.instants(buckets, now: now.milliseconds))
+        case .newSubscriptions:
+            let rows = try await scan.rows { part in
+                """
+                SELECT \(key("d.purchased_at")) AS q, COUNT(*) AS n FROM \(table)
+                WHERE d.purchased_at >= \(bind: from) AND d.purchased_at < \(bind: to) AND d.period_start IS NOT NULL
+                AND \(counts)\(filtered)\(part)
+                AND NOT EXISTS (SELECT 1 FROM deliveries e WHERE e.original_transaction_id = d.original_transaction_id
+                    AND e.period_start < d.period_start AND \(Self.counts("e"))\(filter.sql("e")))
+                GROUP BY 1
+                """
+            }
+            return Analytics.flow(tallies(rows), into: buckets)
+        case .churnedSubscriptions:
+            let ends: SQLQueryString = "(\(unsafeRaw: AnalyticsViews.endsAt))"
+            let rows = try await scan.rows { part in
+                """
+                SELECT \(key("x.e")) AS q, x.r AS r, COUNT(*) AS n FROM (
+                    SELECT \(ends) AS e,
+                           CASE WHEN d.refunded_at IS NOT NULL OR s.status = 'revoked' THEN 'refund'
+                                WHEN s.status = 'billing_retry' OR (s.status = 'expired' AND s.auto_renew = 1) THEN 'billing'
+                                ELSE 'voluntary' END AS r
+                    FROM \(table) LEFT JOIN subscriptions s ON s.original_transaction_id = d.original_transaction_id
+                    WHERE d.period_end >= \(bind: from) AND d.period_start IS NOT NULL AND d.trial = 0
+                    AND \(counts)\(filtered)\(part) AND (s.status IS NULL OR s.status <> 'grace_period')
+                    AND NOT EXISTS (SELECT 1 FROM deliveries n WHERE n.original_transaction_id = d.original_transaction_id
+                        AND n.period_start > d.period_start AND \(Self.counts("n"))\(filter.sql("n")))
+                ) x WHERE x.e >= \(bind: from) AND x.e < \(bind: min(to, nowQuarter))
+                GROUP BY 1, 2
+                """
+            }
+            return Analytics.flow(tallies(rows, reason: true), into: buckets)
+        case .trialConversion:
+            let rows = try await scan.rows { part in
+                """
+                SELECT \(key("d.purchased_at")) AS q, COUNT(*) AS total,
+                       SUM(CASE WHEN EXISTS (SELECT 1 FROM deliveries p
+                           WHERE p.original_transaction_id = d.original_transaction_id AND p.period_start >= d.period_start
+                           AND p.trial = 0 AND p.refunded_at IS NULL AND \(Self.counts("p"))) THEN 1 ELSE 0 END) AS n
+                FROM \(table)
+                WHERE d.purchased_at >= \(bind: from) AND d.purchased_at < \(bind: to) AND d.period_start IS NOT NULL
+                AND d.trial = 1 AND \(counts)\(filtered)\(part) AND (\(unsafeRaw: AnalyticsViews.endsAt)) <= \(bind: nowQuarter)
+                GROUP BY 1
+                """
+            }
+            return Analytics.flow(tallies(rows, total: true), into: buckets)
+        case .refundRate:
+            let rows = try await scan.rows { part in
+                """
+                SELECT \(key("d.purchased_at")) AS q, COUNT(*) AS total,
+                       SUM(CASE WHEN d.refunded_at IS NOT NULL THEN 1 ELSE 0 END) AS n
+                FROM \(table)
+                WHERE d.purchased_at >= \(bind: from) AND d.purchased_at < \(bind: to) AND d.price_milli > 0
+                AND \(counts)\(filtered)\(part)
+                GROUP BY 1
+                """
+            }
+            return Analytics.flow(tallies(rows, total: true), into: buckets)
+        case .proceeds:
+            let rows = try await scan.rows { part in
+                """
+                SELECT \(key("d.purchased_at")) AS q, COALESCE(d.currency, '?') AS c, COUNT(*) AS n,
+                       CAST(SUM(\(Self.kept(smallBusinessProgram))) AS BIGINT) AS m
+                FROM \(table)
+                WHERE d.purchased_at >= \(bind: from) AND d.purchased_at < \(bind: to) AND \(counts)\(filtered)\(part)
+                GROUP BY 1, 2
+                """
+            }
+            return Analytics.flow(tallies(rows, money: true), into: buckets)
+        case .realizedLTV:
+            // One pass: per account and currency its first purchase and proceeds, then each
+            // account's first purchase over all its currencies (a window), counted once. (The
+            // parts, if any, split the accounts: each account's rows are in one part.)
+            let rows = try await scan.rows { part in
+                """
+                SELECT \(key("x.first")) AS q, x.c AS c, CAST(SUM(x.m) AS BIGINT) AS m,
+                       SUM(CASE WHEN x.rn = 1 THEN 1 ELSE 0 END) AS n
+                FROM (
+                    SELECT a.c, a.m, MIN(a.f) OVER (PARTITION BY a.account_id) AS first,
+                           ROW_NUMBER() OVER (PARTITION BY a.account_id ORDER BY a.c) AS rn
+                    FROM (
+                        SELECT d.account_id, COALESCE(d.currency, '?') AS c, MIN(d.purchased_at) AS f,
+                               CAST(SUM(\(Self.kept(smallBusinessProgram))) AS BIGINT) AS m
+                        FROM \(table) WHERE \(counts)\(filtered)\(part)
+                        GROUP BY d.account_id, COALESCE(d.currency, '?')
+                    ) a
+                ) x WHERE x.first >= \(bind: from) AND x.first < \(bind: to)
+                GROUP BY 1, 2
+                """
+            }
+            var cohorts: [Int64: AnalyticsTally] = [:]
+            for row in rows {
+                var tally = AnalyticsTally(count: row.n)
+                tally.milli[row.c ?? "?"] = row.m ?? 0
+                cohorts[QuarterHour.of(row.q), default: AnalyticsTally()].add(tally)
+            }
+            return Analytics.flow(cohorts, into: buckets)
+        }
+    }
+
+    /// How a metric reads the deliveries. PostgreSQL plans by its statistics: one statement as
+    /// written. SQLite keeps no statistics of ranges and takes an index for any window — then a
+    /// lookup of the row for each entry, about 2 µs, where a scan of the table costs about
+    /// 0.2 µs a row: when the window reaches back over a quarter of the history or more (or a
+    /// metric reads every row, as realized LTV does), SQLite scans (`NOT INDEXED`), in parts
+    /// read at once on separate connections — SQLite groups by sorting, and smaller sorts on
+    /// both cores are the faster (BENCHMARKS.md). Rowid ranges split the rows; realized LTV,
+    /// which groups by account, splits the accounts instead.
+    func scanPlan(windowFrom from: Int64, now: Int64, byAccount: Bool, policy: AnalyticsScanPolicy) async throws
+        -> AnalyticsScan
+    {
+        let indexed = AnalyticsScan(database: database, table: "deliveries d", parts: [""])
+        guard database.kind == .sqlite else { return indexed }
+        let (oldest, last) = try await database.read { sql in
+            let row = try await sql.raw(
+                "SELECT (SELECT MIN(purchased_at) FROM deliveries) AS oldest, (SELECT MAX(rowid) FROM deliveries) AS last"
+            ).first()
+            return (
+                try row?.decode(column: "oldest", as: Int64?.self), try row?.decode(column: "last", as: Int64?.self)
+            )
+        }
+        guard let last,
+            policy.alwaysScan || byAccount || oldest.map({ (now - from) * 4 >= now - $0 }) == true
+        else { return indexed }
+        let table: SQLQueryString = "deliveries d NOT INDEXED"
+        guard last >= policy.rowsPerPart else { return AnalyticsScan(database: database, table: table, parts: [""]) }
+        if byAccount {
+            let count = AnalyticsScan.accountParts
+            return AnalyticsScan(
+                database: database, table: table,
+                parts: (0..<count).map {
+                    " AND COALESCE(unicode(substr(d.account_id, -1)), 0) % \(unsafeRaw: String(count)) = \(unsafeRaw: String($0))"
+                })
+        }
+        let count = AnalyticsScan.rowParts
+        let bounds = (1..<count).map { String(last * Int64($0) / Int64(count)) }
+        return AnalyticsScan(
+            database: database, table: table,
+            parts: (0..<count).map { index in
+                let above: SQLQueryString = index == 0 ? "" : " AND d.rowid > \(unsafeRaw: bounds[index - 1])"
+                let below: SQLQueryString = index == count - 1 ? "" : " AND d.rowid <= \(unsafeRaw: bounds[index])"
+                return above + below
+            })
     }
 
     /// What earns money (AnalyticsViews.counts) over the deliveries aliased `alias`.
@@ -215,5 +258,68 @@ extension PurchaseStore {
         smallBusinessProgram
             ? "\(unsafeRaw: AnalyticsViews.netPrice) * \(unsafeRaw: String(Proceeds.reducedCommissionPercent)) / 100"
             : "\(unsafeRaw: AnalyticsViews.netPrice) * d.proceeds_percent / 100"
+    }
+}
+
+/// When SQLite scans in parts (`PurchaseStore.scanPlan`); tests force the parts on small data.
+public struct AnalyticsScanPolicy: Sendable {
+    /// Scan in parts whatever the window.
+    public var alwaysScan = false
+    /// Below this many rows one part does.
+    public var rowsPerPart: Int64 = 100_000
+
+    public init(alwaysScan: Bool = false, rowsPerPart: Int64 = 100_000) {
+        self.alwaysScan = alwaysScan
+        self.rowsPerPart = rowsPerPart
+    }
+}
+
+/// One grouped row of an analytics statement: `q` its quarter hour (or unit), `e` a stock's end
+/// unit, `c` a currency, `r` a churn reason, `n` a count, `total` a ratio's denominator, `m`
+/// money in milli-units.
+struct AnalyticsRow: Sendable {
+    var q: Int64
+    var e: Int64?
+    var c: String?
+    var r: String?
+    var n: Int64
+    var total: Int64?
+    var m: Int64?
+}
+
+/// A metric's statement as `PurchaseStore.scanPlan` reads it: the table clause, and the parts
+/// (extra conditions that split the rows between them, `""` for one part) it runs at once,
+/// each in a read of its own off the event loops. The grouped rows of the parts are simply
+/// concatenated: every row of the table is in exactly one part, and the callers add tallies.
+struct AnalyticsScan: Sendable {
+    static let rowParts = 4
+    static let accountParts = 2
+
+    let database: Database
+    let table: SQLQueryString
+    let parts: [SQLQueryString]
+
+    func rows(_ statement: @escaping @Sendable (SQLQueryString) -> SQLQueryString) async throws -> [AnalyticsRow] {
+        try await withThrowingTaskGroup(of: [AnalyticsRow].self) { group in
+            for part in parts {
+                group.addTask(executorPreference: globalConcurrentExecutor) {
+                    try await database.read { sql in
+                        try await sql.raw(statement(part)).all().map { row in
+                            func optional<T: Decodable>(_ column: String, _ type: T.Type) throws -> T? {
+                                row.contains(column: column) ? try row.decode(column: column, as: T?.self) : nil
+                            }
+                            return AnalyticsRow(
+                                q: try row.decode(column: "q", as: Int64.self), e: try optional("e", Int64.self),
+                                c: try optional("c", String.self), r: try optional("r", String.self),
+                                n: try optional("n", Int64.self) ?? 0, total: try optional("total", Int64.self),
+                                m: try optional("m", Int64.self))
+                        }
+                    }
+                }
+            }
+            var all: [AnalyticsRow] = []
+            for try await rows in group { all += rows }
+            return all
+        }
     }
 }

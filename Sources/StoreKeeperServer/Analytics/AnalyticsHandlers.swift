@@ -147,7 +147,7 @@ extension StoreKeeperApp {
         let buckets = calendar.buckets(from: query.from, to: query.to, interval: query.interval)
         let tallies = try await store.analytics(
             query.metric, filter: query.filter, buckets: buckets, now: now,
-            smallBusinessProgram: configuration.smallBusinessProgram)
+            smallBusinessProgram: configuration.smallBusinessProgram, policy: analyticsScan())
         let rates = analyticsRates.current()
         var unconverted = Set<String>()
         let points = zip(buckets, tallies).map { bucket, tally in

@@ -59,6 +59,8 @@ public struct StoreKeeperApp: Sendable {
     /// Analytics' "now" (what has ended, the stock metrics' last instant): the server's clock;
     /// tests running a store clock ahead set theirs.
     public internal(set) var analyticsClock: @Sendable () -> Date = { Date() }
+    /// How SQLite reads a metric's rows (`PurchaseStore.scanPlan`); tests force its parts.
+    var analyticsScan: @Sendable () -> AnalyticsScanPolicy = { AnalyticsScanPolicy() }
     /// How long exports hold back the newest rows (a row is dated when its request began and
     /// committed up to a request's deadline later): `limits.requestTimeoutSeconds` + 5 s unless set.
     var exportSettleSeconds: Double? = nil
