@@ -26,6 +26,8 @@ struct AnalyticsBench {
         var rows: [[any Encodable & Sendable]] = []
         var count = 0
         var subscription = 0
+        // Distinct from an earlier run's ids, so a run can add to an existing database.
+        let runId = String(format: "%04d", Int.random(in: 0..<10_000, using: &random))
         func flush() async throws {
             guard !rows.isEmpty else { return }
             let batch = rows
@@ -46,7 +48,7 @@ struct AnalyticsBench {
             let (currency, storefront, scale) = currencies[Int.random(in: 0..<3, using: &random)]
             let kind = Int.random(in: 0..<10, using: &random)
             let started = nowMs - Int64.random(in: 0..<(365 * day), using: &random)
-            let original = "9\(subscription)"
+            let original = "9\(subscription)r\(runId)"
             if kind < 3 {
                 // Consumables: one to five purchases.
                 for index in 0..<Int.random(in: 1...5, using: &random) where count < transactions {

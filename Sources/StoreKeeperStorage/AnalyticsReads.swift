@@ -179,10 +179,10 @@ extension PurchaseStore {
             let rows = try await scan.rows { part in
                 """
                 SELECT \(key("x.first")) AS q, x.c AS c, CAST(SUM(x.m) AS BIGINT) AS m,
-                       SUM(CASE WHEN x.rn = 1 THEN 1 ELSE 0 END) AS n
+                       SUM(CASE WHEN x.c = x.fc THEN 1 ELSE 0 END) AS n
                 FROM (
                     SELECT a.c, a.m, MIN(a.f) OVER (PARTITION BY a.account_id) AS first,
-                           ROW_NUMBER() OVER (PARTITION BY a.account_id ORDER BY a.c) AS rn
+                           MIN(a.c) OVER (PARTITION BY a.account_id) AS fc
                     FROM (
                         SELECT d.account_id, COALESCE(d.currency, '?') AS c, MIN(d.purchased_at) AS f,
                                CAST(SUM(\(Self.kept(smallBusinessProgram))) AS BIGINT) AS m
