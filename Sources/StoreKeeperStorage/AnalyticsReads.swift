@@ -248,9 +248,11 @@ extension PurchaseStore {
             })
     }
 
-    /// What earns money (AnalyticsViews.counts) over the deliveries aliased `alias`.
+    /// What earns money (AnalyticsViews.counts) over the deliveries aliased `alias`, as plain
+    /// conditions (the view's CASE … = 1 is the same test, but opaque to PostgreSQL's row
+    /// estimates: with it the planner expected a few hundred rows and chose a lookup per row).
     static func counts(_ alias: String) -> SQLQueryString {
-        "\(unsafeRaw: alias).quantity > 0 AND (\(unsafeRaw: AnalyticsViews.counts.replacingOccurrences(of: "d.", with: "\(alias)."))) = 1"
+        "\(unsafeRaw: alias).quantity > 0 AND \(unsafeRaw: AnalyticsViews.earns.replacingOccurrences(of: "d.", with: "\(alias)."))"
     }
 
     /// Proceeds after refunds and commission, rounded down per transaction.

@@ -11,9 +11,11 @@ public enum AnalyticsViews {
 
     /// 1 for what earns money: a price, a real environment (not Sandbox or Xcode), not shared
     /// by Family Sharing (the organizer's own transaction is the one that paid).
-    static let counts = """
-        CASE WHEN d.price_milli IS NOT NULL AND d.proceeds_percent IS NOT NULL
-             AND d.environment NOT IN ('Sandbox', 'Xcode') AND d.family_shared = 0 THEN 1 ELSE 0 END
+    static let counts = "CASE WHEN \(earns) THEN 1 ELSE 0 END"
+    /// The same test as plain conditions (what the analytics queries filter by).
+    static let earns = """
+        d.price_milli IS NOT NULL AND d.proceeds_percent IS NOT NULL \
+        AND d.environment NOT IN ('Sandbox', 'Xcode') AND d.family_shared = 0
         """
 
     /// Weeks and months of a period, rounded to the nearest (Analytics.monthlyMilli).
