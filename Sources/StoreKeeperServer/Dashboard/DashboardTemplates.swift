@@ -4,7 +4,7 @@
 enum DashboardTemplates {
     static let all: [String: String] = [
         "layout": layout, "login": login, "overview": overview, "anomalies": anomalies, "search": search,
-        "account": account, "webhooks": webhooks, "message": message, "analytics": analytics,
+        "account": account, "webhooks": webhooks, "message": message, "analytics": analytics, "chart": chart,
     ]
 
     static let layout = """
@@ -63,15 +63,18 @@ enum DashboardTemplates {
         <div class="card"><span class="figure">{{pendingNotifications}}</span><span>notifications to apply</span></div>
         <a class="card" href="/dashboard/webhooks"><span class="figure">{{pendingWebhooks}} / {{deadLetters}}</span><span>webhooks pending / dead letters</span></a>
         </section>
-        {{#charts}}
-        <figure class="chart-box">
+        {{#charts}}{{> chart}}{{/charts}}
+        """
+
+    /// One chart with its table fallback (the overview's and the analytics page's).
+    static let chart = """
+        <figure class="chart-box"{{#metric}} id="metric-{{metric}}"{{/metric}}>
         {{{svg}}}
         <details><summary>As a table</summary>
         <table><thead><tr><th>{{labelHeader}}</th>{{#columns}}<th class="num">{{.}}</th>{{/columns}}</tr></thead>
         <tbody>{{#rows}}<tr><td>{{label}}</td>{{#cells}}<td class="num">{{.}}</td>{{/cells}}</tr>{{/rows}}</tbody></table>
         </details>
         </figure>
-        {{/charts}}
         """
 
     /// The same numbers as `GET /v1/analytics/{metric}` (one computation), filtered by a form.
@@ -89,15 +92,7 @@ enum DashboardTemplates {
         </form>
         {{#error}}<p class="error" role="alert">{{error}}</p>{{/error}}
         <p class="note">{{#timeZone}}Days in {{timeZone}}; {{/timeZone}}money converted into {{currency}} ({{ratesSource}}){{#unconverted}}; without a rate, left out: {{unconverted}}{{/unconverted}}. Definitions: docs/analytics.md. Sandbox, Xcode and Family Sharing never count.</p>
-        {{#charts}}
-        <figure class="chart-box" id="metric-{{metric}}">
-        {{{svg}}}
-        <details><summary>As a table</summary>
-        <table><thead><tr><th>{{labelHeader}}</th>{{#columns}}<th class="num">{{.}}</th>{{/columns}}</tr></thead>
-        <tbody>{{#rows}}<tr><td>{{label}}</td>{{#cells}}<td class="num">{{.}}</td>{{/cells}}</tr>{{/rows}}</tbody></table>
-        </details>
-        </figure>
-        {{/charts}}
+        {{#charts}}{{> chart}}{{/charts}}
         """
 
     static let anomalies = """
