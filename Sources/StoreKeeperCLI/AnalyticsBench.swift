@@ -6,7 +6,7 @@ import StoreKeeperStorage
 
 /// `bench --analytics`: `--transactions` deliveries (default one million) written straight into
 /// the database — a year of monthly and yearly subscriptions (a tenth starting with a free
-/// trial), weekly ones, consumables, refunds, three currencies — then the dashboard's overview
+/// trial), weekly ones, consumables, refunds, three currencies, each subscription's state — then the dashboard's overview
 /// and every metric of `GET /v1/analytics/{metric}` through the real server, each the median of
 /// three, beside a full scan of the deliveries (`SELECT SUM(price_milli)`) in the same run. Fails when
 /// one takes a second or more.
@@ -24,6 +24,8 @@ struct AnalyticsBench {
         var random = SystemRandomNumberGenerator()
         let day: Int64 = 86_400_000
         var rows: [[any Encodable & Sendable]] = []
+        // Each subscription's current state (churn reads its reason there).
+        var states: [[any Encodable & Sendable]] = []
         var count = 0
         var subscription = 0
         // Distinct from an earlier run's ids, so a run can add to an existing database.
@@ -31,7 +33,9 @@ struct AnalyticsBench {
         func flush() async throws {
             guard !rows.isEmpty else { return }
             let batch = rows
+            let subscriptionBatch = states
             rows.removeAll(keepingCapacity: true)
+            states.removeAll(keepingCapacity: true)
             try await app.database.transaction { sql in
                 var insert = sql.insert(into: "deliveries").columns(
                     "transaction_id", "original_transaction_id", "account_id", "product_id", "quantity", "environment",
@@ -39,6 +43,12 @@ struct AnalyticsBench {
                     "purchased_at", "storefront", "trial", "refunded_at", "app_id")
                 for row in batch { insert = insert.values(row) }
                 try await insert.run()
+                guard !subscriptionBatch.isEmpty else { return }
+                var subscriptions = sql.insert(into: "subscriptions").columns(
+                    "original_transaction_id", "account_id", "product_id", "status", "expires_at", "auto_renew",
+                    "latest_transaction_id", "signed_at", "updated_at", "app_id")
+                for state in subscriptionBatch { subscriptions = subscriptions.values(state) }
+                try await subscriptions.run()
             }
         }
         let currencies: [(String, String, Int64)] = [("USD", "USA", 1), ("EUR", "FRA", 1), ("JPY", "JPN", 150)]
@@ -70,6 +80,7 @@ struct AnalyticsBench {
                 let trial = kind < 8 && Int.random(in: 0..<10, using: &random) == 0
                 let renewals = Int.random(in: 1...14, using: &random)
                 var start = started
+                var latest = original
                 for index in 0..<renewals where count < transactions && start < nowMs {
                     let isTrial = trial && index == 0
                     let end = start + (isTrial ? 7 * day : length)
@@ -81,8 +92,15 @@ struct AnalyticsBench {
                         refunded, "app_store",
                     ])
                     count += 1
+                    latest = index == 0 ? original : "\(original)-\(index)"
                     start = end
                 }
+                // Ended: a third did not renew for a billing failure, the rest turned renewal off.
+                let renews = start >= nowMs || Int.random(in: 0..<3, using: &random) == 0
+                states.append([
+                    original, account, product, start >= nowMs ? "active" : "expired", start, renews ? 1 : 0, latest,
+                    start, start, "app_store",
+                ])
             }
             if rows.count >= 500 { try await flush() }
         }

@@ -60,8 +60,7 @@ extension PurchaseStore {
             """
         }
         let filtered = filter.sql("d")
-        let scan = try await scanPlan(
-            windowFrom: from, now: now.milliseconds, byAccount: metric == .realizedLTV, policy: policy)
+        let scan = try await scanPlan(windowFrom: from, now: now.milliseconds, metric: metric, policy: policy)
         let table = scan.table
         func tallies(_ rows: [AnalyticsRow], money: Bool = false, total: Bool = false, reason: Bool = false)
             -> [Int64: AnalyticsTally]
@@ -203,22 +202,32 @@ extension PurchaseStore {
         }
     }
 
-    /// How a metric reads the deliveries. PostgreSQL plans by its statistics: one statement as
-    /// written. SQLite keeps no statistics of ranges and takes an index for any window — then a
-    /// lookup of the row for each entry, about 2 µs, where a scan of the table costs about
-    /// 0.2 µs a row: when the window reaches back over a quarter of the history or more (or a
-    /// metric reads every row, as realized LTV does), SQLite scans (`NOT INDEXED`), in parts
-    /// read at once on separate connections — SQLite groups by sorting, and smaller sorts on
-    /// both cores are the faster (BENCHMARKS.md). Rowid ranges split the rows; realized LTV,
-    /// which groups by account, splits the accounts instead.
-    func scanPlan(windowFrom from: Int64, now: Int64, byAccount: Bool, policy: AnalyticsScanPolicy) async throws
-        -> AnalyticsScan
+    /// How a metric reads the deliveries: through the indexes for a short window; when the
+    /// window reaches back over a quarter of the history or more (or the metric reads every row,
+    /// as realized LTV does), as a whole — a lookup per row costs more than reading them all.
+    /// PostgreSQL plans by its statistics, which miss two cases (BENCHMARKS.md), each corrected
+    /// by a planner setting for that statement alone (`SET LOCAL`, in a transaction of its own):
+    /// churn's periods alive in the window (an expression of two columns) are estimated at a few
+    /// hundred where there are hundreds of thousands, and each one's later periods looked up by
+    /// index (~1.3 µs a row) — `enable_nestloop` off, it hashes them; realized LTV's
+    /// million rows grouped by account and currency are sorted where hashing is faster —
+    /// `enable_sort` off. SQLite keeps no statistics of ranges and takes an index for any
+    /// window — a lookup of the row for each entry, about 2 µs, where a scan costs about
+    /// 0.2 µs a row: for a long window it scans (`NOT INDEXED`), in parts read at once on
+    /// separate connections — SQLite groups by sorting, and smaller sorts on both cores are the
+    /// faster. Rowid ranges split the rows; realized LTV, which groups by account, splits the
+    /// accounts instead.
+    func scanPlan(windowFrom from: Int64, now: Int64, metric: AnalyticsMetric, policy: AnalyticsScanPolicy)
+        async throws -> AnalyticsScan
     {
+        let byAccount = metric == .realizedLTV
         let indexed = AnalyticsScan(database: database, table: "deliveries d", parts: [""])
-        guard database.kind == .sqlite else { return indexed }
+        let sqlite = database.kind == .sqlite
         let (oldest, last) = try await database.read { sql in
             let row = try await sql.raw(
-                "SELECT (SELECT MIN(purchased_at) FROM deliveries) AS oldest, (SELECT MAX(rowid) FROM deliveries) AS last"
+                sqlite
+                    ? "SELECT (SELECT MIN(purchased_at) FROM deliveries) AS oldest, (SELECT MAX(rowid) FROM deliveries) AS last"
+                    : "SELECT (SELECT MIN(purchased_at) FROM deliveries) AS oldest, CAST(0 AS BIGINT) AS last"
             ).first()
             return (
                 try row?.decode(column: "oldest", as: Int64?.self), try row?.decode(column: "last", as: Int64?.self)
@@ -227,6 +236,15 @@ extension PurchaseStore {
         guard let last,
             policy.alwaysScan || byAccount || oldest.map({ (now - from) * 4 >= now - $0 }) == true
         else { return indexed }
+        guard sqlite else {
+            let settings =
+                switch metric {
+                case .churnedSubscriptions: ["SET LOCAL enable_nestloop = off"]
+                case .realizedLTV: ["SET LOCAL enable_sort = off"]
+                default: [String]()
+                }
+            return AnalyticsScan(database: database, table: "deliveries d", parts: [""], settings: settings)
+        }
         let table: SQLQueryString = "deliveries d NOT INDEXED"
         guard last >= policy.rowsPerPart else { return AnalyticsScan(database: database, table: table, parts: [""]) }
         if byAccount {
@@ -300,12 +318,24 @@ struct AnalyticsScan: Sendable {
     let database: Database
     let table: SQLQueryString
     let parts: [SQLQueryString]
+    /// PostgreSQL planner settings for the statement (`SET LOCAL …`, so in a transaction).
+    var settings: [String] = []
 
     func rows(_ statement: @escaping @Sendable (SQLQueryString) -> SQLQueryString) async throws -> [AnalyticsRow] {
-        try await withThrowingTaskGroup(of: [AnalyticsRow].self) { group in
+        let settings = self.settings
+        @Sendable func read(_ body: @escaping @Sendable (any SQLDatabase) async throws -> [AnalyticsRow]) async throws
+            -> [AnalyticsRow]
+        {
+            guard !settings.isEmpty else { return try await database.read(body) }
+            return try await database.transaction { sql in
+                for setting in settings { try await sql.raw(SQLQueryString(setting)).run() }
+                return try await body(sql)
+            }
+        }
+        return try await withThrowingTaskGroup(of: [AnalyticsRow].self) { group in
             for part in parts {
                 group.addTask(executorPreference: globalConcurrentExecutor) {
-                    try await database.read { sql in
+                    try await read { sql in
                         try await sql.raw(statement(part)).all().map { row in
                             func optional<T: Decodable>(_ column: String, _ type: T.Type) throws -> T? {
                                 row.contains(column: column) ? try row.decode(column: column, as: T?.self) : nil

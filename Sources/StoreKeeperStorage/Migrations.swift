@@ -656,6 +656,18 @@ public enum Migrations {
                 "CREATE INDEX anomalies_created ON anomalies (created_at, id)",
             ] + AnalyticsViews.create
         ),
+        (
+            21,
+            [
+                // A subscription's periods in order: whether a period has a later one (churn,
+                // new subscriptions, trial conversion) is a range read of this index, stopping
+                // at the first later period, instead of reading every period of the
+                // subscription. It serves every look-up by original transaction id as the
+                // one-column index did.
+                "CREATE INDEX deliveries_original_period ON deliveries (original_transaction_id, period_start)",
+                "DROP INDEX deliveries_original",
+            ]
+        ),
     ]
 
     /// Applies every migration not yet applied, each in its own transaction. Safe to run from

@@ -322,9 +322,9 @@ import Testing
             ]
             var compared = 0
             var nonZero: Set<String> = []
-            // As planned (on this little data SQLite reads by index for short windows, by a
-            // scan in one part for long ones), then with SQLite's scan in parts forced: rowid
-            // ranges, and accounts for realized LTV.
+            // As planned (these windows span the whole history: SQLite scans in one part,
+            // PostgreSQL plans without nested loops), then with SQLite's scan in parts forced:
+            // rowid ranges, and accounts for realized LTV.
             for (zone, policy) in [
                 ("UTC", AnalyticsScanPolicy()), ("Asia/Kolkata", AnalyticsScanPolicy()),
                 ("UTC", AnalyticsScanPolicy(alwaysScan: true, rowsPerPart: 1)),
