@@ -323,10 +323,12 @@ import Testing
             var compared = 0
             var nonZero: Set<String> = []
             // As planned (these windows span the whole history: SQLite scans in one part,
-            // PostgreSQL plans without nested loops), then with SQLite's scan in parts forced:
-            // rowid ranges, and accounts for realized LTV.
+            // PostgreSQL plans with its corrections), through the indexes (as a short window
+            // reads), then with SQLite's scan in parts forced: rowid ranges, and accounts for
+            // realized LTV.
             for (zone, policy) in [
                 ("UTC", AnalyticsScanPolicy()), ("Asia/Kolkata", AnalyticsScanPolicy()),
+                ("UTC", AnalyticsScanPolicy(alwaysIndex: true)),
                 ("UTC", AnalyticsScanPolicy(alwaysScan: true, rowsPerPart: 1)),
                 ("Asia/Kolkata", AnalyticsScanPolicy(alwaysScan: true, rowsPerPart: 1)),
             ] {

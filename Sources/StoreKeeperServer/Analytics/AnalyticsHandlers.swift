@@ -119,7 +119,7 @@ struct AnalyticsRequest: Sendable {
 }
 
 /// The answer: API.md's `{"metric", "interval", "points"}` and what a reader needs to trust it.
-struct AnalyticsReportJSON: Encodable, Sendable {
+public struct AnalyticsReportJSON: Encodable, Sendable {
     struct Point: Encodable, Sendable {
         var start: String
         var value: Decimal
@@ -142,6 +142,32 @@ struct AnalyticsReportJSON: Encodable, Sendable {
 
 extension StoreKeeperApp {
     /// The one computation behind the API and the dashboard.
+    /// Every metric for one set of query parameters (the dashboard's analytics page), in
+    /// `AnalyticsMetric.allCases` order, two computed at a time: a metric's statement mostly
+    /// waits on the database, and a long window on SQLite is already read in parts on both cores.
+    public func analyticsReports(now: Date, parameter: (String) -> String?) async throws -> [AnalyticsReportJSON] {
+        let queries = try AnalyticsMetric.allCases.map { metric in
+            try AnalyticsRequest(metric: metric.rawValue, app: self, now: now, parameter: parameter)
+        }
+        return try await withThrowingTaskGroup(of: (Int, AnalyticsReportJSON).self) { group in
+            var reports = [AnalyticsReportJSON?](repeating: nil, count: queries.count)
+            var next = 0
+            func start() {
+                guard next < queries.count else { return }
+                let (index, query) = (next, queries[next])
+                group.addTask { (index, try await self.analyticsReport(query, now: now)) }
+                next += 1
+            }
+            start()
+            start()
+            for try await (index, report) in group {
+                reports[index] = report
+                start()
+            }
+            return reports.map { $0! }
+        }
+    }
+
     func analyticsReport(_ query: AnalyticsRequest, now: Date) async throws -> AnalyticsReportJSON {
         let calendar = AnalyticsCalendar(timeZone: query.timeZone)
         let buckets = calendar.buckets(from: query.from, to: query.to, interval: query.interval)

@@ -326,11 +326,10 @@ struct DashboardController {
         var charts: [[String: Any]] = []
         var status = HTTPResponse.Status.ok
         do {
-            for metric in AnalyticsMetric.allCases {
-                let query = try AnalyticsRequest(metric: metric.rawValue, app: app, now: now) { name in
-                    name == "interval" ? interval : field(name)
-                }
-                let report = try await app.analyticsReport(query, now: now)
+            let reports = try await app.analyticsReports(now: now) { name in
+                name == "interval" ? interval : field(name)
+            }
+            for (metric, report) in zip(AnalyticsMetric.allCases, reports) {
                 if values["timeZone"] == nil {
                     values["timeZone"] = report.timeZone
                     values["from"] = report.from
