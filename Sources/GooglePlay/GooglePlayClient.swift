@@ -84,6 +84,12 @@ public struct GooglePlayClient: Sendable {
             try await call(.GET, "\(applicationPath)/purchases/voidedpurchases?\(query.joined(separator: "&"))"))
     }
 
+    /// `orders.get`: what an order charged (the Orders API needs the service account's
+    /// "View financial data" permission).
+    public func order(orderId: String) async throws -> GoogleOrder {
+        try await decode(GoogleOrder.self, try await call(.GET, "\(applicationPath)/orders/\(Self.segment(orderId))"))
+    }
+
     /// `orders.reviewrefund`: Google records the first answer per review.
     public func reviewRefund(orderId: String, _ request: ReviewRefundRequest) async throws {
         _ = try await call(

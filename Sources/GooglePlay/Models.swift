@@ -492,3 +492,60 @@ public struct GoogleErrorBody: Codable, Hashable, Sendable {
             code: code, message: message, errors: [.init(message: message, reason: reason)], status: status)
     }
 }
+
+// MARK: Orders
+
+/// `orders.get` (google-play.md §6.2): what one order charged, for accounting — never for
+/// entitlement (the purchase resources say what is owned).
+public struct GoogleOrder: Codable, Hashable, Sendable {
+    public enum State {
+        public static let processed = "PROCESSED"
+        public static let refunded = "REFUNDED"
+        public static let partiallyRefunded = "PARTIALLY_REFUNDED"
+        public static let pending = "PENDING"
+        public static let canceled = "CANCELED"
+    }
+
+    public struct LineItem: Codable, Hashable, Sendable {
+        public struct OneTimePurchaseDetails: Codable, Hashable, Sendable {
+            public var quantity: Int?
+            public init(quantity: Int?) { self.quantity = quantity }
+        }
+        public struct SubscriptionDetails: Codable, Hashable, Sendable {
+            public var basePlanId: String?
+            public var offerId: String?
+            public var servicePeriodStartTime: String?
+            public var servicePeriodEndTime: String?
+            public init(
+                basePlanId: String?, offerId: String? = nil, servicePeriodStartTime: String?,
+                servicePeriodEndTime: String?
+            ) {
+                self.basePlanId = basePlanId
+                self.offerId = offerId
+                self.servicePeriodStartTime = servicePeriodStartTime
+                self.servicePeriodEndTime = servicePeriodEndTime
+            }
+        }
+        public var productId: String?
+        public var listingPrice: GoogleMoney?
+        public var total: GoogleMoney?
+        public var tax: GoogleMoney?
+        public var oneTimePurchaseDetails: OneTimePurchaseDetails?
+        public var subscriptionDetails: SubscriptionDetails?
+        public init() {}
+    }
+
+    public var orderId: String?
+    public var purchaseToken: String?
+    /// `PENDING`, `PROCESSED`, `CANCELED`, `PENDING_REFUND`, `PARTIALLY_REFUNDED`, `REFUNDED`.
+    public var state: String?
+    public var createTime: String?
+    public var lastEventTime: String?
+    /// What the buyer paid, discounts and tax included.
+    public var total: GoogleMoney?
+    public var tax: GoogleMoney?
+    public var developerRevenueInBuyerCurrency: GoogleMoney?
+    public var lineItems: [LineItem]?
+
+    public init() {}
+}

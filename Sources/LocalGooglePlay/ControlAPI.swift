@@ -14,6 +14,9 @@ extension LocalGooglePlayServer {
         var pending: Bool?
         /// An upgrade, downgrade or re-signup replacing this subscription token.
         var linkedPurchaseToken: String?
+        /// The buyer's country, ISO 3166-1 alpha-2 (default `US`): the catalog's price of its
+        /// storefront is charged.
+        var regionCode: String?
     }
 
     struct TokenBody: Decodable {
@@ -50,7 +53,8 @@ extension LocalGooglePlayServer {
             do {
                 let token = try await self.store.buy(
                     body.productId, obfuscatedAccountId: body.obfuscatedAccountId, quantity: body.quantity ?? 1,
-                    pending: body.pending ?? false, linkedPurchaseToken: body.linkedPurchaseToken)
+                    pending: body.pending ?? false, linkedPurchaseToken: body.linkedPurchaseToken,
+                    regionCode: body.regionCode ?? "US")
                 let purchase = await self.store.purchase(token)
                 return Self.json([
                     "purchaseToken": token, "orderId": purchase?.orders.last ?? "",

@@ -49,6 +49,11 @@ public actor LocalGooglePlay {
         public var orders: [String]
         public var priceMilli: Int64
         public var currency: String
+        /// The buyer's country (ISO 3166-1 alpha-2), billed at the catalog's price of its
+        /// storefront.
+        public var regionCode = "US"
+        /// When each order was charged (order id → time), for `orders.get`.
+        public var orderTimes: [String: Date] = [:]
         // Subscriptions
         public var subscriptionState: String = SubscriptionState.active
         public var expiry: Date = .distantPast
@@ -62,6 +67,12 @@ public actor LocalGooglePlay {
         public var cancellation: String?
         /// Set when Google refunded it (voided).
         public var voided = false
+
+        /// A successful charge: a new order.
+        mutating func charge(_ orderId: String, at date: Date) {
+            orders.append(orderId)
+            orderTimes[orderId] = date
+        }
     }
 
     public let configuration: Configuration
@@ -131,16 +142,19 @@ public actor LocalGooglePlay {
     /// `setObfuscatedAccountId`, `pending` for a slow payment method. Returns the token.
     public func buy(
         _ productId: String, obfuscatedAccountId: String?, quantity: Int = 1, pending: Bool = false,
-        linkedPurchaseToken: String? = nil
+        linkedPurchaseToken: String? = nil, regionCode: String = "US"
     ) throws(Refusal) -> String {
         guard let product = configuration.catalog.product(store: "google_play", storeProductId: productId) else {
             throw .invalid("no product '\(productId)' in the catalog")
         }
         guard (1...100).contains(quantity) else { throw .invalid("quantity must be 1…100") }
         if let id = obfuscatedAccountId, id.count > 64 { throw .invalid("obfuscatedAccountId is over 64 characters") }
+        guard let storefront = RegionCode.alpha3(regionCode) else {
+            throw .invalid("regionCode must be an ISO 3166-1 alpha-2 country code")
+        }
         let now = clock.now()
         let token = Self.newToken()
-        let price = product.price(in: "USA")
+        let price = product.price(in: storefront)
         let milli = Int64(truncating: (price.price * 1000) as NSDecimalNumber)
         var purchase = Purchase(
             token: token, kind: product.type == .autoRenewable ? .subscription : .oneTime, productId: productId,
@@ -149,7 +163,8 @@ public actor LocalGooglePlay {
             purchaseState: pending ? ProductPurchaseV2.pending : ProductPurchaseV2.purchased, purchaseTime: now,
             paidAt: pending ? nil : now, test: configuration.testPurchases, orders: [], priceMilli: milli,
             currency: price.currency)
-        if !pending { purchase.orders.append(newOrderId()) }
+        purchase.regionCode = regionCode.uppercased()
+        if !pending { purchase.charge(newOrderId(), at: now) }
         if purchase.kind == .subscription {
             purchase.period = product.period ?? ISODuration(months: 1)
             purchase.subscriptionState = pending ? SubscriptionState.pending : SubscriptionState.active
@@ -183,7 +198,7 @@ public actor LocalGooglePlay {
         if paid {
             purchase.purchaseState = ProductPurchaseV2.purchased
             purchase.paidAt = now
-            purchase.orders.append(newOrderId())
+            purchase.charge(newOrderId(), at: now)
             if purchase.kind == .subscription {
                 purchase.subscriptionState = SubscriptionState.active
                 purchase.expiry = purchase.period.added(to: now)
@@ -339,6 +354,56 @@ public actor LocalGooglePlay {
 
     public func review(_ pendingRefundToken: String) -> ReviewRefundRequest? { reviews[pendingRefundToken] }
 
+    /// `orders.get` (google-play.md §6.2): what an order charged — a one-time purchase's price
+    /// for all its units, a subscription's period at its recurring price — with tax left at
+    /// zero (the catalog's prices are what the buyer pays) and the refund state.
+    public func order(_ orderId: String) throws(Refusal) -> GoogleOrder {
+        guard let purchase = purchases.values.first(where: { $0.orderTimes[orderId] != nil }),
+            let charged = purchase.orderTimes[orderId]
+        else { throw .notFound }
+        let units = purchase.kind == .oneTime ? Int64(purchase.quantity) : 1
+        let total = GoogleMoney(currencyCode: purchase.currency, milliunits: purchase.priceMilli * units)
+        let zero = GoogleMoney(currencyCode: purchase.currency, milliunits: 0)
+        let keeps: Int64 = purchase.kind == .subscription ? 85 : 70
+        let latest = purchase.orders.last == orderId
+        let state: String =
+            if purchase.voided && (latest || purchase.kind == .oneTime) {
+                GoogleOrder.State.refunded
+            } else if purchase.kind == .oneTime && purchase.refundableQuantity < purchase.quantity {
+                GoogleOrder.State.partiallyRefunded
+            } else {
+                GoogleOrder.State.processed
+            }
+        var line = GoogleOrder.LineItem()
+        line.productId = purchase.productId
+        line.listingPrice = GoogleMoney(currencyCode: purchase.currency, milliunits: purchase.priceMilli)
+        line.total = total
+        line.tax = zero
+        if purchase.kind == .subscription {
+            let end = purchase.orders.firstIndex(of: orderId).flatMap { index in
+                purchase.orders.indices.contains(index + 1)
+                    ? purchase.orderTimes[purchase.orders[index + 1]] : purchase.expiry
+            }
+            line.subscriptionDetails = .init(
+                basePlanId: "base", servicePeriodStartTime: GoogleTime.format(charged),
+                servicePeriodEndTime: end.map(GoogleTime.format))
+        } else {
+            line.oneTimePurchaseDetails = .init(quantity: purchase.quantity)
+        }
+        var order = GoogleOrder()
+        order.orderId = orderId
+        order.purchaseToken = purchase.token
+        order.state = state
+        order.createTime = GoogleTime.format(charged)
+        order.lastEventTime = GoogleTime.format(charged)
+        order.total = total
+        order.tax = zero
+        order.developerRevenueInBuyerCurrency = GoogleMoney(
+            currencyCode: purchase.currency, milliunits: purchase.priceMilli * units * keeps / 100)
+        order.lineItems = [line]
+        return order
+    }
+
     // MARK: Time
 
     /// Moves Google's clock: renewals, grace and hold, expiries, resumes, and the refund of
@@ -371,7 +436,7 @@ public actor LocalGooglePlay {
                         purchases[token] = purchase
                         notify(subscription: 6, token)
                     } else {
-                        purchase.orders.append(renewalOrderId(purchase))
+                        purchase.charge(renewalOrderId(purchase), at: purchase.expiry)
                         purchase.expiry = purchase.period.added(to: purchase.expiry)
                         purchases[token] = purchase
                         notify(subscription: 2, token)
@@ -404,7 +469,7 @@ public actor LocalGooglePlay {
                     notify(subscription: 13, token)
                 case SubscriptionState.paused where (purchase.pausedUntil ?? now) <= now:
                     purchase.subscriptionState = SubscriptionState.active
-                    purchase.orders.append(renewalOrderId(purchase))
+                    purchase.charge(renewalOrderId(purchase), at: now)
                     purchase.expiry = purchase.period.added(to: now)
                     purchase.pausedUntil = nil
                     purchases[token] = purchase
@@ -418,7 +483,7 @@ public actor LocalGooglePlay {
 
     func recover(_ purchase: inout Purchase, now: Date) {
         purchase.subscriptionState = SubscriptionState.active
-        purchase.orders.append(renewalOrderId(purchase))
+        purchase.charge(renewalOrderId(purchase), at: now)
         purchase.expiry = purchase.period.added(to: now)
         purchase.graceEnds = nil
         purchase.holdEnds = nil
@@ -447,7 +512,7 @@ public actor LocalGooglePlay {
         if purchase.test { resource.testPurchaseContext = .init(fopType: "TEST") }
         resource.orderId = purchase.orders.last
         resource.obfuscatedExternalAccountId = purchase.obfuscatedAccountId
-        resource.regionCode = "US"
+        resource.regionCode = purchase.regionCode
         resource.purchaseCompletionTime = purchase.paidAt.map(GoogleTime.format)
         resource.acknowledgementState =
             purchase.acknowledged ? AcknowledgementState.acknowledged : AcknowledgementState.pending
@@ -458,7 +523,7 @@ public actor LocalGooglePlay {
         guard let purchase = purchases[token], purchase.kind == .subscription else { return nil }
         var resource = SubscriptionPurchaseV2()
         resource.kind = "androidpublisher#subscriptionPurchaseV2"
-        resource.regionCode = "US"
+        resource.regionCode = purchase.regionCode
         resource.startTime = purchase.paidAt.map(GoogleTime.format)
         resource.subscriptionState = purchase.subscriptionState
         resource.linkedPurchaseToken = purchase.linkedPurchaseToken

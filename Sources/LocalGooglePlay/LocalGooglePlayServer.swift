@@ -190,6 +190,17 @@ public final class LocalGooglePlayServer: Sendable {
                 }
             }
         }
+        // (One parameter name for both methods: the router keeps one node for the segment.)
+        app.get("orders/:orderAction") { request, context in
+            try await self.authorized(request, context) {
+                do {
+                    return Self.json(try await self.store.order(context.parameters.get("orderAction") ?? ""))
+                } catch {
+                    guard case .notFound = error as? LocalGooglePlay.Refusal else { return Self.refusal(error) }
+                    return Self.googleError(404, "notFound", "The order was not found.")
+                }
+            }
+        }
         app.post("orders/:orderAction") { request, context in
             try await self.authorized(request, context) {
                 let (orderId, action) = Self.split(context.parameters.get("orderAction") ?? "")

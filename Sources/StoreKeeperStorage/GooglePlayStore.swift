@@ -15,6 +15,9 @@ public struct GooglePlayStore: Sendable {
 
     public static let acknowledgeJobKind = "google_acknowledge"
     public static let syncJobKind = "google_sync"
+    /// Reads a paid one-time purchase's order for its price (`orders.get`): Google's purchase
+    /// resources carry none, so analytics would count the purchase without money.
+    public static let orderPriceJobKind = "google_order_price"
 
     /// A purchase token as the server last read it.
     public struct Purchase: Sendable, Hashable {
@@ -138,6 +141,13 @@ public struct GooglePlayStore: Sendable {
                     kind: Self.acknowledgeJobKind, dedupeKey: "\(Self.acknowledgeJobKind)|\(purchase.purchaseToken)",
                     payload: purchase.purchaseToken, sql: sql, now: now)
             }
+            // Once per paid one-time order (a test purchase earns nothing): its price, read from
+            // the Orders API after it is delivered.
+            if purchase.kind == "one_time", !purchase.test, purchase.paidAt != nil, let orderId = purchase.orderId {
+                try await JobStore.insert(
+                    kind: Self.orderPriceJobKind, dedupeKey: "\(Self.orderPriceJobKind)|\(orderId)",
+                    payload: purchase.purchaseToken, sql: sql, now: now, runAt: now.addingTimeInterval(5))
+            }
             return try await sql.raw(
                 "SELECT retired FROM google_purchases WHERE purchase_token = \(bind: purchase.purchaseToken)"
             ).first()?.decode(column: "retired", as: Int.self) == 1
@@ -160,6 +170,24 @@ public struct GooglePlayStore: Sendable {
                 sql, actor: "google", action: "google_token_retired", subject: token,
                 detail: "purchase token replaced by a newer one (linkedPurchaseToken): it grants nothing from now on",
                 at: now.milliseconds)
+        }
+    }
+
+    /// Sets a delivered transaction's price from its Google order (what the buyer paid, all
+    /// units, in the buyer's currency), unless it has one. False while it is not delivered.
+    public func priceDelivery(_ transactionId: String, priceMilli: Int64, currency: String) async throws -> Bool {
+        try await database.transaction { sql in
+            guard
+                try await sql.raw("SELECT transaction_id FROM deliveries WHERE transaction_id = \(bind: transactionId)")
+                    .first() != nil
+            else { return false }
+            try await sql.raw(
+                """
+                UPDATE deliveries SET price_milli = \(bind: priceMilli), currency = \(bind: currency)
+                WHERE transaction_id = \(bind: transactionId) AND price_milli IS NULL
+                """
+            ).run()
+            return true
         }
     }
 

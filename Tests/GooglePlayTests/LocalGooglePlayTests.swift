@@ -23,7 +23,7 @@ import Testing
     static let catalog = try! Catalog.parse(
         yaml: """
             products:
-              - { id: coins_60, type: consumable, grants: { currency: coins, amount: 60 }, storeProducts: { google_play: coins.sixty } }
+              - { id: coins_60, type: consumable, grants: { currency: coins, amount: 60 }, storeProducts: { google_play: coins.sixty }, prices: { USA: { currency: USD, price: 0.99 }, DEU: { currency: EUR, price: 1.09 } } }
               - { id: remove_ads, type: non_consumable, grants: { entitlement: no_ads } }
               - id: pro_monthly
                 type: auto_renewable
@@ -241,6 +241,60 @@ import Testing
             let types = await play.store.pendingPushes().compactMap(
                 \.notification.subscriptionNotification?.notificationType)
             #expect(types == [4, 2, 6, 5, 1, 3, 4])
+        }
+    }
+
+    /// `orders.get`: what each order charged (a one-time purchase's units at the price of the
+    /// buyer's country, each renewal a period), its refund state; `regionCode` as bought.
+    @Test func ordersSayWhatEachChargeCostInTheBuyersCountry() async throws {
+        try await Self.withPlay { play in
+            let coins = try await play.store.buy(
+                "coins.sixty", obfuscatedAccountId: "o1", quantity: 3, regionCode: "de")
+            let read = try await play.client.productPurchase(token: coins)
+            #expect(read.regionCode == "DE")
+            let orderId = try #require(read.orderId)
+            var order = try await play.client.order(orderId: orderId)
+            #expect(order.orderId == orderId && order.purchaseToken == coins)
+            #expect(order.state == GoogleOrder.State.processed)
+            #expect(order.total == GoogleMoney(currencyCode: "EUR", milliunits: 3270))
+            #expect(order.lineItems?.first?.listingPrice == GoogleMoney(currencyCode: "EUR", milliunits: 1090))
+            #expect(order.lineItems?.first?.oneTimePurchaseDetails?.quantity == 3)
+            #expect(order.developerRevenueInBuyerCurrency?.milliunits == 2289)
+            try await play.store.refund(coins, quantity: 1)
+            order = try await play.client.order(orderId: orderId)
+            #expect(order.state == GoogleOrder.State.partiallyRefunded)
+            try await play.store.refund(coins)
+            #expect(try await play.client.order(orderId: orderId).state == GoogleOrder.State.refunded)
+
+            // A country without its own price pays the USA's; a subscription's orders are periods.
+            let pro = try await play.store.buy("pro_monthly", obfuscatedAccountId: "o1", regionCode: "JP")
+            #expect(try await play.client.subscriptionPurchase(token: pro).regionCode == "JP")
+            try await play.client.acknowledgeSubscription(productId: "pro_monthly", token: pro)
+            await play.store.advance(by: 32 * 86_400)
+            let orders = try #require(await play.store.purchase(pro)?.orders)
+            try #require(orders.count == 2)
+            let first = try await play.client.order(orderId: orders[0])
+            let renewal = try await play.client.order(orderId: orders[1])
+            #expect(first.total == GoogleMoney(currencyCode: "USD", milliunits: 4990))
+            let period = try #require(first.lineItems?.first?.subscriptionDetails)
+            #expect(
+                period.servicePeriodEndTime == renewal.lineItems?.first?.subscriptionDetails?.servicePeriodStartTime)
+            #expect(first.developerRevenueInBuyerCurrency?.milliunits == 4241)
+
+            // An unknown order is Google's 404; a made-up country is refused.
+            await #expect(throws: GooglePlayError.self) { try await play.client.order(orderId: "GPA.0000-nope") }
+            do {
+                _ = try await play.client.order(orderId: "GPA.0000-nope")
+            } catch let error as GooglePlayError {
+                #expect(error.kind == .notFound)
+            }
+            await #expect(throws: LocalGooglePlay.Refusal.self) {
+                try await play.store.buy("coins.sixty", obfuscatedAccountId: nil, regionCode: "XX")
+            }
+            #expect(
+                RegionCode.alpha3("us") == "USA" && RegionCode.alpha3("USA") == nil && RegionCode.alpha3(nil) == nil)
+            #expect(RegionCode.table.count == 249 && RegionCode.reverse.count == 249)
+            #expect(RegionCode.alpha2("JPN") == "JP")
         }
     }
 

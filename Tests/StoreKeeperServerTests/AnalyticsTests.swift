@@ -165,6 +165,7 @@ import Testing
         var byCurrency: [String: Double]? = nil
         var numerator: Int64? = nil
         var denominator: Int64? = nil
+        var byReason: [String: Int64]? = nil
     }
 
     /// Each metric per bucket, by the definitions of docs/analytics.md.
@@ -221,14 +222,28 @@ import Testing
                 return Expected(value: Double(first.values.filter { $0 >= bucket.start && $0 < bucket.end }.count))
             case "churned_subscriptions":
                 var count = 0
+                var reasons: [String: Int64] = [:]
                 for period in truth.periods where !period.trial {
                     let later = truth.periods.contains { $0.original == period.original && $0.start > period.start }
+                    let state = truth.statuses[period.original]
                     guard !later, period.end >= bucket.start, period.end < bucket.end, period.end < nowQ,
-                        truth.statuses[period.original]?.status != .billingGracePeriod
+                        state?.status != .billingGracePeriod
                     else { continue }
                     count += 1
+                    // Why, from the store's own final state (docs/analytics.md).
+                    let reason =
+                        if period.refunded || state?.status == .revoked {
+                            "refund"
+                        } else if state?.status == .billingRetry
+                            || (state?.status == .expired && state?.autoRenew == true)
+                        {
+                            "billing"
+                        } else {
+                            "voluntary"
+                        }
+                    reasons[reason, default: 0] += 1
                 }
-                return Expected(value: Double(count))
+                return Expected(value: Double(count), byReason: reasons)
             case "trial_conversion":
                 let trials = truth.periods.filter {
                     $0.trial && $0.start >= bucket.start && $0.start < bucket.end && $0.end <= nowQ
@@ -322,6 +337,7 @@ import Testing
             ]
             var compared = 0
             var nonZero: Set<String> = []
+            var reasonsSeen: Set<String> = []
             // As planned (these windows span the whole history: SQLite scans in one part,
             // PostgreSQL plans with its corrections), through the indexes (as a short window
             // reads), then with SQLite's scan in parts forced: rowid ranges, and accounts for
@@ -359,6 +375,14 @@ import Testing
                                 #expect(
                                     (point["numerator"] as? NSNumber)?.int64Value == numerator, "\(metric) \(point)")
                             }
+                            if let byReason = want.byReason {
+                                let got = (point["byReason"] as? [String: Any] ?? [:]).mapValues {
+                                    ($0 as? NSNumber)?.int64Value ?? -1
+                                }
+                                #expect(
+                                    got.filter { $0.value != 0 } == byReason, "\(metric) \(interval) \(zone) \(point)")
+                                reasonsSeen.formUnion(byReason.keys)
+                            }
                             if let denominator = want.denominator {
                                 #expect(
                                     (point["denominator"] as? NSNumber)?.int64Value == denominator, "\(metric) \(point)"
@@ -372,6 +396,8 @@ import Testing
             #expect(compared > 500)
             // Every metric saw something: a comparison of zeros proves nothing.
             #expect(nonZero == Set(metrics), "\(Set(metrics).subtracting(nonZero))")
+            // Churn's reasons compared too, each seen at least once.
+            #expect(reasonsSeen == ["refund", "billing", "voluntary"], "\(reasonsSeen)")
         }
     }
 

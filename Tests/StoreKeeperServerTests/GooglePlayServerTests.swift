@@ -179,6 +179,64 @@ import Testing
         }
     }
 
+    /// Google's purchase resources carry no price for one-time products and name the country
+    /// in alpha-2: the server reads each paid order's total from the Orders API (after the
+    /// delivery, never in its way) and records the country as the App Store's alpha-3, so
+    /// proceeds and the `country` filter count Android purchases like iOS ones.
+    @Test(arguments: API.databases)
+    func googlePurchasesCountInAnalyticsWithTheirOrdersPriceAndCountry(kind: String) async throws {
+        try await Self.withPlay(kind) { play in
+            let order = try await play.order("de1", "coins_60")
+            let coins = try await play.store.buy(
+                "coins_60", obfuscatedAccountId: order.token, quantity: 2, regionCode: "JP")
+            #expect(try await play.submit("de1", "coins_60", coins, orderId: order.id).status == .ok)
+            let pro = try await play.store.buy("pro_monthly", obfuscatedAccountId: nil, regionCode: "DE")
+            #expect(try await play.submit("de1", "pro_monthly", pro).status == .ok)
+            let today = String(ISO8601DateFormatter().string(from: Date()).prefix(10))
+            func metric(_ name: String, _ query: String) async throws -> [String: Any] {
+                let reply = try await API.call(
+                    play.client, .get, "/v1/analytics/\(name)?from=\(today)&to=\(today)&store=google_play\(query)")
+                #expect(reply.status == .ok, "\(reply.json)")
+                return try #require((reply.json["points"] as? [[String: Any]])?.last)
+            }
+            // Before the price job: the coins count without money (the subscription's recurring
+            // price is in its resource).
+            var proceeds = try await metric("proceeds", "")
+            #expect(proceeds["byCurrency"] as? [String: Double] == ["USD": 4.241])
+            // The job waits a few seconds after the record, then prices the delivery once.
+            await play.runJobs(now: Date().addingTimeInterval(10))
+            proceeds = try await metric("proceeds", "")
+            #expect(proceeds["byCurrency"] as? [String: Double] == ["USD": 4.241, "JPY": 224])
+            await play.runJobs(now: Date().addingTimeInterval(3600))
+            #expect(try await metric("proceeds", "&country=JPN")["byCurrency"] as? [String: Double] == ["JPY": 224])
+            #expect(try await metric("proceeds", "&country=DEU")["byCurrency"] as? [String: Double] == ["USD": 4.241])
+            #expect(try await metric("active_subscriptions", "&country=DEU")["value"] as? Int == 1)
+            #expect(try await metric("active_subscriptions", "&country=JPN")["value"] as? Int == 0)
+            let refunds = try await metric("refund_rate", "")
+            #expect(refunds["denominator"] as? Int == 2 && refunds["numerator"] as? Int == 0)
+            // The export says the same: alpha-3 storefronts, the order's price.
+            let jobs = try await play.app.database.read { sql in
+                try await sql.raw("SELECT status FROM jobs WHERE kind = 'google_order_price'").all().map {
+                    try $0.decode(column: "status", as: String.self)
+                }
+            }
+            #expect(jobs == ["done"])
+            let rows = try await play.app.database.read { sql in
+                try await sql.raw(
+                    "SELECT product_id, storefront, price_milli, currency FROM deliveries ORDER BY product_id"
+                ).all().map {
+                    [
+                        try $0.decode(column: "product_id", as: String.self),
+                        try $0.decode(column: "storefront", as: String?.self) ?? "-",
+                        String(try $0.decode(column: "price_milli", as: Int64?.self) ?? -1),
+                        try $0.decode(column: "currency", as: String?.self) ?? "-",
+                    ]
+                }
+            }
+            #expect(rows == [["coins_60", "JPN", "320000", "JPY"], ["pro_monthly", "DEU", "4990", "USD"]])
+        }
+    }
+
     /// One account's ledger and entitlements hold both stores: coins bought on Android spend
     /// on iOS; `pro` bought on Android is the entitlement the iOS app reads.
     @Test(arguments: API.databases)

@@ -124,6 +124,53 @@ extension JobRunner {
         }
     }
 
+    /// A paid one-time purchase's price, from its order (`orders.get`), onto its delivery: what
+    /// the buyer paid for all units, in the buyer's currency (Google's purchase resources carry
+    /// no price). Waits for the delivery (an unattributed purchase is delivered when claimed)
+    /// until Google's acknowledgement window has passed; a service account without the
+    /// "View financial data" permission fails the job with that reason (the purchase stays
+    /// delivered, only without money in analytics).
+    func priceGoogleOrder(_ job: JobStore.Job, now: Date) async {
+        let store = GooglePlayStore(database: app.database)
+        do {
+            guard let purchase = try await store.purchase(job.payload), let orderId = purchase.orderId,
+                let google = app.google[purchase.appId]
+            else {
+                try await app.jobs.fail(job.id, error: "unknown purchase token, order or app")
+                return
+            }
+            let order = try await google.client.order(orderId: orderId)
+            guard let total = order.total, let milli = total.milliunits, milli >= 0,
+                let currency = total.currencyCode, currency.count == 3
+            else {
+                try await app.jobs.fail(job.id, error: "Google's order \(orderId) names no total")
+                return
+            }
+            let id = GooglePlayPlanner.transactionId(
+                orderId: orderId, tokenDigest: GoogleReading.digest(purchase.purchaseToken))
+            if try await store.priceDelivery(id, priceMilli: milli, currency: currency) {
+                try await app.jobs.complete(job.id)
+            } else if let paid = purchase.paidAt,
+                now.timeIntervalSince(paid) > GooglePlayPlanner.acknowledgeUntil + 86_400
+            {
+                try await app.jobs.fail(job.id, error: "never delivered: no price to record")
+            } else {
+                try await app.jobs.reschedule(
+                    job.id, runAt: now.addingTimeInterval(min(3600, 30 * Double(job.attempts + 1))),
+                    error: "not delivered yet")
+            }
+        } catch let error as GooglePlayError where error.kind == .unauthorized {
+            app.logger.warning(
+                "Google's Orders API refused: grant the service account \"View financial data\" for prices in analytics",
+                metadata: ["error": "\(error.message)"])
+            try? await app.jobs.fail(job.id, error: "Orders API: \(error.message)")
+        } catch let error as GooglePlayError where error.kind == .notFound || error.kind == .refused {
+            try? await app.jobs.fail(job.id, error: error.message)
+        } catch {
+            await backoff(job, now: now, error: error)
+        }
+    }
+
     /// Voided purchases of the last 30 days (two days of overlap with the last poll), each
     /// applied once through the one refund path; quantity-based partial refunds take back
     /// their units. Returns how many refunds were applied.

@@ -58,6 +58,8 @@ struct GoogleReading: Sendable {
     var status: StoreKeeperCore.SubscriptionStatus?
     /// The app's package name: the purchase's store identity (`AppDirectory`).
     var packageName: String = ""
+    /// The buyer's country as Google names it (ISO 3166-1 alpha-2).
+    var regionCode: String?
 
     /// The token's digest: stored ids never hold Google's long opaque tokens.
     var tokenDigest: String { GoogleReading.digest(token) }
@@ -88,6 +90,8 @@ struct GoogleReading: Sendable {
             environment: test ? .sandbox : .production, currency: currency, price: priceMilli)
         transaction.expiresDate = expiresAt.map { Int64(($0.timeIntervalSince1970 * 1000).rounded(.down)) }
         transaction.bundleId = packageName
+        // The App Store's form (alpha-3): one storefront column and `country` filter for both.
+        transaction.storefront = RegionCode.alpha3(regionCode)
         transaction.appAccountToken = obfuscatedAccountId.flatMap { UUID(uuidString: $0) }.map {
             $0.uuidString.lowercased()
         }
@@ -153,7 +157,7 @@ extension StoreKeeperApp {
                 priceMilli: item.autoRenewingPlan?.recurringPrice?.milliunits,
                 currency: item.autoRenewingPlan?.recurringPrice?.currencyCode,
                 status: retired ? .expired : GooglePlayPlanner.status(subscriptionState: resource.subscriptionState),
-                packageName: app.configuration.packageName)
+                packageName: app.configuration.packageName, regionCode: resource.regionCode)
         }
         let resource = try await app.client.productPurchase(token: token)
         guard let item = resource.productLineItem?.first, let id = item.productId,
@@ -171,7 +175,7 @@ extension StoreKeeperApp {
             paidAt: GoogleTime.parse(resource.purchaseCompletionTime), expiresAt: nil, autoRenew: false,
             linkedPurchaseToken: nil, test: resource.testPurchaseContext?.fopType == "TEST",
             acknowledged: resource.acknowledgementState == AcknowledgementState.acknowledged, priceMilli: nil,
-            currency: nil, status: nil, packageName: app.configuration.packageName)
+            currency: nil, status: nil, packageName: app.configuration.packageName, regionCode: resource.regionCode)
     }
 
     enum GoogleReadFailure: Error {

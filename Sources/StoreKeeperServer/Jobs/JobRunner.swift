@@ -108,6 +108,9 @@ public struct JobRunner: Service {
         case GooglePlayStore.acknowledgeJobKind:
             await acknowledgeGoogle(job, now: now)
             return false
+        case GooglePlayStore.orderPriceJobKind:
+            await priceGoogleOrder(job, now: now)
+            return false
         case Self.googleVoidedJobKind:
             await pollVoidedJob(job, now: now)
             return false
