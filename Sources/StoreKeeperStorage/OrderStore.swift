@@ -35,7 +35,14 @@ extension PurchaseStore {
             appTransactionId: appTransactionId, appId: appId)
         let limit = sharedAppleIdLimit
         let cutoff = now.addingTimeInterval(-ttl).milliseconds
+        let postgres = database.kind == .postgres
         try await database.transaction { sql in
+            if postgres, maxOpen != nil || offerLimit != nil {
+                // Counted and inserted under the account's lock (PostgreSQL reads committed
+                // rows only: two orders created at once would each count the other's absent
+                // and both pass the cap). SQLite has one writer.
+                try await sql.raw("SELECT pg_advisory_xact_lock(hashtext(\(bind: "orders|" + accountId)))").run()
+            }
             if let maxOpen {
                 let open =
                     try await sql.raw(

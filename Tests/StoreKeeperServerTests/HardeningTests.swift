@@ -232,6 +232,25 @@ import _CryptoExtras
         }
     }
 
+    /// Orders created at once for one account never pass the cap together (each is counted and
+    /// inserted under the account's lock on PostgreSQL; SQLite has one writer).
+    @Test(arguments: databases)
+    func concurrentOrdersNeverPassTheCapTogether(kind: String) async throws {
+        try await API.withServer(kind, configure: { $0.maxOpenOrdersPerAccount = 3 }) { _, client in
+            let statuses = try await withThrowingTaskGroup(of: HTTPResponse.Status.self) { group in
+                for index in 0..<24 {
+                    group.addTask {
+                        let body = #"{"accountId":"rush\#(index % 2)","productId":"coins_60"}"#
+                        return try await API.call(client, .post, "/v1/orders", body: body).status
+                    }
+                }
+                return try await group.reduce(into: [HTTPResponse.Status]()) { $0.append($1) }
+            }
+            #expect(statuses.filter { $0 == .created }.count == 6, "\(statuses)")
+            #expect(statuses.filter { $0 == .conflict }.count == 18, "\(statuses)")
+        }
+    }
+
     // MARK: 4. /metrics takes a key
 
     @Test func metricsNeedASecretKeyOrTheMetricsToken() async throws {
