@@ -547,11 +547,18 @@ import Testing
                 ("/v1/analytics/mrr?from=2020-01-01&to=2026-01-01", .badRequest, "bad_request"),
                 ("/v1/analytics/mrr?appId=nope", .badRequest, "unknown_app"),
                 ("/v1/analytics/mrr?store=steam", .badRequest, "bad_request"),
-                ("/v1/analytics/mrr?country=us", .badRequest, "bad_request"),
+                ("/v1/analytics/mrr?country=xx", .badRequest, "bad_request"),
+                ("/v1/analytics/mrr?country=U5A", .badRequest, "bad_request"),
+                ("/v1/analytics/mrr?country=USAA", .badRequest, "bad_request"),
                 ("/v1/analytics/mrr?timeZone=Mars/Olympus", .badRequest, "bad_request"),
             ] {
                 let reply = try await API.call(relay.client, .get, path)
                 #expect(reply.status == status && reply.errorCode == code, "\(path): \(reply.json)")
+            }
+            // A country by either ISO code, in either case: the same filter.
+            for country in ["JPN", "jp", "JP"] {
+                let reply = try await API.call(relay.client, .get, "/v1/analytics/mrr?country=\(country)")
+                #expect(reply.status == .ok && (reply.json["filters"] as? [String: String])?["country"] == "JPN")
             }
             // A month interval over six years is fine; a client token is not a secret key.
             #expect(

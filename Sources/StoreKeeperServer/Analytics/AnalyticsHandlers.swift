@@ -1,4 +1,5 @@
 import Foundation
+import GooglePlay
 import Hummingbird
 import StoreKeeperCore
 import StoreKeeperStorage
@@ -95,11 +96,17 @@ struct AnalyticsRequest: Sendable {
             filter.store = store
         }
         filter.productId = try text("productId")
-        if let country = try text("country") {
-            guard (2...3).contains(country.utf8.count), country.utf8.allSatisfy({ (65...90).contains($0) }) else {
-                throw APIError.badRequest("'country' must be a storefront code such as USA")
+        if let given = try text("country") {
+            // Stored as ISO 3166-1 alpha-3 (the App Store's storefronts; Google's alpha-2
+            // converted): an alpha-2 code is converted the same way.
+            let country = given.uppercased()
+            guard (2...3).contains(country.utf8.count), country.utf8.allSatisfy({ (65...90).contains($0) }),
+                let code = country.utf8.count == 3 ? country : RegionCode.alpha3(country)
+            else {
+                throw APIError.badRequest(
+                    "'country' must be an ISO 3166-1 country code such as USA (or US), not '\(given.prefix(16))'")
             }
-            filter.country = country
+            filter.country = code
         }
         self.filter = filter
         // Cheap before any work: the number of intervals, bounded.
