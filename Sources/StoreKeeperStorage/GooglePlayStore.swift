@@ -173,6 +173,14 @@ public struct GooglePlayStore: Sendable {
         }
     }
 
+    /// Whether `transactionId` was delivered (refunded since or not).
+    public func delivered(_ transactionId: String) async throws -> Bool {
+        try await database.read { sql in
+            try await sql.raw("SELECT transaction_id FROM deliveries WHERE transaction_id = \(bind: transactionId)")
+                .first() != nil
+        }
+    }
+
     /// Sets a delivered transaction's price from its Google order (what the buyer paid, all
     /// units, in the buyer's currency), unless it has one. False while it is not delivered.
     public func priceDelivery(_ transactionId: String, priceMilli: Int64, currency: String) async throws -> Bool {

@@ -525,11 +525,29 @@ import Testing
                 as? [[String: Any]] ?? []).filter { $0["kind"] as? String == "unattributed_transaction" }
             #expect(held.count == 1)
             #expect(held.first?["store"] as? String == "google_play")
+            // Its price waits for a delivery to price (Google is not asked meanwhile).
+            func priceJobs() async throws -> [String] {
+                try await play.app.database.read { sql in
+                    try await sql.raw(
+                        "SELECT status, last_error FROM jobs WHERE kind = 'google_order_price' ORDER BY created_at"
+                    ).all().map {
+                        "\(try $0.decode(column: "status", as: String.self)): \(try $0.decode(column: "last_error", as: String?.self) ?? "")"
+                    }
+                }
+            }
+            #expect(try await priceJobs() == ["pending: not delivered yet"])
             // The device submits it: delivered to its account, then acknowledged.
             #expect(try await play.submit("claimer", "remove_ads", token).status == .ok)
             #expect(try await play.entitlements("claimer") == ["no_ads"])
             await play.runJobs(now: later)
             #expect(await play.store.purchase(token)?.acknowledged == true)
+            await play.runJobs(now: later.addingTimeInterval(3600))
+            #expect(try await priceJobs() == ["done: not delivered yet"])
+            let price = try await play.app.database.read { sql in
+                try await sql.raw("SELECT price_milli FROM deliveries WHERE product_id = 'remove_ads'").first()?
+                    .decode(column: "price_milli", as: Int64?.self)
+            }
+            #expect(price == 2990)
             // One never claimed is not retried forever: past Google's window (it refunded it)
             // the acknowledgement job ends, and the sweeper stops asking.
             let stray = try await play.store.buy("remove_ads", obfuscatedAccountId: nil)
@@ -546,6 +564,8 @@ import Testing
             }
             #expect(pendingAcks == 0)
             #expect(await play.store.purchase(stray)?.acknowledged == false)
+            // ...nor is its price: never delivered, its job ends too.
+            #expect(try await priceJobs().last == "failed: never delivered: no price to record")
             // A claim of a Google purchase is no reason to call Apple's Set App Account Token.
             let appleJobs = try await play.app.database.read { sql in
                 try await sql.raw("SELECT COUNT(*) AS n FROM jobs WHERE kind = 'set_app_account_token'").first()?

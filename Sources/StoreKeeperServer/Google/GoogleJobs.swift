@@ -139,6 +139,20 @@ extension JobRunner {
                 try await app.jobs.fail(job.id, error: "unknown purchase token, order or app")
                 return
             }
+            let id = GooglePlayPlanner.transactionId(
+                orderId: orderId, tokenDigest: GoogleReading.digest(purchase.purchaseToken))
+            // Google is asked only once there is a delivery to price.
+            guard try await store.delivered(id) else {
+                if let paid = purchase.paidAt, now.timeIntervalSince(paid) > GooglePlayPlanner.acknowledgeUntil + 86_400
+                {
+                    try await app.jobs.fail(job.id, error: "never delivered: no price to record")
+                } else {
+                    try await app.jobs.reschedule(
+                        job.id, runAt: now.addingTimeInterval(min(3600, 30 * pow(2, Double(min(job.attempts, 7))))),
+                        error: "not delivered yet")
+                }
+                return
+            }
             let order = try await google.client.order(orderId: orderId)
             guard let total = order.total, let milli = total.milliunits, milli >= 0,
                 let currency = total.currencyCode, currency.count == 3
@@ -146,19 +160,8 @@ extension JobRunner {
                 try await app.jobs.fail(job.id, error: "Google's order \(orderId) names no total")
                 return
             }
-            let id = GooglePlayPlanner.transactionId(
-                orderId: orderId, tokenDigest: GoogleReading.digest(purchase.purchaseToken))
-            if try await store.priceDelivery(id, priceMilli: milli, currency: currency) {
-                try await app.jobs.complete(job.id)
-            } else if let paid = purchase.paidAt,
-                now.timeIntervalSince(paid) > GooglePlayPlanner.acknowledgeUntil + 86_400
-            {
-                try await app.jobs.fail(job.id, error: "never delivered: no price to record")
-            } else {
-                try await app.jobs.reschedule(
-                    job.id, runAt: now.addingTimeInterval(min(3600, 30 * Double(job.attempts + 1))),
-                    error: "not delivered yet")
-            }
+            _ = try await store.priceDelivery(id, priceMilli: milli, currency: currency)
+            try await app.jobs.complete(job.id)
         } catch let error as GooglePlayError where error.kind == .unauthorized {
             app.logger.warning(
                 "Google's Orders API refused: grant the service account \"View financial data\" for prices in analytics",
