@@ -251,6 +251,8 @@ def main():
         mrr = driver.find_element(By.ID, "metric-mrr")
         cells = mrr.find_elements(By.CSS_SELECTOR, "tbody tr:last-child td")
         check(float(cells[1].get_attribute("textContent")) >= 4.99, "today's MRR holds its monthly price")
+        check(abs(float(cells[2].get_attribute("textContent")) - 12 * float(cells[1].get_attribute("textContent")))
+              < 0.005, "ARR beside it is 12 × MRR")
         shot(driver, "analytics")
         Select(driver.find_element(By.NAME, "store")).select_by_value("google_play")
         Select(driver.find_element(By.NAME, "interval")).select_by_value("week")

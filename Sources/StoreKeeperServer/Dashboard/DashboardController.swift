@@ -388,6 +388,8 @@ struct DashboardController {
         // The table says more than the bars: each currency, the counts behind a ratio, churn's reasons.
         let currencies = Set(report.points.flatMap { $0.byCurrency?.keys.map { $0 } ?? [] }).sorted()
         var columns = table["columns"] as? [String] ?? []
+        // ARR beside MRR: 12 × MRR (docs/analytics.md).
+        if metric == .mrr { columns.append("ARR") }
         columns += currencies
         if metric.isRatio || metric == .realizedLTV {
             columns += metric == .realizedLTV ? ["customers"] : ["of", "in"]
@@ -397,6 +399,7 @@ struct DashboardController {
         table["rows"] = zip(table["rows"] as? [[String: Any]] ?? [], report.points).map { row, point in
             var row = row
             var cells = row["cells"] as? [String] ?? []
+            if metric == .mrr { cells.append("\(point.value * 12)") }
             cells += currencies.map { point.byCurrency?[$0].map { "\($0)" } ?? "" }
             if metric == .realizedLTV { cells.append(point.denominator.map(String.init) ?? "") }
             if metric.isRatio {
