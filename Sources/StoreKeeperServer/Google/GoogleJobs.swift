@@ -155,7 +155,8 @@ extension JobRunner {
             }
             let order = try await google.client.order(orderId: orderId)
             guard let total = order.total, let milli = total.milliunits, milli >= 0,
-                let currency = total.currencyCode, currency.count == 3
+                let currency = total.currencyCode, currency.utf8.count == 3,
+                currency.utf8.allSatisfy({ (65...90).contains($0) })
             else {
                 try await app.jobs.fail(job.id, error: "Google's order \(orderId) names no total")
                 return
