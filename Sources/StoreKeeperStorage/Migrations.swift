@@ -668,6 +668,23 @@ public enum Migrations {
                 "DROP INDEX deliveries_original",
             ]
         ),
+        (
+            22,
+            [
+                // Google one-time purchases delivered before their orders were read have no
+                // price: each gets the order-price job new purchases get (GooglePlayStore.record),
+                // due at once, under the same key — so never twice.
+                """
+                INSERT INTO jobs (id, kind, dedupe_key, payload, status, attempts, run_at, created_at, stuck_reported)
+                SELECT 'google_order_price|' || g.order_id, 'google_order_price', 'google_order_price|' || g.order_id,
+                       g.purchase_token, 'pending', 0, g.updated_at, g.updated_at, 0
+                FROM google_purchases g JOIN deliveries d ON d.transaction_id = 'gp:' || g.order_id
+                WHERE g.kind = 'one_time' AND g.test = 0 AND g.paid_at IS NOT NULL AND g.order_id IS NOT NULL
+                AND g.order_id <> '' AND d.price_milli IS NULL
+                ON CONFLICT (dedupe_key) DO NOTHING
+                """
+            ]
+        ),
     ]
 
     /// Applies every migration not yet applied, each in its own transaction. Safe to run from

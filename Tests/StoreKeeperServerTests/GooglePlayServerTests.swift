@@ -7,6 +7,7 @@ import HummingbirdTesting
 import LocalAppStore
 import LocalGooglePlay
 import NIOCore
+import SQLKit
 import StoreKeeperCatalog
 import StoreKeeperStorage
 import Testing
@@ -234,6 +235,27 @@ import Testing
                 }
             }
             #expect(rows == [["coins_60", "JPN", "320000", "JPY"], ["pro_monthly", "DEU", "4990", "USD"]])
+
+            // A purchase delivered before prices were read (no job for it): migration 22 queues
+            // one, once however often it runs, and the job prices it.
+            let older = try await play.store.buy("coins_60", obfuscatedAccountId: nil, regionCode: "US")
+            #expect(try await play.submit("de1", "coins_60", older).status == .ok)
+            let migration = try #require(Migrations.all.first { $0.version == 22 })
+            try await play.app.database.transaction { sql in
+                try await sql.raw("DELETE FROM jobs WHERE kind = 'google_order_price' AND payload = \(bind: older)")
+                    .run()
+                for _ in 0..<2 {
+                    for statement in migration.statements { try await sql.raw(SQLQueryString(statement)).run() }
+                }
+            }
+            let queued = try await play.app.database.read { sql in
+                try await sql.raw("SELECT payload FROM jobs WHERE kind = 'google_order_price' AND status = 'pending'")
+                    .all().map { try $0.decode(column: "payload", as: String.self) }
+            }
+            #expect(queued == [older])
+            await play.runJobs(now: Date().addingTimeInterval(10))
+            #expect(
+                try await metric("proceeds", "&country=US")["byCurrency"] as? [String: Double] == ["USD": 0.693])
         }
     }
 
