@@ -82,6 +82,8 @@ public actor LocalGooglePlay {
     var pushes: [Push] = []
     var orderCounter = 0
     var reviews: [String: ReviewRefundRequest] = [:]
+    /// Order id → purchase token, for `orders.get`.
+    var orderOwners: [String: String] = [:]
     var pendingReviews: [String: (orderId: String, token: String)] = [:]
     var messageCounter = 100_000_000_000
     /// Faults: the next `n` calls of the Developer API answer 503 (Google down).
@@ -358,7 +360,14 @@ public actor LocalGooglePlay {
     /// for all its units, a subscription's period at its recurring price — with tax left at
     /// zero (the catalog's prices are what the buyer pays) and the refund state.
     public func order(_ orderId: String) throws(Refusal) -> GoogleOrder {
-        guard let purchase = purchases.values.first(where: { $0.orderTimes[orderId] != nil }),
+        if orderOwners[orderId] == nil {
+            // Orders are added in many places: the index is rebuilt when it misses one.
+            orderOwners = [:]
+            for purchase in purchases.values {
+                for order in purchase.orders { orderOwners[order] = purchase.token }
+            }
+        }
+        guard let token = orderOwners[orderId], let purchase = purchases[token],
             let charged = purchase.orderTimes[orderId]
         else { throw .notFound }
         let units = purchase.kind == .oneTime ? Int64(purchase.quantity) : 1
