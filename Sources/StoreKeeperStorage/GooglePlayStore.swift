@@ -182,20 +182,15 @@ public struct GooglePlayStore: Sendable {
     }
 
     /// Sets a delivered transaction's price from its Google order (what the buyer paid, all
-    /// units, in the buyer's currency), unless it has one. False while it is not delivered.
-    public func priceDelivery(_ transactionId: String, priceMilli: Int64, currency: String) async throws -> Bool {
+    /// units, in the buyer's currency), unless it has one.
+    public func priceDelivery(_ transactionId: String, priceMilli: Int64, currency: String) async throws {
         try await database.transaction { sql in
-            guard
-                try await sql.raw("SELECT transaction_id FROM deliveries WHERE transaction_id = \(bind: transactionId)")
-                    .first() != nil
-            else { return false }
             try await sql.raw(
                 """
                 UPDATE deliveries SET price_milli = \(bind: priceMilli), currency = \(bind: currency)
                 WHERE transaction_id = \(bind: transactionId) AND price_milli IS NULL
                 """
             ).run()
-            return true
         }
     }
 

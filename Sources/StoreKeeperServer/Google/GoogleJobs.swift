@@ -154,6 +154,11 @@ extension JobRunner {
                 return
             }
             let order = try await google.client.order(orderId: orderId)
+            // Only Google's word on this very purchase prices it.
+            guard order.purchaseToken == nil || order.purchaseToken == purchase.purchaseToken else {
+                try await app.jobs.fail(job.id, error: "Google's order \(orderId) names another purchase token")
+                return
+            }
             guard let total = order.total, let milli = total.milliunits, milli >= 0,
                 let currency = total.currencyCode, currency.utf8.count == 3,
                 currency.utf8.allSatisfy({ (65...90).contains($0) })
@@ -161,7 +166,7 @@ extension JobRunner {
                 try await app.jobs.fail(job.id, error: "Google's order \(orderId) names no total")
                 return
             }
-            _ = try await store.priceDelivery(id, priceMilli: milli, currency: currency)
+            try await store.priceDelivery(id, priceMilli: milli, currency: currency)
             try await app.jobs.complete(job.id)
         } catch let error as GooglePlayError where error.kind == .unauthorized {
             app.logger.warning(
