@@ -38,6 +38,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        // Tests only: an independent RFC 4180 reader for the CSV exports.
+        .package(url: "https://github.com/yaslab/CSV.swift.git", from: "2.5.2"),
         .package(url: "https://github.com/hummingbird-project/swift-mustache.git", from: "2.1.1"),
         // The client SDK, its own package (it depends on nothing of ours): `storekeeper
         // simulate` and the device-side integration tests run its real core.
@@ -290,6 +292,7 @@ let package = Package(
                 "LocalAppStore", "AppStoreClient", "StoreKeeperSimulator", "GooglePlay", "LocalGooglePlay",
                 .product(name: "StoreKeeperKitCore", package: "StoreKeeperKit"),
                 .product(name: "SQLKit", package: "sql-kit"),
+                .product(name: "CSV", package: "CSV.swift"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),

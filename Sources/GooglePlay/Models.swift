@@ -61,7 +61,7 @@ public struct GoogleMoney: Codable, Hashable, Sendable {
 /// An RFC 3339 timestamp of a v2 resource ("2026-11-24T10:00:00.123Z", up to 9 fraction digits).
 public enum GoogleTime {
     public static func parse(_ text: String?) -> Date? {
-        guard var text, text.count <= 40 else { return nil }
+        guard var text, text.utf8.count <= 40, text.utf8.allSatisfy({ $0 < 0x80 }) else { return nil }
         // Foundation's ISO 8601 parser takes at most 3 fraction digits: trim the rest.
         if let dot = text.firstIndex(of: "."), let end = text[dot...].firstIndex(where: { !$0.isNumber && $0 != "." }) {
             let digits = text[text.index(after: dot)..<end]

@@ -35,7 +35,8 @@ public struct PushTokenClaims: JWTPayload {
 
 /// Verifies a push's `Authorization: Bearer <JWT>`: RS256 against Google's keys (the JWKS at
 /// `certificatesURL`, cached an hour, fetched again once for an unknown `kid` — at most once a
-/// minute), `iss` Google's, `aud` and `email` as configured, `email_verified`, not expired.
+/// minute, one fetch at a time; the token is verified with exactly the key its `kid` names),
+/// `iss` Google's, `aud` and `email` as configured, `email_verified`, not expired.
 public actor PushVerifier {
     public struct Refusal: Error, Sendable, CustomStringConvertible {
         public var message: String
@@ -47,6 +48,9 @@ public actor PushVerifier {
     let certificatesURL: String
     let http: HTTPClient
     var keys: JWTKeyCollection?
+    /// The `kid`s of the keys fetched: a token naming another is refused, whatever key signed it.
+    var kids: Set<String> = []
+    var inFlight: Task<Void, any Error>?
     var fetchedAt: ContinuousClock.Instant?
     /// A failed fetch: anyone can POST a push, so a failing certificates URL is asked again at
     /// most every 10 s, not once per request.
@@ -87,31 +91,45 @@ public actor PushVerifier {
     }
 
     func verifySignature(_ token: String) async throws -> PushTokenClaims {
-        // Only RS256 is Google's: anything else is refused before a key is looked at.
+        // Only RS256 is Google's: anything else is refused before a key is looked at. The `kid`
+        // names the key: it is looked up here, never left to a collection's default key.
         let header = token.split(separator: ".", maxSplits: 1).first.map(String.init) ?? ""
         guard let headerData = Data(base64URL: header),
             let json = try? JSONSerialization.jsonObject(with: headerData) as? [String: Any],
             json["alg"] as? String == "RS256"
         else { throw Refusal(message: "alg is not RS256") }
+        guard let kid = json["kid"] as? String, !kid.isEmpty, kid.utf8.count <= 256 else {
+            throw Refusal(message: "the token names no key (kid)")
+        }
         if keys == nil || fetchedAt.map({ ContinuousClock.now - $0 > .seconds(3600) }) == true {
             try await refresh()
         }
-        do {
-            return try await keys!.verify(token, as: PushTokenClaims.self)
-        } catch let error as JWTError where error.errorType == .unknownKID {
-            // Google rotated its keys: fetch once more (at most once a minute).
-            guard fetchedAt.map({ ContinuousClock.now - $0 > .seconds(60) }) ?? true else { throw error }
-            try await refresh()
-            return try await keys!.verify(token, as: PushTokenClaims.self)
+        if !kids.contains(kid) {
+            // A key Google just added: fetch once more — one fetch at a time, at most once a minute.
+            if fetchedAt.map({ ContinuousClock.now - $0 > .seconds(60) }) ?? true {
+                try await refresh()
+            }
+            guard kids.contains(kid) else {
+                throw Refusal(message: "key '\(kid.prefix(64))' is not one of Google's push keys")
+            }
         }
+        return try await keys!.verify(token, as: PushTokenClaims.self)
     }
 
+    /// Fetches the keys; concurrent callers share one fetch in flight.
     func refresh() async throws {
+        if let inFlight {
+            try await inFlight.value
+            return
+        }
         if let failedAt, ContinuousClock.now - failedAt < .seconds(10) {
             throw GooglePlayError(.unavailable, "Google's push certificates failed less than 10 s ago")
         }
+        let task = Task { try await self.fetch() }
+        inFlight = task
+        defer { inFlight = nil }
         do {
-            try await fetch()
+            try await task.value
             failedAt = nil
         } catch {
             failedAt = .now
@@ -127,7 +145,9 @@ public actor PushVerifier {
         guard answer.isSuccess else {
             throw GooglePlayError(.unavailable, "Google's push certificates answered \(answer.status)")
         }
-        keys = try await JWTKeyCollection().add(jwksJSON: String(decoding: answer.body, as: UTF8.self))
+        let jwks = try JSONDecoder().decode(JWKS.self, from: Data(answer.body))
+        keys = try await JWTKeyCollection().add(jwks: jwks)
+        kids = Set(jwks.keys.compactMap { $0.keyIdentifier?.string })
         fetchedAt = .now
     }
 }
@@ -136,7 +156,7 @@ extension Data {
     /// Base64url without padding, as JWTs carry their parts.
     public init?(base64URL text: String) {
         var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while base64.count % 4 != 0 { base64 += "=" }
+        while base64.utf8.count % 4 != 0 { base64 += "=" }
         self.init(base64Encoded: base64)
     }
 

@@ -283,9 +283,11 @@ public final class LocalGooglePlayServer: Sendable {
 
     static func form(_ text: String) -> [String: String] {
         var fields: [String: String] = [:]
-        for pair in text.split(separator: "&") {
-            let parts = pair.split(separator: "=", maxSplits: 1).map {
-                String($0).replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? String($0)
+        // On bytes, as a form is defined (`&\u{301}` is one `Character` but two fields).
+        for pair in text.utf8.split(separator: UInt8(ascii: "&")) {
+            let parts = pair.split(separator: UInt8(ascii: "="), maxSplits: 1).map { bytes in
+                let text = String(decoding: bytes.map { $0 == UInt8(ascii: "+") ? 0x20 : $0 }, as: UTF8.self)
+                return text.removingPercentEncoding ?? text
             }
             if parts.count == 2 { fields[parts[0]] = parts[1] }
         }

@@ -13,6 +13,14 @@ public struct Consent: Sendable, Hashable, Codable {
     /// `rescind_consent` (Apple's notification, a parent withdrew consent).
     public var source: String?
     public var changedAt: Date?
+    /// When a parent's RESCIND_CONSENT withdrew it, until the operator's backend restores it:
+    /// meanwhile the app (a client token) cannot consent again.
+    public var rescindedAt: Date? = nil
+}
+
+/// The app tried to consent again after a parent's RESCIND_CONSENT (only the backend may).
+public struct ConsentRescinded: Error, Sendable {
+    public var at: Date
 }
 
 /// A RESCIND_CONSENT as recorded.
@@ -37,16 +45,27 @@ extension PurchaseStore {
         return Consent(
             accountId: accountId, consumptionData: try row.decode(column: "consented", as: Int.self) == 1,
             source: try row.decode(column: "source", as: String.self),
-            changedAt: Date(milliseconds: try row.decode(column: "changed_at", as: Int64.self)))
+            changedAt: Date(milliseconds: try row.decode(column: "changed_at", as: Int64.self)),
+            rescindedAt: try row.decode(column: "rescinded_at", as: Int64?.self).map(Date.init(milliseconds:)))
     }
 
     /// Records the customer's answer (audited; unchanged when the same answer is given again).
+    /// After a parent's RESCIND_CONSENT only `backend` (the operator's secret key) may give
+    /// consent again, which ends the rescission; `app` is refused with `ConsentRescinded`.
     public func setConsent(_ accountId: String, consumptionData: Bool, source: String, now: Date) async throws
         -> Consent
     {
         try await database.transaction { sql in
             let before = try await Self.consent(of: accountId, sql: sql)
-            guard before.consumptionData != consumptionData else { return before }
+            if consumptionData, let rescinded = before.rescindedAt {
+                guard source == "backend" else { throw ConsentRescinded(at: rescinded) }
+                try await sql.raw(
+                    "UPDATE consents SET rescinded_at = NULL WHERE account_id = \(bind: accountId)"
+                ).run()
+            }
+            guard before.consumptionData != consumptionData else {
+                return try await Self.consent(of: accountId, sql: sql)
+            }
             try await Self.writeConsent(
                 accountId, consented: consumptionData, source: source, sql: sql, at: now.milliseconds)
             try await Self.audit(
@@ -154,6 +173,7 @@ extension NotificationApplier {
         ).run()
         for account in accounts {
             try await PurchaseStore.writeConsent(account, consented: false, source: "rescind_consent", sql: sql, at: at)
+            try await sql.raw("UPDATE consents SET rescinded_at = \(bind: at) WHERE account_id = \(bind: account)").run()
         }
         let who =
             accounts.isEmpty

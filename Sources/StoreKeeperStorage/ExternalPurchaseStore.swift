@@ -70,9 +70,80 @@ public struct ExternalPurchaseStore: Sendable {
 
     /// Records a token the app or web checkout received from StoreKit for `accountId`
     /// (idempotent; a token already tied to another account is refused).
-    public func registerToken(_ id: String, accountId: String, tokenType: String?, now: Date) async throws -> Bool {
+    public func registerToken(
+        _ id: String, accountId: String, tokenType: String?, limits: TokenLimits? = nil, now: Date
+    ) async throws -> Bool {
+        let postgres = database.kind == .postgres
+        return try await database.transaction { sql in
+            if let limits {
+                if postgres {
+                    // Counted and inserted under the account's lock, as orders are.
+                    try await sql.raw("SELECT pg_advisory_xact_lock(hashtext(\(bind: "tokens|" + accountId)))").run()
+                }
+                let known = try await sql.raw(
+                    "SELECT 1 AS k FROM external_tokens WHERE external_purchase_id = \(bind: id)"
+                ).first()
+                if known == nil {
+                    // Tokens Apple has not reported yet (no notice) and no web purchase covers.
+                    let unconfirmed: SQLQueryString = """
+                        last_notice IS NULL AND NOT EXISTS (
+                            SELECT 1 FROM web_purchases w WHERE w.external_purchase_id = external_tokens.external_purchase_id)
+                        """
+                    let mine =
+                        try await sql.raw(
+                            """
+                            SELECT COUNT(*) AS n FROM (SELECT 1 FROM external_tokens WHERE account_id = \(bind: accountId)
+                            AND \(unconfirmed) LIMIT \(unsafeRaw: String(limits.perAccount))) AS t
+                            """
+                        ).first()?.decode(column: "n", as: Int.self) ?? 0
+                    if mine >= limits.perAccount { throw TooManyTokens(limit: limits.perAccount, global: false) }
+                    let all =
+                        try await sql.raw(
+                            """
+                            SELECT COUNT(*) AS n FROM (SELECT 1 FROM external_tokens WHERE \(unconfirmed)
+                            LIMIT \(unsafeRaw: String(limits.total))) AS t
+                            """
+                        ).first()?.decode(column: "n", as: Int.self) ?? 0
+                    if all >= limits.total { throw TooManyTokens(limit: limits.total, global: true) }
+                }
+            }
+            return try await Self.register(
+                id, accountId: accountId, tokenType: tokenType, sql: sql, at: now.milliseconds)
+        }
+    }
+
+    /// Bounds on tokens the app registers that Apple has not reported (yet).
+    public struct TokenLimits: Sendable {
+        public var perAccount: Int
+        public var total: Int
+        public init(perAccount: Int, total: Int) {
+            self.perAccount = perAccount
+            self.total = total
+        }
+    }
+
+    /// The account (or, `global`, the whole server) holds `limit` unconfirmed tokens.
+    public struct TooManyTokens: Error, Sendable {
+        public var limit: Int
+        public var global: Bool
+    }
+
+    /// Deletes tokens registered before `cutoff` that Apple never reported and no web purchase
+    /// covers (`limits.unconfirmedExternalTokenDays`); at most `limit` at a time.
+    @discardableResult
+    public func deleteUnconfirmedTokens(registeredBefore cutoff: Date, limit: Int = 1_000) async throws -> Int {
         try await database.transaction { sql in
-            try await Self.register(id, accountId: accountId, tokenType: tokenType, sql: sql, at: now.milliseconds)
+            let ids = try await sql.raw(
+                """
+                SELECT external_purchase_id FROM external_tokens WHERE last_notice IS NULL
+                AND first_seen_at < \(bind: cutoff.milliseconds)
+                AND NOT EXISTS (SELECT 1 FROM web_purchases w WHERE w.external_purchase_id = external_tokens.external_purchase_id)
+                LIMIT \(bind: limit)
+                """
+            ).all().map { try $0.decode(column: "external_purchase_id", as: String.self) }
+            guard !ids.isEmpty else { return 0 }
+            try await sql.raw("DELETE FROM external_tokens WHERE external_purchase_id IN (\(binds: ids))").run()
+            return ids.count
         }
     }
 

@@ -685,6 +685,24 @@ public enum Migrations {
                 """
             ]
         ),
+        (
+            23,
+            [
+                // `/healthz` reads the oldest pending job's age: answered by the first entry of
+                // this index, whatever the backlog (the due index is ordered by run_at).
+                "CREATE INDEX jobs_pending_age ON jobs (status, created_at)",
+                // An account's orders of the last 24 hours (limits.maxOrdersPerAccountPerDay) and
+                // the unpaid orders past their retention (limits.orderRetentionDays), by index.
+                "CREATE INDEX orders_account_created ON orders (account_id, created_at)",
+                "CREATE INDEX orders_status_created ON orders (status, created_at)",
+                // External purchase tokens registered by an account, and those Apple never reported.
+                "CREATE INDEX external_tokens_account ON external_tokens (account_id, first_seen_at)",
+                "CREATE INDEX external_tokens_unconfirmed ON external_tokens (first_seen_at) WHERE last_notice IS NULL",
+                // A parent's RESCIND_CONSENT, kept apart from the flag the app may set.
+                "ALTER TABLE consents ADD COLUMN rescinded_at BIGINT",
+                "UPDATE consents SET rescinded_at = changed_at WHERE source = 'rescind_consent'",
+            ]
+        ),
     ]
 
     /// Applies every migration not yet applied, each in its own transaction. Safe to run from

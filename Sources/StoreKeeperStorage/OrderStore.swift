@@ -12,6 +12,12 @@ extension PurchaseStore {
         public var limit: Int
     }
 
+    /// The account created `limit` orders in the last 24 hours, whatever became of them
+    /// (`too_many_orders`): what bounds the rows one client token can write.
+    public struct TooManyOrdersToday: Error, Sendable {
+        public var limit: Int
+    }
+
     /// Signing one more of the offer would exceed `maxPerAccount` (checked again in the order's
     /// transaction: an order created meanwhile counts).
     public struct OfferLimitReached: Error, Sendable {
@@ -26,7 +32,8 @@ extension PurchaseStore {
     public func createOrder(
         accountId: String, productId: String, quantity: Int, maxOpen: Int? = nil, ttl: TimeInterval = 24 * 3600,
         appAccountToken: UUID = UUID(), offerId: String? = nil, offerNonce: UUID? = nil, offerLimit: Int? = nil,
-        introAllowed: Bool = false, appTransactionId: String? = nil, appId: String? = nil, now: Date
+        introAllowed: Bool = false, appTransactionId: String? = nil, appId: String? = nil, maxPerDay: Int? = nil,
+        now: Date
     ) async throws -> Order {
         let order = Order(
             orderId: UUID().uuidString.lowercased(), appAccountToken: appAccountToken, accountId: accountId,
@@ -37,7 +44,7 @@ extension PurchaseStore {
         let cutoff = now.addingTimeInterval(-ttl).milliseconds
         let postgres = database.kind == .postgres
         try await database.transaction { sql in
-            if postgres, maxOpen != nil || offerLimit != nil {
+            if postgres, maxOpen != nil || offerLimit != nil || maxPerDay != nil {
                 // Counted and inserted under the account's lock (PostgreSQL reads committed
                 // rows only: two orders created at once would each count the other's absent
                 // and both pass the cap). SQLite has one writer.
@@ -52,6 +59,19 @@ extension PurchaseStore {
                         """
                     ).first()?.decode(column: "n", as: Int.self) ?? 0
                 if open >= maxOpen { throw TooManyOpenOrders(limit: maxOpen) }
+            }
+            if let maxPerDay {
+                // Every order of the last 24 hours, cancelled and expired ones included, read
+                // through `orders_account_created` and stopping at the cap.
+                let since = now.addingTimeInterval(-86_400).milliseconds
+                let today =
+                    try await sql.raw(
+                        """
+                        SELECT COUNT(*) AS n FROM (SELECT 1 FROM orders WHERE account_id = \(bind: accountId)
+                        AND created_at >= \(bind: since) LIMIT \(unsafeRaw: String(maxPerDay))) AS o
+                        """
+                    ).first()?.decode(column: "n", as: Int.self) ?? 0
+                if today >= maxPerDay { throw TooManyOrdersToday(limit: maxPerDay) }
             }
             if let offerId, let offerLimit {
                 let since = now.addingTimeInterval(-Self.signedOfferLifetime).milliseconds
@@ -101,6 +121,26 @@ extension PurchaseStore {
 
     public func order(_ orderId: String) async throws -> Order? {
         try await database.read { sql in try await Self.order(sql, where: "order_id", orderId) }
+    }
+
+    /// Deletes unpaid orders (cancelled, or never paid and past `ttl`) created before
+    /// `olderThan`, at most `limit` at a time (the retention of `limits.orderRetentionDays`).
+    /// A payment that arrives later still delivers through its account's binding or becomes an
+    /// anomaly an operator resolves; paid orders are kept for good.
+    @discardableResult
+    public func deleteUnpaidOrders(createdBefore cutoff: Date, limit: Int = 1_000) async throws -> Int {
+        let cutoff = cutoff.milliseconds
+        return try await database.transaction { sql in
+            let ids = try await sql.raw(
+                """
+                SELECT order_id FROM orders WHERE status IN ('cancelled', 'created') AND created_at < \(bind: cutoff)
+                LIMIT \(bind: limit)
+                """
+            ).all().map { try $0.decode(column: "order_id", as: String.self) }
+            guard !ids.isEmpty else { return 0 }
+            try await sql.raw("DELETE FROM orders WHERE order_id IN (\(binds: ids))").run()
+            return ids.count
+        }
     }
 
     /// Orders still `created` after `ttl` become `cancelled` (a late payment is still delivered).

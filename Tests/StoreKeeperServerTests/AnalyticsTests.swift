@@ -1,4 +1,5 @@
 import AppStoreModels
+import CSV
 import Foundation
 import HTTPTypes
 import HummingbirdTesting
@@ -494,7 +495,8 @@ import Testing
                     } else {
                         let lines = page.body.split(separator: "\r\n")
                         #expect(lines.first?.hasPrefix("transaction_id,original_transaction_id,account_id") == true)
-                        seen += lines.dropFirst().map { String($0.split(separator: ",").first ?? "") }
+                        let reader = try CSVReader(string: page.body, hasHeaderRow: true)
+                        while let row = reader.next() { seen.append(row[0]) }
                     }
                     cursor = page.next
                     pages += 1
@@ -570,6 +572,68 @@ import Testing
         }
     }
 
+    /// Audit 3, finding 1: text that is one grapheme cluster but holds a comma, a quote or a line
+    /// break as its first scalar — the CSV is decided on bytes, so a real CSV reader reads back
+    /// every cell whole and no row grows a column.
+    static let forgedCells = [
+        "mallory\u{600},=cmd|' /C calc'!A0\u{600},x", ",\u{301}", "\"\u{301}", "q\u{600},\"\u{301},x",
+    ]
+
+    @Test func csvCellsAreDecidedOnBytes() throws {
+        let cells = Self.forgedCells + ["\r\n", "a\r\nb", "=1+1", "-2", "\u{301}=x"]
+        let page = ExportPage(
+            columns: ["id", "text", "n"], rows: cells.enumerated().map { [.text("r\($0)"), .text($1), .integer(7)] },
+            next: nil)
+        let reader = try CSVReader(string: ExportFormat.csv(page), hasHeaderRow: true)
+        #expect(reader.headerRow == ["id", "text", "n"])
+        var read: [[String]] = []
+        while let row = reader.next() { read.append(row) }
+        #expect(read.count == cells.count)
+        for (row, cell) in zip(read, cells) {
+            #expect(row.count == 3 && row[2] == "7", "\(row)")
+            let expected = ["=", "+", "-", "@", "\t", "\r"].contains(where: { cell.unicodeScalars.first == $0.unicodeScalars.first }) ? "'" + cell : cell
+            #expect(row[1] == expected, "\(row)")
+        }
+    }
+
+    /// The same over HTTP: accounts named with those strings buy, and the transactions export,
+    /// read by a CSV reader, has exactly the header's columns in every row and no cell that
+    /// starts a formula.
+    @Test(arguments: ServerAPITests.databases)
+    func csvExportCannotBeForged(kind: String) async throws {
+        try await NotificationTests.withRelay(kind, prepare: { $0.exportSettleSeconds = 0 }) { relay in
+            for (index, account) in Self.forgedCells.enumerated() {
+                let quoted = String(decoding: try JSONEncoder().encode(account), as: UTF8.self)
+                let created = try await ServerAPITests.call(
+                    relay.client, .post, "/v1/orders", body: #"{"accountId":\#(quoted),"productId":"coins_60"}"#)
+                #expect(created.status == .created, "\(created.json)")
+                let token = try #require(UUID(uuidString: created.json["appAccountToken"] as? String ?? ""))
+                let bought = try await relay.store.buy(
+                    "apple-forger-\(index)", items: [.init(productId: "coins_60")], appAccountToken: token)
+                let reply = try await ServerAPITests.call(
+                    relay.client, .post, "/v1/purchases",
+                    body: #"{"accountId":\#(quoted),"signedTransaction":"\#(bought.signedTransactions[0])"}"#)
+                #expect(reply.status == .ok, "\(reply.json)")
+            }
+            try await relay.deliver()
+            for export in ["transactions", "events", "subscriptions"] {
+                let page = try await ExportTests.text(relay.client, "/v1/export/\(export)?format=csv")
+                #expect(page.status == .ok)
+                let reader = try CSVReader(string: page.body, hasHeaderRow: true)
+                let header = try #require(reader.headerRow)
+                var accounts: Set<String> = []
+                while let row = reader.next() {
+                    #expect(row.count == header.count, "\(export): \(row)")
+                    for cell in row { #expect(!cell.hasPrefix("=") && !cell.hasPrefix("@"), "\(export): \(row)") }
+                    if let column = header.firstIndex(of: "account_id"), row.count == header.count {
+                        accounts.insert(row[column])
+                    }
+                }
+                if export == "transactions" { #expect(accounts == Set(Self.forgedCells), "\(accounts)") }
+            }
+        }
+    }
+
     @Test func csvQuotesAndDisarmsFormulas() {
         let page = ExportPage(
             columns: ["a", "b", "c"],
@@ -577,7 +641,7 @@ import Testing
             next: nil)
         #expect(
             ExportFormat.csv(page)
-                == "a,b,c\r\n\"'=HYPERLINK(\"\"x\"\")\",\"a,b\nc\",-5\r\n,1970-01-01T00:00:00.000Z,'@x\r\n")
+                == "a,b,c\r\n\"'=HYPERLINK(\"\"x\"\")\",\"a,b\nc\",-5\r\n,1970-01-01T00:00:00.000Z,\"'@x\"\r\n")
         #expect(
             ExportFormat.ndjson(page)
                 == "{\"a\":\"=HYPERLINK(\\\"x\\\")\",\"b\":\"a,b\\nc\",\"c\":-5}\n{\"a\":null,\"b\":\"1970-01-01T00:00:00.000Z\",\"c\":\"@x\"}\n"

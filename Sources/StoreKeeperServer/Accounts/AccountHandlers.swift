@@ -62,7 +62,7 @@ extension StoreKeeperApp {
             guard amount > 0, amount <= 1_000_000_000_000 else {
                 throw APIError.badRequest("field 'amount' must be a positive integer")
             }
-            guard !idempotencyKey.isEmpty, idempotencyKey.count <= 200 else {
+            guard !idempotencyKey.isEmpty, idempotencyKey.unicodeScalars.count <= 200 else {
                 throw APIError.badRequest("field 'idempotencyKey' must be 1…200 characters")
             }
             try StoreKeeperApp.validateText(idempotencyKey, field: "idempotencyKey")
@@ -109,6 +109,8 @@ extension StoreKeeperApp {
         var consumptionData: Bool?
         var source: String?
         var changedAt: String?
+        /// Set while a parent's RESCIND_CONSENT stands (the backend's consent ends it).
+        var rescindedAt: String?
 
         func encode(to encoder: any Encoder) throws {
             var container = encoder.container(keyedBy: CodingKeys.self)
@@ -116,16 +118,17 @@ extension StoreKeeperApp {
             try container.encode(consumptionData, forKey: .consumptionData)
             try container.encode(source, forKey: .source)
             try container.encode(changedAt, forKey: .changedAt)
+            try container.encode(rescindedAt, forKey: .rescindedAt)
         }
 
-        enum CodingKeys: String, CodingKey { case accountId, consumptionData, source, changedAt }
+        enum CodingKeys: String, CodingKey { case accountId, consumptionData, source, changedAt, rescindedAt }
     }
 
     static func consentJSON(_ consent: Consent) throws -> Response {
         try json(
             ConsentJSON(
                 accountId: consent.accountId, consumptionData: consent.consumptionData, source: consent.source,
-                changedAt: consent.changedAt.map(iso)))
+                changedAt: consent.changedAt.map(iso), rescindedAt: consent.rescindedAt.map(iso)))
     }
 
     func setConsent(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
@@ -134,10 +137,17 @@ extension StoreKeeperApp {
         try Self.validateAccountId(accountId)
         try caller.require(accountId)
         let body = try await decode(ConsentBody.self, request)
-        let consent = try await store.setConsent(
-            accountId, consumptionData: body.consumptionData, source: caller == .secretKey ? "backend" : "app",
-            now: Date())
-        return try Self.consentJSON(consent)
+        do {
+            let consent = try await store.setConsent(
+                accountId, consumptionData: body.consumptionData, source: caller == .secretKey ? "backend" : "app",
+                now: Date())
+            return try Self.consentJSON(consent)
+        } catch let rescinded as ConsentRescinded {
+            throw APIError(
+                .forbidden, "consent_rescinded",
+                "a parent withdrew consent (RESCIND_CONSENT, \(Self.iso(rescinded.at))): only the app's backend (a secret key) can restore it"
+            )
+        }
     }
 }
 

@@ -66,29 +66,48 @@ enum ExportFormat {
                 .timeSeparator(.colon).timeZone(separator: .omitted))
     }
 
-    /// RFC 4180, a header line first. Text a spreadsheet would run as a formula (`=`, `+`,
-    /// `-`, `@`, tab, CR first) is prefixed with `'`; numbers and times are never text.
+    /// RFC 4180, a header line first. Every text field is quoted and its `"` bytes doubled —
+    /// decided on UTF-8 bytes, never on `Character`s (`",\u{301}"` is one grapheme cluster equal
+    /// to no comma, yet a CSV reader splits on its first byte). Text a spreadsheet would run as a
+    /// formula (`=`, `+`, `-`, `@`, tab, CR first, in any cell) is prefixed with `'`; numbers and
+    /// times are never text.
     static func csv(_ page: ExportPage) -> String {
-        var out = page.columns.joined(separator: ",") + "\r\n"
-        for row in page.rows {
-            out += row.map { value -> String in
-                switch value {
-                case .null: return ""
-                case .integer(let number): return String(number)
-                case .time(let milliseconds): return time(milliseconds)
-                case .text(var text):
-                    if let first = text.unicodeScalars.first, "=+-@\t\r".unicodeScalars.contains(first) {
-                        text = "'" + text
-                    }
-                    if text.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" }) {
-                        return "\"" + text.replacingOccurrences(of: "\"", with: "\"\"") + "\""
-                    }
-                    return text
-                }
-            }.joined(separator: ",")
-            out += "\r\n"
+        var out: [UInt8] = []
+        out.reserveCapacity(64 * (page.rows.count + 1))
+        for (index, column) in page.columns.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            out.append(contentsOf: column.utf8)
         }
-        return out
+        out.append(contentsOf: [0x0D, 0x0A])
+        for row in page.rows {
+            for (index, value) in row.enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                switch value {
+                case .null: break
+                case .integer(let number): out.append(contentsOf: String(number).utf8)
+                case .time(let milliseconds): out.append(contentsOf: time(milliseconds).utf8)
+                case .text(let text): appendCSVField(text, to: &out)
+                }
+            }
+            out.append(contentsOf: [0x0D, 0x0A])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// The first bytes a spreadsheet reads as the start of a formula.
+    static let formulaStarts: Set<UInt8> = [
+        UInt8(ascii: "="), UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: "@"), 0x09, 0x0D,
+    ]
+
+    /// One text cell: always quoted, `"` doubled, the formula guard first.
+    static func appendCSVField(_ text: String, to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        if let first = text.utf8.first, formulaStarts.contains(first) { out.append(UInt8(ascii: "'")) }
+        for byte in text.utf8 {
+            if byte == UInt8(ascii: "\"") { out.append(byte) }
+            out.append(byte)
+        }
+        out.append(UInt8(ascii: "\""))
     }
 
     /// One JSON object per line, the columns as keys (null kept), times as ISO 8601.

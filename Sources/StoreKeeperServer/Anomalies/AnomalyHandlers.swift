@@ -17,12 +17,12 @@ import Synchronization
 extension StoreKeeperApp {
     func listAnomalies(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         try context.caller().requireSecretKey()
-        let status = request.uri.query.flatMap { query in
-            query.split(separator: "&").first { $0.hasPrefix("status=") }.map { String($0.dropFirst("status=".count)) }
+        // Read by the query parser (on bytes), never by splitting the raw query on `Character`s.
+        var status = request.uri.queryParameters.get("status")
+        if let given = status, !["open", "resolved", "all"].contains(given) {
+            throw APIError.badRequest("query 'status' must be open, resolved or all")
         }
-        if let status, !["open", "resolved"].contains(status) {
-            throw APIError.badRequest("query 'status' must be open or resolved")
-        }
+        if status == "all" { status = nil }
         // A page at a time, oldest first: `limit` (1…1000, default 500), then `after=<nextCursor>`.
         let limit: Int
         if let text = request.uri.queryParameters.get("limit") {
@@ -61,7 +61,7 @@ extension StoreKeeperApp {
         func validate() throws {
             // The action is checked after the anomaly is found: an unknown id is 404 whatever the body.
             if let accountId { try StoreKeeperApp.validateAccountId(accountId) }
-            guard (note ?? "").count <= 2_000 else {
+            guard (note ?? "").unicodeScalars.count <= 2_000 else {
                 throw APIError.badRequest("field 'note' must be at most 2000 characters")
             }
         }
@@ -86,7 +86,7 @@ extension StoreKeeperApp {
             throw APIError.notFound("no anomaly '\(id.prefix(64))'")
         }
         let note = note ?? ""
-        guard note.count <= 2_000 else { throw APIError.badRequest("field 'note' must be at most 2000 characters") }
+        guard note.unicodeScalars.count <= 2_000 else { throw APIError.badRequest("field 'note' must be at most 2000 characters") }
         switch action {
         case "dismiss":
             break

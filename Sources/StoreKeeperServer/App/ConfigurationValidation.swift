@@ -17,6 +17,21 @@ extension ServerConfiguration {
         guard (1...100_000).contains(maxOpenOrdersPerAccount) else {
             throw Invalid(key: "limits.maxOpenOrdersPerAccount", "must be 1…100000")
         }
+        guard (1...1_000_000).contains(maxOrdersPerAccountPerDay) else {
+            throw Invalid(key: "limits.maxOrdersPerAccountPerDay", "must be 1…1000000")
+        }
+        guard (1...3650).contains(orderRetentionDays) else {
+            throw Invalid(key: "limits.orderRetentionDays", "must be 1…3650")
+        }
+        guard (1...10_000).contains(maxUnconfirmedExternalTokensPerAccount) else {
+            throw Invalid(key: "limits.maxUnconfirmedExternalTokensPerAccount", "must be 1…10000")
+        }
+        guard (1...365).contains(unconfirmedExternalTokenDays) else {
+            throw Invalid(key: "limits.unconfirmedExternalTokenDays", "must be 1…365")
+        }
+        guard (1...100_000_000).contains(maxUnconfirmedExternalTokens) else {
+            throw Invalid(key: "limits.maxUnconfirmedExternalTokens", "must be 1…100000000")
+        }
         guard (1...1_000_000).contains(maxInFlightRequests) else {
             throw Invalid(key: "limits.maxInFlightRequests", "must be 1…1000000")
         }

@@ -45,6 +45,17 @@ public struct ServerConfiguration: Sendable {
     public var maxBodyBytes = 1_048_576
     /// Unpaid, unexpired orders an account may hold (409 `too_many_open_orders` above).
     public var maxOpenOrdersPerAccount = 100
+    /// Orders an account may create in 24 hours, whatever became of them (cancelled and expired
+    /// included): 429 `too_many_orders` above.
+    public var maxOrdersPerAccountPerDay = 500
+    /// Cancelled and expired unpaid orders are deleted this many days after their creation.
+    public var orderRetentionDays = 90
+    /// External purchase tokens Apple has not yet reported that one account may register.
+    public var maxUnconfirmedExternalTokensPerAccount = 20
+    /// A registered token Apple has not reported within this many days is deleted.
+    public var unconfirmedExternalTokenDays = 7
+    /// Unconfirmed external purchase tokens the whole server keeps (503 above).
+    public var maxUnconfirmedExternalTokens = 100_000
     /// Requests answered at once; above, 503 `overloaded`.
     public var maxInFlightRequests = 512
     /// `serve` waits this long for the database at start, then exits non-zero.
@@ -154,6 +165,8 @@ public struct ServerConfiguration: Sendable {
         "auth.secretKeys", "auth.clientTokenSecret", "auth.clientTokenMaxLifetimeSeconds", "auth.metricsToken",
         "auth.responseSigningKey",
         "catalog.file", "limits.maxBodyBytes", "limits.maxOpenOrdersPerAccount", "limits.maxInFlightRequests",
+        "limits.maxOrdersPerAccountPerDay", "limits.orderRetentionDays", "limits.maxUnconfirmedExternalTokensPerAccount",
+        "limits.unconfirmedExternalTokenDays", "limits.maxUnconfirmedExternalTokens",
         "limits.clientRequestsPerSecond", "limits.secretRequestsPerSecond", "limits.requestTimeoutSeconds",
         "ownership.policy", "webhooks.url", "webhooks.secret", "localAppStore.enabled",
         "rejectedProofs.retentionDays", "rejectedProofs.maxBytesPerDay", "rejectedProofs.maxBytesTotal",
@@ -390,6 +403,12 @@ public struct ServerConfiguration: Sendable {
         responseSigningKey = try source.string("auth.responseSigningKey")
         maxBodyBytes = try source.int("limits.maxBodyBytes") ?? maxBodyBytes
         maxOpenOrdersPerAccount = try source.int("limits.maxOpenOrdersPerAccount") ?? maxOpenOrdersPerAccount
+        maxOrdersPerAccountPerDay = try source.int("limits.maxOrdersPerAccountPerDay") ?? maxOrdersPerAccountPerDay
+        orderRetentionDays = try source.int("limits.orderRetentionDays") ?? orderRetentionDays
+        maxUnconfirmedExternalTokensPerAccount =
+            try source.int("limits.maxUnconfirmedExternalTokensPerAccount") ?? maxUnconfirmedExternalTokensPerAccount
+        unconfirmedExternalTokenDays = try source.int("limits.unconfirmedExternalTokenDays") ?? unconfirmedExternalTokenDays
+        maxUnconfirmedExternalTokens = try source.int("limits.maxUnconfirmedExternalTokens") ?? maxUnconfirmedExternalTokens
         idleTimeoutSeconds = try source.int("http.idleTimeoutSeconds") ?? idleTimeoutSeconds
         maxInFlightRequests = try source.int("limits.maxInFlightRequests") ?? maxInFlightRequests
         databaseStartupTimeoutSeconds =

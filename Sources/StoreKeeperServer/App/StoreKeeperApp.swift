@@ -414,7 +414,10 @@ public struct StoreKeeperApp: Sendable {
                 catalog: catalog, runner: google.isEmpty ? nil : JobRunner(app: self)),
             Housekeeping(
                 rejectedProofs: rejectedProofs, retentionDays: configuration.rejectedProofsRetentionDays,
-                outbox: OutboxStore(database: database), logger: logger),
+                outbox: OutboxStore(database: database), logger: logger, orders: store,
+                orderRetention: Double(configuration.orderRetentionDays) * 86_400,
+                externalTokens: ExternalPurchaseStore(database: database),
+                unconfirmedTokenRetention: Double(configuration.unconfirmedExternalTokenDays) * 86_400),
         ]
         if runJobs { services.append(JobRunner(app: self)) }
         if let localAppStore { services.append(NotificationSender(store: localAppStore)) }

@@ -453,7 +453,7 @@ struct DashboardController {
         let raw: String = request.uri.queryParameters.get("q").map { String($0) } ?? ""
         let query = raw.trimmingCharacters(in: .whitespaces)
         guard !query.isEmpty else { return Self.redirect("/dashboard") }
-        guard query.count <= 200 else { throw APIError.badRequest("a search is at most 200 characters") }
+        guard query.unicodeScalars.count <= 200 else { throw APIError.badRequest("a search is at most 200 characters") }
         try StoreKeeperApp.validateText(query, field: "q", requireNFC: false)
         let hits = try await app.store.search(query)
         // One account and nothing open to look at: straight to that account.
@@ -668,10 +668,16 @@ struct DashboardController {
     }
 
     static func cookieValue(_ request: Request, _ name: String) -> String? {
+        // Split on bytes: `;\u{301}` is one `Character` but a cookie separator all the same.
+        let prefix = Array((name + "=").utf8)
         for header in request.headers[values: .cookie] {
-            for pair in header.split(separator: ";") {
-                let trimmed = pair.trimmingCharacters(in: .whitespaces)
-                if trimmed.hasPrefix(name + "=") { return String(trimmed.dropFirst(name.count + 1)) }
+            for pair in header.utf8.split(separator: UInt8(ascii: ";")) {
+                let trimmed = pair.drop(while: { $0 == 0x20 || $0 == 0x09 })
+                if trimmed.starts(with: prefix) {
+                    var value = Array(trimmed.dropFirst(prefix.count))
+                    while let last = value.last, last == 0x20 || last == 0x09 { value.removeLast() }
+                    return String(decoding: value, as: UTF8.self)
+                }
             }
         }
         return nil
@@ -694,10 +700,12 @@ struct DashboardController {
         var request = request
         let buffer = try await request.collectBody(upTo: 16_384)
         var fields: [String: String] = [:]
-        for pair in String(buffer: buffer).split(separator: "&") {
-            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-            func decode(_ text: Substring) -> String? {
-                text.replacingOccurrences(of: "+", with: " ").removingPercentEncoding
+        // Split and decoded on bytes, never on `Character`s (`&\u{301}` is one grapheme cluster).
+        for pair in buffer.readableBytesView.split(separator: UInt8(ascii: "&")) {
+            let parts = pair.split(separator: UInt8(ascii: "="), maxSplits: 1, omittingEmptySubsequences: false)
+            func decode(_ bytes: some Collection<UInt8>) -> String? {
+                String(decoding: bytes.map { $0 == UInt8(ascii: "+") ? UInt8(ascii: " ") : $0 }, as: UTF8.self)
+                    .removingPercentEncoding
             }
             guard let name = parts.first.flatMap(decode), fields[name] == nil else { continue }
             fields[name] = parts.count > 1 ? decode(parts[1]) ?? "" : ""

@@ -48,7 +48,7 @@ extension StoreKeeperApp {
         // 2. The body: Pub/Sub's wrapped message with the notification in `data`.
         let bytes = try await request.body.collect(upTo: configuration.maxBodyBytes)
         guard let push = try? JSONDecoder().decode(PubSubPush.self, from: Data(buffer: bytes)),
-            let messageId = push.message?.messageId, !messageId.isEmpty, messageId.count <= 128
+            let messageId = push.message?.messageId, !messageId.isEmpty, messageId.unicodeScalars.count <= 128
         else {
             throw APIError.badRequest("not a Pub/Sub push: message.messageId is required")
         }

@@ -338,18 +338,18 @@ extension StoreKeeperApp.PurchaseBody {
             throw APIError.badRequest(
                 "field 'purchaseToken' is required: Google's token, 1…4096 printable ASCII characters")
         }
-        guard let productId, !productId.isEmpty, productId.count <= 255 else {
+        guard let productId, !productId.isEmpty, productId.unicodeScalars.count <= 255 else {
             throw APIError.badRequest("field 'productId' is required (Google Play's product id)")
         }
         try StoreKeeperApp.validateText(productId, field: "productId")
         if let appId {
-            guard !appId.isEmpty, appId.count <= 64 else {
+            guard !appId.isEmpty, appId.unicodeScalars.count <= 64 else {
                 throw APIError.badRequest("field 'appId' must be 1…64 characters")
             }
             try StoreKeeperApp.validateText(appId, field: "appId")
         }
         if let orderId {
-            guard orderId.count <= 200 else { throw APIError.badRequest("field 'orderId' must be 1…200 characters") }
+            guard orderId.unicodeScalars.count <= 200 else { throw APIError.badRequest("field 'orderId' must be 1…200 characters") }
             try StoreKeeperApp.validateText(orderId, field: "orderId")
         }
     }

@@ -62,4 +62,28 @@ final class RateLimiter: Sendable {
             return nil
         }
     }
+
+    /// Charges `count` more requests to an admitted caller (a batch's further entries): the
+    /// bucket may go below zero, and the caller waits for it to refill before its next request.
+    func charge(_ caller: Caller, count: Int, now: ContinuousClock.Instant? = nil) {
+        guard count > 0 else { return }
+        let now = now ?? clock()
+        let rate: Int
+        switch caller {
+        case .secretKey:
+            guard let secretPerSecond else { return }
+            rate = secretPerSecond
+        case .account:
+            rate = clientPerSecond
+        }
+        guard rate > 0 else { return }
+        buckets.withLock { state in
+            var bucket = state.byCaller[caller] ?? Bucket(tokens: Double(rate), updated: now)
+            let elapsed = now - bucket.updated
+            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            bucket.tokens = min(Double(rate), bucket.tokens + seconds * Double(rate)) - Double(count)
+            bucket.updated = now
+            state.byCaller[caller] = bucket
+        }
+    }
 }

@@ -54,7 +54,9 @@ extension StoreKeeperApp {
         else {
             throw APIError.badRequest("path parameter '\(name)' is missing or not valid percent-encoding")
         }
-        guard !value.isEmpty, value.count <= 200 else {
+        // Characters as users count them, and bytes as the database stores them: one `Character`
+        // may carry any number of combining scalars.
+        guard !value.isEmpty, value.count <= 200, value.utf8.count <= 800 else {
             throw APIError.badRequest("path parameter '\(name)' must be 1…200 characters")
         }
         try validateText(value, field: name)
@@ -62,7 +64,7 @@ extension StoreKeeperApp {
     }
 
     static func validateAccountId(_ accountId: String) throws {
-        guard !accountId.isEmpty, accountId.count <= 128 else {
+        guard !accountId.isEmpty, accountId.count <= 128, accountId.utf8.count <= 512 else {
             throw APIError.badRequest("field 'accountId' must be 1…128 characters")
         }
         try validateText(accountId, field: "accountId")

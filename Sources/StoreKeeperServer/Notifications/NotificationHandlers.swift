@@ -62,7 +62,7 @@ extension StoreKeeperApp {
             let record = NotificationRecord(
                 payload: verified.payload, transaction: verified.transaction, renewalInfo: verified.renewalInfo,
                 appTransaction: verified.appTransaction),
-            record.notificationUUID.count <= 128
+            record.notificationUUID.unicodeScalars.count <= 128
         else {
             throw APIError.badRequest("the notification has no notificationUUID, notificationType or signedDate")
         }

@@ -136,32 +136,36 @@ public struct Importer: Sendable {
         var description: String
     }
 
-    /// A row's checks: a printable account id, an original transaction id of digits.
+    /// A row's checks: the server's own account id rules (what `POST /v1/orders` accepts: NFC,
+    /// no control characters, 1…128 characters) and an original transaction id of ASCII digits.
     static func row(line: Int, account: String, original: String) -> Result<Row, InvalidRow> {
-        guard !account.isEmpty, account.count <= 128,
-            !account.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
-        else { return .failure(InvalidRow(description: "line \(line): accountId must be 1…128 printable characters")) }
-        guard !original.isEmpty, original.count <= 64, original.allSatisfy(\.isNumber) else {
-            return .failure(InvalidRow(description: "line \(line): originalTransactionId must be digits"))
+        do {
+            try StoreKeeperApp.validateAccountId(account)
+        } catch let error as APIError {
+            return .failure(InvalidRow(description: "line \(line): \(error.message)"))
+        } catch {
+            return .failure(InvalidRow(description: "line \(line): accountId is not valid"))
+        }
+        guard StoreKeeperApp.isAppleNumericId(original) else {
+            return .failure(InvalidRow(description: "line \(line): originalTransactionId must be 1…64 ASCII digits"))
         }
         return .success(Row(line: line, accountId: account, originalTransactionId: original))
     }
 
+    /// `accountId,originalTransactionId` per record (RFC 4180: LF or CRLF line ends, quoted
+    /// fields), read by scalars, never by `Character`s (`"\r\n"` is one).
     public static func parseCSV(_ text: String) -> (rows: [Row], invalid: [String]) {
         var rows: [Row] = []
         var invalid: [String] = []
-        for (index, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
-            let line = raw.trimmingCharacters(in: .whitespacesAndNewlines)
-            if line.isEmpty || line.hasPrefix("#") { continue }
-            let fields = line.split(separator: ",", omittingEmptySubsequences: false).map {
-                $0.trimmingCharacters(in: CharacterSet.whitespaces.union(CharacterSet(charactersIn: "\"")))
-            }
+        for (index, record) in CSVRecords.parse(text).enumerated() {
+            let fields = record.fields.map { $0.trimmingCharacters(in: .whitespaces) }
+            if fields.allSatisfy(\.isEmpty) || fields.first?.hasPrefix("#") == true { continue }
             if index == 0, fields.first?.lowercased() == "accountid" { continue }
             guard fields.count == 2 else {
-                invalid.append("line \(index + 1): expected accountId,originalTransactionId")
+                invalid.append("line \(record.line): expected accountId,originalTransactionId")
                 continue
             }
-            switch row(line: index + 1, account: fields[0], original: fields[1]) {
+            switch row(line: record.line, account: fields[0], original: fields[1]) {
             case .success(let row): rows.append(row)
             case .failure(let reason): invalid.append(reason.description)
             }
@@ -184,6 +188,10 @@ public struct Importer: Sendable {
                 try await importRow(row, api: api, report: &report)
             } catch let error as AppStoreAPIError where error.errorCode == AppStoreAPIError.transactionIdNotFound {
                 report.notFound.append(row.originalTransactionId)
+            } catch let error as AppStoreAPIError where Self.isPermanentForTheRow(error) {
+                // Apple refuses this row for good (an id it calls invalid): the row is invalid,
+                // the import goes on.
+                report.invalidRows.append("line \(row.line): Apple refused it: \(error.message)")
             } catch {
                 report.stoppedAtLine = row.line
                 report.error = "\(error)"
@@ -222,6 +230,12 @@ public struct Importer: Sendable {
             }
             revision = page.hasMore == true ? page.revision : nil
         } while revision != nil
+    }
+
+    /// A permanent 4xx about this row's id: not a rate limit, not the server's credentials.
+    static func isPermanentForTheRow(_ error: AppStoreAPIError) -> Bool {
+        guard !error.isRetryable, let status = error.httpStatus else { return false }
+        return (400..<500).contains(status) && ![401, 403, 429].contains(status)
     }
 
     /// Apple's 429: wait for Retry-After (at most a minute each, 100 waits in all) and ask

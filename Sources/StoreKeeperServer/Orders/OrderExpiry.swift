@@ -53,15 +53,47 @@ struct Housekeeping: Service {
     let outbox: OutboxStore
     var sentEventRetention: TimeInterval = 7 * 86_400
     let logger: Logger
+    /// Unpaid orders (cancelled or expired) are deleted this long after their creation
+    /// (`limits.orderRetentionDays`).
+    var orders: PurchaseStore? = nil
+    var orderRetention: TimeInterval = 90 * 86_400
+    /// External purchase tokens Apple never reported are deleted this long after they were
+    /// registered (`limits.unconfirmedExternalTokenDays`).
+    var externalTokens: ExternalPurchaseStore? = nil
+    var unconfirmedTokenRetention: TimeInterval = 7 * 86_400
 
-    /// One pass; returns (proofs, events) deleted.
-    func runOnce(now: Date = Date()) async throws -> (proofs: Int, events: Int) {
+    /// One pass; returns what it deleted.
+    @discardableResult
+    func runOnce(now: Date = Date()) async throws -> (proofs: Int, events: Int, orders: Int, tokens: Int) {
         let proofs = try await rejectedProofs.prune(olderThan: retentionDays, now: now)
         let events = try await outbox.pruneSent(before: now.addingTimeInterval(-sentEventRetention))
-        if proofs > 0 || events > 0 {
-            logger.info("housekeeping", metadata: ["rejectedProofs": "\(proofs)", "sentEvents": "\(events)"])
+        // In slices of a thousand rows, each its own short transaction.
+        var orderCount = 0
+        if let orders {
+            while true {
+                let deleted = try await orders.deleteUnpaidOrders(createdBefore: now.addingTimeInterval(-orderRetention))
+                orderCount += deleted
+                if deleted < 1_000 { break }
+            }
         }
-        return (proofs, events)
+        var tokenCount = 0
+        if let externalTokens {
+            while true {
+                let deleted = try await externalTokens.deleteUnconfirmedTokens(
+                    registeredBefore: now.addingTimeInterval(-unconfirmedTokenRetention))
+                tokenCount += deleted
+                if deleted < 1_000 { break }
+            }
+        }
+        if proofs > 0 || events > 0 || orderCount > 0 || tokenCount > 0 {
+            logger.info(
+                "housekeeping",
+                metadata: [
+                    "rejectedProofs": "\(proofs)", "sentEvents": "\(events)", "unpaidOrders": "\(orderCount)",
+                    "unconfirmedExternalTokens": "\(tokenCount)",
+                ])
+        }
+        return (proofs, events, orderCount, tokenCount)
     }
 
     func run() async throws {

@@ -37,7 +37,7 @@ extension StoreKeeperApp {
             }
             if let offerId { try StoreKeeperApp.validateText(offerId, field: "offerId") }
             if let appId {
-                guard !appId.isEmpty, appId.count <= 64 else {
+                guard !appId.isEmpty, appId.unicodeScalars.count <= 64 else {
                     throw APIError.badRequest("field 'appId' must be 1…64 characters")
                 }
                 try StoreKeeperApp.validateText(appId, field: "appId")
@@ -87,12 +87,20 @@ extension StoreKeeperApp {
                 offerLimit: offers.offer?.maxPerAccount.map { $0 - (offers.redemptions) },
                 introAllowed: offers.introductoryAllowed == true && offers.transactionId != nil,
                 appTransactionId: body.appTransactionId,
-                appId: body.appId ?? configuration.appId(for: "app_store", given: nil), now: now)
+                appId: body.appId ?? configuration.appId(for: "app_store", given: nil),
+                maxPerDay: configuration.maxOrdersPerAccountPerDay, now: now)
         } catch let error as PurchaseStore.OfferLimitReached {
             throw APIError(
                 .forbidden, "offer_not_eligible",
                 "offer '\(offers.offer?.id ?? "")' refused by rule maxPerAccount: \(error.outstanding) signed and still redeemable"
             )
+        } catch let error as PurchaseStore.TooManyOrdersToday {
+            var refusal = APIError(
+                .tooManyRequests, "too_many_orders",
+                "the account created \(error.limit) orders in the last 24 hours (limits.maxOrdersPerAccountPerDay)",
+                retryable: true)
+            refusal.headers[.retryAfter] = "3600"
+            throw refusal
         } catch let error as PurchaseStore.TooManyOpenOrders {
             throw APIError(
                 .conflict, "too_many_open_orders",

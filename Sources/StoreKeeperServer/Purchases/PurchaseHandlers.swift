@@ -67,7 +67,7 @@ extension StoreKeeperApp {
             default: throw APIError.badRequest("field 'store' must be app_store, google_play or web")
             }
             if let orderId {
-                guard orderId.count <= 200 else {
+                guard orderId.unicodeScalars.count <= 200 else {
                     throw APIError.badRequest("field 'orderId' must be 1…200 characters")
                 }
                 try StoreKeeperApp.validateText(orderId, field: "orderId")
@@ -108,6 +108,8 @@ extension StoreKeeperApp {
             return try await submitGooglePurchase(body)
         }
         if let batch = body.signedTransactions {
+            // A batch is charged per entry: 100 entries cost what 100 requests cost.
+            limiter.charge(caller, count: batch.count - 1)
             return try await submitBatch(batch, accountId: body.accountId)
         }
         guard let proof = body.proofs.first else { throw APIError.badRequest(PurchaseBody.oneOf) }
@@ -175,24 +177,38 @@ extension StoreKeeperApp {
         throw APIError.verification(failure)
     }
 
+    /// Signatures or chains that fail in one batch before its remaining entries go unchecked.
+    static let forgeriesBeforeGivingUp = 3
+
     /// `signedTransactions`: each JWS verified and delivered on its own, every entry's outcome in
     /// the answer in the order submitted; one that fails verification is `rejected` with its
     /// code, one refused is `not_delivered` with its code — never a 4xx for the batch.
     func submitBatch(_ batch: [String], accountId: String) async throws -> Response {
         var results: [TransactionJSON] = []
         var state: PurchaseStore.AccountState?
+        // Forged entries: after `forgeriesBeforeGivingUp` signatures or chains that do not verify,
+        // the rest are not checked (`not_verified`), kept or logged; one log line per batch.
+        var forgeries = 0
+        var rejectedCodes: [String: Int] = [:]
         for jws in batch {
+            if forgeries >= Self.forgeriesBeforeGivingUp {
+                results.append(.rejected(jws, code: "not_verified"))
+                rejectedCodes["not_verified", default: 0] += 1
+                continue
+            }
             let proof = Proof.signedTransaction(jws)
             let transaction: JWSTransactionDecodedPayload
             do {
                 transaction = try await verifier.verifyTransaction(jws)
             } catch let failure as VerificationFailure {
-                do {
-                    try await rejected(proof, failure: failure, accountId: accountId, orderId: nil)
-                } catch let error as APIError where !failure.isRetryable {
-                    results.append(.rejected(jws, code: error.code))
-                    continue
-                }
+                guard !failure.isRetryable else { throw APIError.verification(failure) }
+                metrics.verificationFailure(failure.code)
+                await keepRejected(proof, failure: failure, accountId: accountId, orderId: nil)
+                let code = APIError.verification(failure).code
+                results.append(.rejected(jws, code: code))
+                rejectedCodes[code, default: 0] += 1
+                if failure.code == "invalid_chain" || failure.code == "invalid_signature" { forgeries += 1 }
+                continue
             }
             let delivered = try await deliverVerified(
                 [transaction], accountId: accountId, orderId: nil, evidence: .device)
@@ -200,6 +216,14 @@ extension StoreKeeperApp {
             guard var result = delivered.results.first else { continue }
             if let refusal = delivered.refusals.first { result.code = APIError.refusal(refusal).code }
             results.append(result)
+        }
+        if !rejectedCodes.isEmpty {
+            logger.warning(
+                "batch entries rejected",
+                metadata: [
+                    "account": "\(accountId)", "entries": "\(batch.count)",
+                    "rejected": "\(rejectedCodes.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ","))",
+                ])
         }
         // "delivered" when this request delivered something; each entry says what became of it.
         let deliveredNow = results.contains { $0.outcome == "delivered" }
@@ -402,7 +426,7 @@ struct PurchasesController {
         v1.post("purchases/web/:paymentId/refund") { _, context in
             try context.caller().requireSecretKey()
             let paymentId = try StoreKeeperApp.parameter(context, "paymentId")
-            guard !paymentId.isEmpty, paymentId.count <= 200 else {
+            guard !paymentId.isEmpty, paymentId.unicodeScalars.count <= 200 else {
                 throw APIError.badRequest("paymentId must be 1…200 characters")
             }
             try StoreKeeperApp.validateText(paymentId, field: "paymentId")
@@ -433,7 +457,7 @@ extension StoreKeeperApp {
 
         func validate() throws {
             try StoreKeeperApp.validateAccountId(accountId)
-            guard !externalPurchaseId.isEmpty, externalPurchaseId.count <= 128 else {
+            guard !externalPurchaseId.isEmpty, externalPurchaseId.unicodeScalars.count <= 128 else {
                 throw APIError.badRequest("field 'externalPurchaseId' must be 1…128 characters")
             }
             try StoreKeeperApp.validateText(externalPurchaseId, field: "externalPurchaseId")
@@ -450,10 +474,29 @@ extension StoreKeeperApp {
         let body = try await decode(ExternalTokenBody.self, request)
         try caller.require(body.accountId)
         let store = ExternalPurchaseStore(database: database)
-        guard
-            try await store.registerToken(
-                body.externalPurchaseId, accountId: body.accountId, tokenType: body.tokenType, now: Date())
-        else {
+        let registered: Bool
+        do {
+            registered = try await store.registerToken(
+                body.externalPurchaseId, accountId: body.accountId, tokenType: body.tokenType,
+                limits: .init(
+                    perAccount: configuration.maxUnconfirmedExternalTokensPerAccount,
+                    total: configuration.maxUnconfirmedExternalTokens),
+                now: Date())
+        } catch let error as ExternalPurchaseStore.TooManyTokens {
+            var refusal =
+                error.global
+                ? APIError(
+                    .serviceUnavailable, "external_token_budget",
+                    "the server holds \(error.limit) external purchase tokens Apple has not reported (limits.maxUnconfirmedExternalTokens)",
+                    retryable: true)
+                : APIError(
+                    .tooManyRequests, "too_many_external_tokens",
+                    "the account holds \(error.limit) external purchase tokens Apple has not reported (limits.maxUnconfirmedExternalTokensPerAccount)",
+                    retryable: true)
+            refusal.headers[.retryAfter] = "3600"
+            throw refusal
+        }
+        guard registered else {
             throw APIError(
                 .conflict, "token_of_another_account",
                 "external purchase token '\(body.externalPurchaseId)' belongs to another account")

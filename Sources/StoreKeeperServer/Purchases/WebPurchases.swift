@@ -41,7 +41,7 @@ struct FlexibleInstant: Decodable, Hashable {
     init(from decoder: any Decoder) throws {
         let container = try decoder.singleValueContainer()
         if let text = try? container.decode(String.self) {
-            guard text.count <= 40, let date = StoreKeeperApp.parseDate(text) else {
+            guard text.unicodeScalars.count <= 40, let date = StoreKeeperApp.parseDate(text) else {
                 throw DecodingError.dataCorruptedError(in: container, debugDescription: "not an ISO 8601 instant")
             }
             milliseconds = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
@@ -82,13 +82,13 @@ extension StoreKeeperApp.PurchaseBody {
             }
         }
         if let original = originalPaymentId {
-            guard !original.isEmpty, original.count <= 200 else {
+            guard !original.isEmpty, original.unicodeScalars.count <= 200 else {
                 throw APIError.badRequest("field 'originalPaymentId' must be 1…200 characters")
             }
             try StoreKeeperApp.validateText(original, field: "originalPaymentId")
         }
         if let token = externalPurchaseToken {
-            guard !token.isEmpty, token.count <= 128 else {
+            guard !token.isEmpty, token.unicodeScalars.count <= 128 else {
                 throw APIError.badRequest("field 'externalPurchaseToken' must be 1…128 characters")
             }
             try StoreKeeperApp.validateText(token, field: "externalPurchaseToken")

@@ -35,10 +35,10 @@ extension StoreKeeperApp {
             logger.warning("security: retention request for another app", metadata: ["appAppleId": "\(theirs)"])
             throw APIError.verification(.wrongApp(expected: mine, actual: theirs), status: .badRequest)
         }
-        guard let original = decoded.originalTransactionId, !original.isEmpty, original.count <= 64,
-            let productId = decoded.productId, !productId.isEmpty, productId.count <= 255,
+        guard let original = decoded.originalTransactionId, !original.isEmpty, original.unicodeScalars.count <= 64,
+            let productId = decoded.productId, !productId.isEmpty, productId.unicodeScalars.count <= 255,
             let requestIdentifier = decoded.requestIdentifier, !requestIdentifier.isEmpty,
-            requestIdentifier.count <= 128
+            requestIdentifier.unicodeScalars.count <= 128
         else {
             throw APIError.badRequest("the request has no originalTransactionId, productId or requestIdentifier")
         }

@@ -38,7 +38,7 @@ extension StoreKeeperApp {
         var note: String?
 
         func validate() throws {
-            guard !entitlement.isEmpty, entitlement.count <= 128 else {
+            guard !entitlement.isEmpty, entitlement.unicodeScalars.count <= 128 else {
                 throw APIError.badRequest("field 'entitlement' must be 1…128 characters")
             }
             try StoreKeeperApp.validateText(entitlement, field: "entitlement")
@@ -93,7 +93,7 @@ extension StoreKeeperApp {
 
     static func validateNote(_ note: String?) throws -> String {
         let note = note ?? ""
-        guard note.count <= 1000 else { throw APIError.badRequest("field 'note' must be at most 1000 characters") }
+        guard note.unicodeScalars.count <= 1000 else { throw APIError.badRequest("field 'note' must be at most 1000 characters") }
         try validateText(note, field: "note", requireNFC: false)
         return note
     }
