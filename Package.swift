@@ -93,9 +93,12 @@ let package = Package(
         ),
         // Google Play's server side: Developer API client (service-account auth), its payloads,
         // Pub/Sub push verification (google-play.md).
+        // Private key files: written 0600 from the first byte, refused when others may read them.
+        .target(name: "KeyFiles"),
         .target(
             name: "GooglePlay",
             dependencies: [
+                "KeyFiles",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "JWTKit", package: "jwt-kit"),
             ]
@@ -104,7 +107,7 @@ let package = Package(
         .target(
             name: "LocalGooglePlay",
             dependencies: [
-                "GooglePlay", "StoreKeeperCatalog", "LocalAppStore",
+                "GooglePlay", "StoreKeeperCatalog", "LocalAppStore", "KeyFiles",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -138,7 +141,7 @@ let package = Package(
             name: "StoreKeeperServer",
             dependencies: [
                 "StoreKeeperStorage", "StoreKeeperCore", "StoreKeeperCatalog", "AppStoreModels", "AppStoreVerification",
-                "AppStoreClient", "LocalAppStore", "GooglePlay", "LocalGooglePlay",
+                "AppStoreClient", "LocalAppStore", "GooglePlay", "LocalGooglePlay", "KeyFiles",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
@@ -160,7 +163,7 @@ let package = Package(
         .target(
             name: "LocalAppStore",
             dependencies: [
-                "AppStoreModels",
+                "AppStoreModels", "KeyFiles",
                 "AppStoreVerification",
                 "AppStoreSigning",
                 "AppStoreClient",
@@ -268,6 +271,7 @@ let package = Package(
             dependencies: [
                 "GooglePlay", "LocalGooglePlay", "LocalAppStore", "StoreKeeperCatalog",
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -289,7 +293,7 @@ let package = Package(
             name: "StoreKeeperServerTests",
             dependencies: [
                 "StoreKeeperServer", "StoreKeeperStorage", "StoreKeeperCatalog", "AppStoreModels", "AppStoreSigning",
-                "LocalAppStore", "AppStoreClient", "StoreKeeperSimulator", "GooglePlay", "LocalGooglePlay",
+                "LocalAppStore", "AppStoreClient", "StoreKeeperSimulator", "GooglePlay", "LocalGooglePlay", "KeyFiles",
                 .product(name: "StoreKeeperKitCore", package: "StoreKeeperKit"),
                 .product(name: "SQLKit", package: "sql-kit"),
                 .product(name: "CSV", package: "CSV.swift"),

@@ -58,7 +58,14 @@ public actor PushVerifier {
     /// Fetches attempted (for tests).
     var fetches = 0
 
-    public init(audience: String, serviceAccount: String, certificatesURL: String, http: HTTPClient = .shared) {
+    /// The verifier's time (tests move it past the one-minute re-fetch bound).
+    let now: @Sendable () -> ContinuousClock.Instant
+
+    public init(
+        audience: String, serviceAccount: String, certificatesURL: String, http: HTTPClient = .shared,
+        clock: @escaping @Sendable () -> ContinuousClock.Instant = { .now }
+    ) {
+        self.now = clock
         self.audience = audience
         self.serviceAccount = serviceAccount
         self.certificatesURL = certificatesURL
@@ -101,12 +108,12 @@ public actor PushVerifier {
         guard let kid = json["kid"] as? String, !kid.isEmpty, kid.utf8.count <= 256 else {
             throw Refusal(message: "the token names no key (kid)")
         }
-        if keys == nil || fetchedAt.map({ ContinuousClock.now - $0 > .seconds(3600) }) == true {
+        if keys == nil || fetchedAt.map({ now() - $0 > .seconds(3600) }) == true {
             try await refresh()
         }
         if !kids.contains(kid) {
             // A key Google just added: fetch once more — one fetch at a time, at most once a minute.
-            if fetchedAt.map({ ContinuousClock.now - $0 > .seconds(60) }) ?? true {
+            if fetchedAt.map({ now() - $0 > .seconds(60) }) ?? true {
                 try await refresh()
             }
             guard kids.contains(kid) else {
@@ -122,7 +129,7 @@ public actor PushVerifier {
             try await inFlight.value
             return
         }
-        if let failedAt, ContinuousClock.now - failedAt < .seconds(10) {
+        if let failedAt, now() - failedAt < .seconds(10) {
             throw GooglePlayError(.unavailable, "Google's push certificates failed less than 10 s ago")
         }
         let task = Task { try await self.fetch() }
@@ -132,7 +139,7 @@ public actor PushVerifier {
             try await task.value
             failedAt = nil
         } catch {
-            failedAt = .now
+            failedAt = now()
             throw error
         }
     }
@@ -148,7 +155,7 @@ public actor PushVerifier {
         let jwks = try JSONDecoder().decode(JWKS.self, from: Data(answer.body))
         keys = try await JWTKeyCollection().add(jwks: jwks)
         kids = Set(jwks.keys.compactMap { $0.keyIdentifier?.string })
-        fetchedAt = .now
+        fetchedAt = now()
     }
 }
 

@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import KeyFiles
 import JWTKit
 import NIOCore
 import NIOHTTP1
@@ -51,9 +52,14 @@ public struct ServiceAccountKey: Codable, Sendable, Hashable {
         guard (try? Insecure.RSA.PrivateKey(pem: key.privateKey)) != nil else {
             throw GooglePlayError(.configuration, "\(path): private_key is not an RSA private key in PEM")
         }
-        guard URL(string: key.tokenURI)?.scheme?.hasPrefix("http") == true else {
-            throw GooglePlayError(.configuration, "\(path): token_uri is not a URL")
+        // The assertion is exchanged for a bearer token there: never in clear text, but on this
+        // machine (the local Google Play in tests and the demo).
+        guard let url = URL(string: key.tokenURI), let scheme = url.scheme?.lowercased(),
+            scheme == "https" || (scheme == "http" && ["127.0.0.1", "localhost", "::1"].contains(url.host ?? ""))
+        else {
+            throw GooglePlayError(.configuration, "\(path): token_uri must be an https URL")
         }
+        if let exposure = KeyFiles.exposure(of: path) { throw GooglePlayError(.configuration, exposure) }
         return key
     }
 }

@@ -1,6 +1,7 @@
 import AppStoreSigning
 import Crypto
 import Foundation
+import KeyFiles
 import SwiftASN1
 import X509
 import _CryptoExtras
@@ -126,6 +127,14 @@ public enum PKIStore {
     }
 
     private static func write(_ text: String, to url: URL, permissions: Int) throws {
+        if permissions == 0o600 {
+            // A private key: never on disk with wider permissions, not even for an instant.
+            do {
+                return try KeyFiles.writePrivate(Data(text.utf8), to: url.path)
+            } catch {
+                throw Corrupt(description: "cannot write \(url.path)")
+            }
+        }
         let temporary = url.appendingPathExtension("tmp")
         guard
             FileManager.default.createFile(

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import KeyFiles
 import StoreKeeperCatalog
 
 /// The App Store Connect "In-App Purchase" key of the local App Store, kept beside its PKI:
@@ -38,11 +39,12 @@ public enum ServerAPIKeyStore {
         let identity = Identity(
             issuerId: UUID().uuidString.lowercased(),
             keyId: String((0..<10).map { _ in "ABCDEFGHJKLMNPQRSTUVWXYZ23456789".randomElement()! }))
-        guard
-            FileManager.default.createFile(
-                atPath: keyFile.path, contents: Data(key.pemRepresentation.utf8), attributes: [.posixPermissions: 0o600]
-            ),
-            FileManager.default.createFile(atPath: identityFile.path, contents: try JSONEncoder().encode(identity))
+        do {
+            try KeyFiles.writePrivate(Data(key.pemRepresentation.utf8), to: keyFile.path)
+        } catch {
+            throw PKIStore.Corrupt(description: "cannot write the Server API key to \(dataDirectory.path)")
+        }
+        guard FileManager.default.createFile(atPath: identityFile.path, contents: try JSONEncoder().encode(identity))
         else { throw PKIStore.Corrupt(description: "cannot write the Server API key to \(dataDirectory.path)") }
         return Credentials(issuerId: identity.issuerId, keyId: identity.keyId, privateKeyPEM: key.pemRepresentation)
     }

@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Crypto
 import CryptoExtras
 import Foundation
+import KeyFiles
 import GooglePlay
 import Hummingbird
 import JWTKit
@@ -82,7 +83,7 @@ public final class LocalGooglePlayServer: Sendable {
     public func writeServiceAccountKey(baseURL: String, to path: String) throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-        try encoder.encode(serviceAccountKey(baseURL: baseURL)).write(to: URL(fileURLWithPath: path), options: .atomic)
+        try KeyFiles.writePrivate(try encoder.encode(serviceAccountKey(baseURL: baseURL)), to: path)
     }
 
     /// An OIDC token as Pub/Sub signs it for a push.

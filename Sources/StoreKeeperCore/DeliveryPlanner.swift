@@ -29,6 +29,8 @@ public enum DeliveryPlanner {
         public var policy: OwnershipPolicy
         /// What the submission proves about who paid.
         public var evidence: Evidence
+        /// The deployment's app the transaction is of (its bundle id), when configured.
+        public var transactionAppId: String? = nil
 
         public init(
             transaction: JWSTransactionDecodedPayload, submittingAccount: String?, orderByToken: Order? = nil,
@@ -107,6 +109,9 @@ public enum DeliveryPlanner {
         case ownedByOtherAccount(owner: String)
         /// The order named in the request belongs to someone else (`forbidden`).
         case orderOfAnotherAccount
+        /// The order the payment carries or names was created for another app
+        /// (`order_of_another_app`).
+        case orderOfAnotherApp(order: String, transaction: String)
     }
 
     public struct Plan: Hashable, Sendable {
@@ -203,6 +208,29 @@ public enum DeliveryPlanner {
         // Attribution: the signed appAccountToken, then the order named in the request, then
         // the oldest open order of the account for the product.
         var candidate = context.orderByToken ?? context.requestedOrder ?? context.oldestOpenOrder
+        // One app's payment never pays another app's order: the token's or the named order is
+        // refused (an operator sees it), the oldest open order of another app is passed over.
+        if let transactionApp = context.transactionAppId {
+            func ofAnotherApp(_ order: Order?) -> String? {
+                guard let app = order?.appId, app != transactionApp else { return nil }
+                return app
+            }
+            for order in [context.orderByToken, context.requestedOrder] {
+                guard let order, let orderApp = ofAnotherApp(order) else { continue }
+                return Plan(
+                    outcome: .notDelivered,
+                    refusal: .orderOfAnotherApp(order: orderApp, transaction: transactionApp), accountId: nil,
+                    anomalies: [
+                        AnomalyDraft(
+                            kind: .appMismatch, transactionId: transactionId, orderId: order.orderId,
+                            accountId: order.accountId,
+                            detail:
+                                "transaction \(transactionId) of app '\(transactionApp)' carries or names order \(order.orderId) of app '\(orderApp)'"
+                        )
+                    ])
+            }
+            if candidate != nil, ofAnotherApp(candidate) != nil { candidate = nil }
+        }
         if context.evidence == .lookup {
             let submitter = context.submittingAccount
             let carriesSubmittersToken =

@@ -93,6 +93,9 @@ public struct AnomalyDraft: Hashable, Sendable {
         case offerLimitExceeded = "offer_limit_exceeded"
         /// A Google Play purchase unacknowledged for 48 hours (Google refunds it at 72).
         case acknowledgementOverdue = "acknowledgement_overdue"
+        /// A payment of one app carrying (or naming) an order created for another app of the
+        /// deployment: never delivered to that order.
+        case appMismatch = "app_mismatch"
     }
 
     public var kind: Kind

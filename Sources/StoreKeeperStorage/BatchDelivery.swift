@@ -186,11 +186,12 @@ struct BatchDelivery {
                     expiries[key] = currentExpiry
                 }
             }
-            let context = DeliveryPlanner.Context(
+            var context = DeliveryPlanner.Context(
                 transaction: transaction, submittingAccount: submitting, orderByToken: byToken,
                 requestedOrder: requested, oldestOpenOrder: oldest, existingDelivery: deliveries[transactionId],
                 boundAccount: bound, currentEntitlementExpiry: currentExpiry, catalog: item.catalog,
                 policy: item.policy, evidence: item.evidence)
+            context.transactionAppId = item.appId
             var plan = DeliveryPlanner.plan(context, now: item.now)
             // An auto-renewable subscription's state moves through the core's machine
             // (`signedDate` order), bound where the delivery went: with a new period submitted,

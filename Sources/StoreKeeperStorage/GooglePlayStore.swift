@@ -1,4 +1,5 @@
 import AppStoreModels
+import Crypto
 import Foundation
 import SQLKit
 import StoreKeeperCatalog
@@ -138,7 +139,8 @@ public struct GooglePlayStore: Sendable {
             ).run()
             if acknowledge {
                 try await JobStore.insert(
-                    kind: Self.acknowledgeJobKind, dedupeKey: "\(Self.acknowledgeJobKind)|\(purchase.purchaseToken)",
+                    kind: Self.acknowledgeJobKind,
+                    dedupeKey: "\(Self.acknowledgeJobKind)|\(Self.tokenDigest(purchase.purchaseToken))",
                     payload: purchase.purchaseToken, sql: sql, now: now)
             }
             // Once per paid one-time order (a test purchase earns nothing): its price, read from
@@ -154,6 +156,12 @@ public struct GooglePlayStore: Sendable {
         }
     }
 
+    /// A purchase token's digest: what the audit log, job keys and stored ids hold in place of
+    /// Google's long bearer-like token (kept raw only where Google must be called with it).
+    public static func tokenDigest(_ token: String) -> String {
+        SHA256.hash(data: Data(token.utf8)).prefix(16).map { String(format: "%02x", $0) }.joined()
+    }
+
     /// An upgrade, downgrade or re-signup named `token` as its `linkedPurchaseToken`: it never
     /// grants again, even on a late notification. A token never seen is recorded retired.
     public func retire(_ token: String, appId: String, replacedBy: String, now: Date) async throws {
@@ -167,7 +175,7 @@ public struct GooglePlayStore: Sendable {
                 """
             ).run()
             try await PurchaseStore.audit(
-                sql, actor: "google", action: "google_token_retired", subject: token,
+                sql, actor: "google", action: "google_token_retired", subject: Self.tokenDigest(token),
                 detail: "purchase token replaced by a newer one (linkedPurchaseToken): it grants nothing from now on",
                 at: now.milliseconds)
         }

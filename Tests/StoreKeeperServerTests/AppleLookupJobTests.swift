@@ -40,6 +40,7 @@ import Testing
         let keyFile = directory.appendingPathComponent("key.p8")
         // A key the App Store does not know: every token is refused (401).
         try Data((wrongAPIKey ? P256.Signing.PrivateKey() : apiKey).pemRepresentation.utf8).write(to: keyFile)
+        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: keyFile.path)
 
         try await Application(
             router: appleServer.router(), configuration: .init(address: .hostname("127.0.0.1", port: 0))

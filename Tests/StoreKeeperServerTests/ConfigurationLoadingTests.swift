@@ -118,6 +118,7 @@ import Testing
              "client_email":"play@p.iam.gserviceaccount.com","token_uri":"https://oauth2.googleapis.com/token"}
             """
         try Data(json.utf8).write(to: URL(fileURLWithPath: path))
+        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: path)
         return path
     }
 

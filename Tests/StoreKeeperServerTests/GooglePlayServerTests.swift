@@ -88,15 +88,22 @@ import Testing
         }
     }
 
-    static func withPlay(_ kind: String, _ body: @Sendable (Play) async throws -> Void) async throws {
-        let store = LocalGooglePlay(
-            configuration: .init(packageName: "com.example.android", catalog: .demo),
-            clock: StoreClock(start: Date(), scale: 0))
+    /// `testPurchases`: every purchase a license tester's; `environments`: what the server
+    /// accepts; `secondApp`: another Google app (package `com.example.other`, its own push
+    /// audience `audience + "/other"`) served by the same local Google Play.
+    static func withPlay(
+        _ kind: String, testPurchases: Bool = false,
+        environments: Set<AppStoreEnvironment> = [.production, .sandbox], secondApp: Bool = false,
+        _ body: @Sendable (Play) async throws -> Void
+    ) async throws {
+        var storeConfiguration = LocalGooglePlay.Configuration(packageName: "com.example.android", catalog: .demo)
+        storeConfiguration.testPurchases = testPurchases
+        let store = LocalGooglePlay(configuration: storeConfiguration, clock: StoreClock(start: Date(), scale: 0))
         let server = try await LocalGooglePlayServer(store: store)
         let running = try await server.start()
         do {
             try await API.withServer(
-                kind,
+                kind, environments: environments,
                 configure: { configuration in
                     var google = GooglePlayAppConfiguration(id: "android", packageName: "com.example.android")
                     google.serviceAccountKey = server.serviceAccountKey(baseURL: running.baseURL)
@@ -105,6 +112,13 @@ import Testing
                     google.pushServiceAccount = pushAccount
                     google.pushCertificatesURL = running.baseURL + "/oauth2/v3/certs"
                     configuration.googlePlayApps = [google]
+                    if secondApp {
+                        var other = google
+                        other.id = "android-other"
+                        other.packageName = "com.example.other"
+                        other.pushAudience = audience + "/other"
+                        configuration.googlePlayApps.append(other)
+                    }
                 }
             ) { app, client in
                 try await body(Play(app: app, client: client, store: store, server: server))

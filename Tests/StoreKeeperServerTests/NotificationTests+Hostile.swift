@@ -74,7 +74,7 @@ extension NotificationTests {
             #expect(try await app.notifications.counts().isEmpty)
             #expect((try await relay.account("victim")["balances"] as? [String: Int])?["coins"] == nil)
             #expect(try await ScenarioTests.status(client, order: order.id) == "created")
-            #expect(try await API.call(client, .get, "/healthz", token: nil).status == .ok)
+            #expect(try await API.becomesHealthy(client))
 
             // And the genuine one still goes through, once.
             #expect(try await relay.post(genuine).status == .ok)

@@ -3,6 +3,8 @@ import AppStoreVerification
 import Configuration
 import Crypto
 import Foundation
+import KeyFiles
+import GooglePlay
 import StoreKeeperCatalog
 import StoreKeeperCore
 import StoreKeeperStorage
@@ -172,6 +174,7 @@ extension ServerConfiguration {
         guard (try? P256.Signing.PrivateKey(pemRepresentation: pem)) != nil else {
             throw Invalid(key: "apple.offers.privateKeyFile", "\(file) is not an ES256 .p8 private key (PEM)")
         }
+        if let exposure = KeyFiles.exposure(of: file) { throw Invalid(key: "apple.offers.privateKeyFile", exposure) }
         return pem
     }
 
@@ -197,6 +200,9 @@ extension ServerConfiguration {
         guard (try? P256.Signing.PrivateKey(pemRepresentation: pem)) != nil else {
             throw Invalid(key: "apple.serverAPI.privateKeyFile", "\(file) is not an ES256 .p8 private key (PEM)")
         }
+        if let exposure = KeyFiles.exposure(of: file) {
+            throw Invalid(key: "apple.serverAPI.privateKeyFile", exposure)
+        }
         return pem
     }
 }
@@ -212,12 +218,17 @@ extension ServerConfiguration {
         } else {
             throw Invalid(key: "auth.responseSigningKey", "neither a PEM key nor a readable file: \(value.prefix(200))")
         }
+        let signer: ResponseSigner
         do {
-            return ResponseSigner(key: try ResponseSigner.key(pem: pem))
+            signer = ResponseSigner(key: try ResponseSigner.key(pem: pem))
         } catch {
             throw Invalid(
                 key: "auth.responseSigningKey",
                 "not an Ed25519 private key in PEM (openssl genpkey -algorithm ed25519 writes one)")
         }
+        if !value.contains("-----BEGIN"), let exposure = KeyFiles.exposure(of: value) {
+            throw Invalid(key: "auth.responseSigningKey", exposure)
+        }
+        return signer
     }
 }

@@ -4,6 +4,8 @@ import AppStoreSigning
 import AppStoreVerification
 import Crypto
 import Foundation
+import KeyFiles
+import GooglePlay
 import Hummingbird
 import HummingbirdCore
 import LocalAppStore
@@ -265,10 +267,11 @@ public struct StoreKeeperApp: Sendable {
         }
         let key = Curve25519.Signing.PrivateKey()
         try FileManager.default.createDirectory(at: dataDirectory, withIntermediateDirectories: true)
-        guard
-            FileManager.default.createFile(
-                atPath: file.path, contents: Data(ResponseSigner.pem(key).utf8), attributes: [.posixPermissions: 0o600])
-        else { throw ServerConfiguration.Invalid(key: "auth.responseSigningKey", "cannot write \(file.path)") }
+        do {
+            try KeyFiles.writePrivate(Data(ResponseSigner.pem(key).utf8), to: file.path)
+        } catch {
+            throw ServerConfiguration.Invalid(key: "auth.responseSigningKey", "cannot write \(file.path)")
+        }
         let signer = ResponseSigner(key: key)
         logger.notice(
             "demo mode: generated a response signing key into \(file.path); its public key (for the app): \(signer.publicKeyBase64)"
@@ -329,10 +332,11 @@ public struct StoreKeeperApp: Sendable {
         let alphabet = Array("abcdefghijklmnopqrstuvwxyz0123456789")
         let key = "sk_dev_" + String((0..<40).map { _ in alphabet[Int(generator.next() % UInt64(alphabet.count))] })
         try FileManager.default.createDirectory(at: dataDirectory, withIntermediateDirectories: true)
-        guard
-            FileManager.default.createFile(
-                atPath: keyFile.path, contents: Data(key.utf8), attributes: [.posixPermissions: 0o600])
-        else { throw ServerConfiguration.Invalid(key: "auth.secretKeys", "cannot write \(keyFile.path)") }
+        do {
+            try KeyFiles.writePrivate(Data(key.utf8), to: keyFile.path)
+        } catch {
+            throw ServerConfiguration.Invalid(key: "auth.secretKeys", "cannot write \(keyFile.path)")
+        }
         logger.notice(
             "demo mode: generated a development secret key (not for production) into \(keyFile.path) — read it with: cat \(keyFile.path)"
         )

@@ -28,18 +28,20 @@ extension StoreKeeperApp {
         }
         // 1. The OIDC bearer, against every Google app's push settings (one usually).
         let authorization = request.headers[.authorization]
-        var verified = false
+        // Which apps' push identities (audience, service account) the token proves: a push is
+        // applied only to an app whose identity it carries.
+        var verifiedApps: Set<String> = []
         var reasons: [String] = []
-        for push in google.values.compactMap(\.verifier) {
+        for app in google.values {
+            guard let push = app.verifier else { continue }
             do {
                 _ = try await push.verify(authorization: authorization)
-                verified = true
-                break
+                verifiedApps.insert(app.configuration.id)
             } catch {
                 reasons.append(error.message)
             }
         }
-        guard verified else {
+        guard !verifiedApps.isEmpty else {
             metrics.notificationRejected.increment()
             logger.warning(
                 "security: Google push rejected", metadata: ["reason": "\(reasons.first ?? "no push settings")"])
@@ -63,7 +65,17 @@ extension StoreKeeperApp {
                 body: String(decoding: bytes.readableBytesView.prefix(65_536), as: UTF8.self), sync: nil, now: Date())
             return Response(status: .noContent)
         }
-        let app = google.values.first { $0.configuration.packageName == notification.packageName }
+        let named = google.values.first { $0.configuration.packageName == notification.packageName }
+        // A push verified for one app that names another app's package is recorded, never applied.
+        let app = named.flatMap { verifiedApps.contains($0.configuration.id) ? $0 : nil }
+        if let named, app == nil {
+            logger.warning(
+                "security: Google push for a package its token does not vouch for: recorded, not applied",
+                metadata: [
+                    "packageName": "\(named.configuration.packageName)",
+                    "verifiedFor": "\(verifiedApps.sorted().joined(separator: ","))",
+                ])
+        }
         let token = notification.purchaseToken
         var job: GoogleSyncJob?
         if let app, let token, token.utf8.count <= 4096 {
@@ -85,7 +97,7 @@ extension StoreKeeperApp {
             body: String(decoding: data.prefix(65_536), as: UTF8.self),
             sync: try job.map { String(decoding: try JSONEncoder().encode($0), as: UTF8.self) }, now: Date())
         if recorded == .new { metrics.notificationAccepted.increment() }
-        if app == nil {
+        if named == nil {
             logger.warning(
                 "Google push for a package this server does not serve: recorded, not applied",
                 metadata: ["packageName": "\(notification.packageName?.prefix(100) ?? "-")"])

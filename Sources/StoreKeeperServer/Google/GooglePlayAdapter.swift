@@ -65,7 +65,7 @@ struct GoogleReading: Sendable {
     var tokenDigest: String { GoogleReading.digest(token) }
 
     static func digest(_ token: String) -> String {
-        SHA256.hash(data: Data(token.utf8)).prefix(16).map { String(format: "%02x", $0) }.joined()
+        GooglePlayStore.tokenDigest(token)
     }
 
     /// The one delivery path's view of this charge: ids `gp:<orderId>` (the subscription's
@@ -188,6 +188,9 @@ extension StoreKeeperApp {
         case pending
         case notPaid(String)
         case retired
+        /// A license tester's purchase on a server that does not accept Sandbox: nothing
+        /// recorded, nothing delivered, by every path (submission, notification, reconciliation).
+        case wrongEnvironment
     }
 
     /// Applies what Google says about a token — the one path for a device's submission, a
@@ -198,6 +201,7 @@ extension StoreKeeperApp {
     func applyGoogle(_ reading: GoogleReading, submittingAccount: String?, orderId: String?, now: Date)
         async throws -> GoogleApplied
     {
+        if reading.test, !configuration.environments.contains(.sandbox) { return .wrongEnvironment }
         let store = GooglePlayStore(database: database)
         if let linked = reading.linkedPurchaseToken {
             // Retire the replaced token first: its subscription ends now, whatever comes late.
@@ -274,12 +278,11 @@ extension StoreKeeperApp {
                 .unprocessableContent, "product_mismatch",
                 "the purchase is for '\(reading.googleProductId)', not '\(claimed.prefix(100))'")
         }
-        if reading.test, !configuration.environments.contains(.sandbox) {
+        switch try await applyGoogle(reading, submittingAccount: body.accountId, orderId: body.orderId, now: Date()) {
+        case .wrongEnvironment:
             throw APIError(
                 .unprocessableContent, "wrong_environment",
                 "a test purchase (license tester): Sandbox is not accepted by this server")
-        }
-        switch try await applyGoogle(reading, submittingAccount: body.accountId, orderId: body.orderId, now: Date()) {
         case .pending:
             struct Pending: Encodable {
                 var status = "pending"

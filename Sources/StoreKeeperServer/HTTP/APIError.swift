@@ -54,6 +54,10 @@ public struct APIError: Error, HTTPResponseError, Sendable {
             return .init(.conflict, "owned_by_other_account", "this purchase belongs to another account")
         case .orderOfAnotherAccount:
             return .forbidden("order belongs to another account")
+        case .orderOfAnotherApp(let order, let transaction):
+            return .init(
+                .conflict, "order_of_another_app",
+                "the order was created for app '\(order)' but the payment is of app '\(transaction)'")
         }
     }
 
