@@ -31,6 +31,9 @@ public enum DeliveryPlanner {
         public var evidence: Evidence
         /// The deployment's app the transaction is of (its bundle id), when configured.
         public var transactionAppId: String? = nil
+        /// The deployment's apps now: an order of an app no longer configured (a renamed
+        /// bundle id) is not compared.
+        public var configuredAppIds: Set<String> = []
 
         public init(
             transaction: JWSTransactionDecodedPayload, submittingAccount: String?, orderByToken: Order? = nil,
@@ -212,7 +215,9 @@ public enum DeliveryPlanner {
         // refused (an operator sees it), the oldest open order of another app is passed over.
         if let transactionApp = context.transactionAppId {
             func ofAnotherApp(_ order: Order?) -> String? {
-                guard let app = order?.appId, app != transactionApp else { return nil }
+                guard let app = order?.appId, app != transactionApp, context.configuredAppIds.contains(app) else {
+                    return nil
+                }
                 return app
             }
             for order in [context.orderByToken, context.requestedOrder] {

@@ -151,6 +151,26 @@ struct BatchDelivery {
         // Non-renewing access windows extend the latest expiry of the entitlement: read when
         // an item needs it (rare products), then kept up to date by the batch's own grants.
         var expiries: [EntitlementKey: Date?] = [:]
+        if sql.dialect.name == "postgresql" {
+            // Two batches (or instances) extending the same account's pass read-modify-write its
+            // expiry: each key is locked for the transaction first, in one order, so neither
+            // reads the expiry before the other's extension is committed.
+            var keys: Set<String> = []
+            for item in items {
+                guard let product = item.catalog.product(item.transaction.productId ?? ""),
+                    product.type == .nonRenewing, let entitlement = product.grants.entitlement
+                else { continue }
+                for account in [item.submittingAccount].compactMap({ $0 }) + orders.values.filter({
+                    $0.appAccountToken.uuidString.lowercased() == item.transaction.appAccountToken?.lowercased()
+                        || $0.orderId == item.requestedOrderId
+                }).map(\.accountId) {
+                    keys.insert("entitlement|\(account)|\(entitlement)")
+                }
+            }
+            for key in keys.sorted() {
+                try await sql.raw("SELECT pg_advisory_xact_lock(hashtext(\(bind: key)))").run()
+            }
+        }
         for item in items {
             let transaction = item.transaction
             let transactionId = transaction.transactionId ?? ""
@@ -192,6 +212,7 @@ struct BatchDelivery {
                 boundAccount: bound, currentEntitlementExpiry: currentExpiry, catalog: item.catalog,
                 policy: item.policy, evidence: item.evidence)
             context.transactionAppId = item.appId
+            context.configuredAppIds = Set(item.apps.apps.values)
             var plan = DeliveryPlanner.plan(context, now: item.now)
             // An auto-renewable subscription's state moves through the core's machine
             // (`signedDate` order), bound where the delivery went: with a new period submitted,
