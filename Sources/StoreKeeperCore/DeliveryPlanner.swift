@@ -31,6 +31,10 @@ public enum DeliveryPlanner {
         public var evidence: Evidence
         /// The deployment's app the transaction is of (its bundle id), when configured.
         public var transactionAppId: String? = nil
+        /// The store refunded this transaction before anyone claimed it (recorded by the one
+        /// refund path): whole, it is never delivered; partial, it is delivered and the same
+        /// refund applied to it in the same database transaction.
+        public var refundedBeforeDelivery: RefundPlanner.Revocation? = nil
         /// The deployment's apps now: an order of an app no longer configured (a renamed
         /// bundle id) is not compared.
         public var configuredAppIds: Set<String> = []
@@ -189,6 +193,10 @@ public enum DeliveryPlanner {
             return Plan(outcome: .alreadyDelivered, accountId: existing.accountId, order: nil, delivery: nil)
         }
         if transaction.isRevoked {
+            return Plan(outcome: .refunded, refusal: .revoked, accountId: nil)
+        }
+        if let refunded = context.refundedBeforeDelivery, !refunded.isPartial {
+            // Refunded (or auto-refunded, or revoked) by the store before anyone claimed it.
             return Plan(outcome: .refunded, refusal: .revoked, accountId: nil)
         }
         if let requested = context.requestedOrder, let submitter = context.submittingAccount,

@@ -263,6 +263,14 @@ public enum RefundPlanner {
         }
 
         public var isPartial: Bool { share < RefundPlanner.wholeShare }
+
+        /// The same revocation, from the values it is stored as.
+        public init(type: RevocationType?, percentage: Int32?, unitsRefunded: Int64?, units: Int64?) {
+            self.type = type
+            self.percentage = percentage
+            self.unitsRefunded = unitsRefunded
+            self.units = units
+        }
     }
 
     public struct Plan: Sendable, Hashable {
@@ -286,6 +294,10 @@ public enum RefundPlanner {
         /// (quantity 0) and refunded, so a late notification or submission of it never
         /// delivers it.
         public var recordUndelivered = false
+        /// Refunded before anyone claimed it: what the store refunded, kept by transaction id
+        /// for the delivery path (`DeliveryPlanner.Context.refundedBeforeDelivery`) — a whole
+        /// refund is never delivered, a partial one delivers only what was not refunded.
+        public var refundedBeforeDelivery: Revocation?
 
         public struct Shortening: Sendable, Hashable {
             public var id: String
@@ -313,8 +325,17 @@ public enum RefundPlanner {
                 skipped:
                     "transaction \(transactionId) was never delivered here: nothing to take back; recorded as refunded so it never is"
             )
-            plan.recordUndelivered = true
-            plan.orderStatus = .refunded
+            // A whole refund of a purchase whose owner is known is recorded as delivered with
+            // nothing; every refund is also kept by transaction id, so a purchase nobody holds
+            // yet is never delivered in full afterwards.
+            plan.recordUndelivered = !revocation.isPartial
+            plan.refundedBeforeDelivery = revocation
+            if revocation.isPartial {
+                plan.skipped =
+                    "transaction \(transactionId) was never delivered here: \(percent(share)) refunded, recorded; a later delivery gives only what was not refunded"
+            } else {
+                plan.orderStatus = .refunded
+            }
             plan.refundedShare = share
             return plan
         }

@@ -63,6 +63,10 @@ struct BatchDelivery {
                 deliveries[delivery.transactionId] = delivery
             }
         }
+        // Refunds the store made before anyone claimed these purchases (finding: a voided
+        // Google purchase was delivered afterwards to whoever submitted it).
+        let refundedEarlier = try await PurchaseStore.undeliveredRefunds(
+            transactionIds.filter { deliveries[$0] == nil }, sql: sql)
         // Every order an item could be attributed to, with one query: by token, by the order
         // id in the request, and — for a token that matches no order, as in one-by-one
         // delivery — the oldest open orders of the submitting account for the product, through
@@ -212,6 +216,7 @@ struct BatchDelivery {
                 boundAccount: bound, currentEntitlementExpiry: currentExpiry, catalog: item.catalog,
                 policy: item.policy, evidence: item.evidence)
             context.transactionAppId = item.appId
+            context.refundedBeforeDelivery = refundedEarlier[transactionId]?.revocation
             context.configuredAppIds = Set(item.apps.apps.values)
             var plan = DeliveryPlanner.plan(context, now: item.now)
             // An auto-renewable subscription's state moves through the core's machine
@@ -364,6 +369,16 @@ struct BatchDelivery {
             // server was down, an offer code redeemed outside the app) apply now that one
             // owns it.
             try await NotificationStore.release(Array(newSubscriptions), sql: sql, now: items[0].now)
+        }
+        // A partial refund made before the purchase was claimed is taken back from what was just
+        // delivered, in this transaction, through the one refund path.
+        if !refundedEarlier.isEmpty {
+            for (item, result) in zip(items, results) where result.plan.delivery != nil {
+                guard let id = item.transaction.transactionId, let refund = refundedEarlier[id] else { continue }
+                try await PurchaseStore.applyUndeliveredRefund(
+                    refund, transaction: item.transaction, catalog: item.catalog, policy: item.policy, apps: item.apps,
+                    sql: sql, now: item.now)
+            }
         }
         // The submitting accounts as committed, for the answers.
         let states = try await PurchaseStore.accountStates(

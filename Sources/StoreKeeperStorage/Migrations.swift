@@ -703,6 +703,28 @@ public enum Migrations {
                 "UPDATE consents SET rescinded_at = changed_at WHERE source = 'rescind_consent'",
             ]
         ),
+        (
+            24,
+            [
+                // Refunds of purchases nobody held yet, by the store's transaction id: the
+                // delivery path never delivers a whole one and takes a partial one back at once.
+                """
+                CREATE TABLE undelivered_refunds (
+                    transaction_id TEXT PRIMARY KEY,
+                    original_transaction_id TEXT NOT NULL,
+                    product_id TEXT NOT NULL,
+                    revocation_type TEXT,
+                    percentage INTEGER,
+                    units_refunded BIGINT,
+                    units BIGINT,
+                    share INTEGER NOT NULL,
+                    reason TEXT NOT NULL,
+                    refund_key TEXT NOT NULL,
+                    refunded_at BIGINT NOT NULL
+                )
+                """
+            ]
+        ),
     ]
 
     /// Applies every migration not yet applied, each in its own transaction. Safe to run from

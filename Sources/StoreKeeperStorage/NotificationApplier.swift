@@ -169,6 +169,23 @@ enum NotificationApplier {
                 subscriptionNote = "; subscription \(originalId) is \(state.status.rawValue)"
             }
         }
+        var heldForDelivery = false
+        if reversed, delivery == nil {
+            // The store took its refund back before anyone claimed the purchase: deliverable again.
+            try await sql.raw("DELETE FROM undelivered_refunds WHERE transaction_id = \(bind: transactionId)").run()
+        }
+        if let refunded = plan.refundedBeforeDelivery {
+            // Kept by transaction id whoever holds it (nobody, often): the delivery path reads it.
+            try await PurchaseStore.recordUndeliveredRefund(
+                transactionId, originalId: originalId, productId: transaction.productId ?? "", revocation: refunded,
+                reason: kind, key: record.notificationUUID, sql: sql, at: at)
+            heldForDelivery = true
+            try await PurchaseStore.audit(
+                sql, actor: actor, action: kind, subject: transactionId,
+                detail:
+                    "\(kind) of transaction \(transactionId) before anyone claimed it (\(RefundPlanner.percent(refunded.share))): recorded; \(refunded.isPartial ? "a delivery gives only what was not refunded" : "it is never delivered")",
+                at: at)
+        }
         if plan.recordUndelivered,
             let (account, orderId) = try await owner(of: transaction, originalId: originalId, sql: sql)
         {
@@ -198,7 +215,8 @@ enum NotificationApplier {
         }
         if let skipped = plan.skipped {
             return (
-                subscriptionNote.isEmpty && !plan.recordUndelivered ? "ignored" : "applied", skipped + subscriptionNote
+                subscriptionNote.isEmpty && !plan.recordUndelivered && !heldForDelivery ? "ignored" : "applied",
+                skipped + subscriptionNote
             )
         }
         guard let delivery, let account = plan.accountId else { return ("ignored", "nothing delivered") }

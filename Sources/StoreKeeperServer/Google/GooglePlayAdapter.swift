@@ -60,6 +60,9 @@ struct GoogleReading: Sendable {
     var packageName: String = ""
     /// The buyer's country as Google names it (ISO 3166-1 alpha-2).
     var regionCode: String?
+    /// A one-time purchase's units not refunded yet (Google leaves a voided purchase
+    /// `PURCHASED`: this is what says it was refunded).
+    var refundableQuantity: Int? = nil
 
     /// The token's digest: stored ids never hold Google's long opaque tokens.
     var tokenDigest: String { GoogleReading.digest(token) }
@@ -94,6 +97,11 @@ struct GoogleReading: Sendable {
         transaction.storefront = RegionCode.alpha3(regionCode)
         transaction.appAccountToken = obfuscatedAccountId.flatMap { UUID(uuidString: $0) }.map {
             $0.uuidString.lowercased()
+        }
+        if kind == "one_time", refundableQuantity == 0 {
+            // Every unit refunded: Google's word that it is voided.
+            transaction.revocationDate = Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))
+            transaction.revocationReason = .refundedForOtherReason
         }
         return transaction
     }
@@ -175,7 +183,8 @@ extension StoreKeeperApp {
             paidAt: GoogleTime.parse(resource.purchaseCompletionTime), expiresAt: nil, autoRenew: false,
             linkedPurchaseToken: nil, test: resource.testPurchaseContext?.fopType == "TEST",
             acknowledged: resource.acknowledgementState == AcknowledgementState.acknowledged, priceMilli: nil,
-            currency: nil, status: nil, packageName: app.configuration.packageName, regionCode: resource.regionCode)
+            currency: nil, status: nil, packageName: app.configuration.packageName, regionCode: resource.regionCode,
+            refundableQuantity: item.productOfferDetails?.refundableQuantity)
     }
 
     enum GoogleReadFailure: Error {
@@ -238,6 +247,16 @@ extension StoreKeeperApp {
             return .retired
         }
         let transaction = reading.transaction
+        if reading.kind == "one_time", let refundable = reading.refundableQuantity, refundable > 0,
+            refundable < reading.quantity, let id = transaction.transactionId
+        {
+            // Units Google refunded before anyone claimed them: delivered only what is left.
+            try await self.store.recordRefundBeforeDelivery(
+                id, originalId: transaction.originalTransactionId ?? id, productId: reading.product.id,
+                revocation: RefundPlanner.Revocation(
+                    unitsRefunded: Int64(reading.quantity - refundable), of: Int64(reading.quantity)),
+                key: "gp-read:\(reading.tokenDigest):\(reading.quantity - refundable)", now: now)
+        }
         let event = reading.status.map {
             SubscriptionEvent(.storeState($0, autoRenew: reading.autoRenew), signedDate: now, transaction: transaction)
         }

@@ -1,0 +1,93 @@
+import AppStoreModels
+import Foundation
+import SQLKit
+import StoreKeeperCatalog
+import StoreKeeperCore
+
+/// Refunds of purchases nobody held yet (a Google purchase voided or auto-refunded before its
+/// token was submitted, an App Store refund of a transaction never delivered here): kept by
+/// transaction id so the delivery path honours them — a whole refund is never delivered, a
+/// partial one delivers and is taken back at once, through the one refund path.
+extension PurchaseStore {
+    static func recordUndeliveredRefund(
+        _ transactionId: String, originalId: String, productId: String, revocation: RefundPlanner.Revocation,
+        reason: String, key: String, sql: any SQLDatabase, at: Int64
+    ) async throws {
+        // A later refund of the same purchase says more (Google's voided quantities add up):
+        // the larger share stands.
+        try await sql.raw(
+            """
+            INSERT INTO undelivered_refunds (transaction_id, original_transaction_id, product_id, revocation_type,
+                                             percentage, units_refunded, units, share, reason, refund_key, refunded_at)
+            VALUES (\(bind: transactionId), \(bind: originalId), \(bind: productId), \(bind: revocation.type?.rawValue),
+                    \(bind: revocation.percentage), \(bind: revocation.unitsRefunded), \(bind: revocation.units),
+                    \(bind: revocation.share), \(bind: reason), \(bind: key), \(bind: at))
+            ON CONFLICT (transaction_id) DO UPDATE SET
+                revocation_type = excluded.revocation_type, percentage = excluded.percentage,
+                units_refunded = excluded.units_refunded, units = excluded.units, share = excluded.share,
+                reason = excluded.reason, refund_key = excluded.refund_key, refunded_at = excluded.refunded_at
+            WHERE excluded.share >= undelivered_refunds.share
+            """
+        ).run()
+    }
+
+    /// What the store's own read of a purchase says was refunded already (Google's
+    /// `refundableQuantity` below its quantity), recorded before it is delivered — unless it
+    /// was delivered before, when the refund path applies it from the store's refund record.
+    public func recordRefundBeforeDelivery(
+        _ transactionId: String, originalId: String, productId: String, revocation: RefundPlanner.Revocation,
+        key: String, now: Date
+    ) async throws {
+        try await database.transaction { sql in
+            let delivered = try await sql.raw(
+                "SELECT 1 AS d FROM deliveries WHERE transaction_id = \(bind: transactionId)"
+            ).first()
+            guard delivered == nil else { return }
+            try await Self.recordUndeliveredRefund(
+                transactionId, originalId: originalId, productId: productId, revocation: revocation,
+                reason: "refund", key: key, sql: sql, at: now.milliseconds)
+        }
+    }
+
+    /// The undelivered refunds of these transactions, with the key their take-back is applied
+    /// under.
+    static func undeliveredRefunds(_ transactionIds: [String], sql: any SQLDatabase) async throws
+        -> [String: (revocation: RefundPlanner.Revocation, key: String)]
+    {
+        guard !transactionIds.isEmpty else { return [:] }
+        var refunds: [String: (RefundPlanner.Revocation, String)] = [:]
+        for row in try await sql.raw(
+            "SELECT * FROM undelivered_refunds WHERE transaction_id IN (\(binds: transactionIds))"
+        ).all() {
+            let revocation = RefundPlanner.Revocation(
+                type: try row.decode(column: "revocation_type", as: String?.self).map(RevocationType.init(rawValue:)),
+                percentage: try row.decode(column: "percentage", as: Int32?.self),
+                unitsRefunded: try row.decode(column: "units_refunded", as: Int64?.self),
+                units: try row.decode(column: "units", as: Int64?.self))
+            refunds[try row.decode(column: "transaction_id", as: String.self)] = (
+                revocation, try row.decode(column: "refund_key", as: String.self)
+            )
+        }
+        return refunds
+    }
+
+    /// A partial refund recorded before delivery, applied to the delivery just written (same
+    /// database transaction) through the one refund path.
+    static func applyUndeliveredRefund(
+        _ refund: (revocation: RefundPlanner.Revocation, key: String), transaction: JWSTransactionDecodedPayload,
+        catalog: Catalog, policy: OwnershipPolicy, apps: AppDirectory, sql: any SQLDatabase,
+        now: Date
+    ) async throws {
+        var settings = NotificationStore.Settings(
+            catalog: catalog, policy: policy, consumptionEnabled: false,
+            read: { _ in throw CancellationError() })
+        settings.apps = apps
+        _ = try await NotificationApplier.refund(
+            NotificationRecord(
+                notificationUUID: refund.key, type: NotificationType.refund.rawValue, subtype: nil,
+                signedDate: now.milliseconds, environment: transaction.environment?.rawValue,
+                transaction: transaction),
+            reversed: false, settings: settings, sql: sql, now: now, actor: "storekeeper",
+            revocation: refund.revocation)
+    }
+}
