@@ -172,22 +172,29 @@ public actor LocalGooglePlay {
             purchase.subscriptionState = pending ? SubscriptionState.pending : SubscriptionState.active
             purchase.expiry = pending ? now : purchase.period.added(to: now)
             if let old = linkedPurchaseToken {
-                guard var previous = purchases[old], previous.kind == .subscription else {
+                guard purchases[old]?.kind == .subscription else {
                     throw .invalid("no subscription '\(old)' to replace")
                 }
                 // An upgrade or downgrade (or a re-signup before expiry): a new token names
-                // the old one, which ends now.
+                // the old one, which ends once the new one is paid — a pending replacement
+                // (a slow payment method) leaves it running, and an abandoned one leaves it be.
                 purchase.linkedPurchaseToken = old
-                previous.subscriptionState = SubscriptionState.expired
-                previous.autoRenew = false
-                previous.expiry = now
-                previous.cancellation = "replacementCancellation"
-                purchases[old] = previous
+                if !pending { endReplaced(old, at: now) }
             }
         }
         purchases[token] = purchase
         if !pending { notifyPurchased(purchase) }
         return token
+    }
+
+    /// The subscription a paid replacement names ends now.
+    func endReplaced(_ token: String, at now: Date) {
+        guard var previous = purchases[token] else { return }
+        previous.subscriptionState = SubscriptionState.expired
+        previous.autoRenew = false
+        previous.expiry = now
+        previous.cancellation = "replacementCancellation"
+        purchases[token] = previous
     }
 
     /// A pending purchase is paid (or, with `paid: false`, abandoned).
@@ -204,6 +211,7 @@ public actor LocalGooglePlay {
             if purchase.kind == .subscription {
                 purchase.subscriptionState = SubscriptionState.active
                 purchase.expiry = purchase.period.added(to: now)
+                if let old = purchase.linkedPurchaseToken { endReplaced(old, at: now) }
             }
             purchases[token] = purchase
             notifyPurchased(purchase)

@@ -210,8 +210,17 @@ import Testing
                 delivery: nil, refunded: false, credited: nil, balance: 0, entitlement: nil, productType: .consumable),
             transactionId: "t", key: "n", reason: "REFUND", revocation: .init(type: .refundProrated, percentage: 10_000)
         )
-        #expect(plan.recordUndelivered)
+        // A partial refund of what nobody holds yet: kept for the delivery path, which delivers
+        // and takes back the share (never a marker that would deliver nothing at all).
+        #expect(!plan.recordUndelivered)
+        #expect(plan.refundedBeforeDelivery?.share == 10_000)
         #expect(plan.refundedShare == 10_000)
+        let whole = RefundPlanner.refund(
+            RefundPlanner.Context(
+                delivery: nil, refunded: false, credited: nil, balance: 0, entitlement: nil, productType: .consumable),
+            transactionId: "t", key: "n", reason: "REFUND", revocation: .init(type: .refundFull, percentage: nil))
+        #expect(whole.recordUndelivered && whole.refundedBeforeDelivery?.isPartial == false)
+        #expect(whole.orderStatus == .refunded)
     }
 
     @Test func theNonConsumablePolicyComesFromTheCatalog() throws {

@@ -34,7 +34,8 @@ extension JobRunner {
                 let applied = try await pollVoided(google, now: now)
                 outcome = "voided purchases polled: \(applied) refund(s) applied"
             } else {
-                let reading = try await app.readGoogle(google, token: payload.token, productId: payload.productId)
+                let reading = try await app.readGoogle(
+                    google, token: payload.token, productId: payload.productId, kind: payload.kind)
                 switch try await app.applyGoogle(reading, submittingAccount: nil, orderId: nil, now: now) {
                 case .delivered(let result, let transaction):
                     outcome =

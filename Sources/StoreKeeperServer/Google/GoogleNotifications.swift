@@ -20,6 +20,9 @@ extension StoreKeeperApp {
         var orderId: String?
         var reviewToken: String?
         var productId: String?
+        /// `subscription` or `one_time`: the notification's own kind, never guessed from a
+        /// product id a subscription notification need not carry.
+        var kind: String?
     }
 
     func receiveGoogleNotification(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
@@ -83,7 +86,12 @@ extension StoreKeeperApp {
                 appId: app.configuration.id, token: token, messageId: messageId,
                 voided: notification.voidedPurchaseNotification != nil ? true : nil,
                 productId: notification.oneTimeProductNotification?.sku
-                    ?? notification.subscriptionNotification?.subscriptionId)
+                    ?? notification.subscriptionNotification?.subscriptionId,
+                kind: notification.subscriptionNotification != nil
+                    ? "subscription"
+                    : notification.oneTimeProductNotification != nil
+                        ? "one_time"
+                        : notification.voidedPurchaseNotification?.productType.map { $0 == 1 ? "subscription" : "one_time" })
         } else if let app, let review = notification.pendingRefundReviewNotification,
             let reviewToken = review.pendingRefundToken, let orderId = review.orderId
         {

@@ -63,6 +63,14 @@ struct GoogleReading: Sendable {
     /// A one-time purchase's units not refunded yet (Google leaves a voided purchase
     /// `PURCHASED`: this is what says it was refunded).
     var refundableQuantity: Int? = nil
+    /// A subscription's identity across Google's chain of linked tokens (an upgrade, a
+    /// downgrade, a re-signup keep the first token's, as Apple keeps an original transaction
+    /// id); nil: this token's own.
+    var chainOriginalId: String? = nil
+    /// The subscription's identity: the chain's, else this token's own.
+    var subscriptionOriginalId: String {
+        chainOriginalId ?? GooglePlayPlanner.originalTransactionId(tokenDigest: tokenDigest)
+    }
 
     /// The token's digest: stored ids never hold Google's long opaque tokens.
     var tokenDigest: String { GoogleReading.digest(token) }
@@ -77,7 +85,7 @@ struct GoogleReading: Sendable {
     var transaction: JWSTransactionDecodedPayload {
         let id = GooglePlayPlanner.transactionId(orderId: orderId, tokenDigest: tokenDigest)
         let original =
-            kind == "subscription" ? GooglePlayPlanner.originalTransactionId(tokenDigest: tokenDigest) : id
+            kind == "subscription" ? subscriptionOriginalId : id
         let type: ProductType =
             switch product.type {
             case .consumable: .consumable
@@ -112,7 +120,7 @@ struct GoogleReading: Sendable {
             accountId: nil, orderId: orderId, quantity: quantity, state: state, test: test, paidAt: paidAt,
             acknowledgedAt: acknowledged ? (paidAt ?? Date()) : nil, linkedPurchaseToken: linkedPurchaseToken,
             originalTransactionId: kind == "subscription"
-                ? GooglePlayPlanner.originalTransactionId(tokenDigest: tokenDigest) : nil,
+                ? subscriptionOriginalId : nil,
             expiresAt: expiresAt)
     }
 }
@@ -135,13 +143,17 @@ extension StoreKeeperApp {
         return only
     }
 
-    /// Reads `token` from Google: a subscription when the catalog's product (or what is
-    /// recorded) says so, else a one-time purchase.
-    func readGoogle(_ app: GooglePlayApp, token: String, productId: String?) async throws -> GoogleReading {
+    /// Reads `token` from Google: a subscription when the notification said so (`kind`), or
+    /// what is recorded, or the catalog's product; else a one-time purchase.
+    func readGoogle(_ app: GooglePlayApp, token: String, productId: String?, kind: String? = nil) async throws
+        -> GoogleReading
+    {
         let known = try await GooglePlayStore(database: database).purchase(token)
         let googleId = productId ?? known?.productId
         let hinted = googleId.flatMap { catalog.product(store: "google_play", storeProductId: $0) }
-        let subscription = known.map { $0.kind == "subscription" } ?? (hinted?.type == .autoRenewable)
+        let subscription =
+            kind.map { $0 == "subscription" } ?? known.map { $0.kind == "subscription" }
+            ?? (hinted?.type == .autoRenewable)
         let appId = app.configuration.id
         if subscription {
             let resource = try await app.client.subscriptionPurchase(token: token)
@@ -212,22 +224,18 @@ extension StoreKeeperApp {
     {
         if reading.test, !configuration.environments.contains(.sandbox) { return .wrongEnvironment }
         let store = GooglePlayStore(database: database)
+        var reading = reading
+        var replaced: GooglePlayStore.Purchase?
         if let linked = reading.linkedPurchaseToken {
-            // Retire the replaced token first: its subscription ends now, whatever comes late.
-            if let old = try await store.purchase(linked), !old.retired, let original = old.originalTransactionId,
-                let state = try await SubscriptionStore.state(original, database: database)
-            {
-                var retired = reading.transaction
-                retired.transactionId = state.latestTransactionId
-                retired.originalTransactionId = original
-                retired.productId = state.productId
-                retired.expiresDate = state.expiresAt.map { Int64(($0.timeIntervalSince1970 * 1000).rounded(.down)) }
-                _ = try await self.store.applyStoreSnapshot(
-                    retired, event: SubscriptionEvent(.storeState(.expired, autoRenew: false), signedDate: now),
-                    submittingAccount: nil, requestedOrderId: nil, catalog: catalog,
-                    policy: configuration.ownershipPolicy, now: now)
-            }
-            try await store.retire(linked, appId: reading.appId, replacedBy: reading.token, now: now)
+            // One subscription across the chain: the replacement carries the identity of the
+            // token it replaces (recorded with it, else that token's own), so it reaches the
+            // account holding the chain — with or without an obfuscated account id — and
+            // analytics see a change of product, not a churn and a new subscription.
+            replaced = try await store.purchase(linked)
+            let own = try await store.purchase(reading.token)?.originalTransactionId
+            reading.chainOriginalId =
+                own ?? replaced?.originalTransactionId
+                ?? GooglePlayPlanner.originalTransactionId(tokenDigest: GoogleReading.digest(linked))
         }
         let paid: Bool
         switch reading.readiness {
@@ -245,6 +253,27 @@ extension StoreKeeperApp {
         }
         if retired {
             return .retired
+        }
+        if let linked = reading.linkedPurchaseToken {
+            // Paid: the token it replaces never grants again, even on a late notification. (A
+            // pending replacement returned above and left it running; an abandoned one never
+            // retires it.) A replaced token of another identity (recorded before chains were
+            // one subscription) has its subscription ended here.
+            if let old = replaced, !old.retired, let original = old.originalTransactionId,
+                original != reading.subscriptionOriginalId,
+                let state = try await SubscriptionStore.state(original, database: database)
+            {
+                var ended = reading.transaction
+                ended.transactionId = state.latestTransactionId
+                ended.originalTransactionId = original
+                ended.productId = state.productId
+                ended.expiresDate = state.expiresAt.map { Int64(($0.timeIntervalSince1970 * 1000).rounded(.down)) }
+                _ = try await self.store.applyStoreSnapshot(
+                    ended, event: SubscriptionEvent(.storeState(.expired, autoRenew: false), signedDate: now),
+                    submittingAccount: nil, requestedOrderId: nil, catalog: catalog,
+                    policy: configuration.ownershipPolicy, now: now)
+            }
+            try await store.retire(linked, appId: reading.appId, replacedBy: reading.token, now: now)
         }
         let transaction = reading.transaction
         if reading.kind == "one_time", let refundable = reading.refundableQuantity, refundable > 0,
