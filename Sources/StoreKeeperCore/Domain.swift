@@ -76,6 +76,15 @@ public struct LedgerEntry: Hashable, Sendable {
     }
 }
 
+/// Where a purchase was made: each store's adapter says so, and storage records it in a
+/// `store` column (never parsed back out of an id). A new store is one case here.
+public enum Store: String, Sendable, Hashable, Codable, CaseIterable {
+    case appStore = "app_store"
+    case googlePlay = "google_play"
+    /// Payments the app's backend reports (`POST /v1/purchases {"store": "web"}`).
+    case web
+}
+
 /// Something an operator must look at (API.md anomaly kinds).
 public struct AnomalyDraft: Hashable, Sendable {
     public enum Kind: String, Hashable, Sendable {
@@ -103,6 +112,8 @@ public struct AnomalyDraft: Hashable, Sendable {
     public var orderId: String?
     public var accountId: String?
     public var detail: String
+    /// The store of the purchase it is about, when the path that raised it knows.
+    public var store: Store? = nil
 
     public init(kind: Kind, transactionId: String?, orderId: String?, accountId: String?, detail: String) {
         self.kind = kind

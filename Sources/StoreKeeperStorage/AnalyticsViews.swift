@@ -7,7 +7,10 @@ public enum AnalyticsViews {
     static let netPrice =
         "(d.price_milli - CASE WHEN d.refunded_at IS NULL THEN 0 ELSE d.price_milli * COALESCE(d.refund_share, 100000) / 100000 END)"
 
-    static let store = "CASE WHEN d.transaction_id LIKE 'gp:%' THEN 'google_play' ELSE 'app_store' END"
+    /// The store a delivery was made in: its stored column (migration 25).
+    static let store = "d.store"
+    /// Before migration 25 the views derived it from the id (kept for that migration's history).
+    static let storeFromId = "CASE WHEN d.transaction_id LIKE 'gp:%' THEN 'google_play' ELSE 'app_store' END"
 
     /// 1 for what earns money: a price, a real environment (not Sandbox or Xcode), not shared
     /// by Family Sharing (the organizer's own transaction is the one that paid).
@@ -32,7 +35,16 @@ public enum AnalyticsViews {
     static let endsAt =
         "CASE WHEN d.superseded_at IS NOT NULL AND d.superseded_at < d.period_end THEN d.superseded_at ELSE d.period_end END"
 
-    public static let create = [
+    /// The views as migration 20 created them (the store derived from ids).
+    public static let createBeforeStoreColumn = views(
+        store: storeFromId,
+        subscriptionStore: "CASE WHEN s.original_transaction_id LIKE 'gp:%' THEN 'google_play' ELSE 'app_store' END",
+        anomalyStore: "CAST(NULL AS TEXT)")
+    /// The views now: every store read from its stored column.
+    public static let create = views(store: store, subscriptionStore: "s.store", anomalyStore: "a.store")
+
+    static func views(store: String, subscriptionStore: String, anomalyStore: String) -> [String] {
+        [
         "DROP VIEW IF EXISTS storekeeper_events",
         "DROP VIEW IF EXISTS storekeeper_subscription_periods",
         "DROP VIEW IF EXISTS storekeeper_transactions",
@@ -62,7 +74,7 @@ public enum AnalyticsViews {
         """
         CREATE VIEW storekeeper_subscriptions AS
         SELECT s.original_transaction_id, s.account_id, s.app_id,
-               CASE WHEN s.original_transaction_id LIKE 'gp:%' THEN 'google_play' ELSE 'app_store' END AS store,
+               \(subscriptionStore) AS store,
                s.product_id, s.status, s.expires_at, s.auto_renew, s.next_product_id, s.grace_ends_at,
                s.latest_transaction_id, s.billing_plan, s.signed_at, s.updated_at
         FROM subscriptions s
@@ -88,9 +100,10 @@ public enum AnalyticsViews {
         FROM google_notifications g
         UNION ALL
         SELECT 'anomaly', a.id, a.created_at, a.account_id, a.app_id,
-               CAST(NULL AS TEXT), a.transaction_id, CAST(NULL AS TEXT), CAST(NULL AS TEXT), CAST(NULL AS TEXT),
+               \(anomalyStore), a.transaction_id, CAST(NULL AS TEXT), CAST(NULL AS TEXT), CAST(NULL AS TEXT),
                a.kind || ': ' || a.detail
         FROM anomalies a
         """,
-    ]
+        ]
+    }
 }

@@ -163,12 +163,14 @@ extension PurchaseStore {
         let inserted = try await sql.raw(
             """
             INSERT INTO anomalies (id, dedupe_key, kind, status, transaction_id, order_id, account_id, detail, created_at,
-                                   payload, app_id)
+                                   payload, app_id, store)
             VALUES (\(bind: id), \(bind: dedupeKey), \(bind: anomaly.kind.rawValue), 'open',
                     \(bind: anomaly.transactionId), \(bind: anomaly.orderId), \(bind: anomaly.accountId),
                     \(bind: anomaly.detail), \(bind: at), \(bind: payload),
                     COALESCE((SELECT app_id FROM deliveries WHERE transaction_id = \(bind: anomaly.transactionId)),
-                             (SELECT app_id FROM orders WHERE order_id = \(bind: anomaly.orderId))))
+                             (SELECT app_id FROM orders WHERE order_id = \(bind: anomaly.orderId))),
+                    COALESCE(\(bind: anomaly.store?.rawValue),
+                             (SELECT store FROM deliveries WHERE transaction_id = \(bind: anomaly.transactionId))))
             ON CONFLICT (dedupe_key) DO NOTHING RETURNING id, app_id
             """
         ).first()

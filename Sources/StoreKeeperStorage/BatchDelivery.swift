@@ -31,6 +31,8 @@ struct BatchDelivery {
         var sharedAppleIdLimit = OfferStore.defaultSharedAppleIdLimit
         /// The deployment's apps: the transaction's app is recorded with it.
         var apps = AppDirectory()
+        /// The store the transaction comes from (its adapter says so): recorded with each row.
+        var store: Store = .appStore
 
         /// The app this transaction is of (its bundle id or package name), if configured.
         var appId: String? { apps.appId(ofStoreIdentity: transaction.bundleId) }
@@ -146,7 +148,7 @@ struct BatchDelivery {
         // MARK: Plan in order, against the overlay.
         var results: [PurchaseStore.DeliveryResult] = []
         // Each with its original id, environment, time and app.
-        var newDeliveries: [(DeliveryPlanner.Delivery, String, String, Int64, String?)] = []
+        var newDeliveries: [(DeliveryPlanner.Delivery, String, String, Int64, String?, Store)] = []
         var offerFacts: [OfferStore.DeliveredFacts] = []
         var revenue: [Revenue] = []  // one per new delivery, in the same order
         var ledger: [(LedgerEntry, Int64)] = []
@@ -219,6 +221,7 @@ struct BatchDelivery {
             context.refundedBeforeDelivery = refundedEarlier[transactionId]?.revocation
             context.configuredAppIds = Set(item.apps.apps.values)
             var plan = DeliveryPlanner.plan(context, now: item.now)
+            for index in plan.anomalies.indices { plan.anomalies[index].store = item.store }
             // An auto-renewable subscription's state moves through the core's machine
             // (`signedDate` order), bound where the delivery went: with a new period submitted,
             // or with any notification about it. Its entitlement follows that state, never the
@@ -242,7 +245,7 @@ struct BatchDelivery {
                         subscriptionWrites.append(
                             SubscriptionStore.Write(
                                 state: state, account: account, effects: effects, catalog: item.catalog,
-                                at: item.now.milliseconds, appId: item.appId))
+                                at: item.now.milliseconds, appId: item.appId, store: item.store))
                     }
                 }
             }
@@ -277,7 +280,7 @@ struct BatchDelivery {
                         transaction, originalId: originalId, isAutoRenewable: product?.type == .autoRenewable,
                         periods: &paidPeriods, sql: sql))
                 let environment = transaction.environment?.rawValue ?? "Production"
-                newDeliveries.append((delivery, originalId, environment, item.now.milliseconds, item.appId))
+                newDeliveries.append((delivery, originalId, environment, item.now.milliseconds, item.appId, item.store))
                 offerFacts.append(
                     OfferStore.DeliveredFacts(
                         transaction: transaction, delivery: delivery, limit: item.sharedAppleIdLimit,
@@ -316,8 +319,8 @@ struct BatchDelivery {
                 "transaction_id", "original_transaction_id", "account_id", "order_id", "product_id", "quantity",
                 "environment", "delivered_at", "price_milli", "currency", "proceeds_percent", "period_start",
                 "period_end", "offer_type", "offer_identifier", "offer_source", "app_transaction_id", "app_id",
-                "purchased_at", "storefront", "trial", "family_shared")
-            for (((delivery, originalId, environment, at, appId), money), facts) in zip(
+                "purchased_at", "storefront", "trial", "family_shared", "store")
+            for (((delivery, originalId, environment, at, appId, store), money), facts) in zip(
                 zip(newDeliveries, revenue), offerFacts)
             {
                 let offer = OfferStore.offerColumns(facts.transaction)
@@ -328,7 +331,7 @@ struct BatchDelivery {
                         money.periodStart,
                         money.periodEnd, offer.type, offer.identifier, offer.source, facts.transaction.appTransactionId,
                         appId,
-                    ] + money.analyticsValues)
+                    ] + money.analyticsValues + [store.rawValue])
             }
             inserts.append(insert.insert)
         }
@@ -352,7 +355,7 @@ struct BatchDelivery {
         } else {
             for insert in inserts { try await sql.execute(sql: insert) { _ in } }
         }
-        for ((_, originalId, _, _, _), money) in zip(newDeliveries, revenue) where money.overlaps {
+        for ((_, originalId, _, _, _, _), money) in zip(newDeliveries, revenue) where money.overlaps {
             try await Revenue.supersede(
                 originalId: originalId, start: money.periodStart ?? 0, end: money.periodEnd ?? 0, sql: sql)
         }

@@ -19,6 +19,7 @@ final class DeliveryBatcher: Sendable {
         var policy: OwnershipPolicy
         var evidence: DeliveryPlanner.Evidence
         var now: Date
+        var store: Store
         var continuation: CheckedContinuation<PurchaseStore.DeliveryResult, any Error>
         var enqueued = ContinuousClock.now
     }
@@ -55,12 +56,14 @@ final class DeliveryBatcher: Sendable {
 
     func deliver(
         _ transaction: JWSTransactionDecodedPayload, submittingAccount: String?, requestedOrderId: String?,
-        catalog: Catalog, policy: OwnershipPolicy, evidence: DeliveryPlanner.Evidence, now: Date
+        catalog: Catalog, policy: OwnershipPolicy, evidence: DeliveryPlanner.Evidence, store: Store = .appStore,
+        now: Date
     ) async throws -> PurchaseStore.DeliveryResult {
         try await withCheckedThrowingContinuation { continuation in
             let request = Request(
                 transaction: transaction, submittingAccount: submittingAccount, requestedOrderId: requestedOrderId,
-                catalog: catalog, policy: policy, evidence: evidence, now: now, continuation: continuation)
+                catalog: catalog, policy: policy, evidence: evidence, now: now, store: store,
+                continuation: continuation)
             let startDrain = state.withLock { state -> Bool in
                 state.pending.append(request)
                 // Another drain whenever a slot is free: a lone request never waits behind a
@@ -91,7 +94,7 @@ final class DeliveryBatcher: Sendable {
             BatchDelivery.Item(
                 transaction: $0.transaction, submittingAccount: $0.submittingAccount,
                 requestedOrderId: $0.requestedOrderId, catalog: $0.catalog, policy: $0.policy, evidence: $0.evidence,
-                now: $0.now, sharedAppleIdLimit: sharedAppleIdLimit, apps: apps)
+                now: $0.now, sharedAppleIdLimit: sharedAppleIdLimit, apps: apps, store: $0.store)
         }
         let results: [PurchaseStore.DeliveryResult]
         do {
@@ -129,7 +132,8 @@ final class DeliveryBatcher: Sendable {
                 BatchDelivery.Item(
                     transaction: request.transaction, submittingAccount: request.submittingAccount,
                     requestedOrderId: request.requestedOrderId, catalog: request.catalog, policy: request.policy,
-                    evidence: request.evidence, now: request.now, sharedAppleIdLimit: sharedAppleIdLimit, apps: apps))
+                    evidence: request.evidence, now: request.now, sharedAppleIdLimit: sharedAppleIdLimit, apps: apps,
+                    store: request.store))
             request.continuation.resume(returning: result)
         } catch {
             request.continuation.resume(throwing: error)

@@ -594,7 +594,7 @@ extension NotificationStore {
     /// one refund path, in one transaction.
     public func applyRefund(
         _ record: NotificationRecord, settings: Settings, now: Date, actor: String = "backend",
-        revocation: RefundPlanner.Revocation? = nil
+        store: Store = .appStore, revocation: RefundPlanner.Revocation? = nil
     ) async throws -> (String, String) {
         let kind = database.kind
         return try await database.transaction { sql in
@@ -602,7 +602,8 @@ extension NotificationStore {
                 try await NotificationStore.lock([subject], sql: sql, kind: kind)
             }
             return try await NotificationApplier.refund(
-                record, reversed: false, settings: settings, sql: sql, now: now, actor: actor, revocation: revocation)
+                record, reversed: false, settings: settings, sql: sql, now: now, actor: actor, revocation: revocation,
+                store: store)
         }
     }
 }

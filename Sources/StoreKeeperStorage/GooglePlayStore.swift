@@ -422,7 +422,8 @@ extension PurchaseStore {
                     BatchDelivery.Item(
                         transaction: transaction, submittingAccount: submittingAccount,
                         requestedOrderId: requestedOrderId, catalog: catalog, policy: policy, evidence: .device,
-                        now: now, event: event, sharedAppleIdLimit: sharedAppleIdLimit, apps: apps)
+                        now: now, event: event, sharedAppleIdLimit: sharedAppleIdLimit, apps: apps,
+                        store: .googlePlay)
                 ], sql: sql, combineWrites: false)[0]
         }
     }

@@ -654,7 +654,7 @@ public enum Migrations {
                 "CREATE INDEX subscriptions_updated ON subscriptions (updated_at, original_transaction_id)",
                 "CREATE INDEX notifications_received ON notifications (received_at, notification_uuid)",
                 "CREATE INDEX anomalies_created ON anomalies (created_at, id)",
-            ] + AnalyticsViews.create
+            ] + AnalyticsViews.createBeforeStoreColumn
         ),
         (
             21,
@@ -724,6 +724,30 @@ public enum Migrations {
                 )
                 """
             ]
+        ),
+        (
+            25,
+            [
+                // The store each purchase, subscription and anomaly came from, stored as its
+                // adapter said — views, exports, analytics and jobs read it; nothing parses it
+                // back out of an id. Backfilled once from the ids' prefixes.
+                "ALTER TABLE deliveries ADD COLUMN store TEXT NOT NULL DEFAULT 'app_store'",
+                "ALTER TABLE subscriptions ADD COLUMN store TEXT NOT NULL DEFAULT 'app_store'",
+                "ALTER TABLE anomalies ADD COLUMN store TEXT",
+                """
+                UPDATE deliveries SET store = CASE WHEN transaction_id LIKE 'gp:%' THEN 'google_play'
+                    WHEN transaction_id LIKE 'web:%' THEN 'web' ELSE 'app_store' END
+                """,
+                """
+                UPDATE subscriptions SET store = CASE WHEN original_transaction_id LIKE 'gp:%' THEN 'google_play'
+                    WHEN original_transaction_id LIKE 'web:%' THEN 'web' ELSE 'app_store' END
+                """,
+                """
+                UPDATE anomalies SET store = CASE WHEN transaction_id LIKE 'gp:%' THEN 'google_play'
+                    WHEN transaction_id LIKE 'web:%' THEN 'web' WHEN transaction_id IS NULL THEN NULL
+                    ELSE 'app_store' END
+                """,
+            ] + AnalyticsViews.create
         ),
     ]
 

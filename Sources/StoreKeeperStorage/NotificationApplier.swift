@@ -109,7 +109,8 @@ enum NotificationApplier {
     /// `actor`: who decided it, for the audit (`apple`, or `backend` for a web payment's refund).
     static func refund(
         _ record: NotificationRecord, reversed: Bool, settings: NotificationStore.Settings, sql: any SQLDatabase,
-        now: Date, actor: String = "apple", revocation override: RefundPlanner.Revocation? = nil
+        now: Date, actor: String = "apple", revocation override: RefundPlanner.Revocation? = nil,
+        store: Store = .appStore
     ) async throws -> (String, String) {
         guard let transaction = record.transaction, let transactionId = transaction.transactionId else {
             return ("ignored", "no transaction")
@@ -194,11 +195,12 @@ enum NotificationApplier {
                 """
                 INSERT INTO deliveries (transaction_id, original_transaction_id, account_id, order_id, product_id, quantity,
                                         environment, delivered_at, refunded_at, refund_share, refund_taken, refund_type,
-                                        app_transaction_id)
+                                        app_transaction_id, store)
                 VALUES (\(bind: transactionId), \(bind: originalId), \(bind: account), \(bind: orderId),
                         \(bind: transaction.productId ?? ""), 0, \(bind: transaction.environment?.rawValue ?? "Production"),
                         \(bind: at), \(bind: at), \(bind: revocation.share), 0,
-                        \(bind: transaction.revocationType?.rawValue), \(bind: transaction.appTransactionId))
+                        \(bind: transaction.revocationType?.rawValue), \(bind: transaction.appTransactionId),
+                        \(bind: store.rawValue))
                 ON CONFLICT (transaction_id) DO NOTHING
                 """
             ).run()

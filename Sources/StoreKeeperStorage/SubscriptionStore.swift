@@ -18,6 +18,8 @@ public enum SubscriptionStore {
         var at: Int64
         /// The app of the transaction that moved it (nil: the one recorded stays).
         var appId: String? = nil
+        /// The store it was bought in: recorded when the subscription is first written.
+        var store: Store = .appStore
     }
 
     /// The stored states of `originals`, one query.
@@ -132,7 +134,7 @@ public enum SubscriptionStore {
             "original_transaction_id", "account_id", "product_id", "status", "expires_at", "auto_renew",
             "next_product_id", "grace_ends_at", "latest_transaction_id", "revoked_transaction_id", "signed_at",
             "updated_at", "billing_plan", "commitment_period", "commitment_periods", "commitment_expires_at",
-            "commitment_renews", "app_id")
+            "commitment_renews", "app_id", "store")
         for original in order {
             let write = states[original]!
             let state = write.state
@@ -142,7 +144,7 @@ public enum SubscriptionStore {
                 state.gracePeriodEndsAt?.milliseconds, state.latestTransactionId, state.revokedTransactionId,
                 state.signedDate.milliseconds, write.at, state.commitment == nil ? nil : "MONTHLY",
                 state.commitment?.period, state.commitment?.periods, state.commitment?.expiresAt?.milliseconds,
-                state.commitment?.renews.map { $0 ? 1 : 0 }, write.appId,
+                state.commitment?.renews.map { $0 ? 1 : 0 }, write.appId, write.store.rawValue,
             ])
         }
         try await sql.raw(

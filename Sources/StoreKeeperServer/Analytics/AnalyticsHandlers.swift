@@ -90,8 +90,9 @@ struct AnalyticsRequest: Sendable {
             filter.appId = appId
         }
         if let store = try text("store") {
-            guard store == "app_store" || store == "google_play" else {
-                throw APIError.badRequest("'store' must be app_store or google_play")
+            guard Store(rawValue: store) != nil else {
+                throw APIError.badRequest(
+                    "'store' must be \(Store.allCases.map(\.rawValue).joined(separator: ", "))")
             }
             filter.store = store
         }

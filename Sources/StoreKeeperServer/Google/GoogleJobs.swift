@@ -244,7 +244,7 @@ extension JobRunner {
                 type: NotificationType.refund.rawValue, subtype: nil,
                 signedDate: Int64((now.timeIntervalSince1970 * 1000).rounded(.down)),
                 environment: transaction.environment?.rawValue, transaction: transaction),
-            settings: settings, now: now, actor: "google",
+            settings: settings, now: now, actor: "google", store: .googlePlay,
             revocation: GooglePlayPlanner.revocation(voidedQuantities: quantities, quantity: known?.quantity ?? 1))
         try await store.markVoided(
             record, appId: appId, purchaseToken: token, orderId: voided.orderId,

@@ -292,7 +292,7 @@ extension StoreKeeperApp {
     /// alone, and the receipt's other entries are companions (`DeliveryPlanner.Evidence`).
     func deliverVerified(
         _ transactions: [JWSTransactionDecodedPayload], accountId: String, orderId: String?,
-        evidence: DeliveryPlanner.Evidence, reported: String? = nil
+        evidence: DeliveryPlanner.Evidence, reported: String? = nil, store purchaseStore: Store = .appStore
     ) async throws -> (
         results: [TransactionJSON], refusals: [DeliveryPlanner.Refusal], account: PurchaseStore.AccountState?
     ) {
@@ -305,7 +305,7 @@ extension StoreKeeperApp {
             let result = try await store.deliver(
                 transaction, submittingAccount: accountId, requestedOrderId: companion ? nil : orderId,
                 catalog: catalog, policy: configuration.ownershipPolicy,
-                evidence: companion ? .receiptCompanion : evidence, now: now)
+                evidence: companion ? .receiptCompanion : evidence, store: purchaseStore, now: now)
             if let refusal = result.plan.refusal { refusals.append(refusal) }
             committed = result.account
             switch result.plan.outcome {

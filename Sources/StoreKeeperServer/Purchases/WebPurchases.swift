@@ -126,7 +126,7 @@ extension StoreKeeperApp {
         }
         let transaction = Self.webTransaction(payment, type: product.type, purchasedAt: purchasedAt)
         let delivered = try await deliverVerified(
-            [transaction], accountId: body.accountId, orderId: nil, evidence: .device, reported: nil)
+            [transaction], accountId: body.accountId, orderId: nil, evidence: .device, reported: nil, store: .web)
         if let refusal = delivered.refusals.first { throw APIError.refusal(refusal) }
         let results = delivered.results
         let nothingNew = !results.isEmpty && results.allSatisfy { $0.outcome == "already_delivered" }
@@ -219,7 +219,7 @@ extension StoreKeeperApp {
                 notificationUUID: "web-refund:\(paymentId)", type: NotificationType.refund.rawValue, subtype: nil,
                 signedDate: Date().webMilliseconds, environment: transaction.environment?.rawValue,
                 transaction: transaction),
-            settings: settings, now: Date())
+            settings: settings, now: Date(), store: .web)
         return try Self.json(["paymentId": paymentId, "status": outcome.0, "detail": outcome.1])
     }
 }
