@@ -151,6 +151,23 @@ public struct SubscriptionEvent: Sendable {
 /// Events apply in `signedDate` order; an older one than the state's is recorded and never
 /// applied (a late DID_RENEW cannot undo a REFUND, a late EXPIRED cannot undo a later renewal).
 public enum SubscriptionMachine {
+    /// The longest a store keeps retrying a lapsed payment (Apple's billing retry: 60 days;
+    /// Google's grace and account hold together are shorter). Past its paid period plus this,
+    /// with no word from the store, a subscription has ended whatever its last event said.
+    public static let silenceWindow: TimeInterval = 60 * 86_400
+
+    /// The status to show at `now`: what the last event said, unless the store has been silent
+    /// past the paid period plus `silenceWindow` (a lost EXPIRED notification), then expired.
+    public static func status(_ status: SubscriptionStatus, expiresAt: Date?, at now: Date) -> SubscriptionStatus {
+        switch status {
+        case .active, .gracePeriod, .billingRetry:
+            guard let expiresAt, expiresAt.addingTimeInterval(silenceWindow) < now else { return status }
+            return .expired
+        case .expired, .revoked, .paused:
+            return status
+        }
+    }
+
     public enum Effect: Sendable, Hashable {
         /// The status moved (a `subscription_status_changed` event).
         case statusChanged(from: SubscriptionStatus?, to: SubscriptionStatus)

@@ -27,24 +27,24 @@ extension PurchaseStore {
         for row in try await sql.raw(
             """
             SELECT account_id, 'b' AS kind, currency AS name, amount, NULL AS product_id,
-                   NULL AS original_transaction_id, NULL AS expires_at, NULL AS app_id
+                   NULL AS original_transaction_id, NULL AS expires_at, NULL AS app_id, NULL AS store
             FROM balances WHERE account_id IN (\(binds: accounts))
             UNION ALL
             SELECT account_id, 'e' AS kind, entitlement_id AS name, NULL AS amount, product_id,
-                   original_transaction_id, expires_at, NULL AS app_id
+                   original_transaction_id, expires_at, NULL AS app_id, NULL AS store
             FROM entitlements WHERE account_id IN (\(binds: accounts))
             UNION ALL
             SELECT account_id, 's' AS kind, status AS name, auto_renew AS amount, product_id,
-                   original_transaction_id, expires_at, app_id
+                   original_transaction_id, expires_at, app_id, store
             FROM subscriptions WHERE account_id IN (\(binds: accounts))
             UNION ALL
             SELECT account_id, 'c' AS kind, CAST(COALESCE(commitment_renews, -1) AS TEXT) AS name,
                    commitment_period * 100 + COALESCE(commitment_periods, 12) AS amount, NULL AS product_id,
-                   original_transaction_id, commitment_expires_at AS expires_at, NULL AS app_id
+                   original_transaction_id, commitment_expires_at AS expires_at, NULL AS app_id, NULL AS store
             FROM subscriptions WHERE account_id IN (\(binds: accounts)) AND billing_plan = 'MONTHLY'
             UNION ALL
             SELECT account_id, 'g' AS kind, entitlement_id AS name, NULL AS amount, NULL AS product_id,
-                   grant_id AS original_transaction_id, expires_at, NULL AS app_id
+                   grant_id AS original_transaction_id, expires_at, NULL AS app_id, NULL AS store
             FROM grants WHERE account_id IN (\(binds: accounts)) AND ended_at IS NULL
             ORDER BY account_id, kind, name, original_transaction_id
             """
@@ -59,7 +59,8 @@ extension PurchaseStore {
                         productId: try row.decode(column: "product_id", as: String.self), status: name,
                         expiresAt: try row.decode(column: "expires_at", as: Int64?.self).map(Date.init(milliseconds:)),
                         autoRenew: try row.decode(column: "amount", as: Int64.self) != 0,
-                        appId: try row.decode(column: "app_id", as: String?.self)))
+                        appId: try row.decode(column: "app_id", as: String?.self),
+                        store: try row.decode(column: "store", as: String?.self).flatMap(Store.init(rawValue:))))
             } else if kind == "c" {
                 // Attached to its subscription once every row is read.
                 commitments[account, default: [:]][try row.decode(column: "original_transaction_id", as: String.self)] =

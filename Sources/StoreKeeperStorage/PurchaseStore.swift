@@ -62,6 +62,8 @@ public struct PurchaseStore: Sendable {
         public var commitment: Commitment? = nil
         /// The app recorded with it (nil: a row from before several apps, or a web checkout).
         public var appId: String? = nil
+        /// The store it was bought in, as recorded.
+        public var store: Store? = nil
 
         public struct Commitment: Sendable, Hashable {
             public var period: Int

@@ -17,7 +17,7 @@ import Synchronization
 extension StoreKeeperApp {
     /// The account as API.md shows it; `state` when the caller already read it.
     func account(_ accountId: String, state: PurchaseStore.AccountState? = nil) async throws -> AccountJSON {
-        let now = Date()
+        let now = readClock()
         let state = if let state { state } else { try await store.account(accountId) }
         let entitlements = state.entitlements.map { row in
             let source =
@@ -42,8 +42,10 @@ extension StoreKeeperApp {
             subscriptions: state.subscriptions.map {
                 AccountJSON.Subscription(
                     originalTransactionId: $0.originalTransactionId,
-                    store: StoreOfTransaction.of($0.originalTransactionId), appId: apps[$0.originalTransactionId],
-                    productId: $0.productId, status: $0.status,
+                    store: ($0.store ?? .appStore).rawValue, appId: apps[$0.originalTransactionId],
+                    productId: $0.productId,
+                    // A store silent past the paid period and its retry window: shown expired.
+                    status: Self.shownStatus($0.status, expiresAt: $0.expiresAt, now: now),
                     expiresAt: $0.expiresAt.map(Self.iso), autoRenew: $0.autoRenew,
                     commitment: $0.commitment.map {
                         AccountJSON.Commitment(
@@ -52,6 +54,11 @@ extension StoreKeeperApp {
                             renews: $0.renews)
                     })
             })
+    }
+
+    static func shownStatus(_ status: String, expiresAt: Date?, now: Date) -> String {
+        guard let known = SubscriptionStatus(rawValue: status) else { return status }
+        return SubscriptionMachine.status(known, expiresAt: expiresAt, at: now).rawValue
     }
 
     struct DebitBody: RequestBody {

@@ -61,6 +61,9 @@ public struct StoreKeeperApp: Sendable {
     /// Analytics' "now" (what has ended, the stock metrics' last instant): the server's clock;
     /// tests running a store clock ahead set theirs.
     public internal(set) var analyticsClock: @Sendable () -> Date = { Date() }
+    /// The server's time for what account reads show (whether an entitlement is active, a
+    /// subscription the store went silent about); tests move it.
+    public internal(set) var readClock: @Sendable () -> Date = { Date() }
     /// How SQLite reads a metric's rows (`PurchaseStore.scanPlan`); tests force its parts.
     var analyticsScan: @Sendable () -> AnalyticsScanPolicy = { AnalyticsScanPolicy() }
     /// How long exports hold back the newest rows (a row is dated when its request began and
