@@ -29,6 +29,8 @@ public enum DeliveryPlanner {
         public var policy: OwnershipPolicy
         /// What the submission proves about who paid.
         public var evidence: Evidence
+        /// The store the transaction comes from (its adapter says so).
+        public var store: Store = .appStore
         /// The deployment's app the transaction is of (its bundle id), when configured.
         public var transactionAppId: String? = nil
         /// The store refunded this transaction before anyone claimed it (recorded by the one

@@ -22,6 +22,8 @@ extension PurchaseStore {
         public var transaction: JWSTransactionDecodedPayload?
         /// The app of its delivery or order, when one was recorded.
         public var appId: String? = nil
+        /// The store of the purchase it is about, as recorded.
+        public var store: String? = nil
     }
 
     /// Anomalies by status, a page at a time: at most `limit` (1…10,000), oldest first after
@@ -75,7 +77,8 @@ extension PurchaseStore {
             transaction: try row.decode(column: "payload", as: String?.self).flatMap {
                 try? JSONDecoder().decode(JWSTransactionDecodedPayload.self, from: Data($0.utf8))
             },
-            appId: (try? row.decode(column: "app_id", as: String?.self)) ?? nil)
+            appId: (try? row.decode(column: "app_id", as: String?.self)) ?? nil,
+            store: (try? row.decode(column: "store", as: String?.self)) ?? nil)
     }
 
     /// Marks an anomaly resolved with an audit entry; idempotent (resolving twice changes nothing).
@@ -96,10 +99,11 @@ extension PurchaseStore {
             ).run()
             try await Self.audit(
                 sql, actor: actor, action: "anomaly_\(resolution)", subject: id, detail: note, at: now.milliseconds)
-            let draft = AnomalyDraft(
+            var draft = AnomalyDraft(
                 kind: AnomalyDraft.Kind(rawValue: current.kind) ?? .verificationStuck,
                 transactionId: current.transactionId, orderId: current.orderId, accountId: current.accountId,
                 detail: current.detail)
+            draft.store = current.store.flatMap(Store.init(rawValue:))
             try await Self.anomalyEvent(
                 "anomaly_resolved", id: id, kind: current.kind, resolution: resolution, anomaly: draft,
                 appId: current.appId, sql: sql, at: now.milliseconds)
@@ -171,10 +175,12 @@ extension PurchaseStore {
                              (SELECT app_id FROM orders WHERE order_id = \(bind: anomaly.orderId))),
                     COALESCE(\(bind: anomaly.store?.rawValue),
                              (SELECT store FROM deliveries WHERE transaction_id = \(bind: anomaly.transactionId))))
-            ON CONFLICT (dedupe_key) DO NOTHING RETURNING id, app_id
+            ON CONFLICT (dedupe_key) DO NOTHING RETURNING id, app_id, store
             """
         ).first()
         guard let inserted else { return }
+        var anomaly = anomaly
+        anomaly.store = try inserted.decode(column: "store", as: String?.self).flatMap(Store.init(rawValue:))
         try await anomalyEvent(
             "anomaly_opened", id: id, kind: anomaly.kind.rawValue, resolution: nil, anomaly: anomaly,
             appId: try inserted.decode(column: "app_id", as: String?.self), sql: sql, at: at)
@@ -191,7 +197,7 @@ extension PurchaseStore {
                 "id": .string(id), "kind": .string(kind), "status": .string(resolution == nil ? "open" : "resolved"),
                 "resolution": .string(resolution), "accountId": .string(anomaly.accountId),
                 "orderId": .string(anomaly.orderId), "transactionId": .string(anomaly.transactionId),
-                "detail": .string(anomaly.detail), "store": .string(anomaly.transactionId.map(StoreOfTransaction.of)),
+                "detail": .string(anomaly.detail), "store": .string(anomaly.store?.rawValue),
                 "appId": .string(appId),
             ], sql: sql, at: at)
     }

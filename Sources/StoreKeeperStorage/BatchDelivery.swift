@@ -218,6 +218,7 @@ struct BatchDelivery {
                 boundAccount: bound, currentEntitlementExpiry: currentExpiry, catalog: item.catalog,
                 policy: item.policy, evidence: item.evidence)
             context.transactionAppId = item.appId
+            context.store = item.store
             context.refundedBeforeDelivery = refundedEarlier[transactionId]?.revocation
             context.configuredAppIds = Set(item.apps.apps.values)
             var plan = DeliveryPlanner.plan(context, now: item.now)
@@ -292,7 +293,8 @@ struct BatchDelivery {
                         }))
                 outbox.append(
                     (
-                        PurchaseStore.outboxPayload(delivery, environment: environment, appId: item.appId),
+                        PurchaseStore.outboxPayload(
+                            delivery, environment: environment, appId: item.appId, store: item.store),
                         item.now.milliseconds
                     ))
             }

@@ -127,7 +127,7 @@ extension PurchaseStore {
             try await sql.raw(
                 """
                 INSERT INTO outbox (id, event, payload, created_at)
-                VALUES (\(bind: OutboxStore.newEventId()), 'delivery', \(bind: Self.outboxPayload(delivery, environment: transaction.environment?.rawValue ?? "Production")), \(bind: at))
+                VALUES (\(bind: OutboxStore.newEventId()), 'delivery', \(bind: Self.outboxPayload(delivery, environment: transaction.environment?.rawValue ?? "Production", store: context.store)), \(bind: at))
                 """
             ).run()
         }
@@ -179,7 +179,9 @@ extension PurchaseStore {
     /// The outbox event of a delivery:
     /// `{"accountId","appId"?,"environment","orderId","productId","quantity","store","transactionId"}`,
     /// keys sorted, written by hand (it is on the hot path; JSONSerialization cost ~7 % of a request).
-    static func outboxPayload(_ delivery: DeliveryPlanner.Delivery, environment: String, appId: String? = nil) -> String
+    static func outboxPayload(
+        _ delivery: DeliveryPlanner.Delivery, environment: String, appId: String? = nil, store: Store
+    ) -> String
     {
         var json = #"{"accountId":"#
         appendJSONString(delivery.accountId, to: &json)
@@ -194,7 +196,7 @@ extension PurchaseStore {
         json += #","productId":"#
         appendJSONString(delivery.productId, to: &json)
         json += #","quantity":\#(delivery.quantity),"store":""#
-        json += StoreOfTransaction.of(delivery.transactionId)
+        json += store.rawValue
         json += #"","transactionId":"#
         appendJSONString(delivery.transactionId, to: &json)
         json += "}"

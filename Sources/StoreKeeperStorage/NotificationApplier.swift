@@ -358,7 +358,8 @@ enum NotificationApplier {
                 "revocationType": .string(reversed ? nil : transaction.revocationType?.rawValue),
                 "refundedShare": .number(plan.refundedShare.map(Int64.init)),
                 "orderStatus": .string(plan.orderStatus?.rawValue),
-                "store": .string(StoreOfTransaction.of(transactionId)), "appId": .string(appId),
+                "store": .string(((try? row?.decode(column: "store", as: String?.self)) ?? nil) ?? store.rawValue),
+                "appId": .string(appId),
             ], sql: sql, at: at)
         return ("applied", detail + subscriptionNote)
     }

@@ -121,7 +121,7 @@ public enum SubscriptionStore {
                                 "accountId": .string(write.account), "productId": .string(state.productId),
                                 "oldStatus": .string(from?.rawValue), "newStatus": .string(to.rawValue),
                                 "expiresAt": .string(state.expiresAt.map(Self.iso8601)),
-                                "store": .string(StoreOfTransaction.of(state.originalTransactionId)),
+                                "store": .string(write.store.rawValue),
                                 "appId": .string(write.appId ?? recordedApps[state.originalTransactionId]),
                             ]), write.at
                         ))

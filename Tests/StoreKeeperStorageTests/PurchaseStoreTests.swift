@@ -364,7 +364,7 @@ enum TestDatabase {
             let delivery = DeliveryPlanner.Delivery(
                 transactionId: "2000000000000001", accountId: hostile, orderId: orderId, productId: "p\u{7f}",
                 quantity: 3)
-            let payload = PurchaseStore.outboxPayload(delivery, environment: "Sandbox")
+            let payload = PurchaseStore.outboxPayload(delivery, environment: "Sandbox", store: .appStore)
             let object = try #require(JSONSerialization.jsonObject(with: Data(payload.utf8)) as? [String: Any])
             #expect(object["accountId"] as? String == hostile)
             #expect(object["orderId"] as? String == orderId)

@@ -34,7 +34,9 @@ extension StoreKeeperApp {
         for subscription in state.subscriptions {
             // Recorded with it since several apps (migration 19); older rows: the app their store implies.
             var app = subscription.appId
-            if app == nil { app = try await appId(ofOriginal: subscription.originalTransactionId) }
+            if app == nil {
+                app = try await appId(ofOriginal: subscription.originalTransactionId, store: subscription.store ?? .appStore)
+            }
             apps[subscription.originalTransactionId] = app
         }
         return AccountJSON(
@@ -188,14 +190,14 @@ struct AccountsController {
 extension StoreKeeperApp {
     /// The app a subscription recorded without one came from: the App Store app, the only
     /// Google Play app, or the one Google's token was read for; nil for a web checkout.
-    func appId(ofOriginal originalTransactionId: String) async throws -> String? {
-        switch StoreOfTransaction.of(originalTransactionId) {
-        case "app_store":
+    func appId(ofOriginal originalTransactionId: String, store: Store) async throws -> String? {
+        switch store {
+        case .appStore:
             return configuration.hasAppStoreApp ? configuration.appStoreAppId ?? configuration.bundleId : nil
-        case "google_play":
+        case .googlePlay:
             if google.count == 1 { return google.keys.first }
             return try await GooglePlayStore(database: database).appId(ofOriginal: originalTransactionId)
-        default:
+        case .web:
             return nil
         }
     }

@@ -32,7 +32,7 @@ struct AnomalyJSON: Encodable {
         createdAt = StoreKeeperApp.iso(anomaly.createdAt)
         resolvedAt = anomaly.resolvedAt.map(StoreKeeperApp.iso)
         resolution = anomaly.resolution
-        store = anomaly.transactionId.map(StoreOfTransaction.of)
+        store = anomaly.store
         appId = anomaly.appId
     }
 }

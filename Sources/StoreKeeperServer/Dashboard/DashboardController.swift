@@ -428,7 +428,7 @@ struct DashboardController {
             ]
             if let transactionId = anomaly.transactionId {
                 item["transactionId"] = transactionId
-                item["store"] = Self.storeName(StoreOfTransaction.of(transactionId))
+                if let store = anomaly.store { item["store"] = Self.storeName(store) }
             }
             if let appId = anomaly.appId { item["appId"] = appId }
             if let orderId = anomaly.orderId { item["orderId"] = orderId }

@@ -346,7 +346,7 @@ extension StoreKeeperApp {
                 "this purchase token was replaced by a newer one (upgrade, downgrade or re-signup): it grants nothing")
         case .delivered(let result, let transaction):
             if let refusal = result.plan.refusal { throw APIError.refusal(refusal) }
-            var json = TransactionJSON(transaction, result: result, submitter: body.accountId)
+            var json = TransactionJSON(transaction, result: result, submitter: body.accountId, store: .googlePlay)
             json.appId = app.configuration.id
             return try Self.json(
                 PurchaseJSON(

@@ -316,7 +316,9 @@ extension StoreKeeperApp {
             case .alreadyDelivered: metrics.duplicatesSuppressed.increment()
             case .refunded, .notDelivered: break
             }
-            results.append(TransactionJSON(transaction, result: result, submitter: accountId, apps: store.apps))
+            results.append(
+                TransactionJSON(
+                    transaction, result: result, submitter: accountId, apps: store.apps, store: purchaseStore))
         }
         return (results, refusals, committed)
     }

@@ -49,7 +49,7 @@ extension TransactionJSON {
     /// `submitter`: an order of another account is never shown to the submitter.
     init(
         _ transaction: JWSTransactionDecodedPayload, result: PurchaseStore.DeliveryResult, submitter: String,
-        apps: AppDirectory = AppDirectory()
+        apps: AppDirectory = AppDirectory(), store purchaseStore: Store
     ) {
         transactionId = transaction.transactionId ?? ""
         originalTransactionId = transaction.originalTransactionId ?? transactionId
@@ -61,7 +61,7 @@ extension TransactionJSON {
             Identifiers.same(recipient, submitter)
             ? result.plan.delivery?.orderId ?? result.existing?.orderId ?? result.plan.order?.orderId : nil
         outcome = result.plan.outcome.rawValue
-        store = StoreOfTransaction.of(transactionId)
+        store = purchaseStore.rawValue
         appId = apps.appId(ofStoreIdentity: transaction.bundleId)
     }
 }

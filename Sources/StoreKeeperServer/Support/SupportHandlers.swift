@@ -104,7 +104,8 @@ extension StoreKeeperApp {
         try Self.validateText(original, field: "originalTransactionId")
         let body = try await decode(ExtendBody.self, request)
         let note = try Self.validateExtension(days: body.days, reason: body.reason, note: body.note)
-        guard StoreOfTransaction.isAppStore(original) else {
+        // Apple extends only subscriptions it issued: an Apple id is digits.
+        guard Self.isAppleNumericId(original) else {
             throw APIError(
                 .unprocessableContent, "not_extendable",
                 "'\(original.prefix(64))' is not an App Store subscription: Apple extends only its own (a web subscription: report its next period; Google Play: defer it in Play Console)"
