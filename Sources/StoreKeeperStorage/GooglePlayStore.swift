@@ -113,47 +113,51 @@ public struct GooglePlayStore: Sendable {
     @discardableResult
     public func record(_ purchase: Purchase, acknowledge: Bool, now: Date) async throws -> Bool {
         try await database.transaction { sql in
-            try await sql.raw(
-                """
-                INSERT INTO google_purchases (purchase_token, app_id, kind, product_id, catalog_product_id, account_id,
-                    order_id, quantity, state, test, paid_at, acknowledged_at, linked_purchase_token,
-                    original_transaction_id, expires_at, updated_at)
-                VALUES (\(bind: purchase.purchaseToken), \(bind: purchase.appId), \(bind: purchase.kind),
-                    \(bind: purchase.productId), \(bind: purchase.catalogProductId), \(bind: purchase.accountId),
-                    \(bind: purchase.orderId), \(bind: purchase.quantity), \(bind: purchase.state),
-                    \(bind: purchase.test ? 1 : 0), \(bind: purchase.paidAt?.milliseconds),
-                    \(bind: purchase.acknowledgedAt?.milliseconds), \(bind: purchase.linkedPurchaseToken),
-                    \(bind: purchase.originalTransactionId), \(bind: purchase.expiresAt?.milliseconds),
-                    \(bind: now.milliseconds))
-                ON CONFLICT (purchase_token) DO UPDATE SET
-                    account_id = COALESCE(google_purchases.account_id, excluded.account_id),
-                    order_id = COALESCE(excluded.order_id, google_purchases.order_id),
-                    quantity = excluded.quantity, state = excluded.state,
-                    paid_at = COALESCE(google_purchases.paid_at, excluded.paid_at),
-                    acknowledged_at = COALESCE(google_purchases.acknowledged_at, excluded.acknowledged_at),
-                    linked_purchase_token = COALESCE(excluded.linked_purchase_token, google_purchases.linked_purchase_token),
-                    original_transaction_id = COALESCE(google_purchases.original_transaction_id, excluded.original_transaction_id),
-                    expires_at = COALESCE(excluded.expires_at, google_purchases.expires_at),
-                    updated_at = excluded.updated_at
-                """
-            ).run()
-            if acknowledge {
-                try await JobStore.insert(
-                    kind: Self.acknowledgeJobKind,
-                    dedupeKey: "\(Self.acknowledgeJobKind)|\(Self.tokenDigest(purchase.purchaseToken))",
-                    payload: purchase.purchaseToken, sql: sql, now: now)
-            }
-            // Once per paid one-time order (a test purchase earns nothing): its price, read from
-            // the Orders API after it is delivered.
-            if purchase.kind == "one_time", !purchase.test, purchase.paidAt != nil, let orderId = purchase.orderId {
-                try await JobStore.insert(
-                    kind: Self.orderPriceJobKind, dedupeKey: "\(Self.orderPriceJobKind)|\(orderId)",
-                    payload: purchase.purchaseToken, sql: sql, now: now, runAt: now.addingTimeInterval(5))
-            }
-            return try await sql.raw(
-                "SELECT retired FROM google_purchases WHERE purchase_token = \(bind: purchase.purchaseToken)"
-            ).first()?.decode(column: "retired", as: Int.self) == 1
+            try await Self.record(purchase, acknowledge: acknowledge, sql: sql, now: now)
         }
+    }
+
+    static func record(_ purchase: Purchase, acknowledge: Bool, sql: any SQLDatabase, now: Date) async throws -> Bool {
+        try await sql.raw(
+            """
+            INSERT INTO google_purchases (purchase_token, app_id, kind, product_id, catalog_product_id, account_id,
+                order_id, quantity, state, test, paid_at, acknowledged_at, linked_purchase_token,
+                original_transaction_id, expires_at, updated_at)
+            VALUES (\(bind: purchase.purchaseToken), \(bind: purchase.appId), \(bind: purchase.kind),
+                \(bind: purchase.productId), \(bind: purchase.catalogProductId), \(bind: purchase.accountId),
+                \(bind: purchase.orderId), \(bind: purchase.quantity), \(bind: purchase.state),
+                \(bind: purchase.test ? 1 : 0), \(bind: purchase.paidAt?.milliseconds),
+                \(bind: purchase.acknowledgedAt?.milliseconds), \(bind: purchase.linkedPurchaseToken),
+                \(bind: purchase.originalTransactionId), \(bind: purchase.expiresAt?.milliseconds),
+                \(bind: now.milliseconds))
+            ON CONFLICT (purchase_token) DO UPDATE SET
+                account_id = COALESCE(google_purchases.account_id, excluded.account_id),
+                order_id = COALESCE(excluded.order_id, google_purchases.order_id),
+                quantity = excluded.quantity, state = excluded.state,
+                paid_at = COALESCE(google_purchases.paid_at, excluded.paid_at),
+                acknowledged_at = COALESCE(google_purchases.acknowledged_at, excluded.acknowledged_at),
+                linked_purchase_token = COALESCE(excluded.linked_purchase_token, google_purchases.linked_purchase_token),
+                original_transaction_id = COALESCE(google_purchases.original_transaction_id, excluded.original_transaction_id),
+                expires_at = COALESCE(excluded.expires_at, google_purchases.expires_at),
+                updated_at = excluded.updated_at
+            """
+        ).run()
+        if acknowledge {
+            try await JobStore.insert(
+                kind: Self.acknowledgeJobKind,
+                dedupeKey: "\(Self.acknowledgeJobKind)|\(Self.tokenDigest(purchase.purchaseToken))",
+                payload: purchase.purchaseToken, sql: sql, now: now)
+        }
+        // Once per paid one-time order (a test purchase earns nothing): its price, read from
+        // the Orders API after it is delivered.
+        if purchase.kind == "one_time", !purchase.test, purchase.paidAt != nil, let orderId = purchase.orderId {
+            try await JobStore.insert(
+                kind: Self.orderPriceJobKind, dedupeKey: "\(Self.orderPriceJobKind)|\(orderId)",
+                payload: purchase.purchaseToken, sql: sql, now: now, runAt: now.addingTimeInterval(5))
+        }
+        return try await sql.raw(
+            "SELECT retired FROM google_purchases WHERE purchase_token = \(bind: purchase.purchaseToken)"
+        ).first()?.decode(column: "retired", as: Int.self) == 1
     }
 
     /// A purchase token's digest: what the audit log, job keys and stored ids hold in place of
@@ -166,19 +170,23 @@ public struct GooglePlayStore: Sendable {
     /// grants again, even on a late notification. A token never seen is recorded retired.
     public func retire(_ token: String, appId: String, replacedBy: String, now: Date) async throws {
         try await database.transaction { sql in
-            try await sql.raw(
-                """
-                INSERT INTO google_purchases (purchase_token, app_id, kind, product_id, catalog_product_id, quantity,
-                    state, retired, updated_at)
-                VALUES (\(bind: token), \(bind: appId), 'subscription', '', '', 1, 'REPLACED', 1, \(bind: now.milliseconds))
-                ON CONFLICT (purchase_token) DO UPDATE SET retired = 1, updated_at = excluded.updated_at
-                """
-            ).run()
-            try await PurchaseStore.audit(
-                sql, actor: "google", action: "google_token_retired", subject: Self.tokenDigest(token),
-                detail: "purchase token replaced by a newer one (linkedPurchaseToken): it grants nothing from now on",
-                at: now.milliseconds)
+            try await Self.retire(token, appId: appId, sql: sql, now: now)
         }
+    }
+
+    static func retire(_ token: String, appId: String, sql: any SQLDatabase, now: Date) async throws {
+        try await sql.raw(
+            """
+            INSERT INTO google_purchases (purchase_token, app_id, kind, product_id, catalog_product_id, quantity,
+                state, retired, updated_at)
+            VALUES (\(bind: token), \(bind: appId), 'subscription', '', '', 1, 'REPLACED', 1, \(bind: now.milliseconds))
+            ON CONFLICT (purchase_token) DO UPDATE SET retired = 1, updated_at = excluded.updated_at
+            """
+        ).run()
+        try await PurchaseStore.audit(
+            sql, actor: "google", action: "google_token_retired", subject: Self.tokenDigest(token),
+            detail: "purchase token replaced by a newer one (linkedPurchaseToken): it grants nothing from now on",
+            at: now.milliseconds)
     }
 
     /// Whether `transactionId` was delivered (refunded since or not).
@@ -436,6 +444,97 @@ extension PurchaseStore {
             try await sql.raw(
                 "SELECT account_id FROM deliveries WHERE transaction_id = \(bind: transactionId) AND quantity > 0"
             ).first()?.decode(column: "account_id", as: String.self)
+        }
+    }
+}
+
+extension GooglePlayStore {
+    /// What one reading of a Google purchase asks of storage, applied in one database
+    /// transaction: the purchase recorded, the token it replaces retired, a refund Google
+    /// already made recorded, the delivery planned and written through the one delivery path,
+    /// and the account and acknowledgement duty recorded with it.
+    public struct Application: Sendable {
+        public var purchase: Purchase
+        public var paid: Bool
+        public var needsAcknowledgement: Bool
+        /// The token this paid replacement retires.
+        public var retires: String?
+        /// Units Google refunded before anyone claimed them (its `refundableQuantity`).
+        public var refundedBeforeDelivery: RefundPlanner.Revocation?
+        public var refundKey: String
+        public var transaction: JWSTransactionDecodedPayload
+        public var event: SubscriptionEvent?
+        public var submittingAccount: String?
+        public var requestedOrderId: String?
+
+        public init(
+            purchase: Purchase, paid: Bool, needsAcknowledgement: Bool, retires: String?,
+            refundedBeforeDelivery: RefundPlanner.Revocation?, refundKey: String,
+            transaction: JWSTransactionDecodedPayload, event: SubscriptionEvent?, submittingAccount: String?,
+            requestedOrderId: String?
+        ) {
+            self.purchase = purchase
+            self.paid = paid
+            self.needsAcknowledgement = needsAcknowledgement
+            self.retires = retires
+            self.refundedBeforeDelivery = refundedBeforeDelivery
+            self.refundKey = refundKey
+            self.transaction = transaction
+            self.event = event
+            self.submittingAccount = submittingAccount
+            self.requestedOrderId = requestedOrderId
+        }
+    }
+
+    public enum Applied: Sendable {
+        /// Not paid (pending, or never): recorded only.
+        case unpaid
+        /// A replaced token: it grants nothing.
+        case retired
+        case delivered(PurchaseStore.DeliveryResult)
+    }
+}
+
+extension PurchaseStore {
+    public func applyGoogle(_ application: GooglePlayStore.Application, catalog: Catalog, policy: OwnershipPolicy, now: Date)
+        async throws -> GooglePlayStore.Applied
+    {
+        let kind = database.kind
+        let transaction = application.transaction
+        let subject = transaction.originalTransactionId ?? transaction.transactionId ?? ""
+        let sharedAppleIdLimit = sharedAppleIdLimit
+        let apps = apps
+        return try await database.transaction { sql in
+            try await NotificationStore.lock([subject], sql: sql, kind: kind)
+            let retired = try await GooglePlayStore.record(application.purchase, acknowledge: false, sql: sql, now: now)
+            guard application.paid else { return .unpaid }
+            if retired { return .retired }
+            if let linked = application.retires {
+                try await GooglePlayStore.retire(linked, appId: application.purchase.appId, sql: sql, now: now)
+            }
+            if let refunded = application.refundedBeforeDelivery, let id = transaction.transactionId,
+                try await sql.raw("SELECT 1 AS d FROM deliveries WHERE transaction_id = \(bind: id)").first() == nil
+            {
+                try await PurchaseStore.recordUndeliveredRefund(
+                    id, originalId: transaction.originalTransactionId ?? id,
+                    productId: application.purchase.catalogProductId, revocation: refunded, reason: "refund",
+                    key: application.refundKey, sql: sql, at: now.milliseconds)
+            }
+            let result = try await BatchDelivery.run(
+                [
+                    BatchDelivery.Item(
+                        transaction: transaction, submittingAccount: application.submittingAccount,
+                        requestedOrderId: application.requestedOrderId, catalog: catalog, policy: policy,
+                        evidence: .device, now: now, event: application.event, sharedAppleIdLimit: sharedAppleIdLimit,
+                        apps: apps, store: .googlePlay)
+                ], sql: sql, combineWrites: false)[0]
+            if let account = result.plan.accountId ?? result.plan.delivery?.accountId {
+                // Acknowledged only once an account has it.
+                var owned = application.purchase
+                owned.accountId = account
+                _ = try await GooglePlayStore.record(owned, acknowledge: application.needsAcknowledgement, sql: sql, now: now)
+            }
+            return .delivered(result)
         }
     }
 }

@@ -31,24 +31,6 @@ extension PurchaseStore {
         ).run()
     }
 
-    /// What the store's own read of a purchase says was refunded already (Google's
-    /// `refundableQuantity` below its quantity), recorded before it is delivered — unless it
-    /// was delivered before, when the refund path applies it from the store's refund record.
-    public func recordRefundBeforeDelivery(
-        _ transactionId: String, originalId: String, productId: String, revocation: RefundPlanner.Revocation,
-        key: String, now: Date
-    ) async throws {
-        try await database.transaction { sql in
-            let delivered = try await sql.raw(
-                "SELECT 1 AS d FROM deliveries WHERE transaction_id = \(bind: transactionId)"
-            ).first()
-            guard delivered == nil else { return }
-            try await Self.recordUndeliveredRefund(
-                transactionId, originalId: originalId, productId: productId, revocation: revocation,
-                reason: "refund", key: key, sql: sql, at: now.milliseconds)
-        }
-    }
-
     /// The undelivered refunds of these transactions, with the key their take-back is applied
     /// under.
     static func undeliveredRefunds(_ transactionIds: [String], sql: any SQLDatabase) async throws

@@ -242,67 +242,56 @@ extension StoreKeeperApp {
         case .paid: paid = true
         case .pending, .notPaid: paid = false
         }
-        // Recorded before anything is delivered; acknowledged only once an account has it.
-        let retired = try await store.record(reading.record, acknowledge: false, now: now)
-        let needsAcknowledgement = GooglePlayPlanner.needsAcknowledgement(
-            paid: paid, acknowledgementState: reading.acknowledged ? AcknowledgementState.acknowledged : nil)
-        switch reading.readiness {
-        case .pending: return .pending
-        case .notPaid(let why): return .notPaid(why)
-        case .paid: break
-        }
-        if retired {
-            return .retired
-        }
-        if let linked = reading.linkedPurchaseToken {
-            // Paid: the token it replaces never grants again, even on a late notification. (A
-            // pending replacement returned above and left it running; an abandoned one never
-            // retires it.) A replaced token of another identity (recorded before chains were
-            // one subscription) has its subscription ended here.
-            if let old = replaced, !old.retired, let original = old.originalTransactionId,
-                original != reading.subscriptionOriginalId,
-                let state = try await SubscriptionStore.state(original, database: database)
-            {
-                var ended = reading.transaction
-                ended.transactionId = state.latestTransactionId
-                ended.originalTransactionId = original
-                ended.productId = state.productId
-                ended.expiresDate = state.expiresAt.map { Int64(($0.timeIntervalSince1970 * 1000).rounded(.down)) }
-                _ = try await self.store.applyStoreSnapshot(
-                    ended, event: SubscriptionEvent(.storeState(.expired, autoRenew: false), signedDate: now),
-                    submittingAccount: nil, requestedOrderId: nil, catalog: catalog,
-                    policy: configuration.ownershipPolicy, now: now)
-            }
-            try await store.retire(linked, appId: reading.appId, replacedBy: reading.token, now: now)
+        if paid, let old = replaced, !old.retired, let original = old.originalTransactionId,
+            original != reading.subscriptionOriginalId,
+            let state = try await SubscriptionStore.state(original, database: database)
+        {
+            // A replaced token of another identity (recorded before a chain was one
+            // subscription): its subscription ends now.
+            var ended = reading.transaction
+            ended.transactionId = state.latestTransactionId
+            ended.originalTransactionId = original
+            ended.productId = state.productId
+            ended.expiresDate = state.expiresAt.map { Int64(($0.timeIntervalSince1970 * 1000).rounded(.down)) }
+            _ = try await self.store.applyStoreSnapshot(
+                ended, event: SubscriptionEvent(.storeState(.expired, autoRenew: false), signedDate: now),
+                submittingAccount: nil, requestedOrderId: nil, catalog: catalog,
+                policy: configuration.ownershipPolicy, now: now)
         }
         let transaction = reading.transaction
+        // Units Google refunded before anyone claimed them (its refundableQuantity): delivered
+        // only what is left.
+        var refunded: RefundPlanner.Revocation?
         if reading.kind == "one_time", let refundable = reading.refundableQuantity, refundable > 0,
-            refundable < reading.quantity, let id = transaction.transactionId
+            refundable < reading.quantity
         {
-            // Units Google refunded before anyone claimed them: delivered only what is left.
-            try await self.store.recordRefundBeforeDelivery(
-                id, originalId: transaction.originalTransactionId ?? id, productId: reading.product.id,
-                revocation: RefundPlanner.Revocation(
-                    unitsRefunded: Int64(reading.quantity - refundable), of: Int64(reading.quantity)),
-                key: "gp-read:\(reading.tokenDigest):\(reading.quantity - refundable)", now: now)
+            refunded = RefundPlanner.Revocation(
+                unitsRefunded: Int64(reading.quantity - refundable), of: Int64(reading.quantity))
         }
         let event = reading.status.map {
             SubscriptionEvent(.storeState($0, autoRenew: reading.autoRenew), signedDate: now, transaction: transaction)
         }
-        let result = try await self.store.applyStoreSnapshot(
-            transaction, event: reading.kind == "subscription" ? event : nil, submittingAccount: submittingAccount,
-            requestedOrderId: orderId, catalog: catalog, policy: configuration.ownershipPolicy, now: now)
-        if let account = result.plan.accountId ?? result.plan.delivery?.accountId {
-            _ = try await store.record(
-                GooglePlayStore.Purchase(
-                    purchaseToken: reading.token, appId: reading.appId, kind: reading.kind,
-                    productId: reading.googleProductId, catalogProductId: reading.product.id, accountId: account,
-                    orderId: reading.orderId, quantity: reading.quantity, state: reading.state, test: reading.test,
-                    paidAt: reading.paidAt, acknowledgedAt: nil, linkedPurchaseToken: reading.linkedPurchaseToken,
-                    originalTransactionId: reading.record.originalTransactionId, expiresAt: reading.expiresAt),
-                acknowledge: needsAcknowledgement, now: now)
+        // One database transaction: recorded, the replaced token retired once this one is paid
+        // (a pending replacement leaves it running), delivered, acknowledged once an account has it.
+        let applied = try await self.store.applyGoogle(
+            GooglePlayStore.Application(
+                purchase: reading.record, paid: paid,
+                needsAcknowledgement: GooglePlayPlanner.needsAcknowledgement(
+                    paid: paid, acknowledgementState: reading.acknowledged ? AcknowledgementState.acknowledged : nil),
+                retires: reading.linkedPurchaseToken, refundedBeforeDelivery: refunded,
+                refundKey: "gp-read:\(reading.tokenDigest):\(reading.quantity - (reading.refundableQuantity ?? reading.quantity))",
+                transaction: transaction, event: reading.kind == "subscription" ? event : nil,
+                submittingAccount: submittingAccount, requestedOrderId: orderId),
+            catalog: catalog, policy: configuration.ownershipPolicy, now: now)
+        switch applied {
+        case .unpaid:
+            if case .notPaid(let why) = reading.readiness { return .notPaid(why) }
+            return .pending
+        case .retired:
+            return .retired
+        case .delivered(let result):
+            return .delivered(result, transaction)
         }
-        return .delivered(result, transaction)
     }
 
     // MARK: POST /v1/purchases {"store": "google_play"}
