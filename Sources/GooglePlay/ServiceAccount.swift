@@ -1,7 +1,7 @@
 import AsyncHTTPClient
 import Foundation
-import KeyFiles
 import JWTKit
+import KeyFiles
 import NIOCore
 import NIOHTTP1
 

@@ -2,10 +2,10 @@ import AsyncHTTPClient
 import Crypto
 import CryptoExtras
 import Foundation
-import KeyFiles
 import GooglePlay
 import Hummingbird
 import JWTKit
+import KeyFiles
 import Logging
 import NIOCore
 import ServiceLifecycle

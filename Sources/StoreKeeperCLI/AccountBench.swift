@@ -1,6 +1,8 @@
 import Foundation
 import LocalAppStore
+import SQLKit
 import StoreKeeperServer
+import StoreKeeperStorage
 
 /// `bench --accounts`: what an app's backend does most once purchases are in — `GET
 /// /v1/accounts/{id}` (balances, entitlements, subscriptions) and `POST …/balances/coins/debit`
@@ -51,6 +53,13 @@ struct AccountBench {
         var debitsBeside = try await mixedDebits
         mixedReads.cpuSeconds = nil
         debitsBeside.cpuSeconds = nil
+        // `/healthz` behind a backlog: it reads the oldest pending job, which must cost the same
+        // with 100,000 waiting (not yet due, so the runner leaves them) as with none.
+        FileHandle.standardError.write(Data("queueing a backlog of \(Self.backlog) jobs…\n".utf8))
+        try await Self.queueBacklog(app, jobs: Self.backlog)
+        let healthBehindBacklog = try await server.send(
+            concurrency: concurrency, "/healthz", Array(repeating: "", count: count), method: "GET")
+        try await Task.sleep(for: .milliseconds(2500))
         await server.stop()
 
         print("## Account reads and debits end to end — \(app.database.kind.rawValue)")
@@ -65,14 +74,37 @@ struct AccountBench {
                 ("`POST /v1/accounts/{id}/balances/coins/debit` (durable ledger write)", debits),
                 ("`GET /v1/accounts/{id}` while debits run (\(half) connections each)", mixedReads),
                 ("`POST …/debit` beside those reads (\(half) connections)", debitsBeside),
+                ("`GET /healthz` behind \(Self.backlog) pending jobs", healthBehindBacklog),
             ], baseline: health)
         print("")
         if reads.accepted != count || debits.accepted != count || mixedReads.accepted != mixed
-            || debitsBeside.accepted != mixed
+            || debitsBeside.accepted != mixed || healthBehindBacklog.accepted != count
         {
             throw BenchFailure(
                 description: "\(reads.accepted) reads, \(debits.accepted) debits answered, of \(count); "
                     + "\(mixedReads.accepted) reads and \(debitsBeside.accepted) debits side by side, of \(mixed)")
+        }
+    }
+}
+
+extension AccountBench {
+    static let backlog = 100_000
+
+    /// `jobs` pending jobs, due in a day, written straight into the queue.
+    static func queueBacklog(_ app: StoreKeeperApp, jobs: Int) async throws {
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let run = UInt64.random(in: 0..<1_000_000)
+        try await app.database.transaction(deadline: .seconds(600)) { sql in
+            for chunk in stride(from: 0, to: jobs, by: 1_000) {
+                let values = (chunk..<min(jobs, chunk + 1_000)).map {
+                    "('backlog|\(run)|\($0)', 'backlog', 'backlog|\(run)|\($0)', '', 'pending', 0, \(now + 86_400_000), \(now + Int64($0)), 0)"
+                }.joined(separator: ",")
+                try await sql.raw(
+                    SQLQueryString(
+                        "INSERT INTO jobs (id, kind, dedupe_key, payload, status, attempts, run_at, created_at, stuck_reported) VALUES "
+                            + values)
+                ).run()
+            }
         }
     }
 }

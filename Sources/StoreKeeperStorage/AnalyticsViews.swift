@@ -45,65 +45,65 @@ public enum AnalyticsViews {
 
     static func views(store: String, subscriptionStore: String, anomalyStore: String) -> [String] {
         [
-        "DROP VIEW IF EXISTS storekeeper_events",
-        "DROP VIEW IF EXISTS storekeeper_subscription_periods",
-        "DROP VIEW IF EXISTS storekeeper_transactions",
-        "DROP VIEW IF EXISTS storekeeper_subscriptions",
-        """
-        CREATE VIEW storekeeper_transactions AS
-        SELECT d.transaction_id, d.original_transaction_id, d.account_id, d.order_id, d.app_id,
-               \(store) AS store, d.product_id, d.quantity, d.environment, d.storefront,
-               d.purchased_at, d.delivered_at, d.period_start, d.period_end,
-               \(endsAt) AS ends_at,
-               d.trial, d.family_shared, d.offer_type, d.offer_identifier, d.price_milli, d.currency,
-               d.proceeds_percent, d.refunded_at, d.refund_share,
-               \(netPrice) AS net_price_milli,
-               \(netPrice) * d.proceeds_percent / 100 AS proceeds_milli,
-               \(counts) AS counts
-        FROM deliveries d WHERE d.quantity > 0
-        """,
-        """
-        CREATE VIEW storekeeper_subscription_periods AS
-        SELECT d.transaction_id, d.original_transaction_id, d.account_id, d.app_id, \(store) AS store,
-               d.product_id, d.environment, d.storefront, d.period_start, d.period_end,
-               \(endsAt) AS ends_at, d.trial, d.offer_type, d.offer_identifier, d.price_milli, d.currency,
-               \(monthly) AS monthly_milli, d.refunded_at,
-               \(counts) AS counts
-        FROM deliveries d WHERE d.quantity > 0 AND d.period_start IS NOT NULL AND d.period_end IS NOT NULL
-        """,
-        """
-        CREATE VIEW storekeeper_subscriptions AS
-        SELECT s.original_transaction_id, s.account_id, s.app_id,
-               \(subscriptionStore) AS store,
-               s.product_id, s.status, s.expires_at, s.auto_renew, s.next_product_id, s.grace_ends_at,
-               s.latest_transaction_id, s.billing_plan, s.signed_at, s.updated_at
-        FROM subscriptions s
-        """,
-        """
-        CREATE VIEW storekeeper_events AS
-        SELECT 'delivery' AS type, d.transaction_id AS id, d.delivered_at AS at, d.account_id, d.app_id,
-               \(store) AS store, d.transaction_id, d.original_transaction_id, d.product_id, d.environment,
-               CAST(NULL AS TEXT) AS detail
-        FROM deliveries d WHERE d.quantity > 0
-        UNION ALL
-        SELECT 'refund', d.transaction_id, d.refunded_at, d.account_id, d.app_id, \(store), d.transaction_id,
-               d.original_transaction_id, d.product_id, d.environment, d.refund_type
-        FROM deliveries d WHERE d.refunded_at IS NOT NULL
-        UNION ALL
-        SELECT 'notification', n.notification_uuid, n.received_at, CAST(NULL AS TEXT), CAST(NULL AS TEXT),
-               'app_store', n.transaction_id, n.subject, CAST(NULL AS TEXT), n.environment,
-               n.notification_type || COALESCE('/' || n.subtype, '') || ' ' || n.status
-        FROM notifications n
-        UNION ALL
-        SELECT 'google_notification', g.message_id, g.received_at, CAST(NULL AS TEXT), g.app_id, 'google_play',
-               CAST(NULL AS TEXT), CAST(NULL AS TEXT), CAST(NULL AS TEXT), CAST(NULL AS TEXT), g.type || ' ' || g.status
-        FROM google_notifications g
-        UNION ALL
-        SELECT 'anomaly', a.id, a.created_at, a.account_id, a.app_id,
-               \(anomalyStore), a.transaction_id, CAST(NULL AS TEXT), CAST(NULL AS TEXT), CAST(NULL AS TEXT),
-               a.kind || ': ' || a.detail
-        FROM anomalies a
-        """,
+            "DROP VIEW IF EXISTS storekeeper_events",
+            "DROP VIEW IF EXISTS storekeeper_subscription_periods",
+            "DROP VIEW IF EXISTS storekeeper_transactions",
+            "DROP VIEW IF EXISTS storekeeper_subscriptions",
+            """
+            CREATE VIEW storekeeper_transactions AS
+            SELECT d.transaction_id, d.original_transaction_id, d.account_id, d.order_id, d.app_id,
+                   \(store) AS store, d.product_id, d.quantity, d.environment, d.storefront,
+                   d.purchased_at, d.delivered_at, d.period_start, d.period_end,
+                   \(endsAt) AS ends_at,
+                   d.trial, d.family_shared, d.offer_type, d.offer_identifier, d.price_milli, d.currency,
+                   d.proceeds_percent, d.refunded_at, d.refund_share,
+                   \(netPrice) AS net_price_milli,
+                   \(netPrice) * d.proceeds_percent / 100 AS proceeds_milli,
+                   \(counts) AS counts
+            FROM deliveries d WHERE d.quantity > 0
+            """,
+            """
+            CREATE VIEW storekeeper_subscription_periods AS
+            SELECT d.transaction_id, d.original_transaction_id, d.account_id, d.app_id, \(store) AS store,
+                   d.product_id, d.environment, d.storefront, d.period_start, d.period_end,
+                   \(endsAt) AS ends_at, d.trial, d.offer_type, d.offer_identifier, d.price_milli, d.currency,
+                   \(monthly) AS monthly_milli, d.refunded_at,
+                   \(counts) AS counts
+            FROM deliveries d WHERE d.quantity > 0 AND d.period_start IS NOT NULL AND d.period_end IS NOT NULL
+            """,
+            """
+            CREATE VIEW storekeeper_subscriptions AS
+            SELECT s.original_transaction_id, s.account_id, s.app_id,
+                   \(subscriptionStore) AS store,
+                   s.product_id, s.status, s.expires_at, s.auto_renew, s.next_product_id, s.grace_ends_at,
+                   s.latest_transaction_id, s.billing_plan, s.signed_at, s.updated_at
+            FROM subscriptions s
+            """,
+            """
+            CREATE VIEW storekeeper_events AS
+            SELECT 'delivery' AS type, d.transaction_id AS id, d.delivered_at AS at, d.account_id, d.app_id,
+                   \(store) AS store, d.transaction_id, d.original_transaction_id, d.product_id, d.environment,
+                   CAST(NULL AS TEXT) AS detail
+            FROM deliveries d WHERE d.quantity > 0
+            UNION ALL
+            SELECT 'refund', d.transaction_id, d.refunded_at, d.account_id, d.app_id, \(store), d.transaction_id,
+                   d.original_transaction_id, d.product_id, d.environment, d.refund_type
+            FROM deliveries d WHERE d.refunded_at IS NOT NULL
+            UNION ALL
+            SELECT 'notification', n.notification_uuid, n.received_at, CAST(NULL AS TEXT), CAST(NULL AS TEXT),
+                   'app_store', n.transaction_id, n.subject, CAST(NULL AS TEXT), n.environment,
+                   n.notification_type || COALESCE('/' || n.subtype, '') || ' ' || n.status
+            FROM notifications n
+            UNION ALL
+            SELECT 'google_notification', g.message_id, g.received_at, CAST(NULL AS TEXT), g.app_id, 'google_play',
+                   CAST(NULL AS TEXT), CAST(NULL AS TEXT), CAST(NULL AS TEXT), CAST(NULL AS TEXT), g.type || ' ' || g.status
+            FROM google_notifications g
+            UNION ALL
+            SELECT 'anomaly', a.id, a.created_at, a.account_id, a.app_id,
+                   \(anomalyStore), a.transaction_id, CAST(NULL AS TEXT), CAST(NULL AS TEXT), CAST(NULL AS TEXT),
+                   a.kind || ': ' || a.detail
+            FROM anomalies a
+            """,
         ]
     }
 }

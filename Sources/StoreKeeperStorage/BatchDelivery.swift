@@ -166,10 +166,12 @@ struct BatchDelivery {
                 guard let product = item.catalog.product(item.transaction.productId ?? ""),
                     product.type == .nonRenewing, let entitlement = product.grants.entitlement
                 else { continue }
-                for account in [item.submittingAccount].compactMap({ $0 }) + orders.values.filter({
-                    $0.appAccountToken.uuidString.lowercased() == item.transaction.appAccountToken?.lowercased()
-                        || $0.orderId == item.requestedOrderId
-                }).map(\.accountId) {
+                for account in [item.submittingAccount].compactMap({ $0 })
+                    + orders.values.filter({
+                        $0.appAccountToken.uuidString.lowercased() == item.transaction.appAccountToken?.lowercased()
+                            || $0.orderId == item.requestedOrderId
+                    }).map(\.accountId)
+                {
                     keys.insert("entitlement|\(account)|\(entitlement)")
                 }
             }

@@ -173,7 +173,8 @@ extension NotificationApplier {
         ).run()
         for account in accounts {
             try await PurchaseStore.writeConsent(account, consented: false, source: "rescind_consent", sql: sql, at: at)
-            try await sql.raw("UPDATE consents SET rescinded_at = \(bind: at) WHERE account_id = \(bind: account)").run()
+            try await sql.raw("UPDATE consents SET rescinded_at = \(bind: at) WHERE account_id = \(bind: account)")
+                .run()
         }
         let who =
             accounts.isEmpty

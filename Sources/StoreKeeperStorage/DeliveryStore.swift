@@ -181,8 +181,7 @@ extension PurchaseStore {
     /// keys sorted, written by hand (it is on the hot path; JSONSerialization cost ~7 % of a request).
     static func outboxPayload(
         _ delivery: DeliveryPlanner.Delivery, environment: String, appId: String? = nil, store: Store
-    ) -> String
-    {
+    ) -> String {
         var json = #"{"accountId":"#
         appendJSONString(delivery.accountId, to: &json)
         if let appId {

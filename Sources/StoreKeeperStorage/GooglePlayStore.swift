@@ -496,7 +496,9 @@ extension GooglePlayStore {
 }
 
 extension PurchaseStore {
-    public func applyGoogle(_ application: GooglePlayStore.Application, catalog: Catalog, policy: OwnershipPolicy, now: Date)
+    public func applyGoogle(
+        _ application: GooglePlayStore.Application, catalog: Catalog, policy: OwnershipPolicy, now: Date
+    )
         async throws -> GooglePlayStore.Applied
     {
         let kind = database.kind
@@ -532,7 +534,8 @@ extension PurchaseStore {
                 // Acknowledged only once an account has it.
                 var owned = application.purchase
                 owned.accountId = account
-                _ = try await GooglePlayStore.record(owned, acknowledge: application.needsAcknowledgement, sql: sql, now: now)
+                _ = try await GooglePlayStore.record(
+                    owned, acknowledge: application.needsAcknowledgement, sql: sql, now: now)
             }
             return .delivered(result)
         }

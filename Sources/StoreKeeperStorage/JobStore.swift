@@ -146,7 +146,9 @@ public struct JobStore: Sendable {
     public func oldestPending() async throws -> Date? {
         try await database.read { sql in
             // The first entry of `jobs_pending_age`: the same cost with no backlog and with 100,000.
-            try await sql.raw(SQLQueryString(Self.oldestPendingQuery)).first()?.decode(column: "oldest", as: Int64?.self).map(Date.init(milliseconds:))
+            try await sql.raw(SQLQueryString(Self.oldestPendingQuery)).first()?.decode(
+                column: "oldest", as: Int64?.self
+            ).map(Date.init(milliseconds:))
         }
     }
 

@@ -1,12 +1,13 @@
 import Crypto
 import Foundation
-@testable import GooglePlay
 import Hummingbird
 import HummingbirdTesting
 import JWTKit
 import Synchronization
 import Testing
 import _CryptoExtras
+
+@testable import GooglePlay
 
 /// Audit 3, finding 5: a push is verified with exactly the key its `kid` names; a key Google
 /// just added is fetched once (single flight, at most once a minute), not refused for an hour.
@@ -49,7 +50,8 @@ import _CryptoExtras
         router.get("certs") { _, _ -> Response in
             let body = try JSONSerialization.data(withJSONObject: ["keys": served.withLock { $0 }])
             return Response(
-                status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(data: body)))
+                status: .ok, headers: [.contentType: "application/json"],
+                body: .init(byteBuffer: ByteBuffer(data: body)))
         }
         try await Application(router: router).test(.live) { client in
             let clock = Clock()

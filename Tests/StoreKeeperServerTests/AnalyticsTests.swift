@@ -591,7 +591,10 @@ import Testing
         #expect(read.count == cells.count)
         for (row, cell) in zip(read, cells) {
             #expect(row.count == 3 && row[2] == "7", "\(row)")
-            let expected = ["=", "+", "-", "@", "\t", "\r"].contains(where: { cell.unicodeScalars.first == $0.unicodeScalars.first }) ? "'" + cell : cell
+            let expected =
+                ["=", "+", "-", "@", "\t", "\r"].contains(where: {
+                    cell.unicodeScalars.first == $0.unicodeScalars.first
+                }) ? "'" + cell : cell
             #expect(row[1] == expected, "\(row)")
         }
     }

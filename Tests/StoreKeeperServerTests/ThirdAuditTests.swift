@@ -153,7 +153,8 @@ import Testing
                 batch.append(
                     try forger.jwsSigner.sign(
                         JWSTransactionDecodedPayload(
-                            transactionId: "29990000000\(100 + index)", originalTransactionId: "29990000000\(100 + index)",
+                            transactionId: "29990000000\(100 + index)",
+                            originalTransactionId: "29990000000\(100 + index)",
                             bundleId: "com.example.app", productId: "coins_60", quantity: 1,
                             signedDate: Int64(Date().timeIntervalSince1970 * 1000), environment: .production)))
             }
@@ -224,7 +225,8 @@ import Testing
                         try $0.decode(column: "QUERY PLAN", as: String.self)
                     }.joined(separator: "\n")
                 }
-                return try await sql.raw(SQLQueryString("EXPLAIN QUERY PLAN " + JobStore.oldestPendingQuery)).all().map {
+                return try await sql.raw(SQLQueryString("EXPLAIN QUERY PLAN " + JobStore.oldestPendingQuery)).all().map
+                {
                     try $0.decode(column: "detail", as: String.self)
                 }.joined(separator: "\n")
             }
@@ -302,7 +304,8 @@ import Testing
                 relay.client, account: "kim", signedTransaction: phoneBuy.signedTransactions[0])
             #expect(reply.status == .conflict && reply.errorCode == "order_of_another_app", "\(reply.json)")
             #expect((try await relay.account("kim")["balances"] as? [String: Int])?["coins"] == nil)
-            let anomalies = try await API.call(relay.client, .get, "/v1/anomalies").json["anomalies"] as? [[String: Any]]
+            let anomalies =
+                try await API.call(relay.client, .get, "/v1/anomalies").json["anomalies"] as? [[String: Any]]
             #expect(anomalies?.contains { $0["kind"] as? String == "app_mismatch" } == true, "\(anomalies ?? [])")
             #expect(
                 try await ScenarioTests.status(relay.client, order: ipadOrder.json["orderId"] as? String ?? "")

@@ -35,7 +35,8 @@ extension StoreKeeperApp {
             // Recorded with it since several apps (migration 19); older rows: the app their store implies.
             var app = subscription.appId
             if app == nil {
-                app = try await appId(ofOriginal: subscription.originalTransactionId, store: subscription.store ?? .appStore)
+                app = try await appId(
+                    ofOriginal: subscription.originalTransactionId, store: subscription.store ?? .appStore)
             }
             apps[subscription.originalTransactionId] = app
         }

@@ -86,7 +86,9 @@ extension StoreKeeperApp {
             throw APIError.notFound("no anomaly '\(id.prefix(64))'")
         }
         let note = note ?? ""
-        guard note.unicodeScalars.count <= 2_000 else { throw APIError.badRequest("field 'note' must be at most 2000 characters") }
+        guard note.unicodeScalars.count <= 2_000 else {
+            throw APIError.badRequest("field 'note' must be at most 2000 characters")
+        }
         switch action {
         case "dismiss":
             break

@@ -3,8 +3,8 @@ import AppStoreVerification
 import Configuration
 import Crypto
 import Foundation
-import KeyFiles
 import GooglePlay
+import KeyFiles
 import StoreKeeperCatalog
 import StoreKeeperCore
 import StoreKeeperStorage

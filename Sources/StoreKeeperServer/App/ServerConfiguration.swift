@@ -165,7 +165,8 @@ public struct ServerConfiguration: Sendable {
         "auth.secretKeys", "auth.clientTokenSecret", "auth.clientTokenMaxLifetimeSeconds", "auth.metricsToken",
         "auth.responseSigningKey",
         "catalog.file", "limits.maxBodyBytes", "limits.maxOpenOrdersPerAccount", "limits.maxInFlightRequests",
-        "limits.maxOrdersPerAccountPerDay", "limits.orderRetentionDays", "limits.maxUnconfirmedExternalTokensPerAccount",
+        "limits.maxOrdersPerAccountPerDay", "limits.orderRetentionDays",
+        "limits.maxUnconfirmedExternalTokensPerAccount",
         "limits.unconfirmedExternalTokenDays", "limits.maxUnconfirmedExternalTokens",
         "limits.clientRequestsPerSecond", "limits.secretRequestsPerSecond", "limits.requestTimeoutSeconds",
         "ownership.policy", "webhooks.url", "webhooks.secret", "localAppStore.enabled",
@@ -407,8 +408,10 @@ public struct ServerConfiguration: Sendable {
         orderRetentionDays = try source.int("limits.orderRetentionDays") ?? orderRetentionDays
         maxUnconfirmedExternalTokensPerAccount =
             try source.int("limits.maxUnconfirmedExternalTokensPerAccount") ?? maxUnconfirmedExternalTokensPerAccount
-        unconfirmedExternalTokenDays = try source.int("limits.unconfirmedExternalTokenDays") ?? unconfirmedExternalTokenDays
-        maxUnconfirmedExternalTokens = try source.int("limits.maxUnconfirmedExternalTokens") ?? maxUnconfirmedExternalTokens
+        unconfirmedExternalTokenDays =
+            try source.int("limits.unconfirmedExternalTokenDays") ?? unconfirmedExternalTokenDays
+        maxUnconfirmedExternalTokens =
+            try source.int("limits.maxUnconfirmedExternalTokens") ?? maxUnconfirmedExternalTokens
         idleTimeoutSeconds = try source.int("http.idleTimeoutSeconds") ?? idleTimeoutSeconds
         maxInFlightRequests = try source.int("limits.maxInFlightRequests") ?? maxInFlightRequests
         databaseStartupTimeoutSeconds =

@@ -4,10 +4,10 @@ import AppStoreSigning
 import AppStoreVerification
 import Crypto
 import Foundation
-import KeyFiles
 import GooglePlay
 import Hummingbird
 import HummingbirdCore
+import KeyFiles
 import LocalAppStore
 import LocalGooglePlay
 import Logging

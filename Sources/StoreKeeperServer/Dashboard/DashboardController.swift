@@ -476,10 +476,10 @@ struct DashboardController {
 
     /// How the dashboard names a store.
     static func storeName(_ store: String) -> String {
-        switch store {
-        case "google_play": "Google Play"
-        case "web": "Web"
-        default: "App Store"
+        switch Store(rawValue: store) ?? .appStore {
+        case .appStore: "App Store"
+        case .googlePlay: "Google Play"
+        case .web: "Web"
         }
     }
 

@@ -44,7 +44,8 @@ extension JobRunner {
                 case .notPaid(let why): outcome = "never paid (\(why)): nothing delivered"
                 case .retired: outcome = "a replaced token: grants nothing"
                 case .wrongEnvironment:
-                    outcome = "a test purchase (license tester): Sandbox is not accepted by this server, nothing delivered"
+                    outcome =
+                        "a test purchase (license tester): Sandbox is not accepted by this server, nothing delivered"
                 }
             }
             if let messageId = payload.messageId {

@@ -91,7 +91,9 @@ extension StoreKeeperApp {
                     ? "subscription"
                     : notification.oneTimeProductNotification != nil
                         ? "one_time"
-                        : notification.voidedPurchaseNotification?.productType.map { $0 == 1 ? "subscription" : "one_time" })
+                        : notification.voidedPurchaseNotification?.productType.map {
+                            $0 == 1 ? "subscription" : "one_time"
+                        })
         } else if let app, let review = notification.pendingRefundReviewNotification,
             let reviewToken = review.pendingRefundToken, let orderId = review.orderId
         {

@@ -279,7 +279,8 @@ extension StoreKeeperApp {
                 needsAcknowledgement: GooglePlayPlanner.needsAcknowledgement(
                     paid: paid, acknowledgementState: reading.acknowledged ? AcknowledgementState.acknowledged : nil),
                 retires: reading.linkedPurchaseToken, refundedBeforeDelivery: refunded,
-                refundKey: "gp-read:\(reading.tokenDigest):\(reading.quantity - (reading.refundableQuantity ?? reading.quantity))",
+                refundKey:
+                    "gp-read:\(reading.tokenDigest):\(reading.quantity - (reading.refundableQuantity ?? reading.quantity))",
                 transaction: transaction, event: reading.kind == "subscription" ? event : nil,
                 submittingAccount: submittingAccount, requestedOrderId: orderId),
             catalog: catalog, policy: configuration.ownershipPolicy, now: now)
@@ -389,7 +390,9 @@ extension StoreKeeperApp.PurchaseBody {
             try StoreKeeperApp.validateText(appId, field: "appId")
         }
         if let orderId {
-            guard orderId.unicodeScalars.count <= 200 else { throw APIError.badRequest("field 'orderId' must be 1…200 characters") }
+            guard orderId.unicodeScalars.count <= 200 else {
+                throw APIError.badRequest("field 'orderId' must be 1…200 characters")
+            }
             try StoreKeeperApp.validateText(orderId, field: "orderId")
         }
     }

@@ -71,7 +71,8 @@ struct Housekeeping: Service {
         var orderCount = 0
         if let orders {
             while true {
-                let deleted = try await orders.deleteUnpaidOrders(createdBefore: now.addingTimeInterval(-orderRetention))
+                let deleted = try await orders.deleteUnpaidOrders(
+                    createdBefore: now.addingTimeInterval(-orderRetention))
                 orderCount += deleted
                 if deleted < 1_000 { break }
             }

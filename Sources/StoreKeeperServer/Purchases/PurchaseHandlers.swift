@@ -222,7 +222,8 @@ extension StoreKeeperApp {
                 "batch entries rejected",
                 metadata: [
                     "account": "\(accountId)", "entries": "\(batch.count)",
-                    "rejected": "\(rejectedCodes.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ","))",
+                    "rejected":
+                        "\(rejectedCodes.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ","))",
                 ])
         }
         // "delivered" when this request delivered something; each entry says what became of it.

@@ -93,7 +93,9 @@ extension StoreKeeperApp {
 
     static func validateNote(_ note: String?) throws -> String {
         let note = note ?? ""
-        guard note.unicodeScalars.count <= 1000 else { throw APIError.badRequest("field 'note' must be at most 1000 characters") }
+        guard note.unicodeScalars.count <= 1000 else {
+            throw APIError.badRequest("field 'note' must be at most 1000 characters")
+        }
         try validateText(note, field: "note", requireNFC: false)
         return note
     }
