@@ -225,6 +225,16 @@ public struct SubscriptionPurchaseV2: Codable, Hashable, Sendable {
         public init() {}
     }
     public struct Empty: Codable, Hashable, Sendable { public init() {} }
+    /// A resubscription made in the Play Store's subscriptions center after the old one
+    /// expired: the expired token and its account ids (gone once acknowledged).
+    public struct OutOfAppPurchaseContext: Codable, Hashable, Sendable {
+        public var expiredExternalAccountIdentifiers: ExternalAccountIdentifiers?
+        public var expiredPurchaseToken: String?
+        public init(expiredExternalAccountIdentifiers: ExternalAccountIdentifiers?, expiredPurchaseToken: String?) {
+            self.expiredExternalAccountIdentifiers = expiredExternalAccountIdentifiers
+            self.expiredPurchaseToken = expiredPurchaseToken
+        }
+    }
 
     public var kind: String?
     public var regionCode: String?
@@ -238,6 +248,7 @@ public struct SubscriptionPurchaseV2: Codable, Hashable, Sendable {
     public var pausedStateContext: PausedStateContext?
     public var canceledStateContext: CanceledStateContext?
     public var testPurchase: Empty?
+    public var outOfAppPurchaseContext: OutOfAppPurchaseContext?
     public var etag: String?
 
     public init() {}

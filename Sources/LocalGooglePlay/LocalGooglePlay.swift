@@ -63,6 +63,8 @@ public actor LocalGooglePlay {
         public var holdEnds: Date?
         public var pausedUntil: Date?
         public var linkedPurchaseToken: String?
+        /// A resubscription in the Play Store after the old token expired: that token.
+        public var expiredPurchaseToken: String?
         public var period: ISODuration = ISODuration(months: 1)
         public var cancellation: String?
         /// Set when Google refunded it (voided).
@@ -195,6 +197,19 @@ public actor LocalGooglePlay {
         previous.expiry = now
         previous.cancellation = "replacementCancellation"
         purchases[token] = previous
+    }
+
+    /// The customer resubscribes in the Play Store's subscriptions center after `expiredToken`
+    /// expired: a new token with no `linkedPurchaseToken` and no obfuscated account id, only
+    /// `outOfAppPurchaseContext` naming the expired one until it is acknowledged.
+    public func resubscribeInPlayStore(_ expiredToken: String, productId: String? = nil) throws(Refusal) -> String {
+        guard let expired = purchases[expiredToken], expired.kind == .subscription else { throw .notFound }
+        guard expired.subscriptionState == SubscriptionState.expired else {
+            throw .invalidPurchaseState("the subscription has not expired: restore it instead")
+        }
+        let token = try buy(productId ?? expired.productId, obfuscatedAccountId: nil, regionCode: expired.regionCode)
+        purchases[token]?.expiredPurchaseToken = expiredToken
+        return token
     }
 
     /// A pending purchase is paid (or, with `paid: false`, abandoned).
@@ -544,6 +559,12 @@ public actor LocalGooglePlay {
         resource.startTime = purchase.paidAt.map(GoogleTime.format)
         resource.subscriptionState = purchase.subscriptionState
         resource.linkedPurchaseToken = purchase.linkedPurchaseToken
+        if let expired = purchase.expiredPurchaseToken, !purchase.acknowledged {
+            resource.outOfAppPurchaseContext = .init(
+                expiredExternalAccountIdentifiers: purchases[expired]?.obfuscatedAccountId.map {
+                    .init(obfuscatedExternalAccountId: $0)
+                }, expiredPurchaseToken: expired)
+        }
         resource.latestOrderId = purchase.orders.last
         resource.acknowledgementState =
             purchase.acknowledged ? AcknowledgementState.acknowledged : AcknowledgementState.pending

@@ -118,4 +118,29 @@ import Testing
             #expect(try await play.submit("paid", "pro_monthly", monthly).errorCode == "revoked")
         }
     }
+
+    @Test(arguments: API.databases)
+    func aPlayStoreResubscriptionAfterExpiryReachesTheAccountThatHadIt(kind: String) async throws {
+        try await Play.withPlay(kind) { play in
+            let order = try await play.order("back", "pro_monthly")
+            let first = try await play.store.buy("pro_monthly", obfuscatedAccountId: order.token)
+            #expect(try await play.submit("back", "pro_monthly", first, orderId: order.id).status == .ok)
+            try await play.store.cancel(first)
+            await play.store.advance(by: 40 * 86_400)
+            _ = try await play.push()
+            await play.runJobs()
+            #expect(try await play.subscriptions("back").first?["status"] as? String == "expired")
+            #expect(try await play.entitlements("back").isEmpty)
+            // Back in the Play Store weeks later: a new token, no link, no account id.
+            _ = try await play.store.resubscribeInPlayStore(first)
+            #expect(try await play.push() == [.noContent])
+            await play.runJobs()
+            let subscriptions = try await play.subscriptions("back")
+            #expect(
+                subscriptions.count == 1 && subscriptions.first?["status"] as? String == "active", "\(subscriptions)")
+            #expect(try await play.entitlements("back") == ["pro"])
+            let anomalies = try await API.call(play.client, .get, "/v1/anomalies").json["anomalies"] as? [[String: Any]]
+            #expect(anomalies?.contains { $0["kind"] as? String == "unattributed_transaction" } == false)
+        }
+    }
 }

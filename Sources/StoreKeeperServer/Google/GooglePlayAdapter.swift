@@ -63,6 +63,11 @@ struct GoogleReading: Sendable {
     /// A one-time purchase's units not refunded yet (Google leaves a voided purchase
     /// `PURCHASED`: this is what says it was refunded).
     var refundableQuantity: Int? = nil
+    /// A resubscription made in the Play Store after this token expired (Google's
+    /// `outOfAppPurchaseContext`, present until the new token is acknowledged).
+    var expiredPurchaseToken: String? = nil
+    /// The token this one continues: the one it replaces, or the expired one it resubscribes.
+    var previousToken: String? { linkedPurchaseToken ?? expiredPurchaseToken }
     /// A subscription's identity across Google's chain of linked tokens (an upgrade, a
     /// downgrade, a re-signup keep the first token's, as Apple keeps an original transaction
     /// id); nil: this token's own.
@@ -177,7 +182,8 @@ extension StoreKeeperApp {
                 priceMilli: item.autoRenewingPlan?.recurringPrice?.milliunits,
                 currency: item.autoRenewingPlan?.recurringPrice?.currencyCode,
                 status: retired ? .expired : GooglePlayPlanner.status(subscriptionState: resource.subscriptionState),
-                packageName: app.configuration.packageName, regionCode: resource.regionCode)
+                packageName: app.configuration.packageName, regionCode: resource.regionCode,
+                expiredPurchaseToken: resource.outOfAppPurchaseContext?.expiredPurchaseToken)
         }
         let resource = try await app.client.productPurchase(token: token)
         guard let item = resource.productLineItem?.first, let id = item.productId,
@@ -226,7 +232,7 @@ extension StoreKeeperApp {
         let store = GooglePlayStore(database: database)
         var reading = reading
         var replaced: GooglePlayStore.Purchase?
-        if let linked = reading.linkedPurchaseToken {
+        if let linked = reading.previousToken {
             // One subscription across the chain: the replacement carries the identity of the
             // token it replaces (recorded with it, else that token's own), so it reaches the
             // account holding the chain — with or without an obfuscated account id — and
@@ -278,7 +284,7 @@ extension StoreKeeperApp {
                 purchase: reading.record, paid: paid,
                 needsAcknowledgement: GooglePlayPlanner.needsAcknowledgement(
                     paid: paid, acknowledgementState: reading.acknowledged ? AcknowledgementState.acknowledged : nil),
-                retires: reading.linkedPurchaseToken, refundedBeforeDelivery: refunded,
+                retires: reading.previousToken, refundedBeforeDelivery: refunded,
                 refundKey:
                     "gp-read:\(reading.tokenDigest):\(reading.quantity - (reading.refundableQuantity ?? reading.quantity))",
                 transaction: transaction, event: reading.kind == "subscription" ? event : nil,
