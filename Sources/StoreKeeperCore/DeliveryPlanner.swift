@@ -137,6 +137,9 @@ public enum DeliveryPlanner {
         public var anomalies: [AnomalyDraft] = []
         /// The delivery to record, keyed by transactionId.
         public var delivery: Delivery?
+
+        /// Nothing planned (a store's purchase recorded, not paid or replaced).
+        public static let notPlanned = Plan(outcome: .notDelivered, accountId: nil)
     }
 
     /// The FIFO rule for a payment that names no order (its token matches none, no order id

@@ -33,6 +33,8 @@ struct BatchDelivery {
         var apps = AppDirectory()
         /// The store the transaction comes from (its adapter says so): recorded with each row.
         var store: Store = .appStore
+        /// A Google Play purchase's own writes, in the same database transaction.
+        var google: GooglePlayStore.Writes? = nil
 
         /// The app this transaction is of (its bundle id or package name), if configured.
         var appId: String? { apps.appId(ofStoreIdentity: transaction.bundleId) }
@@ -48,6 +50,41 @@ struct BatchDelivery {
     static func run(_ items: [Item], sql: any SQLDatabase, combineWrites: Bool) async throws
         -> [PurchaseStore.DeliveryResult]
     {
+        guard items.contains(where: { $0.google != nil }) else {
+            return try await runPlanned(items, sql: sql, combineWrites: combineWrites)
+        }
+        // A store's side writes first (Google: the purchase as read, the token it replaces, a
+        // refund Google already made); a purchase not paid, or a replaced token, is not planned.
+        var held: [Int: PurchaseStore.DeliveryResult.Held] = [:]
+        let subjects = items.compactMap { item in
+            item.google.map { _ in item.transaction.originalTransactionId ?? item.transaction.transactionId ?? "" }
+        }
+        try await NotificationStore.lock(
+            subjects, sql: sql, kind: sql.dialect.name == "postgresql" ? .postgres : .sqlite)
+        for (index, item) in items.enumerated() {
+            guard let google = item.google else { continue }
+            held[index] = try await GooglePlayStore.beforeDelivery(
+                google, transaction: item.transaction, sql: sql, now: item.now)
+        }
+        let planned = items.indices.filter { held[$0] == nil }
+        let results = try await runPlanned(planned.map { items[$0] }, sql: sql, combineWrites: combineWrites)
+        var all = items.indices.map { index in
+            PurchaseStore.DeliveryResult(
+                plan: .notPlanned, held: held[index])
+        }
+        for (index, result) in zip(planned, results) {
+            all[index] = result
+            if let google = items[index].google {
+                try await GooglePlayStore.afterDelivery(google, result: result, sql: sql, now: items[index].now)
+            }
+        }
+        return all
+    }
+
+    static func runPlanned(_ items: [Item], sql: any SQLDatabase, combineWrites: Bool) async throws
+        -> [PurchaseStore.DeliveryResult]
+    {
+        guard !items.isEmpty else { return [] }
         // MARK: Read everything the batch needs.
         let transactionIds = Array(Set(items.compactMap(\.transaction.transactionId)))
         var deliveries: [String: DeliveryPlanner.Delivery] = [:]

@@ -20,6 +20,8 @@ final class DeliveryBatcher: Sendable {
         var evidence: DeliveryPlanner.Evidence
         var now: Date
         var store: Store
+        var event: SubscriptionEvent?
+        var google: GooglePlayStore.Writes?
         var continuation: CheckedContinuation<PurchaseStore.DeliveryResult, any Error>
         var enqueued = ContinuousClock.now
     }
@@ -57,13 +59,13 @@ final class DeliveryBatcher: Sendable {
     func deliver(
         _ transaction: JWSTransactionDecodedPayload, submittingAccount: String?, requestedOrderId: String?,
         catalog: Catalog, policy: OwnershipPolicy, evidence: DeliveryPlanner.Evidence, store: Store = .appStore,
-        now: Date
+        event: SubscriptionEvent? = nil, google: GooglePlayStore.Writes? = nil, now: Date
     ) async throws -> PurchaseStore.DeliveryResult {
         try await withCheckedThrowingContinuation { continuation in
             let request = Request(
                 transaction: transaction, submittingAccount: submittingAccount, requestedOrderId: requestedOrderId,
-                catalog: catalog, policy: policy, evidence: evidence, now: now, store: store,
-                continuation: continuation)
+                catalog: catalog, policy: policy, evidence: evidence, now: now, store: store, event: event,
+                google: google, continuation: continuation)
             let startDrain = state.withLock { state -> Bool in
                 state.pending.append(request)
                 // Another drain whenever a slot is free: a lone request never waits behind a
@@ -94,7 +96,8 @@ final class DeliveryBatcher: Sendable {
             BatchDelivery.Item(
                 transaction: $0.transaction, submittingAccount: $0.submittingAccount,
                 requestedOrderId: $0.requestedOrderId, catalog: $0.catalog, policy: $0.policy, evidence: $0.evidence,
-                now: $0.now, sharedAppleIdLimit: sharedAppleIdLimit, apps: apps, store: $0.store)
+                now: $0.now, event: $0.event, sharedAppleIdLimit: sharedAppleIdLimit, apps: apps, store: $0.store,
+                google: $0.google)
         }
         let results: [PurchaseStore.DeliveryResult]
         do {
@@ -132,8 +135,8 @@ final class DeliveryBatcher: Sendable {
                 BatchDelivery.Item(
                     transaction: request.transaction, submittingAccount: request.submittingAccount,
                     requestedOrderId: request.requestedOrderId, catalog: request.catalog, policy: request.policy,
-                    evidence: request.evidence, now: request.now, sharedAppleIdLimit: sharedAppleIdLimit, apps: apps,
-                    store: request.store))
+                    evidence: request.evidence, now: request.now, event: request.event,
+                    sharedAppleIdLimit: sharedAppleIdLimit, apps: apps, store: request.store, google: request.google))
             request.continuation.resume(returning: result)
         } catch {
             request.continuation.resume(throwing: error)

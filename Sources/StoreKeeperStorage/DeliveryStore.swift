@@ -16,11 +16,11 @@ extension PurchaseStore {
     public func deliver(
         _ transaction: JWSTransactionDecodedPayload, submittingAccount: String?, requestedOrderId: String? = nil,
         catalog: Catalog, policy: OwnershipPolicy = .firstBinder, evidence: DeliveryPlanner.Evidence = .device,
-        store: Store = .appStore, now: Date
+        store: Store = .appStore, event: SubscriptionEvent? = nil, google: GooglePlayStore.Writes? = nil, now: Date
     ) async throws -> DeliveryResult {
         try await batcher.deliver(
             transaction, submittingAccount: submittingAccount, requestedOrderId: requestedOrderId, catalog: catalog,
-            policy: policy, evidence: evidence, store: store, now: now)
+            policy: policy, evidence: evidence, store: store, event: event, google: google, now: now)
     }
 
     /// One delivery in its own database transaction — a batch of one, through the same read

@@ -449,29 +449,23 @@ extension PurchaseStore {
 }
 
 extension GooglePlayStore {
-    /// What one reading of a Google purchase asks of storage, applied in one database
-    /// transaction: the purchase recorded, the token it replaces retired, a refund Google
-    /// already made recorded, the delivery planned and written through the one delivery path,
-    /// and the account and acknowledgement duty recorded with it.
-    public struct Application: Sendable {
+    /// What one reading of a Google purchase writes beside its delivery, in the delivery's own
+    /// database transaction (through the group-commit batcher like every store's purchase): the
+    /// purchase as read, the token a paid replacement retires, the units Google refunded before
+    /// anyone claimed them, and — once an account has it — its account and acknowledgement duty.
+    public struct Writes: Sendable {
         public var purchase: Purchase
         public var paid: Bool
         public var needsAcknowledgement: Bool
-        /// The token this paid replacement retires.
+        /// The token this paid replacement (or resubscription) retires.
         public var retires: String?
         /// Units Google refunded before anyone claimed them (its `refundableQuantity`).
         public var refundedBeforeDelivery: RefundPlanner.Revocation?
         public var refundKey: String
-        public var transaction: JWSTransactionDecodedPayload
-        public var event: SubscriptionEvent?
-        public var submittingAccount: String?
-        public var requestedOrderId: String?
 
         public init(
             purchase: Purchase, paid: Bool, needsAcknowledgement: Bool, retires: String?,
-            refundedBeforeDelivery: RefundPlanner.Revocation?, refundKey: String,
-            transaction: JWSTransactionDecodedPayload, event: SubscriptionEvent?, submittingAccount: String?,
-            requestedOrderId: String?
+            refundedBeforeDelivery: RefundPlanner.Revocation?, refundKey: String
         ) {
             self.purchase = purchase
             self.paid = paid
@@ -479,65 +473,36 @@ extension GooglePlayStore {
             self.retires = retires
             self.refundedBeforeDelivery = refundedBeforeDelivery
             self.refundKey = refundKey
-            self.transaction = transaction
-            self.event = event
-            self.submittingAccount = submittingAccount
-            self.requestedOrderId = requestedOrderId
         }
     }
 
-    public enum Applied: Sendable {
-        /// Not paid (pending, or never): recorded only.
-        case unpaid
-        /// A replaced token: it grants nothing.
-        case retired
-        case delivered(PurchaseStore.DeliveryResult)
-    }
-}
-
-extension PurchaseStore {
-    public func applyGoogle(
-        _ application: GooglePlayStore.Application, catalog: Catalog, policy: OwnershipPolicy, now: Date
-    )
-        async throws -> GooglePlayStore.Applied
-    {
-        let kind = database.kind
-        let transaction = application.transaction
-        let subject = transaction.originalTransactionId ?? transaction.transactionId ?? ""
-        let sharedAppleIdLimit = sharedAppleIdLimit
-        let apps = apps
-        return try await database.transaction { sql in
-            try await NotificationStore.lock([subject], sql: sql, kind: kind)
-            let retired = try await GooglePlayStore.record(application.purchase, acknowledge: false, sql: sql, now: now)
-            guard application.paid else { return .unpaid }
-            if retired { return .retired }
-            if let linked = application.retires {
-                try await GooglePlayStore.retire(linked, appId: application.purchase.appId, sql: sql, now: now)
-            }
-            if let refunded = application.refundedBeforeDelivery, let id = transaction.transactionId,
-                try await sql.raw("SELECT 1 AS d FROM deliveries WHERE transaction_id = \(bind: id)").first() == nil
-            {
-                try await PurchaseStore.recordUndeliveredRefund(
-                    id, originalId: transaction.originalTransactionId ?? id,
-                    productId: application.purchase.catalogProductId, revocation: refunded, reason: "refund",
-                    key: application.refundKey, sql: sql, at: now.milliseconds)
-            }
-            let result = try await BatchDelivery.run(
-                [
-                    BatchDelivery.Item(
-                        transaction: transaction, submittingAccount: application.submittingAccount,
-                        requestedOrderId: application.requestedOrderId, catalog: catalog, policy: policy,
-                        evidence: .device, now: now, event: application.event, sharedAppleIdLimit: sharedAppleIdLimit,
-                        apps: apps, store: .googlePlay)
-                ], sql: sql, combineWrites: false)[0]
-            if let account = result.plan.accountId ?? result.plan.delivery?.accountId {
-                // Acknowledged only once an account has it.
-                var owned = application.purchase
-                owned.accountId = account
-                _ = try await GooglePlayStore.record(
-                    owned, acknowledge: application.needsAcknowledgement, sql: sql, now: now)
-            }
-            return .delivered(result)
+    /// Before planning: the purchase recorded; nil when it is to be planned, else why not.
+    static func beforeDelivery(
+        _ writes: Writes, transaction: JWSTransactionDecodedPayload, sql: any SQLDatabase, now: Date
+    ) async throws -> PurchaseStore.DeliveryResult.Held? {
+        let retired = try await record(writes.purchase, acknowledge: false, sql: sql, now: now)
+        guard writes.paid else { return .unpaid }
+        if retired { return .retired }
+        if let linked = writes.retires {
+            try await retire(linked, appId: writes.purchase.appId, sql: sql, now: now)
         }
+        if let refunded = writes.refundedBeforeDelivery, let id = transaction.transactionId,
+            try await sql.raw("SELECT 1 AS d FROM deliveries WHERE transaction_id = \(bind: id)").first() == nil
+        {
+            try await PurchaseStore.recordUndeliveredRefund(
+                id, originalId: transaction.originalTransactionId ?? id, productId: writes.purchase.catalogProductId,
+                revocation: refunded, reason: "refund", key: writes.refundKey, sql: sql, at: now.milliseconds)
+        }
+        return nil
+    }
+
+    /// After planning: the account it went to, and the acknowledgement Google waits for.
+    static func afterDelivery(
+        _ writes: Writes, result: PurchaseStore.DeliveryResult, sql: any SQLDatabase, now: Date
+    ) async throws {
+        guard let account = result.plan.accountId ?? result.plan.delivery?.accountId else { return }
+        var owned = writes.purchase
+        owned.accountId = account
+        _ = try await record(owned, acknowledge: writes.needsAcknowledgement, sql: sql, now: now)
     }
 }

@@ -41,6 +41,13 @@ public struct PurchaseStore: Sendable {
         public var account: AccountState?
         /// What SubscriptionMachine decided for an auto-renewable (`stale`, `ignored`…).
         public var subscriptionEffects: [SubscriptionMachine.Effect] = []
+        /// A store's purchase recorded but not planned: not paid yet, or a replaced token.
+        public var held: Held? = nil
+
+        public enum Held: Sendable, Hashable {
+            case unpaid
+            case retired
+        }
     }
 
     /// An account's consumable balances and entitlements.

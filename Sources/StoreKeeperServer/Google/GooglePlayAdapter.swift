@@ -277,26 +277,28 @@ extension StoreKeeperApp {
         let event = reading.status.map {
             SubscriptionEvent(.storeState($0, autoRenew: reading.autoRenew), signedDate: now, transaction: transaction)
         }
-        // One database transaction: recorded, the replaced token retired once this one is paid
-        // (a pending replacement leaves it running), delivered, acknowledged once an account has it.
-        let applied = try await self.store.applyGoogle(
-            GooglePlayStore.Application(
+        // One database transaction through the group-commit batcher, as every store's purchase:
+        // recorded, the replaced token retired once this one is paid (a pending replacement
+        // leaves it running), delivered, acknowledged once an account has it.
+        let result = try await self.store.deliver(
+            transaction, submittingAccount: submittingAccount, requestedOrderId: orderId, catalog: catalog,
+            policy: configuration.ownershipPolicy, evidence: .device, store: .googlePlay,
+            event: reading.kind == "subscription" ? event : nil,
+            google: GooglePlayStore.Writes(
                 purchase: reading.record, paid: paid,
                 needsAcknowledgement: GooglePlayPlanner.needsAcknowledgement(
                     paid: paid, acknowledgementState: reading.acknowledged ? AcknowledgementState.acknowledged : nil),
                 retires: reading.previousToken, refundedBeforeDelivery: refunded,
                 refundKey:
-                    "gp-read:\(reading.tokenDigest):\(reading.quantity - (reading.refundableQuantity ?? reading.quantity))",
-                transaction: transaction, event: reading.kind == "subscription" ? event : nil,
-                submittingAccount: submittingAccount, requestedOrderId: orderId),
-            catalog: catalog, policy: configuration.ownershipPolicy, now: now)
-        switch applied {
+                    "gp-read:\(reading.tokenDigest):\(reading.quantity - (reading.refundableQuantity ?? reading.quantity))"
+            ), now: now)
+        switch result.held {
         case .unpaid:
             if case .notPaid(let why) = reading.readiness { return .notPaid(why) }
             return .pending
         case .retired:
             return .retired
-        case .delivered(let result):
+        case nil:
             return .delivered(result, transaction)
         }
     }
