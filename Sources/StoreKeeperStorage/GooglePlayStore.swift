@@ -501,8 +501,18 @@ extension GooglePlayStore {
         _ writes: Writes, result: PurchaseStore.DeliveryResult, sql: any SQLDatabase, now: Date
     ) async throws {
         guard let account = result.plan.accountId ?? result.plan.delivery?.accountId else { return }
-        var owned = writes.purchase
-        owned.accountId = account
-        _ = try await record(owned, acknowledge: writes.needsAcknowledgement, sql: sql, now: now)
+        // The row was written before planning: only its account, and the duty, are new.
+        try await sql.raw(
+            """
+            UPDATE google_purchases SET account_id = COALESCE(account_id, \(bind: account))
+            WHERE purchase_token = \(bind: writes.purchase.purchaseToken)
+            """
+        ).run()
+        if writes.needsAcknowledgement {
+            _ = try await JobStore.insert(
+                kind: acknowledgeJobKind,
+                dedupeKey: "\(acknowledgeJobKind)|\(tokenDigest(writes.purchase.purchaseToken))",
+                payload: writes.purchase.purchaseToken, sql: sql, now: now)
+        }
     }
 }

@@ -31,26 +31,16 @@ extension PurchaseStore {
         ).run()
     }
 
-    /// The undelivered refunds of these transactions, with the key their take-back is applied
-    /// under.
-    static func undeliveredRefunds(_ transactionIds: [String], sql: any SQLDatabase) async throws
-        -> [String: (revocation: RefundPlanner.Revocation, key: String)]
-    {
-        guard !transactionIds.isEmpty else { return [:] }
-        var refunds: [String: (RefundPlanner.Revocation, String)] = [:]
-        for row in try await sql.raw(
-            "SELECT * FROM undelivered_refunds WHERE transaction_id IN (\(binds: transactionIds))"
-        ).all() {
-            let revocation = RefundPlanner.Revocation(
+    /// One `undelivered_refunds` row: the revocation and the key its take-back is applied under.
+    static func undeliveredRefund(_ row: any SQLRow) throws -> (revocation: RefundPlanner.Revocation, key: String) {
+        (
+            RefundPlanner.Revocation(
                 type: try row.decode(column: "revocation_type", as: String?.self).map(RevocationType.init(rawValue:)),
                 percentage: try row.decode(column: "percentage", as: Int32?.self),
                 unitsRefunded: try row.decode(column: "units_refunded", as: Int64?.self),
-                units: try row.decode(column: "units", as: Int64?.self))
-            refunds[try row.decode(column: "transaction_id", as: String.self)] = (
-                revocation, try row.decode(column: "refund_key", as: String.self)
-            )
-        }
-        return refunds
+                units: try row.decode(column: "units", as: Int64?.self)),
+            try row.decode(column: "refund_key", as: String.self)
+        )
     }
 
     /// A partial refund recorded before delivery, applied to the delivery just written (same

@@ -153,9 +153,13 @@ extension StoreKeeperApp {
     func readGoogle(_ app: GooglePlayApp, token: String, productId: String?, kind: String? = nil) async throws
         -> GoogleReading
     {
-        let known = try await GooglePlayStore(database: database).purchase(token)
+        // What is recorded of the token decides only when neither the notification nor the
+        // catalog's product says which kind it is (a device names its product: no read).
+        let hint = productId.flatMap { catalog.product(store: "google_play", storeProductId: $0) }
+        let known =
+            kind == nil && hint == nil ? try await GooglePlayStore(database: database).purchase(token) : nil
         let googleId = productId ?? known?.productId
-        let hinted = googleId.flatMap { catalog.product(store: "google_play", storeProductId: $0) }
+        let hinted = hint ?? googleId.flatMap { catalog.product(store: "google_play", storeProductId: $0) }
         let subscription =
             kind.map { $0 == "subscription" } ?? known.map { $0.kind == "subscription" }
             ?? (hinted?.type == .autoRenewable)
