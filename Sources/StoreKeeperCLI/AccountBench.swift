@@ -1,6 +1,5 @@
 import Foundation
 import LocalAppStore
-import SQLKit
 import StoreKeeperServer
 import StoreKeeperStorage
 
@@ -92,20 +91,7 @@ extension AccountBench {
 
     /// `jobs` pending jobs, due in a day, written straight into the queue.
     static func queueBacklog(_ app: StoreKeeperApp, jobs: Int) async throws {
-        let now = Int64(Date().timeIntervalSince1970 * 1000)
-        let run = UInt64.random(in: 0..<1_000_000)
-        try await app.database.transaction(deadline: .seconds(600)) { sql in
-            for chunk in stride(from: 0, to: jobs, by: 1_000) {
-                let values = (chunk..<min(jobs, chunk + 1_000)).map {
-                    "('backlog|\(run)|\($0)', 'backlog', 'backlog|\(run)|\($0)', '', 'pending', 0, \(now + 86_400_000), \(now + Int64($0)), 0)"
-                }.joined(separator: ",")
-                try await sql.raw(
-                    SQLQueryString(
-                        "INSERT INTO jobs (id, kind, dedupe_key, payload, status, attempts, run_at, created_at, stuck_reported) VALUES "
-                            + values)
-                ).run()
-            }
-        }
+        try await app.jobs.queueBacklog(jobs, kind: "backlog", runAt: Date().addingTimeInterval(86_400))
     }
 }
 

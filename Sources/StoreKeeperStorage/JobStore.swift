@@ -138,6 +138,27 @@ public struct JobStore: Sendable {
         }
     }
 
+    /// Writes `count` pending jobs of `kind`, not due before `runAt`, straight into the queue:
+    /// a backlog for `bench --accounts` and the tests to measure `/healthz` behind.
+    public func queueBacklog(_ count: Int, kind: String, runAt: Date, now: Date = Date()) async throws {
+        let run = UInt64.random(in: 0..<1_000_000_000)
+        try await database.transaction(deadline: .seconds(600)) { sql in
+            for chunk in stride(from: 0, to: count, by: 1_000) {
+                var insert = sql.insert(into: "jobs").columns(
+                    "id", "kind", "dedupe_key", "payload", "status", "attempts", "run_at", "created_at",
+                    "stuck_reported")
+                for index in chunk..<min(count, chunk + 1_000) {
+                    let id = "\(kind)|\(run)|\(index)"
+                    insert = insert.values(
+                        [
+                            id, kind, id, "", "pending", 0, runAt.milliseconds, now.milliseconds + Int64(index), 0,
+                        ] as [any Encodable & Sendable])
+                }
+                try await insert.run()
+            }
+        }
+    }
+
     /// The query `oldestPending` runs, for a test to read its plan.
     public static let oldestPendingQuery =
         "SELECT created_at AS oldest FROM jobs WHERE status = 'pending' ORDER BY created_at LIMIT 1"

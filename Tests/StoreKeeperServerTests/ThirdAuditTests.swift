@@ -205,20 +205,8 @@ import Testing
     func healthzReadsTheOldestPendingJobFromAnIndexWhateverTheBacklog(kind: String) async throws {
         try await API.withServer(kind) { app, client in
             // A backlog of 100,000 pending jobs.
-            let now = Int64(Date().timeIntervalSince1970 * 1000)
-            try await app.database.transaction(deadline: .seconds(600)) { sql in
-                for chunk in stride(from: 0, to: 100_000, by: 1_000) {
-                    let values = (chunk..<chunk + 1_000).map {
-                        "('backlog|\($0)', 'backlog', 'backlog|\($0)', '', 'pending', 0, \(now + Int64($0)), \(now + Int64($0)), 0)"
-                    }.joined(separator: ",")
-                    try await sql.raw(
-                        SQLQueryString(
-                            "INSERT INTO jobs (id, kind, dedupe_key, payload, status, attempts, run_at, created_at, stuck_reported) VALUES "
-                                + values)
-                    ).run()
-                }
-                if kind == "postgres" { try await sql.raw("ANALYZE jobs").run() }
-            }
+            try await app.jobs.queueBacklog(100_000, kind: "backlog", runAt: Date())
+            if kind == "postgres" { try await app.database.read { sql in try await sql.raw("ANALYZE jobs").run() } }
             let plan: String = try await app.database.read { sql in
                 if kind == "postgres" {
                     return try await sql.raw(SQLQueryString("EXPLAIN " + JobStore.oldestPendingQuery)).all().map {

@@ -19,20 +19,15 @@ extension ServerConfiguration {
         guard (1...100_000).contains(maxOpenOrdersPerAccount) else {
             throw Invalid(key: "limits.maxOpenOrdersPerAccount", "must be 1…100000")
         }
-        guard (1...1_000_000).contains(maxOrdersPerAccountPerDay) else {
-            throw Invalid(key: "limits.maxOrdersPerAccountPerDay", "must be 1…1000000")
-        }
-        guard (1...3650).contains(orderRetentionDays) else {
-            throw Invalid(key: "limits.orderRetentionDays", "must be 1…3650")
-        }
-        guard (1...10_000).contains(maxUnconfirmedExternalTokensPerAccount) else {
-            throw Invalid(key: "limits.maxUnconfirmedExternalTokensPerAccount", "must be 1…10000")
-        }
-        guard (1...365).contains(unconfirmedExternalTokenDays) else {
-            throw Invalid(key: "limits.unconfirmedExternalTokenDays", "must be 1…365")
-        }
-        guard (1...100_000_000).contains(maxUnconfirmedExternalTokens) else {
-            throw Invalid(key: "limits.maxUnconfirmedExternalTokens", "must be 1…100000000")
+        // The storage bounds (docs/security.md), each within its range.
+        for (key, value, range) in [
+            ("limits.maxOrdersPerAccountPerDay", maxOrdersPerAccountPerDay, 1...1_000_000),
+            ("limits.orderRetentionDays", orderRetentionDays, 1...3650),
+            ("limits.maxUnconfirmedExternalTokensPerAccount", maxUnconfirmedExternalTokensPerAccount, 1...10_000),
+            ("limits.unconfirmedExternalTokenDays", unconfirmedExternalTokenDays, 1...365),
+            ("limits.maxUnconfirmedExternalTokens", maxUnconfirmedExternalTokens, 1...100_000_000),
+        ] where !range.contains(value) {
+            throw Invalid(key: key, "must be \(range.lowerBound)…\(range.upperBound)")
         }
         guard (1...1_000_000).contains(maxInFlightRequests) else {
             throw Invalid(key: "limits.maxInFlightRequests", "must be 1…1000000")

@@ -62,30 +62,35 @@ struct Housekeeping: Service {
     var externalTokens: ExternalPurchaseStore? = nil
     var unconfirmedTokenRetention: TimeInterval = 7 * 86_400
 
+    /// Deletes in slices of a thousand rows, each its own short transaction, until a slice
+    /// comes back short; returns how many went.
+    static func inSlices(_ delete: () async throws -> Int) async throws -> Int {
+        var count = 0
+        while true {
+            let deleted = try await delete()
+            count += deleted
+            if deleted < 1_000 { return count }
+        }
+    }
+
     /// One pass; returns what it deleted.
     @discardableResult
     func runOnce(now: Date = Date()) async throws -> (proofs: Int, events: Int, orders: Int, tokens: Int) {
         let proofs = try await rejectedProofs.prune(olderThan: retentionDays, now: now)
         let events = try await outbox.pruneSent(before: now.addingTimeInterval(-sentEventRetention))
-        // In slices of a thousand rows, each its own short transaction.
-        var orderCount = 0
-        if let orders {
-            while true {
-                let deleted = try await orders.deleteUnpaidOrders(
-                    createdBefore: now.addingTimeInterval(-orderRetention))
-                orderCount += deleted
-                if deleted < 1_000 { break }
-            }
-        }
-        var tokenCount = 0
-        if let externalTokens {
-            while true {
-                let deleted = try await externalTokens.deleteUnconfirmedTokens(
-                    registeredBefore: now.addingTimeInterval(-unconfirmedTokenRetention))
-                tokenCount += deleted
-                if deleted < 1_000 { break }
-            }
-        }
+        let orderCount =
+            if let orders {
+                try await Self.inSlices {
+                    try await orders.deleteUnpaidOrders(createdBefore: now.addingTimeInterval(-orderRetention))
+                }
+            } else { 0 }
+        let tokenCount =
+            if let externalTokens {
+                try await Self.inSlices {
+                    try await externalTokens.deleteUnconfirmedTokens(
+                        registeredBefore: now.addingTimeInterval(-unconfirmedTokenRetention))
+                }
+            } else { 0 }
         if proofs > 0 || events > 0 || orderCount > 0 || tokenCount > 0 {
             logger.info(
                 "housekeeping",
