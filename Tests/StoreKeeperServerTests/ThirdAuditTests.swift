@@ -370,3 +370,25 @@ import Testing
         }
     }
 }
+
+extension ThirdAuditTests {
+    @Test func theStorageBoundsAreValidatedAndReported() throws {
+        for (key, set) in [
+            ("limits.maxOrdersPerAccountPerDay", { (c: inout ServerConfiguration) in c.maxOrdersPerAccountPerDay = 0 }),
+            ("limits.orderRetentionDays", { (c: inout ServerConfiguration) in c.orderRetentionDays = 0 }),
+            ("limits.maxUnconfirmedExternalTokensPerAccount", { c in c.maxUnconfirmedExternalTokensPerAccount = -1 }),
+            ("limits.unconfirmedExternalTokenDays", { c in c.unconfirmedExternalTokenDays = 366 }),
+            ("limits.maxUnconfirmedExternalTokens", { c in c.maxUnconfirmedExternalTokens = 0 }),
+        ] as [(String, (inout ServerConfiguration) -> Void)] {
+            var configuration = ServerConfiguration()
+            configuration.mode = .demo
+            set(&configuration)
+            #expect(throws: ServerConfiguration.Invalid.self) { try configuration.validate() }
+            do {
+                try configuration.validate()
+            } catch let error as ServerConfiguration.Invalid {
+                #expect(error.key == key, "\(error)")
+            }
+        }
+    }
+}
