@@ -77,48 +77,17 @@ public struct JobRunner: Service {
     }
 
     func run(_ job: JobStore.Job, now: Date) async -> Bool {
-        switch job.kind {
-        case NotificationStore.jobKind:
-            await applyNotifications([job], now: now)
+        guard let handler = JobKinds.handlers[job.kind] else {
+            try? await app.jobs.fail(job.id, error: "unknown job kind \(job.kind)")
             return false
-        case NotificationStore.consumptionJobKind:
-            await sendConsumption(job, now: now)
-            return false
-        case PurchaseStore.setTokenJobKind:
-            await setAppAccountToken(job, now: now)
-            return false
-        case PurchaseStore.finishJobKind:
-            await finishTransaction(job, now: now)
-            return false
-        case ExternalPurchaseStore.reportJobKind:
-            await sendExternalReport(job, now: now)
-            return false
-        case PurchaseStore.extendJobKind:
-            await sendExtension(job, now: now)
-            return false
-        case PurchaseStore.massExtendJobKind:
-            await sendMassExtension(job, now: now)
-            return false
-        case Self.massStatusJobKind:
-            await pollMassExtension(job, now: now)
-            return false
-        case GooglePlayStore.syncJobKind:
-            await syncGoogle(job, now: now)
-            return false
-        case GooglePlayStore.acknowledgeJobKind:
-            await acknowledgeGoogle(job, now: now)
-            return false
-        case GooglePlayStore.orderPriceJobKind:
-            await priceGoogleOrder(job, now: now)
-            return false
-        case Self.googleVoidedJobKind:
-            await pollVoidedJob(job, now: now)
-            return false
-        default:
-            break
         }
-        guard job.kind == "lookup_transaction",
-            let lookup = try? JSONDecoder().decode(LookupJob.self, from: Data(job.payload.utf8))
+        return await handler(self, job, now)
+    }
+
+    /// `lookup_transaction`: a transaction submitted by id, fetched from Apple and delivered
+    /// (true: delivered).
+    func lookUpTransaction(_ job: JobStore.Job, now: Date) async -> Bool {
+        guard let lookup = try? JSONDecoder().decode(LookupJob.self, from: Data(job.payload.utf8))
         else {
             try? await app.jobs.fail(job.id, error: "unknown job kind \(job.kind)")
             return false
