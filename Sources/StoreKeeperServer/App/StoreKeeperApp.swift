@@ -415,10 +415,8 @@ public struct StoreKeeperApp: Sendable {
         runJobs: Bool = true, onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
         var services: [any Service] = [
-            OrderExpiry(
-                store: store, ttl: configuration.orderTTL, logger: logger,
-                finishAfter: configuration.finishTransactions && transactionSource != nil ? 600 : nil,
-                catalog: catalog, runner: google.isEmpty ? nil : JobRunner(app: self)),
+            MinuteDuties.orderExpiry(store, ttl: configuration.orderTTL, logger: logger),
+            MinuteDuties.webLapses(store, catalog: catalog, logger: logger),
             Housekeeping(
                 rejectedProofs: rejectedProofs, retentionDays: configuration.rejectedProofsRetentionDays,
                 outbox: OutboxStore(database: database), logger: logger, orders: store,
@@ -426,6 +424,10 @@ public struct StoreKeeperApp: Sendable {
                 externalTokens: ExternalPurchaseStore(database: database),
                 unconfirmedTokenRetention: Double(configuration.unconfirmedExternalTokenDays) * 86_400),
         ]
+        if configuration.finishTransactions && transactionSource != nil {
+            services.append(MinuteDuties.finishTransactions(store, after: 600, logger: logger))
+        }
+        if !google.isEmpty { services.append(MinuteDuties.googleHousekeeping(JobRunner(app: self), logger: logger)) }
         if runJobs { services.append(JobRunner(app: self)) }
         if let localAppStore { services.append(NotificationSender(store: localAppStore)) }
         if let localGooglePlay, let app = configuration.googlePlayApps.first, let audience = app.pushAudience {

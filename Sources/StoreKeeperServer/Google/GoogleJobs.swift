@@ -276,7 +276,7 @@ extension JobRunner {
         return detail
     }
 
-    /// The periodic pass (every minute, from `OrderExpiry`'s loop): acknowledgements Google
+    /// The periodic pass (every minute, its own service — `MinuteDuties`): acknowledgements Google
     /// still waits for after an hour are queued again; one at 48 hours raises an alert; every
     /// hour, each app's voided purchases are polled.
     func googleHousekeeping(now: Date) async {

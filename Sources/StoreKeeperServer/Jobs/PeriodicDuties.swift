@@ -4,43 +4,62 @@ import ServiceLifecycle
 import StoreKeeperCatalog
 import StoreKeeperStorage
 
-/// Cancels orders left `created` past their TTL, once a minute. A late verified payment for a
-/// cancelled order is still delivered to it.
-struct OrderExpiry: Service {
-    let store: PurchaseStore
-    let ttl: TimeInterval
+/// A duty run once a minute in its own service: a failure is logged and tried again at the next
+/// minute, and one duty never holds up another.
+struct EveryMinute: Service {
+    let name: String
     let logger: Logger
-    /// `apple.finishTransactions`: deliveries this old are finished on the server (Finish
-    /// Transaction), in the same minute's pass.
-    var finishAfter: TimeInterval? = nil
-    /// Web subscriptions whose paid period ended without a renewal payment expire in the same
-    /// pass (no store tells us: the app's backend reports payments, not their absence).
-    var catalog: Catalog? = nil
-    /// Google Play's periodic duties (acknowledgement sweep, voided purchases).
-    var runner: JobRunner? = nil
+    var interval: Duration = .seconds(60)
+    let pass: @Sendable (Date) async throws -> Void
 
     func run() async throws {
         try? await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
                 do {
-                    let cancelled = try await store.cancelExpiredOrders(olderThan: ttl, now: Date())
-                    if cancelled > 0 { logger.info("cancelled expired orders", metadata: ["count": "\(cancelled)"]) }
-                    if let catalog {
-                        let lapsed = try await store.lapseWebSubscriptions(catalog: catalog, now: Date())
-                        if lapsed > 0 { logger.info("web subscriptions lapsed", metadata: ["count": "\(lapsed)"]) }
-                    }
-                    await runner?.googleHousekeeping(now: Date())
-                    if let finishAfter {
-                        let queued = try await store.queueFinishes(delay: finishAfter, now: Date())
-                        if queued > 0 { logger.info("Finish Transaction queued", metadata: ["count": "\(queued)"]) }
-                    }
+                    try await pass(Date())
                 } catch is CancellationError {
                     return
                 } catch {
-                    logger.warning("order expiry failed; will retry", metadata: ["error": "\(error)"])
+                    logger.warning("\(name) failed; will retry", metadata: ["error": "\(error)"])
                 }
-                try await Task.sleep(for: .seconds(60))
+                try await Task.sleep(for: interval)
             }
+        }
+    }
+}
+
+/// The minute's duties, one service each.
+enum MinuteDuties {
+    /// Orders left `created` past their TTL are cancelled (a late verified payment for a
+    /// cancelled order is still delivered to it).
+    static func orderExpiry(_ store: PurchaseStore, ttl: TimeInterval, logger: Logger) -> EveryMinute {
+        EveryMinute(name: "order expiry", logger: logger) { now in
+            let cancelled = try await store.cancelExpiredOrders(olderThan: ttl, now: now)
+            if cancelled > 0 { logger.info("cancelled expired orders", metadata: ["count": "\(cancelled)"]) }
+        }
+    }
+
+    /// Web subscriptions whose paid period ended without a renewal payment expire (no store
+    /// tells us: the app's backend reports payments, not their absence).
+    static func webLapses(_ store: PurchaseStore, catalog: Catalog, logger: Logger) -> EveryMinute {
+        EveryMinute(name: "web subscription lapses", logger: logger) { now in
+            let lapsed = try await store.lapseWebSubscriptions(catalog: catalog, now: now)
+            if lapsed > 0 { logger.info("web subscriptions lapsed", metadata: ["count": "\(lapsed)"]) }
+        }
+    }
+
+    /// `apple.finishTransactions`: deliveries this old are finished on the server.
+    static func finishTransactions(_ store: PurchaseStore, after delay: TimeInterval, logger: Logger) -> EveryMinute {
+        EveryMinute(name: "Finish Transaction", logger: logger) { now in
+            let queued = try await store.queueFinishes(delay: delay, now: now)
+            if queued > 0 { logger.info("Finish Transaction queued", metadata: ["count": "\(queued)"]) }
+        }
+    }
+
+    /// Google Play's periodic duties (acknowledgement sweep, voided purchases).
+    static func googleHousekeeping(_ runner: JobRunner, logger: Logger) -> EveryMinute {
+        EveryMinute(name: "Google Play housekeeping", logger: logger) { now in
+            await runner.googleHousekeeping(now: now)
         }
     }
 }
