@@ -383,12 +383,21 @@ public enum DeliveryPlanner {
     /// of now-held access and the purchase date.
     public static func expiry(of product: Product, transaction: JWSTransactionDecodedPayload, context: Context) -> Date?
     {
+        expiry(
+            of: product, purchasedAt: transaction.purchaseDate, periodEnd: transaction.expiresDate,
+            currentExpiry: context.currentEntitlementExpiry)
+    }
+
+    /// The same from the purchase's neutral facts (epoch ms).
+    public static func expiry(of product: Product, purchasedAt: Int64?, periodEnd: Int64?, currentExpiry: Date?)
+        -> Date?
+    {
         switch product.type {
         case .autoRenewable:
-            return transaction.expiresDate.map { Date(timeIntervalSince1970: Double($0) / 1000) }
+            return periodEnd.map { Date(timeIntervalSince1970: Double($0) / 1000) }
         case .nonRenewing:
-            let purchased = Date(timeIntervalSince1970: Double(transaction.purchaseDate ?? 0) / 1000)
-            let start = max(purchased, context.currentEntitlementExpiry ?? purchased)
+            let purchased = Date(timeIntervalSince1970: Double(purchasedAt ?? 0) / 1000)
+            let start = max(purchased, currentExpiry ?? purchased)
             return (product.duration ?? ISODuration(days: 30)).added(to: start)
         case .consumable, .nonConsumable:
             return nil

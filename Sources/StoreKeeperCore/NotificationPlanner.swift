@@ -517,3 +517,83 @@ public enum ConsumptionPlanner {
     /// The request with no refund preference (`answer` without rules).
     public static func request(_ facts: Facts) -> ConsumptionRequest { answer(facts).request }
 }
+
+/// A store's refund, revocation or reversal of one of its transactions, as neutral values: what
+/// the one refund path applies, whichever store it comes from (an App Store notification, a
+/// Google voided purchase, a web payment's refund reported by the backend).
+public struct RefundEvent: Sendable {
+    public enum Kind: String, Sendable, Hashable {
+        case refund
+        /// Access withdrawn without a refund (Family Sharing).
+        case revoke
+        /// The store took its refund back (`REFUND_REVERSED`).
+        case reversal = "refund_reversed"
+    }
+
+    public var kind: Kind
+    public var store: Store
+    /// What makes it apply once (a notification's UUID, a voided record's key).
+    public var key: String
+    public var transactionId: String
+    public var originalTransactionId: String
+    public var productId: String?
+    /// The app's store identity (bundle id, package name), for a purchase with no recorded app.
+    public var storeIdentity: String?
+    public var environment: String?
+    public var revocation: RefundPlanner.Revocation
+    /// The store's own word for it, kept on the delivery and in the webhook event.
+    public var revocationType: String?
+    public var reasonCode: Int64?
+    public var appTransactionId: String?
+    /// When the purchase was made (a non-renewing pass's window is shortened from it).
+    public var purchasedAt: Int64?
+    /// The end of the refunded period, when the store says (epoch ms).
+    public var periodEnd: Int64?
+    /// The order token it carries (who owns it, when nothing else says).
+    public var appAccountToken: String?
+    /// For an auto-renewable: what the refund does to its state.
+    public var subscriptionEvent: SubscriptionEvent?
+
+    public init(
+        kind: Kind, store: Store, key: String, transactionId: String, originalTransactionId: String? = nil,
+        productId: String?, revocation: RefundPlanner.Revocation
+    ) {
+        self.kind = kind
+        self.store = store
+        self.key = key
+        self.transactionId = transactionId
+        self.originalTransactionId = originalTransactionId ?? transactionId
+        self.productId = productId
+        self.revocation = revocation
+    }
+
+    /// An App Store notification's REFUND, REVOKE or REFUND_REVERSED.
+    public init?(apple record: NotificationRecord, reversed: Bool) {
+        guard let transaction = record.transaction, let id = transaction.transactionId else { return nil }
+        self.init(
+            kind: reversed ? .reversal : record.type == NotificationType.revoke.rawValue ? .revoke : .refund,
+            store: .appStore, key: record.notificationUUID, transactionId: id,
+            originalTransactionId: transaction.originalTransactionId, productId: transaction.productId,
+            revocation: RefundPlanner.Revocation(transaction))
+        storeIdentity = transaction.bundleId
+        environment = transaction.environment?.rawValue
+        revocationType = transaction.revocationType?.rawValue
+        reasonCode = transaction.revocationReason.map { Int64($0.rawValue) }
+        appTransactionId = transaction.appTransactionId
+        purchasedAt = transaction.purchaseDate
+        periodEnd = transaction.expiresDate
+        appAccountToken = transaction.appAccountToken?.lowercased()
+        subscriptionEvent = record.subscriptionEvent
+    }
+
+    /// What it does to a subscription, from any store: its transaction revoked, or the refund
+    /// taken back (`periodEnd`: the refunded period's end, when the store says).
+    public static func subscriptionEvent(_ kind: Kind, transactionId: String, periodEnd: Date?, at now: Date)
+        -> SubscriptionEvent
+    {
+        SubscriptionEvent(
+            kind == .reversal
+                ? .refundReversed(periodEnd: periodEnd) : .refunded(transactionId: transactionId, periodEnd: periodEnd),
+            signedDate: now)
+    }
+}

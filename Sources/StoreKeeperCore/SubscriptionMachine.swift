@@ -129,6 +129,12 @@ public struct SubscriptionEvent: Sendable {
         /// the status, whether it renews; the transaction carries the period. A snapshot, so
         /// it is newer than anything applied before it.
         case storeState(SubscriptionStatus, autoRenew: Bool)
+        /// A store refunded (or revoked) one of its transactions (`RefundEvent`, any store): the
+        /// transaction and the end of its period when known. An older period's refund leaves
+        /// the current one.
+        case refunded(transactionId: String, periodEnd: Date?)
+        /// The store took a refund back; the period's end when known.
+        case refundReversed(periodEnd: Date?)
     }
 
     public var source: Source
@@ -210,6 +216,26 @@ public enum SubscriptionMachine {
             // most 30 days, Google's longest grace).
             next.gracePeriodEndsAt = status == .gracePeriod ? event.signedDate.addingTimeInterval(30 * 86_400) : nil
             if status != .revoked { next.revokedTransactionId = nil }
+        case .refunded(let id, let periodEnd):
+            if id != next.latestTransactionId, let periodEnd, let current = next.expiresAt, periodEnd < current {
+                return (
+                    state.map { advanced($0, to: event.signedDate) },
+                    [.ignored("refund of an older period (transaction \(id)): recorded; the current period stays")]
+                )
+            }
+            next.revokedTransactionId = id
+            next.status = .revoked
+        case .refundReversed(let periodEnd):
+            guard next.status == .revoked else {
+                return (
+                    state.map { advanced($0, to: event.signedDate) },
+                    [.ignored("a refund taken back of a subscription that is not revoked")]
+                )
+            }
+            next.revokedTransactionId = nil
+            let expires = periodEnd ?? next.expiresAt
+            next.expiresAt = expires
+            next.status = expires.map { $0 > event.signedDate } ?? true ? .active : .expired
         case .lapsed:
             guard next.status == .active || next.status == .gracePeriod,
                 let expires = next.gracePeriodEndsAt ?? next.expiresAt, expires <= event.signedDate

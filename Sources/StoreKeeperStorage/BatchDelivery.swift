@@ -437,7 +437,9 @@ struct BatchDelivery {
             for (item, result) in zip(items, results) where result.plan.delivery != nil {
                 guard let id = item.transaction.transactionId, let refund = refundedEarlier[id] else { continue }
                 try await PurchaseStore.applyUndeliveredRefund(
-                    refund, transaction: item.transaction, catalog: item.catalog, policy: item.policy, apps: item.apps,
+                    refund, transaction: item.transaction, store: item.store, catalog: item.catalog,
+                    policy: item.policy,
+                    apps: item.apps,
                     sql: sql, now: item.now)
             }
         }

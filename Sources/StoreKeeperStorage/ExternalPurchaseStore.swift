@@ -592,18 +592,13 @@ extension ExternalPurchaseStore {
 extension NotificationStore {
     /// A refund this server decided itself (a web payment the provider refunded), through the
     /// one refund path, in one transaction.
-    public func applyRefund(
-        _ record: NotificationRecord, settings: Settings, now: Date, actor: String = "backend",
-        store: Store = .appStore, revocation: RefundPlanner.Revocation? = nil
-    ) async throws -> (String, String) {
+    public func applyRefund(_ event: RefundEvent, settings: Settings, now: Date, actor: String = "backend")
+        async throws -> (String, String)
+    {
         let kind = database.kind
         return try await database.transaction { sql in
-            if let subject = record.transaction?.originalTransactionId ?? record.transaction?.transactionId {
-                try await NotificationStore.lock([subject], sql: sql, kind: kind)
-            }
-            return try await NotificationApplier.refund(
-                record, reversed: false, settings: settings, sql: sql, now: now, actor: actor, revocation: revocation,
-                store: store)
+            try await NotificationStore.lock([event.originalTransactionId], sql: sql, kind: kind)
+            return try await NotificationApplier.refund(event, settings: settings, sql: sql, now: now, actor: actor)
         }
     }
 }

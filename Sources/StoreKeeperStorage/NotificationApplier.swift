@@ -17,10 +17,12 @@ enum NotificationApplier {
             return ("ignored", reason)
         case .deliver:
             return try await deliver([record], settings: settings, sql: sql, combineWrites: false, now: now)[0]
-        case .refund:
-            return try await refund(record, reversed: false, settings: settings, sql: sql, now: now)
-        case .refundReversed:
-            return try await refund(record, reversed: true, settings: settings, sql: sql, now: now)
+        case .refund, .refundReversed:
+            guard
+                let event = RefundEvent(
+                    apple: record, reversed: NotificationPlanner.action(for: record) == .refundReversed)
+            else { return ("ignored", "no transaction") }
+            return try await refund(event, settings: settings, sql: sql, now: now)
         case .rescindConsent:
             return try await rescindConsent(record, sql: sql, now: now)
         case .externalPurchaseToken:
@@ -108,15 +110,13 @@ enum NotificationApplier {
     /// entitlement, the order, the subscription — each exactly once, audited, with a webhook event.
     /// `actor`: who decided it, for the audit (`apple`, or `backend` for a web payment's refund).
     static func refund(
-        _ record: NotificationRecord, reversed: Bool, settings: NotificationStore.Settings, sql: any SQLDatabase,
-        now: Date, actor: String = "apple", revocation override: RefundPlanner.Revocation? = nil,
-        store: Store = .appStore
+        _ event: RefundEvent, settings: NotificationStore.Settings, sql: any SQLDatabase, now: Date,
+        actor: String = "apple"
     ) async throws -> (String, String) {
-        guard let transaction = record.transaction, let transactionId = transaction.transactionId else {
-            return ("ignored", "no transaction")
-        }
+        let transactionId = event.transactionId
+        let reversed = event.kind == .reversal
         let at = now.milliseconds
-        let originalId = transaction.originalTransactionId ?? transactionId
+        let originalId = event.originalTransactionId
         let row = try await sql.raw("SELECT * FROM deliveries WHERE transaction_id = \(bind: transactionId)").first()
         let delivery = try row.map {
             DeliveryPlanner.Delivery(
@@ -129,8 +129,8 @@ enum NotificationApplier {
         // The app: recorded with the delivery, else the one the refund's own data names.
         let appId =
             (try? row?.decode(column: "app_id", as: String?.self)) ?? nil
-            ?? settings.apps.appId(ofStoreIdentity: transaction.bundleId)
-        let product = settings.catalog.product(delivery?.productId ?? transaction.productId ?? "")
+            ?? settings.apps.appId(ofStoreIdentity: event.storeIdentity)
+        let product = settings.catalog.product(delivery?.productId ?? event.productId ?? "")
         var credit: RefundPlanner.Credit?
         var balance: Int64 = 0
         if let delivery, let credited = try await PurchaseStore.credit(of: transactionId, sql: sql) {
@@ -143,13 +143,14 @@ enum NotificationApplier {
             refundedShare: try row?.decode(column: "refund_share", as: Int32?.self),
             takenBack: try row?.decode(column: "refund_taken", as: Int64?.self),
             revokeNonConsumableAt: settings.catalog.refunds.revokeNonConsumableAtShare)
-        let kind = reversed ? "refund_reversed" : record.type == NotificationType.revoke.rawValue ? "revoke" : "refund"
-        let revocation = override ?? RefundPlanner.Revocation(transaction)
+        let kind = event.kind.rawValue
+        let revocation = event.revocation
         let plan =
             reversed
-            ? RefundPlanner.reversal(context, transactionId: transactionId, key: record.notificationUUID)
+            ? RefundPlanner.reversal(context, transactionId: transactionId, key: event.key)
             : RefundPlanner.refund(
-                context, transactionId: transactionId, key: record.notificationUUID, reason: record.type,
+                context, transactionId: transactionId, key: event.key,
+                reason: event.kind == .revoke ? NotificationType.revoke.rawValue : NotificationType.refund.rawValue,
                 revocation: revocation)
 
         // An auto-renewable's access follows its state: revoked, or reinstated.
@@ -160,7 +161,13 @@ enum NotificationApplier {
             ).first()?.decode(column: "account_id", as: String.self) ?? delivery?.accountId
         {
             let before = try await SubscriptionStore.states([originalId], sql: sql)[originalId]
-            let (state, effects) = SubscriptionMachine.apply(before, record.subscriptionEvent)
+            let (state, effects) = SubscriptionMachine.apply(
+                before,
+                event.subscriptionEvent
+                    ?? RefundEvent.subscriptionEvent(
+                        event.kind, transactionId: transactionId,
+                        periodEnd: event.periodEnd.map(Date.init(milliseconds:)),
+                        at: now))
             if effects.contains(.stale) {
                 subscriptionNote = "; the subscription has newer events"
             } else if let state, state != before {
@@ -178,8 +185,8 @@ enum NotificationApplier {
         if let refunded = plan.refundedBeforeDelivery {
             // Kept by transaction id whoever holds it (nobody, often): the delivery path reads it.
             try await PurchaseStore.recordUndeliveredRefund(
-                transactionId, originalId: originalId, productId: transaction.productId ?? "", revocation: refunded,
-                reason: kind, key: record.notificationUUID, sql: sql, at: at)
+                transactionId, originalId: originalId, productId: event.productId ?? "", revocation: refunded,
+                reason: kind, key: event.key, sql: sql, at: at)
             heldForDelivery = true
             try await PurchaseStore.audit(
                 sql, actor: actor, action: kind, subject: transactionId,
@@ -188,7 +195,7 @@ enum NotificationApplier {
                 at: at)
         }
         if plan.recordUndelivered,
-            let (account, orderId) = try await owner(of: transaction, originalId: originalId, sql: sql)
+            let (account, orderId) = try await owner(token: event.appAccountToken, originalId: originalId, sql: sql)
         {
             // The marker: delivered with nothing, refunded — the exactly-once key now says so.
             try await sql.raw(
@@ -197,10 +204,10 @@ enum NotificationApplier {
                                         environment, delivered_at, refunded_at, refund_share, refund_taken, refund_type,
                                         app_transaction_id, store)
                 VALUES (\(bind: transactionId), \(bind: originalId), \(bind: account), \(bind: orderId),
-                        \(bind: transaction.productId ?? ""), 0, \(bind: transaction.environment?.rawValue ?? "Production"),
+                        \(bind: event.productId ?? ""), 0, \(bind: event.environment ?? "Production"),
                         \(bind: at), \(bind: at), \(bind: revocation.share), 0,
-                        \(bind: transaction.revocationType?.rawValue), \(bind: transaction.appTransactionId),
-                        \(bind: store.rawValue))
+                        \(bind: event.revocationType), \(bind: event.appTransactionId),
+                        \(bind: event.store.rawValue))
                 ON CONFLICT (transaction_id) DO NOTHING
                 """
             ).run()
@@ -252,7 +259,7 @@ enum NotificationApplier {
                 """
             ).run()
         }
-        if let shortening = plan.shortenEntitlement, let purchased = transaction.purchaseDate {
+        if let shortening = plan.shortenEntitlement, let purchased = event.purchasedAt {
             let (entitlement, share) = (shortening.id, shortening.share)
             // A non-renewing window shortened by the refunded share of its length; what it was is
             // kept for an exact reversal.
@@ -301,10 +308,10 @@ enum NotificationApplier {
                 if let row, removed == 1 {
                     expiresAt = try row.decode(column: "refund_removed_expires_at", as: Int64?.self)
                 } else {
-                    let context = DeliveryPlanner.Context(
-                        transaction: transaction, submittingAccount: nil, catalog: settings.catalog)
                     expiresAt =
-                        DeliveryPlanner.expiry(of: product, transaction: transaction, context: context)?.milliseconds
+                        DeliveryPlanner.expiry(
+                            of: product, purchasedAt: event.purchasedAt, periodEnd: event.periodEnd, currentExpiry: nil
+                        )?.milliseconds
                 }
                 try await sql.raw(
                     """
@@ -320,7 +327,7 @@ enum NotificationApplier {
             try await sql.raw(
                 """
                 UPDATE deliveries SET refunded_at = \(bind: refunded ? at : nil), refund_share = \(bind: plan.refundedShare),
-                refund_taken = \(bind: plan.takenBack), refund_type = \(bind: refunded ? transaction.revocationType?.rawValue : nil)
+                refund_taken = \(bind: plan.takenBack), refund_type = \(bind: refunded ? event.revocationType : nil)
                 WHERE transaction_id = \(bind: transactionId)
                 """
             ).run()
@@ -340,7 +347,7 @@ enum NotificationApplier {
         for anomaly in plan.anomalies {
             try await PurchaseStore.insertAnomaly(
                 anomaly,
-                dedupeKey: PurchaseStore.dedupeKey(anomaly.kind.rawValue, transactionId, record.notificationUUID),
+                dedupeKey: PurchaseStore.dedupeKey(anomaly.kind.rawValue, transactionId, event.key),
                 payload: nil, sql: sql, at: at)
         }
         let amount = plan.ledger.first
@@ -354,11 +361,12 @@ enum NotificationApplier {
                 "transactionId": .string(transactionId), "accountId": .string(account),
                 "orderId": .string(delivery.orderId), "productId": .string(delivery.productId), "kind": .string(kind),
                 "currency": .string(amount?.currency), "amount": .number(amount?.amount),
-                "revocationReason": .number(transaction.revocationReason.map { Int64($0.rawValue) }),
-                "revocationType": .string(reversed ? nil : transaction.revocationType?.rawValue),
+                "revocationReason": .number(event.reasonCode),
+                "revocationType": .string(reversed ? nil : event.revocationType),
                 "refundedShare": .number(plan.refundedShare.map(Int64.init)),
                 "orderStatus": .string(plan.orderStatus?.rawValue),
-                "store": .string(((try? row?.decode(column: "store", as: String?.self)) ?? nil) ?? store.rawValue),
+                "store": .string(
+                    ((try? row?.decode(column: "store", as: String?.self)) ?? nil) ?? event.store.rawValue),
                 "appId": .string(appId),
             ], sql: sql, at: at)
         return ("applied", detail + subscriptionNote)
@@ -366,11 +374,9 @@ enum NotificationApplier {
 
     /// Who a transaction that was never delivered belongs to: the account its original
     /// transaction is bound to, else the order its token names (and that order).
-    static func owner(of transaction: JWSTransactionDecodedPayload, originalId: String, sql: any SQLDatabase)
-        async throws -> (String, String?)?
-    {
+    static func owner(token: String?, originalId: String, sql: any SQLDatabase) async throws -> (String, String?)? {
         var order: (String, String)?
-        if let token = transaction.appAccountToken?.lowercased(),
+        if let token = token?.lowercased(),
             let row = try await sql.raw(
                 "SELECT order_id, account_id FROM orders WHERE app_account_token = \(bind: token)"
             )

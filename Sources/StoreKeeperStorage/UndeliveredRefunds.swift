@@ -47,19 +47,24 @@ extension PurchaseStore {
     /// database transaction) through the one refund path.
     static func applyUndeliveredRefund(
         _ refund: (revocation: RefundPlanner.Revocation, key: String), transaction: JWSTransactionDecodedPayload,
-        catalog: Catalog, policy: OwnershipPolicy, apps: AppDirectory, sql: any SQLDatabase,
+        store: Store, catalog: Catalog, policy: OwnershipPolicy, apps: AppDirectory, sql: any SQLDatabase,
         now: Date
     ) async throws {
         var settings = NotificationStore.Settings(
             catalog: catalog, policy: policy, consumptionEnabled: false,
             read: { _ in throw CancellationError() })
         settings.apps = apps
-        _ = try await NotificationApplier.refund(
-            NotificationRecord(
-                notificationUUID: refund.key, type: NotificationType.refund.rawValue, subtype: nil,
-                signedDate: now.milliseconds, environment: transaction.environment?.rawValue,
-                transaction: transaction),
-            reversed: false, settings: settings, sql: sql, now: now, actor: "storekeeper",
+        let id = transaction.transactionId ?? ""
+        var event = RefundEvent(
+            kind: .refund, store: store, key: refund.key, transactionId: id,
+            originalTransactionId: transaction.originalTransactionId, productId: transaction.productId,
             revocation: refund.revocation)
+        event.storeIdentity = transaction.bundleId
+        event.environment = transaction.environment?.rawValue
+        event.purchasedAt = transaction.purchaseDate
+        event.periodEnd = transaction.expiresDate
+        event.subscriptionEvent = RefundEvent.subscriptionEvent(
+            .refund, transactionId: id, periodEnd: transaction.expiresDate.map { Date(milliseconds: $0) }, at: now)
+        _ = try await NotificationApplier.refund(event, settings: settings, sql: sql, now: now, actor: "storekeeper")
     }
 }

@@ -220,33 +220,25 @@ extension JobRunner {
         let quantities = record.quantities
         let known = try await store.purchase(token)
         let digest = GoogleReading.digest(token)
-        var transaction = JWSTransactionDecodedPayload(
-            transactionId: GooglePlayPlanner.transactionId(orderId: voided.orderId, tokenDigest: digest),
-            originalTransactionId: known?.originalTransactionId
-                ?? GooglePlayPlanner.transactionId(orderId: voided.orderId, tokenDigest: digest),
-            productId: known?.catalogProductId ?? "", purchaseDate: voided.purchaseTimeMillis?.value,
-            quantity: Int32(known?.quantity ?? 1), type: nil, inAppOwnershipType: .purchased,
-            signedDate: Int64((now.timeIntervalSince1970 * 1000).rounded(.down)),
-            environment: known?.test == true ? .sandbox : .production)
-        transaction.revocationDate =
-            voided.voidedTimeMillis?.value ?? Int64((now.timeIntervalSince1970 * 1000).rounded(.down))
-        transaction.revocationReason = .refundedForOtherReason
-        transaction.bundleId = app.google[appId]?.configuration.packageName
+        let transactionId = GooglePlayPlanner.transactionId(orderId: voided.orderId, tokenDigest: digest)
+        let now = now
+        // The same record, applied again after a crash, has the same key and share: nothing more.
+        let orderDigest = GoogleReading.digest(token + "\u{0}" + (voided.orderId ?? ""))
+        var refund = RefundEvent(
+            kind: .refund, store: .googlePlay, key: "gp-void:\(orderDigest):\(quantities.count)",
+            transactionId: transactionId, originalTransactionId: known?.originalTransactionId ?? transactionId,
+            productId: known?.catalogProductId,
+            revocation: GooglePlayPlanner.revocation(voidedQuantities: quantities, quantity: known?.quantity ?? 1))
+        refund.storeIdentity = app.google[appId]?.configuration.packageName
+        refund.environment = known?.test == true ? "Sandbox" : "Production"
+        refund.reasonCode = voided.voidedReason.map(Int64.init)
+        refund.purchasedAt = voided.purchaseTimeMillis?.value
         var settings = NotificationStore.Settings(
             catalog: app.catalog, policy: app.configuration.ownershipPolicy,
             consumptionEnabled: app.configuration.consumptionEnabled, read: StoreKeeperApp.storedNotification)
         settings.sharedAppleIdLimit = app.configuration.sharedAppleIdAccounts
         settings.apps = app.store.apps
-        // The same record, applied again after a crash, has the same key and share: nothing more.
-        let orderDigest = GoogleReading.digest(token + "\u{0}" + (voided.orderId ?? ""))
-        let outcome = try await app.notifications.applyRefund(
-            NotificationRecord(
-                notificationUUID: "gp-void:\(orderDigest):\(quantities.count)",
-                type: NotificationType.refund.rawValue, subtype: nil,
-                signedDate: Int64((now.timeIntervalSince1970 * 1000).rounded(.down)),
-                environment: transaction.environment?.rawValue, transaction: transaction),
-            settings: settings, now: now, actor: "google", store: .googlePlay,
-            revocation: GooglePlayPlanner.revocation(voidedQuantities: quantities, quantity: known?.quantity ?? 1))
+        let outcome = try await app.notifications.applyRefund(refund, settings: settings, now: now, actor: "google")
         try await store.markVoided(
             record, appId: appId, purchaseToken: token, orderId: voided.orderId,
             voidedQuantity: voided.voidedQuantity, voidedAt: voided.voidedTimeMillis?.value, now: now)

@@ -204,22 +204,24 @@ extension StoreKeeperApp {
             let payment = try await external.markRefunded(
                 paymentId, reporting: configuration.externalPurchaseReporting, now: Date())
         else { throw APIError(.notFound, "not_found", "no web payment '\(paymentId)'") }
-        var transaction = Self.webTransaction(
+        let transaction = Self.webTransaction(
             payment, type: catalog.product(payment.productId)?.type ?? .consumable, purchasedAt: Date())
-        transaction.revocationDate = Date().webMilliseconds
-        transaction.revocationReason = .refundedForOtherReason
-        transaction.revocationType = .refundFull
+        // The backend's word: the whole payment refunded.
+        let id = transaction.transactionId ?? ""
+        var refund = RefundEvent(
+            kind: .refund, store: .web, key: "web-refund:\(paymentId)", transactionId: id,
+            originalTransactionId: transaction.originalTransactionId, productId: transaction.productId,
+            revocation: RefundPlanner.Revocation(type: .refundFull, percentage: nil))
+        refund.environment = transaction.environment?.rawValue
+        refund.revocationType = RevocationType.refundFull.rawValue
+        refund.purchasedAt = transaction.purchaseDate
+        refund.periodEnd = transaction.expiresDate
         var settings = NotificationStore.Settings(
             catalog: catalog, policy: configuration.ownershipPolicy,
             consumptionEnabled: configuration.consumptionEnabled, read: StoreKeeperApp.storedNotification)
         settings.sharedAppleIdLimit = configuration.sharedAppleIdAccounts
         settings.apps = store.apps
-        let outcome = try await notifications.applyRefund(
-            NotificationRecord(
-                notificationUUID: "web-refund:\(paymentId)", type: NotificationType.refund.rawValue, subtype: nil,
-                signedDate: Date().webMilliseconds, environment: transaction.environment?.rawValue,
-                transaction: transaction),
-            settings: settings, now: Date(), store: .web)
+        let outcome = try await notifications.applyRefund(refund, settings: settings, now: Date())
         return try Self.json(["paymentId": paymentId, "status": outcome.0, "detail": outcome.1])
     }
 }
