@@ -400,3 +400,41 @@ actor ManagedCounter {
     var values: [String] = []
     func add(_ value: String) { values.append(value) }
 }
+
+/// StoreKeeperKit's N8: on a server that serves several apps, an order without its app is 400
+/// (`field 'appId' is required`); the SDK configured with its app creates orders and delivers.
+@Suite struct SeveralAppsSDKTests {
+    typealias API = ServerAPITests
+
+    @Test func theSDKNamesItsAppOnAServerWithSeveralApps() async throws {
+        try await API.withServer(
+            "sqlite",
+            configure: {
+                $0.port = 0
+                SeveralAppsTests.configure(&$0)
+            }
+        ) { app, _ in
+            try await app.application().test(.live) { client in
+                let server = URL(string: "http://127.0.0.1:\(client.port!)")!
+                let tokens: ClientTokenProvider = { account, _ in try await API.clientToken(account) }
+                let anonymous = HTTPBackend(baseURL: server, transport: AsyncHTTPTransport(), tokens: tokens)
+                await #expect(throws: BackendError.self) {
+                    _ = try await anonymous.createOrder(accountId: "two-apps", productId: "coins_60", quantity: 1)
+                }
+                let backend = HTTPBackend(
+                    baseURL: server, appId: "ios", transport: AsyncHTTPTransport(), tokens: tokens)
+                let order = try await backend.createOrder(accountId: "two-apps", productId: "coins_60", quantity: 1)
+                let bought = try await app.localAppStore!.buy(
+                    "apple-two-apps", items: [.init(productId: "coins_60")], appAccountToken: order.appAccountToken)
+                let verdict = await backend.submitPurchase(
+                    accountId: "two-apps", orderId: order.orderId,
+                    proof: .signedTransaction(bought.signedTransactions[0]), transactionId: nil)
+                guard case .accepted = verdict else {
+                    Issue.record("not delivered: \(verdict)")
+                    return
+                }
+                #expect(try await ClientSDKTests.coins(server, "two-apps") == 60)
+            }
+        }
+    }
+}

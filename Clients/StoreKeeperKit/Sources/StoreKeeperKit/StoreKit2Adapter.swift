@@ -208,12 +208,13 @@
 
     @available(iOS 15.0, macOS 12.0, tvOS 15.0, *)
     extension PurchaseCoordinator {
-        /// The coordinator an app makes at launch: StoreKit 2, the server over HTTP with the
-        /// app's client tokens (and, given it, the server's answer-signing key), the pending
+        /// The coordinator an app makes at launch: StoreKit 2, the server over HTTP (`appId`: this
+        /// app's id on a server that serves several apps, `apps[].id`) with the app's client tokens (and, given it, the server's answer-signing key), the pending
         /// state in the Keychain. It cannot fail: the Keychain is read at `configure()`, and
         /// again later if the device is still locked.
         public static func storeKit2(
-            server: URL, tokens: @escaping ClientTokenProvider, responseSigningKey: ResponseSigningKey? = nil,
+            server: URL, appId: String? = nil, tokens: @escaping ClientTokenProvider,
+            responseSigningKey: ResponseSigningKey? = nil,
             store: PendingStore? = nil, configuration: Configuration = PurchaseCoordinator.defaultConfiguration()
         ) -> PurchaseCoordinator {
             var appTransactions: AppTransactionSource?
@@ -222,7 +223,8 @@
             }
             return PurchaseCoordinator(
                 queue: StoreKit2PaymentQueue(),
-                backend: HTTPBackend(baseURL: server, responseSigningKey: responseSigningKey, tokens: tokens),
+                backend: HTTPBackend(
+                    baseURL: server, appId: appId, responseSigningKey: responseSigningKey, tokens: tokens),
                 store: store ?? PurchaseCoordinator.defaultStore(), proofs: TransactionProofSource(),
                 configuration: configuration, appTransactions: appTransactions)
         }
@@ -230,13 +232,15 @@
         /// The same with StoreKit 1 (`SKPaymentQueue`), its app receipt as proof (refreshed with
         /// `SKReceiptRefreshRequest` when it lacks a transaction).
         public static func storeKit1(
-            server: URL, tokens: @escaping ClientTokenProvider, responseSigningKey: ResponseSigningKey? = nil,
+            server: URL, appId: String? = nil, tokens: @escaping ClientTokenProvider,
+            responseSigningKey: ResponseSigningKey? = nil,
             store: PendingStore? = nil, configuration: Configuration = PurchaseCoordinator.defaultConfiguration()
         ) -> PurchaseCoordinator {
             let refresher = ReceiptRefresher()
             return PurchaseCoordinator(
                 queue: StoreKit1PaymentQueue(),
-                backend: HTTPBackend(baseURL: server, responseSigningKey: responseSigningKey, tokens: tokens),
+                backend: HTTPBackend(
+                    baseURL: server, appId: appId, responseSigningKey: responseSigningKey, tokens: tokens),
                 store: store ?? PurchaseCoordinator.defaultStore(),
                 proofs: AppReceiptProofSource(refreshReceipt: { try await refresher.refresh() }),
                 configuration: configuration)

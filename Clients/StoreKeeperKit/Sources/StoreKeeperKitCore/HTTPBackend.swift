@@ -59,13 +59,18 @@ public struct HTTPBackend: Backend {
     public var baseURL: URL
     public var timeout: TimeInterval
     public var responseSigningKey: ResponseSigningKey?
+    /// This app's id on the server (`apps[].id`): sent with every order and purchase — a server
+    /// that serves several apps (an iOS and an Android app) refuses an order without it.
+    public var appId: String?
     let transport: HTTPTransport
     let tokens: ClientTokenProvider
 
     public init(
-        baseURL: URL, timeout: TimeInterval = 30, transport: HTTPTransport = URLSessionTransport(),
+        baseURL: URL, appId: String? = nil, timeout: TimeInterval = 30,
+        transport: HTTPTransport = URLSessionTransport(),
         responseSigningKey: ResponseSigningKey? = nil, tokens: @escaping ClientTokenProvider
     ) {
+        self.appId = appId
         self.baseURL = baseURL
         self.timeout = timeout
         self.transport = transport
@@ -182,13 +187,14 @@ public struct HTTPBackend: Backend {
             var offerId: String?
             var winBackOfferId: String?
             var appTransactionId: String?
+            var appId: String?
         }
         let answer = try await send(
             "POST", "v1/orders", accountId: accountId,
             body: try JSONEncoder().encode(
                 Body(
                     accountId: accountId, productId: productId, quantity: quantity, offerId: offerId,
-                    winBackOfferId: winBackOfferId, appTransactionId: appTransactionId)))
+                    winBackOfferId: winBackOfferId, appTransactionId: appTransactionId, appId: appId)))
         guard answer.status == 201 || answer.status == 200 else { throw Self.error(answer) }
         do {
             return try JSONDecoder().decode(ServerOrder.self, from: answer.body)
@@ -214,8 +220,9 @@ public struct HTTPBackend: Backend {
             var signedTransactions: [String]?
             var receipt: String?
             var transactionId: String?
+            var appId: String?
         }
-        var body = Body(accountId: accountId, orderId: orderId)
+        var body = Body(accountId: accountId, orderId: orderId, appId: appId)
         switch proof {
         case .signedTransaction(let jws): body.signedTransaction = jws
         case .signedTransactions(let list):

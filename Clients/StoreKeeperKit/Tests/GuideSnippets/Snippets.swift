@@ -23,7 +23,7 @@ final class Shop {
         // The server's answer-signing key, as `GET /v1/status` shows it (responseSigningKey.publicKey).
         let key = try? ResponseSigningKey(signingKey)
         coordinator = .storeKit2(
-            server: server,
+            server: server, appId: "ios",  // this app's id on the server (apps[].id)
             tokens: { account, refresh in
                 try await tokens.clientToken(for: account, forceRefresh: refresh)
             }, responseSigningKey: key)

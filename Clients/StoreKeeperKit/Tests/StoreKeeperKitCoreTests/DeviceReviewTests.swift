@@ -201,6 +201,39 @@ final class DeviceReviewTests: XCTestCase {
         XCTAssertEqual(verdict, .retryable(status: 422, code: "transaction_not_in_proof", retryAfter: nil))
     }
 
+    // MARK: N8: orders and purchases carry the app's id
+
+    func testOrdersAndPurchasesCarryTheConfiguredAppId() async throws {
+        final class Recorder: HTTPTransport, @unchecked Sendable {
+            let bodies = Locked<[String: String]>([:])
+            func send(_ request: URLRequest) async throws -> (Data, HTTPURLResponse) {
+                let path = request.url!.path
+                let body = (try? JSONSerialization.jsonObject(with: request.httpBody ?? Data())) as? [String: Any]
+                bodies.withValue { $0[path] = (body?["appId"] as? String) ?? "-" }
+                let answer =
+                    path.hasSuffix("/orders")
+                    ? #"{"orderId":"o1","appAccountToken":"6a9c5b1e-0f1d-4c7e-9f57-1b2c3d4e5f60","status":"created","productId":"coins_60","quantity":1,"accountId":"a"}"#
+                    : #"{"status":"delivered","transactions":[],"account":{"accountId":"a","balances":{},"entitlements":[],"subscriptions":[]}}"#
+                return (
+                    Data(answer.utf8),
+                    HTTPURLResponse(
+                        url: request.url!, statusCode: path.hasSuffix("/orders") ? 201 : 200, httpVersion: nil,
+                        headerFields: ["Content-Type": "application/json"])!
+                )
+            }
+        }
+        let recorder = Recorder()
+        let http = HTTPBackend(
+            baseURL: URL(string: "https://example.invalid")!, appId: "ios", transport: recorder,
+            tokens: { _, _ in "t" })
+        _ = try? await http.createOrder(accountId: "a", productId: "coins_60", quantity: 1)
+        _ = await http.submitPurchase(
+            accountId: "a", orderId: nil, proof: .signedTransaction("x.y.z"), transactionId: nil)
+        let appIds = recorder.bodies.withValue { $0 }
+        XCTAssertEqual(appIds["/v1/orders"], "ios")
+        XCTAssertEqual(appIds["/v1/purchases"], "ios")
+    }
+
     // MARK: Finding 5: a clock set back never holds a paid order past its delay.
 
     func testAClockSetBackADayStillSendsTheProofWithinItsDelay() async throws {
