@@ -38,18 +38,39 @@ public enum Proceeds {
         return total
     }
 
+    /// Whether the store dates each period itself (Apple: each transaction's purchase date is
+    /// its period's start; Google names the subscription's start: a renewal's period starts
+    /// where the one before it ended).
+    public static func datesEachPeriod(_ store: Store) -> Bool {
+        switch store {
+        case .appStore, .web: true
+        case .googlePlay: false
+        }
+    }
+
     /// The percent of the price the developer keeps; nil for Sandbox and Xcode.
+    /// Each store's economics, in one place (a new store is a new case here, which the
+    /// compiler asks for).
     public static func percent(
-        of transaction: JWSTransactionDecodedPayload, earlierPeriods: [Period] = [], smallBusinessProgram: Bool = false
+        of transaction: JWSTransactionDecodedPayload, store: Store = .appStore, earlierPeriods: [Period] = [],
+        smallBusinessProgram: Bool = false
     ) -> Int? {
         if transaction.environment == .sandbox || transaction.environment == .xcode { return nil }
-        if smallBusinessProgram { return reducedCommissionPercent }
-        // Google Play's service fee: 15 % on subscriptions from the first day; 30 % on one-time
-        // products beyond the 15 % tier (the first USD 1M a year, for an enrolled developer —
-        // what `smallBusinessProgram` says here too).
-        if transaction.transactionId?.hasPrefix(GooglePlayPlanner.prefix) == true {
+        switch store {
+        case .web:
+            // A web payment is the developer's own (Apple's commission on link-outs, where one
+            // applies, is invoiced apart and not modelled here).
+            return 100
+        case .googlePlay:
+            // Google Play's service fee: 15 % on subscriptions from the first day; 30 % on
+            // one-time products beyond the 15 % tier (the first USD 1M a year, for an enrolled
+            // developer — what `smallBusinessProgram` says here too).
+            if smallBusinessProgram { return reducedCommissionPercent }
             return transaction.type == .autoRenewable ? reducedCommissionPercent : standardPercent
+        case .appStore:
+            break
         }
+        if smallBusinessProgram { return reducedCommissionPercent }
         guard transaction.type == .autoRenewable, let purchased = transaction.purchaseDate else {
             return standardPercent
         }
@@ -61,11 +82,13 @@ public enum Proceeds {
     /// The proceeds in Apple's price unit (milliunits of `currency`), rounded down; nil for
     /// Sandbox or a transaction without a price.
     public static func amount(
-        of transaction: JWSTransactionDecodedPayload, earlierPeriods: [Period] = [], smallBusinessProgram: Bool = false
+        of transaction: JWSTransactionDecodedPayload, store: Store = .appStore, earlierPeriods: [Period] = [],
+        smallBusinessProgram: Bool = false
     ) -> Int64? {
         guard let price = transaction.price, price >= 0,
             let percent = percent(
-                of: transaction, earlierPeriods: earlierPeriods, smallBusinessProgram: smallBusinessProgram)
+                of: transaction, store: store, earlierPeriods: earlierPeriods,
+                smallBusinessProgram: smallBusinessProgram)
         else { return nil }
         let (product, overflow) = price.multipliedReportingOverflow(by: Int64(percent))
         return overflow ? price / 100 * Int64(percent) : product / 100

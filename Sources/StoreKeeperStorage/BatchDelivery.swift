@@ -322,7 +322,7 @@ struct BatchDelivery {
             // pays an order (a StoreKit 1 receipt, whose entries never show the token) is the app's.
             if let delivery = plan.delivery, transaction.appAccountToken == nil, delivery.quantity > 0,
                 plan.order == nil,
-                transaction.isAppStoreTransaction,
+                item.store == .appStore,
                 transaction.inAppOwnershipType != .familyShared, transaction.environment != .xcode,
                 isConsumable || bound == nil
             {
@@ -334,7 +334,8 @@ struct BatchDelivery {
                 deliveries[delivery.transactionId] = delivery
                 revenue.append(
                     try await Revenue.of(
-                        transaction, originalId: originalId, isAutoRenewable: product?.type == .autoRenewable,
+                        transaction, store: item.store, originalId: originalId,
+                        isAutoRenewable: product?.type == .autoRenewable,
                         periods: &paidPeriods, sql: sql))
                 let environment = transaction.environment?.rawValue ?? "Production"
                 newDeliveries.append((delivery, originalId, environment, item.now.milliseconds, item.appId, item.store))

@@ -52,7 +52,7 @@ extension PurchaseStore {
         if let delivery = plan.delivery {
             var periods: [String: [Proceeds.Period]] = [:]
             let money = try await Revenue.of(
-                transaction, originalId: originalId,
+                transaction, store: context.store, originalId: originalId,
                 isAutoRenewable: context.catalog.product(delivery.productId)?.type == .autoRenewable, periods: &periods,
                 sql: sql)
             let offer = OfferStore.offerColumns(transaction)

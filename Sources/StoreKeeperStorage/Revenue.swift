@@ -44,7 +44,7 @@ struct Revenue {
     /// `periods`: from `periods(of:sql:)`, extended here with this delivery's own period so
     /// later items of the same batch see it. A subscription missing from it is read alone.
     static func of(
-        _ transaction: JWSTransactionDecodedPayload, originalId: String, isAutoRenewable: Bool,
+        _ transaction: JWSTransactionDecodedPayload, store: Store, originalId: String, isAutoRenewable: Bool,
         periods: inout [String: [Proceeds.Period]], sql: any SQLDatabase
     ) async throws -> Revenue {
         var earlier: [Proceeds.Period] = []
@@ -57,9 +57,9 @@ struct Revenue {
             }
             earlier = periods[originalId] ?? []
             var start = start
-            if transaction.transactionId?.hasPrefix(GooglePlayPlanner.prefix) == true {
-                // Google names the subscription's start, not the period's: a renewal's period
-                // starts where the one before it ended.
+            if !Proceeds.datesEachPeriod(store) {
+                // The store names the subscription's start, not the period's: a renewal's
+                // period starts where the one before it ended.
                 let previous = earlier.map(\.end.milliseconds).filter { $0 > start && $0 < end }.max()
                 start = previous ?? start
             }
@@ -72,10 +72,7 @@ struct Revenue {
         }
         return Revenue(
             price: transaction.price, currency: transaction.currency,
-            // A web checkout's payment is the developer's own (Apple's commission on link-outs,
-            // where one applies, is invoiced apart and not modelled here).
-            percent: transaction.isWebPurchase
-                ? 100 : Proceeds.percent(of: transaction, earlierPeriods: earlier), periodStart: periodStart,
+            percent: Proceeds.percent(of: transaction, store: store, earlierPeriods: earlier), periodStart: periodStart,
             periodEnd: periodEnd, purchasedAt: periodStart ?? transaction.purchaseDate,
             storefront: transaction.storefront,
             trial: transaction.offerDiscountType == .freeTrial

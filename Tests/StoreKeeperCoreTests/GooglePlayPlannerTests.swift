@@ -103,14 +103,14 @@ import Testing
         subscription.environment = .production
         subscription.purchaseDate = 1_767_225_600_000
         subscription.price = 9990
-        #expect(Proceeds.percent(of: subscription) == 85)
+        #expect(Proceeds.percent(of: subscription, store: .googlePlay) == 85)
         var coins = subscription
         coins.type = .consumable
-        #expect(Proceeds.percent(of: coins) == 70)
-        #expect(Proceeds.percent(of: coins, smallBusinessProgram: true) == 85)
+        #expect(Proceeds.percent(of: coins, store: .googlePlay) == 70)
+        #expect(Proceeds.percent(of: coins, store: .googlePlay, smallBusinessProgram: true) == 85)
         var test = coins
         test.environment = .sandbox
-        #expect(Proceeds.percent(of: test) == nil)
+        #expect(Proceeds.percent(of: test, store: .googlePlay) == nil)
         // Apple's first-year subscription is 70 %.
         var apple = subscription
         apple.transactionId = "2000000000000001"

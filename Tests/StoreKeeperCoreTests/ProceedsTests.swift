@@ -36,6 +36,19 @@ import Testing
         #expect(Proceeds.percent(of: Self.transaction(type: .nonConsumable)) == 70)
     }
 
+    /// Each store's economics is a per-store value in the core, never read from an id.
+    @Test func eachStoreKeepsItsOwnShare() {
+        let subscription = Self.transaction(price: 9_990)
+        let coins = Self.transaction(price: 990, type: .consumable)
+        #expect(Proceeds.percent(of: subscription, store: .googlePlay) == 85)
+        #expect(Proceeds.percent(of: coins, store: .googlePlay) == 70)
+        #expect(Proceeds.percent(of: coins, store: .googlePlay, smallBusinessProgram: true) == 85)
+        #expect(Proceeds.percent(of: coins, store: .web) == 100)
+        #expect(Proceeds.percent(of: coins, store: .web, smallBusinessProgram: true) == 100)
+        #expect(Proceeds.amount(of: coins, store: .web) == 990)
+        #expect(!Proceeds.datesEachPeriod(.googlePlay) && Proceeds.datesEachPeriod(.appStore))
+    }
+
     @Test func eightyFivePercentAfterAYearOfPaidService() {
         let history = Self.year(from: 0)
         let renewal = Self.transaction(purchased: 365.1)
