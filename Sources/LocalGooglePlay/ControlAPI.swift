@@ -64,7 +64,7 @@ extension LocalGooglePlayServer {
                 return Self.refusal(error)
             }
         }
-        for action in ["complete", "cancel", "restart", "billing", "pause", "refund", "review"] {
+        for action in ["complete", "cancel", "restart", "billing", "pause", "refund", "review", "resubscribe"] {
             control.post("purchases/\(action)") { request, context in
                 guard let body = try? await request.decode(as: TokenBody.self, context: context) else {
                     return Self.googleError(400, "invalidValue", "purchaseToken is required")
@@ -78,6 +78,8 @@ extension LocalGooglePlayServer {
                     case "billing": try await self.store.setBillingFails(body.purchaseToken, body.fails ?? true)
                     case "pause": try await self.store.pause(body.purchaseToken, for: body.seconds ?? 30 * 86_400)
                     case "refund": try await self.store.refund(body.purchaseToken, quantity: body.quantity)
+                    case "resubscribe":
+                        answer["newPurchaseToken"] = try await self.store.resubscribeInPlayStore(body.purchaseToken)
                     default: answer["pendingRefundToken"] = try await self.store.requestRefundReview(body.purchaseToken)
                     }
                     return Self.json(answer)

@@ -69,6 +69,44 @@ import Testing
         return (Int(response.status.code), String(buffer: try await response.body.collect(upTo: 1 << 20)))
     }
 
+    /// Replacements made with a slow payment method leave the replaced subscription running
+    /// until paid; a resubscription in the Play Store after expiry names the expired token in
+    /// `outOfAppPurchaseContext` until acknowledged — both reachable from the control API.
+    @Test func pendingReplacementsAndPlayStoreResubscriptions() async throws {
+        try await Self.withPlay { play in
+            let monthly = try await play.store.buy("pro_monthly", obfuscatedAccountId: "r1")
+            let (status, created) = try await Self.raw(
+                .POST, play.baseURL + "/control/purchases",
+                body: #"{"productId":"pro_monthly","pending":true,"linkedPurchaseToken":"\#(monthly)"}"#,
+                headers: ["Content-Type": "application/json"])
+            #expect(status == 200, "\(created)")
+            let pending = try #require(
+                (try JSONSerialization.jsonObject(with: Data(created.utf8)) as? [String: String])?["purchaseToken"])
+            #expect(await play.store.purchase(monthly)?.subscriptionState == SubscriptionState.active)
+            _ = try await Self.raw(
+                .POST, play.baseURL + "/control/purchases/complete",
+                body: #"{"purchaseToken":"\#(pending)","paid":false}"#, headers: ["Content-Type": "application/json"])
+            #expect(await play.store.purchase(monthly)?.subscriptionState == SubscriptionState.active)
+
+            try await play.store.cancel(monthly)
+            await play.store.advance(by: 40 * 86_400)
+            let (resubscribed, answer) = try await Self.raw(
+                .POST, play.baseURL + "/control/purchases/resubscribe", body: #"{"purchaseToken":"\#(monthly)"}"#,
+                headers: ["Content-Type": "application/json"])
+            #expect(resubscribed == 200, "\(answer)")
+            let token = try #require(
+                (try JSONSerialization.jsonObject(with: Data(answer.utf8)) as? [String: String])?["newPurchaseToken"])
+            let resource = try await play.client.subscriptionPurchase(token: token)
+            #expect(resource.outOfAppPurchaseContext?.expiredPurchaseToken == monthly)
+            #expect(resource.linkedPurchaseToken == nil && resource.externalAccountIdentifiers == nil)
+            #expect(
+                resource.outOfAppPurchaseContext?.expiredExternalAccountIdentifiers?.obfuscatedExternalAccountId == "r1"
+            )
+            try await play.client.acknowledgeSubscription(productId: "pro_monthly", token: token)
+            #expect(try await play.client.subscriptionPurchase(token: token).outOfAppPurchaseContext == nil)
+        }
+    }
+
     @Test func onlyTheServiceAccountsOwnAssertionGetsATokenAndOnlyATokenReadsPurchases() async throws {
         try await Self.withPlay { play in
             // A key Google never issued: invalid_grant.
