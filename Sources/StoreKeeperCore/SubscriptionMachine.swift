@@ -135,6 +135,10 @@ public struct SubscriptionEvent: Sendable {
         case refunded(transactionId: String, periodEnd: Date?)
         /// The store took a refund back; the period's end when known.
         case refundReversed(periodEnd: Date?)
+        /// No word from the store past the paid period and its longest retry window
+        /// (`SubscriptionMachine.status`): it ended. Signed at that window's end, so any word the
+        /// store did send within it is newer.
+        case silent
     }
 
     public var source: Source
@@ -167,7 +171,7 @@ public enum SubscriptionMachine {
     public static func status(_ status: SubscriptionStatus, expiresAt: Date?, at now: Date) -> SubscriptionStatus {
         switch status {
         case .active, .gracePeriod, .billingRetry:
-            guard let expiresAt, expiresAt.addingTimeInterval(silenceWindow) < now else { return status }
+            guard let expiresAt, expiresAt.addingTimeInterval(silenceWindow) <= now else { return status }
             return .expired
         case .expired, .revoked, .paused:
             return status
@@ -236,6 +240,14 @@ public enum SubscriptionMachine {
             let expires = periodEnd ?? next.expiresAt
             next.expiresAt = expires
             next.status = expires.map { $0 > event.signedDate } ?? true ? .active : .expired
+        case .silent:
+            let status = Self.status(
+                next.status, expiresAt: next.gracePeriodEndsAt ?? next.expiresAt, at: event.signedDate)
+            guard status != next.status else {
+                return (state, [.ignored("the store's retry window has not passed")])
+            }
+            next.status = status
+            next.gracePeriodEndsAt = nil
         case .lapsed:
             guard next.status == .active || next.status == .gracePeriod,
                 let expires = next.gracePeriodEndsAt ?? next.expiresAt, expires <= event.signedDate

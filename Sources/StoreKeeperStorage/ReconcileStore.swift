@@ -81,7 +81,7 @@ extension PurchaseStore {
                 SELECT original_transaction_id, account_id FROM subscriptions
                 WHERE status IN ('active', 'grace_period')
                 AND COALESCE(grace_ends_at, expires_at) <= \(bind: now.milliseconds)
-                AND original_transaction_id LIKE 'web:%'
+                AND store = 'web'
                 ORDER BY expires_at LIMIT \(unsafeRaw: String(max(1, limit)))
                 """
             ).all().map {
@@ -106,5 +106,46 @@ extension PurchaseStore {
             }
         }
         return lapsed
+    }
+
+    /// Subscriptions of any store that the store went silent about: past their paid period (or
+    /// grace) plus `SubscriptionMachine.silenceWindow` with no event, still active, in grace or
+    /// in billing retry — an EXPIRED notification lost. Expired through the machine (`.silent`,
+    /// signed at the window's end), so the stored state, exports and views agree with what the
+    /// account view shows; up to `limit` per pass. Returns how many expired.
+    public func expireSilentSubscriptions(catalog: Catalog, now: Date, limit: Int = 500) async throws -> Int {
+        let window = Int64(SubscriptionMachine.silenceWindow * 1000)
+        let due = try await database.read { sql in
+            try await sql.raw(
+                """
+                SELECT original_transaction_id, account_id, COALESCE(grace_ends_at, expires_at) AS ends
+                FROM subscriptions WHERE status IN ('active', 'grace_period', 'billing_retry')
+                AND COALESCE(grace_ends_at, expires_at) <= \(bind: now.milliseconds - window)
+                ORDER BY expires_at LIMIT \(unsafeRaw: String(max(1, limit)))
+                """
+            ).all().map {
+                (
+                    try $0.decode(column: "original_transaction_id", as: String.self),
+                    try $0.decode(column: "account_id", as: String.self),
+                    try $0.decode(column: "ends", as: Int64.self)
+                )
+            }
+        }
+        var expired = 0
+        let kind = database.kind
+        for (original, account, ends) in due {
+            expired += try await database.transaction { sql in
+                try await NotificationStore.lock([original], sql: sql, kind: kind)
+                let before = try await SubscriptionStore.states([original], sql: sql)[original]
+                let event = SubscriptionEvent(.silent, signedDate: Date(milliseconds: ends + window))
+                let (state, effects) = SubscriptionMachine.apply(before, event)
+                guard let state, state != before else { return 0 }
+                try await SubscriptionStore.apply(
+                    [.init(state: state, account: account, effects: effects, catalog: catalog, at: now.milliseconds)],
+                    sql: sql)
+                return 1
+            }
+        }
+        return expired
     }
 }

@@ -78,6 +78,18 @@ import Testing
             subscription = try #require(try await relay.subscription("quiet"))
             #expect(subscription["status"] as? String == "expired", "\(subscription)")
             #expect(try await relay.entitlements("quiet").allSatisfy { $0["active"] as? Bool == false })
+            // The minute's pass writes it: the stored state and the views say the same.
+            let later = Date().addingTimeInterval(offset.withLock { $0 })
+            let store = relay.app.store
+            #expect(try await store.expireSilentSubscriptions(catalog: relay.app.catalog, now: later) == 1)
+            #expect(try await store.expireSilentSubscriptions(catalog: relay.app.catalog, now: later) == 0)
+            let stored = try await relay.app.database.read { sql in
+                try await sql.raw("SELECT status FROM storekeeper_subscriptions").first()?.decode(
+                    column: "status", as: String.self)
+            }
+            #expect(stored == "expired")
+            offset.withLock { $0 = 0 }
+            #expect(try await relay.subscription("quiet")?["status"] as? String == "expired")
         }
     }
 }

@@ -417,6 +417,7 @@ public struct StoreKeeperApp: Sendable {
         var services: [any Service] = [
             MinuteDuties.orderExpiry(store, ttl: configuration.orderTTL, logger: logger),
             MinuteDuties.webLapses(store, catalog: catalog, logger: logger),
+            MinuteDuties.silentSubscriptions(store, catalog: catalog, logger: logger),
             Housekeeping(
                 rejectedProofs: rejectedProofs, retentionDays: configuration.rejectedProofsRetentionDays,
                 outbox: OutboxStore(database: database), logger: logger, orders: store,

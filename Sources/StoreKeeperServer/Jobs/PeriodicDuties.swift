@@ -48,6 +48,16 @@ enum MinuteDuties {
         }
     }
 
+    /// Subscriptions a store went silent about past its retry window expire in the stored state.
+    static func silentSubscriptions(_ store: PurchaseStore, catalog: Catalog, logger: Logger) -> EveryMinute {
+        EveryMinute(name: "silent subscriptions", logger: logger) { now in
+            let expired = try await store.expireSilentSubscriptions(catalog: catalog, now: now)
+            if expired > 0 {
+                logger.info("subscriptions the store went silent about expired", metadata: ["count": "\(expired)"])
+            }
+        }
+    }
+
     /// `apple.finishTransactions`: deliveries this old are finished on the server.
     static func finishTransactions(_ store: PurchaseStore, after delay: TimeInterval, logger: Logger) -> EveryMinute {
         EveryMinute(name: "Finish Transaction", logger: logger) { now in
