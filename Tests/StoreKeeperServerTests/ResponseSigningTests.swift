@@ -5,6 +5,8 @@ import Hummingbird
 import HummingbirdTesting
 import Logging
 import NIOCore
+import StoreKeeperKitCore
+import StoreKeeperSimulator
 import Testing
 
 @testable import StoreKeeperServer
@@ -42,21 +44,24 @@ import Testing
         var status: HTTPResponse.Status
         var body: [UInt8]
         var signature: String?
+        var keyId: String?
     }
 
     static func send(
         _ client: any TestClientProtocol, _ method: HTTPRequest.Method, _ path: String, token: String? = API.secret,
-        nonce: String?, body: String? = nil
+        nonce: String?, body: String? = nil, version: String? = nil
     ) async throws -> Signed {
         var headers: HTTPFields = [.contentType: "application/json"]
         if let token { headers[.authorization] = "Bearer \(token)" }
         if let nonce { headers[ResponseSigner.nonceHeader] = nonce }
+        if let version { headers[ResponseSigner.versionHeader] = version }
         return try await client.execute(
             uri: path, method: method, headers: headers, body: body.map { ByteBuffer(string: $0) }
         ) { response in
             Signed(
                 status: response.status, body: Array(buffer: response.body),
-                signature: response.headers[ResponseSigner.signatureHeader])
+                signature: response.headers[ResponseSigner.signatureHeader],
+                keyId: response.headers[ResponseSigner.keyHeader])
         }
     }
 
@@ -136,5 +141,115 @@ import Testing
         #expect(
             try StoreKeeperApp.responseSigner(configured, dataDirectory: directory, logger: logger)?.publicKeyBase64
                 == first.publicKeyBase64)
+    }
+
+    /// v2 (issue 45): the signature names its key and binds the method, the status and the
+    /// request body; `/v1/status` lists the current and the next key during a rotation.
+    @Test(arguments: API.databases)
+    func v2SignaturesNameTheirKeyAndBindTheRequest(kind: String) async throws {
+        let next = Curve25519.Signing.PrivateKey()
+        try await API.withServer(
+            kind,
+            configure: {
+                $0.responseSigningKey = Self.opensslPEM
+                $0.nextResponseSigningKey = ResponseSigner.pem(next)
+            }
+        ) { app, client in
+            let publicKey = try Curve25519.Signing.PublicKey(
+                rawRepresentation: Data(base64Encoded: Self.opensslPublicKey)!)
+            let keyId = ResponseSigner.keyId(of: publicKey.rawRepresentation)
+            let bought = try await app.localAppStore!.buy("apple-v2", items: [.init(productId: "coins_60")])
+            let body = #"{"accountId":"v2","signedTransaction":"\#(bought.signedTransactions[0])"}"#
+            let answer = try await Self.send(client, .post, "/v1/purchases", nonce: "n1", body: body, version: "2")
+            #expect(answer.status == .ok)
+            #expect(answer.keyId == keyId)
+            let header = try #require(answer.signature)
+            #expect(header.hasPrefix("keyid=\(keyId);v2="))
+            func valid(method: String = "POST", status: Int = 200, requestBody: String = body) -> Bool {
+                ResponseSigner.isValidV2(
+                    header, publicKey: publicKey, nonce: "n1", method: method, path: "/v1/purchases", status: status,
+                    requestBody: Array(requestBody.utf8), body: answer.body)
+            }
+            #expect(valid())
+            // Another request body (changed in transit), method or status: not this answer.
+            #expect(!valid(requestBody: body.replacingOccurrences(of: "\"v2\"", with: "\"v3\"")))
+            #expect(!valid(method: "PUT"))
+            #expect(!valid(status: 409))
+            // The next key does not sign; an unknown version is a 400.
+            #expect(
+                !ResponseSigner.isValidV2(
+                    header, publicKey: next.publicKey, nonce: "n1", method: "POST", path: "/v1/purchases", status: 200,
+                    requestBody: Array(body.utf8), body: answer.body))
+            #expect(
+                try await Self.send(client, .get, "/v1/accounts/v2", nonce: "n", version: "3").status == .badRequest)
+            // An error is signed as v2 too, over its own status.
+            let refused = try await Self.send(
+                client, .post, "/v1/purchases", nonce: "n2", body: #"{"accountId":"v2","signedTransaction":"a.b.c"}"#,
+                version: "2")
+            #expect(refused.status == .unprocessableContent)
+            #expect(
+                ResponseSigner.isValidV2(
+                    try #require(refused.signature), publicKey: publicKey, nonce: "n2", method: "POST",
+                    path: "/v1/purchases", status: 422,
+                    requestBody: Array(#"{"accountId":"v2","signedTransaction":"a.b.c"}"#.utf8), body: refused.body))
+            // Both keys published, each with its use.
+            let status = try await API.call(client, .get, "/v1/status")
+            let keys = try #require(status.json["responseSigningKeys"] as? [[String: Any]])
+            #expect(keys.map { $0["use"] as? String } == ["signing", "next"])
+            #expect(keys.first?["keyId"] as? String == keyId)
+            #expect(keys.last?["publicKey"] as? String == next.publicKey.rawRepresentation.base64EncodedString())
+        }
+    }
+
+    /// StoreKeeperKit holding the current and the next key keeps delivering when the server
+    /// switches; a build holding only the old key holds its purchases and says why.
+    @Test func theSDKFollowsAKeyRotationOfTheRealServer() async throws {
+        let old = Curve25519.Signing.PrivateKey()
+        let new = Curve25519.Signing.PrivateKey()
+        let both = try [old, new].map { try ResponseSigningKey($0.publicKey.rawRepresentation.base64EncodedString()) }
+        let tokens: ClientTokenProvider = { account, _ in try await API.clientToken(account) }
+        for (signing, index) in [(old, 0), (new, 1)] {
+            try await API.withServer(
+                "sqlite",
+                configure: {
+                    $0.port = 0
+                    $0.responseSigningKey = ResponseSigner.pem(signing)
+                    if index == 0 { $0.nextResponseSigningKey = ResponseSigner.pem(new) }
+                }
+            ) { app, _ in
+                try await app.application().test(.live) { client in
+                    let server = URL(string: "http://127.0.0.1:\(client.port!)")!
+                    let account = "rotation-\(index)"
+                    let rotating = HTTPBackend(
+                        baseURL: server, transport: AsyncHTTPTransport(), responseSigningKeys: both, tokens: tokens)
+                    let order = try await rotating.createOrder(accountId: account, productId: "coins_60", quantity: 1)
+                    let bought = try await app.localAppStore!.buy(
+                        "apple-\(account)", items: [.init(productId: "coins_60")],
+                        appAccountToken: order.appAccountToken)
+                    let proof = Proof.signedTransaction(bought.signedTransactions[0])
+                    let stale = HTTPBackend(
+                        baseURL: server, transport: AsyncHTTPTransport(), responseSigningKeys: [both[0]],
+                        tokens: tokens)
+                    let staleVerdict = await stale.submitPurchase(
+                        accountId: account, orderId: order.orderId, proof: proof, transactionId: nil)
+                    if index == 0 {
+                        #expect(staleVerdict.isFinal)
+                    } else {
+                        #expect(staleVerdict == .retryable(status: nil, code: "unsigned_answer", retryAfter: nil))
+                        #expect(stale.signatureDiagnostics?.lastProblem == .unknownKey(both[1].keyId))
+                    }
+                    let verdict = await rotating.submitPurchase(
+                        accountId: account, orderId: order.orderId, proof: proof, transactionId: nil)
+                    guard case .accepted(let response) = verdict else {
+                        Issue.record("not accepted with key \(index): \(verdict)")
+                        return
+                    }
+                    #expect(response.transactions.first?.isFinal == true)
+                    let view = try await rotating.customerInfo(accountId: account)
+                    #expect(view.accountId == account)
+                    #expect(rotating.signatureDiagnostics?.unverifiedAnswers == 0)
+                }
+            }
+        }
     }
 }

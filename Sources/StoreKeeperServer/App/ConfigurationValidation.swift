@@ -62,6 +62,14 @@ extension ServerConfiguration {
             throw Invalid(key: "limits.clientRequestsPerSecond", "must not be negative")
         }
         if let responseSigningKey { _ = try Self.responseSigner(responseSigningKey) }
+        if let nextResponseSigningKey {
+            guard responseSigningKey != nil else {
+                throw Invalid(
+                    key: "auth.nextResponseSigningKey",
+                    "needs auth.responseSigningKey (the key answers are signed with now)")
+            }
+            _ = try Self.responseSigner(nextResponseSigningKey, key: "auth.nextResponseSigningKey")
+        }
         guard (1...36_500).contains(rejectedProofsRetentionDays) else {
             throw Invalid(key: "rejectedProofs.retentionDays", "must be 1…36500")
         }
@@ -204,25 +212,27 @@ extension ServerConfiguration {
 
 extension ServerConfiguration {
     /// `auth.responseSigningKey`: the PEM itself, or the path of a file holding it.
-    static func responseSigner(_ value: String) throws -> ResponseSigner {
+    static func responseSigner(_ value: String, key name: String = "auth.responseSigningKey") throws
+        -> ResponseSigner
+    {
         let pem: String
         if value.contains("-----BEGIN") {
             pem = value
         } else if let data = FileManager.default.contents(atPath: value) {
             pem = String(decoding: data, as: UTF8.self)
         } else {
-            throw Invalid(key: "auth.responseSigningKey", "neither a PEM key nor a readable file: \(value.prefix(200))")
+            throw Invalid(key: name, "neither a PEM key nor a readable file: \(value.prefix(200))")
         }
         let signer: ResponseSigner
         do {
             signer = ResponseSigner(key: try ResponseSigner.key(pem: pem))
         } catch {
             throw Invalid(
-                key: "auth.responseSigningKey",
+                key: name,
                 "not an Ed25519 private key in PEM (openssl genpkey -algorithm ed25519 writes one)")
         }
         if !value.contains("-----BEGIN"), let exposure = KeyFiles.exposure(of: value) {
-            throw Invalid(key: "auth.responseSigningKey", exposure)
+            throw Invalid(key: name, exposure)
         }
         return signer
     }

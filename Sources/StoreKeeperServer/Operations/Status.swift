@@ -28,9 +28,15 @@ struct StatusJSON: Encodable {
     var appleClockSkewSeconds: Double?
     /// The public half of `auth.responseSigningKey` (absent when answers are not signed).
     var responseSigningKey: SigningKey?
+    /// Every answer-signing key an app build should carry now: the one answers are signed with
+    /// (`use: "signing"`), and during a rotation the next one (`use: "next"`).
+    var responseSigningKeys: [SigningKey]?
 
     struct SigningKey: Encodable {
         var algorithm = "Ed25519"
+        /// What `StoreKeeper-Signature-Key` and a v2 signature name.
+        var keyId: String
+        var use: String
         /// The raw 32-byte public key, base64: what the app is configured with.
         var publicKey: String
         /// SHA-256 of the raw public key, lowercase hex.
@@ -54,7 +60,14 @@ struct StatusJSON: Encodable {
         localAppStoreMounted = app.localAppStore != nil
         appleClockSkewSeconds = app.clock.withLock { $0?.skewSeconds }
         responseSigningKey = app.responseSigner.map {
-            SigningKey(publicKey: $0.publicKeyBase64, sha256: $0.fingerprint)
+            SigningKey(keyId: $0.keyId, use: "signing", publicKey: $0.publicKeyBase64, sha256: $0.fingerprint)
+        }
+        if let current = responseSigningKey {
+            responseSigningKeys =
+                [current]
+                + (app.nextResponseSigner.map {
+                    [SigningKey(keyId: $0.keyId, use: "next", publicKey: $0.publicKeyBase64, sha256: $0.fingerprint)]
+                } ?? [])
         }
     }
 }

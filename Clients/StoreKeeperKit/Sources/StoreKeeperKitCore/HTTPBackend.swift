@@ -12,19 +12,23 @@ public enum BackendError: Error, Equatable, Sendable, CustomStringConvertible {
     case network(String)
     /// An answer that is not the contract's JSON.
     case malformed(String)
+    /// An answer whose signature did not verify though signing keys are configured: not the
+    /// server's word (held, retried), and worth telling the app's developers about.
+    case unverifiedAnswer(SignatureProblem)
 
     public var description: String {
         switch self {
         case .server(let status, let code, let message, _): "\(status) \(code): \(message)"
         case .network(let message): "network: \(message)"
         case .malformed(let message): "malformed answer: \(message)"
+        case .unverifiedAnswer(let problem): "unverified answer: \(problem)"
         }
     }
 
     public var isRetryable: Bool {
         switch self {
         case .server(_, _, _, let retryable): retryable
-        case .network: true
+        case .network, .unverifiedAnswer: true
         case .malformed: false
         }
     }
@@ -52,29 +56,51 @@ public struct URLSessionTransport: HTTPTransport {
 }
 
 /// The StoreKeeper server over HTTP, with a client token on every call; a 401 asks the app
-/// for a fresh token once, then tries again. Given the server's answer-signing key, purchase
-/// and account answers count only when their signature verifies (over a fresh nonce per
-/// request, the path and the body); anything else is a network failure — held, never a verdict.
+/// for a fresh token once, then tries again. Given the server's answer-signing keys (the
+/// current one, and during a rotation the next), purchase and account answers count only when
+/// their signature verifies with the key it names (over a fresh nonce per request, the method,
+/// path and body sent, the status and the body answered); anything else is
+/// `unverified_answer` — held, never a verdict, and reported (`BackendError.unverifiedAnswer`).
 public struct HTTPBackend: Backend {
     public var baseURL: URL
     public var timeout: TimeInterval
-    public var responseSigningKey: ResponseSigningKey?
+    /// The keys an answer may be signed with; empty: answers are not checked.
+    public var responseSigningKeys: [ResponseSigningKey]
+    /// The first of `responseSigningKeys` (kept for apps written against one key).
+    public var responseSigningKey: ResponseSigningKey? {
+        get { responseSigningKeys.first }
+        set { responseSigningKeys = newValue.map { [$0] } ?? [] }
+    }
     /// This app's id on the server (`apps[].id`): sent with every order and purchase — a server
     /// that serves several apps (an iOS and an Android app) refuses an order without it.
     public var appId: String?
     let transport: HTTPTransport
     let tokens: ClientTokenProvider
+    /// Answers refused because their signature did not verify.
+    public let signatureDiagnostics: SignatureDiagnostics? = SignatureDiagnostics()
 
     public init(
         baseURL: URL, appId: String? = nil, timeout: TimeInterval = 30,
         transport: HTTPTransport = URLSessionTransport(),
         responseSigningKey: ResponseSigningKey? = nil, tokens: @escaping ClientTokenProvider
     ) {
+        self.init(
+            baseURL: baseURL, appId: appId, timeout: timeout, transport: transport,
+            responseSigningKeys: responseSigningKey.map { [$0] } ?? [], tokens: tokens)
+    }
+
+    /// `responseSigningKeys`: every key the server may sign with while this build is installed —
+    /// the current one and, once `GET /v1/status` lists it, the next (`use: "next"`).
+    public init(
+        baseURL: URL, appId: String? = nil, timeout: TimeInterval = 30,
+        transport: HTTPTransport = URLSessionTransport(),
+        responseSigningKeys: [ResponseSigningKey], tokens: @escaping ClientTokenProvider
+    ) {
         self.appId = appId
         self.baseURL = baseURL
         self.timeout = timeout
         self.transport = transport
-        self.responseSigningKey = responseSigningKey
+        self.responseSigningKeys = responseSigningKeys
         self.tokens = tokens
     }
 
@@ -82,6 +108,8 @@ public struct HTTPBackend: Backend {
         var status: Int
         var body: Data
         var retryAfter: TimeInterval?
+        /// An unsigned 503 (the load shedder's): its body is not the server's word.
+        var unsignedUnavailable = false
     }
 
     struct ErrorBody: Decodable {
@@ -93,10 +121,11 @@ public struct HTTPBackend: Backend {
         var error: Inner
     }
 
-    /// An answer whose signature did not verify (or was missing) though a key is configured.
+    /// An answer whose signature did not verify (or was missing) though keys are configured.
     public struct UnsignedAnswer: Error, CustomStringConvertible, Sendable {
         public var path: String
-        public var description: String { "the answer to \(path) is not signed by the configured key" }
+        public var problem: SignatureProblem
+        public var description: String { "the answer to \(path): \(problem)" }
     }
 
     func send(_ method: String, _ path: String, accountId: String, body: Data?, signed: Bool = false) async throws
@@ -120,7 +149,11 @@ public struct HTTPBackend: Backend {
         request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
         request.setValue("application/json", forHTTPHeaderField: "Accept")
         let nonce = UUID().uuidString.lowercased()
-        if signed && responseSigningKey != nil { request.setValue(nonce, forHTTPHeaderField: "StoreKeeper-Nonce") }
+        let checked = signed && !responseSigningKeys.isEmpty
+        if checked {
+            request.setValue(nonce, forHTTPHeaderField: "StoreKeeper-Nonce")
+            request.setValue("2", forHTTPHeaderField: "StoreKeeper-Signature-Version")
+        }
         if let body {
             request.httpBody = body
             request.setValue("application/json", forHTTPHeaderField: "Content-Type")
@@ -132,13 +165,21 @@ public struct HTTPBackend: Backend {
             if Self.isCancellation(error) { throw CancellationError() }
             throw BackendError.network(String(describing: error))
         }
-        if signed, let key = responseSigningKey {
-            let signature = http.value(forHTTPHeaderField: "StoreKeeper-Signature")
-            guard key.verifies(signature, nonce: nonce, path: "/" + path, body: data) else {
-                throw UnsignedAnswer(path: "/" + path)
-            }
-        }
         let retryAfter = (http.value(forHTTPHeaderField: "Retry-After")).flatMap(TimeInterval.init)
+        if checked,
+            let problem = responseSigningKeys.problem(
+                http.value(forHTTPHeaderField: "StoreKeeper-Signature"), nonce: nonce, method: method,
+                path: "/" + path, status: http.statusCode, requestBody: body ?? Data(), body: data)
+        {
+            // The server's load shedder and deadline answer 503 unsigned: "later", never a
+            // verdict — taken as such, with its Retry-After (a man in the middle can always
+            // make the device wait by dropping the connection anyway).
+            if http.statusCode == 503 {
+                return Answer(status: 503, body: Data(), retryAfter: retryAfter, unsignedUnavailable: true)
+            }
+            signatureDiagnostics?.record(problem)
+            throw UnsignedAnswer(path: "/" + path, problem: problem)
+        }
         return Answer(status: http.statusCode, body: data, retryAfter: retryAfter)
     }
 
@@ -243,6 +284,9 @@ public struct HTTPBackend: Backend {
             if error is UnsignedAnswer { return .retryable(status: nil, code: "unsigned_answer", retryAfter: nil) }
             return .retryable(status: nil, code: "network", retryAfter: nil)
         }
+        if answer.unsignedUnavailable {
+            return .retryable(status: 503, code: "unavailable", retryAfter: answer.retryAfter)
+        }
         switch answer.status {
         case 200:
             guard let response = try? JSONDecoder().decode(PurchaseResponse.self, from: answer.body) else {
@@ -279,8 +323,8 @@ public struct HTTPBackend: Backend {
             answer = try await send(
                 "GET", "v1/accounts/\(Self.path(accountId))", accountId: accountId, body: nil, signed: true)
         } catch let unsigned as UnsignedAnswer {
-            // Not the server's answer: as good as none (the cached view stands).
-            throw BackendError.network(unsigned.description)
+            // Not the server's answer: as good as none (the cached view stands), and said.
+            throw BackendError.unverifiedAnswer(unsigned.problem)
         }
         guard answer.status == 200 else { throw Self.error(answer) }
         do {

@@ -100,9 +100,14 @@ public protocol Backend: Sendable {
     /// Records the customer's answer to "share consumption data with Apple?" (Send Consumption
     /// Information V2 is sent only with it; docs/consent.md).
     func setConsumptionDataConsent(accountId: String, granted: Bool) async throws
+    /// Where refused (unverified) answers are counted, if this backend checks them.
+    var signatureDiagnostics: SignatureDiagnostics? { get }
 }
 
 extension Backend {
+    /// Where a backend that checks signed answers counts the ones it refused (nil: it checks none).
+    public var signatureDiagnostics: SignatureDiagnostics? { nil }
+
     public func submitPurchase(accountId: String, orderId: String?, proof: Proof) async -> SubmissionVerdict {
         await submitPurchase(accountId: accountId, orderId: orderId, proof: proof, transactionId: nil)
     }

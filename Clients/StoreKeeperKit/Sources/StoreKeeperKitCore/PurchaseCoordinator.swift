@@ -200,6 +200,7 @@ public actor PurchaseCoordinator {
     var loadRetry: Task<Void, Never>?
     var swept = false
     var deferredFinishes: [String] = []
+    var unverifiedAnswers = 0
     /// When each held item is due, in the clock's elapsed time (`uptime`): backoff and a
     /// server's Retry-After. The wall-clock times in the records only carry them to the next
     /// launch, clamped to their stated length; while the app runs nothing the user does to the
@@ -781,6 +782,34 @@ public actor PurchaseCoordinator {
         return RestoreResult(customerInfo: info, transactions: list)
     }
 
+    /// What the app's developers want to see when purchases stay held: answers refused because
+    /// their signature did not verify (a key rotation this build was not given, a proxy
+    /// stripping `StoreKeeper-Signature`), and what the device holds.
+    public struct Diagnostics: Sendable, Equatable {
+        public var unverifiedAnswers: Int
+        public var lastSignatureProblem: SignatureProblem?
+        public var heldSubmissions: Int
+        public var oldestHeldError: String?
+    }
+
+    public var diagnostics: Diagnostics {
+        Diagnostics(
+            unverifiedAnswers: unverifiedAnswers, lastSignatureProblem: backend.signatureDiagnostics?.lastProblem,
+            heldSubmissions: state.pending.count, oldestHeldError: state.pending.first?.lastError)
+    }
+
+    /// Counts an answer refused for its signature; the first of a run is logged as an error.
+    func noteUnverifiedAnswer() {
+        unverifiedAnswers += 1
+        if unverifiedAnswers == 1 {
+            let problem = backend.signatureDiagnostics?.lastProblem.map { "\($0)" } ?? "signature did not verify"
+            log(
+                .error,
+                "an answer from the server was refused: \(problem). Purchases stay held (never lost) until answers verify: give this build every key GET /v1/status lists in responseSigningKeys"
+            )
+        }
+    }
+
     /// Submissions the device still holds (for the UI's "processing" badge, and tests).
     public var pendingSubmissions: [PendingSubmission] { state.pending }
     public var intents: [PurchaseIntent] { state.intents }
@@ -804,6 +833,7 @@ public actor PurchaseCoordinator {
             remember(info)
             return info
         } catch {
+            if case BackendError.unverifiedAnswer = error { noteUnverifiedAnswer() }
             if let cached = state.customerInfo[account] { return cached }
             throw error
         }
@@ -1160,14 +1190,14 @@ public actor PurchaseCoordinator {
             transactionId: nil)
         for item in items { submitting.remove(item.key) }
         guard !stopped else { return (verdict, [:]) }
-        return (verdict, settle(items, answer: verdict, account: account, inOrder: true, refused: "batch_refused"))
+        return (verdict, settle(items, answer: verdict, account: account, refused: "batch_refused"))
     }
 
     /// One answer for many held transactions (a batch, a restore's receipt): each settles on its
-    /// own entry (in the order submitted, or matched by id), or is held; the verdicts are
+    /// own entry, matched by transaction id (never by position), or is held; the verdicts are
     /// written in one go, then the settled ones finished.
     func settle(
-        _ items: [PendingSubmission], answer verdict: SubmissionVerdict, account: String, inOrder: Bool,
+        _ items: [PendingSubmission], answer verdict: SubmissionVerdict, account: String,
         refused: String
     ) -> [String: RestoreResult.Entry] {
         var entries: [String: RestoreResult.Entry] = [:]
@@ -1179,10 +1209,10 @@ public actor PurchaseCoordinator {
             return entries
         }
         if let info = response.account { remember(info) }
-        for (index, item) in items.enumerated() {
-            let entry =
-                inOrder && response.transactions.count == items.count
-                ? response.transactions[index] : response.entry(for: item.transaction)
+        for item in items {
+            // By id, never by position: an entry the answer does not name by this transaction's
+            // id settles nothing (it stays held and is asked again).
+            let entry = response.entry(for: item.transaction)
             if let entry {
                 entries[item.key] = RestoreResult.Entry(
                     transactionId: item.transaction.id, productId: item.transaction.productId, outcome: entry.outcome,
@@ -1223,7 +1253,7 @@ public actor PurchaseCoordinator {
             accountId: account, orderId: nil, proof: .receipt(receipt), transactionId: nil)
         for item in items { submitting.remove(item.key) }
         guard !stopped else { return (verdict, [:]) }
-        return (verdict, settle(items, answer: verdict, account: account, inOrder: false, refused: "receipt_refused"))
+        return (verdict, settle(items, answer: verdict, account: account, refused: "receipt_refused"))
     }
 
     /// Records a verdict: a final one settles (durably, then StoreKit finishes it); a cancelled
@@ -1293,6 +1323,12 @@ public actor PurchaseCoordinator {
                 held.refreshProof = false
             }
             held.lastError = Self.describe(verdict)
+            if case .retryable(_, "unsigned_answer", _) = verdict {
+                noteUnverifiedAnswer()
+                if let problem = backend.signatureDiagnostics?.lastProblem {
+                    held.lastError = "unsigned_answer: \(problem)"
+                }
+            }
             if held.attempts == 10 || held.attempts % 50 == 0 {
                 log(
                     .warning,

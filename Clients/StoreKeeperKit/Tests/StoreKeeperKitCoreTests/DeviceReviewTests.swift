@@ -685,11 +685,13 @@ final class DeviceReviewTests: XCTestCase {
                         .utf8)
                 var nonce = request.value(forHTTPHeaderField: "StoreKeeper-Nonce") ?? ""
                 if mode == "replayed" { nonce = "another-request" }
-                var message = Data("storekeeper-response-v1\n\(nonce)\n\(request.url!.path)\n".utf8)
-                message.append(mode == "tampered" ? Data(body.dropLast(2)) + Data("}}".utf8) : body)
-                let signature = try key.signature(for: mode == "tampered" ? Data("x".utf8) : message)
+                let signed = mode == "tampered" ? Data(body.dropLast(2)) + Data("}}".utf8) : body
                 var headers = ["Content-Type": "application/json"]
-                if mode != "unsigned" { headers["StoreKeeper-Signature"] = Data(signature).base64EncodedString() }
+                if mode != "unsigned" {
+                    headers["StoreKeeper-Signature"] = try SignedAnswers.header(
+                        key: key, nonce: nonce, method: "POST", path: request.url!.path, status: 200,
+                        requestBody: request.httpBody ?? Data(), body: mode == "tampered" ? Data("x".utf8) : signed)
+                }
                 return (
                     body, HTTPURLResponse(url: request.url!, statusCode: 200, httpVersion: nil, headerFields: headers)!
                 )
