@@ -28,6 +28,19 @@
             queue.add(self)
         }
 
+        /// Stops observing the payment queue (StoreKit holds its observers strongly: without
+        /// this an adapter replaced by another keeps receiving, and finishing, transactions).
+        public func stop() {
+            queue.remove(self)
+            let continuation = state.withValue { state -> AsyncStream<PaymentUpdate>.Continuation? in
+                defer { state.continuation = nil }
+                return state.continuation
+            }
+            continuation?.finish()
+        }
+
+        deinit { queue.remove(self) }
+
         /// A payment from the product id alone (no product request first: P8), carrying the
         /// order's token as `applicationUsername`. The outcome comes through the observer.
         public func purchase(productId: String, quantity: Int, appAccountToken: UUID) async throws -> PaymentResult {
@@ -78,6 +91,8 @@
             if let transaction { queue.finishTransaction(transaction) }
         }
 
+        /// Unfinished purchases, and restores' copies marked as such (a restored transaction is
+        /// never taken for a new purchase).
         public func unfinished() async -> [StoreTransaction] {
             queue.transactions.filter { $0.transactionState == .purchased || $0.transactionState == .restored }
                 .map(map)
@@ -114,7 +129,10 @@
                 id: id, originalId: transaction.original?.transactionIdentifier,
                 productId: transaction.payment.productIdentifier, quantity: transaction.payment.quantity,
                 appAccountToken: transaction.payment.applicationUsername.flatMap(UUID.init(uuidString:)),
-                purchaseDate: transaction.transactionDate ?? Date())
+                purchaseDate: transaction.transactionDate ?? Date(),
+                isRestored: transaction.transactionState == .restored ? true : nil,
+                offerId: transaction.payment.paymentDiscount?.identifier,
+                offerType: transaction.payment.paymentDiscount == nil ? nil : .promotional)
         }
 
         func emit(_ update: PaymentUpdate) {
@@ -137,9 +155,16 @@
                 case .failed:
                     let mapped = map(transaction)
                     let cancelled = (transaction.error as? SKError)?.code == .paymentCancelled
-                    emit(.failed(productId: mapped.productId, transactionId: mapped.id, cancelled: cancelled))
+                    emit(
+                        .failed(
+                            productId: mapped.productId, transactionId: mapped.id, cancelled: cancelled,
+                            appAccountToken: mapped.appAccountToken,
+                            failure: transaction.error.map(StoreKitFailure.init)))
                 case .deferred:
-                    emit(.deferred(productId: transaction.payment.productIdentifier))
+                    emit(
+                        .deferred(
+                            productId: transaction.payment.productIdentifier,
+                            appAccountToken: transaction.payment.applicationUsername.flatMap(UUID.init(uuidString:))))
                 case .purchasing:
                     break
                 @unknown default:
@@ -218,5 +243,30 @@
 
         public func requestDidFinish(_ request: SKRequest) { finish(nil) }
         public func request(_ request: SKRequest, didFailWithError error: Error) { finish(error) }
+    }
+
+    /// StoreKit 1's errors, mapped by code (never parsed from their description).
+    @available(iOS, introduced: 3.0, deprecated: 18.0)
+    extension SKError: StoreKitFailureConvertible {
+        public var storeKitFailure: StoreKitFailure {
+            let (kind, name): (StoreKitFailure.Kind, String) =
+                switch code {
+                case .paymentCancelled, .overlayCancelled: (.userCancelled, "paymentCancelled")
+                case .paymentNotAllowed: (.paymentNotAllowed, "paymentNotAllowed")
+                case .storeProductNotAvailable: (.productUnavailable, "storeProductNotAvailable")
+                case .cloudServiceNetworkConnectionFailed: (.network, "cloudServiceNetworkConnectionFailed")
+                case .invalidOfferIdentifier: (.invalidOffer, "invalidOfferIdentifier")
+                case .invalidSignature: (.invalidOffer, "invalidSignature")
+                case .missingOfferParams: (.invalidOffer, "missingOfferParams")
+                case .invalidOfferPrice: (.invalidOffer, "invalidOfferPrice")
+                case .ineligibleForOffer: (.ineligibleForOffer, "ineligibleForOffer")
+                case .clientInvalid: (.paymentNotAllowed, "clientInvalid")
+                case .paymentInvalid: (.unknown, "paymentInvalid")
+                default: (.unknown, "code\(code.rawValue)")
+                }
+            return StoreKitFailure(
+                kind: kind, code: "SKError.\(name)", message: String(describing: self),
+                underlying: (self as Error) as? any Error & Sendable)
+        }
     }
 #endif

@@ -76,7 +76,7 @@
                 // The server's once-per-account decision: Apple applies or removes the intro offer.
                 options.insert(.introductoryOfferEligibility(compactJWS: jws))
             }
-            if let winBack = offers.winBackOfferId {
+            if let winBack = offers.winBackOfferId, offers.promotedPurchaseId == nil {
                 guard #available(iOS 18.0, macOS 15.0, tvOS 18.0, *) else {
                     throw StoreKitAdapterError(description: "win-back offers need iOS 18")
                 }
@@ -89,7 +89,9 @@
             case .success(let verification): return .purchased(map(verification))
             case .pending: return .deferred
             case .userCancelled: return .cancelled
-            @unknown default: return .failed("unknown purchase result")
+            @unknown default:
+                return .failed(
+                    StoreKitFailure(code: "Product.PurchaseResult.unknown", message: "unknown purchase result"))
             }
         }
 
@@ -119,11 +121,45 @@
         func map(_ verification: VerificationResult<Transaction>) -> StoreTransaction {
             let transaction = verification.unsafePayloadValue
             held.withValue { $0[transaction.id] = transaction }
-            return StoreTransaction(
+            var mapped = StoreTransaction(
                 id: String(transaction.id), originalId: String(transaction.originalID),
                 productId: transaction.productID, quantity: transaction.purchasedQuantity,
                 appAccountToken: transaction.appAccountToken, purchaseDate: transaction.purchaseDate,
-                signedTransaction: verification.jwsRepresentation, revocationDate: transaction.revocationDate)
+                signedTransaction: verification.jwsRepresentation, revocationDate: transaction.revocationDate,
+                ownership: transaction.ownershipType == .familyShared ? .familyShared : .purchased,
+                isUpgraded: transaction.isUpgraded)
+            if #available(iOS 17.2, macOS 14.2, tvOS 17.2, *) {
+                if let offer = transaction.offer {
+                    mapped.offerId = offer.id
+                    mapped.offerType = Self.offerType(offer.type)
+                }
+            } else {
+                mapped.offerId = transaction.offerID
+                mapped.offerType = transaction.offerType.flatMap(Self.offerType)
+            }
+            if #available(iOS 17.0, macOS 14.0, tvOS 17.0, *) {
+                mapped.reason = transaction.reason == .renewal ? .renewal : .purchase
+            }
+            if #available(iOS 16.0, macOS 13.0, tvOS 16.0, *) {
+                switch transaction.environment {
+                case .production: mapped.environment = .production
+                case .sandbox: mapped.environment = .sandbox
+                case .xcode: mapped.environment = .xcode
+                default: mapped.environment = nil
+                }
+            }
+            return mapped
+        }
+
+        static func offerType(_ type: Transaction.OfferType) -> StoreTransaction.OfferType? {
+            switch type {
+            case .introductory: return .introductory
+            case .promotional: return .promotional
+            case .code: return .code
+            default:
+                if #available(iOS 18.0, macOS 15.0, tvOS 18.0, *), type == .winBack { return .winBack }
+                return nil
+            }
         }
 
         public func finish(transactionId: String) async {
@@ -165,9 +201,15 @@
                             let handle = UUID().uuidString
                             self.intents.withValue { $0[handle] = intent }
                             var offerId: String?
-                            if #available(iOS 18.0, macOS 15.0, *) { offerId = intent.offer?.id }
+                            var kind: PromotedPurchase.OfferKind?
+                            if #available(iOS 18.0, macOS 15.0, *), let offer = intent.offer {
+                                offerId = offer.id
+                                kind = offer.type == .winBack ? .winBack : .promotional
+                            }
                             continuation.yield(
-                                .promoted(PromotedPurchase(id: handle, productId: intent.product.id, offerId: offerId)))
+                                .promoted(
+                                    PromotedPurchase(
+                                        id: handle, productId: intent.product.id, offerId: offerId, offerKind: kind)))
                         }
                     }
                 }()
@@ -265,6 +307,47 @@
                     ?? URL(fileURLWithPath: NSTemporaryDirectory())
                 return FilePendingStore(url: directory.appendingPathComponent("StoreKeeperKit/pending.journal"))
             #endif
+        }
+    }
+
+    /// StoreKit 2's errors, mapped case by case (never parsed from their description).
+    @available(iOS 15.0, macOS 12.0, tvOS 15.0, *)
+    extension StoreKitError: StoreKitFailureConvertible {
+        public var storeKitFailure: StoreKitFailure {
+            let (kind, name): (StoreKitFailure.Kind, String) =
+                switch self {
+                case .userCancelled: (.userCancelled, "userCancelled")
+                case .networkError: (.network, "networkError")
+                case .systemError: (.systemError, "systemError")
+                case .notAvailableInStorefront: (.notAvailableInStorefront, "notAvailableInStorefront")
+                case .notEntitled: (.notEntitled, "notEntitled")
+                case .unknown: (.unknown, "unknown")
+                @unknown default: (.unknown, "unknown")
+                }
+            return StoreKitFailure(
+                kind: kind, code: "StoreKitError.\(name)", message: String(describing: self),
+                underlying: (self as Error) as? any Error & Sendable)
+        }
+    }
+
+    @available(iOS 15.0, macOS 12.0, tvOS 15.0, *)
+    extension Product.PurchaseError: StoreKitFailureConvertible {
+        public var storeKitFailure: StoreKitFailure {
+            let (kind, name): (StoreKitFailure.Kind, String) =
+                switch self {
+                case .invalidQuantity: (.unknown, "invalidQuantity")
+                case .productUnavailable: (.productUnavailable, "productUnavailable")
+                case .purchaseNotAllowed: (.paymentNotAllowed, "purchaseNotAllowed")
+                case .ineligibleForOffer: (.ineligibleForOffer, "ineligibleForOffer")
+                case .invalidOfferIdentifier: (.invalidOffer, "invalidOfferIdentifier")
+                case .invalidOfferPrice: (.invalidOffer, "invalidOfferPrice")
+                case .invalidOfferSignature: (.invalidOffer, "invalidOfferSignature")
+                case .missingOfferParameters: (.invalidOffer, "missingOfferParameters")
+                @unknown default: (.unknown, "unknown")
+                }
+            return StoreKitFailure(
+                kind: kind, code: "Product.PurchaseError.\(name)", message: String(describing: self),
+                underlying: (self as Error) as? any Error & Sendable)
         }
     }
 #endif

@@ -15,10 +15,31 @@ public struct StoreTransaction: Codable, Sendable, Equatable {
     public var signedTransaction: String?
     /// Set when Apple revoked it (refund, Family Sharing ended): a hint forwarded to the server.
     public var revocationDate: Date?
+    /// StoreKit 1 reported it `.restored` (a restore's copy, never a new purchase).
+    public var isRestored: Bool?
+    /// Bought by this Apple Account, or shared with it by a family member (StoreKit 2's
+    /// `ownershipType`): an app tells Family Sharing apart from "owned by another account".
+    public var ownership: Ownership?
+    /// A newer transaction of a higher subscription level replaced this one.
+    public var isUpgraded: Bool?
+    /// The offer it was bought with (StoreKit 2's `offer`, or `offerID`/`offerType` before 17.2).
+    public var offerId: String?
+    public var offerType: OfferType?
+    /// A first purchase or an automatic renewal (StoreKit 2's `reason`, iOS 17).
+    public var reason: Reason?
+    /// Where it was made (StoreKit 2's `environment`, iOS 16).
+    public var environment: Environment?
+
+    public enum Ownership: String, Codable, Sendable, Equatable { case purchased, familyShared }
+    public enum OfferType: String, Codable, Sendable, Equatable { case introductory, promotional, code, winBack }
+    public enum Reason: String, Codable, Sendable, Equatable { case purchase, renewal }
+    public enum Environment: String, Codable, Sendable, Equatable { case production, sandbox, xcode }
 
     public init(
         id: String, originalId: String? = nil, productId: String, quantity: Int = 1, appAccountToken: UUID? = nil,
-        purchaseDate: Date, signedTransaction: String? = nil, revocationDate: Date? = nil
+        purchaseDate: Date, signedTransaction: String? = nil, revocationDate: Date? = nil, isRestored: Bool? = nil,
+        ownership: Ownership? = nil, isUpgraded: Bool? = nil, offerId: String? = nil, offerType: OfferType? = nil,
+        reason: Reason? = nil, environment: Environment? = nil
     ) {
         self.id = id
         self.originalId = originalId
@@ -28,7 +49,17 @@ public struct StoreTransaction: Codable, Sendable, Equatable {
         self.purchaseDate = purchaseDate
         self.signedTransaction = signedTransaction
         self.revocationDate = revocationDate
+        self.isRestored = isRestored
+        self.ownership = ownership
+        self.isUpgraded = isUpgraded
+        self.offerId = offerId
+        self.offerType = offerType
+        self.reason = reason
+        self.environment = environment
     }
+
+    /// Shared with this Apple Account by a family member (not bought by it).
+    public var isFamilyShared: Bool { ownership == .familyShared }
 }
 
 /// What the server is given as proof of a purchase (API.md `POST /v1/purchases`).
@@ -47,14 +78,21 @@ public struct PromotedPurchase: Sendable, Equatable, Identifiable {
     public var id: String
     public var productId: String
     public var quantity: Int
-    /// The offer the App Store attached (a promotional or win-back offer), if any.
+    /// The offer the App Store attached (a promotional or win-back offer), if any: told to the
+    /// server with the order, so its offer policy decides as for any other purchase.
     public var offerId: String?
+    public var offerKind: OfferKind?
 
-    public init(id: String, productId: String, quantity: Int = 1, offerId: String? = nil) {
+    public enum OfferKind: String, Sendable, Equatable { case promotional, winBack }
+
+    public init(
+        id: String, productId: String, quantity: Int = 1, offerId: String? = nil, offerKind: OfferKind? = nil
+    ) {
         self.id = id
         self.productId = productId
         self.quantity = quantity
         self.offerId = offerId
+        self.offerKind = offerKind ?? (offerId == nil ? nil : .promotional)
     }
 }
 
@@ -64,7 +102,7 @@ public enum PaymentResult: Sendable, Equatable {
     /// Ask to Buy, or strong customer authentication: no money moved yet.
     case deferred
     case cancelled
-    case failed(String)
+    case failed(StoreKitFailure)
     /// StoreKit 1: the outcome arrives later through the observer (`updates`).
     case enqueued
 }
@@ -74,9 +112,14 @@ public enum PaymentResult: Sendable, Equatable {
 public enum PaymentUpdate: Sendable, Equatable {
     case transaction(StoreTransaction)
     case restored(StoreTransaction)
-    case deferred(productId: String)
+    /// Ask to Buy: `appAccountToken` the payment's `applicationUsername` when StoreKit kept it.
+    case deferred(productId: String, appAccountToken: UUID? = nil)
     /// A payment that failed or was cancelled; StoreKit 1 hands a transaction to finish.
-    case failed(productId: String, transactionId: String?, cancelled: Bool)
+    /// `appAccountToken`: the payment's order token when StoreKit kept it (it names the intent).
+    /// `failure`: what StoreKit said, typed.
+    case failed(
+        productId: String, transactionId: String?, cancelled: Bool, appAccountToken: UUID? = nil,
+        failure: StoreKitFailure? = nil)
     /// A purchase the customer started outside the app (promoted in-app purchase, win-back).
     case promoted(PromotedPurchase)
 }

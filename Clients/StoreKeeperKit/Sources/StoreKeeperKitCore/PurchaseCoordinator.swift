@@ -4,46 +4,81 @@ import Foundation
 public enum PurchaseOutcome: Sendable, Equatable {
     /// The server delivered it (or had already): the transaction is finished.
     case delivered(PurchaseResponse)
-    /// Paid, or possibly paid, and held on the device until the server gives a verdict
-    /// (offline, server busy, Apple slow, StoreKit slow to call back). Nothing for the user to do.
-    case pending
+    /// Paid — StoreKit returned the transaction — and being delivered: the server has not given
+    /// its verdict yet (offline, busy, Apple slow). The device holds it and delivers it by
+    /// itself; the app says "Payment received — your purchase will appear shortly".
+    case processing
+    /// StoreKit has not answered within `purchaseTimeout` (a slow sheet, SCA or 3-D Secure in
+    /// another app): nothing is known to be charged yet. If StoreKit later reports the payment
+    /// it is delivered without the user doing anything; the app says "Waiting for the App Store
+    /// — we'll add it as soon as it confirms".
+    case waitingForStore
     /// Ask to Buy: a parent must approve; it is delivered when they do, even days later.
     case deferred
     case cancelled
-    case failed(String)
+    /// StoreKit failed the payment (nothing charged), with what it said, typed.
+    case failed(StoreKitFailure)
     /// The server refused the proof for good (for example `owned_by_other_account`).
     case rejected(code: String, message: String)
     /// StoreKit answered this payment with a transaction paid earlier (StoreKit 1's "restored
     /// for free", an unfinished one resurfacing): nothing was charged for this order, which is
     /// closed; the old transaction is submitted on its own.
     case notCharged(transactionId: String)
+
+    /// Either of the two "not finished yet" outcomes (`processing`, `waitingForStore`).
+    public var isPending: Bool { self == .processing || self == .waitingForStore }
 }
 
-/// What StoreKit threw, kept typed: `code` names the error (`StoreKitError.networkError`,
-/// `Product.PurchaseError.invalidOfferSignature`, `SKError(2)`…), `underlying` is the error itself.
+/// What StoreKit threw or failed a payment with, kept typed: `kind` for the app's decision,
+/// `code` naming Apple's error (`StoreKitError.networkError`,
+/// `Product.PurchaseError.invalidOfferSignature`, `SKError.paymentNotAllowed`…) as the adapter
+/// mapped it case by case, `underlying` the error itself.
 public struct StoreKitFailure: Error, Sendable, Equatable, CustomStringConvertible {
+    public enum Kind: String, Sendable, Equatable {
+        case userCancelled, network, paymentNotAllowed, productUnavailable, invalidOffer, ineligibleForOffer
+        case notAvailableInStorefront, notEntitled, systemError, unknown
+    }
+    public var kind: Kind
     public var code: String
     public var message: String
     public let underlying: (any Error & Sendable)?
 
+    /// An error StoreKit threw: mapped by the adapter (`StoreKitFailureConvertible`) when it
+    /// knows the type; otherwise `kind` unknown and `code` the error's type and NSError code.
     public init(_ error: Error) {
-        let described = String(describing: error)
-        let kind = described.split(separator: "(").first.map(String.init) ?? described
-        code = "\(type(of: error)).\(kind)"
-        message = described
+        if let failure = error as? StoreKitFailure {
+            self = failure
+            return
+        }
+        if let convertible = error as? StoreKitFailureConvertible {
+            self = convertible.storeKitFailure
+            return
+        }
+        let bridged = error as NSError
+        kind = .unknown
+        code = "\(type(of: error))(\(bridged.code))"
+        message = String(describing: error)
         underlying = error as? any Error & Sendable
     }
 
-    public init(code: String, message: String) {
+    public init(
+        kind: Kind = .unknown, code: String, message: String, underlying: (any Error & Sendable)? = nil
+    ) {
+        self.kind = kind
         self.code = code
         self.message = message
-        underlying = nil
+        self.underlying = underlying
     }
 
     public static func == (lhs: StoreKitFailure, rhs: StoreKitFailure) -> Bool {
-        lhs.code == rhs.code && lhs.message == rhs.message
+        lhs.kind == rhs.kind && lhs.code == rhs.code && lhs.message == rhs.message
     }
     public var description: String { message }
+}
+
+/// An error type an adapter maps to a `StoreKitFailure` case by case (StoreKit's own errors).
+public protocol StoreKitFailureConvertible: Error {
+    var storeKitFailure: StoreKitFailure { get }
 }
 
 public enum PurchaseError: Error, Equatable, Sendable {
@@ -113,7 +148,7 @@ public actor PurchaseCoordinator {
         public var intentLifetime: TimeInterval
         /// Settled transaction ids kept to recognize StoreKit's re-deliveries.
         public var settledMemory: Int
-        /// The longest a `purchase` call waits for StoreKit; then it returns `.pending` (a late
+        /// The longest a `purchase` call waits for StoreKit; then it returns `.waitingForStore` (a late
         /// callback is still delivered) and the account may buy again.
         public var purchaseTimeout: TimeInterval
         /// The longest a server's Retry-After holds an item.
@@ -195,12 +230,14 @@ public actor PurchaseCoordinator {
     var driving = false
     var driveRequested = false
     var lastBackoffReset: Date?
-    var restoring: Task<RestoreResult, Error>?
+    var restoring: (account: String, task: Task<RestoreResult, Error>)?
     var appTransactionId: Task<String?, Never>?
     var loadRetry: Task<Void, Never>?
     var swept = false
     var deferredFinishes: [String] = []
     var unverifiedAnswers = 0
+    /// Payments whose `purchase` call returned `.waitingForStore` at the timeout (StoreKit may still answer).
+    var timedOut: Set<UUID> = []
     /// When each held item is due, in the clock's elapsed time (`uptime`): backoff and a
     /// server's Retry-After. The wall-clock times in the records only carry them to the next
     /// launch, clamped to their stated length; while the app runs nothing the user does to the
@@ -282,6 +319,7 @@ public actor PurchaseCoordinator {
         settledKeys = Set(state.settled.map(\.key))
         loaded = true
         recheckAtLaunch()
+        attributeHeld()
         // A launch re-drives everything held (a server's Retry-After still holds).
         let now = clock.now()
         lastBackoffReset = now
@@ -308,8 +346,11 @@ public actor PurchaseCoordinator {
         early = []
         spawn { coordinator in
             for transaction in await coordinator.queue.unfinished() {
-                await coordinator.accept(
-                    transaction, reason: transaction.revocationDate == nil ? .purchase : .revocation)
+                // A restore's copy left unfinished is a restore again, never a new purchase.
+                let reason: PendingSubmission.Reason =
+                    transaction.revocationDate != nil
+                    ? .revocation : transaction.isRestored == true ? .restore : .purchase
+                await coordinator.accept(transaction, reason: reason, replayed: reason == .restore)
             }
             for update in buffered { await coordinator.handle(update) }
             await coordinator.sweepDone()
@@ -424,7 +465,7 @@ public actor PurchaseCoordinator {
         promotedObservers = [:]
         for (_, waiters) in verdictWaiters { for waiter in waiters { waiter.resume(returning: nil) } }
         verdictWaiters = [:]
-        for waiter in purchaseWaiters.values { waiter.resume(returning: .success(.pending)) }
+        for waiter in purchaseWaiters.values { waiter.resume(returning: .success(.waitingForStore)) }
         purchaseWaiters = [:]
         releaseReadyWaiters()
         purchasing = []
@@ -433,23 +474,35 @@ public actor PurchaseCoordinator {
     /// A user logged in: transactions held for nobody are attributed now, promoted purchases
     /// waiting are offered, and their held submissions are re-driven in the background.
     public func login(_ accountId: String) {
+        let switched = !Self.same(self.accountId, accountId)
         self.accountId = accountId
-        if loaded {
-            for index in state.pending.indices where state.pending[index].accountId == nil {
-                let (account, orderId, intentIndex) = attribute(state.pending[index].transaction, intentToken: nil)
-                guard let account else { continue }
-                log(.debug, "\(state.pending[index].transaction.id) attributed at login to \(account)")
-                state.pending[index].accountId = account
-                state.pending[index].orderId = orderId
-                if let intentIndex {
-                    state.intents[intentIndex].state = .bound
-                    state.intents[intentIndex].transactionId = state.pending[index].transaction.id
-                }
-            }
-            persistOrLog()
+        if switched, let view = state.customerInfo[accountId] {
+            // The new account's own last view, so nothing shows the previous account's.
+            for continuation in infoObservers.values { continuation.yield(view) }
         }
+        attributeHeld()
         offerPromoted()
         redrive(.login)
+    }
+
+    /// Transactions held for nobody go to the logged-in account (at login, and when the state
+    /// is read after a login made while it could not be: a Keychain still locked at launch).
+    func attributeHeld() {
+        guard loaded, accountId != nil else { return }
+        var changed = false
+        for index in state.pending.indices where state.pending[index].accountId == nil {
+            let (account, orderId, intentIndex) = attribute(state.pending[index].transaction, intentToken: nil)
+            guard let account else { continue }
+            log(.debug, "\(state.pending[index].transaction.id) attributed at login to \(account)")
+            state.pending[index].accountId = account
+            state.pending[index].orderId = orderId
+            changed = true
+            if let intentIndex {
+                state.intents[intentIndex].state = .bound
+                state.intents[intentIndex].transactionId = state.pending[index].transaction.id
+            }
+        }
+        if changed { persistOrLog() }
     }
 
     /// The user logged out: nothing of theirs is dropped (it is submitted for them when the
@@ -517,9 +570,16 @@ public actor PurchaseCoordinator {
         guard promoted.contains(where: { $0.id == promotedPurchase.id }) else {
             throw PurchaseError.unknownPromotedPurchase
         }
+        // Apple's offer is told to the server with the order: its offer policy (eligibility,
+        // `maxPerAccount`) decides as for an offer the app asked for; a promotional offer is
+        // then paid with the server's signature.
+        let offer = promotedPurchase.offerId
         let outcome = try await purchase(
-            productId: promotedPurchase.productId, quantity: promotedPurchase.quantity, offerId: nil,
-            options: PurchaseOptions(promotedPurchaseId: promotedPurchase.id))
+            productId: promotedPurchase.productId, quantity: promotedPurchase.quantity,
+            offerId: promotedPurchase.offerKind == .promotional ? offer : nil,
+            options: PurchaseOptions(
+                winBackOfferId: promotedPurchase.offerKind == .winBack ? offer : nil,
+                promotedPurchaseId: promotedPurchase.id))
         removePromoted(promotedPurchase.id)
         return outcome
     }
@@ -621,8 +681,11 @@ public actor PurchaseCoordinator {
 
     func timedOut(_ token: UUID, productId: String) {
         guard purchaseWaiters[token] != nil else { return }
-        log(.warning, "no answer from StoreKit for \(productId) within \(configuration.purchaseTimeout) s: pending")
-        resolve(token, .success(.pending))
+        timedOut.insert(token)
+        log(
+            .warning,
+            "no answer from StoreKit for \(productId) within \(configuration.purchaseTimeout) s: waiting for the store")
+        resolve(token, .success(.waitingForStore))
     }
 
     /// Ends the `purchase` call waiting on this intent, once.
@@ -678,11 +741,11 @@ public actor PurchaseCoordinator {
             persistOrLog()
             cancelOrder(order)
             resolve(token, .success(.cancelled))
-        case .failed(let message):
+        case .failed(let failure):
             setIntent(token, .closed)
             persistOrLog()
             cancelOrder(order)
-            resolve(token, .success(.failed(message)))
+            resolve(token, .success(.failed(failure)))
         case .enqueued:
             // StoreKit 1: the observer answers (or the timeout does).
             enqueued.insert(token)
@@ -694,6 +757,9 @@ public actor PurchaseCoordinator {
     /// product or quantity: StoreKit re-delivered an old transaction instead of charging.
     func staleAnswer(_ transaction: StoreTransaction, for token: UUID) -> String? {
         guard let intent = state.intents.first(where: { $0.appAccountToken == token }) else { return nil }
+        // Bound to this intent (it carries this order's token, or `Transaction.updates` brought
+        // it first and it was bound then): this payment's own transaction, never stale.
+        if transaction.appAccountToken == token || intent.transactionId == transaction.id { return nil }
         if let other = transaction.appAccountToken, other != token { return "it carries another order's token" }
         if settledKeys.contains(transaction.id) { return "it was settled before" }
         if state.pending.contains(where: { $0.transaction.id == transaction.id }) { return "it is held already" }
@@ -723,10 +789,17 @@ public actor PurchaseCoordinator {
         guard started, !stopped else { throw PurchaseError.notConfigured }
         guard loaded else { throw PurchaseError.storage("the pending state cannot be read yet (device locked?)") }
         guard let account = accountId else { throw PurchaseError.notLoggedIn }
-        if let running = restoring { return try await running.value }
+        // A restore of the same account joins the running one; another account's waits for it
+        // to end, then restores for itself (never takes the other's result).
+        while let running = restoring {
+            if running.account == account { return try await running.task.value }
+            _ = try? await running.task.value
+            if restoring?.task == running.task { restoring = nil }
+        }
+        guard accountId == account else { throw PurchaseError.notLoggedIn }
         let task = Task { try await self.performRestore(account) }
-        restoring = task
-        defer { restoring = nil }
+        restoring = (account, task)
+        defer { if restoring?.task == task { restoring = nil } }
         return try await task.value
     }
 
@@ -866,13 +939,21 @@ public actor PurchaseCoordinator {
     func removeObserver(_ id: UUID) { infoObservers[id] = nil }
 
     func remember(_ info: CustomerInfo) {
-        guard state.customerInfo[info.accountId] != info else { return }
-        // Only the logged-in account's view is kept on the device.
-        if info.accountId == accountId {
-            state.customerInfo[info.accountId] = info
-            persistOrLog()
-        }
+        // Only the logged-in account's view is kept on the device, and only it is shown: an
+        // answer about another account (a submission for someone who switched away) is neither.
+        guard Self.same(info.accountId, accountId), state.customerInfo[info.accountId] != info else { return }
+        state.customerInfo[info.accountId] = info
+        persistOrLog()
         for continuation in infoObservers.values { continuation.yield(info) }
+    }
+
+    /// Byte-wise equality, as the server compares ids.
+    static func same(_ lhs: String?, _ rhs: String?) -> Bool {
+        switch (lhs, rhs) {
+        case (nil, nil): true
+        case (let lhs?, let rhs?): lhs.utf8.elementsEqual(rhs.utf8)
+        default: false
+        }
     }
 
     // MARK: What the queue reports
@@ -906,19 +987,24 @@ public actor PurchaseCoordinator {
         case .restored(let transaction):
             // During `restore()` the restore submits them in one go.
             await accept(transaction, reason: .restore, replayed: true, submit: restoring == nil)
-        case .deferred(let productId):
-            if let index = payingIntent(productId) {
+        case .deferred(let productId, let token):
+            if let index = payingIntent(productId, token: token) {
                 state.intents[index].state = .deferred
                 persistOrLog()
                 resolve(state.intents[index].appAccountToken, .success(.deferred))
             }
-        case .failed(let productId, let transactionId, let cancelled):
-            if let index = payingIntent(productId) {
+        case .failed(let productId, let transactionId, let cancelled, let token, let failure):
+            if let index = payingIntent(productId, token: token) {
                 let intent = state.intents[index]
                 state.intents[index].state = .closed
                 persistOrLog()
                 cancelOrder(intentOrder(intent))
-                resolve(intent.appAccountToken, .success(cancelled ? .cancelled : .failed("payment failed")))
+                resolve(
+                    intent.appAccountToken,
+                    .success(
+                        cancelled
+                            ? .cancelled
+                            : .failed(failure ?? StoreKitFailure(code: "payment_failed", message: "payment failed"))))
             }
             // Nothing was charged: StoreKit 1 wants the failed transaction finished.
             if let transactionId { await queue.finish(transactionId: transactionId) }
@@ -958,12 +1044,27 @@ public actor PurchaseCoordinator {
     /// The intent a StoreKit 1 callback without a token (deferred, failed) is about: the newest
     /// payment in flight of the logged-in account for that product, in this run of the app —
     /// never another account's, never one a killed process left behind.
-    func payingIntent(_ productId: String) -> Int? {
-        state.intents.indices.filter {
+    ///
+    /// With the payment's token, exactly its intent. Without one, the only candidate: when a
+    /// payment whose `purchase` call timed out is still open for the same product, a tokenless
+    /// callback may be its late answer as well as the newer one's — it resolves neither (each
+    /// payment's own callback, or its timeout, still ends it).
+    func payingIntent(_ productId: String, token: UUID? = nil) -> Int? {
+        if let token {
+            return state.intents.firstIndex {
+                $0.appAccountToken == token && ($0.state == .paying || $0.state == .deferred)
+            }
+        }
+        let candidates = state.intents.indices.filter {
             let intent = state.intents[$0]
             return intent.productId == productId && intent.state == .paying && intent.launch == launch
-                && intent.accountId == accountId
-        }.max { state.intents[$0].createdAt < state.intents[$1].createdAt }
+                && Self.same(intent.accountId, accountId)
+        }
+        guard
+            candidates.count == 1
+                || !candidates.contains(where: { timedOut.contains(state.intents[$0].appAccountToken) })
+        else { return nil }
+        return candidates.max { state.intents[$0].createdAt < state.intents[$1].createdAt }
     }
 
     /// Takes a transaction in: deduplicated by id across the purchase result, `updates`, the
@@ -1364,7 +1465,7 @@ public actor PurchaseCoordinator {
         if let verdict { return Self.outcome(verdict) }
         let key = PendingSubmission.key(transaction, .purchase)
         if let known = recentVerdicts[key] { return Self.outcome(known) }
-        guard submitting.contains(key), !stopped else { return .pending }
+        guard submitting.contains(key), !stopped else { return .processing }
         let verdict = await withCheckedContinuation { (continuation: CheckedContinuation<SubmissionVerdict?, Never>) in
             if stopped {
                 continuation.resume(returning: nil)
@@ -1372,14 +1473,14 @@ public actor PurchaseCoordinator {
                 verdictWaiters[key, default: []].append(continuation)
             }
         }
-        return verdict.map(Self.outcome) ?? .pending
+        return verdict.map(Self.outcome) ?? .processing
     }
 
     static func outcome(_ verdict: SubmissionVerdict) -> PurchaseOutcome {
         switch verdict {
         case .accepted(let response): .delivered(response)
         case .rejected(_, let code, let message): .rejected(code: code, message: message)
-        case .pending, .retryable: .pending
+        case .pending, .retryable: .processing
         }
     }
 

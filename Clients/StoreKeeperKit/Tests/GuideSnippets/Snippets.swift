@@ -48,11 +48,12 @@ extension Shop {
         do {
             switch try await coordinator.purchase(productId: productId) {
             case .delivered: message = nil  // finished; the balance stream updates
-            case .pending: message = "Payment received — delivering…"  // held, retried by itself
+            case .processing: message = "Payment received — your purchase will appear shortly"
+            case .waitingForStore: message = "Waiting for the App Store — we'll add it as soon as it confirms"
             case .deferred: message = "Waiting for approval"  // Ask to Buy
             case .cancelled: message = nil
             case .notCharged: message = "Already yours"  // StoreKit handed back an old purchase
-            case .failed(let reason): message = reason
+            case .failed(let failure): message = failure.kind == .network ? "No connection" : failure.message
             case .rejected(let code, _): message = "Refused (\(code))"
             }
         } catch PurchaseError.alreadyInProgress {

@@ -65,7 +65,7 @@ final class DeviceReviewTests: XCTestCase {
         await assertEventually { queue.payments.count == 1 }
         clock.advance(61)
         let outcome = try await call.value
-        XCTAssertEqual(outcome, .pending, "bounded: the call returns")
+        XCTAssertEqual(outcome, .waitingForStore, "bounded: the call returns")
         // The account is not locked: the next purchase goes through.
         let next = try await coordinator.purchase(productId: "coins_60")
         guard case .delivered = next else { return XCTFail("\(next)") }
@@ -154,7 +154,7 @@ final class DeviceReviewTests: XCTestCase {
             .accepted(PurchaseResponse(status: "already_delivered", transactions: [], account: nil)))
         queue.answer(.purchased(StoreTransaction(id: "7001", productId: "coins_60", purchaseDate: clock.now())))
         let outcome = try await coordinator.purchase(productId: "coins_60")
-        XCTAssertEqual(outcome, .pending)
+        XCTAssertEqual(outcome, .processing)
         XCTAssertEqual(queue.finished, [], "not finished on an answer that does not name it")
         XCTAssertEqual(backend.submissions.first?.transactionId, "7001", "the request names the transaction")
         XCTAssertEqual(backend.submissions.first?.proof, .receipt(Data("old receipt".utf8).base64EncodedString()))
@@ -645,7 +645,15 @@ final class DeviceReviewTests: XCTestCase {
     // MARK: Finding 16: typed errors and an injectable logger.
 
     func testStoreKitErrorsStayTypedAndTheLoggerHearsOfThem() async throws {
-        enum Refused: Error, Equatable { case invalidOfferSignature }
+        /// As the adapters map StoreKit's own errors: case by case, never parsed.
+        enum Refused: Error, Equatable, StoreKitFailureConvertible {
+            case invalidOfferSignature
+            var storeKitFailure: StoreKitFailure {
+                StoreKitFailure(
+                    kind: .invalidOffer, code: "Product.PurchaseError.invalidOfferSignature", message: "bad signature",
+                    underlying: self)
+            }
+        }
         final class Throwing: PaymentQueue, @unchecked Sendable {
             func purchase(productId: String, quantity: Int, appAccountToken: UUID) async throws -> PaymentResult {
                 throw Refused.invalidOfferSignature
@@ -665,7 +673,8 @@ final class DeviceReviewTests: XCTestCase {
             XCTFail()
         } catch PurchaseError.storeKit(let failure) {
             XCTAssertEqual(failure.underlying as? Refused, .invalidOfferSignature)
-            XCTAssertTrue(failure.code.contains("invalidOfferSignature"), failure.code)
+            XCTAssertEqual(failure.code, "Product.PurchaseError.invalidOfferSignature")
+            XCTAssertEqual(failure.kind, .invalidOffer)
         }
         XCTAssertTrue(lines.withValue { $0 }.contains { $0.contains("refused the payment") })
         await coordinator.shutdown()

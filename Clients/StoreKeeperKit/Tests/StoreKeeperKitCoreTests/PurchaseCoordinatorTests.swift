@@ -160,7 +160,7 @@ final class PurchaseCoordinatorTests: XCTestCase {
             let outcome = try await coordinator.purchase(productId: "coins_60")
             XCTAssertEqual(queue.finished.count, final ? 1 : 0, "\(verdict)")
             XCTAssertEqual(store.state.pending.count, final ? 0 : 1, "\(verdict)")
-            if !final { XCTAssertEqual(outcome, .pending) }
+            if !final { XCTAssertEqual(outcome, .processing) }
             await coordinator.shutdown()
         }
     }
@@ -286,7 +286,7 @@ final class PurchaseCoordinatorTests: XCTestCase {
             .retryable(status: 503, code: nil, retryAfter: nil))
         let coordinator = try await started()
         let outcome = try await coordinator.purchase(productId: "coins_60")
-        XCTAssertEqual(outcome, .pending)
+        XCTAssertEqual(outcome, .processing)
         var held = try XCTUnwrap(store.state.pending.first)
         XCTAssertEqual(held.attempts, 1)
         XCTAssertEqual(held.nextAttemptAt.timeIntervalSince(clock.now()), 10, accuracy: 0.01)
@@ -517,7 +517,7 @@ final class PurchaseCoordinatorTests: XCTestCase {
         _ = await eventually { queue.payments.count == 2 }
         queue.send(.failed(productId: "coins_60", transactionId: "failed-1", cancelled: false))
         let result = try await failed
-        XCTAssertEqual(result, .failed("payment failed"))
+        XCTAssertEqual(result, .failed(StoreKitFailure(code: "payment_failed", message: "payment failed")))
         XCTAssertEqual(backend.submissions.count, 0)
         XCTAssertEqual(queue.finished, ["failed-1"])
         XCTAssertTrue(store.state.intents.allSatisfy { !$0.isOpen })

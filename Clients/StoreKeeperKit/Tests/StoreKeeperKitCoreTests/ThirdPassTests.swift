@@ -78,7 +78,7 @@ final class ThirdPassTests: XCTestCase {
         await coordinator.configure()
         await coordinator.login("alice")
         let outcome = try await coordinator.purchase(productId: "coins_60")
-        XCTAssertEqual(outcome, .pending)
+        XCTAssertEqual(outcome, .processing)
         await coordinator.idle()
         let diagnostics = await coordinator.diagnostics
         XCTAssertGreaterThanOrEqual(diagnostics.unverifiedAnswers, 1)
@@ -198,5 +198,229 @@ final class ThirdPassTests: XCTestCase {
         let held = await coordinator.pendingSubmissions.map(\.transaction.id)
         XCTAssertEqual(held, ["902"])
         await coordinator.shutdown()
+    }
+
+    // MARK: N1: a purchase's own transaction reaching `Transaction.updates` first
+
+    /// StoreKit 2 with SCA or 3-D Secure: the transaction arrives through `updates` (and is
+    /// delivered) before `purchase()` returns it.
+    final class UpdatesFirstQueue: PaymentQueue, @unchecked Sendable {
+        let inner: FakeQueue
+        let delivered: @Sendable (String) async -> Bool
+        init(_ inner: FakeQueue, delivered: @escaping @Sendable (String) async -> Bool) {
+            self.inner = inner
+            self.delivered = delivered
+        }
+        func purchase(productId: String, quantity: Int, appAccountToken: UUID) async throws -> PaymentResult {
+            let transaction = inner.transaction(productId: productId, token: appAccountToken, quantity: quantity)
+            inner.send(.transaction(transaction))
+            _ = await eventually { await self.delivered(transaction.id) }
+            return .purchased(transaction)
+        }
+        func purchase(productId: String, quantity: Int, appAccountToken: UUID, options: PurchaseOptions) async throws
+            -> PaymentResult
+        { try await purchase(productId: productId, quantity: quantity, appAccountToken: appAccountToken) }
+        func finish(transactionId: String) async { await inner.finish(transactionId: transactionId) }
+        func unfinished() async -> [StoreTransaction] { await inner.unfinished() }
+        func restore() async throws -> [StoreTransaction] { try await inner.restore() }
+        func updates() -> AsyncStream<PaymentUpdate> { inner.updates() }
+    }
+
+    func testAPurchasesOwnTransactionSeenFirstThroughUpdatesIsDeliveredNotNotCharged() async throws {
+        let backend = FakeBackend()
+        let fake = queue!
+        let updatesFirst = UpdatesFirstQueue(fake) { id in fake.finished.contains(id) }
+        let coordinator = PurchaseCoordinator(
+            queue: updatesFirst, backend: backend, store: store, clock: clock,
+            configuration: .init(logger: Collecting(lines: lines)))
+        await coordinator.configure()
+        await coordinator.login("alice")
+        let outcome = try await coordinator.purchase(productId: "coins_60")
+        guard case .delivered = outcome else { return XCTFail("\(outcome)") }
+        XCTAssertEqual(backend.state.withValue { $0.cancelled }, [], "its order is never cancelled")
+        XCTAssertEqual(backend.submissions.count, 1)
+        await coordinator.shutdown()
+    }
+
+    // MARK: N2: a timed-out StoreKit 1 sheet's late cancel never resolves the next purchase
+
+    func testALateCancelOfATimedOutSheetNeverEndsTheNextPurchase() async throws {
+        let backend = FakeBackend()
+        let coordinator = coordinator(backend)
+        await coordinator.configure()
+        await coordinator.login("alice")
+        let queue = self.queue!
+        queue.answer(.enqueued)
+        let first = Task { try await coordinator.purchase(productId: "coins_60") }
+        await assertEventually { queue.payments.count == 1 }
+        clock.advance(31)
+        let firstOutcome = try await first.value
+        XCTAssertEqual(firstOutcome, .waitingForStore)
+        queue.answer(.enqueued)
+        let second = Task { try await coordinator.purchase(productId: "coins_60") }
+        await assertEventually { queue.payments.count == 2 }
+        let firstToken = queue.payments[0].token
+        let secondToken = queue.payments[1].token
+        // The first sheet's late cancel, without its token, then with it: neither is the second's.
+        queue.send(.failed(productId: "coins_60", transactionId: "f1", cancelled: true))
+        queue.send(.failed(productId: "coins_60", transactionId: "f2", cancelled: true, appAccountToken: firstToken))
+        await assertEventually { queue.finished.contains("f2") }
+        // The second payment succeeds: delivered to its own order.
+        queue.send(.transaction(queue.storeKit1(productId: "coins_60", token: secondToken, id: "7002")))
+        let outcome = try await second.value
+        guard case .delivered = outcome else { return XCTFail("\(outcome)") }
+        XCTAssertEqual(backend.submissions.first?.orderId, backend.orders[1].orderId)
+        await assertEventually { backend.state.withValue { $0.cancelled } == [backend.orders[0].orderId] }
+        await coordinator.shutdown()
+    }
+
+    // MARK: N3: an account switch never shows the previous account's view
+
+    func testCustomerInfoUpdatesNeverYieldAnotherAccountsViewAfterASwitch() async throws {
+        let backend = FakeBackend()
+        backend.script(.retryable(status: 503, code: nil, retryAfter: nil))
+        let coordinator = coordinator(backend)
+        await coordinator.configure()
+        await coordinator.login("alice")
+        let held = try await coordinator.purchase(productId: "coins_60")
+        XCTAssertEqual(held, .processing)
+        await coordinator.login("bob")
+        let seen = Locked<[String]>([])
+        let stream = await coordinator.customerInfoUpdates()
+        let watcher = Task { for await info in stream { seen.withValue { $0.append(info.accountId) } } }
+        // Alice's held purchase goes through now, answered with alice's view.
+        clock.advance(200)
+        await coordinator.redrive(.foreground)
+        await assertEventually { backend.submissions.count == 2 }
+        await coordinator.idle()
+        let cached = await coordinator.cachedCustomerInfo()
+        XCTAssertNil(cached, "bob has no view yet")
+        _ = try await coordinator.customerInfo()
+        await assertEventually { seen.withValue { $0 }.contains("bob") }
+        XCTAssertEqual(seen.withValue { $0 }, ["bob"])
+        watcher.cancel()
+        await coordinator.shutdown()
+    }
+
+    // MARK: N4: a restore never joins another account's
+
+    final class SlowRestoreQueue: PaymentQueue, @unchecked Sendable {
+        let inner: FakeQueue
+        let gate = Gate()
+        init(_ inner: FakeQueue) { self.inner = inner }
+        func purchase(productId: String, quantity: Int, appAccountToken: UUID) async throws -> PaymentResult {
+            try await inner.purchase(productId: productId, quantity: quantity, appAccountToken: appAccountToken)
+        }
+        func purchase(productId: String, quantity: Int, appAccountToken: UUID, options: PurchaseOptions) async throws
+            -> PaymentResult
+        { try await purchase(productId: productId, quantity: quantity, appAccountToken: appAccountToken) }
+        func finish(transactionId: String) async { await inner.finish(transactionId: transactionId) }
+        func unfinished() async -> [StoreTransaction] { await inner.unfinished() }
+        func restore() async throws -> [StoreTransaction] {
+            await gate.wait()
+            return try await inner.restore()
+        }
+        func updates() -> AsyncStream<PaymentUpdate> { inner.updates() }
+    }
+
+    func testARestoreOfAnotherAccountIsNeverJoined() async throws {
+        let backend = FakeBackend()
+        let slow = SlowRestoreQueue(queue)
+        queue.state.withValue {
+            $0.restorable = [
+                StoreTransaction(id: "500", productId: "pro", purchaseDate: Date(), signedTransaction: "jws-500")
+            ]
+        }
+        let coordinator = PurchaseCoordinator(
+            queue: slow, backend: backend, store: store, clock: clock,
+            configuration: .init(logger: Collecting(lines: lines)))
+        await coordinator.configure()
+        await coordinator.login("alice")
+        let alices = Task { try await coordinator.restore() }
+        try await Task.sleep(nanoseconds: 20_000_000)
+        await coordinator.login("bob")
+        let bobs = Task { try await coordinator.restore() }
+        await slow.gate.open()
+        let alice = try await alices.value
+        let bob = try await bobs.value
+        XCTAssertEqual(alice.customerInfo?.accountId, "alice")
+        XCTAssertEqual(bob.customerInfo?.accountId, "bob", "bob gets his own restore")
+        XCTAssertTrue(backend.submissions.contains { $0.accountId == "bob" }, "something restored for bob")
+        await coordinator.shutdown()
+    }
+
+    // MARK: N13: a login while the Keychain is locked still attributes what waits for nobody
+
+    func testALoginWhileTheStoreIsLockedAttributesHeldTransactionsOnceReadable() async throws {
+        let backend = FakeBackend()
+        backend.state.withValue { $0.offline = true }
+        // A transaction arrived while nobody was logged in: held for nobody.
+        let first = coordinator(backend)
+        await first.configure()
+        await first.idle()
+        queue.send(.transaction(queue.transaction(productId: "coins_60", token: nil, id: "800")))
+        await assertEventually { await first.pendingSubmissions.count == 1 }
+        await first.shutdown()
+        // Next launch after a reboot: the Keychain is locked, the user logs in anyway.
+        store.unreadable.withValue { $0 = true }
+        let second = coordinator(backend)
+        await second.configure()
+        await second.login("alice")
+        store.unreadable.withValue { $0 = false }
+        // The state is read again on the retry's schedule (a manual clock, moved on until it is).
+        let clock = self.clock!
+        await assertEventually {
+            clock.advance(1)
+            return backend.submissions.contains { $0.accountId == "alice" }
+        }
+        await second.idle()
+        XCTAssertEqual(queue.finished, ["800"])
+        await second.shutdown()
+    }
+
+    // MARK: N12: an offer the App Store attached is told to the server
+
+    func testAPromotedPurchasesOfferIsToldToTheServer() async throws {
+        let backend = FakeBackend()
+        let coordinator = coordinator(backend)
+        await coordinator.configure()
+        await coordinator.login("alice")
+        queue.send(.promoted(PromotedPurchase(id: "h1", productId: "pro", offerId: "comeback", offerKind: .winBack)))
+        queue.send(.promoted(PromotedPurchase(id: "h2", productId: "pro", offerId: "spring", offerKind: .promotional)))
+        await assertEventually { await coordinator.waitingPromotedPurchases.count == 2 }
+        for purchase in await coordinator.waitingPromotedPurchases { _ = try await coordinator.purchase(purchase) }
+        XCTAssertEqual(backend.state.withValue { $0.winBackRequests }, ["comeback", nil])
+        XCTAssertEqual(backend.state.withValue { $0.orderRequests.map(\.offerId) }, [nil, "spring"])
+        // The server's signature is what the payment carries for the promotional offer.
+        XCTAssertEqual(queue.state.withValue { $0.options.last?.promotionalOffer?.id }, "spring")
+        await coordinator.shutdown()
+    }
+
+    // MARK: F17: a restore's unfinished copy is a restore, never an open order's payment
+
+    func testARestoredCopyLeftUnfinishedIsNeverAnOpenOrdersPayment() async throws {
+        let backend = FakeBackend()
+        let first = coordinator(backend)
+        await first.configure()
+        await first.login("alice")
+        queue.answer(.enqueued)
+        let abandoned = Task { try await first.purchase(productId: "pro") }
+        let queue = self.queue!
+        await assertEventually { queue.payments.count == 1 }
+        await first.shutdown()
+        _ = try await abandoned.value
+        // Next launch: StoreKit 1 still holds a restored copy of an older purchase of "pro".
+        queue.state.withValue {
+            $0.unfinished = [
+                StoreTransaction(
+                    id: "300", originalId: "100", productId: "pro", purchaseDate: clock.now(), isRestored: true)
+            ]
+        }
+        let second = coordinator(backend)
+        await second.configure()
+        await second.login("alice")
+        await assertEventually { backend.submissions.count == 1 }
+        XCTAssertNil(backend.submissions.first?.orderId, "not the open order's payment")
+        await second.shutdown()
     }
 }

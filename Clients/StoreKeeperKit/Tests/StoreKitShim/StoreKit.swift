@@ -67,6 +67,11 @@
             }
         }
 
+        public enum PurchaseError: Error, Sendable {
+            case invalidQuantity, productUnavailable, purchaseNotAllowed, ineligibleForOffer, invalidOfferIdentifier
+            case invalidOfferPrice, invalidOfferSignature, missingOfferParameters
+        }
+
         public enum PurchaseResult: Sendable {
             case success(VerificationResult<Transaction>)
             case userCancelled
@@ -96,6 +101,40 @@
         public let appAccountToken: UUID?
         public let purchaseDate: Date
         public let revocationDate: Date?
+        public let ownershipType: Transaction.OwnershipType
+        public let isUpgraded: Bool
+        @available(iOS, introduced: 15.0, deprecated: 17.2, message: "Use the offer property instead")
+        public let offerID: String?
+        @available(iOS, introduced: 15.0, deprecated: 17.2, message: "Use the offer property instead")
+        public let offerType: Transaction.OfferType?
+        @available(iOS 17.2, macOS 14.2, tvOS 17.2, watchOS 10.2, visionOS 1.1, *)
+        public var offer: Transaction.Offer? { unavailable() }
+        @available(iOS 17.0, macOS 14.0, tvOS 17.0, watchOS 10.0, visionOS 1.0, *)
+        public var reason: Transaction.Reason { unavailable() }
+        @available(iOS 16.0, macOS 13.0, tvOS 16.0, watchOS 9.0, visionOS 1.0, *)
+        public var environment: AppStore.Environment { unavailable() }
+
+        public struct OwnershipType: Equatable, Hashable, Sendable {
+            public static let purchased = OwnershipType()
+            public static let familyShared = OwnershipType()
+        }
+        public struct OfferType: Equatable, Hashable, Sendable {
+            public static let introductory = OfferType()
+            public static let promotional = OfferType()
+            public static let code = OfferType()
+            @available(iOS 18.0, macOS 15.0, tvOS 18.0, watchOS 11.0, visionOS 2.0, *)
+            public static let winBack = OfferType()
+        }
+        @available(iOS 17.2, macOS 14.2, tvOS 17.2, watchOS 10.2, visionOS 1.1, *)
+        public struct Offer: Hashable, Sendable {
+            public let id: String?
+            public let type: Transaction.OfferType
+        }
+        @available(iOS 17.0, macOS 14.0, tvOS 17.0, watchOS 10.0, visionOS 1.0, *)
+        public struct Reason: Equatable, Hashable, Sendable {
+            public static let purchase = Reason()
+            public static let renewal = Reason()
+        }
 
         public func finish() async { unavailable() }
 
@@ -126,6 +165,23 @@
     @available(iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, visionOS 1.0, *)
     public enum AppStore {
         public static func sync() async throws { unavailable() }
+
+        @available(iOS 16.0, macOS 13.0, tvOS 16.0, watchOS 9.0, visionOS 1.0, *)
+        public struct Environment: Equatable, Hashable, Sendable {
+            public static let production = Environment()
+            public static let sandbox = Environment()
+            public static let xcode = Environment()
+        }
+    }
+
+    @available(iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, visionOS 1.0, *)
+    public enum StoreKitError: Error, Sendable {
+        case unknown
+        case userCancelled
+        case networkError(URLError)
+        case systemError(any Error)
+        case notAvailableInStorefront
+        case notEntitled
     }
 
     @available(iOS 16.4, macOS 14.4, visionOS 1.0, *)
@@ -253,8 +309,13 @@
     @available(macOS, introduced: 10.7, deprecated: 15.0, message: "Use StoreKit 2")
     @available(tvOS, introduced: 9.0, deprecated: 18.0, message: "Use StoreKit 2")
     public struct SKError: Error {
-        public enum Code: Int {
+        public enum Code: Int, Sendable {
             case unknown, clientInvalid, paymentCancelled, paymentInvalid, paymentNotAllowed
+            case storeProductNotAvailable, cloudServicePermissionDenied, cloudServiceNetworkConnectionFailed
+            case cloudServiceRevoked, privacyAcknowledgementRequired, unauthorizedRequestData, invalidOfferIdentifier
+            case invalidSignature, missingOfferParams, invalidOfferPrice, overlayCancelled
+            case overlayInvalidConfiguration, overlayTimeout, ineligibleForOffer, unsupportedPlatform
+            case overlayPresentedInBackgroundScene
         }
         public var code: SKError.Code { unavailable() }
     }
@@ -279,6 +340,7 @@
         open class func `default`() -> SKPaymentQueue { unavailable() }
         open var transactions: [SKPaymentTransaction] { unavailable() }
         open func add(_ observer: SKPaymentTransactionObserver) { unavailable() }
+        open func remove(_ observer: SKPaymentTransactionObserver) { unavailable() }
         open func add(_ payment: SKPayment) { unavailable() }
         open func finishTransaction(_ transaction: SKPaymentTransaction) { unavailable() }
         open func restoreCompletedTransactions() { unavailable() }
