@@ -120,7 +120,7 @@ import Testing
             faults.submissionFailure = 1
             await device.setFaults(faults)
             let result = try await device.purchase(productId: "coins_60")
-            guard case .success(.pending)? = result else {
+            guard case .success(.processing)? = result else {
                 Issue.record("\(String(describing: result))")
                 return
             }

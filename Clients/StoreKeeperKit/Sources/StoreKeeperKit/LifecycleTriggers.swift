@@ -17,17 +17,27 @@
         private let monitor = NWPathMonitor()
         private var observer: NSObjectProtocol?
 
+        private var backgroundObserver: NSObjectProtocol?
+
         #if canImport(UIKit)
             static let foreground = UIApplication.willEnterForegroundNotification
+            static let background = UIApplication.didEnterBackgroundNotification
         #else
             static let foreground = NSApplication.didBecomeActiveNotification
+            static let background = NSApplication.didResignActiveNotification
         #endif
 
         public init(coordinator: PurchaseCoordinator) {
             self.coordinator = coordinator
             observer = NotificationCenter.default.addObserver(forName: Self.foreground, object: nil, queue: nil) {
                 [coordinator] _ in
-                Task { await coordinator.redrive(.foreground) }
+                Task { await coordinator.setForeground(true) }
+            }
+            // In the background no receipt refresh (a possible sign-in sheet) is started.
+            backgroundObserver = NotificationCenter.default.addObserver(
+                forName: Self.background, object: nil, queue: nil
+            ) { [coordinator] _ in
+                Task { await coordinator.setForeground(false) }
             }
             monitor.pathUpdateHandler = { [coordinator] path in
                 guard path.status == .satisfied else { return }
@@ -39,6 +49,7 @@
         deinit {
             monitor.cancel()
             if let observer { NotificationCenter.default.removeObserver(observer) }
+            if let backgroundObserver { NotificationCenter.default.removeObserver(backgroundObserver) }
         }
     }
 #endif

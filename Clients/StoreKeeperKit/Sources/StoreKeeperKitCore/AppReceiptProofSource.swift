@@ -37,4 +37,26 @@ public struct AppReceiptProofSource: ProofSource {
         if let receipt = try await receipt(refresh: refresh) { return .receipt(receipt) }
         return .transactionId(transaction.id)
     }
+
+    public func receipt(receiptRefresh: ReceiptRefresh) async throws -> String? {
+        switch receiptRefresh {
+        case .now: return try await receipt(refresh: true)
+        case .ifMissing: return try await receipt(refresh: false)
+        case .never: return read()
+        }
+    }
+
+    /// Under the coordinator's policy: with no receipt on disk and no refresh allowed now, no
+    /// proof yet (held until the app is in the foreground or the user buys or restores) —
+    /// rather than the bare id, which proves nothing about who paid.
+    public func proof(for transaction: StoreTransaction, receiptRefresh: ReceiptRefresh) async throws -> Proof {
+        if let jws = transaction.signedTransaction { return .signedTransaction(jws) }
+        if let receipt = try await receipt(receiptRefresh: receiptRefresh) { return .receipt(receipt) }
+        guard receiptRefresh != .never else { throw NoReceiptYet() }
+        return .transactionId(transaction.id)
+    }
+
+    public struct NoReceiptYet: Error, CustomStringConvertible {
+        public var description: String { "no app receipt on disk, and no refresh allowed now" }
+    }
 }

@@ -20,6 +20,12 @@ public struct PendingStoreError: Error, CustomStringConvertible, Sendable {
 /// directory fsynced. A crash at any instant leaves every write either whole or absent (a torn
 /// last line is ignored). A file that is not a journal is the one-document format of version 1,
 /// handed over as the `legacy` record; a damaged line is copied aside, never overwritten.
+///
+/// A write that fails part way (a full disk) is cut back off the file and throws; the next
+/// write rewrites the journal whole, so nothing after it lands behind half a line. Several
+/// stores or processes (an app and its extension) may share one journal: every read and write
+/// holds an advisory lock (`flock` on `<journal>.lock`), and a write first takes in what the
+/// others appended (or compacted) since it last looked, so no one's records are dropped.
 public final class FilePendingStore: PendingStore, @unchecked Sendable {
     public let url: URL
     /// fsync the file and its directory (the default). Off only where power loss is not the
@@ -44,14 +50,49 @@ public final class FilePendingStore: PendingStore, @unchecked Sendable {
         var r: [String]?
     }
 
+    /// The journal's identity and length when this store last read or wrote it: another
+    /// writer's append or compaction changes one of them.
+    private var seen: (inode: UInt64, size: Int)?
+    /// Test hook: the next append writes this many bytes, then fails as a full disk does.
+    var failNextAppendAfter: Int?
+
     public func load() throws -> [String: Data] {
         lock.lock()
         defer { lock.unlock() }
-        return try loadLocked()
+        return try withFileLock(exclusive: false) { try loadLocked() }
+    }
+
+    /// The journal as it is on disk now: `nil` when there is none.
+    private func fileIdentity() -> (inode: UInt64, size: Int)? {
+        var info = stat()
+        guard stat(url.path, &info) == 0 else { return nil }
+        return (UInt64(info.st_ino), Int(info.st_size))
+    }
+
+    /// Runs `body` holding the journal's advisory lock (shared for reads, exclusive for writes).
+    private func withFileLock<T>(exclusive: Bool, _ body: () throws -> T) throws -> T {
+        let directory = url.deletingLastPathComponent()
+        try? FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let lockPath = url.path + ".lock"
+        let fd = open(lockPath, O_RDWR | O_CREAT, 0o600)
+        guard fd >= 0 else { return try body() }  // a read-only place: nothing else writes there
+        defer { close(fd) }
+        while flock(fd, exclusive ? LOCK_EX : LOCK_SH) != 0 {
+            guard errno == EINTR else { throw PendingStoreError("cannot lock \(lockPath): errno \(errno)") }
+        }
+        defer { _ = flock(fd, LOCK_UN) }
+        return try body()
     }
 
     private func loadLocked() throws -> [String: Data] {
-        if let records { return records }
+        if let records {
+            // Another store (or process) wrote since: read it again.
+            let now = fileIdentity()
+            if now.map({ $0.inode }) == seen?.inode && now?.size == seen?.size { return records }
+            self.records = nil
+            needsCompaction = false
+        }
+        defer { seen = fileIdentity() }
         guard let data = FileManager.default.contents(atPath: url.path), !data.isEmpty else {
             records = [:]
             return [:]
@@ -97,19 +138,22 @@ public final class FilePendingStore: PendingStore, @unchecked Sendable {
         guard !changes.isEmpty || !removing.isEmpty else { return }
         lock.lock()
         defer { lock.unlock() }
-        var current = try loadLocked()
-        for (key, value) in changes { current[key] = value }
-        for key in removing { current[key] = nil }
-        liveBytes = current.reduce(0) { $0 + $1.key.utf8.count + $1.value.count }
-        if needsCompaction || journalBytes > 4 * liveBytes + 65_536 {
-            try compact(current)
-        } else {
-            let line = try JSONEncoder.storeKeeper.encode(
-                Line(w: changes.isEmpty ? nil : changes, r: removing.isEmpty ? nil : removing))
-            try append(line + Data("\n".utf8))
-            journalBytes += line.count + 1
+        try withFileLock(exclusive: true) {
+            var current = try loadLocked()
+            for (key, value) in changes { current[key] = value }
+            for key in removing { current[key] = nil }
+            liveBytes = current.reduce(0) { $0 + $1.key.utf8.count + $1.value.count }
+            if needsCompaction || journalBytes > 4 * liveBytes + 65_536 {
+                try compact(current)
+            } else {
+                let line = try JSONEncoder.storeKeeper.encode(
+                    Line(w: changes.isEmpty ? nil : changes, r: removing.isEmpty ? nil : removing))
+                try append(line + Data("\n".utf8))
+                journalBytes += line.count + 1
+            }
+            records = current
+            seen = fileIdentity()
         }
-        records = current
     }
 
     private func append(_ data: Data) throws {
@@ -122,8 +166,23 @@ public final class FilePendingStore: PendingStore, @unchecked Sendable {
         let fd = open(url.path, O_WRONLY | O_APPEND)
         guard fd >= 0 else { throw PendingStoreError("cannot open \(url.path): errno \(errno)") }
         defer { close(fd) }
-        try Self.writeAll(fd, data)
-        guard !synchronous || fsync(fd) == 0 else { throw PendingStoreError("fsync failed: errno \(errno)") }
+        var info = stat()
+        let before = fstat(fd, &info) == 0 ? off_t(info.st_size) : off_t(journalBytes)
+        do {
+            if let limit = failNextAppendAfter {
+                failNextAppendAfter = nil
+                try Self.writeAll(fd, data.prefix(limit))
+                throw PendingStoreError("write failed: errno \(ENOSPC) (no space left on device)")
+            }
+            try Self.writeAll(fd, data)
+            guard !synchronous || fsync(fd) == 0 else { throw PendingStoreError("fsync failed: errno \(errno)") }
+        } catch {
+            // Half a line must not stay in front of the next write: cut it off, and have the
+            // next write rewrite the journal whole in case the cut failed too.
+            _ = ftruncate(fd, before)
+            needsCompaction = true
+            throw error
+        }
     }
 
     private func compact(_ current: [String: Data]) throws {

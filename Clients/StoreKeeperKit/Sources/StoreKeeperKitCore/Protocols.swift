@@ -44,6 +44,21 @@ public protocol ProofSource: Sendable {
     /// The app receipt (base64) for a restore, refreshed first when asked; nil where there is
     /// none (StoreKit 2 restores send their JWS instead).
     func receipt(refresh: Bool) async throws -> String?
+    /// The same under the coordinator's refresh policy (`ReceiptRefresh`).
+    func proof(for transaction: StoreTransaction, receiptRefresh: ReceiptRefresh) async throws -> Proof
+    func receipt(receiptRefresh: ReceiptRefresh) async throws -> String?
+}
+
+/// When a proof source may refresh the app receipt (`SKReceiptRefreshRequest` may show an App
+/// Store sign-in sheet): the coordinator allows it at most once per launch and transaction, and
+/// only in the foreground or in a purchase or restore the user started.
+public enum ReceiptRefresh: Sendable, Equatable {
+    /// Read what is on disk; no receipt is no proof now (held until a refresh is allowed).
+    case never
+    /// Refresh only when there is no receipt at all.
+    case ifMissing
+    /// Refresh first (the last receipt did not hold the transaction).
+    case now
 }
 
 extension ProofSource {
@@ -51,6 +66,15 @@ extension ProofSource {
         try await proof(for: transaction, refresh: false)
     }
     public func receipt(refresh: Bool) async throws -> String? { nil }
+
+    /// The proof under a refresh policy. Sources that never refresh anything (StoreKit 2's JWS)
+    /// need not implement it.
+    public func proof(for transaction: StoreTransaction, receiptRefresh: ReceiptRefresh) async throws -> Proof {
+        try await proof(for: transaction, refresh: receiptRefresh == .now)
+    }
+    public func receipt(receiptRefresh: ReceiptRefresh) async throws -> String? {
+        try await receipt(refresh: receiptRefresh == .now)
+    }
 }
 
 /// The proof a transaction carries: its JWS, else its id for the server to look up.

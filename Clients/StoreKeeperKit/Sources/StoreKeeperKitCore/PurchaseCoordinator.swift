@@ -238,6 +238,11 @@ public actor PurchaseCoordinator {
     var unverifiedAnswers = 0
     /// Payments whose `purchase` call returned `.waitingForStore` at the timeout (StoreKit may still answer).
     var timedOut: Set<UUID> = []
+    /// Receipt refreshes this launch, by transaction (`receiptRefresh`).
+    var refreshedReceipt: Set<String> = []
+    var refreshedMissingReceipt: Set<String> = []
+    /// Whether the app is in the foreground (assumed at launch until told otherwise).
+    var isForeground = true
     /// When each held item is due, in the clock's elapsed time (`uptime`): backoff and a
     /// server's Retry-After. The wall-clock times in the records only carry them to the next
     /// launch, clamped to their stated length; while the app runs nothing the user does to the
@@ -1132,7 +1137,7 @@ public actor PurchaseCoordinator {
             requestDrive()
             return nil
         }
-        return await submit(key)
+        return await submit(key, userInitiated: intentToken != nil)
     }
 
     /// Who a transaction is for: the intent its token names; else the intent bound to its id;
@@ -1240,7 +1245,7 @@ public actor PurchaseCoordinator {
     /// (for a 200) the answer names it with a final outcome. Nil when it could not be
     /// submitted now (no account, already in flight, not yet due).
     @discardableResult
-    func submit(_ key: String) async -> SubmissionVerdict? {
+    func submit(_ key: String, userInitiated: Bool = false) async -> SubmissionVerdict? {
         guard !stopped, let item = state.pending.first(where: { $0.key == key }), let account = item.accountId,
             !submitting.contains(key)
         else { return nil }
@@ -1251,7 +1256,10 @@ public actor PurchaseCoordinator {
         submitting.insert(key)
         var verdict: SubmissionVerdict
         do {
-            let proof = try await proofs.proof(for: item.transaction, refresh: item.refreshProof)
+            let proof = try await proofs.proof(
+                for: item.transaction,
+                receiptRefresh: receiptRefresh(
+                    for: item.transaction.id, wanted: item.refreshProof, userInitiated: userInitiated))
             let reported: String? = if case .receipt = proof { item.transaction.id } else { nil }
             verdict = await backend.submitPurchase(
                 accountId: account, orderId: item.orderId, proof: proof, transactionId: reported)
@@ -1340,7 +1348,8 @@ public actor PurchaseCoordinator {
         guard !items.isEmpty else { return (.cancelled, [:]) }
         let receipt: String?
         do {
-            receipt = try await proofs.receipt(refresh: false)
+            receipt = try await proofs.receipt(
+                receiptRefresh: receiptRefresh(for: "restore", wanted: false, userInitiated: true))
         } catch {
             receipt = nil
         }
@@ -1442,8 +1451,38 @@ public actor PurchaseCoordinator {
         for waiter in verdictWaiters.removeValue(forKey: key) ?? [] { waiter.resume(returning: verdict) }
         if verdict.isFinal, let token = purchaseToken, purchaseWaiters[token] != nil {
             resolve(token, .success(Self.outcome(verdict)))
+        } else if !verdict.wasCancelled, let token = purchaseToken, enqueued.contains(token),
+            purchaseWaiters[token] != nil
+        {
+            // StoreKit 1 reported the payment (it is paid) and the server has not given its
+            // verdict yet: the waiting `purchase` call learns it is processing, not "no answer".
+            resolve(token, .success(.processing))
         }
         scheduleWake()
+    }
+
+    /// What a StoreKit 1 proof may do to the app receipt now: a refresh (a possible sign-in
+    /// sheet) at most once per launch and transaction (and once more if there is no receipt at
+    /// all), and only in the foreground or in a purchase or restore the user started — never
+    /// from the background retry loop.
+    func receiptRefresh(for transactionId: String, wanted: Bool, userInitiated: Bool) -> ReceiptRefresh {
+        guard isForeground || userInitiated else { return .never }
+        if wanted, !refreshedReceipt.contains(transactionId) {
+            refreshedReceipt.insert(transactionId)
+            return .now
+        }
+        if !refreshedMissingReceipt.contains(transactionId) {
+            refreshedMissingReceipt.insert(transactionId)
+            return .ifMissing
+        }
+        return .never
+    }
+
+    /// The app went to the background or came back (the lifecycle triggers say so): receipt
+    /// refreshes wait for the foreground.
+    public func setForeground(_ foreground: Bool) {
+        isForeground = foreground
+        if foreground { redrive(.foreground) }
     }
 
     /// A batch's verdicts: written in one go, then finished.

@@ -47,7 +47,10 @@ final class FilePendingStoreTests: XCTestCase {
         XCTAssertEqual(PendingRecords.decode(try FilePendingStore(url: url).load()).state, state)
         try store.write([:], removing: Array(try records(state).keys))
         XCTAssertEqual(try FilePendingStore(url: url).load(), [:])
-        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: directory.path), ["pending.journal"])
+        // No temporary file left behind; the lock file stays (it is how writers share the journal).
+        XCTAssertEqual(
+            try FileManager.default.contentsOfDirectory(atPath: directory.path).sorted(),
+            ["pending.journal", "pending.journal.lock"])
     }
 
     // Finding 8: one update appends one short line, whatever the history holds; the journal is
@@ -153,5 +156,45 @@ final class FilePendingStoreTests: XCTestCase {
             PendingRecords.decode((try? FilePendingStore(url: url).load()) ?? [:]).state.pending.isEmpty
         }
         await second.shutdown()
+    }
+
+    // MARK: N6: a write that failed part way never swallows the next one
+
+    func testAWriteAfterAPartlyFailedAppendSurvivesAReload() throws {
+        let url = directory.appendingPathComponent("journal")
+        let store = FilePendingStore(url: url)
+        try store.write(["a": Data("1".utf8)], removing: [])
+        store.failNextAppendAfter = 5
+        XCTAssertThrowsError(try store.write(["b": Data("2".utf8)], removing: []))
+        try store.write(["c": Data("3".utf8)], removing: [])
+        let reloaded = try FilePendingStore(url: url).load()
+        XCTAssertEqual(reloaded, ["a": Data("1".utf8), "c": Data("3".utf8)])
+    }
+
+    // MARK: N7: two stores (an app and its extension) on one journal keep each other's records
+
+    func testTwoStoresOnOneJournalNeverDropEachOthersRecords() throws {
+        let url = directory.appendingPathComponent("journal")
+        let app = FilePendingStore(url: url)
+        let ext = FilePendingStore(url: url)
+        try app.write(["app": Data("1".utf8)], removing: [])
+        XCTAssertEqual(try ext.load(), ["app": Data("1".utf8)])
+        try ext.write(["extension": Data("2".utf8)], removing: [])
+        // The app's journal grows until it compacts: what the extension wrote stays.
+        let big = Data(repeating: 0x41, count: 40_000)
+        for _ in 0..<4 {
+            try app.write(["scratch": big], removing: [])
+            try app.write([:], removing: ["scratch"])
+        }
+        let reloaded = try FilePendingStore(url: url).load()
+        XCTAssertEqual(reloaded, ["app": Data("1".utf8), "extension": Data("2".utf8)])
+        XCTAssertEqual(try app.load(), reloaded)
+        XCTAssertEqual(try ext.load(), reloaded)
+        // Concurrent writers in one process: every record lands.
+        DispatchQueue.concurrentPerform(iterations: 40) { index in
+            let store = index.isMultiple(of: 2) ? app : ext
+            try? store.write(["k\(index)": Data("\(index)".utf8)], removing: [])
+        }
+        XCTAssertEqual(try FilePendingStore(url: url).load().count, 42)
     }
 }

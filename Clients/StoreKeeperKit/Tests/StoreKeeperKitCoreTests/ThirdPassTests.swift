@@ -423,4 +423,61 @@ final class ThirdPassTests: XCTestCase {
         XCTAssertNil(backend.submissions.first?.orderId, "not the open order's payment")
         await second.shutdown()
     }
+
+    // MARK: N11: the background loop never keeps refreshing the receipt
+
+    func testReceiptRefreshesAreBoundedToOncePerLaunchAndNeverInTheBackground() async throws {
+        let receipt = FileManager.default.temporaryDirectory.appendingPathComponent("receipt-\(UUID())")
+        try Data("receipt".utf8).write(to: receipt)
+        defer { try? FileManager.default.removeItem(at: receipt) }
+        let refreshes = Locked(0)
+        let proofs = AppReceiptProofSource(receiptURL: { receipt }, refreshReceipt: { refreshes.withValue { $0 += 1 } })
+        let backend = FakeBackend()
+        for _ in 0..<40 {
+            backend.script(.retryable(status: 422, code: "transaction_not_in_proof", retryAfter: nil))
+        }
+        func launch() -> PurchaseCoordinator {
+            PurchaseCoordinator(
+                queue: self.queue, backend: backend, store: store, proofs: proofs, clock: self.clock,
+                configuration: .init(
+                    retry: RetryPolicy(base: 10, cap: 100), purchaseTimeout: 30, logger: Collecting(lines: lines),
+                    random: { 1 }))
+        }
+        let clock = self.clock!
+        func cycles(_ coordinator: PurchaseCoordinator, _ count: Int) async {
+            for _ in 0..<count {
+                let before = backend.submissions.count
+                await assertEventually {
+                    clock.advance(20)
+                    return backend.submissions.count > before
+                }
+            }
+            await coordinator.idle()
+        }
+        let coordinator = launch()
+        await coordinator.configure()
+        await coordinator.login("alice")
+        let fake = self.queue!
+        fake.answer(.enqueued)
+        let call = Task { try await coordinator.purchase(productId: "coins_60") }
+        await assertEventually { fake.payments.count == 1 }
+        fake.send(.transaction(fake.storeKit1(productId: "coins_60", token: fake.payments[0].token, id: "9")))
+        let outcome = try await call.value
+        XCTAssertEqual(outcome, .processing, "paid, the server's verdict to come")
+        await cycles(coordinator, 10)
+        XCTAssertEqual(refreshes.withValue { $0 }, 1, "once per launch and transaction")
+        await coordinator.shutdown()
+        // The next launch is in the background (a silent push, a background task): none at all.
+        let background = launch()
+        await background.configure()
+        await background.setForeground(false)
+        await background.login("alice")
+        await cycles(background, 5)
+        XCTAssertEqual(refreshes.withValue { $0 }, 1, "no sign-in sheet from the background")
+        // In the foreground again: the one refresh this launch allows.
+        await background.setForeground(true)
+        await cycles(background, 5)
+        XCTAssertEqual(refreshes.withValue { $0 }, 2)
+        await background.shutdown()
+    }
 }

@@ -9,5 +9,7 @@
             "UIApplicationWillEnterForegroundNotification")
         public nonisolated static let didBecomeActiveNotification = Notification.Name(
             "UIApplicationDidBecomeActiveNotification")
+        public nonisolated static let didEnterBackgroundNotification = Notification.Name(
+            "UIApplicationDidEnterBackgroundNotification")
     }
 #endif
