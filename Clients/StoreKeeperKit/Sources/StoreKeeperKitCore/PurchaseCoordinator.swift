@@ -158,6 +158,11 @@ public actor PurchaseCoordinator {
         /// Triggers (foreground, network change) closer together than this re-drive without
         /// resetting backoff.
         public var triggerDebounce: TimeInterval
+        /// Replayed history (`Transaction.updates` at launch, a restore's copies) is gathered
+        /// this long after the first of a flood arrives, then sent in full batches — on the
+        /// coordinator's clock, so how many requests a flood costs never depends on how fast
+        /// the server answers. New purchases never wait for it.
+        public var replayGathering: TimeInterval = 2
         /// Asked when a purchase started outside the app arrives (a promoted in-app purchase,
         /// a `PurchaseIntent`): true buys it now for the logged-in account; false (or no
         /// handler) keeps it in `promotedPurchases` until the app calls `purchase(_:)`.
@@ -238,6 +243,8 @@ public actor PurchaseCoordinator {
     var unverifiedAnswers = 0
     /// Payments whose `purchase` call returned `.waitingForStore` at the timeout (StoreKit may still answer).
     var timedOut: Set<UUID> = []
+    /// When the current replay flood's gathering window ends (`gatherReplay`).
+    var replayWindowEnd: TimeInterval?
     /// Receipt refreshes this launch, by transaction (`receiptRefresh`).
     var refreshedReceipt: Set<String> = []
     var refreshedMissingReceipt: Set<String> = []
@@ -496,7 +503,10 @@ public actor PurchaseCoordinator {
         guard loaded, accountId != nil else { return }
         var changed = false
         for index in state.pending.indices where state.pending[index].accountId == nil {
-            let (account, orderId, intentIndex) = attribute(state.pending[index].transaction, intentToken: nil)
+            // A restore's copy is the logged-in account's, never an open order's payment.
+            let (account, orderId, intentIndex) =
+                state.pending[index].reason == .restore
+                ? (accountId, nil, nil) : attribute(state.pending[index].transaction, intentToken: nil)
             guard let account else { continue }
             log(.debug, "\(state.pending[index].transaction.id) attributed at login to \(account)")
             state.pending[index].accountId = account
@@ -1131,10 +1141,11 @@ public actor PurchaseCoordinator {
                 transaction: transaction, reason: reason, accountId: account, orderId: orderId,
                 nextAttemptAt: clock.now(), replayed: replayed))
 
+        if replayed { gatherReplay(key) }
         persistOrLog()
         guard shouldSubmit else { return nil }
         if replayed {
-            requestDrive()
+            scheduleWake()
             return nil
         }
         return await submit(key, userInitiated: intentToken != nil)
@@ -1235,6 +1246,16 @@ public actor PurchaseCoordinator {
                 }
             }
         }
+    }
+
+    /// A replayed transaction waits for the end of its flood's gathering window (opened by the
+    /// first replay of the flood), so the flood goes out in full batches.
+    func gatherReplay(_ key: String) {
+        let uptime = clock.uptime()
+        if replayWindowEnd.map({ $0 <= uptime }) ?? true {
+            replayWindowEnd = uptime + configuration.replayGathering
+        }
+        dueAt[key] = max(dueAt[key] ?? 0, replayWindowEnd ?? uptime)
     }
 
     func isDue(_ key: String, _ uptime: TimeInterval) -> Bool {

@@ -398,7 +398,7 @@ final class PurchaseCoordinatorTests: XCTestCase {
 
     func testMissingTokenWithNoIntentIsSubmittedForTheServerToDecide() async throws {
         let coordinator = try await started()
-        queue.send(.transaction(queue.transaction(productId: "coins_60", token: nil, id: "3001")))
+        queue.send(.transaction(queue.transaction(productId: "coins_60", token: nil, id: "3001", date: clock.now())))
         let backend = self.backend!
         _ = await eventually { backend.submissions.count == 1 }
         XCTAssertEqual(backend.submissions.first?.orderId, nil)
@@ -415,11 +415,16 @@ final class PurchaseCoordinatorTests: XCTestCase {
             productId: "pro", token: nil, id: "4001", date: clock.now().addingTimeInterval(-600))
         queue.send(.transaction(early))
         let backend = self.backend!
-        _ = await eventually { backend.submissions.count == 1 }
+        // Older than this launch: gathered with any replay flood first (on the test's clock).
+        let clock = self.clock!
+        await assertEventually {
+            clock.advance(1)
+            return backend.submissions.count == 1
+        }
         XCTAssertEqual(backend.submissions.first?.orderId, nil, "bought before the intent existed")
         let late = queue.storeKit1(productId: "pro", token: nil, id: "4002", date: clock.now().addingTimeInterval(60))
         queue.send(.transaction(late))
-        _ = await eventually { backend.submissions.count == 2 }
+        await assertEventually { backend.submissions.count == 2 }
         XCTAssertEqual(backend.submissions.last?.orderId, backend.orders.first?.orderId)
     }
 
@@ -538,12 +543,12 @@ final class PurchaseCoordinatorTests: XCTestCase {
     func testRevocationIsForwarded() async throws {
         let coordinator = try await started(login: "alice")
         _ = try await coordinator.purchase(productId: "pro")
-        var revoked = queue.transaction(productId: "pro", token: nil, id: "1001")
+        var revoked = queue.transaction(productId: "pro", token: nil, id: "1001", date: clock.now())
         revoked.revocationDate = clock.now()
         await coordinator.logout()
         queue.send(.transaction(revoked))
         let backend = self.backend!
-        _ = await eventually { backend.submissions.count == 2 }
+        await assertEventually { backend.submissions.count == 2 }
         XCTAssertEqual(backend.submissions.last?.accountId, "alice")
     }
 

@@ -419,7 +419,11 @@ final class ThirdPassTests: XCTestCase {
         let second = coordinator(backend)
         await second.configure()
         await second.login("alice")
-        await assertEventually { backend.submissions.count == 1 }
+        let manual = self.clock!
+        await assertEventually {
+            manual.advance(1)
+            return backend.submissions.count == 1
+        }
         XCTAssertNil(backend.submissions.first?.orderId, "not the open order's payment")
         await second.shutdown()
     }
