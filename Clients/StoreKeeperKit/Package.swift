@@ -18,19 +18,22 @@ var targets: [Target] = []
     // the simulator) with swift-crypto, the same API.
     dependencies.append(.package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"))
     coreDependencies.append(.product(name: "Crypto", package: "swift-crypto"))
-    // Linux only, tests only: StoreKit's, Security's, UIKit's and Network's API surfaces under
+    // Linux only, tests only: StoreKit's, Security's, UIKit's, Network's and Combine's API surfaces under
     // their own module names. Elsewhere the real frameworks are there and nothing shadows them.
-    kitDependencies += ["StoreKit", "Security", "UIKit", "Network"]
+    kitDependencies += ["StoreKit", "Security", "UIKit", "Network", "Combine"]
     kitSettings = [.define("STOREKIT_SHIM"), .define("SECURITY_SHIM")]
     targets += [
         .target(name: "StoreKit", path: "Tests/StoreKitShim"),
         .target(name: "Security", path: "Tests/SecurityShim"),
         .target(name: "UIKit", path: "Tests/UIKitShim"),
         .target(name: "Network", path: "Tests/NetworkShim"),
+        .target(name: "Combine", path: "Tests/CombineShim"),
         // The adapters, the Keychain store and the triggers, built against the shims.
         .testTarget(
             name: "StoreKitAdapterTypeCheck",
-            dependencies: ["StoreKeeperKit", "StoreKeeperKitCore", "StoreKit", "Security", "Network", "UIKit"]),
+            dependencies: [
+                "StoreKeeperKit", "StoreKeeperKitCore", "StoreKit", "Security", "Network", "UIKit", "Combine",
+            ]),
         // docs/ios-integration.md's code, extracted (scripts/guide-snippets), built and checked
         // to be the guide's own.
         .testTarget(name: "GuideSnippets", dependencies: ["StoreKeeperKit"]),

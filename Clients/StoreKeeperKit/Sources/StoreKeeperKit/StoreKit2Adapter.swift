@@ -259,6 +259,19 @@
             responseSigningKey: ResponseSigningKey? = nil,
             store: PendingStore? = nil, configuration: Configuration = PurchaseCoordinator.defaultConfiguration()
         ) -> PurchaseCoordinator {
+            storeKit2(
+                server: server, appId: appId, tokens: tokens,
+                responseSigningKeys: responseSigningKey.map { [$0] } ?? [],
+                store: store, configuration: configuration)
+        }
+
+        /// With every key the server may sign answers with while this build is installed (the
+        /// current one and, during a rotation, the next: `GET /v1/status` lists both).
+        public static func storeKit2(
+            server: URL, appId: String? = nil, tokens: @escaping ClientTokenProvider,
+            responseSigningKeys: [ResponseSigningKey], store: PendingStore? = nil,
+            configuration: Configuration = PurchaseCoordinator.defaultConfiguration()
+        ) -> PurchaseCoordinator {
             var appTransactions: AppTransactionSource?
             if #available(iOS 16.0, macOS 13.0, tvOS 16.0, *) {
                 appTransactions = StoreKitAppTransactionSource()
@@ -266,7 +279,7 @@
             return PurchaseCoordinator(
                 queue: StoreKit2PaymentQueue(),
                 backend: HTTPBackend(
-                    baseURL: server, appId: appId, responseSigningKey: responseSigningKey, tokens: tokens),
+                    baseURL: server, appId: appId, responseSigningKeys: responseSigningKeys, tokens: tokens),
                 store: store ?? PurchaseCoordinator.defaultStore(), proofs: TransactionProofSource(),
                 configuration: configuration, appTransactions: appTransactions)
         }
@@ -278,11 +291,22 @@
             responseSigningKey: ResponseSigningKey? = nil,
             store: PendingStore? = nil, configuration: Configuration = PurchaseCoordinator.defaultConfiguration()
         ) -> PurchaseCoordinator {
+            storeKit1(
+                server: server, appId: appId, tokens: tokens,
+                responseSigningKeys: responseSigningKey.map { [$0] } ?? [],
+                store: store, configuration: configuration)
+        }
+
+        public static func storeKit1(
+            server: URL, appId: String? = nil, tokens: @escaping ClientTokenProvider,
+            responseSigningKeys: [ResponseSigningKey], store: PendingStore? = nil,
+            configuration: Configuration = PurchaseCoordinator.defaultConfiguration()
+        ) -> PurchaseCoordinator {
             let refresher = ReceiptRefresher()
             return PurchaseCoordinator(
                 queue: StoreKit1PaymentQueue(),
                 backend: HTTPBackend(
-                    baseURL: server, appId: appId, responseSigningKey: responseSigningKey, tokens: tokens),
+                    baseURL: server, appId: appId, responseSigningKeys: responseSigningKeys, tokens: tokens),
                 store: store ?? PurchaseCoordinator.defaultStore(),
                 proofs: AppReceiptProofSource(refreshReceipt: { try await refresher.refresh() }),
                 configuration: configuration)

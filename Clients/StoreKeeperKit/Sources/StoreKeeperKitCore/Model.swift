@@ -701,3 +701,19 @@ public struct PendingState: Sendable, Equatable {
 
     public init() {}
 }
+
+/// The logged-in account and what the device knows of it: what a screen shows.
+public struct AccountView: Sendable, Equatable {
+    /// Nil when nobody is logged in.
+    public var accountId: String?
+    /// The account's last view from the server (offline too); nil until one arrived.
+    public var customerInfo: CustomerInfo?
+    /// The account's purchases the device holds until the server's verdict (paid, delivering).
+    public var pendingPurchases: Int
+
+    public init(accountId: String?, customerInfo: CustomerInfo?, pendingPurchases: Int = 0) {
+        self.accountId = accountId
+        self.customerInfo = customerInfo
+        self.pendingPurchases = pendingPurchases
+    }
+}

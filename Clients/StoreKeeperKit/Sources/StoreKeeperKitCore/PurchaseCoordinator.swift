@@ -232,6 +232,8 @@ public actor PurchaseCoordinator {
     var background: [UUID: Task<Void, Never>] = [:]
     var timeouts: [UUID: Task<Void, Never>] = [:]
     var infoObservers: [UUID: AsyncStream<CustomerInfo>.Continuation] = [:]
+    var viewObservers: [UUID: AsyncStream<AccountView>.Continuation] = [:]
+    var lastPublishedView: AccountView?
     var driving = false
     var driveRequested = false
     var lastBackoffReset: Date?
@@ -473,6 +475,8 @@ public actor PurchaseCoordinator {
         timeouts = [:]
         for continuation in infoObservers.values { continuation.finish() }
         infoObservers = [:]
+        for continuation in viewObservers.values { continuation.finish() }
+        viewObservers = [:]
         for continuation in promotedObservers.values { continuation.finish() }
         promotedObservers = [:]
         for (_, waiters) in verdictWaiters { for waiter in waiters { waiter.resume(returning: nil) } }
@@ -493,6 +497,7 @@ public actor PurchaseCoordinator {
             for continuation in infoObservers.values { continuation.yield(view) }
         }
         attributeHeld()
+        publishAccountView()
         offerPromoted()
         redrive(.login)
     }
@@ -528,6 +533,36 @@ public actor PurchaseCoordinator {
             persistOrLog()
         }
         accountId = nil
+        publishAccountView()
+    }
+
+    /// Who is logged in and their last view, after every change (login, logout, a delivery, a
+    /// refresh); the current one first. What the SwiftUI models follow.
+    public func accountViews() -> AsyncStream<AccountView> {
+        let id = UUID()
+        let (stream, continuation) = AsyncStream<AccountView>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        continuation.yield(currentAccountView)
+        viewObservers[id] = continuation
+        continuation.onTermination = { [weak self] _ in Task { await self?.removeViewObserver(id) } }
+        return stream
+    }
+
+    var currentAccountView: AccountView {
+        AccountView(
+            accountId: accountId, customerInfo: cachedCustomerInfo(),
+            pendingPurchases: accountId.map { account in state.pending.filter { Self.same($0.accountId, account) }.count
+            }
+                ?? 0)
+    }
+
+    func removeViewObserver(_ id: UUID) { viewObservers[id] = nil }
+
+    func publishAccountView() {
+        guard !viewObservers.isEmpty else { return }
+        let view = currentAccountView
+        guard view != lastPublishedView else { return }
+        lastPublishedView = view
+        for continuation in viewObservers.values { continuation.yield(view) }
     }
 
     /// Launch, foreground, login and network change bring held submissions forward (a server's
@@ -960,6 +995,7 @@ public actor PurchaseCoordinator {
         state.customerInfo[info.accountId] = info
         persistOrLog()
         for continuation in infoObservers.values { continuation.yield(info) }
+        publishAccountView()
     }
 
     /// Byte-wise equality, as the server compares ids.
@@ -1583,6 +1619,7 @@ public actor PurchaseCoordinator {
         guard !write.isEmpty || !remove.isEmpty else { return }
         try store.write(write, removing: remove)
         persisted = current
+        publishAccountView()
     }
 
     @discardableResult

@@ -158,3 +158,21 @@ public final class SignatureDiagnostics: @unchecked Sendable {
     /// The last one's reason.
     public var lastProblem: SignatureProblem? { counts.withValue { $0.last } }
 }
+
+/// Checks a configuration makes before anything runs.
+public enum StoreKeeperConfigurationCheck {
+    public struct Invalid: Error, CustomStringConvertible, Sendable {
+        public var description: String
+    }
+
+    /// The server is reached over https (http only on this machine: a simulator against a
+    /// local server).
+    public static func server(_ url: URL) throws {
+        let scheme = url.scheme?.lowercased()
+        let host = url.host?.lowercased() ?? ""
+        let local = ["localhost", "127.0.0.1", "::1", "[::1]"].contains(host)
+        guard scheme == "https" || (scheme == "http" && local), !host.isEmpty else {
+            throw Invalid(description: "the server URL must be https (http only for localhost): \(url)")
+        }
+    }
+}

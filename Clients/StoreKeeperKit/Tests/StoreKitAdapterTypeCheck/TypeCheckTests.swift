@@ -1,3 +1,4 @@
+import Combine
 import Foundation
 import Network
 import Security
@@ -26,6 +27,26 @@ final class StoreKitAdapterTypeCheckTests: XCTestCase {
             PurchaseCoordinator.storeKit2(server: server, tokens: { _, _ in "token" })
         }
         XCTAssertNotNil(make as Any)
+    }
+
+    /// N14: a signing key that does not parse, or a server that is not https, is an error at
+    /// configuration — never a build that silently stops checking answers.
+    @MainActor
+    func testTheOneCallSetupRefusesABadKeyOrAnInsecureServer() throws {
+        let tokens: ClientTokenProvider = { _, _ in "token" }
+        let https = URL(string: "https://iap.example.com")!
+        XCTAssertThrowsError(
+            try StoreKeeper.configure(server: https, appId: "ios", responseSigningKeys: ["not a key"], tokens: tokens)
+        ) { XCTAssertTrue($0 is ResponseSigningKeyError, "\($0)") }
+        XCTAssertThrowsError(
+            try StoreKeeper.configure(
+                server: URL(string: "http://iap.example.com")!, appId: "ios", tokens: tokens)
+        ) { XCTAssertTrue($0 is StoreKeeperConfigurationCheck.Invalid, "\($0)") }
+        XCTAssertNoThrow(try StoreKeeperConfigurationCheck.server(URL(string: "http://127.0.0.1:8080")!))
+        XCTAssertNil(StoreKeeper.shared, "nothing configured by a refused call")
+        // The SwiftUI model's shape: an ObservableObject whose reads are the core's.
+        let model: (PurchaseCoordinator) -> StoreKeeperModel = { StoreKeeperModel(coordinator: $0) }
+        XCTAssertNotNil(model as Any)
     }
 
     func testTheKeychainStoreKeepsOneItemPerRecordAfterFirstUnlock() throws {
