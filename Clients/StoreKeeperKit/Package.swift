@@ -28,6 +28,7 @@ var targets: [Target] = []
         .target(name: "UIKit", path: "Tests/UIKitShim"),
         .target(name: "Network", path: "Tests/NetworkShim"),
         .target(name: "Combine", path: "Tests/CombineShim"),
+        .target(name: "SwiftUI", dependencies: ["Combine"], path: "Tests/SwiftUIShim"),
         // The adapters, the Keychain store and the triggers, built against the shims.
         .testTarget(
             name: "StoreKitAdapterTypeCheck",
@@ -36,7 +37,7 @@ var targets: [Target] = []
             ]),
         // docs/ios-integration.md's code, extracted (scripts/guide-snippets), built and checked
         // to be the guide's own.
-        .testTarget(name: "GuideSnippets", dependencies: ["StoreKeeperKit"]),
+        .testTarget(name: "GuideSnippets", dependencies: ["StoreKeeperKit", "SwiftUI"]),
     ]
 #endif
 

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import StoreKeeperKitCore
 import StoreKeeperSimulator
 
 /// `storekeeper simulate`: devices running StoreKeeperKit's real core against the server and
@@ -74,6 +75,24 @@ struct SimulateCommand: AsyncParsableCommand {
             "With --store google_play: the server is down (unreachable from devices and Google) for this many hours of Google's clock after the purchases, 0…60 (0: none)."
     )
     var outageHours: Double = 48
+    @Option(
+        name: .customLong("app-id"),
+        help:
+            "The app the devices are (apps[].id), sent with orders and purchases; needed on a server with several apps."
+    )
+    var appId: String?
+    @Flag(
+        name: .customLong("signed-answers"),
+        help:
+            "The devices check signed answers with every key GET /v1/status lists in responseSigningKeys (the current one and, during a rotation, the next)."
+    )
+    var signedAnswers = false
+    @Option(
+        name: .customLong("rotate-command"),
+        help:
+            "With --signed-answers: a shell command run once half the purchases have started, which switches the server to its next signing key (say, a restart with the keys swapped); the run then checks the key changed and nothing was stranded."
+    )
+    var rotateCommand: String?
     @Flag(name: .long, help: "Print the report as JSON.") var json = false
 
     func validate() throws {
@@ -99,6 +118,40 @@ struct SimulateCommand: AsyncParsableCommand {
         guard (0...1).contains(pendingRate) else { throw ValidationError("--pending-rate must be 0…1") }
         // Google refunds what is unacknowledged after 3 days: an outage close to that is a loss.
         guard (0...60).contains(outageHours) else { throw ValidationError("--outage-hours must be 0…60") }
+        if rotateCommand != nil, !signedAnswers {
+            throw ValidationError("--rotate-command needs --signed-answers (a rotation changes how answers are signed)")
+        }
+        if let appId, appId.isEmpty || appId.utf8.count > 200 { throw ValidationError("--app-id must be 1…200 bytes") }
+    }
+
+    /// `/bin/sh -c command`, waited for (at most 5 minutes), then the server's status until it
+    /// answers again (a restart).
+    static func rotate(_ command: String, server: URL, key: String) async throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", command]
+        try process.run()
+        let deadline = Date().addingTimeInterval(300)
+        while process.isRunning {
+            guard Date() < deadline else {
+                process.terminate()
+                throw LocalStoreControl.Failure(description: "--rotate-command did not end within 5 minutes")
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        guard process.terminationStatus == 0 else {
+            throw LocalStoreControl.Failure(description: "--rotate-command exited \(process.terminationStatus)")
+        }
+        let control = LocalStoreControl(server: server, key: key)
+        let back = Date().addingTimeInterval(120)
+        while true {
+            if (try? await control.signingKeyId()) != nil { return }
+            guard Date() < back else {
+                throw LocalStoreControl.Failure(
+                    description: "the server did not answer within 2 minutes of the rotation")
+            }
+            try await Task.sleep(for: .milliseconds(200))
+        }
     }
 
     func runGoogle() async throws {
@@ -167,6 +220,27 @@ struct SimulateCommand: AsyncParsableCommand {
         options.clockJumpRate = clockJumpRate
         options.replayFlood = replayFlood
         options.tokenlessRate = tokenlessRate
+        options.appId = appId
+        if signedAnswers {
+            let listed: [(keyId: String, publicKey: String, use: String)]
+            do {
+                listed = try await LocalStoreControl(server: URL(string: server)!, key: key).responseSigningKeys()
+            } catch {
+                FileHandle.standardError.write(Data("simulate: \(error)\n".utf8))
+                throw ExitCode(2)
+            }
+            guard !listed.isEmpty else {
+                FileHandle.standardError.write(
+                    Data("simulate: --signed-answers, but the server does not sign answers\n".utf8))
+                throw ExitCode(2)
+            }
+            options.responseSigningKeys = try listed.map { try ResponseSigningKey($0.publicKey) }
+        }
+        if let rotateCommand {
+            let server = URL(string: server)!
+            let key = key
+            options.rotateSigningKey = { try await Self.rotate(rotateCommand, server: server, key: key) }
+        }
         try await report(
             { progress in try await Simulation(options: options).run(progress: progress) },
             text: { report in
@@ -175,6 +249,7 @@ struct SimulateCommand: AsyncParsableCommand {
                 lost \(report.lost) · doubled \(report.doubled) · misattributed \(report.misattributed) · finished before ack \(report.finishedBeforeAck)
                 stuck purchases \(report.stuckPurchases) · product mismatches \(report.productMismatches) · held \(report.held) · \(report.requestsPerPurchase) requests per purchase
                 settled \(report.settled ? "in \(report.secondsToSettle) s" : "NOT within \(settleSeconds) s") · \(report.crashes) crashes · \(report.networkFailures) network failures · seed \(report.seed)
+                \(report.signedAnswers ? "signed answers: \(report.unverifiedAnswers) refused" : "answers not checked")\(report.keyRotation.map { " · key rotation \($0.from ?? "?") → \($0.to ?? "?")\($0.rotated ? "" : " DID NOT HAPPEN")" } ?? "")\(report.appId.map { " · app \($0)" } ?? "")
                 """
             }, clean: \.clean)
     }

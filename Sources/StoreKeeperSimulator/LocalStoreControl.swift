@@ -11,6 +11,7 @@ import StoreKeeperKitCore
 public struct LocalStoreControl: Sendable {
     public struct Failure: Error, CustomStringConvertible {
         public var description: String
+        public init(description: String) { self.description = description }
     }
 
     public struct Payment: Decodable, Sendable {
@@ -78,11 +79,14 @@ public struct LocalStoreControl: Sendable {
     let base: String
     let key: String
     let transport: HTTPTransport
+    /// The server itself (its `/v1` API).
+    let serverBase: String
 
     /// `server` is the StoreKeeper server; its local App Store is at `/local-app-store`.
     public init(server: URL, key: String, transport: HTTPTransport = AsyncHTTPTransport()) {
         var base = server.absoluteString
         while base.hasSuffix("/") { base.removeLast() }
+        self.serverBase = base
         self.base = base + "/local-app-store/control"
         self.key = key
         self.transport = transport
@@ -156,5 +160,32 @@ public struct LocalStoreControl: Sendable {
     public func catalog() async throws -> [Product] {
         struct Catalog: Decodable { var products: [Product] }
         return try await call("GET", "/catalog", as: Catalog.self).products
+    }
+
+    /// The server's answer-signing keys (`GET /v1/status` → `responseSigningKeys`): the one it
+    /// signs with first, then the next one during a rotation. Empty when it does not sign.
+    public func responseSigningKeys() async throws -> [(keyId: String, publicKey: String, use: String)] {
+        struct Status: Decodable {
+            struct Key: Decodable {
+                var keyId: String
+                var publicKey: String
+                var use: String
+            }
+            var responseSigningKeys: [Key]?
+        }
+        guard let url = URL(string: serverBase + "/v1/status") else { throw Failure(description: "bad server URL") }
+        var request = URLRequest(url: url, timeoutInterval: 30)
+        request.setValue("Bearer \(key)", forHTTPHeaderField: "Authorization")
+        let (data, response) = try await transport.send(request)
+        guard response.statusCode == 200 else {
+            throw Failure(description: "GET /v1/status: \(response.statusCode)")
+        }
+        let status = try JSONDecoder().decode(Status.self, from: data)
+        return (status.responseSigningKeys ?? []).map { ($0.keyId, $0.publicKey, $0.use) }
+    }
+
+    /// The id of the key the server signs answers with now (nil: it does not sign).
+    public func signingKeyId() async throws -> String? {
+        try await responseSigningKeys().first { $0.use == "signing" }?.keyId
     }
 }

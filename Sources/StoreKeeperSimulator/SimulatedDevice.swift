@@ -98,6 +98,14 @@ public actor SimulatedDevice {
     let control: LocalStoreControl
     let server: URL
     let key: String
+    /// The app's id on the server (`apps[].id`), sent with orders and purchases.
+    let appId: String?
+    /// The answer-signing keys the app was built with (none: answers are not checked).
+    let responseSigningKeys: [ResponseSigningKey]
+    /// Each launch's backend's count of refused answers.
+    var signatureDiagnostics: [SignatureDiagnostics] = []
+    /// Answers refused because their signature did not verify, over every launch.
+    public var unverifiedAnswers: Int { signatureDiagnostics.reduce(0) { $0 + $1.unverifiedAnswers } }
     let storeURL: URL
     let retry: RetryPolicy
     var faults: DeviceFaults
@@ -160,8 +168,11 @@ public actor SimulatedDevice {
         appleId: String, accountId: String, server: URL, key: String, directory: URL, seed: UInt64,
         faults: DeviceFaults, retry: RetryPolicy = RetryPolicy(base: 0.05, cap: 1),
         tokens: ClientTokenProvider? = nil, transport: HTTPTransport = AsyncHTTPTransport(), fsync: Bool = true,
-        storeKit: StoreKitVersion = .two, otherAccounts: [String] = [], purchaseTimeout: TimeInterval = 30
+        storeKit: StoreKitVersion = .two, otherAccounts: [String] = [], purchaseTimeout: TimeInterval = 30,
+        appId: String? = nil, responseSigningKeys: [ResponseSigningKey] = []
     ) {
+        self.appId = appId
+        self.responseSigningKeys = responseSigningKeys
         self.fsync = fsync
         self.appleId = appleId
         self.accountId = accountId
@@ -193,13 +204,14 @@ public actor SimulatedDevice {
         continuation = nil
         let gate = generation
         let offset = clockOffset
+        let http = HTTPBackend(
+            baseURL: server, appId: appId, timeout: Self.requestTimeout,
+            transport: Middlebox(device: self, inner: transport), responseSigningKeys: responseSigningKeys,
+            tokens: tokens)
+        if let diagnostics = http.signatureDiagnostics { signatureDiagnostics.append(diagnostics) }
         let coordinator = PurchaseCoordinator(
             queue: GatedQueue(device: self, gate: gate),
-            backend: GatedBackend(
-                device: self, gate: gate,
-                inner: HTTPBackend(
-                    baseURL: server, timeout: Self.requestTimeout, transport: Middlebox(device: self, inner: transport),
-                    tokens: tokens)),
+            backend: GatedBackend(device: self, gate: gate, inner: http),
             store: GatedStore(inner: FilePendingStore(url: storeURL, synchronous: fsync), device: self, gate: gate),
             proofs: DeviceProofs(device: self), clock: DeviceClock(offset: offset),
             configuration: .init(
@@ -370,7 +382,10 @@ public actor SimulatedDevice {
             let transactions = map(payment, owner: accountId)
             for transaction in transactions {
                 guard let jws = transaction.signedTransaction else { continue }
-                let verdict = await HTTPBackend(baseURL: server, transport: transport, tokens: tokens).submitPurchase(
+                let verdict = await HTTPBackend(
+                    baseURL: server, appId: appId, transport: transport, responseSigningKeys: responseSigningKeys,
+                    tokens: tokens
+                ).submitPurchase(
                     accountId: accountId, orderId: nil, proof: .signedTransaction(jws), transactionId: nil)
                 record(verdict, proof: .signedTransaction(jws))
                 guard case .accepted(let response) = verdict,
@@ -767,6 +782,8 @@ struct GatedBackend: Backend {
     let device: SimulatedDevice
     let gate: Generation
     let inner: HTTPBackend
+
+    var signatureDiagnostics: SignatureDiagnostics? { inner.signatureDiagnostics }
 
     func createOrder(accountId: String, productId: String, quantity: Int) async throws -> ServerOrder {
         guard !gate.dead else { throw SimulatedCrash() }

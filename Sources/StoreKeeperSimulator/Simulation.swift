@@ -32,6 +32,13 @@ public struct Simulation: Sendable {
         /// How long a purchase call waits for StoreKit before answering `.pending`.
         public var purchaseTimeout: TimeInterval = 1.5
         public var directory: URL?
+        /// The app the devices are (`apps[].id`): a server with several apps needs it.
+        public var appId: String?
+        /// The answer-signing keys the devices were built with (empty: answers not checked).
+        public var responseSigningKeys: [ResponseSigningKey] = []
+        /// Run once, when half the purchases have started: the server switches its signing key
+        /// (the CLI runs `--rotate-command`; tests rotate an in-process server).
+        public var rotateSigningKey: (@Sendable () async throws -> Void)?
         /// fsync each device's pending-store writes (the SDK's default). Tests running beside
         /// other suites on a shared disk turn it off: the crashes are simulated in-process.
         public var fsync = true
@@ -71,9 +78,14 @@ public struct Simulation: Sendable {
     }
 
     public struct Report: Codable, Sendable, Equatable {
+        /// One app account: what its own purchases paid for (currencies, `entitlements`) and
+        /// what the server holds for it — comparable with `GET /v1/accounts/{accountId}`.
         public struct Account: Codable, Sendable, Equatable {
             public var accountId: String
+            /// The simulated Apple ID it bought with (several accounts may share one).
+            public var appleId: String
             public var paid: [String: LocalStoreControl.PaidValue]
+            public var held: [String: LocalStoreControl.PaidValue]
         }
         public var purchases: Int
         public var paid: Int
@@ -101,10 +113,24 @@ public struct Simulation: Sendable {
         public var accountsPerDevice: Int
         /// Requests the devices sent to the server (through the proxy) per purchase started.
         public var requestsPerPurchase: Double
+        /// The app id the devices sent (nil: none).
+        public var appId: String?
+        /// Whether the devices checked signed answers, and how many they refused.
+        public var signedAnswers = false
+        public var unverifiedAnswers = 0
+        /// A rotation of the server's signing key was asked for, and whether it happened.
+        public var keyRotation: KeyRotation?
+
+        public struct KeyRotation: Codable, Sendable, Equatable {
+            public var from: String?
+            public var to: String?
+            public var afterPurchases: Int
+            public var rotated: Bool { from != nil && to != nil && from != to }
+        }
 
         public var clean: Bool {
             lost == 0 && doubled == 0 && misattributed == 0 && finishedBeforeAck == 0 && stuckPurchases == 0
-                && productMismatches == 0 && held == 0 && settled
+                && productMismatches == 0 && held == 0 && settled && (keyRotation?.rotated ?? true)
         }
     }
 
@@ -148,7 +174,8 @@ public struct Simulation: Sendable {
             return SimulatedDevice(
                 appleId: "sim-\(run)-apple-\(index)", accountId: "sim-\(run)-account-\(index)", server: options.server,
                 key: options.key, directory: directory, seed: seeds.next(), faults: faults, fsync: options.fsync,
-                storeKit: version, otherAccounts: others, purchaseTimeout: options.purchaseTimeout)
+                storeKit: version, otherAccounts: others, purchaseTimeout: options.purchaseTimeout,
+                appId: options.appId, responseSigningKeys: options.responseSigningKeys)
         }
         if options.replayFlood > 0 {
             progress("paying \(options.replayFlood) purchases of history per StoreKit 2 device")
@@ -172,12 +199,18 @@ public struct Simulation: Sendable {
         }
 
         progress("simulating \(options.purchases) purchases on \(devices.count) devices (seed \(options.seed))")
+        let rotation = options.rotateSigningKey.map { _ in Rotation(at: max(1, options.purchases / 2)) }
+        let keyBefore = rotation == nil ? nil : try await control.signingKeyId()
         try await withThrowingTaskGroup(of: Void.self) { group in
             for (device, plan) in zip(devices, plans) {
                 group.addTask {
                     await device.setConsumables(consumables)
                     try await device.launch()
                     for (productId, quantity) in plan {
+                        if let rotation, let rotate = options.rotateSigningKey, await rotation.due() {
+                            progress("rotating the server's answer-signing key")
+                            try await rotate()
+                        }
                         try await device.buy(productId: productId, quantity: quantity)
                         options.onPurchase?()
                     }
@@ -185,6 +218,7 @@ public struct Simulation: Sendable {
             }
             try await group.waitForAll()
         }
+        let keyAfter = rotation == nil ? nil : try await control.signingKeyId()
 
         progress("settling")
         let start = Date()
@@ -208,7 +242,29 @@ public struct Simulation: Sendable {
             devices: devices, control: control, secondsToSettle: secondsToSettle, settled: settledAll,
             progress: progress)
         report.held = held
+        report.appId = options.appId
+        report.signedAnswers = !options.responseSigningKeys.isEmpty
+        for device in devices { report.unverifiedAnswers += await device.unverifiedAnswers }
+        if let rotation {
+            report.keyRotation = Report.KeyRotation(
+                from: keyBefore, to: keyAfter, afterPurchases: await rotation.at)
+            if report.keyRotation?.rotated != true { progress("problem: the server's signing key did not change") }
+        }
         return report
+    }
+
+    /// Fires once, when the purchase count reaches `at`.
+    actor Rotation {
+        let at: Int
+        var started = 0
+        var fired = false
+        init(at: Int) { self.at = at }
+        func due() -> Bool {
+            started += 1
+            guard !fired, started >= at else { return false }
+            fired = true
+            return true
+        }
     }
 
     func report(
@@ -239,7 +295,6 @@ public struct Simulation: Sendable {
             report.stuckPurchases += await device.stuckPurchases
             report.middleboxErrors += await device.middleboxErrors
             requests += await device.requests
-            report.accounts.append(Report.Account(accountId: device.accountId, paid: record.paid))
 
             // Per transaction, as the device heard the server: delivered to the account that paid it.
             var lost = 0
@@ -285,6 +340,14 @@ public struct Simulation: Sendable {
                 let held = view.balances.filter { $0.value != 0 }
                 let owed = (expected[accountId] ?? [:]).filter { $0.value != 0 }
                 let active = Set(view.entitlements.filter(\.active).map(\.id))
+                var paidFigures = owed.mapValues { LocalStoreControl.PaidValue.amount($0) }
+                var heldFigures = held.mapValues { LocalStoreControl.PaidValue.amount($0) }
+                if let paidEntitlements = expectedEntitlements[accountId], !paidEntitlements.isEmpty {
+                    paidFigures["entitlements"] = .list(paidEntitlements.sorted())
+                }
+                if !active.isEmpty { heldFigures["entitlements"] = .list(active.sorted()) }
+                report.accounts.append(
+                    Report.Account(accountId: accountId, appleId: device.appleId, paid: paidFigures, held: heldFigures))
                 if held != owed || active != (expectedEntitlements[accountId] ?? []) {
                     exact = false
                     problems.append("account \(accountId) holds \(held) \(active.sorted()), paid for \(owed)")

@@ -52,8 +52,9 @@ public struct StoreKeeperApp: Sendable {
     public let rejectedProofs: RejectedProofStore
     /// Signs answers to account reads and purchases (`auth.responseSigningKey`; demo mode: generated).
     var responseSigner: ResponseSigner? = nil
-    /// `auth.nextResponseSigningKey`: published for the next app builds, never used to sign.
-    var nextResponseSigner: ResponseSigner? = nil
+    /// The keys in use now (`responseSigner` first, then whatever a rotation made current) and
+    /// the next one published for app builds (`auth.nextResponseSigningKey`).
+    let responseSigningKeys = ResponseSigningKeys()
     /// Whether a rejected proof was signed by a trusted or Apple root (`TrustPolicy.provenanceVerifiers`).
     var provenance: (signedData: SignedDataVerifier, receipts: AppReceiptVerifier)? = nil
     /// The last comparison of this server's clock with Apple's (after a 401).
@@ -215,9 +216,11 @@ public struct StoreKeeperApp: Sendable {
             provenance: try trust.provenanceVerifiers())
         app.google = google
         app.localGooglePlay = localGooglePlay
-        app.nextResponseSigner = try configuration.nextResponseSigningKey.map {
-            try ServerConfiguration.responseSigner($0, key: "auth.nextResponseSigningKey")
-        }
+        app.responseSigningKeys.set(
+            current: app.responseSigner,
+            next: try configuration.nextResponseSigningKey.map {
+                try ServerConfiguration.responseSigner($0, key: "auth.nextResponseSigningKey")
+            })
         app.analyticsRates = AnalyticsRatesSource(configuration: configuration)
         return app
     }
@@ -375,9 +378,11 @@ public struct StoreKeeperApp: Sendable {
         // Account reads and purchases: signed answers when a response signing key is set, 401s
         // and 429s included (the signing middleware runs before authentication).
         let signed =
-            responseSigner.map {
-                router.group("v1").add(middleware: SignResponses(signer: $0, maxBodyBytes: configuration.maxBodyBytes))
-                    .add(middleware: authenticate)
+            responseSigner.map { _ in
+                router.group("v1").add(
+                    middleware: SignResponses(keys: responseSigningKeys, maxBodyBytes: configuration.maxBodyBytes)
+                )
+                .add(middleware: authenticate)
             } ?? v1
         OperationsController(app: self).addAPIRoutes(to: v1)
         OrdersController(app: self).addRoutes(to: v1)

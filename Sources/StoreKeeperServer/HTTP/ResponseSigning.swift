@@ -4,6 +4,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import NIOCore
+import Synchronization
 
 /// Signed answers (API.md "Purchases from the device"): with `auth.responseSigningKey`, every
 /// answer to an account read or a purchase carries `StoreKeeper-Signature`, an Ed25519
@@ -157,7 +158,7 @@ struct ResponseSigner: Sendable {
 /// treats it as a network failure and retries after its `Retry-After`, as it would anyway.
 struct SignResponses: RouterMiddleware {
     typealias Context = StoreKeeperContext
-    let signer: ResponseSigner
+    let keys: ResponseSigningKeys
     /// `limits.maxBodyBytes`: a v2 answer hashes the request body, read here up to this.
     var maxBodyBytes = 1 << 20
 
@@ -165,6 +166,7 @@ struct SignResponses: RouterMiddleware {
         _ request: Request, context: StoreKeeperContext,
         next: (Request, StoreKeeperContext) async throws -> Response
     ) async throws -> Response {
+        guard let signer = keys.current else { return try await next(request, context) }
         let nonce = request.headers[ResponseSigner.nonceHeader] ?? ""
         guard nonce.utf8.count <= 128, nonce.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) else {
             throw APIError.badRequest("header 'StoreKeeper-Nonce' must be at most 128 printable ASCII characters")
@@ -215,5 +217,31 @@ struct SignResponses: RouterMiddleware {
         var buffer = ByteBuffer()
         func write(_ buffer: ByteBuffer) async throws { self.buffer.writeImmutableBuffer(buffer) }
         func finish(_ trailingHeaders: HTTPFields?) async throws {}
+    }
+}
+
+/// The answer-signing keys in use: the one answers are signed with, and the next one published
+/// for app builds during a rotation. `rotate()` switches to the next (what a restart with the
+/// keys swapped in the configuration does; tests and the simulator's rotation use it in place).
+final class ResponseSigningKeys: Sendable {
+    private let keys: Mutex<(current: ResponseSigner?, next: ResponseSigner?)>
+
+    init(current: ResponseSigner? = nil, next: ResponseSigner? = nil) {
+        keys = Mutex((current, next))
+    }
+
+    var current: ResponseSigner? { keys.withLock { $0.current } }
+    var next: ResponseSigner? { keys.withLock { $0.next } }
+
+    func set(current: ResponseSigner?, next: ResponseSigner?) { keys.withLock { $0 = (current, next) } }
+
+    /// The next key signs from now on; none is published as next any more.
+    @discardableResult
+    func rotate() -> Bool {
+        keys.withLock { keys in
+            guard let next = keys.next else { return false }
+            keys = (next, nil)
+            return true
+        }
     }
 }

@@ -59,13 +59,13 @@ struct StatusJSON: Encodable {
         localAppStoreTrusted = app.trust.localAppStoreTrusted
         localAppStoreMounted = app.localAppStore != nil
         appleClockSkewSeconds = app.clock.withLock { $0?.skewSeconds }
-        responseSigningKey = app.responseSigner.map {
+        responseSigningKey = app.responseSigningKeys.current.map {
             SigningKey(keyId: $0.keyId, use: "signing", publicKey: $0.publicKeyBase64, sha256: $0.fingerprint)
         }
         if let current = responseSigningKey {
             responseSigningKeys =
                 [current]
-                + (app.nextResponseSigner.map {
+                + (app.responseSigningKeys.next.map {
                     [SigningKey(keyId: $0.keyId, use: "next", publicKey: $0.publicKeyBase64, sha256: $0.fingerprint)]
                 } ?? [])
         }

@@ -3,6 +3,7 @@
 
 import Foundation
 import StoreKeeperKit
+import SwiftUI
 
 // MARK: block 1
 
@@ -12,6 +13,104 @@ protocol ClientTokens: Sendable {
 }
 
 @MainActor
+func makeStore(tokens: ClientTokens) throws -> StoreKeeperModel {
+    try StoreKeeper.configure(
+        server: URL(string: "https://iap.example.com")!,
+        appId: "ios",  // this app's id on the server (apps[].id)
+        // Every key GET /v1/status lists in `responseSigningKeys` (two during a rotation).
+        responseSigningKeys: ["UCWK2N5U9mlfVrFCLbhOXdxgj9gD48rhzAS8B44LjwI="],
+        tokens: { account, refresh in try await tokens.clientToken(for: account, forceRefresh: refresh) })
+}
+
+// MARK: block 2
+
+struct PaywallView: View {
+    @ObservedObject var store: StoreKeeperModel
+    @State var message: String? = nil
+
+    var body: some View {
+        VStack {
+            Text("\(store.balance("coins")) coins")
+            if store.isEntitled("pro") {
+                Text("Pro is active")
+            } else {
+                Button("Go Pro") { Task { await buy("pro_monthly") } }
+            }
+            if store.pendingPurchases > 0 {
+                Text("Payment received — your purchase will appear shortly")
+            }
+            if let message { Text(message) }
+            Button("Restore purchases") { Task { await restore() } }
+        }
+    }
+
+    func buy(_ productId: String) async {
+        do {
+            message = Self.describe(try await store.purchase(productId))
+        } catch PurchaseError.alreadyInProgress {
+            // a second tap: no second payment
+        } catch PurchaseError.storeKit(let failure) {
+            message = failure.kind == .network ? "No connection to the App Store" : failure.message
+        } catch {
+            message = "\(error)"
+        }
+    }
+
+    static func describe(_ outcome: PurchaseOutcome) -> String? {
+        switch outcome {
+        case .delivered: nil  // the view updates by itself
+        case .processing: "Payment received — your purchase will appear shortly"
+        case .waitingForStore: "Waiting for the App Store — we'll add it as soon as it confirms"
+        case .deferred: "Waiting for approval"  // Ask to Buy
+        case .cancelled: nil
+        case .notCharged: "Already yours"  // StoreKit handed back an old purchase
+        case .failed(let failure): failure.kind == .paymentNotAllowed ? "Purchases are not allowed" : failure.message
+        case .rejected(let code, _): "Refused (\(code))"
+        }
+    }
+}
+
+// MARK: block 3
+
+@available(iOS 17.0, macOS 14.0, tvOS 17.0, *)
+struct CoinsBadge: View {
+    let store: StoreKeeperObservable
+    var body: some View { Text("\(store.balance("coins"))") }
+}
+
+// MARK: block 4
+
+extension PaywallView {
+    func restore() async {
+        do {
+            let result = try await store.restore()
+            if result.nothingToRestore {
+                message = "Nothing to restore"
+            } else if !result.ownedByOtherAccount.isEmpty {
+                message = "Some purchases belong to another account of this app"
+            } else if !result.held.isEmpty {
+                message = "Restoring… (the server will be asked again)"
+            } else {
+                message = "Restored"
+            }
+        } catch {
+            message = "\(error)"
+        }
+    }
+}
+
+// MARK: block 5
+
+/// For your diagnostics screen or crash reporter.
+func signingTrouble(_ store: StoreKeeperModel) async -> String? {
+    let diagnostics = await store.coordinator.diagnostics
+    guard let problem = diagnostics.lastSignatureProblem else { return nil }
+    return "\(diagnostics.unverifiedAnswers) answers refused: \(problem)"
+}
+
+// MARK: block 6
+
+@MainActor
 final class Shop {
     let coordinator: PurchaseCoordinator
     private var triggers: LifecycleTriggers?
@@ -19,19 +118,18 @@ final class Shop {
     var message: String?
     var onChange: (() -> Void)?
 
-    init(server: URL, tokens: ClientTokens, signingKey: String) {
-        // The server's answer-signing key, as `GET /v1/status` shows it (responseSigningKey.publicKey).
-        let key = try? ResponseSigningKey(signingKey)
+    /// `signingKeys`: every key `GET /v1/status` lists; a key that does not parse throws here.
+    init(server: URL, tokens: ClientTokens, signingKeys: [String]) throws {
         coordinator = .storeKit2(
             server: server, appId: "ios",  // this app's id on the server (apps[].id)
             tokens: { account, refresh in
                 try await tokens.clientToken(for: account, forceRefresh: refresh)
-            }, responseSigningKey: key)
+            }, responseSigningKeys: try signingKeys.map { try ResponseSigningKey($0) })
         triggers = LifecycleTriggers(coordinator: coordinator)
         Task {
             await coordinator.configure()
-            for await info in await coordinator.customerInfoUpdates() {
-                coins = info.balances["coins"] ?? 0
+            for await view in await coordinator.accountViews() {
+                coins = view.customerInfo?.balances["coins"] ?? 0
                 onChange?()
             }
         }
@@ -41,7 +139,7 @@ final class Shop {
     func logout() async { await coordinator.logout() }
 }
 
-// MARK: block 2
+// MARK: block 7
 
 extension Shop {
     func buy(_ productId: String) async {
@@ -67,7 +165,7 @@ extension Shop {
     }
 }
 
-// MARK: block 3
+// MARK: block 8
 
 extension Shop {
     /// Shows purchases started on the App Store; buys the one the user confirms, with
@@ -90,7 +188,7 @@ func configurationThatBuysPromotedPurchases() -> PurchaseCoordinator.Configurati
     return configuration
 }
 
-// MARK: block 4
+// MARK: block 9
 
 extension Shop {
     func buyWithOffers() async throws {
@@ -102,7 +200,7 @@ extension Shop {
     }
 }
 
-// MARK: block 5
+// MARK: block 10
 
 extension Shop {
     func restore() async {
@@ -125,7 +223,7 @@ extension Shop {
     }
 }
 
-// MARK: block 6
+// MARK: block 11
 
 extension Shop {
     /// Wait for the launch sweep before offering "switch account" right at launch: what
@@ -140,7 +238,7 @@ extension Shop {
     func hasPro() async -> Bool { await coordinator.isEntitled("pro") }
 }
 
-// MARK: block 7
+// MARK: block 12
 
 extension Shop {
     /// The settings switch "Share usage with Apple when I ask for a refund".
@@ -153,7 +251,7 @@ extension Shop {
     }
 }
 
-// MARK: block 8
+// MARK: block 13
 
 struct Breadcrumbs: StoreKeeperLogger {
     let record: @Sendable (String) -> Void
