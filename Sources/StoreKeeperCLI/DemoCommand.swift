@@ -8,6 +8,7 @@ import LocalGooglePlay
 import NIOCore
 import NIOHTTP1
 import SQLKit
+import StoreKeeperKitCore
 import StoreKeeperServer
 import StoreKeeperSimulator
 import StoreKeeperStorage
@@ -264,11 +265,20 @@ final class DemoStory: @unchecked Sendable {  // run by one task at a time
         (try await self.account(account)["subscriptions"] as? [[String: Any]])?.first
     }
 
+    /// The iOS app's id on the server (`apps[].id`): the demo serves an Android app too, so the
+    /// devices name theirs, as a production app must.
+    var appStoreAppId: String { app.configuration.appStoreAppId ?? app.configuration.bundleId ?? "app_store" }
+
+    /// The server's answer-signing keys (the demo generates one): the devices check every answer.
+    var signingKeys: [ResponseSigningKey] {
+        app.responseSigningPublicKeys.compactMap { try? ResponseSigningKey($0) }
+    }
+
     func device(_ appleId: String, _ account: String, faults: DeviceFaults = .none) -> SimulatedDevice {
         appleIds.append(appleId)
         return SimulatedDevice(
             appleId: appleId, accountId: account, server: URL(string: base)!, key: key, directory: directory,
-            seed: UInt64(appleIds.count), faults: faults)
+            seed: UInt64(appleIds.count), faults: faults, appId: appStoreAppId, responseSigningKeys: signingKeys)
     }
 
     // MARK: The story
@@ -693,6 +703,8 @@ final class DemoStory: @unchecked Sendable {  // run by one task at a time
 
     func bulk(purchases: Int, seed: UInt64) async throws -> String {
         var options = Simulation.Options(server: URL(string: base)!, key: key)
+        options.appId = appStoreAppId
+        options.responseSigningKeys = signingKeys
         options.devices = 6
         options.purchases = purchases
         options.crashRate = 0.1

@@ -55,6 +55,12 @@ public struct StoreKeeperApp: Sendable {
     /// The keys in use now (`responseSigner` first, then whatever a rotation made current) and
     /// the next one published for app builds (`auth.nextResponseSigningKey`).
     let responseSigningKeys = ResponseSigningKeys()
+
+    /// The public halves (raw, base64) of the keys an app build should hold now: the one answers
+    /// are signed with, then the next one during a rotation. Empty when answers are not signed.
+    public var responseSigningPublicKeys: [String] {
+        [responseSigningKeys.current, responseSigningKeys.next].compactMap { $0?.publicKeyBase64 }
+    }
     /// Whether a rejected proof was signed by a trusted or Apple root (`TrustPolicy.provenanceVerifiers`).
     var provenance: (signedData: SignedDataVerifier, receipts: AppReceiptVerifier)? = nil
     /// The last comparison of this server's clock with Apple's (after a 401).
