@@ -49,6 +49,7 @@ struct ServeCommand: AsyncParsableCommand {
         groupConfiguration.maximumGracefulShutdownDuration = .seconds(configuration.shutdownGraceSeconds)
         groupConfiguration.maximumCancellationDuration = .seconds(2)
         let watchdog = ShutdownWatchdog(grace: configuration.shutdownGraceSeconds + 4)
+        let reload = SigningKeyReload(app: app, file: config, logger: logger)
         do {
             try await ServiceGroup(configuration: groupConfiguration).run()
         } catch {
@@ -56,8 +57,34 @@ struct ServeCommand: AsyncParsableCommand {
             throw error
         }
         watchdog.cancel()
+        reload.cancel()
         try? await app.database.close()
     }
+}
+
+/// SIGHUP: the answer-signing keys are read again from the configuration (file and
+/// environment) and switched to at once — a key rotation without a restart.
+final class SigningKeyReload: @unchecked Sendable {  // the source is only resumed and cancelled
+    private let source: any DispatchSourceSignal
+
+    init(app: StoreKeeperApp, file: String?, logger: Logger) {
+        signal(SIGHUP, SIG_IGN)
+        source = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
+        source.setEventHandler {
+            Task {
+                do {
+                    let configuration = try await ServerConfiguration.load(file: file)
+                    let result = try app.reloadResponseSigningKeys(from: configuration)
+                    logger.notice("SIGHUP: answer-signing keys reloaded: \(result)")
+                } catch {
+                    logger.error("SIGHUP: answer-signing keys not reloaded (the keys in use stay): \(error)")
+                }
+            }
+        }
+        source.resume()
+    }
+
+    func cancel() { source.cancel() }
 }
 
 /// Exits the process `grace` seconds after SIGTERM or SIGINT, whatever is still running.

@@ -3,6 +3,12 @@ import Foundation
 import StoreKeeperKitCore
 import StoreKeeperSimulator
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// `storekeeper simulate`: devices running StoreKeeperKit's real core against the server and
 /// its local App Store, through crashes and faults; exits 1 if anything paid was lost, doubled,
 /// misattributed or finished before the server had it.
@@ -127,20 +133,32 @@ struct SimulateCommand: AsyncParsableCommand {
     /// `/bin/sh -c command`, waited for (at most 5 minutes), then the server's status until it
     /// answers again (a restart).
     static func rotate(_ command: String, server: URL, key: String) async throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", command]
-        try process.run()
+        // posix_spawn and waitpid (a command that starts a server in the background leaves it
+        // holding Foundation.Process's descriptors, and Process would wait for the server).
+        var pid = pid_t()
+        let arguments = ["/bin/sh", "-c", command]
+        let argv = arguments.map { strdup($0) } + [nil]
+        defer { for pointer in argv { free(pointer) } }
+        guard posix_spawn(&pid, arguments[0], nil, nil, argv, environ) == 0 else {
+            throw LocalStoreControl.Failure(description: "--rotate-command could not be started")
+        }
         let deadline = Date().addingTimeInterval(300)
-        while process.isRunning {
+        var status: Int32 = 0
+        while true {
+            let done = waitpid(pid, &status, WNOHANG)
+            if done == pid { break }
+            if done == -1 && errno != EINTR {
+                throw LocalStoreControl.Failure(description: "--rotate-command: waitpid failed (errno \(errno))")
+            }
             guard Date() < deadline else {
-                process.terminate()
+                kill(pid, SIGTERM)
                 throw LocalStoreControl.Failure(description: "--rotate-command did not end within 5 minutes")
             }
             try await Task.sleep(for: .milliseconds(50))
         }
-        guard process.terminationStatus == 0 else {
-            throw LocalStoreControl.Failure(description: "--rotate-command exited \(process.terminationStatus)")
+        // WIFEXITED && WEXITSTATUS == 0
+        guard status & 0x7F == 0, (status >> 8) & 0xFF == 0 else {
+            throw LocalStoreControl.Failure(description: "--rotate-command failed (wait status \(status))")
         }
         let control = LocalStoreControl(server: server, key: key)
         let back = Date().addingTimeInterval(120)

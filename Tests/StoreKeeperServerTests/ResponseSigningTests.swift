@@ -252,4 +252,33 @@ import Testing
             }
         }
     }
+
+    /// SIGHUP's reload: the configuration's keys are switched to at once; a bad key or turning
+    /// signing off leaves the keys in use.
+    @Test func theKeysAreReloadedFromTheConfigurationWithoutARestart() async throws {
+        let next = Curve25519.Signing.PrivateKey()
+        try await API.withServer(
+            "sqlite",
+            configure: {
+                $0.responseSigningKey = Self.opensslPEM
+                $0.nextResponseSigningKey = ResponseSigner.pem(next)
+            }
+        ) { app, client in
+            var rotated = app.configuration
+            rotated.responseSigningKey = ResponseSigner.pem(next)
+            rotated.nextResponseSigningKey = nil
+            #expect(try app.reloadResponseSigningKeys(from: rotated).contains(ResponseSigner(key: next).keyId))
+            let answer = try await Self.send(client, .get, "/v1/accounts/u1", nonce: "n", version: "2")
+            #expect(answer.keyId == ResponseSigner(key: next).keyId)
+            let status = try await API.call(client, .get, "/v1/status")
+            #expect((status.json["responseSigningKeys"] as? [[String: Any]])?.count == 1)
+            var broken = rotated
+            broken.responseSigningKey = "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----"
+            #expect(throws: ServerConfiguration.Invalid.self) { try app.reloadResponseSigningKeys(from: broken) }
+            broken.responseSigningKey = nil
+            #expect(throws: ServerConfiguration.Invalid.self) { try app.reloadResponseSigningKeys(from: broken) }
+            let still = try await Self.send(client, .get, "/v1/accounts/u1", nonce: "n", version: "2")
+            #expect(still.keyId == ResponseSigner(key: next).keyId, "the keys in use stay")
+        }
+    }
 }

@@ -56,6 +56,27 @@ public struct StoreKeeperApp: Sendable {
     /// the next one published for app builds (`auth.nextResponseSigningKey`).
     let responseSigningKeys = ResponseSigningKeys()
 
+    /// Re-reads the answer-signing keys (`auth.responseSigningKey`, `auth.nextResponseSigningKey`)
+    /// from a freshly loaded configuration and switches to them at once — what `serve` does on
+    /// SIGHUP, so a rotation needs no restart. Signing must have been on at start (turning it on
+    /// or off takes a restart); on any problem the keys in use stay and the error says why.
+    public func reloadResponseSigningKeys(from configuration: ServerConfiguration) throws -> String {
+        guard responseSigner != nil else {
+            throw ServerConfiguration.Invalid(
+                key: "auth.responseSigningKey", "answers were not signed at start: turning signing on takes a restart")
+        }
+        guard let value = configuration.responseSigningKey else {
+            throw ServerConfiguration.Invalid(
+                key: "auth.responseSigningKey", "is not set: turning signing off takes a restart")
+        }
+        let current = try ServerConfiguration.responseSigner(value)
+        let next = try configuration.nextResponseSigningKey.map {
+            try ServerConfiguration.responseSigner($0, key: "auth.nextResponseSigningKey")
+        }
+        responseSigningKeys.set(current: current, next: next)
+        return "answers are signed with key \(current.keyId)" + (next.map { ", next key \($0.keyId) published" } ?? "")
+    }
+
     /// The public halves (raw, base64) of the keys an app build should hold now: the one answers
     /// are signed with, then the next one during a rotation. Empty when answers are not signed.
     public var responseSigningPublicKeys: [String] {
