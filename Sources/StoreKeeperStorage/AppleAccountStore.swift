@@ -42,7 +42,14 @@ extension PurchaseStore {
 
     /// The account's token, created on first use.
     public func accountToken(_ accountId: String, now: Date) async throws -> UUID {
-        try await database.transaction { sql in
+        // Read first: once made it never changes, and a read takes no writer's turn.
+        if let existing = try await database.read({ sql in
+            try await sql.raw("SELECT app_account_token FROM account_tokens WHERE account_id = \(bind: accountId)")
+                .first()?.decode(column: "app_account_token", as: String.self)
+        }), let token = UUID(uuidString: existing) {
+            return token
+        }
+        return try await database.transaction { sql in
             if let existing = try await sql.raw(
                 "SELECT app_account_token FROM account_tokens WHERE account_id = \(bind: accountId)"
             ).first()?.decode(column: "app_account_token", as: String.self), let token = UUID(uuidString: existing) {

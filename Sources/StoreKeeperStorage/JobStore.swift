@@ -97,6 +97,19 @@ public struct JobStore: Sendable {
         }
     }
 
+    /// Done, with its audit entry, in one database transaction (one write where two were: a
+    /// job per purchase — Set App Account Token — keeps the writer free for deliveries).
+    public func complete(
+        _ id: String, audit: (actor: String, action: String, subject: String?, detail: String), now: Date
+    ) async throws {
+        try await database.transaction { sql in
+            try await PurchaseStore.audit(
+                sql, actor: audit.actor, action: audit.action, subject: audit.subject, detail: audit.detail,
+                at: now.milliseconds)
+            try await sql.raw("UPDATE jobs SET status = 'done' WHERE id = \(bind: id)").run()
+        }
+    }
+
     /// Done — unless it was woken while it ran (its `run_at` is no longer the lease this run
     /// took): then it stays pending and runs again.
     public func complete(_ id: String, ifLeasedUntil lease: Date) async throws {

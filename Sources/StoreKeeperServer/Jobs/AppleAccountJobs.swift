@@ -51,9 +51,8 @@ extension JobRunner {
     ) async {
         do {
             let detail = try await body()
-            try await app.store.recordAudit(
-                actor: "storekeeper", action: action, subject: subject, detail: detail, now: now)
-            try await app.jobs.complete(job.id)
+            try await app.jobs.complete(
+                job.id, audit: (actor: "storekeeper", action: action, subject: subject, detail: detail), now: now)
         } catch let error where Self.isFinal(error) {
             try? await app.store.recordAudit(
                 actor: "storekeeper", action: action + "_refused", subject: subject, detail: "Apple refused: \(error)",

@@ -65,8 +65,14 @@
             follower = AccountViewFollower(coordinator) { [weak self] view in self?.view = view }
         }
 
-        /// The same account as an `@Observable` (iOS 17, macOS 14, tvOS 17).
+        /// The same account as an `@Observable` (iOS 17, macOS 14, tvOS 17): one per model.
         @available(iOS 17.0, macOS 14.0, tvOS 17.0, *)
-        public var observable: StoreKeeperObservable { StoreKeeperObservable(coordinator: coordinator) }
+        public var observable: StoreKeeperObservable {
+            if let made = observableModel as? StoreKeeperObservable { return made }
+            let made = StoreKeeperObservable(coordinator: coordinator)
+            observableModel = made
+            return made
+        }
+        private var observableModel: AnyObject?
     }
 #endif
