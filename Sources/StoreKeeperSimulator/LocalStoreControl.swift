@@ -167,7 +167,7 @@ public struct LocalStoreControl: Sendable {
     public func responseSigningKeys() async throws -> [(keyId: String, publicKey: String, use: String)] {
         struct Status: Decodable {
             struct Key: Decodable {
-                var keyId: String
+                var id: String
                 var publicKey: String
                 var use: String
             }
@@ -181,7 +181,7 @@ public struct LocalStoreControl: Sendable {
             throw Failure(description: "GET /v1/status: \(response.statusCode)")
         }
         let status = try JSONDecoder().decode(Status.self, from: data)
-        return (status.responseSigningKeys ?? []).map { ($0.keyId, $0.publicKey, $0.use) }
+        return (status.responseSigningKeys ?? []).map { ($0.id, $0.publicKey, $0.use) }
     }
 
     /// The id of the key the server signs answers with now (nil: it does not sign).

@@ -150,10 +150,7 @@ import Testing
         let next = Curve25519.Signing.PrivateKey()
         try await API.withServer(
             kind,
-            configure: {
-                $0.responseSigningKey = Self.opensslPEM
-                $0.nextResponseSigningKey = ResponseSigner.pem(next)
-            }
+            configure: { $0.responseSigningKeys = [Self.opensslPEM, ResponseSigner.pem(next)] }
         ) { app, client in
             let publicKey = try Curve25519.Signing.PublicKey(
                 rawRepresentation: Data(base64Encoded: Self.opensslPublicKey)!)
@@ -195,8 +192,8 @@ import Testing
             // Both keys published, each with its use.
             let status = try await API.call(client, .get, "/v1/status")
             let keys = try #require(status.json["responseSigningKeys"] as? [[String: Any]])
-            #expect(keys.map { $0["use"] as? String } == ["signing", "next"])
-            #expect(keys.first?["keyId"] as? String == keyId)
+            #expect(keys.map { $0["use"] as? String } == ["signing", "published"])
+            #expect(keys.first?["id"] as? String == keyId)
             #expect(keys.last?["publicKey"] as? String == next.publicKey.rawRepresentation.base64EncodedString())
         }
     }
@@ -213,8 +210,13 @@ import Testing
                 "sqlite",
                 configure: {
                     $0.port = 0
-                    $0.responseSigningKey = ResponseSigner.pem(signing)
-                    if index == 0 { $0.nextResponseSigningKey = ResponseSigner.pem(new) }
+                    // Before the rotation the next key is published beside the signing one; after
+                    // it, the server signs with the new key alone.
+                    if index == 0 {
+                        $0.responseSigningKeys = [ResponseSigner.pem(signing), ResponseSigner.pem(new)]
+                    } else {
+                        $0.responseSigningKey = ResponseSigner.pem(signing)
+                    }
                 }
             ) { app, _ in
                 try await app.application().test(.live) { client in
@@ -259,23 +261,21 @@ import Testing
         let next = Curve25519.Signing.PrivateKey()
         try await API.withServer(
             "sqlite",
-            configure: {
-                $0.responseSigningKey = Self.opensslPEM
-                $0.nextResponseSigningKey = ResponseSigner.pem(next)
-            }
+            configure: { $0.responseSigningKeys = [Self.opensslPEM, ResponseSigner.pem(next)] }
         ) { app, client in
             var rotated = app.configuration
-            rotated.responseSigningKey = ResponseSigner.pem(next)
-            rotated.nextResponseSigningKey = nil
+            rotated.responseSigningKeys = [ResponseSigner.pem(next)]
             #expect(try app.reloadResponseSigningKeys(from: rotated).contains(ResponseSigner(key: next).keyId))
             let answer = try await Self.send(client, .get, "/v1/accounts/u1", nonce: "n", version: "2")
             #expect(answer.keyId == ResponseSigner(key: next).keyId)
             let status = try await API.call(client, .get, "/v1/status")
             #expect((status.json["responseSigningKeys"] as? [[String: Any]])?.count == 1)
             var broken = rotated
-            broken.responseSigningKey = "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----"
+            broken.responseSigningKeys = ["-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----"]
             #expect(throws: ServerConfiguration.Invalid.self) { try app.reloadResponseSigningKeys(from: broken) }
-            broken.responseSigningKey = nil
+            broken.responseSigningKeys = [ResponseSigner.pem(next), ResponseSigner.pem(next)]
+            #expect(throws: ServerConfiguration.Invalid.self) { try app.reloadResponseSigningKeys(from: broken) }
+            broken.responseSigningKeys = []
             #expect(throws: ServerConfiguration.Invalid.self) { try app.reloadResponseSigningKeys(from: broken) }
             let still = try await Self.send(client, .get, "/v1/accounts/u1", nonce: "n", version: "2")
             #expect(still.keyId == ResponseSigner(key: next).keyId, "the keys in use stay")

@@ -38,15 +38,14 @@ import Testing
                 google.pushServiceAccount = GooglePlayServerTests.pushAccount
                 google.pushCertificatesURL = running.baseURL + "/oauth2/v3/certs"
                 configuration.googlePlayApps = [google]
-                configuration.responseSigningKey = ResponseSigner.pem(current)
-                configuration.nextResponseSigningKey = ResponseSigner.pem(next)
+                configuration.responseSigningKeys = [ResponseSigner.pem(current), ResponseSigner.pem(next)]
             }
         ) { app, _ in
             try await app.application().test(.live) { client in
                 let server = URL(string: "http://127.0.0.1:\(client.port!)")!
                 let control = LocalStoreControl(server: server, key: API.secret)
                 let listed = try await control.responseSigningKeys()
-                #expect(listed.map(\.use) == ["signing", "next"])
+                #expect(listed.map(\.use) == ["signing", "published"])
                 var options = Simulation.Options(server: server, key: API.secret)
                 options.appId = "ios"
                 options.responseSigningKeys = try listed.map { try ResponseSigningKey($0.publicKey) }

@@ -40,7 +40,10 @@ extension ServerConfiguration {
             ("auth.secretKeys", secretKeys.isEmpty ? "-" : secretKeys.map { mask($0) }.joined(separator: ", ")),
             ("auth.clientTokenSecret", mask(clientTokenSecret)),
             ("auth.responseSigningKey", responseSigningKey == nil ? "(not set)" : "(set)"),
-            ("auth.nextResponseSigningKey", nextResponseSigningKey == nil ? "(not set)" : "(set)"),
+            (
+                "auth.responseSigningKeys",
+                responseSigningKeys.isEmpty ? "(not set)" : "(\(responseSigningKeys.count) set)"
+            ),
             ("catalog", catalog.map { "\($0.products.count) products" } ?? "(demo catalog)"),
             ("limits.maxBodyBytes", String(maxBodyBytes)),
             ("limits.maxOpenOrdersPerAccount", String(maxOpenOrdersPerAccount)),

@@ -62,13 +62,20 @@ extension ServerConfiguration {
             throw Invalid(key: "limits.clientRequestsPerSecond", "must not be negative")
         }
         if let responseSigningKey { _ = try Self.responseSigner(responseSigningKey) }
-        if let nextResponseSigningKey {
-            guard responseSigningKey != nil else {
+        if !responseSigningKeys.isEmpty {
+            guard responseSigningKey == nil else {
                 throw Invalid(
-                    key: "auth.nextResponseSigningKey",
-                    "needs auth.responseSigningKey (the key answers are signed with now)")
+                    key: "auth.responseSigningKeys",
+                    "set auth.responseSigningKeys (several, the first signs) or auth.responseSigningKey (one), not both"
+                )
             }
-            _ = try Self.responseSigner(nextResponseSigningKey, key: "auth.nextResponseSigningKey")
+            guard responseSigningKeys.count <= 8 else {
+                throw Invalid(key: "auth.responseSigningKeys", "at most 8 keys")
+            }
+            let signers = try responseSigningKeys.map { try Self.responseSigner($0, key: "auth.responseSigningKeys") }
+            guard Set(signers.map(\.keyId)).count == signers.count else {
+                throw Invalid(key: "auth.responseSigningKeys", "the same key is listed twice")
+            }
         }
         guard (1...36_500).contains(rejectedProofsRetentionDays) else {
             throw Invalid(key: "rejectedProofs.retentionDays", "must be 1…36500")

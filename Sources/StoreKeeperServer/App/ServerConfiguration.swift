@@ -41,10 +41,15 @@ public struct ServerConfiguration: Sendable {
     /// Ed25519 private key (PEM, or the path of a PEM file) that signs answers to account reads
     /// and purchases (`StoreKeeper-Signature`); generated in demo mode.
     public var responseSigningKey: String?
-    /// `auth.nextResponseSigningKey`: the key the server will sign with after a rotation. Not
-    /// used to sign; its public half is published in `GET /v1/status` so app builds can carry
-    /// both keys before the switch.
-    public var nextResponseSigningKey: String?
+    /// `auth.responseSigningKeys`: several keys (PEM or paths) — the first signs, every one is
+    /// published in `GET /v1/status` so app builds can carry the next key before a rotation.
+    /// `auth.responseSigningKey` (one key) stays accepted.
+    public var responseSigningKeys: [String] = []
+
+    /// The signing keys as configured, the signing one first (either key spelling).
+    public var signingKeySources: [String] {
+        responseSigningKeys.isEmpty ? (responseSigningKey.map { [$0] } ?? []) : responseSigningKeys
+    }
     public var catalog: Catalog?
     public var maxBodyBytes = 1_048_576
     /// Unpaid, unexpired orders an account may hold (409 `too_many_open_orders` above).
@@ -167,7 +172,7 @@ public struct ServerConfiguration: Sendable {
         "apple.serverAPI.baseURL", "apple.verifyReceipt.productionURL", "apple.verifyReceipt.sandboxURL",
         "apple.sharedSecret", "apple.offers.keyId", "apple.offers.privateKeyFile", "apple.offers.issuerId",
         "auth.secretKeys", "auth.clientTokenSecret", "auth.clientTokenMaxLifetimeSeconds", "auth.metricsToken",
-        "auth.responseSigningKey", "auth.nextResponseSigningKey",
+        "auth.responseSigningKey", "auth.responseSigningKeys",
         "catalog.file", "limits.maxBodyBytes", "limits.maxOpenOrdersPerAccount", "limits.maxInFlightRequests",
         "limits.maxOrdersPerAccountPerDay", "limits.orderRetentionDays",
         "limits.maxUnconfirmedExternalTokensPerAccount",
@@ -186,7 +191,7 @@ public struct ServerConfiguration: Sendable {
     static let structuredKeys = ["catalog.products", "catalog.retention", "catalog.refunds", "apps", "analytics.rates"]
     static let secretKeyNames: Set<String> = [
         "auth.secretKeys", "auth.clientTokenSecret", "auth.metricsToken", "apple.sharedSecret", "webhooks.secret",
-        "auth.responseSigningKey", "auth.nextResponseSigningKey",
+        "auth.responseSigningKey", "auth.responseSigningKeys",
     ]
 
     /// The two environment names of a key: API.md's (`APPLE_BUNDLEID`) and swift-configuration's
@@ -406,7 +411,7 @@ public struct ServerConfiguration: Sendable {
         secretKeys = try source.strings("auth.secretKeys") ?? []
         clientTokenSecret = try source.string("auth.clientTokenSecret")
         responseSigningKey = try source.string("auth.responseSigningKey")
-        nextResponseSigningKey = try source.string("auth.nextResponseSigningKey")
+        responseSigningKeys = try source.strings("auth.responseSigningKeys") ?? []
         maxBodyBytes = try source.int("limits.maxBodyBytes") ?? maxBodyBytes
         maxOpenOrdersPerAccount = try source.int("limits.maxOpenOrdersPerAccount") ?? maxOpenOrdersPerAccount
         maxOrdersPerAccountPerDay = try source.int("limits.maxOrdersPerAccountPerDay") ?? maxOrdersPerAccountPerDay

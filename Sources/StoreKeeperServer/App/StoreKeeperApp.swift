@@ -52,36 +52,36 @@ public struct StoreKeeperApp: Sendable {
     public let rejectedProofs: RejectedProofStore
     /// Signs answers to account reads and purchases (`auth.responseSigningKey`; demo mode: generated).
     var responseSigner: ResponseSigner? = nil
-    /// The keys in use now (`responseSigner` first, then whatever a rotation made current) and
-    /// the next one published for app builds (`auth.nextResponseSigningKey`).
+    /// The keys in use now (`auth.responseSigningKeys`, or the one `auth.responseSigningKey`):
+    /// the first signs, every one is published for app builds.
     let responseSigningKeys = ResponseSigningKeys()
 
-    /// Re-reads the answer-signing keys (`auth.responseSigningKey`, `auth.nextResponseSigningKey`)
-    /// from a freshly loaded configuration and switches to them at once — what `serve` does on
-    /// SIGHUP, so a rotation needs no restart. Signing must have been on at start (turning it on
-    /// or off takes a restart); on any problem the keys in use stay and the error says why.
+    /// Re-reads the answer-signing keys from a freshly loaded configuration and switches to them
+    /// at once — what `serve` does on SIGHUP, so a rotation needs no restart. Signing must have
+    /// been on at start (turning it on or off takes a restart); on any problem the keys in use
+    /// stay and the error says why.
     public func reloadResponseSigningKeys(from configuration: ServerConfiguration) throws -> String {
         guard responseSigner != nil else {
             throw ServerConfiguration.Invalid(
-                key: "auth.responseSigningKey", "answers were not signed at start: turning signing on takes a restart")
+                key: "auth.responseSigningKeys", "answers were not signed at start: turning signing on takes a restart")
         }
-        guard let value = configuration.responseSigningKey else {
+        try configuration.validate()
+        let signers = try configuration.signingKeySources.map {
+            try ServerConfiguration.responseSigner($0, key: "auth.responseSigningKeys")
+        }
+        guard let current = signers.first else {
             throw ServerConfiguration.Invalid(
-                key: "auth.responseSigningKey", "is not set: turning signing off takes a restart")
+                key: "auth.responseSigningKeys", "no key is set: turning signing off takes a restart")
         }
-        let current = try ServerConfiguration.responseSigner(value)
-        let next = try configuration.nextResponseSigningKey.map {
-            try ServerConfiguration.responseSigner($0, key: "auth.nextResponseSigningKey")
-        }
-        responseSigningKeys.set(current: current, next: next)
-        return "answers are signed with key \(current.keyId)" + (next.map { ", next key \($0.keyId) published" } ?? "")
+        responseSigningKeys.set(signers)
+        let others = signers.dropFirst().map(\.keyId)
+        return "answers are signed with key \(current.keyId)"
+            + (others.isEmpty ? "" : "; also published: \(others.joined(separator: ", "))")
     }
 
     /// The public halves (raw, base64) of the keys an app build should hold now: the one answers
-    /// are signed with, then the next one during a rotation. Empty when answers are not signed.
-    public var responseSigningPublicKeys: [String] {
-        [responseSigningKeys.current, responseSigningKeys.next].compactMap { $0?.publicKeyBase64 }
-    }
+    /// are signed with first. Empty when answers are not signed.
+    public var responseSigningPublicKeys: [String] { responseSigningKeys.all.map(\.publicKeyBase64) }
     /// Whether a rejected proof was signed by a trusted or Apple root (`TrustPolicy.provenanceVerifiers`).
     var provenance: (signedData: SignedDataVerifier, receipts: AppReceiptVerifier)? = nil
     /// The last comparison of this server's clock with Apple's (after a 401).
@@ -244,10 +244,10 @@ public struct StoreKeeperApp: Sendable {
         app.google = google
         app.localGooglePlay = localGooglePlay
         app.responseSigningKeys.set(
-            current: app.responseSigner,
-            next: try configuration.nextResponseSigningKey.map {
-                try ServerConfiguration.responseSigner($0, key: "auth.nextResponseSigningKey")
-            })
+            (app.responseSigner.map { [$0] } ?? [])
+                + (try configuration.responseSigningKeys.dropFirst().map {
+                    try ServerConfiguration.responseSigner($0, key: "auth.responseSigningKeys")
+                }))
         app.analyticsRates = AnalyticsRatesSource(configuration: configuration)
         return app
     }
@@ -295,8 +295,10 @@ public struct StoreKeeperApp: Sendable {
     static func responseSigner(_ configuration: ServerConfiguration, dataDirectory: URL, logger: Logger) throws
         -> ResponseSigner?
     {
-        if let configured = configuration.responseSigningKey {
-            return try ServerConfiguration.responseSigner(configured)
+        if let first = configuration.signingKeySources.first {
+            return try ServerConfiguration.responseSigner(
+                first,
+                key: configuration.responseSigningKeys.isEmpty ? "auth.responseSigningKey" : "auth.responseSigningKeys")
         }
         guard configuration.mode == .demo else { return nil }
         let file = dataDirectory.appendingPathComponent("response-signing-key.pem")

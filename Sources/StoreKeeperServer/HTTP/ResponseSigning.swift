@@ -220,27 +220,25 @@ struct SignResponses: RouterMiddleware {
     }
 }
 
-/// The answer-signing keys in use: the one answers are signed with, and the next one published
-/// for app builds during a rotation. `rotate()` switches to the next (what a restart with the
-/// keys swapped in the configuration does; tests and the simulator's rotation use it in place).
+/// The answer-signing keys in use (`auth.responseSigningKeys`): the first signs, every one is
+/// published for app builds. `rotate()` makes the second the signing key (what reordering the
+/// configuration and a SIGHUP do; tests and the simulator's rotation use it in place).
 final class ResponseSigningKeys: Sendable {
-    private let keys: Mutex<(current: ResponseSigner?, next: ResponseSigner?)>
+    private let keys: Mutex<[ResponseSigner]>
 
-    init(current: ResponseSigner? = nil, next: ResponseSigner? = nil) {
-        keys = Mutex((current, next))
-    }
+    init(_ keys: [ResponseSigner] = []) { self.keys = Mutex(keys) }
 
-    var current: ResponseSigner? { keys.withLock { $0.current } }
-    var next: ResponseSigner? { keys.withLock { $0.next } }
+    var current: ResponseSigner? { keys.withLock { $0.first } }
+    var all: [ResponseSigner] { keys.withLock { $0 } }
 
-    func set(current: ResponseSigner?, next: ResponseSigner?) { keys.withLock { $0 = (current, next) } }
+    func set(_ signers: [ResponseSigner]) { keys.withLock { $0 = signers } }
 
-    /// The next key signs from now on; none is published as next any more.
+    /// The second key signs from now on (the first stays published after it).
     @discardableResult
     func rotate() -> Bool {
         keys.withLock { keys in
-            guard let next = keys.next else { return false }
-            keys = (next, nil)
+            guard keys.count > 1 else { return false }
+            keys = Array(keys.dropFirst()) + [keys[0]]
             return true
         }
     }

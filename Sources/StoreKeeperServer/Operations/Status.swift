@@ -28,14 +28,16 @@ struct StatusJSON: Encodable {
     var appleClockSkewSeconds: Double?
     /// The public half of `auth.responseSigningKey` (absent when answers are not signed).
     var responseSigningKey: SigningKey?
-    /// Every answer-signing key an app build should carry now: the one answers are signed with
-    /// (`use: "signing"`), and during a rotation the next one (`use: "next"`).
+    /// Every answer-signing key an app build should carry now (`auth.responseSigningKeys`): the
+    /// one answers are signed with first (`use: "signing"`), then the others (`use: "published"`:
+    /// the next one during a rotation).
     var responseSigningKeys: [SigningKey]?
 
     struct SigningKey: Encodable {
         var algorithm = "Ed25519"
-        /// What `StoreKeeper-Signature-Key` and a v2 signature name.
-        var keyId: String
+        /// What `StoreKeeper-Signature-Key` and a v2 signature name: the first 16 hex digits of
+        /// the SHA-256 of the raw public key.
+        var id: String
         var use: String
         /// The raw 32-byte public key, base64: what the app is configured with.
         var publicKey: String
@@ -59,15 +61,12 @@ struct StatusJSON: Encodable {
         localAppStoreTrusted = app.trust.localAppStoreTrusted
         localAppStoreMounted = app.localAppStore != nil
         appleClockSkewSeconds = app.clock.withLock { $0?.skewSeconds }
-        responseSigningKey = app.responseSigningKeys.current.map {
-            SigningKey(keyId: $0.keyId, use: "signing", publicKey: $0.publicKeyBase64, sha256: $0.fingerprint)
+        let keys = app.responseSigningKeys.all.enumerated().map { index, signer in
+            SigningKey(
+                id: signer.keyId, use: index == 0 ? "signing" : "published", publicKey: signer.publicKeyBase64,
+                sha256: signer.fingerprint)
         }
-        if let current = responseSigningKey {
-            responseSigningKeys =
-                [current]
-                + (app.responseSigningKeys.next.map {
-                    [SigningKey(keyId: $0.keyId, use: "next", publicKey: $0.publicKeyBase64, sha256: $0.fingerprint)]
-                } ?? [])
-        }
+        responseSigningKey = keys.first
+        responseSigningKeys = keys.isEmpty ? nil : keys
     }
 }

@@ -90,7 +90,8 @@ public struct HTTPBackend: Backend {
     }
 
     /// `responseSigningKeys`: every key the server may sign with while this build is installed —
-    /// the current one and, once `GET /v1/status` lists it, the next (`use: "next"`).
+    /// every one `GET /v1/status` lists in `responseSigningKeys` (the current and, during a
+    /// rotation, the next).
     public init(
         baseURL: URL, appId: String? = nil, timeout: TimeInterval = 30,
         transport: HTTPTransport = URLSessionTransport(),

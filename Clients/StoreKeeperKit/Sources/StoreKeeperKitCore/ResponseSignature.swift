@@ -6,9 +6,8 @@ import Foundation
     import Crypto
 #endif
 
-/// One of the server's answer-signing public keys (`auth.responseSigningKey`, and during a
-/// rotation `auth.nextResponseSigningKey`; `GET /v1/status` lists both in
-/// `responseSigningKeys`). Given them, the SDK takes an account or purchase answer only when its
+/// One of the server's answer-signing public keys (`auth.responseSigningKeys`: the first signs,
+/// `GET /v1/status` lists every one in `responseSigningKeys`). Given them, the SDK takes an account or purchase answer only when its
 /// `StoreKeeper-Signature` verifies with the key it names, over this request's nonce, method,
 /// path and body digest and the answer's status and body — a man in the middle (seed 004's
 /// IAPFree) can neither forge a verdict, replay one, nor settle a changed request with it.
