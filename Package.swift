@@ -117,7 +117,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        // The product catalog file shared by the server and the local App Store (API.md).
+        // The product catalog file shared by the server and the local App Store (docs/api.md).
         .target(
             name: "StoreKeeperCatalog",
             dependencies: [.product(name: "Yams", package: "Yams")]
@@ -136,7 +136,7 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
-        // The HTTP API of API.md on Hummingbird.
+        // The HTTP API of docs/api.md on Hummingbird.
         .target(
             name: "StoreKeeperServer",
             dependencies: [

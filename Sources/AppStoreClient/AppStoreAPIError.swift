@@ -1,7 +1,7 @@
 import Foundation
 
 /// A failed call to Apple (App Store Server API or verifyReceipt), classified so callers know
-/// whether to retry, when, or to give up (shared/spec/server-api.md §3, receipts.md §3.1).
+/// whether to retry, when, or to give up (Apple's App Store Server API documentation §3, receipts.md §3.1).
 public struct AppStoreAPIError: Error, Hashable, Sendable, CustomStringConvertible {
     public enum Kind: Hashable, Sendable {
         /// 401: the token was refused (key, issuer, bundle id, clock). Fix configuration.

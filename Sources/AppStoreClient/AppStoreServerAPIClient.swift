@@ -4,7 +4,7 @@ import Foundation
 import NIOCore
 import NIOHTTP1
 
-/// Client of the App Store Server API (shared/spec/server-api.md): ES256 token per request,
+/// Client of the App Store Server API (Apple's App Store Server API documentation): ES256 token per request,
 /// typed responses, Apple's error classes, `Retry-After` honoured, bounded retries.
 public final class AppStoreServerAPIClient: Sendable {
     public struct Configuration: Sendable {

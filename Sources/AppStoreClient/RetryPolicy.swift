@@ -4,7 +4,7 @@ import NIOCore
 /// How a client retries retryable failures on its own before giving up to the caller.
 ///
 /// Kept short by default: a server that must answer its own client quickly turns a failure
-/// into a durable job instead of waiting here (ARCHITECTURE.md invariant 5).
+/// into a durable job instead of waiting here (docs/architecture.md invariant 5).
 public struct RetryPolicy: Sendable, Hashable {
     /// Total attempts, including the first (1 = never retry).
     public var maxAttempts: Int

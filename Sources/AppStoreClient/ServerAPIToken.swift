@@ -1,7 +1,7 @@
 import Foundation
 import JWTKit
 
-/// The claims of an App Store Server API bearer token (shared/spec/server-api.md §2).
+/// The claims of an App Store Server API bearer token (Apple's App Store Server API documentation §2).
 public struct ServerAPIClaims: JWTPayload, Equatable {
     public var iss: IssuerClaim
     public var iat: IssuedAtClaim

@@ -4,7 +4,7 @@ import Foundation
 import NIOCore
 import NIOHTTP1
 
-/// Client of Apple's legacy `verifyReceipt` (shared/spec/receipts.md §1–3): production first,
+/// Client of Apple's legacy `verifyReceipt` (Apple's receipt documentation §1–3): production first,
 /// 21007 → sandbox, 21008 → production, every status classified.
 public final class VerifyReceiptClient: Sendable {
     public struct Configuration: Sendable {

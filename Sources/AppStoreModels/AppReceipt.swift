@@ -1,6 +1,6 @@
 import Foundation
 
-/// A StoreKit 1 app receipt as decoded from its ASN.1 payload (shared/spec/receipts.md §4.3).
+/// A StoreKit 1 app receipt as decoded from its ASN.1 payload (Apple's receipt documentation §4.3).
 public struct AppReceipt: Hashable, Sendable {
     /// Attribute 0: `Production`, `ProductionSandbox`, `Xcode`, … (undocumented but observed).
     public var receiptType: String?

@@ -1,4 +1,4 @@
-/// The decoded payload of a `JWSAppTransaction` (shared/spec/jws.md §6).
+/// The decoded payload of a `JWSAppTransaction` (Apple's JWS documentation §6).
 public struct AppTransaction: Codable, Hashable, Sendable {
     public var appAppleId: Int64?
     public var appTransactionId: String?

@@ -5,7 +5,7 @@
 /// re-encoding unchanged and can still be logged (`isKnown == false`).
 public protocol AppleEnum: RawRepresentable, Hashable, Sendable, Codable, CustomStringConvertible
 where RawValue: Codable & Hashable & Sendable {
-    /// The values documented in `shared/spec`.
+    /// The values Apple documents.
     static var knownValues: [Self] { get }
     init(rawValue: RawValue)
 }

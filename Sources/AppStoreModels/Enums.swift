@@ -1,4 +1,4 @@
-// Every enumeration in Apple's payloads (shared/spec/jws.md §4.1, §5, notifications.md,
+// Every enumeration in Apple's payloads (Apple's JWS documentation §4.1, §5, notifications.md,
 // server-api.md). Raw values are exactly Apple's.
 
 /// Product type of a transaction (`type`).

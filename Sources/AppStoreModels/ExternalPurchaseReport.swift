@@ -1,4 +1,4 @@
-/// External Purchase Server API (shared/spec/apple-2026.md §8): `PUT /externalPurchase/v1/reports`.
+/// External Purchase Server API (Apple's 2025–26 App Store documentation §8): `PUT /externalPurchase/v1/reports`.
 public struct ExternalPurchaseReport: Codable, Hashable, Sendable {
     /// `LINE_ITEM`, `NO_LINE_ITEM`, `UNRECOGNIZED_TOKEN`, `DUPLICATE_TOKEN`.
     public var requestIdentifier: String?

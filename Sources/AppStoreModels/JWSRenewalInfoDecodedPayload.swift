@@ -1,4 +1,4 @@
-/// The decoded payload of a `JWSRenewalInfo` (shared/spec/jws.md §5). It has no `bundleId`.
+/// The decoded payload of a `JWSRenewalInfo` (Apple's JWS documentation §5). It has no `bundleId`.
 public struct JWSRenewalInfoDecodedPayload: Codable, Hashable, Sendable {
     public var originalTransactionId: String?
     public var productId: String?

@@ -1,4 +1,4 @@
-/// The decoded payload of a `JWSTransaction` (shared/spec/jws.md §4).
+/// The decoded payload of a `JWSTransaction` (Apple's JWS documentation §4).
 ///
 /// Every field is optional because Apple adds and omits fields over time; ids are strings,
 /// dates are epoch milliseconds, prices are milliunits of `currency`.

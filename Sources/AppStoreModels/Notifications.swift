@@ -4,7 +4,7 @@ public struct ResponseBodyV2: Codable, Hashable, Sendable {
     public init(signedPayload: String? = nil) { self.signedPayload = signedPayload }
 }
 
-/// The decoded `signedPayload` of a V2 notification (shared/spec/notifications.md §2).
+/// The decoded `signedPayload` of a V2 notification (Apple's App Store Server Notifications V2 documentation §2).
 /// Exactly one of `data`, `summary`, `externalPurchaseToken`, `appData` is present.
 public struct ResponseBodyV2DecodedPayload: Codable, Hashable, Sendable {
     public var notificationType: NotificationType?

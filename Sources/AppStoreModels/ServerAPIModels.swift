@@ -1,4 +1,4 @@
-// Request and response bodies of the App Store Server API (shared/spec/server-api.md §5).
+// Request and response bodies of the App Store Server API (Apple's App Store Server API documentation §5).
 
 /// `TransactionInfoResponse` (Get Transaction Info).
 public struct TransactionInfoResponse: Codable, Hashable, Sendable {

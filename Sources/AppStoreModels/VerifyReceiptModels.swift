@@ -1,4 +1,4 @@
-// The legacy verifyReceipt web service (shared/spec/receipts.md §2–3). Key names keep
+// The legacy verifyReceipt web service (Apple's receipt documentation §2–3). Key names keep
 // Apple's hyphens and underscores.
 
 /// The verifyReceipt request body (`requestBody`).

@@ -5,7 +5,7 @@ import SwiftASN1
 import X509
 import _CryptoExtras
 
-/// A certificate authority shaped like Apple's (shared/spec/jws.md §2): a P-384 root, an
+/// A certificate authority shaped like Apple's (Apple's JWS documentation §2): a P-384 root, an
 /// intermediate carrying the WWDR OID, a P-256 leaf carrying the receipt-signing OID; and for
 /// app receipts the same three levels in RSA. Everything it signs verifies with
 /// `AppStoreVerification` when its root is trusted, and with nothing else.

@@ -2,7 +2,7 @@ import AppStoreModels
 import Foundation
 import SwiftASN1
 
-/// Decodes the ASN.1 payload of an app receipt (shared/spec/receipts.md §4.2–4.5).
+/// Decodes the ASN.1 payload of an app receipt (Apple's receipt documentation §4.2–4.5).
 ///
 /// One pass over the attributes, each value parsed once: linear in the receipt's size.
 /// Every length is checked by swift-asn1 against the bytes actually present and nesting is

@@ -3,7 +3,7 @@ import Foundation
 import SwiftASN1
 import X509
 
-/// Verifies a StoreKit 1 app receipt offline (shared/spec/receipts.md §4.6): the PKCS#7
+/// Verifies a StoreKit 1 app receipt offline (Apple's receipt documentation §4.6): the PKCS#7
 /// signature, its chain to Apple Inc. Root at the receipt's creation date, Apple's OIDs,
 /// then the bundle id and environment.
 public struct AppReceiptVerifier: Sendable {

@@ -1,7 +1,7 @@
 import SwiftASN1
 import X509
 
-/// Apple's certificate-policy OIDs (shared/spec/jws.md §2 step 6).
+/// Apple's certificate-policy OIDs (Apple's JWS documentation §2 step 6).
 public enum AppleOID {
     /// Mac App Store and iTunes Store receipt signing: on the leaf.
     public static let receiptSigning: ASN1ObjectIdentifier = [1, 2, 840, 113_635, 100, 6, 11, 1]

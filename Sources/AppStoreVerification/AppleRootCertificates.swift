@@ -2,7 +2,7 @@ import Foundation
 
 /// Apple's public root certificates, built into the binary so verification needs no files.
 ///
-/// Source: apple.com/certificateauthority (copies in `shared/certs`). They are public and
+/// Source: apple.com/certificateauthority (embedded below). They are public and
 /// are only ever used as trust anchors.
 public enum AppleRootCertificates {
     /// Apple Root CA - G3 (P-384): the anchor of every App Store JWS.

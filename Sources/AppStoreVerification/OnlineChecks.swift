@@ -10,7 +10,7 @@ public protocol OCSPTransport: Sendable {
     func send(request: [UInt8], to uri: String) async throws -> [UInt8]
 }
 
-/// OCSP revocation checking of leaf and intermediate, hard-fail (shared/spec/jws.md §2 step 7).
+/// OCSP revocation checking of leaf and intermediate, hard-fail (Apple's JWS documentation §2 step 7).
 public struct OnlineChecks: Sendable {
     public var transport: any OCSPTransport
     /// How long a chain whose OCSP answer was good is reused without asking again (Apple's

@@ -74,7 +74,7 @@ public struct VerifiedNotification: Hashable, Sendable {
     public var appTransaction: AppTransaction?
 }
 
-/// Verifies App Store JWS objects offline (shared/spec/jws.md §2): ES256 only, x5c of exactly
+/// Verifies App Store JWS objects offline (Apple's JWS documentation §2): ES256 only, x5c of exactly
 /// three, path leaf → intermediate → a configured root, RFC 5280 validity at the signing date,
 /// Apple's OIDs, the signature, then the per-kind checks.
 ///

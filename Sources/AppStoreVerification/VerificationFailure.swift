@@ -2,7 +2,7 @@ import AppStoreModels
 
 /// Why a proof of purchase was not accepted.
 ///
-/// Each case is one error code of the HTTP API (`shared/design/API.md`), so the HTTP layer
+/// Each case is one error code of the HTTP API (docs/api.md), so the HTTP layer
 /// maps failures in one place and callers switch on cases rather than parse strings.
 public enum VerificationFailure: Error, Hashable, Sendable, CustomStringConvertible {
     /// Not a well-formed signed object, a signature that does not verify, or an

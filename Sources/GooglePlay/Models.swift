@@ -1,7 +1,7 @@
 import Foundation
 
 // Google Play Developer API and Real-time developer notification payloads
-// (../shared/spec/google-play.md). int64 values travel as JSON strings; enums of v2 resources
+// (Google's Android Publisher API, v3). int64 values travel as JSON strings; enums of v2 resources
 // are strings, of v1 resources integers. Every type decodes leniently: unknown fields are
 // ignored, unknown enum values kept raw.
 

@@ -4,7 +4,7 @@ import Foundation
 import Hummingbird
 import StoreKeeperCatalog
 
-/// What Apple added in 2025–2026, as Apple does it (shared/spec/apple-2026.md): app
+/// What Apple added in 2025–2026, as Apple does it (Apple's 2025–26 App Store documentation): app
 /// transactions (Get App Transaction Info), RESCIND_CONSENT, external purchase tokens and the
 /// External Purchase Server API.
 extension LocalAppStore {

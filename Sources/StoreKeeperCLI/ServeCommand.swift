@@ -10,7 +10,7 @@ import StoreKeeperStorage
 struct ServeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "serve",
-        abstract: "Run the StoreKeeper server (API.md).",
+        abstract: "Run the StoreKeeper server (docs/api.md).",
         discussion: """
             With no configuration at all (no --config, no APPLE_* variable) it starts in demo mode: \
             127.0.0.1:8080, ./storekeeper.sqlite, and the built-in local App Store, trusted — for trying \

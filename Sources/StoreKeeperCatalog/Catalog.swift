@@ -1,7 +1,7 @@
 import Foundation
 import Yams
 
-/// The product catalog (shared/design/API.md "Product catalog"): what each App Store product
+/// The product catalog (docs/configuration.md, the catalog): what each App Store product
 /// id is and what it grants. One file serves the server and the local App Store.
 ///
 /// ```yaml
@@ -97,7 +97,7 @@ public struct Catalog: Hashable, Sendable {
 
         enum CodingKeys: String, CodingKey { case products, retention, refunds }
 
-        /// A list item of `retention` with a product's `id` and `type` is a product: API.md's
+        /// A list item of `retention` with a product's `id` and `type` is a product: docs/api.md's
         /// example catalog lists `season_pass` after the retention rules, at their indentation.
         enum Entry: Decodable {
             case rule(RetentionRule)

@@ -1,7 +1,7 @@
 import Foundation
 
 /// A promotional offer set up in App Store Connect for an auto-renewable product, with the
-/// policy StoreKeeper signs it by (API.md "Product catalog", `../spec/offers.md` §1–2, §7).
+/// policy StoreKeeper signs it by (docs/api.md "Product catalog", `../spec/offers.md` §1–2, §7).
 ///
 /// ```yaml
 /// offers:
@@ -126,7 +126,7 @@ public struct OfferCodeRule: Codable, Hashable, Sendable {
     }
 }
 
-/// One answer to Apple's Get Retention Message, chosen when `when` matches (API.md catalog
+/// One answer to Apple's Get Retention Message, chosen when `when` matches (docs/api.md catalog
 /// `retention`, `../spec/offers.md` §5.2). Exactly one of `message`, `alternateProduct`,
 /// `promotionalOffer`.
 public struct RetentionRule: Codable, Hashable, Sendable {

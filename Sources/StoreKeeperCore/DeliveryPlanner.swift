@@ -5,7 +5,7 @@ import StoreKeeperCatalog
 /// Decides what a verified transaction delivers, to whom, and what else must be recorded —
 /// a pure function. The caller loads the `Context` and commits the `Plan` (order update,
 /// grants, ledger entries, ownership binding, anomalies, outbox, audit) in one database
-/// transaction, so a delivery happens entirely or not at all (ARCHITECTURE.md invariant 1).
+/// transaction, so a delivery happens entirely or not at all (docs/architecture.md invariant 1).
 public enum DeliveryPlanner {
     /// What storage knows that bears on one transaction.
     public struct Context: Sendable {
@@ -101,7 +101,7 @@ public enum DeliveryPlanner {
         }
     }
 
-    /// The per-transaction outcome of API.md.
+    /// The per-transaction outcome of docs/api.md.
     public enum Outcome: String, Hashable, Sendable {
         case delivered
         case alreadyDelivered = "already_delivered"

@@ -2,7 +2,7 @@ import AppStoreModels
 import Foundation
 import StoreKeeperCatalog
 
-/// An order, created before payment so a payment always has somewhere to land (API.md).
+/// An order, created before payment so a payment always has somewhere to land (docs/api.md).
 public struct Order: Codable, Hashable, Sendable {
     public enum Status: String, Codable, Hashable, Sendable {
         case created, pending, delivered, cancelled, refunded, failed
@@ -85,7 +85,7 @@ public enum Store: String, Sendable, Hashable, Codable, CaseIterable {
     case web
 }
 
-/// Something an operator must look at (API.md anomaly kinds).
+/// Something an operator must look at (docs/api.md anomaly kinds).
 public struct AnomalyDraft: Hashable, Sendable {
     public enum Kind: String, Hashable, Sendable {
         case unattributedTransaction = "unattributed_transaction"

@@ -90,7 +90,7 @@ public struct NotificationRecord: Codable, Sendable, Hashable {
     }
 }
 
-/// What each notification type does (shared/spec/notifications.md §3): a pure routing
+/// What each notification type does (Apple's App Store Server Notifications V2 documentation §3): a pure routing
 /// decision, one place, so every type and subtype is either applied or deliberately ignored.
 public enum NotificationPlanner {
     public enum Action: Sendable, Hashable {
@@ -158,7 +158,7 @@ public enum NotificationPlanner {
 /// What a refund (or a Family Sharing revocation) takes back, and what its reversal gives
 /// back — pure: storage reads the delivery and the account's balance, commits the plan.
 ///
-/// A refund takes back what it refunded, once (ARCHITECTURE.md invariant 7): a full refund or
+/// A refund takes back what it refunded, once (docs/architecture.md invariant 7): a full refund or
 /// a Family Sharing revocation everything, a `REFUND_PRORATED` one `revocationPercentage` of
 /// the credit, rounded down (never more than the refunded share). What was taken back so far
 /// is stored, so a repeated refund takes nothing more, a later larger one only the difference,

@@ -1,7 +1,7 @@
 import AppStoreModels
 import Foundation
 
-/// An auto-renewable subscription's status, as API.md lists it.
+/// An auto-renewable subscription's status, as docs/api.md lists it.
 public enum SubscriptionStatus: String, Sendable, Hashable, Codable, CaseIterable {
     case active
     case gracePeriod = "grace_period"

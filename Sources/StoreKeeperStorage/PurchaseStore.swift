@@ -7,7 +7,7 @@ import StoreKeeperCore
 
 /// Orders and deliveries on the database: every delivery is planned and committed inside one
 /// database transaction, keyed by transactionId, so concurrent and repeated submissions —
-/// from one or many server instances — deliver exactly once (ARCHITECTURE.md invariant 1).
+/// from one or many server instances — deliver exactly once (docs/architecture.md invariant 1).
 public struct PurchaseStore: Sendable {
     public let database: Database
     let batcher: DeliveryBatcher

@@ -4,7 +4,7 @@ import Testing
 
 @testable import AppStoreVerification
 
-/// Genuine Apple-signed data (Tests/Fixtures, from shared/vectors): accepted against Apple's
+/// Genuine Apple-signed data (Tests/Fixtures): accepted against Apple's
 /// real roots at the signing date, rejected after any one-byte edit.
 @Suite struct AppleVectorTests {
     static let transactionJWS = Fixtures.text("apple-transaction-sandbox-consumable.jws")

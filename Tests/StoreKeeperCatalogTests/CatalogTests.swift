@@ -89,7 +89,7 @@ import Testing
     }
 }
 
-/// The catalog's offers and retention rules (API.md "Product catalog").
+/// The catalog's offers and retention rules (docs/api.md "Product catalog").
 @Suite struct CatalogOfferTests {
     static let valid = """
         products:

@@ -5,7 +5,7 @@ import Testing
 
 @testable import StoreKeeperCore
 
-/// ARCHITECTURE.md invariant 7: a refund takes back what it refunded, once — a table over
+/// docs/architecture.md invariant 7: a refund takes back what it refunded, once — a table over
 /// (product kind × full / prorated / family revoke × arrival order), applied to a simulated
 /// store so each row checks the state after every event, not one plan alone.
 @Suite struct RefundPlannerTests {

@@ -4,7 +4,7 @@ import Testing
 
 @testable import StoreKeeperCore
 
-/// The subscription state machine, event by event (SCENARIOS.md S1–S7): statuses, access,
+/// The subscription state machine, event by event (docs/scenarios.md S1–S7): statuses, access,
 /// product changes, refunds, and `signedDate` order.
 @Suite struct SubscriptionMachineTests {
     static let start = Date(timeIntervalSince1970: 1_767_225_600)

@@ -12,7 +12,7 @@ import Testing
 @testable import StoreKeeperServer
 
 /// Apple's 2025–2026 rules on the real server (SQLite and PostgreSQL), driven by the local App
-/// Store as Apple sends them — SCENARIOS.md A1–A5.
+/// Store as Apple sends them — docs/scenarios.md A1–A5.
 @Suite struct AppleRulesTests {
     typealias API = ServerAPITests
     typealias Relay = NotificationTests.Relay

@@ -13,7 +13,7 @@ import Testing
 @testable import StoreKeeperServer
 @testable import StoreKeeperStorage
 
-/// Faults are answers, never hangs (API.md "Errors"): a database restart, a database that is
+/// Faults are answers, never hangs (docs/api.md "Errors"): a database restart, a database that is
 /// down, a full or locked disk, overload and a refused Apple token each get a retryable answer,
 /// and afterwards every acknowledged delivery is present exactly once.
 @Suite struct AvailabilityTests {

@@ -108,7 +108,7 @@ import Testing
     }
 }
 
-/// `apps`: several apps, two stores (API.md "Several apps, two stores").
+/// `apps`: several apps, two stores (docs/api.md "Several apps, two stores").
 @Suite struct AppsConfigurationTests {
     static func keyFile() throws -> String {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("sa-\(UUID()).json").path

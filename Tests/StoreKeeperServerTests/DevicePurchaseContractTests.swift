@@ -10,7 +10,7 @@ import Testing
 
 @testable import StoreKeeperServer
 
-/// API.md "Purchases from the device" (issue 32's server contract): orders say when they
+/// docs/api.md "Purchases from the device" (issue 32's server contract): orders say when they
 /// expire and can be cancelled; a batch of signed transactions answers per entry; a receipt
 /// must contain the transaction the device reports.
 @Suite struct DevicePurchaseContractTests {

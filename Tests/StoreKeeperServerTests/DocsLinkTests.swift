@@ -67,6 +67,33 @@ import Testing
         #expect(broken.isEmpty, "\(broken)")
     }
 
+    /// The repository stands alone: no doc, help text or comment sends a reader outside it (the
+    /// team's working material is not shipped), and no relative link leaves the repository.
+    @Test func nothingPointsOutsideTheRepository() throws {
+        let root = Self.root.standardized
+        let outside = try Regex(#"\.\./shared|shared/(design|spec|vectors|certs|seeds)"#)
+        var found: [String] = []
+        let enumerator = FileManager.default.enumerator(at: root, includingPropertiesForKeys: nil)
+        while let url = enumerator?.nextObject() as? URL {
+            let path = url.path
+            if path.contains("/.build") || path.contains("/.git/") || path.contains("/Fuzz/") {
+                enumerator?.skipDescendants()
+                continue
+            }
+            guard ["md", "swift", "yaml", "yml", "sh", "py"].contains(url.pathExtension),
+                let text = try? String(contentsOf: url, encoding: .utf8)
+            else { continue }
+            if text.contains(outside) { found.append(String(path.dropFirst(root.path.count))) }
+            guard url.pathExtension == "md" else { continue }
+            for match in text.matches(of: try Regex(#"\]\(([^)\s#]+)"#)) {
+                guard let link = match.output[1].substring.map(String.init), !link.contains(":") else { continue }
+                let target = url.deletingLastPathComponent().appendingPathComponent(link).standardized.path
+                if !target.hasPrefix(root.path) { found.append("\(path.dropFirst(root.path.count)): \(link)") }
+            }
+        }
+        #expect(found.isEmpty, "\(found)")
+    }
+
     @Test func readmeIsShortAndTheIndexLinksEveryGuide() throws {
         let readme = try String(contentsOf: Self.root.appendingPathComponent("README.md"), encoding: .utf8)
         #expect(readme.split(separator: "\n", omittingEmptySubsequences: false).count < 250)

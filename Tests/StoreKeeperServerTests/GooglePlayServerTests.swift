@@ -14,7 +14,7 @@ import Testing
 
 @testable import StoreKeeperServer
 
-/// Google Play beside the App Store (API.md "Several apps, two stores"): the real server on
+/// Google Play beside the App Store (docs/api.md "Several apps, two stores"): the real server on
 /// SQLite and PostgreSQL, the local Google Play over HTTP as Google, through the Play
 /// Developer API client.
 @Suite struct GooglePlayServerTests {

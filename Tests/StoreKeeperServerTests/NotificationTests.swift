@@ -10,7 +10,7 @@ import Testing
 
 /// App Store Server Notifications through `POST /v1/notifications/apple` on the real server
 /// (SQLite and PostgreSQL), sent by the local App Store as Apple sends them, applied by the
-/// job runner — SCENARIOS.md S1–S7.
+/// job runner — docs/scenarios.md S1–S7.
 @Suite struct NotificationTests {
     typealias API = ServerAPITests
 

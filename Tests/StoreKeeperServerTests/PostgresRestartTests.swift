@@ -150,7 +150,7 @@ import Testing
                 let started = ContinuousClock.now
                 let health = try await API.call(client, .get, "/healthz", token: nil)
                 #expect(health.status == .serviceUnavailable)
-                // API.md: /healthz answers within 2 s; a loaded machine may add seconds of its own,
+                // docs/api.md: /healthz answers within 2 s; a loaded machine may add seconds of its own,
                 // so this checks only that it answers rather than hangs (never a wall-time race).
                 #expect(ContinuousClock.now - started < .seconds(60))
             } catch {

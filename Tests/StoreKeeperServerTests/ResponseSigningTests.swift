@@ -11,7 +11,7 @@ import Testing
 
 @testable import StoreKeeperServer
 
-/// `auth.responseSigningKey` (API.md "Purchases from the device"): answers to account reads and
+/// `auth.responseSigningKey` (docs/api.md "Purchases from the device"): answers to account reads and
 /// purchases carry `StoreKeeper-Signature`, Ed25519 over the request's nonce, its path and the
 /// body — so a man in the middle can neither make nor change nor replay one.
 @Suite struct ResponseSigningTests {

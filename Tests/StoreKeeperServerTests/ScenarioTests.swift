@@ -7,7 +7,7 @@ import Testing
 
 @testable import StoreKeeperServer
 
-/// SCENARIOS.md P10–P12 through the HTTP API, on SQLite and PostgreSQL, with the local App
+/// docs/scenarios.md P10–P12 through the HTTP API, on SQLite and PostgreSQL, with the local App
 /// Store doing what StoreKit does.
 @Suite struct ScenarioTests {
     static func order(_ client: any TestClientProtocol, account: String, product: String) async throws -> (

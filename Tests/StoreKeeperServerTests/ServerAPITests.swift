@@ -13,7 +13,7 @@ import Testing
 
 @testable import StoreKeeperServer
 
-/// The HTTP API of API.md against the real server on a real database (SQLite, and PostgreSQL
+/// The HTTP API of docs/api.md against the real server on a real database (SQLite, and PostgreSQL
 /// when STOREKEEPER_TEST_POSTGRES_URL is set), with the local App Store signing the proofs.
 @Suite struct ServerAPITests {
     static let secret = "sk_test_secret_0123456789abcdefghij"

@@ -11,7 +11,7 @@ import Testing
 
 @testable import StoreKeeperServer
 
-/// Several App Store apps in one deployment (API.md "Several apps, two stores"): each app's
+/// Several App Store apps in one deployment (docs/api.md "Several apps, two stores"): each app's
 /// signed data verified against its own bundle and App Store id, its purchases landing in the
 /// one account with their app recorded on every row, answer and webhook event.
 @Suite struct SeveralAppsTests {

@@ -4,7 +4,7 @@ import Testing
 
 @testable import StoreKeeperServer
 
-/// Auto-renewable subscriptions submitted by an app show in `GET /v1/accounts/{id}` as API.md
+/// Auto-renewable subscriptions submitted by an app show in `GET /v1/accounts/{id}` as docs/api.md
 /// lists them, moved forward by each newer period and never back by an older one (first
 /// slice of issue 9: the submitted-transaction path through SubscriptionMachine).
 @Suite struct SubscriptionAccountTests {

@@ -8,7 +8,7 @@ import Testing
 @testable import LocalAppStore
 @testable import StoreKeeperServer
 
-/// Customer support (API.md, secret key) on the real server: renewal-date extensions through
+/// Customer support (docs/api.md, secret key) on the real server: renewal-date extensions through
 /// the job queue to the local App Store (Apple's rules, the same request identifier on every
 /// retry), mass extensions with their status, and operator grants that end on time.
 @Suite struct SupportTests {

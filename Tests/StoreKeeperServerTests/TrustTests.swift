@@ -59,7 +59,7 @@ import Testing
         )
     }
 
-    /// The configuration a production team writes (API.md, docs/configuration.md): identity,
+    /// The configuration a production team writes (docs/api.md, docs/configuration.md): identity,
     /// environments, keys, an inline catalog — and no roots, no Server API key.
     static func productionYAML(databaseURL: String, bundleId: String, environments: String = "[Production, Sandbox]")
         -> String

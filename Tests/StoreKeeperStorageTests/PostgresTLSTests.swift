@@ -9,7 +9,7 @@ import Testing
     import Glibc
 #endif
 
-/// `database.url`'s sslmode (API.md): TLS to PostgreSQL as libpq means it, `require` by default
+/// `database.url`'s sslmode (docs/api.md): TLS to PostgreSQL as libpq means it, `require` by default
 /// for any host but loopback, and a password never sent to a server that refuses TLS.
 @Suite struct PostgresTLSTests {
     static let base = ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_URL"]

@@ -15,7 +15,7 @@ import Synchronization
 
 /// Account reads and debits.
 extension StoreKeeperApp {
-    /// The account as API.md shows it; `state` when the caller already read it.
+    /// The account as docs/api.md shows it; `state` when the caller already read it.
     func account(_ accountId: String, state: PurchaseStore.AccountState? = nil) async throws -> AccountJSON {
         let now = readClock()
         let state = if let state { state } else { try await store.account(accountId) }

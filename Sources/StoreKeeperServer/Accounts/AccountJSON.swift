@@ -3,7 +3,7 @@ import Foundation
 import StoreKeeperCore
 import StoreKeeperStorage
 
-// The JSON bodies of API.md: camelCase keys, ISO 8601 UTC timestamps, Apple ids as strings.
+// The JSON bodies of docs/api.md: camelCase keys, ISO 8601 UTC timestamps, Apple ids as strings.
 
 struct AccountJSON: Encodable {
     struct Entitlement: Encodable {
@@ -12,7 +12,7 @@ struct AccountJSON: Encodable {
         var productId: String?
         var expiresAt: String?
         var originalTransactionId: String?
-        /// `purchase`, `subscription` or `grant` (API.md).
+        /// `purchase`, `subscription` or `grant` (docs/api.md).
         var source: String
         var grantId: String?
     }

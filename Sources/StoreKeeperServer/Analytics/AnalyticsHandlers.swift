@@ -5,7 +5,7 @@ import StoreKeeperCore
 import StoreKeeperStorage
 import Synchronization
 
-/// `GET /v1/analytics/{metric}` (API.md, "Analytics and exports"; docs/analytics.md).
+/// `GET /v1/analytics/{metric}` (docs/api.md, "Analytics and exports"; docs/analytics.md).
 struct AnalyticsController {
     let app: StoreKeeperApp
 
@@ -46,7 +46,7 @@ struct AnalyticsRequest: Sendable {
             guard value.utf8.count <= 200 else { throw APIError.badRequest("'\(name)' is too long") }
             return value
         }
-        // `timeZone` (an extension of API.md's query): another zone than analytics.timeZone.
+        // `timeZone` (an extension of docs/api.md's query): another zone than analytics.timeZone.
         var timeZone = app.configuration.analyticsTimeZone
         if let zone = try text("timeZone") {
             guard let named = TimeZone(identifier: zone), zone.contains("/") || zone == "UTC" else {
@@ -126,7 +126,7 @@ struct AnalyticsRequest: Sendable {
     }
 }
 
-/// The answer: API.md's `{"metric", "interval", "points"}` and what a reader needs to trust it.
+/// The answer: docs/api.md's `{"metric", "interval", "points"}` and what a reader needs to trust it.
 public struct AnalyticsReportJSON: Encodable, Sendable {
     struct Point: Encodable, Sendable {
         var start: String

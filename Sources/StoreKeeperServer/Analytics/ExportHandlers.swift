@@ -4,7 +4,7 @@ import Hummingbird
 import StoreKeeperStorage
 
 /// `GET /v1/export/{events|transactions|subscriptions}?since=…&cursor=…&format=csv|ndjson&limit=…`:
-/// a page of rows and, while more follow, `Next-Cursor` (API.md).
+/// a page of rows and, while more follow, `Next-Cursor` (docs/api.md).
 struct ExportController {
     let app: StoreKeeperApp
     static let defaultLimit = 1_000

@@ -8,7 +8,7 @@ import StoreKeeperCore
 import StoreKeeperStorage
 import Yams
 
-/// Everything `storekeeper serve` reads, with API.md's keys. One file (JSON or YAML) and the
+/// Everything `storekeeper serve` reads, with docs/api.md's keys. One file (JSON or YAML) and the
 /// environment (`apple.bundleId` ↔ `APPLE_BUNDLEID`); the environment wins.
 public struct ServerConfiguration: Sendable {
     /// Demo mode runs and trusts the built-in local App Store; it is chosen only when there is
@@ -194,7 +194,7 @@ public struct ServerConfiguration: Sendable {
         "auth.responseSigningKey", "auth.responseSigningKeys",
     ]
 
-    /// The two environment names of a key: API.md's (`APPLE_BUNDLEID`) and swift-configuration's
+    /// The two environment names of a key: docs/api.md's (`APPLE_BUNDLEID`) and swift-configuration's
     /// camel-case split (`APPLE_BUNDLE_ID`).
     static func environmentNames(_ key: String) -> (apiMd: String, split: String) {
         let apiMd = key.uppercased().replacingOccurrences(of: ".", with: "_")
@@ -211,7 +211,7 @@ public struct ServerConfiguration: Sendable {
         return (apiMd, split)
     }
 
-    /// API.md names environment variables by upper-casing the key (`apple.bundleId` ↔
+    /// docs/api.md names environment variables by upper-casing the key (`apple.bundleId` ↔
     /// `APPLE_BUNDLEID`); swift-configuration splits camelCase (`APPLE_BUNDLE_ID`). Both work.
     static func aliasingAPIMdNames(in environment: [String: String]) -> [String: String] {
         var result = environment

@@ -18,7 +18,7 @@ import StoreKeeperCore
 import StoreKeeperStorage
 import Synchronization
 
-/// The StoreKeeper server: API.md's HTTP API over the purchase store.
+/// The StoreKeeper server: docs/api.md's HTTP API over the purchase store.
 public struct StoreKeeperApp: Sendable {
     public let configuration: ServerConfiguration
     public let database: Database
@@ -385,7 +385,7 @@ public struct StoreKeeperApp: Sendable {
 
     // MARK: Application
 
-    /// API.md's routes behind the request deadline: what the server (and the tests) run.
+    /// docs/api.md's routes behind the request deadline: what the server (and the tests) run.
     public func router() -> DeadlineRouter<StoreKeeperContext> {
         DeadlineRouter(
             router: routes(), limit: .seconds(configuration.requestTimeoutSeconds),
@@ -396,7 +396,7 @@ public struct StoreKeeperApp: Sendable {
         let router = Router(context: StoreKeeperContext.self)
         router.add(middleware: RequestObservation(metrics: metrics))
         router.add(middleware: ErrorMiddleware())
-        // One controller per feature, each owning its routes (API.md's paths). Everything
+        // One controller per feature, each owning its routes (docs/api.md's paths). Everything
         // under /v1 is authenticated and rate limited once, by `Authenticate`.
         OperationsController(app: self).addRoutes(to: router)
         NotificationsController(app: self).addRoutes(to: router)

@@ -18,7 +18,7 @@ public struct AppStoreAppConfiguration: Sendable, Hashable {
     }
 }
 
-/// One Google Play app of the deployment (API.md "Several apps, two stores").
+/// One Google Play app of the deployment (docs/api.md "Several apps, two stores").
 public struct GooglePlayAppConfiguration: Sendable, Hashable {
     public var id: String
     public var packageName: String

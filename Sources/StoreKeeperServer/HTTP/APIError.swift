@@ -5,7 +5,7 @@ import NIOCore
 import StoreKeeperCore
 import StoreKeeperStorage
 
-/// Every non-2xx answer of the API: `{"error": {"code", "message", "retryable"}}` (API.md).
+/// Every non-2xx answer of the API: `{"error": {"code", "message", "retryable"}}` (docs/api.md).
 /// HTTP mapping happens here and nowhere else.
 public struct APIError: Error, HTTPResponseError, Sendable {
     public var status: HTTPResponse.Status
@@ -35,7 +35,7 @@ public struct APIError: Error, HTTPResponseError, Sendable {
 
     /// A proof that failed verification: 422 with the failure's own code.
     /// `status`: what a proof that does not verify is answered with (422 for a purchase, 400
-    /// for a notification, as API.md says); one that could not be checked yet is 503.
+    /// for a notification, as docs/api.md says); one that could not be checked yet is 503.
     public static func verification(
         _ failure: VerificationFailure, status: HTTPResponse.Status = .unprocessableContent
     ) -> APIError {
@@ -45,7 +45,7 @@ public struct APIError: Error, HTTPResponseError, Sendable {
         return .init(status, failure.code, failure.reason)
     }
 
-    /// A delivery the planner refused (StoreKeeperCore's decision, API.md's answer).
+    /// A delivery the planner refused (StoreKeeperCore's decision, docs/api.md's answer).
     public static func refusal(_ refusal: DeliveryPlanner.Refusal) -> APIError {
         switch refusal {
         case .revoked:

@@ -6,7 +6,7 @@ import JWTKit
 import StoreKeeperCore
 
 /// Who is calling: an operator/back end with a secret key, or an app with a client token
-/// bound to one account (API.md "Authentication").
+/// bound to one account (docs/api.md "Authentication").
 public enum Caller: Sendable, Hashable {
     case secretKey
     case account(String)

@@ -6,7 +6,7 @@ import Hummingbird
 import NIOCore
 import Synchronization
 
-/// Signed answers (API.md "Purchases from the device"): with `auth.responseSigningKey`, every
+/// Signed answers (docs/api.md "Purchases from the device"): with `auth.responseSigningKey`, every
 /// answer to an account read or a purchase carries `StoreKeeper-Signature`, an Ed25519
 /// signature a device verifies with the public key it was built with. Two versions:
 ///

@@ -25,7 +25,7 @@ extension StoreKeeperApp {
     }
 
     /// 200 when a database round trip completes within 2 s, else 503 — answered within 2 s
-    /// either way (API.md).
+    /// either way (docs/api.md).
     func health() async throws -> Response {
         let database = self.database
         let jobs = self.jobs

@@ -128,7 +128,7 @@ struct RequestObservation<Context: RequestContext>: RouterMiddleware {
     }
 }
 
-/// The server's responder: API.md's routes, answered 503 `timeout` (retryable) at
+/// The server's responder: docs/api.md's routes, answered 503 `timeout` (retryable) at
 /// `limits.requestTimeoutSeconds` without waiting for the handler — a stuck dependency or a
 /// long computation never holds a client (or a connection) past the deadline. The abandoned
 /// handler is cancelled; a delivery already committing still completes, and the client's retry

@@ -5,7 +5,7 @@ public enum StoreKeeperVersion {
     public static let current = "0.7.0"
 }
 
-/// `GET /v1/status`: what this server is and what it trusts (API.md "Operators").
+/// `GET /v1/status`: what this server is and what it trusts (docs/api.md "Operators").
 struct StatusJSON: Encodable {
     struct Root: Encodable {
         var subject: String

@@ -3,7 +3,7 @@ import Foundation
 import StoreKeeperCore
 import StoreKeeperStorage
 
-// The JSON bodies of API.md: camelCase keys, ISO 8601 UTC timestamps, Apple ids as strings.
+// The JSON bodies of docs/api.md: camelCase keys, ISO 8601 UTC timestamps, Apple ids as strings.
 
 struct OrderJSON: Encodable {
     var orderId: String

@@ -248,7 +248,7 @@ extension StoreKeeperApp {
             }
         }
 
-        /// A bare transaction id proves nothing about who paid (API.md); a JWS or receipt does.
+        /// A bare transaction id proves nothing about who paid (docs/api.md); a JWS or receipt does.
         var evidence: DeliveryPlanner.Evidence {
             if case .transactionId = self { return .lookup }
             return .device

@@ -7,7 +7,7 @@ import ServiceLifecycle
 import StoreKeeperCore
 import StoreKeeperStorage
 
-/// Reconciliation (SCENARIOS.md S8): what Apple sent while we were not listening, pulled back
+/// Reconciliation (docs/scenarios.md S8): what Apple sent while we were not listening, pulled back
 /// and applied through the same paths as live traffic — Notification History (failures
 /// first), Get All Subscription Statuses for subscriptions whose period passed without news,
 /// Transaction History for accounts active recently. Idempotent: notifications are unique by

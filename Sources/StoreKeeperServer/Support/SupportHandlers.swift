@@ -7,7 +7,7 @@ import StoreKeeperCatalog
 import StoreKeeperCore
 import StoreKeeperStorage
 
-/// Customer support (API.md, secret key): renewal-date extensions through Apple (single and
+/// Customer support (docs/api.md, secret key): renewal-date extensions through Apple (single and
 /// mass, with their status) and operator grants.
 extension StoreKeeperApp {
     public static let extendReasons = ["undeclared", "customer_satisfaction", "other", "service_issue"]

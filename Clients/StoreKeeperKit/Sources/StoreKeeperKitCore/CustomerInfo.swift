@@ -1,6 +1,6 @@
 import Foundation
 
-/// The account as the server sees it (API.md `GET /v1/accounts/{accountId}`), dates typed.
+/// The account as the server sees it (docs/api.md `GET /v1/accounts/{accountId}`), dates typed.
 public struct CustomerInfo: Codable, Sendable, Equatable {
     public struct Entitlement: Codable, Sendable, Equatable {
         public var id: String

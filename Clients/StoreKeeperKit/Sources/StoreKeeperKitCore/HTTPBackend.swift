@@ -6,7 +6,7 @@ import Foundation
 
 /// Errors from the server other than a submission's verdict.
 public enum BackendError: Error, Equatable, Sendable, CustomStringConvertible {
-    /// The server answered with an error (API.md's `{"error": {"code", "message", "retryable"}}`).
+    /// The server answered with an error (docs/api.md's `{"error": {"code", "message", "retryable"}}`).
     case server(status: Int, code: String, message: String, retryable: Bool)
     /// No answer: offline, timeout, connection reset.
     case network(String)
@@ -34,7 +34,7 @@ public enum BackendError: Error, Equatable, Sendable, CustomStringConvertible {
     }
 }
 
-/// The app's client tokens (API.md: HS256 JWT, `sub` = accountId), minted by the app's own
+/// The app's client tokens (docs/api.md: HS256 JWT, `sub` = accountId), minted by the app's own
 /// backend. `refresh` is true after the server answered 401 to the previous one.
 public typealias ClientTokenProvider = @Sendable (_ accountId: String, _ refresh: Bool) async throws -> String
 

@@ -62,7 +62,7 @@ public struct StoreTransaction: Codable, Sendable, Equatable {
     public var isFamilyShared: Bool { ownership == .familyShared }
 }
 
-/// What the server is given as proof of a purchase (API.md `POST /v1/purchases`).
+/// What the server is given as proof of a purchase (docs/api.md `POST /v1/purchases`).
 public enum Proof: Codable, Sendable, Equatable {
     case signedTransaction(String)
     /// 1…100 JWS of one account, each verified and delivered on its own (a restore, a replay).
@@ -124,7 +124,7 @@ public enum PaymentUpdate: Sendable, Equatable {
     case promoted(PromotedPurchase)
 }
 
-/// An order created on the server before paying (API.md `POST /v1/orders`).
+/// An order created on the server before paying (docs/api.md `POST /v1/orders`).
 public struct ServerOrder: Codable, Sendable, Equatable {
     public var orderId: String
     public var appAccountToken: UUID
@@ -201,7 +201,7 @@ public enum ISODate {
     }
 }
 
-/// A promotional offer signed by the server for one order (API.md "Offers on POST /v1/orders"):
+/// A promotional offer signed by the server for one order (docs/api.md "Offers on POST /v1/orders"):
 /// the V1 fields and the V2 JWS; StoreKit takes either.
 public struct SignedOffer: Codable, Sendable, Equatable {
     public var id: String
@@ -350,7 +350,7 @@ public enum SubmissionVerdict: Sendable, Equatable {
         }
     }
 
-    /// The codes on which a device may finish a paid transaction (API.md, "Proof-final codes"):
+    /// The codes on which a device may finish a paid transaction (docs/api.md, "Proof-final codes"):
     /// what the server says about the proof itself, never about its own configuration or the
     /// request's shape.
     public static let proofFinalCodes: Set<String> = [
