@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Hummingbird
 import Logging
+import NIOCore
 import ServiceLifecycle
 import StoreKeeperServer
 import StoreKeeperStorage
@@ -22,6 +23,9 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Configuration file (JSON or YAML); every key can also come from the environment.")
     var config: String?
 
+    @Option(help: "Listen on this port (overrides http.port / HTTP_PORT).") var port: Int?
+    @Option(help: "Listen on this address (overrides http.host / HTTP_HOST).") var host: String?
+
     @Option(
         name: .customLong("data-dir"),
         help: "Where demo mode keeps the local App Store's keys and the development secret key.")
@@ -30,7 +34,10 @@ struct ServeCommand: AsyncParsableCommand {
     func run() async throws {
         let logger = LazyMetadataLogHandler.logger(label: "storekeeper", level: .info)
         let (configuration, app) = try await ConfigurationErrors.exitingWith2 {
-            let configuration = try await ServerConfiguration.load(file: config)
+            var configuration = try await ServerConfiguration.load(file: config)
+            if let port { configuration.port = port }
+            if let host { configuration.host = host }
+            try configuration.validate()
             let app = try await StoreKeeperApp.make(
                 configuration, dataDirectory: URL(fileURLWithPath: dataDirectory, isDirectory: true), logger: logger)
             return (configuration, app)
@@ -42,7 +49,12 @@ struct ServeCommand: AsyncParsableCommand {
             services: [
                 .init(
                     service: app.application { port in
-                        logger.notice("StoreKeeper listening on http://\(configuration.host):\(port)")
+                        let shown = configuration.host.contains(":") ? "[\(configuration.host)]" : configuration.host
+                        logger.notice(
+                            "StoreKeeper listening on http://\(shown):\(port) (\(StoreKeeperVersion.description))")
+                        if configuration.dashboardEnabled {
+                            logger.notice("dashboard: http://\(shown):\(port)/dashboard (sign in with a secret key)")
+                        }
                     })
             ],
             gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
@@ -54,11 +66,19 @@ struct ServeCommand: AsyncParsableCommand {
             try await ServiceGroup(configuration: groupConfiguration).run()
         } catch {
             try? await app.database.close()
+            if Self.isAddressInUse(error) {
+                FileHandle.standardError.write(
+                    Data(
+                        "storekeeper: \(configuration.host):\(configuration.port) is already in use: choose another port with --port or HTTP_PORT (http.port)\n"
+                            .utf8))
+                throw ExitCode(2)
+            }
             throw error
         }
         watchdog.cancel()
         reload.cancel()
         try? await app.database.close()
+        logger.notice("StoreKeeper stopped: in-flight requests finished, database closed")
     }
 }
 
@@ -87,6 +107,15 @@ final class SigningKeyReload: @unchecked Sendable {  // the source is only resum
     func cancel() { source.cancel() }
 }
 
+extension ServeCommand {
+    /// A bind that failed because another process holds the port (EADDRINUSE).
+    static func isAddressInUse(_ error: Error) -> Bool {
+        if let io = error as? IOError, io.errnoCode == EADDRINUSE { return true }
+        let text = String(describing: error)
+        return text.contains("Address already in use") || text.contains("EADDRINUSE")
+    }
+}
+
 /// Exits the process `grace` seconds after SIGTERM or SIGINT, whatever is still running.
 final class ShutdownWatchdog: @unchecked Sendable {  // the sources are only resumed and cancelled
     private let sources: [any DispatchSourceSignal]
@@ -95,6 +124,10 @@ final class ShutdownWatchdog: @unchecked Sendable {  // the sources are only res
         sources = [SIGTERM, SIGINT].map { signalNumber in
             let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
             source.setEventHandler {
+                FileHandle.standardError.write(
+                    Data(
+                        "storekeeper: \(signalNumber == SIGTERM ? "SIGTERM" : "SIGINT") received: no new connections; finishing in-flight requests (at most \(grace) s)\n"
+                            .utf8))
                 DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(grace)) {
                     FileHandle.standardError.write(Data("shutdown grace passed; exiting\n".utf8))
                     exit(0)

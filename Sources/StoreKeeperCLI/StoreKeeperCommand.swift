@@ -1,10 +1,13 @@
 import ArgumentParser
+import StoreKeeperServer
 
 @main
 struct StoreKeeperCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "storekeeper",
-        abstract: "StoreKeeper: a self-hosted App Store in-app-purchase system.",
+        abstract:
+            "StoreKeeper: self-hosted in-app purchases — the App Store and Google Play, several apps, one delivery path.",
+        version: StoreKeeperVersion.description,
         subcommands: [
             ServeCommand.self, MigrateCommand.self, ConfigCommand.self, ReverifyCommand.self, VerifyCommand.self,
             LocalStoreCommand.self, BenchCommand.self, ReconcileCommand.self, SimulateCommand.self, ExtendCommand.self,

@@ -106,6 +106,34 @@ import Testing
         while server.process.isRunning, Date() < deadline { try await Task.sleep(for: .milliseconds(100)) }
         #expect(!server.process.isRunning)
     }
+
+    /// `--version`; `serve --port` on a port another server holds is one clear line and exit 2;
+    /// SIGTERM drains, says so, and exits 0.
+    @Test func versionBusyPortAndAGracefulStop() async throws {
+        let version = try await VerifyCommandTests.run(["--version"])
+        #expect(version.status == 0)
+        #expect(version.stdout.hasPrefix("storekeeper 0."), "\(version.stdout)")
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("busy-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let first = try ServerProcess(directory: directory)
+        defer { first.kill() }
+        let log = try await first.waitUntilListening()
+        #expect(log.contains("/dashboard"), "serve prints the dashboard's URL")
+        let other = directory.appendingPathComponent("other")
+        try FileManager.default.createDirectory(at: other, withIntermediateDirectories: true)
+        let busy = try await VerifyCommandTests.run(["serve", "--port", String(first.port)], directory: other)
+        #expect(busy.status == 2)
+        #expect(busy.stderr.contains("127.0.0.1:\(first.port) is already in use"), "\(busy.stderr)")
+        #expect(busy.stderr.contains("--port") && busy.stderr.contains("HTTP_PORT"))
+        #expect(!busy.stderr.contains("NIO"), "no raw NIO error")
+        Foundation.kill(first.process.processIdentifier, SIGTERM)
+        try await VerifyCommandTests.offPool { first.process.waitUntilExit() }
+        #expect(first.process.terminationStatus == 0)
+        let stopped = first.drain.text
+        #expect(stopped.contains("SIGTERM received"))
+        #expect(stopped.contains("StoreKeeper stopped"))
+    }
 }
 
 extension FileHandle {
@@ -127,4 +155,5 @@ extension FileHandle {
         _ = head.withCString { send(fd, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
         return fd
     }
+
 }

@@ -33,8 +33,8 @@ import Testing
     /// of its own, never on the test process's cooperative pool — that pool has one thread per
     /// core (two here), and a test blocking them stalls every other test's awaits (an HTTP
     /// answer not read within its deadline, a load that never runs).
-    static func run(_ arguments: [String], stdin: Data? = nil) async throws -> Run {
-        try await offPool { try runBlocking(arguments, stdin: stdin) }
+    static func run(_ arguments: [String], stdin: Data? = nil, directory: URL? = nil) async throws -> Run {
+        try await offPool { try runBlocking(arguments, stdin: stdin, directory: directory) }
     }
 
     /// Blocking work on a new thread, awaited.
@@ -44,10 +44,11 @@ import Testing
         }
     }
 
-    static func runBlocking(_ arguments: [String], stdin: Data?) throws -> Run {
+    static func runBlocking(_ arguments: [String], stdin: Data?, directory: URL? = nil) throws -> Run {
         let process = Process()
         process.executableURL = binary
         process.arguments = arguments
+        if let directory { process.currentDirectoryURL = directory }
         let out = Pipe()
         let err = Pipe()
         let input = Pipe()

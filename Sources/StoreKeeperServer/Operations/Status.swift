@@ -2,7 +2,22 @@ import Foundation
 
 /// The version this server reports in `/v1/status` and stamps on kept rejected proofs.
 public enum StoreKeeperVersion {
-    public static let current = "0.7.0"
+    public static let current = "0.8.0"
+
+    /// The commit this binary was built from: the `STOREKEEPER_COMMIT` file a release puts
+    /// beside the executable (`scripts/release`), else nil (a development build).
+    public static var commit: String? {
+        let executable = URL(fileURLWithPath: CommandLine.arguments.first ?? "").resolvingSymlinksInPath()
+        let file = executable.deletingLastPathComponent().appendingPathComponent("STOREKEEPER_COMMIT")
+        guard let data = FileManager.default.contents(atPath: file.path) else { return nil }
+        let text = String(decoding: data.prefix(64), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        return text.isEmpty || !text.allSatisfy(\.isHexDigit) ? nil : text
+    }
+
+    /// What `storekeeper --version` prints.
+    public static var description: String {
+        "storekeeper \(current) (" + (commit.map { "commit \($0)" } ?? "a development build, commit unknown") + ")"
+    }
 }
 
 /// `GET /v1/status`: what this server is and what it trusts (docs/api.md "Operators").
