@@ -72,8 +72,9 @@ import Testing
                 #expect(report.accounts.count == options.devices * options.accountsPerDevice)
                 for account in report.accounts {
                     #expect(account.paid == account.held, "\(account)")
-                    let view = try await API.call(client, .get, "/v1/accounts/\(account.accountId)")
-                    let balances = (view.json["balances"] as? [String: Any]) ?? [:]
+                    // A fresh connection (the test client's may have idled out during a long run).
+                    let view = try await ClientSDKTests.get(server, "/v1/accounts/\(account.accountId)")
+                    let balances = (view["balances"] as? [String: Any]) ?? [:]
                     for (currency, value) in account.held where currency != "entitlements" {
                         guard case .amount(let amount) = value else { continue }
                         #expect((balances[currency] as? Int).map(Int64.init) == amount, "\(account.accountId)")
