@@ -91,4 +91,66 @@ extension PurchaseStore {
         }
         throw lastError ?? CancellationError()
     }
+
+    public enum CreditResult: Sendable, Equatable {
+        case credited(balance: Int64)
+        /// The key answered another credit (or a debit) already.
+        case idempotencyConflict
+    }
+
+    /// Credits a consumable balance once per idempotency key (support compensating a player): a
+    /// repeated key with the same account, currency and amount answers the same balance without
+    /// crediting again. The ledger entry, the balance and the audit entry (actor, reason) commit
+    /// together.
+    public func credit(
+        accountId: String, currency: String, amount: Int64, idempotencyKey: String, reason: String, actor: String,
+        now: Date
+    ) async throws -> CreditResult {
+        let requestHash = "credit:" + Self.debitRequestHash(accountId: accountId, currency: currency, amount: amount)
+        var lastError: (any Error)?
+        for _ in 0..<4 {
+            do {
+                return try await database.transaction { sql in
+                    if let previous = try await sql.raw(
+                        "SELECT request_hash, balance_after FROM debit_requests WHERE idempotency_key = \(bind: idempotencyKey)"
+                    ).first() {
+                        guard try previous.decode(column: "request_hash", as: String.self) == requestHash else {
+                            return .idempotencyConflict
+                        }
+                        return .credited(balance: try previous.decode(column: "balance_after", as: Int64.self))
+                    }
+                    let after =
+                        try await sql.raw(
+                            """
+                            INSERT INTO balances (account_id, currency, amount)
+                            VALUES (\(bind: accountId), \(bind: currency), \(bind: amount))
+                            ON CONFLICT (account_id, currency) DO UPDATE SET amount = balances.amount + excluded.amount
+                            RETURNING amount
+                            """
+                        ).first()?.decode(column: "amount", as: Int64.self) ?? amount
+                    try await sql.raw(
+                        """
+                        INSERT INTO debit_requests (idempotency_key, request_hash, account_id, currency, amount, balance_after, created_at)
+                        VALUES (\(bind: idempotencyKey), \(bind: requestHash), \(bind: accountId), \(bind: currency),
+                                \(bind: amount), \(bind: after), \(bind: now.milliseconds))
+                        """
+                    ).run()
+                    try await sql.raw(
+                        """
+                        INSERT INTO ledger (entry_key, account_id, currency, amount, created_at)
+                        VALUES (\(bind: "credit:" + idempotencyKey), \(bind: accountId), \(bind: currency),
+                                \(bind: amount), \(bind: now.milliseconds))
+                        """
+                    ).run()
+                    try await Self.audit(
+                        sql, actor: actor, action: "balance_credited", subject: accountId,
+                        detail: "credited \(amount) \(currency) (balance \(after)): \(reason)", at: now.milliseconds)
+                    return .credited(balance: after)
+                }
+            } catch {
+                lastError = error
+            }
+        }
+        throw lastError ?? CancellationError()
+    }
 }

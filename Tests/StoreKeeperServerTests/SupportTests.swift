@@ -186,12 +186,12 @@ import Testing
             let short = try await grant(#"{"entitlement":"pro","expiresAt":"\#(soon)","note":"sorry for the outage"}"#)
             #expect(short.status == .created, "\(short.json)")
             #expect(short.json["entitlement"] as? String == "pro")
-            let long = try await grant(#"{"entitlement":"vip","expiresAt":"2099-01-01T00:00:00Z","note":"partner"}"#)
+            let long = try await grant(#"{"entitlement":"season","expiresAt":"2099-01-01T00:00:00Z","note":"partner"}"#)
             let longId = try #require(long.json["grantId"] as? String)
             var entitlements = try await relay.entitlements("gus")
             #expect(entitlements.count == 2)
             #expect(entitlements.allSatisfy { $0["source"] as? String == "grant" })
-            #expect(entitlements.first { $0["id"] as? String == "vip" }?["active"] as? Bool == true)
+            #expect(entitlements.first { $0["id"] as? String == "season" }?["active"] as? Bool == true)
             if Date() < ends.addingTimeInterval(-0.5) {
                 // (Unless the machine was so loaded that its twenty seconds are over already.)
                 #expect(entitlements.first { $0["id"] as? String == "pro" }?["active"] as? Bool == true)
@@ -204,11 +204,11 @@ import Testing
             try await Task.sleep(for: .seconds(max(0, ends.timeIntervalSinceNow) + 0.5))
             entitlements = try await relay.entitlements("gus")
             #expect(entitlements.first { $0["id"] as? String == "pro" }?["active"] as? Bool == false)
-            #expect(entitlements.first { $0["id"] as? String == "vip" }?["active"] as? Bool == true)
+            #expect(entitlements.first { $0["id"] as? String == "season" }?["active"] as? Bool == true)
             // Ended early by an operator; a second DELETE is 404.
             let ended = try await API.call(relay.client, .delete, "/v1/accounts/gus/grants/\(longId)")
             #expect(ended.status == .ok)
-            #expect(try await relay.entitlements("gus").contains { $0["id"] as? String == "vip" } == false)
+            #expect(try await relay.entitlements("gus").contains { $0["id"] as? String == "season" } == false)
             #expect(try await API.call(relay.client, .delete, "/v1/accounts/gus/grants/\(longId)").status == .notFound)
             #expect(
                 try await API.call(relay.client, .delete, "/v1/accounts/other/grants/\(longId)").status == .notFound)

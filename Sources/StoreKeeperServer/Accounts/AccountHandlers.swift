@@ -67,8 +67,16 @@ extension StoreKeeperApp {
     struct DebitBody: RequestBody {
         var amount: Int64
         var idempotencyKey: String
+        /// Why (support's words, shown on the ledger's audit): required for a credit.
+        var reason: String?
 
         func validate() throws {
+            if let reason {
+                guard reason.unicodeScalars.count <= 500 else {
+                    throw APIError.badRequest("field 'reason' must be at most 500 characters")
+                }
+                try StoreKeeperApp.validateText(reason, field: "reason", requireNFC: false)
+            }
             guard amount > 0, amount <= 1_000_000_000_000 else {
                 throw APIError.badRequest("field 'amount' must be a positive integer")
             }
@@ -100,7 +108,48 @@ extension StoreKeeperApp {
                 .conflict, "idempotency_conflict",
                 "this idempotencyKey already answered a debit of another account, currency or amount")
         case .insufficient(let balance):
+            // Nothing to spend in a currency the catalog never grants: a typo, said as such.
+            if balance == 0 { try requireCatalogCurrency(currency) }
             throw APIError(.conflict, "insufficient_balance", "balance \(balance) is less than \(body.amount)")
+        }
+    }
+
+    /// A currency some product of the catalog grants; else 400 `unknown_currency` naming them.
+    func requireCatalogCurrency(_ currency: String) throws {
+        let known = Set(catalog.products.compactMap(\.grants.currency))
+        guard known.contains(currency) else {
+            throw APIError(
+                .badRequest, "unknown_currency",
+                "no product of the catalog grants '\(currency.prefix(64))'; currencies: \(known.sorted().joined(separator: ", "))"
+            )
+        }
+    }
+
+    /// `POST /v1/accounts/{accountId}/balances/{currency}/credit` (secret key): support
+    /// compensates a player; idempotent by key, audited with its reason.
+    func credit(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        let caller = try context.caller()
+        let accountId = try Self.parameter(context, "accountId")
+        try Self.validateAccountId(accountId)
+        let currency = try Self.parameter(context, "currency")
+        try Self.validateText(currency, field: "currency")
+        guard caller == .secretKey else {
+            throw APIError.forbidden("credits need a secret key (support or the app's backend), not a client token")
+        }
+        let body = try await decode(DebitBody.self, request)
+        guard let reason = body.reason, !reason.trimmingCharacters(in: .whitespaces).isEmpty else {
+            throw APIError.badRequest("field 'reason' is required: it is shown on the account's audit")
+        }
+        try requireCatalogCurrency(currency)
+        switch try await store.credit(
+            accountId: accountId, currency: currency, amount: body.amount, idempotencyKey: body.idempotencyKey,
+            reason: reason, actor: "operator", now: Date())
+        {
+        case .credited(let balance): return try Self.json(["balance": balance])
+        case .idempotencyConflict:
+            throw APIError(
+                .conflict, "idempotency_conflict",
+                "this idempotencyKey already answered another credit or debit")
         }
     }
 }
@@ -174,6 +223,9 @@ struct AccountsController {
         }
         v1.post("accounts/:accountId/balances/:currency/debit") { request, context in
             try await app.debit(request, context)
+        }
+        v1.post("accounts/:accountId/balances/:currency/credit") { request, context in
+            try await app.credit(request, context)
         }
         v1.get("accounts/:accountId/consent") { request, context in
             let caller = try context.caller()

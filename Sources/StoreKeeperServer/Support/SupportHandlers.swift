@@ -163,6 +163,13 @@ extension StoreKeeperApp {
         let account = try Self.parameter(context, "accountId")
         try Self.validateAccountId(account)
         let body = try await decode(GrantBody.self, request)
+        let entitlements = Set(catalog.products.compactMap(\.grants.entitlement))
+        guard entitlements.contains(body.entitlement) else {
+            throw APIError(
+                .badRequest, "unknown_entitlement",
+                "no product of the catalog grants '\(body.entitlement.prefix(64))'; entitlements: \(entitlements.sorted().joined(separator: ", "))"
+            )
+        }
         guard let expiresAt = Self.parseDate(body.expiresAt) else {
             throw APIError.badRequest("field 'expiresAt' must be an ISO 8601 date-time")
         }
