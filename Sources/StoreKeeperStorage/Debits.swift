@@ -23,8 +23,11 @@ extension PurchaseStore {
     /// Debits a consumable balance once per idempotency key: a repeated key with the same
     /// account, currency and amount answers the same balance without debiting again; with
     /// any of them different it is a conflict.
+    /// `reason` (support taking coins back, say): audited with the debit, in its transaction;
+    /// the app's own spending sends none and leaves the audit log to operators' acts.
     public func debit(
-        accountId: String, currency: String, amount: Int64, idempotencyKey: String, now: Date
+        accountId: String, currency: String, amount: Int64, idempotencyKey: String, reason: String? = nil,
+        now: Date
     ) async throws -> DebitResult {
         let requestHash = Self.debitRequestHash(accountId: accountId, currency: currency, amount: amount)
         var lastError: (any Error)?
@@ -83,6 +86,11 @@ extension PurchaseStore {
                                 \(bind: -amount), \(bind: now.milliseconds))
                         """
                     ).run()
+                    if let reason {
+                        try await Self.audit(
+                            sql, actor: "operator", action: "balance_debited", subject: accountId,
+                            detail: "debited \(amount) \(currency) (balance \(after)): \(reason)", at: now.milliseconds)
+                    }
                     return .debited(balance: after)
                 }
             } catch {

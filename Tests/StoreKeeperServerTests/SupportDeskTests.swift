@@ -31,8 +31,10 @@ import Testing
             // A debit then spends it; the account reads the credited balance.
             let spent = try await API.call(
                 client, .post, "/v1/accounts/desk/balances/coins/debit",
-                body: #"{"amount":20,"idempotencyKey":"spend-1"}"#)
+                body: #"{"amount":20,"idempotencyKey":"spend-1","reason":"ticket 43: credited twice"}"#)
             #expect(spent.json["balance"] as? Int == 100)
+            let debited = try await app.store.audit().filter { $0.action == "balance_debited" }
+            #expect(debited.first?.detail.contains("ticket 43: credited twice") == true)
             let view = try await API.call(client, .get, "/v1/accounts/desk")
             #expect((view.json["balances"] as? [String: Any])?["coins"] as? Int == 100)
             // Audited with its reason.

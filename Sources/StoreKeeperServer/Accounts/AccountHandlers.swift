@@ -100,7 +100,7 @@ extension StoreKeeperApp {
         let body = try await decode(DebitBody.self, request)
         switch try await store.debit(
             accountId: accountId, currency: currency, amount: body.amount, idempotencyKey: body.idempotencyKey,
-            now: Date())
+            reason: body.reason.flatMap { $0.trimmingCharacters(in: .whitespaces).isEmpty ? nil : $0 }, now: Date())
         {
         case .debited(let balance): return try Self.json(["balance": balance])
         case .idempotencyConflict:
