@@ -257,7 +257,10 @@ public enum SubscriptionMachine {
             next.status = .expired
             next.gracePeriodEndsAt = nil
         }
-        next.signedDate = event.signedDate
+        // The store's silence is the passage of time, not word from the store: it never moves
+        // the watermark, so a genuine event the store signed before it and delivered late (a
+        // renewal still queued, a notification retried for days) still applies.
+        if event.source != .silent { next.signedDate = event.signedDate }
         return (next, effects(from: before, to: next))
     }
 

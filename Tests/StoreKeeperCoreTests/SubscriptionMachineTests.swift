@@ -87,6 +87,23 @@ import Testing
             SubscriptionMachine.apply(active, SubscriptionEvent(.lapsed, signedDate: Self.at(-1))).1 == [.stale])
     }
 
+    /// The store's silence (`.silent`, the minute duty past expiry + the retry window) expires
+    /// the subscription but is no word from the store: a renewal Apple signed before it and that
+    /// is applied only now (queued behind a backlog, retried for days) still renews.
+    @Test func silenceNeverMakesALateGenuineRenewalStale() {
+        let active = Self.subscribed()
+        let silent = SubscriptionEvent(.silent, signedDate: Self.at(30) + SubscriptionMachine.silenceWindow)
+        let (expired, effects) = SubscriptionMachine.apply(active, silent)
+        #expect(expired?.status == .expired)
+        #expect(effects.contains(.entitlementRemoved(productId: "pro_monthly")))
+        #expect(expired?.signedDate == active.signedDate, "the watermark stays")
+        let (renewed, _) = SubscriptionMachine.apply(
+            expired, Self.notification(.didRenew, signed: 30, transaction: Self.transaction("1001", expires: 60)))
+        #expect(renewed?.status == .active)
+        #expect(renewed?.expiresAt == Self.at(60))
+        #expect(renewed?.latestTransactionId == "1001")
+    }
+
     @Test func subscribeThenRenewMovesTheExpiryOnly() {
         var state = Self.subscribed()
         #expect(state.status == .active && state.autoRenew && state.entitles(at: Self.at(29)))
