@@ -53,6 +53,8 @@ public final class FilePendingStore: PendingStore, @unchecked Sendable {
     /// The journal's identity and length when this store last read or wrote it: another
     /// writer's append or compaction changes one of them.
     private var seen: (inode: UInt64, size: Int)?
+    /// The longest a read or write waits for another writer's lock.
+    static let lockDeadline: TimeInterval = 5
     /// Test hook: the next append writes this many bytes, then fails as a full disk does.
     var failNextAppendAfter: Int?
 
@@ -77,8 +79,18 @@ public final class FilePendingStore: PendingStore, @unchecked Sendable {
         let fd = open(lockPath, O_RDWR | O_CREAT, 0o600)
         guard fd >= 0 else { return try body() }  // a read-only place: nothing else writes there
         defer { close(fd) }
-        while flock(fd, exclusive ? LOCK_EX : LOCK_SH) != 0 {
-            guard errno == EINTR else { throw PendingStoreError("cannot lock \(lockPath): errno \(errno)") }
+        // Never a wait without a deadline: a writer that holds the lock for good (a hung
+        // extension) makes this write fail after 5 s — the coordinator keeps the state in
+        // memory, logs, and writes again at its next change.
+        let deadline = Date().addingTimeInterval(Self.lockDeadline)
+        while flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) != 0 {
+            guard errno == EWOULDBLOCK || errno == EINTR else {
+                throw PendingStoreError("cannot lock \(lockPath): errno \(errno)")
+            }
+            guard Date() < deadline else {
+                throw PendingStoreError("\(lockPath) is held by another writer for over \(Int(Self.lockDeadline)) s")
+            }
+            usleep(5_000)
         }
         defer { _ = flock(fd, LOCK_UN) }
         return try body()

@@ -3,6 +3,12 @@ import XCTest
 
 @testable import StoreKeeperKitCore
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 final class FilePendingStoreTests: XCTestCase {
     var directory: URL!
 
@@ -196,5 +202,21 @@ final class FilePendingStoreTests: XCTestCase {
             try? store.write(["k\(index)": Data("\(index)".utf8)], removing: [])
         }
         XCTAssertEqual(try FilePendingStore(url: url).load().count, 42)
+    }
+
+    /// A writer that never lets go of the lock makes a write fail within its deadline, never hang.
+    func testALockHeldForGoodFailsTheWriteInsteadOfHanging() throws {
+        let url = directory.appendingPathComponent("journal")
+        let store = FilePendingStore(url: url)
+        try store.write(["a": Data("1".utf8)], removing: [])
+        let fd = open(url.path + ".lock", O_RDWR)
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        XCTAssertEqual(flock(fd, LOCK_EX), 0)
+        defer {
+            flock(fd, LOCK_UN)
+            close(fd)
+        }
+        let other = FilePendingStore(url: url)
+        XCTAssertThrowsError(try other.write(["b": Data("2".utf8)], removing: []))
     }
 }
