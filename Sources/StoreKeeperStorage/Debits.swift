@@ -34,13 +34,10 @@ extension PurchaseStore {
         for _ in 0..<4 {
             do {
                 return try await database.transaction { sql in
-                    if let previous = try await sql.raw(
-                        "SELECT request_hash, balance_after FROM debit_requests WHERE idempotency_key = \(bind: idempotencyKey)"
-                    ).first() {
-                        guard try previous.decode(column: "request_hash", as: String.self) == requestHash else {
-                            return .idempotencyConflict
-                        }
-                        return .debited(balance: try previous.decode(column: "balance_after", as: Int64.self))
+                    switch try await Self.previousRequest(idempotencyKey, requestHash: requestHash, sql: sql) {
+                    case .conflict: return .idempotencyConflict
+                    case .answered(let balance): return .debited(balance: balance)
+                    case nil: break
                     }
                     // A retry of a debit made before keys had their own column.
                     if let legacy = try await sql.raw(
@@ -100,6 +97,25 @@ extension PurchaseStore {
         throw lastError ?? CancellationError()
     }
 
+    enum PreviousRequest {
+        case answered(Int64)
+        case conflict
+    }
+
+    /// What a balance request's idempotency key already answered (credits and debits share the
+    /// keys): the same request again gets the same balance, another one a conflict.
+    static func previousRequest(_ key: String, requestHash: String, sql: any SQLDatabase) async throws
+        -> PreviousRequest?
+    {
+        guard
+            let previous = try await sql.raw(
+                "SELECT request_hash, balance_after FROM debit_requests WHERE idempotency_key = \(bind: key)"
+            ).first()
+        else { return nil }
+        guard try previous.decode(column: "request_hash", as: String.self) == requestHash else { return .conflict }
+        return .answered(try previous.decode(column: "balance_after", as: Int64.self))
+    }
+
     public enum CreditResult: Sendable, Equatable {
         case credited(balance: Int64)
         /// The key answered another credit (or a debit) already.
@@ -119,13 +135,10 @@ extension PurchaseStore {
         for _ in 0..<4 {
             do {
                 return try await database.transaction { sql in
-                    if let previous = try await sql.raw(
-                        "SELECT request_hash, balance_after FROM debit_requests WHERE idempotency_key = \(bind: idempotencyKey)"
-                    ).first() {
-                        guard try previous.decode(column: "request_hash", as: String.self) == requestHash else {
-                            return .idempotencyConflict
-                        }
-                        return .credited(balance: try previous.decode(column: "balance_after", as: Int64.self))
+                    switch try await Self.previousRequest(idempotencyKey, requestHash: requestHash, sql: sql) {
+                    case .conflict: return .idempotencyConflict
+                    case .answered(let balance): return .credited(balance: balance)
+                    case nil: break
                     }
                     let after =
                         try await sql.raw(

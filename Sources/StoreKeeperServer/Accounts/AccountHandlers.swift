@@ -87,17 +87,24 @@ extension StoreKeeperApp {
         }
     }
 
-    func debit(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+    /// A balance request's account, currency and body: a secret key's only (a client token
+    /// could pre-claim the backend's idempotency keys, or credit itself).
+    func balanceRequest(_ request: Request, _ context: StoreKeeperContext, action: String) async throws
+        -> (accountId: String, currency: String, body: DebitBody)
+    {
         let caller = try context.caller()
         let accountId = try Self.parameter(context, "accountId")
         try Self.validateAccountId(accountId)
         let currency = try Self.parameter(context, "currency")
         try Self.validateText(currency, field: "currency")
-        // Only the app's backend spends: a client token could pre-claim the backend's keys.
         guard caller == .secretKey else {
-            throw APIError.forbidden("debits need a secret key (the app's backend), not a client token")
+            throw APIError.forbidden("\(action) need a secret key (the app's backend or support), not a client token")
         }
-        let body = try await decode(DebitBody.self, request)
+        return (accountId, currency, try await decode(DebitBody.self, request))
+    }
+
+    func debit(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        let (accountId, currency, body) = try await balanceRequest(request, context, action: "debits")
         switch try await store.debit(
             accountId: accountId, currency: currency, amount: body.amount, idempotencyKey: body.idempotencyKey,
             reason: body.reason.flatMap { $0.trimmingCharacters(in: .whitespaces).isEmpty ? nil : $0 }, now: Date())
@@ -128,15 +135,7 @@ extension StoreKeeperApp {
     /// `POST /v1/accounts/{accountId}/balances/{currency}/credit` (secret key): support
     /// compensates a player; idempotent by key, audited with its reason.
     func credit(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
-        let caller = try context.caller()
-        let accountId = try Self.parameter(context, "accountId")
-        try Self.validateAccountId(accountId)
-        let currency = try Self.parameter(context, "currency")
-        try Self.validateText(currency, field: "currency")
-        guard caller == .secretKey else {
-            throw APIError.forbidden("credits need a secret key (support or the app's backend), not a client token")
-        }
-        let body = try await decode(DebitBody.self, request)
+        let (accountId, currency, body) = try await balanceRequest(request, context, action: "credits")
         guard let reason = body.reason, !reason.trimmingCharacters(in: .whitespaces).isEmpty else {
             throw APIError.badRequest("field 'reason' is required: it is shown on the account's audit")
         }
