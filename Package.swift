@@ -48,6 +48,8 @@ let package = Package(
     targets: [
         // Codable types for every Apple payload; no dependencies so the client SDK can share them.
         .target(name: "AppStoreModels"),
+        // Client text made safe to show inside a message (quoted, printable ASCII).
+        .target(name: "StoreKeeperText"),
         // ES256 verification with a precomputed table of the signing key, over BoringSSL's
         // P-256 assembly as swift-crypto links it (P256Table.swift says why).
         .target(name: "CP256Verify", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
@@ -55,7 +57,7 @@ let package = Package(
         .target(
             name: "AppStoreVerification",
             dependencies: [
-                "AppStoreModels",
+                "AppStoreModels", "StoreKeeperText",
                 "CP256Verify",
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
@@ -123,7 +125,10 @@ let package = Package(
             dependencies: [.product(name: "Yams", package: "Yams")]
         ),
         // Domain decisions as pure functions: orders, delivery planning, grants, ownership.
-        .target(name: "StoreKeeperCore", dependencies: ["AppStoreModels", "StoreKeeperCatalog"]),
+        .target(name: "StoreKeeperCore", dependencies: ["StoreKeeperCatalog", "StoreKeeperText"]),
+        // The App Store's adapter: Apple's signed transactions, renewal infos and notifications
+        // read into the core's store-neutral values (no Apple type goes further).
+        .target(name: "AppStoreAdapter", dependencies: ["AppStoreModels", "StoreKeeperCore", "StoreKeeperCatalog"]),
         // One schema and query layer over SQLite (default) and PostgreSQL.
         .target(
             name: "StoreKeeperStorage",
@@ -141,6 +146,7 @@ let package = Package(
             name: "StoreKeeperServer",
             dependencies: [
                 "StoreKeeperStorage", "StoreKeeperCore", "StoreKeeperCatalog", "AppStoreModels", "AppStoreVerification",
+                "AppStoreAdapter",
                 "AppStoreClient", "LocalAppStore", "GooglePlay", "LocalGooglePlay", "KeyFiles",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
@@ -284,15 +290,19 @@ let package = Package(
         ),
         .testTarget(name: "StoreKeeperCatalogTests", dependencies: ["StoreKeeperCatalog"]),
         .testTarget(
-            name: "StoreKeeperCoreTests", dependencies: ["StoreKeeperCore", "StoreKeeperCatalog", "AppStoreModels"]),
+            name: "StoreKeeperCoreTests",
+            dependencies: ["StoreKeeperCore", "StoreKeeperCatalog", "AppStoreModels", "AppStoreAdapter"]),
         .testTarget(
             name: "StoreKeeperStorageTests",
-            dependencies: ["StoreKeeperStorage", "StoreKeeperCore", "StoreKeeperCatalog", "AppStoreModels"]
+            dependencies: [
+                "StoreKeeperStorage", "StoreKeeperCore", "StoreKeeperCatalog", "AppStoreModels", "AppStoreAdapter",
+            ]
         ),
         .testTarget(
             name: "StoreKeeperServerTests",
             dependencies: [
-                "StoreKeeperServer", "StoreKeeperStorage", "StoreKeeperCatalog", "AppStoreModels", "AppStoreSigning",
+                "StoreKeeperServer", "StoreKeeperStorage", "StoreKeeperCatalog", "AppStoreModels", "AppStoreAdapter",
+                "AppStoreSigning",
                 "LocalAppStore", "AppStoreClient", "StoreKeeperSimulator", "GooglePlay", "LocalGooglePlay", "KeyFiles",
                 .product(name: "StoreKeeperKitCore", package: "StoreKeeperKit"),
                 .product(name: "SQLKit", package: "sql-kit"),

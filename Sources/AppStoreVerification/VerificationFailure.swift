@@ -1,4 +1,5 @@
 import AppStoreModels
+import StoreKeeperText
 
 /// Why a proof of purchase was not accepted.
 ///

@@ -325,12 +325,14 @@ final class ChaosWorld: Sendable {
             var refundedAt: Int64?
         }
         let deliveries = try await database.read { sql in
-            try await sql.raw("SELECT transaction_id, account_id, product_id, refunded_at FROM deliveries").all(
+            try await sql.raw(
+                "SELECT transaction_id, account_id, product_id, refunded_at FROM deliveries WHERE store = 'app_store'"
+            ).all(
                 decoding: Delivery.self, keyDecodingStrategy: .convertFromSnakeCase)
         }
         var deliveredCount: [String: Int] = [:]
-        // Apple's books here; Google Play's (`gp:…`) in `checkGoogle`.
-        for delivery in deliveries where StoreOfTransaction.isAppStore(delivery.transactionId) {
+        // Apple's books here; Google Play's in `checkGoogle`.
+        for delivery in deliveries {
             deliveredCount[delivery.transactionId, default: 0] += 1
         }
         result.delivered = deliveredCount.count

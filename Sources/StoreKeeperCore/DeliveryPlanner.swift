@@ -1,4 +1,3 @@
-import AppStoreModels
 import Foundation
 import StoreKeeperCatalog
 
@@ -10,7 +9,7 @@ public enum DeliveryPlanner {
     /// What storage knows that bears on one transaction.
     public struct Context: Sendable {
         /// The verified transaction (never the client's claims).
-        public var transaction: JWSTransactionDecodedPayload
+        public var transaction: StoreTransaction
         /// The account submitting it; nil when it comes from Apple (notification, job).
         public var submittingAccount: String?
         /// The order whose appAccountToken the transaction carries.
@@ -42,7 +41,7 @@ public enum DeliveryPlanner {
         public var configuredAppIds: Set<String> = []
 
         public init(
-            transaction: JWSTransactionDecodedPayload, submittingAccount: String?, orderByToken: Order? = nil,
+            transaction: StoreTransaction, submittingAccount: String?, orderByToken: Order? = nil,
             requestedOrder: Order? = nil, oldestOpenOrder: Order? = nil, existingDelivery: Delivery? = nil,
             boundAccount: String? = nil, currentEntitlementExpiry: Date? = nil, catalog: Catalog,
             policy: OwnershipPolicy = .firstBinder, evidence: Evidence = .device
@@ -381,8 +380,7 @@ public enum DeliveryPlanner {
     /// Access end of an entitlement: Apple's expiresDate for auto-renewables; for
     /// non-renewing subscriptions the server's own window, extended from whichever is later
     /// of now-held access and the purchase date.
-    public static func expiry(of product: Product, transaction: JWSTransactionDecodedPayload, context: Context) -> Date?
-    {
+    public static func expiry(of product: Product, transaction: StoreTransaction, context: Context) -> Date? {
         expiry(
             of: product, purchasedAt: transaction.purchaseDate, periodEnd: transaction.expiresDate,
             currentExpiry: context.currentEntitlementExpiry)

@@ -1,4 +1,3 @@
-import AppStoreModels
 import Foundation
 import StoreKeeperCatalog
 

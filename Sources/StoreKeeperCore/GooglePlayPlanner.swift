@@ -111,14 +111,14 @@ extension GooglePlayPlanner {
         let answer = ConsumptionPlanner.answer(
             facts, policy: policy, sampleContentProvided: sampleContentProvided, now: now)
         let preference: String =
-            switch answer.request.refundPreference?.rawValue {
-            case "DECLINE": "DECLINE"
-            case "GRANT_FULL": "APPROVE"
-            default: "NEUTRAL"
+            switch answer.preference {
+            case .decline: "DECLINE"
+            case .grantFull: "APPROVE"
+            case .grantProrated, nil: "NEUTRAL"
             }
         return ReviewAnswer(
             refundPreference: preference,
-            consumptionPercentageMilliunits: answer.request.consumptionPercentage.map { Int(max(0, min(100_000, $0))) },
+            consumptionPercentageMilliunits: answer.consumedShare.map { Int(max(0, min(100_000, $0))) },
             sampleContentProvided: sampleContentProvided, rule: answer.rule)
     }
 }

@@ -1,5 +1,5 @@
-import AppStoreModels
 import Foundation
+import StoreKeeperText
 
 /// Ids as the database sees them: a sequence of bytes.
 ///
@@ -33,34 +33,6 @@ public enum Identifiers {
     /// detail: `QuotedText` in double quotes (printable ASCII only), so whatever renders the
     /// detail later (a dashboard, a log, a terminal) shows text, never markup or a look-alike.
     public static func quoted(_ text: String) -> String { QuotedText.quoted(text) }
-}
-
-/// A payment the app's backend took on its own web checkout, delivered through the one path
-/// as transaction `web:<paymentId>`: no Apple to tell (no account token, no Finish
-/// Transaction) and no Apple commission in its proceeds.
-extension JWSTransactionDecodedPayload {
-    public static let webPrefix = "web:"
-
-    public static func webTransactionId(paymentId: String) -> String { webPrefix + paymentId }
-
-    public var isWebPurchase: Bool { transactionId?.hasPrefix(Self.webPrefix) == true }
-
-    /// Apple's own transaction (digits): what Apple's APIs (Set App Account Token, Finish
-    /// Transaction, history, extensions) may be asked about — never a `web:` or `gp:` one.
-    public var isAppStoreTransaction: Bool { transactionId.map(StoreOfTransaction.isAppStore) ?? false }
-}
-
-/// Which store a stored transaction id came from: `gp:…` Google Play, `web:…` a web checkout,
-/// anything else (Apple's digits) the App Store.
-public enum StoreOfTransaction {
-    /// Apple's ids have no `:` (they are digits); every other store's carry a prefix.
-    public static func isAppStore(_ transactionId: String) -> Bool { !transactionId.contains(":") }
-
-    public static func of(_ transactionId: String) -> String {
-        if transactionId.hasPrefix(GooglePlayPlanner.prefix) { return "google_play" }
-        if transactionId.hasPrefix(JWSTransactionDecodedPayload.webPrefix) { return "web" }
-        return "app_store"
-    }
 }
 
 /// The deployment's apps by their store identity: an App Store bundle id or a Google Play

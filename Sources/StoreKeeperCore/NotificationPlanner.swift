@@ -1,156 +1,136 @@
-import AppStoreModels
 import Foundation
 import StoreKeeperCatalog
 
-/// A verified App Store Server Notification as it is kept and applied: the decoded fields
-/// and the signed objects inside it, already verified when it was accepted.
-public struct NotificationRecord: Codable, Sendable, Hashable {
+/// A store's verified notification as it is kept and applied: what it means (`notice`, read by
+/// the store's adapter), the store's own names for it (`type`, `subtype`, kept in the record
+/// and the audit log) and the verified objects inside it.
+public struct NotificationRecord: Sendable, Hashable {
     public var notificationUUID: String
     public var type: String
     public var subtype: String?
+    public var notice: StoreNotice
     /// The payload's `signedDate` (epoch ms): the order events of one subscription apply in.
     public var signedDate: Int64
     public var environment: String?
-    /// `data.status` (Apple's subscription status as of `signedDate`), when sent.
-    public var appleStatus: Int?
+    /// The store's subscription status as of `signedDate` (Apple's `data.status`), when sent.
+    public var storeStatus: Int?
     public var consumptionRequestReason: String?
-    public var transaction: JWSTransactionDecodedPayload?
-    public var renewalInfo: JWSRenewalInfoDecodedPayload?
-    /// RESCIND_CONSENT: the verified `appData.signedAppTransactionInfo`'s `appTransactionId`
-    /// (the Apple Account whose consent was withdrawn) and `bundleId`.
+    public var transaction: StoreTransaction?
+    public var renewalInfo: StoreRenewal?
+    /// RESCIND_CONSENT: the verified app transaction's `appTransactionId` (the store account
+    /// whose consent was withdrawn) and the app's identity.
     public var appTransactionId: String?
     public var appBundleId: String?
     /// EXTERNAL_PURCHASE_TOKEN: the token.
-    public var externalPurchaseToken: ExternalPurchaseToken?
+    public var externalToken: ExternalToken?
 
     public init(
-        notificationUUID: String, type: String, subtype: String?, signedDate: Int64, environment: String?,
-        appleStatus: Int? = nil, consumptionRequestReason: String? = nil,
-        transaction: JWSTransactionDecodedPayload? = nil, renewalInfo: JWSRenewalInfoDecodedPayload? = nil,
-        appTransactionId: String? = nil, appBundleId: String? = nil,
-        externalPurchaseToken: ExternalPurchaseToken? = nil
+        notificationUUID: String, type: String, subtype: String?, notice: StoreNotice, signedDate: Int64,
+        environment: String?, storeStatus: Int? = nil, consumptionRequestReason: String? = nil,
+        transaction: StoreTransaction? = nil, renewalInfo: StoreRenewal? = nil, appTransactionId: String? = nil,
+        appBundleId: String? = nil, externalToken: ExternalToken? = nil
     ) {
+        self.notice = notice
         self.appTransactionId = appTransactionId
         self.appBundleId = appBundleId
-        self.externalPurchaseToken = externalPurchaseToken
+        self.externalToken = externalToken
         self.notificationUUID = notificationUUID
         self.type = type
         self.subtype = subtype
         self.signedDate = signedDate
         self.environment = environment
-        self.appleStatus = appleStatus
+        self.storeStatus = storeStatus
         self.consumptionRequestReason = consumptionRequestReason
         self.transaction = transaction
         self.renewalInfo = renewalInfo
     }
 
-    /// The record of a verified payload (and the signed objects in it); nil without the
-    /// fields every notification has.
-    public init?(
-        payload: ResponseBodyV2DecodedPayload, transaction: JWSTransactionDecodedPayload?,
-        renewalInfo: JWSRenewalInfoDecodedPayload?, appTransaction: AppTransaction? = nil
-    ) {
-        guard let uuid = payload.notificationUUID, !uuid.isEmpty, let type = payload.notificationType?.rawValue,
-            let signedDate = payload.signedDate
-        else { return nil }
-        self.init(
-            notificationUUID: uuid, type: type, subtype: payload.subtype?.rawValue, signedDate: signedDate,
-            environment: payload.data?.environment?.rawValue ?? payload.summary?.environment?.rawValue
-                ?? payload.appData?.environment?.rawValue ?? payload.externalPurchaseToken?.environment.rawValue,
-            appleStatus: payload.data?.status.map { Int($0.rawValue) },
-            consumptionRequestReason: payload.data?.consumptionRequestReason?.rawValue, transaction: transaction,
-            renewalInfo: renewalInfo, appTransactionId: appTransaction?.appTransactionId,
-            appBundleId: appTransaction?.bundleId ?? payload.appData?.bundleId,
-            externalPurchaseToken: payload.externalPurchaseToken)
-    }
+    /// The store's name for it: `TYPE` or `TYPE (SUBTYPE)`.
+    public var label: String { subtype.map { "\(type) (\($0))" } ?? type }
 
     /// The subscription (or one-time purchase) the notification is about: events of one
     /// subject apply one at a time, in `signedDate` order. Nil when it has no transaction.
-    /// RESCIND_CONSENT and EXTERNAL_PURCHASE_TOKEN have their own: the Apple Account
+    /// A consent withdrawal and an external purchase token have their own: the store account
     /// (`consent:<appTransactionId>`) and the token (`external:<externalPurchaseId>`).
     public var subject: String? {
         if let transaction { return transaction.originalTransactionId ?? transaction.transactionId }
-        switch notificationType {
-        case .rescindConsent: return appTransactionId.map { "consent:\($0)" }
+        switch notice {
+        case .consentRescinded: return appTransactionId.map { "consent:\($0)" }
         case .externalPurchaseToken:
-            return externalPurchaseToken?.externalPurchaseId.flatMap { $0.isEmpty ? nil : "external:\($0)" }
+            return externalToken?.externalPurchaseId.flatMap { $0.isEmpty ? nil : "external:\($0)" }
         default: return nil
         }
     }
 
-    public var notificationType: NotificationType { NotificationType(rawValue: type) }
-    public var notificationSubtype: NotificationSubtype? { subtype.map(NotificationSubtype.init(rawValue:)) }
-
     /// The subscription machine's event for this notification.
     public var subscriptionEvent: SubscriptionEvent {
         SubscriptionEvent(
-            .notification(notificationType, notificationSubtype),
+            .notification(notice, label: type),
             signedDate: Date(timeIntervalSince1970: Double(signedDate) / 1000), transaction: transaction,
             renewalInfo: renewalInfo)
     }
 }
 
-/// What each notification type does (Apple's App Store Server Notifications V2 documentation §3): a pure routing
-/// decision, one place, so every type and subtype is either applied or deliberately ignored.
+/// What each notification does: a pure routing decision, one place, so every notice is either
+/// applied or deliberately ignored.
 public enum NotificationPlanner {
     public enum Action: Sendable, Hashable {
-        /// A purchase or a subscription event: the signed transaction goes through delivery
-        /// (exactly once, to the bound account), and an auto-renewable's state through
-        /// SubscriptionMachine.
+        /// A purchase or a subscription event: the transaction goes through delivery (exactly
+        /// once, to the bound account), and an auto-renewable's state through SubscriptionMachine.
         case deliver
-        /// REFUND, REVOKE: reverse what the transaction delivered.
+        /// A refund or revocation: reverse what the transaction delivered.
         case refund
-        /// REFUND_REVERSED: reinstate exactly what the refund reversed.
+        /// A refund taken back: reinstate exactly what the refund reversed.
         case refundReversed
-        /// CONSUMPTION_REQUEST: answered through the job queue when configured and the
-        /// customer consented.
+        /// The store asks what was consumed: answered through the job queue when configured and
+        /// the customer consented.
         case consumptionRequest
-        /// RESCIND_CONSENT: recorded, the accounts' consent withdrawn, the app's backend told.
+        /// Consent withdrawn: recorded, the accounts' consent withdrawn, the app's backend told.
         case rescindConsent
-        /// EXTERNAL_PURCHASE_TOKEN: the token recorded; an UNREPORTED one reported.
+        /// An external purchase token: recorded; an unreported one reported.
         case externalPurchaseToken
         /// Recorded, nothing to apply: the reason is kept with the notification.
         case ignored(String)
     }
 
     public static func action(for record: NotificationRecord) -> Action {
-        let type = record.notificationType
-        switch type {
-        case .subscribed, .didRenew, .didFailToRenew, .gracePeriodExpired, .expired, .didChangeRenewalStatus,
-            .didChangeRenewalPref, .offerRedeemed, .priceIncrease, .renewalExtended, .oneTimeCharge:
-            guard record.transaction != nil else { return .ignored("\(type.rawValue) without a signed transaction") }
+        let label = record.type
+        switch record.notice {
+        case .newPeriod, .renewalFailed, .gracePeriodEnded, .expired, .autoRenewChanged, .planChanged, .priceIncrease,
+            .oneTimePurchase:
+            guard record.transaction != nil else { return .ignored("\(label) without a signed transaction") }
             return .deliver
-        case .refund, .revoke:
-            guard record.transaction != nil else { return .ignored("\(type.rawValue) without a signed transaction") }
+        case .refunded:
+            guard record.transaction != nil else { return .ignored("\(label) without a signed transaction") }
             return .refund
         case .refundReversed:
-            guard record.transaction != nil else { return .ignored("\(type.rawValue) without a signed transaction") }
+            guard record.transaction != nil else { return .ignored("\(label) without a signed transaction") }
             return .refundReversed
         case .consumptionRequest:
-            guard record.transaction != nil else { return .ignored("\(type.rawValue) without a signed transaction") }
+            guard record.transaction != nil else { return .ignored("\(label) without a signed transaction") }
             return .consumptionRequest
         case .refundDeclined:
-            return .ignored("REFUND_DECLINED: Apple declined the refund; nothing was reversed, nothing changes")
-        case .renewalExtension:
+            return .ignored("\(label): the store declined the refund; nothing was reversed, nothing changes")
+        case .extensionSummary:
             return .ignored(
-                "RENEWAL_EXTENSION \(record.subtype ?? ""): a mass extension's summary or failure; each extended subscription gets its own RENEWAL_EXTENDED"
+                "\(record.label): a mass extension's summary or failure; each extended subscription gets its own RENEWAL_EXTENDED"
             )
         case .test:
-            return .ignored("TEST: a test notification, acknowledged")
+            return .ignored("\(label): a test notification, acknowledged")
         case .externalPurchaseToken:
-            guard record.externalPurchaseToken?.externalPurchaseId?.isEmpty == false else {
-                return .ignored("EXTERNAL_PURCHASE_TOKEN without an externalPurchaseId")
+            guard record.externalToken?.externalPurchaseId?.isEmpty == false else {
+                return .ignored("\(label) without an externalPurchaseId")
             }
             return .externalPurchaseToken
-        case .rescindConsent:
+        case .consentRescinded:
             guard record.appTransactionId != nil else {
-                return .ignored("RESCIND_CONSENT without a signed app transaction: no Apple Account to find")
+                return .ignored("\(label) without a signed app transaction: no store account to find")
             }
             return .rescindConsent
-        case .metadataUpdate, .migration, .priceChange:
-            return .ignored("\(type.rawValue): Advanced Commerce API only")
-        default:
-            return .ignored("\(type.rawValue): a type this server does not know yet, stored and ignored")
+        case .other(let why):
+            return .ignored("\(label): \(why)")
+        case .unknown:
+            return .ignored("\(label): a type this server does not know yet, stored and ignored")
         }
     }
 }
@@ -218,14 +198,14 @@ public enum RefundPlanner {
 
     /// How much Apple refunded, from the signed transaction.
     public struct Revocation: Sendable, Hashable {
-        public var type: RevocationType?
+        public var type: StoreTransaction.RevocationKind?
         public var percentage: Int32?
         /// A refund by quantity (Google Play's quantity-based partial refunds): `unitsRefunded`
         /// of `units` in all so far. Exact: the credit taken back is `credit × refunded / units`.
         public var unitsRefunded: Int64?
         public var units: Int64?
 
-        public init(type: RevocationType?, percentage: Int32?) {
+        public init(type: StoreTransaction.RevocationKind?, percentage: Int32?) {
             self.type = type
             self.percentage = percentage
         }
@@ -247,7 +227,7 @@ public enum RefundPlanner {
             return RefundPlanner.portion(of: amount, share: share)
         }
 
-        public init(_ transaction: JWSTransactionDecodedPayload) {
+        public init(_ transaction: StoreTransaction) {
             self.init(type: transaction.revocationType, percentage: transaction.revocationPercentage)
         }
 
@@ -265,7 +245,7 @@ public enum RefundPlanner {
         public var isPartial: Bool { share < RefundPlanner.wholeShare }
 
         /// The same revocation, from the values it is stored as.
-        public init(type: RevocationType?, percentage: Int32?, unitsRefunded: Int64?, units: Int64?) {
+        public init(type: StoreTransaction.RevocationKind?, percentage: Int32?, unitsRefunded: Int64?, units: Int64?) {
             self.type = type
             self.percentage = percentage
             self.unitsRefunded = unitsRefunded
@@ -473,10 +453,15 @@ public enum ConsumptionPlanner {
         }
     }
 
-    /// The request, and the refund preference rule that chose `refundPreference` (nil: none
-    /// matched, no preference sent) with what was adjusted to Apple's rules.
+    /// The answer, in the core's terms (the store's adapter writes it in the store's words):
+    /// whether it was delivered, the share consumed (nil for an auto-renewable: a store computes
+    /// its own), the refund preference of the rule that chose it (nil: none matched, no
+    /// preference stated) with what was adjusted to the store's rules.
     public struct Answer: Sendable, Hashable {
-        public var request: ConsumptionRequest
+        public var delivered: Bool
+        public var sampleContentProvided: Bool
+        public var consumedShare: Int32?
+        public var preference: RefundPolicy.Preference?
         public var rule: String?
         public var note: String?
     }
@@ -488,34 +473,30 @@ public enum ConsumptionPlanner {
     public static func answer(
         _ facts: Facts, policy: RefundPolicy = RefundPolicy(), sampleContentProvided: Bool = false, now: Date = Date()
     ) -> Answer {
-        var request = ConsumptionRequest(
-            customerConsented: true, sampleContentProvided: sampleContentProvided,
-            deliveryStatus: facts.delivered ? .delivered : .undeliveredOther)
         let consumed = facts.consumedShare(at: now)
-        if facts.productType != .autoRenewable { request.consumptionPercentage = consumed }
+        var answer = Answer(
+            delivered: facts.delivered, sampleContentProvided: sampleContentProvided,
+            consumedShare: facts.productType != .autoRenewable ? consumed : nil)
         let rule = policy.decide(
             RefundPolicy.Facts(
                 productId: facts.productId, productType: facts.productType, consumedShare: consumed,
                 firstPurchase: facts.firstPurchase, accountSince: facts.accountSince, now: now))
-        var note: String?
         if let rule {
-            var preference = RefundPreference(rawValue: rule.preference.apple)
+            var preference = rule.preference
             if preference == .grantProrated, facts.productType != .autoRenewable {
                 if consumed <= 0 {
                     preference = .grantFull
-                    note = "GRANT_PRORATED with nothing consumed is sent as GRANT_FULL"
+                    answer.note = "GRANT_PRORATED with nothing consumed is sent as GRANT_FULL"
                 } else if consumed >= RefundPlanner.wholeShare {
                     preference = .decline
-                    note = "GRANT_PRORATED with everything consumed is sent as DECLINE"
+                    answer.note = "GRANT_PRORATED with everything consumed is sent as DECLINE"
                 }
             }
-            request.refundPreference = preference
+            answer.preference = preference
+            answer.rule = rule.name
         }
-        return Answer(request: request, rule: rule?.name, note: note)
+        return answer
     }
-
-    /// The request with no refund preference (`answer` without rules).
-    public static func request(_ facts: Facts) -> ConsumptionRequest { answer(facts).request }
 }
 
 /// A store's refund, revocation or reversal of one of its transactions, as neutral values: what
@@ -567,18 +548,23 @@ public struct RefundEvent: Sendable {
         self.revocation = revocation
     }
 
-    /// An App Store notification's REFUND, REVOKE or REFUND_REVERSED.
-    public init?(apple record: NotificationRecord, reversed: Bool) {
+    /// A notification's refund, revocation or reversal (`record.notice`), from its transaction.
+    public init?(notification record: NotificationRecord) {
         guard let transaction = record.transaction, let id = transaction.transactionId else { return nil }
+        let kind: Kind
+        switch record.notice {
+        case .refunded(let revoke): kind = revoke ? .revoke : .refund
+        case .refundReversed: kind = .reversal
+        default: return nil
+        }
         self.init(
-            kind: reversed ? .reversal : record.type == NotificationType.revoke.rawValue ? .revoke : .refund,
-            store: .appStore, key: record.notificationUUID, transactionId: id,
+            kind: kind, store: transaction.store, key: record.notificationUUID, transactionId: id,
             originalTransactionId: transaction.originalTransactionId, productId: transaction.productId,
             revocation: RefundPlanner.Revocation(transaction))
-        storeIdentity = transaction.bundleId
+        storeIdentity = transaction.storeIdentity
         environment = transaction.environment?.rawValue
         revocationType = transaction.revocationType?.rawValue
-        reasonCode = transaction.revocationReason.map { Int64($0.rawValue) }
+        reasonCode = transaction.revocationReason.map { Int64($0) }
         appTransactionId = transaction.appTransactionId
         purchasedAt = transaction.purchaseDate
         periodEnd = transaction.expiresDate

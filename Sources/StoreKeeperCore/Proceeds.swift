@@ -1,4 +1,3 @@
-import AppStoreModels
 import Foundation
 
 /// What the developer keeps of a transaction's price, for revenue figures: 70 % by default;
@@ -52,11 +51,10 @@ public enum Proceeds {
     /// Each store's economics, in one place (a new store is a new case here, which the
     /// compiler asks for).
     public static func percent(
-        of transaction: JWSTransactionDecodedPayload, store: Store = .appStore, earlierPeriods: [Period] = [],
-        smallBusinessProgram: Bool = false
+        of transaction: StoreTransaction, earlierPeriods: [Period] = [], smallBusinessProgram: Bool = false
     ) -> Int? {
         if transaction.environment == .sandbox || transaction.environment == .xcode { return nil }
-        switch store {
+        switch transaction.store {
         case .web:
             // A web payment is the developer's own (Apple's commission on link-outs, where one
             // applies, is invoiced apart and not modelled here).
@@ -66,12 +64,12 @@ public enum Proceeds {
             // one-time products beyond the 15 % tier (the first USD 1M a year, for an enrolled
             // developer — what `smallBusinessProgram` says here too).
             if smallBusinessProgram { return reducedCommissionPercent }
-            return transaction.type == .autoRenewable ? reducedCommissionPercent : standardPercent
+            return transaction.kind == .autoRenewable ? reducedCommissionPercent : standardPercent
         case .appStore:
             break
         }
         if smallBusinessProgram { return reducedCommissionPercent }
-        guard transaction.type == .autoRenewable, let purchased = transaction.purchaseDate else {
+        guard transaction.kind == .autoRenewable, let purchased = transaction.purchaseDate else {
             return standardPercent
         }
         let start = Date(timeIntervalSince1970: Double(purchased) / 1000)
@@ -82,13 +80,11 @@ public enum Proceeds {
     /// The proceeds in Apple's price unit (milliunits of `currency`), rounded down; nil for
     /// Sandbox or a transaction without a price.
     public static func amount(
-        of transaction: JWSTransactionDecodedPayload, store: Store = .appStore, earlierPeriods: [Period] = [],
-        smallBusinessProgram: Bool = false
+        of transaction: StoreTransaction, earlierPeriods: [Period] = [], smallBusinessProgram: Bool = false
     ) -> Int64? {
         guard let price = transaction.price, price >= 0,
             let percent = percent(
-                of: transaction, store: store, earlierPeriods: earlierPeriods,
-                smallBusinessProgram: smallBusinessProgram)
+                of: transaction, earlierPeriods: earlierPeriods, smallBusinessProgram: smallBusinessProgram)
         else { return nil }
         let (product, overflow) = price.multipliedReportingOverflow(by: Int64(percent))
         return overflow ? price / 100 * Int64(percent) : product / 100

@@ -1,4 +1,3 @@
-import AppStoreModels
 import Foundation
 
 /// An auto-renewable subscription's status, as docs/api.md lists it.
@@ -38,7 +37,7 @@ public struct SubscriptionState: Sendable, Hashable {
     /// The product it renews into (`autoRenewProductId`): another one after a downgrade or
     /// crossgrade, effective at the next renewal.
     public var nextProductId: String?
-    public var offerType: OfferType?
+    public var offerType: StoreTransaction.OfferKind?
     public var offerIdentifier: String?
     public var gracePeriodEndsAt: Date?
     public var renewalPrice: Int64?
@@ -117,7 +116,9 @@ public struct SubscriptionState: Sendable, Hashable {
 /// answer to Get All Subscription Statuses. Each carries the `signedDate` Apple signed it with.
 public struct SubscriptionEvent: Sendable {
     public enum Source: Sendable, Hashable {
-        case notification(NotificationType, NotificationSubtype?)
+        /// A store's notification, read by its adapter (`label`: the store's own name for it,
+        /// kept in what is recorded).
+        case notification(StoreNotice, label: String)
         /// A signed transaction submitted by an app (or found in the transaction history).
         case submittedTransaction
         /// Get All Subscription Statuses: Apple's `status` for the subscription.
@@ -143,12 +144,12 @@ public struct SubscriptionEvent: Sendable {
 
     public var source: Source
     public var signedDate: Date
-    public var transaction: JWSTransactionDecodedPayload?
-    public var renewalInfo: JWSRenewalInfoDecodedPayload?
+    public var transaction: StoreTransaction?
+    public var renewalInfo: StoreRenewal?
 
     public init(
-        _ source: Source, signedDate: Date, transaction: JWSTransactionDecodedPayload? = nil,
-        renewalInfo: JWSRenewalInfoDecodedPayload? = nil
+        _ source: Source, signedDate: Date, transaction: StoreTransaction? = nil,
+        renewalInfo: StoreRenewal? = nil
     ) {
         self.source = source
         self.signedDate = signedDate
@@ -200,8 +201,8 @@ public enum SubscriptionMachine {
         }
         let before = state
         switch event.source {
-        case .notification(let type, let subtype):
-            guard let reason = notification(&next, type, subtype, event) else { break }
+        case .notification(let notice, let label):
+            guard let reason = notification(&next, notice, label, event) else { break }
             return (state.map { advanced($0, to: event.signedDate) }, [.ignored(reason)])
         case .submittedTransaction:
             submitted(&next, event)
@@ -272,8 +273,8 @@ public enum SubscriptionMachine {
         else { return nil }
         var state = SubscriptionState(
             originalTransactionId: original, productId: productId, status: .active,
-            expiresAt: transaction.expiresDate.map(Date.init(appleMilliseconds:)),
-            autoRenew: event.renewalInfo?.autoRenewStatus != .off, signedDate: event.signedDate)
+            expiresAt: transaction.expiresDate.map(Date.init(storeMilliseconds:)),
+            autoRenew: event.renewalInfo?.autoRenew != false, signedDate: event.signedDate)
         // Its first transaction is its latest: an extension or a refund without a transaction
         // needs it from the start.
         take(&state, transaction)
@@ -282,94 +283,91 @@ public enum SubscriptionMachine {
 
     /// Applies a notification; returns why it was ignored, or nil when applied.
     static func notification(
-        _ state: inout SubscriptionState, _ type: NotificationType, _ subtype: NotificationSubtype?,
-        _ event: SubscriptionEvent
+        _ state: inout SubscriptionState, _ notice: StoreNotice, _ label: String, _ event: SubscriptionEvent
     ) -> String? {
         renewal(&state, event.renewalInfo)
         // A notification carries the subscription's latest transaction. One with a later period
         // than the state holds means an event in between was missed or is still on its way
-        // (a DID_RENEW dropped while Apple was down, then EXPIRED first): the period is taken
-        // from it, whatever the type says about the status. Found by `storekeeper chaos`.
+        // (a renewal dropped while the store was down, then the expiry first): the period is
+        // taken from it, whatever the notice says about the status. Found by `storekeeper chaos`.
         if let transaction = event.transaction, transaction.revocationDate == nil,
-            let expires = transaction.expiresDate.map(Date.init(appleMilliseconds:)),
+            let expires = transaction.expiresDate.map(Date.init(storeMilliseconds:)),
             state.expiresAt.map({ expires > $0 }) ?? true
         {
             take(&state, transaction)
         }
-        switch type {
-        case .subscribed, .didRenew, .offerRedeemed, .renewalExtended:
+        switch notice {
+        case .newPeriod:
             // A new period (first buy, resubscribe, renewal, billing recovery, an offer, an
             // extension), or an immediate upgrade: the transaction says the product and expiry.
             if let transaction = event.transaction { take(&state, transaction) }
             state.status = .active
             state.gracePeriodEndsAt = nil
-        case .didFailToRenew:
-            if subtype == .gracePeriod {
+        case .renewalFailed(let gracePeriod):
+            if gracePeriod {
                 state.status = .gracePeriod
                 state.gracePeriodEndsAt =
-                    event.renewalInfo?.gracePeriodExpiresDate.map(Date.init(appleMilliseconds:))
+                    event.renewalInfo?.gracePeriodExpiresDate.map(Date.init(storeMilliseconds:))
                     ?? state.gracePeriodEndsAt
             } else {
                 state.status = .billingRetry
             }
-        case .gracePeriodExpired:
+        case .gracePeriodEnded:
             state.status = .billingRetry
         case .expired:
             state.status = .expired
             state.autoRenew = false
-        case .didChangeRenewalStatus:
+        case .autoRenewChanged(let on):
             // Inside a commitment the customer cancels the next commitment, not the months
             // committed to: they keep billing to the last period, then it ends.
             if let commitment = state.commitment, commitment.isBinding || commitment.renews != nil {
-                if event.renewalInfo?.commitmentInfo?.commitmentAutoRenewStatus == nil, let subtype {
-                    state.commitment?.renews = subtype == .autoRenewEnabled
+                if event.renewalInfo?.commitmentRenews == nil, let on {
+                    state.commitment?.renews = on
                 }
                 if commitment.isBinding { break }
             }
-            if subtype == .autoRenewEnabled { state.autoRenew = true }
-            if subtype == .autoRenewDisabled { state.autoRenew = false }
-        case .didChangeRenewalPref:
+            if let on { state.autoRenew = on }
+        case .planChanged(let immediate):
             // An upgrade takes effect at once (its transaction is the new product's); a
-            // downgrade or crossgrade at the next renewal (autoRenewProductId, above).
-            if subtype == .upgrade, let transaction = event.transaction { take(&state, transaction) }
+            // downgrade or crossgrade at the next renewal (the renewal's next product, above).
+            if immediate, let transaction = event.transaction { take(&state, transaction) }
         case .priceIncrease:
             break  // renewal price and currency, above
-        case .refund, .revoke:
+        case .refunded:
             // A refund (or Family Sharing revoke) of a period that had already ended before the
             // current one: recorded (the refund path takes back what it refunded), the current
             // period and its access stay. One of the current period revokes it.
             if let transaction = event.transaction, isOlderPeriod(transaction, than: state) {
                 return
-                    "\(type.rawValue) of an older period (transaction \(transaction.transactionId ?? "?")): recorded; the current period stays"
+                    "\(label) of an older period (transaction \(transaction.transactionId ?? "?")): recorded; the current period stays"
             }
             state.revokedTransactionId = event.transaction?.transactionId ?? state.latestTransactionId
             state.status = .revoked
         case .refundReversed:
-            guard state.status == .revoked else { return "REFUND_REVERSED for a subscription that is not revoked" }
+            guard state.status == .revoked else { return "\(label) for a subscription that is not revoked" }
             state.revokedTransactionId = nil
-            let expires = event.transaction?.expiresDate.map(Date.init(appleMilliseconds:)) ?? state.expiresAt
+            let expires = event.transaction?.expiresDate.map(Date.init(storeMilliseconds:)) ?? state.expiresAt
             state.expiresAt = expires
             state.status = expires.map { $0 > event.signedDate } ?? true ? .active : .expired
         case .refundDeclined:
-            return "REFUND_DECLINED: recorded, nothing changes"
+            return "\(label): recorded, nothing changes"
         case .consumptionRequest:
-            return "CONSUMPTION_REQUEST: answered through the job queue, not a state change"
-        case .renewalExtension:
-            return
-                "RENEWAL_EXTENSION \(subtype?.rawValue ?? ""): a mass extension's summary; each subscription gets its own RENEWAL_EXTENDED"
+            return "\(label): answered through the job queue, not a state change"
+        case .extensionSummary:
+            return "\(label): a mass extension's summary; each subscription gets its own extension"
         case .test:
-            return "TEST"
-        default:
-            return "\(type.rawValue) does not change a subscription"
+            return label
+        case .oneTimePurchase, .consentRescinded, .externalPurchaseToken, .other, .unknown:
+            return "\(label) does not change a subscription"
         }
         return nil
     }
 
     /// Whether `transaction` is a period that ended before the one the state holds (not its
     /// latest transaction, and expiring earlier).
-    static func isOlderPeriod(_ transaction: JWSTransactionDecodedPayload, than state: SubscriptionState) -> Bool {
+    static func isOlderPeriod(_ transaction: StoreTransaction, than state: SubscriptionState) -> Bool {
         guard transaction.transactionId != state.latestTransactionId,
-            let expires = transaction.expiresDate.map(Date.init(appleMilliseconds:)), let current = state.expiresAt
+            let expires = transaction.expiresDate.map(Date.init(storeMilliseconds:)), let current = state.expiresAt
         else { return false }
         return expires < current
     }
@@ -378,7 +376,7 @@ public enum SubscriptionMachine {
     /// device) moves the subscription forward; a revoked one revokes it.
     static func submitted(_ state: inout SubscriptionState, _ event: SubscriptionEvent) {
         guard let transaction = event.transaction else { return }
-        let expires = transaction.expiresDate.map(Date.init(appleMilliseconds:))
+        let expires = transaction.expiresDate.map(Date.init(storeMilliseconds:))
         // An older period than the one the state holds never moves it back, revoked or not
         // (a refunded period of last year does not end this year's access).
         let isOlder =
@@ -397,33 +395,31 @@ public enum SubscriptionMachine {
     }
 
     /// The product, expiry, offer and transaction of `transaction`.
-    static func take(_ state: inout SubscriptionState, _ transaction: JWSTransactionDecodedPayload) {
+    static func take(_ state: inout SubscriptionState, _ transaction: StoreTransaction) {
         if let productId = transaction.productId { state.productId = productId }
-        if let expires = transaction.expiresDate { state.expiresAt = Date(appleMilliseconds: expires) }
+        if let expires = transaction.expiresDate { state.expiresAt = Date(storeMilliseconds: expires) }
         state.offerType = transaction.offerType
         state.offerIdentifier = transaction.offerIdentifier
         if let id = transaction.transactionId { state.latestTransactionId = id }
-        if transaction.billingPlanType == .monthly, let info = transaction.commitmentInfo {
+        if transaction.billingPlan == .monthly, let info = transaction.commitment {
             state.commitment = SubscriptionState.Commitment(
                 period: Int(info.billingPeriodNumber ?? 1), periods: Int(info.totalBillingPeriods ?? 12),
-                expiresAt: info.commitmentExpiresDate.map(Date.init(appleMilliseconds:)),
+                expiresAt: info.commitmentExpiresDate.map(Date.init(storeMilliseconds:)),
                 renews: state.commitment?.renews)
-        } else if transaction.billingPlanType != nil {
+        } else if transaction.billingPlan != nil {
             state.commitment = nil
         }
     }
 
     /// What the renewal info says about the next renewal.
-    static func renewal(_ state: inout SubscriptionState, _ info: JWSRenewalInfoDecodedPayload?) {
+    static func renewal(_ state: inout SubscriptionState, _ info: StoreRenewal?) {
         guard let info else { return }
-        if let status = info.autoRenewStatus { state.autoRenew = status == .on }
-        if let next = info.autoRenewProductId { state.nextProductId = next }
+        if let on = info.autoRenew { state.autoRenew = on }
+        if let next = info.nextProductId { state.nextProductId = next }
         if let price = info.renewalPrice { state.renewalPrice = price }
         if let currency = info.currency { state.currency = currency }
-        if let grace = info.gracePeriodExpiresDate { state.gracePeriodEndsAt = Date(appleMilliseconds: grace) }
-        if let commitment = info.commitmentInfo, let status = commitment.commitmentAutoRenewStatus {
-            state.commitment?.renews = status == .on
-        }
+        if let grace = info.gracePeriodExpiresDate { state.gracePeriodEndsAt = Date(storeMilliseconds: grace) }
+        if let renews = info.commitmentRenews { state.commitment?.renews = renews }
     }
 
     static func advanced(_ state: SubscriptionState, to signedDate: Date) -> SubscriptionState {
@@ -454,8 +450,8 @@ public enum SubscriptionMachine {
 }
 
 extension Date {
-    /// Apple's timestamps: milliseconds since 1970.
-    fileprivate init(appleMilliseconds value: Int64) {
+    /// The stores' timestamps: milliseconds since 1970.
+    public init(storeMilliseconds value: Int64) {
         self.init(timeIntervalSince1970: Double(value) / 1000)
     }
 }

@@ -19,7 +19,7 @@ extension PurchaseStore {
         public var resolvedAt: Date?
         public var resolution: String?
         /// The verified transaction the anomaly holds, for manual delivery.
-        public var transaction: JWSTransactionDecodedPayload?
+        public var transaction: StoreTransaction?
         /// The app of its delivery or order, when one was recorded.
         public var appId: String? = nil
         /// The store of the purchase it is about, as recorded.
@@ -64,7 +64,8 @@ extension PurchaseStore {
     }
 
     static func decodeAnomaly(_ row: any SQLRow) throws -> StoredAnomaly {
-        StoredAnomaly(
+        let store = (try? row.decode(column: "store", as: String?.self)) ?? nil
+        return StoredAnomaly(
             id: try row.decode(column: "id", as: String.self), kind: try row.decode(column: "kind", as: String.self),
             status: try row.decode(column: "status", as: String.self),
             transactionId: try row.decode(column: "transaction_id", as: String?.self),
@@ -75,10 +76,15 @@ extension PurchaseStore {
             resolvedAt: try row.decode(column: "resolved_at", as: Int64?.self).map(Date.init(milliseconds:)),
             resolution: try row.decode(column: "resolution", as: String?.self),
             transaction: try row.decode(column: "payload", as: String?.self).flatMap {
-                try? JSONDecoder().decode(JWSTransactionDecodedPayload.self, from: Data($0.utf8))
+                // A payload held before the transaction recorded its store takes the row's.
+                guard var held = try? JSONDecoder().decode(StoreTransaction.self, from: Data($0.utf8)) else {
+                    return nil
+                }
+                if held.storeCode == nil, let store = store.flatMap(Store.init(rawValue:)) { held.store = store }
+                return held
             },
             appId: (try? row.decode(column: "app_id", as: String?.self)) ?? nil,
-            store: (try? row.decode(column: "store", as: String?.self)) ?? nil)
+            store: store)
     }
 
     /// Marks an anomaly resolved with an audit entry; idempotent (resolving twice changes nothing).

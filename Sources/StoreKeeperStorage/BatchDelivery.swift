@@ -16,7 +16,7 @@ struct BatchDelivery {
     }
 
     struct Item {
-        var transaction: JWSTransactionDecodedPayload
+        var transaction: StoreTransaction
         var submittingAccount: String?
         var requestedOrderId: String?
         var catalog: Catalog
@@ -31,13 +31,14 @@ struct BatchDelivery {
         var sharedAppleIdLimit = OfferStore.defaultSharedAppleIdLimit
         /// The deployment's apps: the transaction's app is recorded with it.
         var apps = AppDirectory()
-        /// The store the transaction comes from (its adapter says so): recorded with each row.
-        var store: Store = .appStore
         /// A Google Play purchase's own writes, in the same database transaction.
         var google: GooglePlayStore.Writes? = nil
 
+        /// The store the transaction comes from (its adapter says so): recorded with each row.
+        var store: Store { transaction.store }
+
         /// The app this transaction is of (its bundle id or package name), if configured.
-        var appId: String? { apps.appId(ofStoreIdentity: transaction.bundleId) }
+        var appId: String? { apps.appId(ofStoreIdentity: transaction.storeIdentity) }
     }
 
     struct EntitlementKey: Hashable {
@@ -207,7 +208,7 @@ struct BatchDelivery {
         var revenue: [Revenue] = []  // one per new delivery, in the same order
         var ledger: [(LedgerEntry, Int64)] = []
         var outbox: [(String, Int64)] = []
-        var applied: [(DeliveryPlanner.Plan, JWSTransactionDecodedPayload, DeliveryPlanner.Context, Date)] = []
+        var applied: [(DeliveryPlanner.Plan, StoreTransaction, DeliveryPlanner.Context, Date)] = []
         // Non-renewing access windows extend the latest expiry of the entitlement: read when
         // an item needs it (rare products), then kept up to date by the batch's own grants.
         var expiries: [EntitlementKey: Date?] = [:]
@@ -323,7 +324,7 @@ struct BatchDelivery {
             if let delivery = plan.delivery, transaction.appAccountToken == nil, delivery.quantity > 0,
                 plan.order == nil,
                 item.store == .appStore,
-                transaction.inAppOwnershipType != .familyShared, transaction.environment != .xcode,
+                transaction.ownership != .familyShared, transaction.environment != .xcode,
                 isConsumable || bound == nil
             {
                 claims.append(
@@ -334,7 +335,7 @@ struct BatchDelivery {
                 deliveries[delivery.transactionId] = delivery
                 revenue.append(
                     try await Revenue.of(
-                        transaction, store: item.store, originalId: originalId,
+                        transaction, originalId: originalId,
                         isAutoRenewable: product?.type == .autoRenewable,
                         periods: &paidPeriods, sql: sql))
                 let environment = transaction.environment?.rawValue ?? "Production"

@@ -202,6 +202,27 @@ extension PurchaseStore {
         public var audit: [AuditEntry]
     }
 
+    /// The store each of `ids` (transaction or original transaction ids) was bought in, as its
+    /// deliveries recorded it; ids never delivered are absent.
+    public func stores(of ids: [String]) async throws -> [String: Store] {
+        let ids = Array(Set(ids))
+        guard !ids.isEmpty else { return [:] }
+        return try await database.read { sql in
+            var stores: [String: Store] = [:]
+            for row in try await sql.raw(
+                """
+                SELECT transaction_id, original_transaction_id, store FROM deliveries
+                WHERE transaction_id IN (\(binds: ids)) OR original_transaction_id IN (\(binds: ids))
+                """
+            ).all() {
+                guard let store = Store(rawValue: try row.decode(column: "store", as: String.self)) else { continue }
+                stores[try row.decode(column: "transaction_id", as: String.self)] = store
+                stores[try row.decode(column: "original_transaction_id", as: String.self)] = store
+            }
+            return stores
+        }
+    }
+
     public func accountRecords(_ accountId: String, limit: Int = 200) async throws -> AccountRecords {
         try await database.read { sql in
             let ledger = try await sql.raw(

@@ -12,14 +12,13 @@ import Synchronization
 /// rolls back whole and each item is delivered on its own.
 final class DeliveryBatcher: Sendable {
     struct Request: Sendable {
-        var transaction: JWSTransactionDecodedPayload
+        var transaction: StoreTransaction
         var submittingAccount: String?
         var requestedOrderId: String?
         var catalog: Catalog
         var policy: OwnershipPolicy
         var evidence: DeliveryPlanner.Evidence
         var now: Date
-        var store: Store
         var event: SubscriptionEvent?
         var google: GooglePlayStore.Writes?
         var continuation: CheckedContinuation<PurchaseStore.DeliveryResult, any Error>
@@ -57,14 +56,14 @@ final class DeliveryBatcher: Sendable {
     }
 
     func deliver(
-        _ transaction: JWSTransactionDecodedPayload, submittingAccount: String?, requestedOrderId: String?,
-        catalog: Catalog, policy: OwnershipPolicy, evidence: DeliveryPlanner.Evidence, store: Store = .appStore,
+        _ transaction: StoreTransaction, submittingAccount: String?, requestedOrderId: String?,
+        catalog: Catalog, policy: OwnershipPolicy, evidence: DeliveryPlanner.Evidence,
         event: SubscriptionEvent? = nil, google: GooglePlayStore.Writes? = nil, now: Date
     ) async throws -> PurchaseStore.DeliveryResult {
         try await withCheckedThrowingContinuation { continuation in
             let request = Request(
                 transaction: transaction, submittingAccount: submittingAccount, requestedOrderId: requestedOrderId,
-                catalog: catalog, policy: policy, evidence: evidence, now: now, store: store, event: event,
+                catalog: catalog, policy: policy, evidence: evidence, now: now, event: event,
                 google: google, continuation: continuation)
             let startDrain = state.withLock { state -> Bool in
                 state.pending.append(request)
@@ -96,7 +95,7 @@ final class DeliveryBatcher: Sendable {
             BatchDelivery.Item(
                 transaction: $0.transaction, submittingAccount: $0.submittingAccount,
                 requestedOrderId: $0.requestedOrderId, catalog: $0.catalog, policy: $0.policy, evidence: $0.evidence,
-                now: $0.now, event: $0.event, sharedAppleIdLimit: sharedAppleIdLimit, apps: apps, store: $0.store,
+                now: $0.now, event: $0.event, sharedAppleIdLimit: sharedAppleIdLimit, apps: apps,
                 google: $0.google)
         }
         let results: [PurchaseStore.DeliveryResult]
@@ -136,7 +135,7 @@ final class DeliveryBatcher: Sendable {
                     transaction: request.transaction, submittingAccount: request.submittingAccount,
                     requestedOrderId: request.requestedOrderId, catalog: request.catalog, policy: request.policy,
                     evidence: request.evidence, now: request.now, event: request.event,
-                    sharedAppleIdLimit: sharedAppleIdLimit, apps: apps, store: request.store, google: request.google))
+                    sharedAppleIdLimit: sharedAppleIdLimit, apps: apps, google: request.google))
             request.continuation.resume(returning: result)
         } catch {
             request.continuation.resume(throwing: error)

@@ -14,13 +14,13 @@ extension PurchaseStore {
     public var oldestWaitingDelivery: Duration? { batcher.oldestWaiting }
 
     public func deliver(
-        _ transaction: JWSTransactionDecodedPayload, submittingAccount: String?, requestedOrderId: String? = nil,
+        _ transaction: StoreTransaction, submittingAccount: String?, requestedOrderId: String? = nil,
         catalog: Catalog, policy: OwnershipPolicy = .firstBinder, evidence: DeliveryPlanner.Evidence = .device,
-        store: Store = .appStore, event: SubscriptionEvent? = nil, google: GooglePlayStore.Writes? = nil, now: Date
+        event: SubscriptionEvent? = nil, google: GooglePlayStore.Writes? = nil, now: Date
     ) async throws -> DeliveryResult {
         try await batcher.deliver(
             transaction, submittingAccount: submittingAccount, requestedOrderId: requestedOrderId, catalog: catalog,
-            policy: policy, evidence: evidence, store: store, event: event, google: google, now: now)
+            policy: policy, evidence: evidence, event: event, google: google, now: now)
     }
 
     /// One delivery in its own database transaction — a batch of one, through the same read
@@ -44,7 +44,7 @@ extension PurchaseStore {
     }
 
     static func apply(
-        _ plan: DeliveryPlanner.Plan, transaction: JWSTransactionDecodedPayload, context: DeliveryPlanner.Context,
+        _ plan: DeliveryPlanner.Plan, transaction: StoreTransaction, context: DeliveryPlanner.Context,
         sql: any SQLDatabase, now: Date
     ) async throws {
         let at = now.milliseconds
@@ -52,7 +52,7 @@ extension PurchaseStore {
         if let delivery = plan.delivery {
             var periods: [String: [Proceeds.Period]] = [:]
             let money = try await Revenue.of(
-                transaction, store: context.store, originalId: originalId,
+                transaction, originalId: originalId,
                 isAutoRenewable: context.catalog.product(delivery.productId)?.type == .autoRenewable, periods: &periods,
                 sql: sql)
             let offer = OfferStore.offerColumns(transaction)

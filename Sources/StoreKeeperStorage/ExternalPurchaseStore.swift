@@ -34,18 +34,18 @@ public struct ExternalPurchaseStore: Sendable {
     /// its report now — with the line items of the purchases it covers, else as NO_LINE_ITEM
     /// (known to the app, nothing bought) or UNRECOGNIZED_TOKEN (never seen but in Apple's notice).
     static func record(_ record: NotificationRecord, sql: any SQLDatabase, now: Date) async throws -> (String, String) {
-        guard let token = record.externalPurchaseToken, let id = token.externalPurchaseId else {
+        guard let token = record.externalToken, let id = token.externalPurchaseId else {
             return ("ignored", "EXTERNAL_PURCHASE_TOKEN without an externalPurchaseId")
         }
         let at = now.milliseconds
         let subtype = record.subtype ?? "(none)"
-        let unreported = record.notificationSubtype == .unreported ? 1 : 0
+        let unreported = record.notice == .externalPurchaseToken(unreported: true) ? 1 : 0
         try await sql.raw(
             """
             INSERT INTO external_tokens (external_purchase_id, token_type, environment, bundle_id, created_at, expires_at,
                                          first_seen_at, last_notice, last_notice_at, unreported_notices)
-            VALUES (\(bind: id), \(bind: token.tokenType), \(bind: token.environment.rawValue), \(bind: token.bundleId),
-                    \(bind: token.tokenCreationDate), \(bind: token.tokenExpirationDate), \(bind: at), \(bind: subtype),
+            VALUES (\(bind: id), \(bind: token.tokenType), \(bind: token.environment), \(bind: token.storeIdentity),
+                    \(bind: token.createdAt), \(bind: token.expiresAt), \(bind: at), \(bind: subtype),
                     \(bind: at), \(bind: unreported))
             ON CONFLICT (external_purchase_id) DO UPDATE SET
                 token_type = COALESCE(excluded.token_type, external_tokens.token_type),
@@ -56,7 +56,7 @@ public struct ExternalPurchaseStore: Sendable {
                 unreported_notices = external_tokens.unreported_notices + excluded.unreported_notices
             """
         ).run()
-        var detail = "external purchase token \(id) (\(token.environment.rawValue)): \(subtype) recorded"
+        var detail = "external purchase token \(id) (\(token.environment ?? "?")): \(subtype) recorded"
         if unreported == 1 {
             try await JobStore.insert(
                 kind: Self.reportJobKind, dedupeKey: "\(Self.reportJobKind)|\(id)|\(record.notificationUUID)",
@@ -253,10 +253,10 @@ extension ExternalPurchaseStore {
         }
 
         /// The delivery key: one delivery per payment.
-        public var transactionId: String { JWSTransactionDecodedPayload.webTransactionId(paymentId: paymentId) }
+        public var transactionId: String { StoreTransaction.webTransactionId(paymentId: paymentId) }
         /// A subscription's key: its first payment's.
         public var originalTransactionId: String {
-            JWSTransactionDecodedPayload.webTransactionId(paymentId: originalPaymentId ?? paymentId)
+            StoreTransaction.webTransactionId(paymentId: originalPaymentId ?? paymentId)
         }
 
         init(row: some SQLRow) throws {

@@ -418,7 +418,7 @@ extension PurchaseStore {
     /// — or to `submittingAccount`, as a device's submission — and the state moved by
     /// SubscriptionMachine (`.storeState`), under the subject's lock.
     public func applyStoreSnapshot(
-        _ transaction: JWSTransactionDecodedPayload, event: SubscriptionEvent?, submittingAccount: String?,
+        _ transaction: StoreTransaction, event: SubscriptionEvent?, submittingAccount: String?,
         requestedOrderId: String?, catalog: Catalog, policy: OwnershipPolicy, now: Date
     ) async throws -> DeliveryResult {
         let kind = database.kind
@@ -430,8 +430,7 @@ extension PurchaseStore {
                     BatchDelivery.Item(
                         transaction: transaction, submittingAccount: submittingAccount,
                         requestedOrderId: requestedOrderId, catalog: catalog, policy: policy, evidence: .device,
-                        now: now, event: event, sharedAppleIdLimit: sharedAppleIdLimit, apps: apps,
-                        store: .googlePlay)
+                        now: now, event: event, sharedAppleIdLimit: sharedAppleIdLimit, apps: apps)
                 ], sql: sql, combineWrites: false)[0]
         }
     }
@@ -478,7 +477,7 @@ extension GooglePlayStore {
 
     /// Before planning: the purchase recorded; nil when it is to be planned, else why not.
     static func beforeDelivery(
-        _ writes: Writes, transaction: JWSTransactionDecodedPayload, sql: any SQLDatabase, now: Date
+        _ writes: Writes, transaction: StoreTransaction, sql: any SQLDatabase, now: Date
     ) async throws -> PurchaseStore.DeliveryResult.Held? {
         let retired = try await record(writes.purchase, acknowledge: false, sql: sql, now: now)
         guard writes.paid else { return .unpaid }

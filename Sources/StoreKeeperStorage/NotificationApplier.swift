@@ -19,8 +19,7 @@ enum NotificationApplier {
             return try await deliver([record], settings: settings, sql: sql, combineWrites: false, now: now)[0]
         case .refund, .refundReversed:
             guard
-                let event = RefundEvent(
-                    apple: record, reversed: NotificationPlanner.action(for: record) == .refundReversed)
+                let event = RefundEvent(notification: record)
             else { return ("ignored", "no transaction") }
             return try await refund(event, settings: settings, sql: sql, now: now)
         case .rescindConsent:

@@ -12,7 +12,7 @@ public enum OfferStore {
 
     /// A transaction delivered in this database transaction, for the offer and Apple Account facts.
     struct DeliveredFacts {
-        var transaction: JWSTransactionDecodedPayload
+        var transaction: StoreTransaction
         var delivery: DeliveryPlanner.Delivery
         var limit: Int
         var at: Int64
@@ -23,11 +23,11 @@ public enum OfferStore {
     /// The deliveries row's offer columns: Apple's `offerType` and `offerIdentifier`; whose
     /// offer it was is 'apple' for introductory, offer-code and win-back offers, and settled
     /// by `record` for promotional ones (ours for the order, or not).
-    static func offerColumns(_ transaction: JWSTransactionDecodedPayload) -> (
+    static func offerColumns(_ transaction: StoreTransaction) -> (
         type: Int?, identifier: String?, source: String?
     ) {
         guard let type = transaction.offerType else { return (nil, nil, nil) }
-        return (Int(type.rawValue), transaction.offerIdentifier, type == .promotionalOffer ? nil : "apple")
+        return (Int(type.rawValue), transaction.offerIdentifier, type == .promotional ? nil : "apple")
     }
 
     /// After a batch's deliveries are inserted: links promotional-offer redemptions to the
@@ -35,7 +35,7 @@ public enum OfferStore {
     /// `shared_apple_id` past the limit). Rare work only: nothing for a plain purchase by a
     /// known Apple Account but one insert.
     static func record(_ facts: [DeliveredFacts], sql: any SQLDatabase) async throws {
-        for fact in facts where fact.transaction.offerType == .promotionalOffer {
+        for fact in facts where fact.transaction.offerType == .promotional {
             var source = "not_signed_here"
             if let orderId = fact.delivery.orderId, let offerId = fact.transaction.offerIdentifier {
                 let signed = try await sql.raw(
@@ -73,7 +73,7 @@ public enum OfferStore {
                     kind: .offerLimitExceeded, transactionId: fact.delivery.transactionId,
                     orderId: fact.delivery.orderId, accountId: fact.delivery.accountId,
                     detail:
-                        "\(type == .winBackOffer ? "win-back offer" : "offer code") \(Identifiers.quoted(id)) redeemed \(redemptions) times by account \(Identifiers.quoted(fact.delivery.accountId)) (catalog maxPerAccount \(fact.redemptionLimit ?? 0)); delivered"
+                        "\(type == .winBack ? "win-back offer" : "offer code") \(Identifiers.quoted(id)) redeemed \(redemptions) times by account \(Identifiers.quoted(fact.delivery.accountId)) (catalog maxPerAccount \(fact.redemptionLimit ?? 0)); delivered"
                 ), dedupeKey: PurchaseStore.dedupeKey("offer_limit_exceeded", fact.delivery.transactionId),
                 payload: nil, sql: sql, at: fact.at)
         }

@@ -50,7 +50,7 @@ extension PurchaseStore {
     /// event: its latest transaction delivered to the owner if it is new, the state moved by
     /// SubscriptionMachine in `signedDate` order — under the subject's lock, like notifications.
     public func applyAppleStatus(
-        _ status: Int, transaction: JWSTransactionDecodedPayload, renewalInfo: JWSRenewalInfoDecodedPayload?,
+        _ status: Int, transaction: StoreTransaction, renewalInfo: StoreRenewal?,
         catalog: Catalog, policy: OwnershipPolicy, now: Date
     ) async throws -> DeliveryResult {
         let kind = database.kind

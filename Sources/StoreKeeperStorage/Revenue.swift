@@ -44,7 +44,7 @@ struct Revenue {
     /// `periods`: from `periods(of:sql:)`, extended here with this delivery's own period so
     /// later items of the same batch see it. A subscription missing from it is read alone.
     static func of(
-        _ transaction: JWSTransactionDecodedPayload, store: Store, originalId: String, isAutoRenewable: Bool,
+        _ transaction: StoreTransaction, originalId: String, isAutoRenewable: Bool,
         periods: inout [String: [Proceeds.Period]], sql: any SQLDatabase
     ) async throws -> Revenue {
         var earlier: [Proceeds.Period] = []
@@ -57,7 +57,7 @@ struct Revenue {
             }
             earlier = periods[originalId] ?? []
             var start = start
-            if !Proceeds.datesEachPeriod(store) {
+            if !Proceeds.datesEachPeriod(transaction.store) {
                 // The store names the subscription's start, not the period's: a renewal's
                 // period starts where the one before it ended.
                 let previous = earlier.map(\.end.milliseconds).filter { $0 > start && $0 < end }.max()
@@ -72,12 +72,12 @@ struct Revenue {
         }
         return Revenue(
             price: transaction.price, currency: transaction.currency,
-            percent: Proceeds.percent(of: transaction, store: store, earlierPeriods: earlier), periodStart: periodStart,
+            percent: Proceeds.percent(of: transaction, earlierPeriods: earlier), periodStart: periodStart,
             periodEnd: periodEnd, purchasedAt: periodStart ?? transaction.purchaseDate,
             storefront: transaction.storefront,
             trial: transaction.offerDiscountType == .freeTrial
                 || (transaction.offerType != nil && transaction.price == 0),
-            familyShared: transaction.inAppOwnershipType == .familyShared, overlaps: overlaps)
+            familyShared: transaction.ownership == .familyShared, overlaps: overlaps)
     }
 
     /// Where periods of one subscription overlap (an upgrade starts a period before the current

@@ -35,7 +35,8 @@ extension PurchaseStore {
     static func undeliveredRefund(_ row: any SQLRow) throws -> (revocation: RefundPlanner.Revocation, key: String) {
         (
             RefundPlanner.Revocation(
-                type: try row.decode(column: "revocation_type", as: String?.self).map(RevocationType.init(rawValue:)),
+                type: try row.decode(column: "revocation_type", as: String?.self).map(
+                    StoreTransaction.RevocationKind.init(rawValue:)),
                 percentage: try row.decode(column: "percentage", as: Int32?.self),
                 unitsRefunded: try row.decode(column: "units_refunded", as: Int64?.self),
                 units: try row.decode(column: "units", as: Int64?.self)),
@@ -46,7 +47,7 @@ extension PurchaseStore {
     /// A partial refund recorded before delivery, applied to the delivery just written (same
     /// database transaction) through the one refund path.
     static func applyUndeliveredRefund(
-        _ refund: (revocation: RefundPlanner.Revocation, key: String), transaction: JWSTransactionDecodedPayload,
+        _ refund: (revocation: RefundPlanner.Revocation, key: String), transaction: StoreTransaction,
         store: Store, catalog: Catalog, policy: OwnershipPolicy, apps: AppDirectory, sql: any SQLDatabase,
         now: Date
     ) async throws {
@@ -59,7 +60,7 @@ extension PurchaseStore {
             kind: .refund, store: store, key: refund.key, transactionId: id,
             originalTransactionId: transaction.originalTransactionId, productId: transaction.productId,
             revocation: refund.revocation)
-        event.storeIdentity = transaction.bundleId
+        event.storeIdentity = transaction.storeIdentity
         event.environment = transaction.environment?.rawValue
         event.purchasedAt = transaction.purchaseDate
         event.periodEnd = transaction.expiresDate

@@ -1,3 +1,4 @@
+import AppStoreAdapter
 import AppStoreModels
 import Foundation
 import Testing
@@ -45,7 +46,8 @@ import Testing
         """#
 
     @Test func aProratedRevocationIsItsShare() throws {
-        let transaction = try JWSTransactionDecodedPayload.decode(json: Array(Self.revoked.utf8))
+        let transaction = StoreTransaction(
+            apple: try JWSTransactionDecodedPayload.decode(json: Array(Self.revoked.utf8)))
         #expect(transaction.revocationType == .refundProrated)
         #expect(transaction.revocationPercentage == 50_000)
         let revocation = RefundPlanner.Revocation(transaction)
@@ -55,11 +57,12 @@ import Testing
     }
 
     @Test func aCommitmentTransactionMovesTheMachine() throws {
-        let transaction = try JWSTransactionDecodedPayload.decode(json: Array(Self.committed.utf8))
+        let transaction = StoreTransaction(
+            apple: try JWSTransactionDecodedPayload.decode(json: Array(Self.committed.utf8)))
         let (state, _) = SubscriptionMachine.apply(
             nil,
             SubscriptionEvent(
-                .notification(.didRenew, nil), signedDate: Date(timeIntervalSince1970: 1_698_148_900),
+                .apple(.didRenew), signedDate: Date(timeIntervalSince1970: 1_698_148_900),
                 transaction: transaction))
         #expect(state?.commitment?.period == 3)
         #expect(state?.commitment?.periods == 12)
@@ -81,7 +84,7 @@ import Testing
 
         let token = try ResponseBodyV2DecodedPayload.decode(json: Array(Self.externalToken.utf8))
         let tokenRecord = try #require(NotificationRecord(payload: token, transaction: nil, renewalInfo: nil))
-        #expect(tokenRecord.externalPurchaseToken?.tokenType == "ACQUISITION")
+        #expect(tokenRecord.externalToken?.tokenType == "ACQUISITION")
         #expect(tokenRecord.subject == "external:b2158121-7af9-49d4-9561-1f588205523e")
         #expect(tokenRecord.environment == "Production")
         #expect(NotificationPlanner.action(for: tokenRecord) == .externalPurchaseToken)

@@ -1,3 +1,4 @@
+import AppStoreAdapter
 import AppStoreModels
 import Foundation
 import StoreKeeperCatalog
@@ -20,8 +21,8 @@ import Testing
     static func transaction(
         _ productId: String = "coins_60", id: String = "2000000000000001", original: String? = nil, quantity: Int32 = 1,
         token: UUID? = nil, revoked: Bool = false, expires: Int64? = nil
-    ) -> JWSTransactionDecodedPayload {
-        JWSTransactionDecodedPayload(
+    ) -> StoreTransaction {
+        StoreTransaction.appStore(
             transactionId: id, originalTransactionId: original ?? id, bundleId: "com.example.app", productId: productId,
             purchaseDate: 1_767_225_000_000, expiresDate: expires, quantity: quantity,
             appAccountToken: token?.uuidString.lowercased(), revocationDate: revoked ? 1_767_225_500_000 : nil,

@@ -1,3 +1,4 @@
+import AppStoreAdapter
 import AppStoreModels
 import Foundation
 import StoreKeeperCatalog
@@ -97,23 +98,24 @@ import Testing
     /// Google's service fee: subscriptions 15 % from the first period, one-time products 30 %
     /// (15 % with the reduced tier), test purchases none.
     @Test func googlesServiceFeeIsNotApples() {
-        var subscription = JWSTransactionDecodedPayload()
+        var subscription = StoreTransaction(store: .googlePlay)
         subscription.transactionId = "gp:GPA.1"
-        subscription.type = .autoRenewable
+        subscription.kind = .autoRenewable
         subscription.environment = .production
         subscription.purchaseDate = 1_767_225_600_000
         subscription.price = 9990
-        #expect(Proceeds.percent(of: subscription, store: .googlePlay) == 85)
+        #expect(Proceeds.percent(of: subscription) == 85)
         var coins = subscription
-        coins.type = .consumable
-        #expect(Proceeds.percent(of: coins, store: .googlePlay) == 70)
-        #expect(Proceeds.percent(of: coins, store: .googlePlay, smallBusinessProgram: true) == 85)
+        coins.kind = .consumable
+        #expect(Proceeds.percent(of: coins) == 70)
+        #expect(Proceeds.percent(of: coins, smallBusinessProgram: true) == 85)
         var test = coins
         test.environment = .sandbox
-        #expect(Proceeds.percent(of: test, store: .googlePlay) == nil)
+        #expect(Proceeds.percent(of: test) == nil)
         // Apple's first-year subscription is 70 %.
         var apple = subscription
         apple.transactionId = "2000000000000001"
+        apple.store = .appStore
         #expect(Proceeds.percent(of: apple) == 70)
     }
 }

@@ -1,3 +1,4 @@
+import AppStoreAdapter
 import AppStoreModels
 import Foundation
 import Testing
@@ -7,18 +8,18 @@ import Testing
 /// Every notification type and subtype of Apple's library v6.0.0 is applied or recorded with
 /// a reason — none silently dropped, none taken for "a type this server does not know".
 @Suite struct NotificationPlannerTests {
-    static let transaction = JWSTransactionDecodedPayload(
+    static let transaction = StoreTransaction.appStore(
         transactionId: "2000000000000002", originalTransactionId: "2000000000000001", productId: "pro_monthly")
 
     static func record(_ type: NotificationType, _ subtype: NotificationSubtype?, withData: Bool) -> NotificationRecord
     {
         var record = NotificationRecord(
-            notificationUUID: UUID().uuidString, type: type.rawValue, subtype: subtype?.rawValue, signedDate: 1,
-            environment: "Production")
+            notificationUUID: UUID().uuidString, type: type.rawValue, subtype: subtype?.rawValue,
+            notice: StoreNotice(apple: type, subtype), signedDate: 1, environment: "Production")
         if withData {
             record.transaction = transaction
             record.appTransactionId = "705000000000000001"
-            record.externalPurchaseToken = ExternalPurchaseToken(externalPurchaseId: "abc")
+            record.externalToken = ExternalToken(externalPurchaseId: "abc")
         }
         return record
     }
@@ -64,7 +65,7 @@ import Testing
         rescind.appTransactionId = "705"
         #expect(rescind.subject == "consent:705")
         var token = Self.record(.externalPurchaseToken, .unreported, withData: false)
-        token.externalPurchaseToken = ExternalPurchaseToken(externalPurchaseId: "SANDBOX1")
+        token.externalToken = ExternalToken(externalPurchaseId: "SANDBOX1")
         #expect(token.subject == "external:SANDBOX1")
     }
 }

@@ -1,3 +1,4 @@
+import AppStoreAdapter
 import AppStoreModels
 import Foundation
 import Testing
@@ -13,13 +14,13 @@ import Testing
     static func transaction(
         price: Int64 = 9_990, type: ProductType = .autoRenewable, purchased days: Double = 0,
         environment: AppStoreEnvironment = .production
-    ) -> JWSTransactionDecodedPayload {
-        var payload = JWSTransactionDecodedPayload()
+    ) -> StoreTransaction {
+        var payload = StoreTransaction.appStore()
         payload.transactionId = "1"
         payload.price = price
-        payload.type = type
+        payload.kind = StoreTransaction.ProductKind(rawValue: type.rawValue)
         payload.purchaseDate = Int64(at(days).timeIntervalSince1970 * 1000)
-        payload.environment = environment
+        payload.environment = StoreEnvironment(rawValue: environment.rawValue)
         return payload
     }
 
@@ -38,14 +39,19 @@ import Testing
 
     /// Each store's economics is a per-store value in the core, never read from an id.
     @Test func eachStoreKeepsItsOwnShare() {
+        func on(_ store: Store, _ transaction: StoreTransaction) -> StoreTransaction {
+            var transaction = transaction
+            transaction.store = store
+            return transaction
+        }
         let subscription = Self.transaction(price: 9_990)
         let coins = Self.transaction(price: 990, type: .consumable)
-        #expect(Proceeds.percent(of: subscription, store: .googlePlay) == 85)
-        #expect(Proceeds.percent(of: coins, store: .googlePlay) == 70)
-        #expect(Proceeds.percent(of: coins, store: .googlePlay, smallBusinessProgram: true) == 85)
-        #expect(Proceeds.percent(of: coins, store: .web) == 100)
-        #expect(Proceeds.percent(of: coins, store: .web, smallBusinessProgram: true) == 100)
-        #expect(Proceeds.amount(of: coins, store: .web) == 990)
+        #expect(Proceeds.percent(of: on(.googlePlay, subscription)) == 85)
+        #expect(Proceeds.percent(of: on(.googlePlay, coins)) == 70)
+        #expect(Proceeds.percent(of: on(.googlePlay, coins), smallBusinessProgram: true) == 85)
+        #expect(Proceeds.percent(of: on(.web, coins)) == 100)
+        #expect(Proceeds.percent(of: on(.web, coins), smallBusinessProgram: true) == 100)
+        #expect(Proceeds.amount(of: on(.web, coins)) == 990)
         #expect(!Proceeds.datesEachPeriod(.googlePlay) && Proceeds.datesEachPeriod(.appStore))
     }
 

@@ -1,3 +1,4 @@
+import AppStoreAdapter
 import AppStoreModels
 import Foundation
 import Testing
@@ -15,12 +16,12 @@ import Testing
 
     static func transaction(
         _ id: String, product: String = "pro_monthly", expires days: Double, revoked: Bool = false
-    ) -> JWSTransactionDecodedPayload {
-        var payload = JWSTransactionDecodedPayload()
+    ) -> StoreTransaction {
+        var payload = StoreTransaction.appStore()
         payload.transactionId = id
         payload.originalTransactionId = "1000"
         payload.productId = product
-        payload.type = .autoRenewable
+        payload.kind = .autoRenewable
         payload.expiresDate = ms(at(days))
         if revoked { payload.revocationDate = ms(at(days - 1)) }
         return payload
@@ -39,10 +40,11 @@ import Testing
 
     static func notification(
         _ type: NotificationType, _ subtype: NotificationSubtype? = nil, signed days: Double,
-        transaction: JWSTransactionDecodedPayload? = nil, renewal: JWSRenewalInfoDecodedPayload? = nil
+        transaction: StoreTransaction? = nil, renewal: JWSRenewalInfoDecodedPayload? = nil
     ) -> SubscriptionEvent {
         SubscriptionEvent(
-            .notification(type, subtype), signedDate: at(days), transaction: transaction, renewalInfo: renewal)
+            .apple(type, subtype), signedDate: at(days), transaction: transaction,
+            renewalInfo: renewal.map(StoreRenewal.init(apple:)))
     }
 
     /// A subscription bought on day 0, renewing monthly.
@@ -423,7 +425,9 @@ import Testing
             (1, SubscriptionStatus.active), (2, .expired), (3, .billingRetry), (4, .gracePeriod), (5, .revoked),
         ] {
             let (after, _) = SubscriptionMachine.apply(
-                state, SubscriptionEvent(.appleStatus(code), signedDate: Self.at(2), renewalInfo: Self.renewal()))
+                state,
+                SubscriptionEvent(
+                    .appleStatus(code), signedDate: Self.at(2), renewalInfo: StoreRenewal(apple: Self.renewal())))
             #expect(after?.status == status)
         }
         let (after, effects) = SubscriptionMachine.apply(

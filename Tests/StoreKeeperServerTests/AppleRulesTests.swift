@@ -1,3 +1,4 @@
+import AppStoreAdapter
 import AppStoreModels
 import AppStoreSigning
 import Foundation
@@ -662,8 +663,8 @@ import Testing
 
     @Test func theMachineKeepsACommitmentBillingThroughACancel() {
         let start = Date(timeIntervalSince1970: 1_767_225_600)
-        func transaction(_ period: Int32) -> JWSTransactionDecodedPayload {
-            JWSTransactionDecodedPayload(
+        func transaction(_ period: Int32) -> StoreTransaction {
+            StoreTransaction.appStore(
                 transactionId: "t\(period)", originalTransactionId: "t1", productId: "pro_yearly",
                 expiresDate: Int64(start.timeIntervalSince1970 * 1000) + Int64(period) * 2_592_000_000,
                 billingPlanType: .monthly,
@@ -673,12 +674,12 @@ import Testing
         }
         var (state, _) = SubscriptionMachine.apply(
             nil,
-            SubscriptionEvent(.notification(.subscribed, .initialBuy), signedDate: start, transaction: transaction(1)))
+            SubscriptionEvent(.apple(.subscribed, .initialBuy), signedDate: start, transaction: transaction(1)))
         #expect(state?.commitment?.period == 1)
         (state, _) = SubscriptionMachine.apply(
             state,
             SubscriptionEvent(
-                .notification(.didChangeRenewalStatus, .autoRenewDisabled), signedDate: start.addingTimeInterval(60),
+                .apple(.didChangeRenewalStatus, .autoRenewDisabled), signedDate: start.addingTimeInterval(60),
                 transaction: transaction(1)))
         #expect(state?.autoRenew == true)
         #expect(state?.commitment?.renews == false)
@@ -686,19 +687,19 @@ import Testing
         (state, _) = SubscriptionMachine.apply(
             state,
             SubscriptionEvent(
-                .notification(.didRenew, nil), signedDate: start.addingTimeInterval(2_592_000),
+                .apple(.didRenew), signedDate: start.addingTimeInterval(2_592_000),
                 transaction: transaction(2)))
         #expect(state?.commitment?.period == 2)
         #expect(state?.status == .active)
         #expect(state?.commitment?.renews == false)
         // A plan billed up front has no commitment: a cancel stops it at its period's end.
         var upfront = transaction(1)
-        upfront.billingPlanType = .billedUpfront
-        upfront.commitmentInfo = nil
+        upfront.billingPlan = .billedUpfront
+        upfront.commitment = nil
         (state, _) = SubscriptionMachine.apply(
             state,
             SubscriptionEvent(
-                .notification(.didRenew, nil), signedDate: start.addingTimeInterval(5_184_000),
+                .apple(.didRenew), signedDate: start.addingTimeInterval(5_184_000),
                 transaction: {
                     var next = upfront
                     next.transactionId = "t99"

@@ -1,9 +1,11 @@
+import AppStoreAdapter
 import AppStoreModels
 import Foundation
 import HTTPTypes
 import Hummingbird
 import HummingbirdTesting
 import NIOCore
+import StoreKeeperCore
 import StoreKeeperStorage
 import Testing
 
@@ -159,7 +161,8 @@ import Testing
             let store = try #require(app.localAppStore)
             let bought = try await store.buy("stranger", items: [.init(productId: "coins_60")])
             let orphan = try await app.store.deliver(
-                bought.transactions[0], submittingAccount: nil, catalog: app.catalog, now: Date())
+                StoreTransaction(apple: bought.transactions[0]), submittingAccount: nil, catalog: app.catalog,
+                now: Date())
             #expect(orphan.plan.outcome == .unattributed)
             let anomaly = try #require(try await app.store.anomalies(status: "open").first)
 

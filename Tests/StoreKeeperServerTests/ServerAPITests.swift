@@ -1,3 +1,4 @@
+import AppStoreAdapter
 import AppStoreModels
 import AppStoreSigning
 import Foundation
@@ -8,6 +9,7 @@ import JWTKit
 import LocalAppStore
 import NIOCore
 import StoreKeeperCatalog
+import StoreKeeperCore
 import StoreKeeperStorage
 import Testing
 
@@ -284,7 +286,8 @@ import Testing
 
             // Unattributed: an operator delivers it by hand, exactly once.
             let orphan = try await app.store.deliver(
-                bought.transactions[0].with(id: "2999999999999999", product: "coins_60"), submittingAccount: nil,
+                StoreTransaction(apple: bought.transactions[0].with(id: "2999999999999999", product: "coins_60")),
+                submittingAccount: nil,
                 catalog: app.catalog, now: Date())
             #expect(orphan.plan.outcome == .unattributed)
             let open = try await Self.call(client, .get, "/v1/anomalies?status=open")

@@ -1,3 +1,4 @@
+import AppStoreAdapter
 import AppStoreModels
 import Foundation
 import StoreKeeperCatalog
@@ -24,8 +25,8 @@ import Testing
 
     static func transaction(
         _ productId: String = "coins_60", id: String = "2000000000000001", quantity: Int32 = 1, token: UUID? = nil
-    ) -> JWSTransactionDecodedPayload {
-        JWSTransactionDecodedPayload(
+    ) -> StoreTransaction {
+        StoreTransaction.appStore(
             transactionId: id, originalTransactionId: id, bundleId: "com.example.app", productId: productId,
             purchaseDate: now.milliseconds, quantity: quantity, appAccountToken: token?.uuidString.lowercased(),
             environment: .production)
@@ -139,10 +140,10 @@ import Testing
             let (stray, _) = try await (strayToken, other)
             #expect(stray.plan.order?.orderId == third.orderId)
             // Two accounts claiming one non-consumable in the same burst: one owner, one conflict.
-            let unlock = JWSTransactionDecodedPayload(
+            let unlock = StoreTransaction.appStore(
                 transactionId: "2200000000000100", originalTransactionId: "2200000000000100", productId: "remove_ads",
                 environment: .production)
-            let restore = JWSTransactionDecodedPayload(
+            let restore = StoreTransaction.appStore(
                 transactionId: "2200000000000101", originalTransactionId: "2200000000000100", productId: "remove_ads",
                 environment: .production)
             async let first = store.deliver(unlock, submittingAccount: "owner", catalog: Self.catalog, now: Self.now)
@@ -193,7 +194,7 @@ import Testing
                 #expect(conflict.plan.outcome == .notDelivered)
                 #expect(conflict.plan.refusal == .ownedByOtherAccount(owner: "alice"))
             }
-            let restore = JWSTransactionDecodedPayload(
+            let restore = StoreTransaction.appStore(
                 transactionId: "2000000000000011", originalTransactionId: "2000000000000010", productId: "remove_ads",
                 environment: .production)
             for _ in 0..<3 {

@@ -1,3 +1,4 @@
+import AppStoreAdapter
 import AppStoreModels
 import Foundation
 import SQLKit
@@ -40,7 +41,7 @@ import Testing
         try await TestDatabase.with(kind) { database in
             let store = PurchaseStore(database: database)
             for (id, environment) in [("9001", AppStoreEnvironment.production), ("9002", .sandbox)] {
-                let transaction = JWSTransactionDecodedPayload(
+                let transaction = StoreTransaction.appStore(
                     transactionId: id, originalTransactionId: id, bundleId: "com.example.app", productId: "coins_60",
                     purchaseDate: Self.start.milliseconds, quantity: 1, environment: environment, currency: "USD",
                     price: 990)
@@ -63,7 +64,7 @@ import Testing
             func renew(_ index: Int) async throws {
                 let id = String(9_100 + index)
                 let end = periodStart.addingTimeInterval(31 * Self.day)
-                let transaction = JWSTransactionDecodedPayload(
+                let transaction = StoreTransaction.appStore(
                     transactionId: id, originalTransactionId: "9100", bundleId: "com.example.app",
                     productId: "pro_monthly", purchaseDate: periodStart.milliseconds,
                     expiresDate: end.milliseconds, quantity: 1, type: .autoRenewable,

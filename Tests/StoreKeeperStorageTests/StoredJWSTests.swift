@@ -1,3 +1,4 @@
+import AppStoreAdapter
 import AppStoreModels
 import Foundation
 import SQLKit
@@ -123,7 +124,8 @@ import Testing
                 for (uuid, signedPayload) in sent {
                     group.addTask {
                         let record = NotificationRecord(
-                            notificationUUID: uuid, type: "TEST", subtype: nil, signedDate: 1_700_000_000_000,
+                            notificationUUID: uuid, type: "TEST", subtype: nil, notice: .test,
+                            signedDate: 1_700_000_000_000,
                             environment: "Sandbox")
                         try await store.accept(record, signedPayload: signedPayload, now: Date())
                     }
@@ -144,7 +146,8 @@ import Testing
             await #expect(throws: StoredJWS.Unstorable.self) {
                 try await store.accept(
                     NotificationRecord(
-                        notificationUUID: "marker", type: "TEST", subtype: nil, signedDate: 1, environment: nil),
+                        notificationUUID: "marker", type: "TEST", subtype: nil, notice: .test, signedDate: 1,
+                        environment: nil),
                     signedPayload: "~1.not.a.jws", now: Date())
             }
             let fresh = NotificationStore(database: database)

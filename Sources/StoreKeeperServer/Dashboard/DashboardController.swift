@@ -475,8 +475,10 @@ struct DashboardController {
     }
 
     /// How the dashboard names a store.
-    static func storeName(_ store: String) -> String {
-        switch Store(rawValue: store) ?? .appStore {
+    static func storeName(_ store: String) -> String { storeName(Store(rawValue: store) ?? .appStore) }
+
+    static func storeName(_ store: Store) -> String {
+        switch store {
         case .appStore: "App Store"
         case .googlePlay: "Google Play"
         case .web: "Web"
@@ -486,6 +488,8 @@ struct DashboardController {
     func account(_ accountId: String, request: Request, session: DashboardSessions.Session) async throws -> Response {
         let shown = try await app.account(accountId)
         let records = try await app.store.accountRecords(accountId)
+        let stores = try await app.store.stores(
+            of: shown.entitlements.compactMap(\.originalTransactionId) + records.orders.compactMap(\.transactionId))
         var subscriptions: [[String: Any]] = []
         for subscription in shown.subscriptions {
             let events = try await app.notifications.notifications(subject: subscription.originalTransactionId)
@@ -511,7 +515,7 @@ struct DashboardController {
             [
                 "id": $0.id, "active": $0.active ? "yes" : "no", "productId": $0.productId ?? "—",
                 "source": $0.source, "expiresAt": $0.expiresAt ?? "never",
-                "store": $0.originalTransactionId.map { Self.storeName(StoreOfTransaction.of($0)) } ?? "—",
+                "store": $0.originalTransactionId.flatMap { stores[$0] }.map(Self.storeName) ?? "—",
             ]
         }
         let ledger: [[String: Any]] = records.ledger.map {
@@ -524,7 +528,7 @@ struct DashboardController {
             [
                 "createdAt": StoreKeeperApp.iso($0.createdAt), "orderId": $0.orderId, "productId": $0.productId,
                 "quantity": $0.quantity, "status": $0.status, "transactionId": $0.transactionId ?? "",
-                "store": $0.transactionId.map { Self.storeName(StoreOfTransaction.of($0)) } ?? "—",
+                "store": $0.transactionId.flatMap { stores[$0] }.map(Self.storeName) ?? "—",
                 "appId": $0.appId ?? "—",
             ]
         }

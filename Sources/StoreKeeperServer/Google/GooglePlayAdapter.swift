@@ -87,34 +87,24 @@ struct GoogleReading: Sendable {
     /// The one delivery path's view of this charge: ids `gp:<orderId>` (the subscription's
     /// `gp:s.<token digest>`), the catalog's product, the order's token as `appAccountToken`,
     /// Sandbox for a test purchase.
-    var transaction: JWSTransactionDecodedPayload {
+    var transaction: StoreTransaction {
         let id = GooglePlayPlanner.transactionId(orderId: orderId, tokenDigest: tokenDigest)
-        let original =
-            kind == "subscription" ? subscriptionOriginalId : id
-        let type: ProductType =
-            switch product.type {
-            case .consumable: .consumable
-            case .nonConsumable: .nonConsumable
-            case .nonRenewing: .nonRenewing
-            case .autoRenewable: .autoRenewable
-            }
-        let purchased = Int64(((paidAt ?? Date()).timeIntervalSince1970 * 1000).rounded(.down))
-        var transaction = JWSTransactionDecodedPayload(
-            transactionId: id, originalTransactionId: original, productId: product.id, purchaseDate: purchased,
-            quantity: Int32(clamping: quantity), type: type, inAppOwnershipType: .purchased,
-            signedDate: Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)),
-            environment: test ? .sandbox : .production, currency: currency, price: priceMilli)
-        transaction.expiresDate = expiresAt.map { Int64(($0.timeIntervalSince1970 * 1000).rounded(.down)) }
-        transaction.bundleId = packageName
-        // The App Store's form (alpha-3): one storefront column and `country` filter for both.
-        transaction.storefront = RegionCode.alpha3(regionCode)
-        transaction.appAccountToken = obfuscatedAccountId.flatMap { UUID(uuidString: $0) }.map {
-            $0.uuidString.lowercased()
-        }
+        let original = kind == "subscription" ? subscriptionOriginalId : id
+        let now = Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))
+        var transaction = StoreTransaction(
+            store: .googlePlay, transactionId: id, originalTransactionId: original, storeIdentity: packageName,
+            productId: product.id,
+            purchaseDate: Int64(((paidAt ?? Date()).timeIntervalSince1970 * 1000).rounded(.down)),
+            expiresDate: expiresAt.map { Int64(($0.timeIntervalSince1970 * 1000).rounded(.down)) },
+            quantity: Int32(clamping: quantity), kind: .init(product.type),
+            appAccountToken: obfuscatedAccountId.flatMap { UUID(uuidString: $0) }.map { $0.uuidString.lowercased() },
+            ownership: .purchased, signedDate: now, environment: test ? .sandbox : .production,
+            // The App Store's form (alpha-3): one storefront column and `country` filter for both.
+            storefront: RegionCode.alpha3(regionCode), currency: currency, price: priceMilli)
         if kind == "one_time", refundableQuantity == 0 {
             // Every unit refunded: Google's word that it is voided.
-            transaction.revocationDate = Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))
-            transaction.revocationReason = .refundedForOtherReason
+            transaction.revocationDate = now
+            transaction.revocationReason = 0
         }
         return transaction
     }
@@ -215,7 +205,7 @@ extension StoreKeeperApp {
 
     /// What applying a reading did.
     enum GoogleApplied {
-        case delivered(PurchaseStore.DeliveryResult, JWSTransactionDecodedPayload)
+        case delivered(PurchaseStore.DeliveryResult, StoreTransaction)
         case pending
         case notPaid(String)
         case retired
@@ -286,7 +276,7 @@ extension StoreKeeperApp {
         // leaves it running), delivered, acknowledged once an account has it.
         let result = try await self.store.deliver(
             transaction, submittingAccount: submittingAccount, requestedOrderId: orderId, catalog: catalog,
-            policy: configuration.ownershipPolicy, evidence: .device, store: .googlePlay,
+            policy: configuration.ownershipPolicy, evidence: .device,
             event: reading.kind == "subscription" ? event : nil,
             google: GooglePlayStore.Writes(
                 purchase: reading.record, paid: paid,
@@ -348,7 +338,7 @@ extension StoreKeeperApp {
                 "this purchase token was replaced by a newer one (upgrade, downgrade or re-signup): it grants nothing")
         case .delivered(let result, let transaction):
             if let refusal = result.plan.refusal { throw APIError.refusal(refusal) }
-            var json = TransactionJSON(transaction, result: result, submitter: body.accountId, store: .googlePlay)
+            var json = TransactionJSON(transaction, result: result, submitter: body.accountId)
             json.appId = app.configuration.id
             return try Self.json(
                 PurchaseJSON(

@@ -1,3 +1,4 @@
+import AppStoreAdapter
 import AppStoreClient
 import AppStoreModels
 import AppStoreVerification
@@ -206,7 +207,7 @@ public struct JobRunner: Service {
                 sampleContentProvided: product?.introductoryOffer != nil
                     || app.catalog.refunds.sampleContentProvided == true,
                 now: now)
-            let request = answer.request
+            let request = answer.appleRequest
             let encoder = JSONEncoder()
             encoder.outputFormatting = .sortedKeys
             var body = String(decoding: try encoder.encode(request), as: UTF8.self)

@@ -1,3 +1,4 @@
+import AppStoreAdapter
 import AppStoreModels
 import AppStoreVerification
 import Foundation

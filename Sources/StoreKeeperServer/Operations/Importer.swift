@@ -1,3 +1,4 @@
+import AppStoreAdapter
 import AppStoreClient
 import AppStoreModels
 import Foundation
@@ -213,7 +214,7 @@ public struct Importer: Sendable {
                 }
             }
             for jws in page.signedTransactions ?? [] {
-                let transaction = try await app.verifier.verifyTransaction(jws)
+                let transaction = StoreTransaction(apple: try await app.verifier.verifyTransaction(jws))
                 // Apple's history is the customer's; the row is about one original transaction.
                 guard transaction.originalTransactionId == row.originalTransactionId else { continue }
                 let result = try await app.store.deliver(

@@ -1,3 +1,4 @@
+import AppStoreAdapter
 import AppStoreClient
 import AppStoreModels
 import AppStoreSigning
@@ -114,7 +115,7 @@ extension StoreKeeperApp {
         }
         guard let proof = body.proofs.first else { throw APIError.badRequest(PurchaseBody.oneOf) }
 
-        let transactions: [JWSTransactionDecodedPayload]
+        let transactions: [StoreTransaction]
         do {
             if case .transactionId(let transactionId) = proof {
                 switch try await lookUpOrQueue(transactionId, accountId: body.accountId, orderId: body.orderId) {
@@ -197,9 +198,9 @@ extension StoreKeeperApp {
                 continue
             }
             let proof = Proof.signedTransaction(jws)
-            let transaction: JWSTransactionDecodedPayload
+            let transaction: StoreTransaction
             do {
-                transaction = try await verifier.verifyTransaction(jws)
+                transaction = StoreTransaction(apple: try await verifier.verifyTransaction(jws))
             } catch let failure as VerificationFailure {
                 guard !failure.isRetryable else { throw APIError.verification(failure) }
                 metrics.verificationFailure(failure.code)
@@ -275,10 +276,10 @@ extension StoreKeeperApp {
     }
 
     /// The transactions a JWS or receipt proves, verified offline under the trust policy.
-    func verifyOffline(_ proof: Proof) async throws -> [JWSTransactionDecodedPayload] {
+    func verifyOffline(_ proof: Proof) async throws -> [StoreTransaction] {
         switch proof {
         case .signedTransaction(let signed):
-            return [try await verifier.verifyTransaction(signed)]
+            return [StoreTransaction(apple: try await verifier.verifyTransaction(signed))]
         case .receipt(let receipt):
             let verified = try await receiptVerifier.verify(base64: receipt)
             return verified.inAppPurchases.map { Self.transaction(from: $0, receipt: verified) }
@@ -292,8 +293,8 @@ extension StoreKeeperApp {
     /// `reported`: with a receipt, the transaction the device reports — the order applies to it
     /// alone, and the receipt's other entries are companions (`DeliveryPlanner.Evidence`).
     func deliverVerified(
-        _ transactions: [JWSTransactionDecodedPayload], accountId: String, orderId: String?,
-        evidence: DeliveryPlanner.Evidence, reported: String? = nil, store purchaseStore: Store = .appStore
+        _ transactions: [StoreTransaction], accountId: String, orderId: String?,
+        evidence: DeliveryPlanner.Evidence, reported: String? = nil
     ) async throws -> (
         results: [TransactionJSON], refusals: [DeliveryPlanner.Refusal], account: PurchaseStore.AccountState?
     ) {
@@ -306,7 +307,7 @@ extension StoreKeeperApp {
             let result = try await store.deliver(
                 transaction, submittingAccount: accountId, requestedOrderId: companion ? nil : orderId,
                 catalog: catalog, policy: configuration.ownershipPolicy,
-                evidence: companion ? .receiptCompanion : evidence, store: purchaseStore, now: now)
+                evidence: companion ? .receiptCompanion : evidence, now: now)
             if let refusal = result.plan.refusal { refusals.append(refusal) }
             committed = result.account
             switch result.plan.outcome {
@@ -319,13 +320,13 @@ extension StoreKeeperApp {
             }
             results.append(
                 TransactionJSON(
-                    transaction, result: result, submitter: accountId, apps: store.apps, store: purchaseStore))
+                    transaction, result: result, submitter: accountId, apps: store.apps))
         }
         return (results, refusals, committed)
     }
 
     enum Lookup {
-        case found(JWSTransactionDecodedPayload)
+        case found(StoreTransaction)
         case queued(retryAfterSeconds: Int)
     }
 
@@ -399,25 +400,27 @@ extension StoreKeeperApp {
     }
 
     /// The verified transaction, from Apple (or the local App Store).
-    func fetchTransaction(_ transactionId: String) async throws -> JWSTransactionDecodedPayload {
+    func fetchTransaction(_ transactionId: String) async throws -> StoreTransaction {
         guard let transactionSource else {
             throw APIError.badRequest("no App Store Server API configured")
         }
-        return try await verifier.verifyTransaction(try await transactionSource.signedTransaction(transactionId))
+        return StoreTransaction(
+            apple: try await verifier.verifyTransaction(try await transactionSource.signedTransaction(transactionId)))
     }
 
     /// A receipt's in-app entry as a transaction payload (receipts carry no appAccountToken).
-    static func transaction(from item: AppReceiptInAppPurchase, receipt: AppReceipt) -> JWSTransactionDecodedPayload {
+    static func transaction(from item: AppReceiptInAppPurchase, receipt: AppReceipt) -> StoreTransaction {
         func milliseconds(_ date: Date?) -> Int64? {
             date.map { Int64(($0.timeIntervalSince1970 * 1000).rounded(.down)) }
         }
-        return JWSTransactionDecodedPayload(
-            transactionId: item.transactionId, originalTransactionId: item.originalTransactionId ?? item.transactionId,
-            webOrderLineItemId: item.webOrderLineItemId, bundleId: receipt.bundleId, productId: item.productId,
-            purchaseDate: milliseconds(item.purchaseDate),
+        return StoreTransaction(
+            store: .appStore, transactionId: item.transactionId,
+            originalTransactionId: item.originalTransactionId ?? item.transactionId, storeIdentity: receipt.bundleId,
+            productId: item.productId, purchaseDate: milliseconds(item.purchaseDate),
             originalPurchaseDate: milliseconds(item.originalPurchaseDate),
             expiresDate: milliseconds(item.subscriptionExpirationDate), quantity: Int32(clamping: item.quantity ?? 1),
-            revocationDate: milliseconds(item.cancellationDate), environment: receipt.environment ?? .production)
+            revocationDate: milliseconds(item.cancellationDate),
+            environment: StoreEnvironment(rawValue: (receipt.environment ?? .production).rawValue))
     }
 }
 

@@ -48,8 +48,8 @@ extension TransactionJSON {
 extension TransactionJSON {
     /// `submitter`: an order of another account is never shown to the submitter.
     init(
-        _ transaction: JWSTransactionDecodedPayload, result: PurchaseStore.DeliveryResult, submitter: String,
-        apps: AppDirectory = AppDirectory(), store purchaseStore: Store
+        _ transaction: StoreTransaction, result: PurchaseStore.DeliveryResult, submitter: String,
+        apps: AppDirectory = AppDirectory()
     ) {
         transactionId = transaction.transactionId ?? ""
         originalTransactionId = transaction.originalTransactionId ?? transactionId
@@ -61,8 +61,8 @@ extension TransactionJSON {
             Identifiers.same(recipient, submitter)
             ? result.plan.delivery?.orderId ?? result.existing?.orderId ?? result.plan.order?.orderId : nil
         outcome = result.plan.outcome.rawValue
-        store = purchaseStore.rawValue
-        appId = apps.appId(ofStoreIdentity: transaction.bundleId)
+        store = transaction.store.rawValue
+        appId = apps.appId(ofStoreIdentity: transaction.storeIdentity)
     }
 }
 

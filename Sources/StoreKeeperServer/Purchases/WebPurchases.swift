@@ -126,7 +126,7 @@ extension StoreKeeperApp {
         }
         let transaction = Self.webTransaction(payment, type: product.type, purchasedAt: purchasedAt)
         let delivered = try await deliverVerified(
-            [transaction], accountId: body.accountId, orderId: nil, evidence: .device, reported: nil, store: .web)
+            [transaction], accountId: body.accountId, orderId: nil, evidence: .device, reported: nil)
         if let refusal = delivered.refusals.first { throw APIError.refusal(refusal) }
         let results = delivered.results
         let nothingNew = !results.isEmpty && results.allSatisfy { $0.outcome == "already_delivered" }
@@ -175,25 +175,15 @@ extension StoreKeeperApp {
 
     /// What a web payment is to the delivery path: a transaction this server vouches for.
     static func webTransaction(_ payment: ExternalPurchaseStore.WebPayment, type: Product.Kind, purchasedAt: Date)
-        -> JWSTransactionDecodedPayload
+        -> StoreTransaction
     {
-        let kind: ProductType =
-            switch type {
-            case .consumable: .consumable
-            case .nonConsumable: .nonConsumable
-            case .nonRenewing: .nonRenewing
-            case .autoRenewable: .autoRenewable
-            }
-        let purchased = payment.purchasedAt ?? purchasedAt.webMilliseconds
-        var transaction = JWSTransactionDecodedPayload(
-            transactionId: payment.transactionId, originalTransactionId: payment.originalTransactionId,
-            productId: payment.productId, purchaseDate: purchased,
-            quantity: Int32(payment.quantity), type: kind, inAppOwnershipType: .purchased,
-            signedDate: purchasedAt.webMilliseconds,
+        StoreTransaction(
+            store: .web, transactionId: payment.transactionId, originalTransactionId: payment.originalTransactionId,
+            productId: payment.productId, purchaseDate: payment.purchasedAt ?? purchasedAt.webMilliseconds,
+            expiresDate: payment.expiresAt, quantity: Int32(payment.quantity), kind: .init(type),
+            ownership: .purchased, signedDate: purchasedAt.webMilliseconds,
             environment: (payment.externalPurchaseId ?? "").hasPrefix("SANDBOX") ? .sandbox : .production,
             currency: payment.currency, price: payment.amountMilli)
-        transaction.expiresDate = payment.expiresAt
-        return transaction
     }
 
     /// `POST /v1/purchases/web/{paymentId}/refund` (secret key): the provider refunded a web
@@ -213,7 +203,7 @@ extension StoreKeeperApp {
             originalTransactionId: transaction.originalTransactionId, productId: transaction.productId,
             revocation: RefundPlanner.Revocation(type: .refundFull, percentage: nil))
         refund.environment = transaction.environment?.rawValue
-        refund.revocationType = RevocationType.refundFull.rawValue
+        refund.revocationType = StoreTransaction.RevocationKind.refundFull.rawValue
         refund.purchasedAt = transaction.purchaseDate
         refund.periodEnd = transaction.expiresDate
         var settings = NotificationStore.Settings(

@@ -2,6 +2,7 @@ import AppStoreModels
 import AppStoreVerification
 import Foundation
 import Hummingbird
+import StoreKeeperCore
 import StoreKeeperStorage
 
 /// Nothing Apple signed is lost to a misconfiguration: every proof that fails verification is
@@ -75,7 +76,7 @@ extension StoreKeeperApp {
                 try Task.checkCancellation()
                 summary.checked += 1
                 let proof = Proof(kind: kept.kind, text: kept.proof)
-                let transactions: [JWSTransactionDecodedPayload]
+                let transactions: [StoreTransaction]
                 do {
                     transactions = try await verifyOffline(proof)
                 } catch let failure as VerificationFailure {

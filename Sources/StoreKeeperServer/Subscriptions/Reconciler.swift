@@ -1,3 +1,4 @@
+import AppStoreAdapter
 import AppStoreClient
 import AppStoreModels
 import AppStoreVerification
@@ -82,9 +83,11 @@ public struct Reconciler: Sendable {
                 for item in (statuses.data ?? []).flatMap({ $0.lastTransactions ?? [] })
                 where item.originalTransactionId == original {
                     guard let status = item.status, let signed = item.signedTransactionInfo else { continue }
-                    let transaction = try await app.verifier.verifyTransaction(signed)
-                    var renewal: JWSRenewalInfoDecodedPayload?
-                    if let info = item.signedRenewalInfo { renewal = try await app.verifier.verifyRenewalInfo(info) }
+                    let transaction = StoreTransaction(apple: try await app.verifier.verifyTransaction(signed))
+                    var renewal: StoreRenewal?
+                    if let info = item.signedRenewalInfo {
+                        renewal = StoreRenewal(apple: try await app.verifier.verifyRenewalInfo(info))
+                    }
                     let result = try await app.store.applyAppleStatus(
                         Int(status.rawValue), transaction: transaction, renewalInfo: renewal, catalog: app.catalog,
                         policy: app.configuration.ownershipPolicy, now: now)
@@ -110,7 +113,7 @@ public struct Reconciler: Sendable {
                     try await $0.getAllTransactionHistory(transactionId, filter: filter)
                 }
                 for jws in signed {
-                    let transaction = try await app.verifier.verifyTransaction(jws)
+                    let transaction = StoreTransaction(apple: try await app.verifier.verifyTransaction(jws))
                     // Refunds arrive as notifications (step 1), with their reversal of the grant.
                     guard !transaction.isRevoked else { continue }
                     let result = try await app.store.deliver(
