@@ -47,9 +47,10 @@ let package = Package(
     ],
     targets: [
         // Codable types for every Apple payload; no dependencies so the client SDK can share them.
-        .target(name: "AppStoreModels"),
-        // Client text made safe to show inside a message (quoted, printable ASCII).
-        .target(name: "StoreKeeperText"),
+        .target(name: "AppStoreModels", dependencies: ["StoreKeeperSupport"]),
+        // What every module shares and no store owns: strict Base64 and hex, JSON output, row
+        // identifiers, client text made safe to show inside a message.
+        .target(name: "StoreKeeperSupport"),
         // ES256 verification with a precomputed table of the signing key, over BoringSSL's
         // P-256 assembly as swift-crypto links it (P256Table.swift says why).
         .target(name: "CP256Verify", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
@@ -57,7 +58,7 @@ let package = Package(
         .target(
             name: "AppStoreVerification",
             dependencies: [
-                "AppStoreModels", "StoreKeeperText",
+                "AppStoreModels", "StoreKeeperSupport",
                 "CP256Verify",
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
@@ -125,7 +126,7 @@ let package = Package(
             dependencies: [.product(name: "Yams", package: "Yams")]
         ),
         // Domain decisions as pure functions: orders, delivery planning, grants, ownership.
-        .target(name: "StoreKeeperCore", dependencies: ["StoreKeeperCatalog", "StoreKeeperText"]),
+        .target(name: "StoreKeeperCore", dependencies: ["StoreKeeperCatalog", "StoreKeeperSupport"]),
         // The App Store's adapter: Apple's signed transactions, renewal infos and notifications
         // read into the core's store-neutral values (no Apple type goes further).
         .target(name: "AppStoreAdapter", dependencies: ["AppStoreModels", "StoreKeeperCore", "StoreKeeperCatalog"]),
@@ -133,7 +134,7 @@ let package = Package(
         .target(
             name: "StoreKeeperStorage",
             dependencies: [
-                "StoreKeeperCore", "AppStoreModels", "StoreKeeperCatalog",
+                "StoreKeeperCore", "StoreKeeperSupport", "StoreKeeperCatalog",
                 .product(name: "SQLKit", package: "sql-kit"),
                 .product(name: "SQLiteKit", package: "sqlite-kit"),
                 .product(name: "PostgresKit", package: "postgres-kit"),
@@ -238,7 +239,7 @@ let package = Package(
                 "StoreKeeperServer",
             ]
         ),
-        .testTarget(name: "AppStoreModelsTests", dependencies: ["AppStoreModels"]),
+        .testTarget(name: "AppStoreModelsTests", dependencies: ["AppStoreModels", "StoreKeeperSupport"]),
         .testTarget(
             name: "AppStoreVerificationTests",
             dependencies: [

@@ -172,3 +172,31 @@ extension StoreTransaction {
                 appTransactionId: appTransactionId, billingPlanType: billingPlanType, commitmentInfo: commitmentInfo))
     }
 }
+
+extension ExternalPurchaseReport {
+    /// The External Purchase Server API's body for a report storage built.
+    public init(_ report: ExternalSalesReport) {
+        self.init(
+            requestIdentifier: report.requestIdentifier, externalPurchaseId: report.externalPurchaseId,
+            status: report.status, lineItems: report.lineItems?.map(ExternalPurchaseLineItem.init))
+    }
+}
+
+extension ExternalPurchaseLineItem {
+    public init(_ item: ExternalSalesReport.LineItem) {
+        self.init(
+            lineItemId: item.lineItemId, creationDate: item.creationDate, eventType: item.eventType,
+            productType: item.productType, productIdentifier: item.productIdentifier, quantity: item.quantity,
+            pricingCurrency: item.pricingCurrency, reportingCurrency: item.reportingCurrency,
+            amountTaxInclusive: item.amountTaxInclusive, amountTaxExclusive: item.amountTaxExclusive,
+            taxAmount: item.taxAmount, netAmountTaxExclusive: item.netAmountTaxExclusive, taxCountry: item.taxCountry,
+            referenceLineItemId: item.referenceLineItemId)
+        exchangeRate = item.exchangeRate
+        restatement = item.restatement
+        erroneouslySubmitted = item.erroneouslySubmitted
+        subscriptionEvent = item.subscriptionEvent
+        subscriptionStartDate = item.subscriptionStartDate
+        subscriptionEndDate = item.subscriptionEndDate
+        subscriptionDaysOfPaidService = item.subscriptionDaysOfPaidService
+    }
+}

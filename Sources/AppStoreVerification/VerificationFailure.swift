@@ -1,5 +1,5 @@
 import AppStoreModels
-import StoreKeeperText
+import StoreKeeperSupport
 
 /// Why a proof of purchase was not accepted.
 ///

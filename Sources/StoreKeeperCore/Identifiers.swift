@@ -1,5 +1,5 @@
 import Foundation
-import StoreKeeperText
+import StoreKeeperSupport
 
 /// Ids as the database sees them: a sequence of bytes.
 ///

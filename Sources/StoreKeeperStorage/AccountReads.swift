@@ -1,9 +1,9 @@
-import AppStoreModels
 import Crypto
 import Foundation
 import SQLKit
 import StoreKeeperCatalog
 import StoreKeeperCore
+import StoreKeeperSupport
 
 /// What an account holds: balances, entitlements, deliveries.
 extension PurchaseStore {

@@ -1,9 +1,9 @@
-import AppStoreModels
 import Crypto
 import Foundation
 import SQLKit
 import StoreKeeperCatalog
 import StoreKeeperCore
+import StoreKeeperSupport
 
 /// The anomaly queue and the audit trail.
 extension PurchaseStore {

@@ -1,7 +1,7 @@
-import AppStoreModels
 import Foundation
 import SQLKit
 import StoreKeeperCore
+import StoreKeeperSupport
 
 /// Each account's own appAccountToken, for purchases made outside the app (Set App Account
 /// Token): created once, random, stored — stable for the account's life.

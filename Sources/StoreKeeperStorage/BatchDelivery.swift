@@ -1,8 +1,8 @@
-import AppStoreModels
 import Foundation
 import SQLKit
 import StoreKeeperCatalog
 import StoreKeeperCore
+import StoreKeeperSupport
 
 /// A whole batch of deliveries with a handful of statements: the context of every item read
 /// with one query per table, planned in order against an in-memory overlay (so an item sees

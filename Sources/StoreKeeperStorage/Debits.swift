@@ -1,9 +1,9 @@
-import AppStoreModels
 import Crypto
 import Foundation
 import SQLKit
 import StoreKeeperCatalog
 import StoreKeeperCore
+import StoreKeeperSupport
 
 /// Debits: one conditional UPDATE of the balance, idempotent per key.
 extension PurchaseStore {

@@ -1,8 +1,8 @@
-import AppStoreModels
 import Foundation
 import SQLKit
 import StoreKeeperCatalog
 import StoreKeeperCore
+import StoreKeeperSupport
 import Synchronization
 
 /// Group commit for deliveries: concurrent submissions that arrive while a commit is in

@@ -1,9 +1,9 @@
-import AppStoreModels
 import Crypto
 import Foundation
 import SQLKit
 import StoreKeeperCatalog
 import StoreKeeperCore
+import StoreKeeperSupport
 
 /// Deliveries: the batcher, the planner's context read, and applying a plan with its ledger,
 /// grants, outbox event and audit entry in one transaction.

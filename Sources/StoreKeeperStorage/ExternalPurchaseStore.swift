@@ -1,7 +1,7 @@
-import AppStoreModels
 import Foundation
 import SQLKit
 import StoreKeeperCore
+import StoreKeeperSupport
 
 /// External purchases: Apple's external purchase tokens (EXTERNAL_PURCHASE_TOKEN, or given by
 /// the app or web checkout), the web checkout's purchases each token covers (delivered through
@@ -378,7 +378,7 @@ extension ExternalPurchaseStore {
     /// else `RENEWAL` (or `SUBSCRIPTION_CHANGE` when the product differs from the payment before
     /// it) referencing the first payment's line item; the paid period and its days.
     static func subscriptionLineItem(
-        _ item: inout ExternalPurchaseLineItem, _ payment: WebPayment, until expiresAt: Int64, sql: any SQLDatabase
+        _ item: inout ExternalSalesReport.LineItem, _ payment: WebPayment, until expiresAt: Int64, sql: any SQLDatabase
     ) async throws {
         let start = payment.purchasedAt ?? expiresAt
         item.subscriptionStartDate = start
@@ -407,7 +407,7 @@ extension ExternalPurchaseStore {
     /// again with its own requestIdentifier and body; otherwise a new one with every line item
     /// not yet reported (a buy before its refund), or — for a token never reported — NO_LINE_ITEM
     /// (the app knew it) or UNRECOGNIZED_TOKEN (only Apple's notice named it). Nil: nothing to send.
-    public func nextReport(_ token: String, now: Date) async throws -> (String, ExternalPurchaseReport)? {
+    public func nextReport(_ token: String, now: Date) async throws -> (String, ExternalSalesReport)? {
         try await database.transaction { sql in
             if let pending = try await sql.raw(
                 """
@@ -416,7 +416,7 @@ extension ExternalPurchaseStore {
                 """
             ).first() {
                 let report = try JSONDecoder().decode(
-                    ExternalPurchaseReport.self, from: Data(try pending.decode(column: "payload", as: String.self).utf8)
+                    ExternalSalesReport.self, from: Data(try pending.decode(column: "payload", as: String.self).utf8)
                 )
                 return (try pending.decode(column: "request_identifier", as: String.self), report)
             }
@@ -425,7 +425,7 @@ extension ExternalPurchaseStore {
                     "SELECT * FROM external_tokens WHERE external_purchase_id = \(bind: token)"
                 ).first()
             else { return nil }
-            var items: [ExternalPurchaseLineItem] = []
+            var items: [ExternalSalesReport.LineItem] = []
             for row in try await sql.raw(
                 "SELECT * FROM web_purchases WHERE external_purchase_id = \(bind: token) ORDER BY purchased_at, payment_id"
             ).all() {
@@ -437,12 +437,12 @@ extension ExternalPurchaseStore {
                 let payment = try WebPayment(row: row)
                 let purchasedAt = payment.purchasedAt ?? 0
                 func item(_ id: String, event: String, at: Int64, net: Int64, reference: String?) throws
-                    -> ExternalPurchaseLineItem
+                    -> ExternalSalesReport.LineItem
                 {
-                    ExternalPurchaseLineItem(
+                    ExternalSalesReport.LineItem(
                         lineItemId: id, creationDate: at, eventType: event,
                         productType: payment.expiresAt == nil
-                            ? ExternalPurchaseLineItem.oneTimeBuy : ExternalPurchaseLineItem.subscription,
+                            ? ExternalSalesReport.LineItem.oneTimeBuy : ExternalSalesReport.LineItem.subscription,
                         productIdentifier: payment.productId, quantity: Int64(payment.quantity),
                         pricingCurrency: currency, reportingCurrency: currency, amountTaxInclusive: amount,
                         amountTaxExclusive: amount - tax, taxAmount: tax, netAmountTaxExclusive: net,
@@ -467,7 +467,7 @@ extension ExternalPurchaseStore {
             }
             let status: String
             if !items.isEmpty {
-                status = ExternalPurchaseReport.lineItem
+                status = ExternalSalesReport.lineItem
             } else if try tokenRow.decode(column: "reported_at", as: Int64?.self) != nil {
                 return nil
             } else if let account = try tokenRow.decode(column: "account_id", as: String?.self) {
@@ -494,12 +494,12 @@ extension ExternalPurchaseStore {
                             """
                         ).first() != nil
                 }
-                status = duplicate ? ExternalPurchaseReport.duplicateToken : ExternalPurchaseReport.noLineItem
+                status = duplicate ? ExternalSalesReport.duplicateToken : ExternalSalesReport.noLineItem
             } else {
-                status = ExternalPurchaseReport.unrecognizedToken
+                status = ExternalSalesReport.unrecognizedToken
             }
             let requestId = UUID().uuidString.lowercased()
-            let report = ExternalPurchaseReport(
+            let report = ExternalSalesReport(
                 requestIdentifier: requestId, externalPurchaseId: token, status: status,
                 lineItems: items.isEmpty ? nil : items)
             let encoder = JSONEncoder()
@@ -516,7 +516,7 @@ extension ExternalPurchaseStore {
     }
 
     /// Apple accepted the report: its line items and the token are reported.
-    public func reportSent(_ requestId: String, _ report: ExternalPurchaseReport, now: Date) async throws {
+    public func reportSent(_ requestId: String, _ report: ExternalSalesReport, now: Date) async throws {
         try await database.transaction { sql in
             let at = now.milliseconds
             try await sql.raw(

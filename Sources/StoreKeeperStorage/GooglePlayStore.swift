@@ -1,9 +1,9 @@
-import AppStoreModels
 import Crypto
 import Foundation
 import SQLKit
 import StoreKeeperCatalog
 import StoreKeeperCore
+import StoreKeeperSupport
 
 /// Google Play's rows: purchase tokens as last read, notifications, voided purchases, and the
 /// acknowledgement duty (google-play.md §4.4).

@@ -1,6 +1,6 @@
-import AppStoreModels
 import Foundation
 import SQLKit
+import StoreKeeperSupport
 
 /// A durable job queue on the database: jobs survive restarts, and several server instances
 /// share it safely (PostgreSQL: `FOR UPDATE SKIP LOCKED`; SQLite: one writer).

@@ -1,8 +1,8 @@
-import AppStoreModels
 import Foundation
 import SQLKit
 import StoreKeeperCatalog
 import StoreKeeperCore
+import StoreKeeperSupport
 
 /// Applies one verified notification inside the applier's transaction, as
 /// NotificationPlanner routes it: deliveries and subscription events through the one
@@ -149,7 +149,7 @@ enum NotificationApplier {
             ? RefundPlanner.reversal(context, transactionId: transactionId, key: event.key)
             : RefundPlanner.refund(
                 context, transactionId: transactionId, key: event.key,
-                reason: event.kind == .revoke ? NotificationType.revoke.rawValue : NotificationType.refund.rawValue,
+                reason: event.kind == .revoke ? "REVOKE" : "REFUND",
                 revocation: revocation)
 
         // An auto-renewable's access follows its state: revoked, or reinstated.

@@ -1,8 +1,8 @@
-import AppStoreModels
 import Foundation
 import SQLKit
 import StoreKeeperCatalog
 import StoreKeeperCore
+import StoreKeeperSupport
 
 /// App Store Server Notifications on the database. Accepting one is a single insert, group
 /// committed, before the 200 (unique by `notificationUUID`: Apple's retries change nothing),

@@ -1,8 +1,8 @@
-import AppStoreModels
 import Foundation
 import SQLKit
 import StoreKeeperCatalog
 import StoreKeeperCore
+import StoreKeeperSupport
 
 /// Offers on the database: what Apple signed about each delivered transaction's offer, the
 /// order a signed offer was for, and which Apple Accounts (appTransactionId) each account used.

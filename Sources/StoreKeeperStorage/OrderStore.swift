@@ -1,9 +1,9 @@
-import AppStoreModels
 import Crypto
 import Foundation
 import SQLKit
 import StoreKeeperCatalog
 import StoreKeeperCore
+import StoreKeeperSupport
 
 /// Orders before payment: created with their appAccountToken, read, expired.
 extension PurchaseStore {

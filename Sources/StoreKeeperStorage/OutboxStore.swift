@@ -1,6 +1,6 @@
-import AppStoreModels
 import Foundation
 import SQLKit
+import StoreKeeperSupport
 import Synchronization
 
 /// The outbox: events written in the same transaction as the state they describe (a

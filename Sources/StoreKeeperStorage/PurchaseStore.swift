@@ -1,9 +1,9 @@
-import AppStoreModels
 import Crypto
 import Foundation
 import SQLKit
 import StoreKeeperCatalog
 import StoreKeeperCore
+import StoreKeeperSupport
 
 /// Orders and deliveries on the database: every delivery is planned and committed inside one
 /// database transaction, keyed by transactionId, so concurrent and repeated submissions —

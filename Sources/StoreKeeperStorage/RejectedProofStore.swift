@@ -1,7 +1,7 @@
-import AppStoreModels
 import Crypto
 import Foundation
 import SQLKit
+import StoreKeeperSupport
 
 /// Proofs of purchase that failed verification, kept so that a misconfiguration (a wrong
 /// bundle id, a missing environment, a wrong root) never loses what Apple signed: after the

@@ -1,7 +1,7 @@
-import AppStoreModels
 import Foundation
 import SQLKit
 import StoreKeeperCore
+import StoreKeeperSupport
 
 /// A delivery's revenue facts: Apple's price and currency, the period it paid for, and the
 /// percent kept by the core's `Proceeds` rule (nil in Sandbox and Xcode). The Small Business

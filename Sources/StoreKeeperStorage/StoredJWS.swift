@@ -1,6 +1,6 @@
-import AppStoreModels
 import Crypto
 import Foundation
+import StoreKeeperSupport
 import Synchronization
 
 /// How a notification's `signedPayload` is kept: exactly the text Apple sent, with the JWS

@@ -1,8 +1,8 @@
-import AppStoreModels
 import Foundation
 import SQLKit
 import StoreKeeperCatalog
 import StoreKeeperCore
+import StoreKeeperSupport
 
 /// Auto-renewable subscriptions on the database: one row per original transaction, as
 /// SubscriptionMachine left it, and the writes its effects make — the entitlement of the

@@ -1,8 +1,8 @@
-import AppStoreModels
 import Foundation
 import SQLKit
 import StoreKeeperCatalog
 import StoreKeeperCore
+import StoreKeeperSupport
 
 /// Customer support on the database: operator grants, renewal-date extensions asked of
 /// Apple (through the job queue), and Apple's retention requests with the answers given.

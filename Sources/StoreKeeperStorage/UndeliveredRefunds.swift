@@ -1,8 +1,8 @@
-import AppStoreModels
 import Foundation
 import SQLKit
 import StoreKeeperCatalog
 import StoreKeeperCore
+import StoreKeeperSupport
 
 /// Refunds of purchases nobody held yet (a Google purchase voided or auto-refunded before its
 /// token was submitted, an App Store refund of a transaction never delivered here): kept by

@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-@testable import AppStoreModels
+@testable import StoreKeeperSupport
 
 /// The fast base64url decoder accepts and rejects exactly what the general strict decoder does:
 /// valid encodings, one-character edits of them, and random text over the alphabet, padding,

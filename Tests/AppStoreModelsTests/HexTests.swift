@@ -1,5 +1,5 @@
-import AppStoreModels
 import Foundation
+import StoreKeeperSupport
 import Testing
 
 /// `lowercaseHex` and `uuidText` write what Foundation writes, for any bytes.

@@ -1,5 +1,5 @@
-import AppStoreModels
 import Foundation
+import StoreKeeperSupport
 import Testing
 
 @Suite struct RowIdentifiersTests {

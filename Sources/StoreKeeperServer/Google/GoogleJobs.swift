@@ -1,8 +1,8 @@
-import AppStoreModels
 import Foundation
 import GooglePlay
 import StoreKeeperCore
 import StoreKeeperStorage
+import StoreKeeperSupport
 
 /// Google Play's duties as jobs in the one durable queue: re-reading a token after a
 /// notification, acknowledging (consuming) within three days, polling voided purchases, and

@@ -1,4 +1,3 @@
-import AppStoreModels
 import Crypto
 import Foundation
 import GooglePlay
@@ -6,6 +5,7 @@ import Hummingbird
 import StoreKeeperCatalog
 import StoreKeeperCore
 import StoreKeeperStorage
+import StoreKeeperSupport
 
 /// A Google Play app at runtime: its Developer API client and its push verifier.
 public struct GooglePlayApp: Sendable {

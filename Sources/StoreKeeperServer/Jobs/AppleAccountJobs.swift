@@ -1,3 +1,4 @@
+import AppStoreAdapter
 import AppStoreClient
 import AppStoreModels
 import Foundation
@@ -87,7 +88,7 @@ extension JobRunner {
                 return
             }
             do {
-                try await source.sendExternalReport(report, sandbox: token.hasPrefix("SANDBOX"))
+                try await source.sendExternalReport(ExternalPurchaseReport(report), sandbox: token.hasPrefix("SANDBOX"))
             } catch let error where Self.isFinal(error) {
                 try await external.reportFailed(requestId, token: token, reason: "\(error)", final: true, now: now)
                 try await app.jobs.fail(job.id, error: "\(error)")
