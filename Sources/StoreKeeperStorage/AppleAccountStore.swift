@@ -40,6 +40,20 @@ extension PurchaseStore {
         return insert.ignoringConflicts(with: ["dedupe_key"]).insert
     }
 
+    /// The claiming accounts' own tokens, created beside their claims when they have none yet
+    /// (so the job only reads its token, and a batch of claims costs its writer one statement).
+    static func claimTokens(
+        _ claims: [(originalId: String, account: String, environment: String, at: Date)], sql: any SQLDatabase
+    ) -> (any SQLExpression)? {
+        guard !claims.isEmpty else { return nil }
+        var insert = sql.insert(into: "account_tokens").columns("account_id", "app_account_token", "created_at")
+        var seen = Set<String>()
+        for claim in claims where seen.insert(claim.account).inserted {
+            insert = insert.values([claim.account, UUID().uuidString.lowercased(), claim.at.milliseconds])
+        }
+        return insert.ignoringConflicts(with: ["account_id"]).insert
+    }
+
     /// The account's token, created on first use.
     public func accountToken(_ accountId: String, now: Date) async throws -> UUID {
         // Read first: once made it never changes, and a read takes no writer's turn.

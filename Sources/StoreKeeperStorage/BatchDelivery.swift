@@ -409,6 +409,7 @@ struct BatchDelivery {
             inserts.append(insert.insert)
         }
         if let jobs = try PurchaseStore.claimJobs(claims, sql: sql) { inserts.append(jobs) }
+        if let tokens = PurchaseStore.claimTokens(claims, sql: sql) { inserts.append(tokens) }
         if combineWrites && inserts.count > 1 {
             // PostgreSQL: one statement (data-modifying WITH), one round trip for all of them.
             try await sql.execute(sql: CombinedWrites(writes: inserts)) { _ in }

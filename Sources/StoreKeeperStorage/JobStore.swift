@@ -110,6 +110,23 @@ public struct JobStore: Sendable {
         }
     }
 
+    /// Several jobs done, each with its audit entry, in one database transaction (a batch of
+    /// Set App Account Token calls costs the writer one turn, not one per purchase).
+    public func complete(
+        _ done: [(id: String, audit: (actor: String, action: String, subject: String?, detail: String)?)], now: Date
+    ) async throws {
+        guard !done.isEmpty else { return }
+        try await database.transaction { sql in
+            for entry in done {
+                guard let audit = entry.audit else { continue }
+                try await PurchaseStore.audit(
+                    sql, actor: audit.actor, action: audit.action, subject: audit.subject, detail: audit.detail,
+                    at: now.milliseconds)
+            }
+            try await sql.raw("UPDATE jobs SET status = 'done' WHERE id IN (\(binds: done.map(\.id)))").run()
+        }
+    }
+
     /// Done — unless it was woken while it ran (its `run_at` is no longer the lease this run
     /// took): then it stays pending and runs again.
     public func complete(_ id: String, ifLeasedUntil lease: Date) async throws {

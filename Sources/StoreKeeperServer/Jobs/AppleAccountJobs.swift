@@ -10,25 +10,46 @@ import StoreKeeperStorage
 /// refusal ends it, audited.
 extension JobRunner {
     func setAppAccountToken(_ job: JobStore.Job, now: Date) async {
-        guard let claim = try? JSONDecoder().decode(PurchaseStore.ClaimJob.self, from: Data(job.payload.utf8)) else {
-            try? await app.jobs.fail(job.id, error: "malformed payload")
-            return
-        }
-        guard app.configuration.setAppAccountToken, let source = app.transactionSource else {
-            try? await app.jobs.complete(job.id)
-            return
-        }
-        await callApple(job, now: now, action: "app_account_token_set", subject: claim.originalTransactionId) {
-            // Only while the account still owns it: a transfer since made another account's claim.
-            guard try await app.store.owns(claim.accountId, originalTransactionId: claim.originalTransactionId) else {
-                return
-                    "not sent: transaction \(claim.originalTransactionId) is no longer account \(Identifiers.quoted(claim.accountId))'s"
+        await setAppAccountTokens([job], now: now)
+    }
+
+    /// Set App Account Token for each claim: Apple is called for each in turn; the claims Apple
+    /// took are completed (with their audit entries) in one database transaction; a refusal or
+    /// an error is handled per job, as every Apple call is.
+    func setAppAccountTokens(_ jobs: [JobStore.Job], now: Date) async {
+        var done: [(id: String, audit: (actor: String, action: String, subject: String?, detail: String)?)] = []
+        for job in jobs {
+            guard let claim = try? JSONDecoder().decode(PurchaseStore.ClaimJob.self, from: Data(job.payload.utf8))
+            else {
+                try? await app.jobs.fail(job.id, error: "malformed payload")
+                continue
             }
-            let token = try await app.store.accountToken(claim.accountId, now: now)
-            try await source.setAppAccountToken(
-                claim.originalTransactionId, environment: claim.environment, token: token)
-            return
-                "Set App Account Token: transaction \(claim.originalTransactionId) now carries account \(Identifiers.quoted(claim.accountId))'s token \(token.uuidString.lowercased())"
+            guard app.configuration.setAppAccountToken, let source = app.transactionSource else {
+                done.append((job.id, nil))
+                continue
+            }
+            await callApple(
+                job, now: now, action: "app_account_token_set", subject: claim.originalTransactionId,
+                completing: { done.append(($0, $1)) }
+            ) {
+                // Only while the account still owns it: a transfer since made another account's claim.
+                guard try await app.store.owns(claim.accountId, originalTransactionId: claim.originalTransactionId)
+                else {
+                    return
+                        "not sent: transaction \(claim.originalTransactionId) is no longer account \(Identifiers.quoted(claim.accountId))'s"
+                }
+                let token = try await app.store.accountToken(claim.accountId, now: now)
+                try await source.setAppAccountToken(
+                    claim.originalTransactionId, environment: claim.environment, token: token)
+                return
+                    "Set App Account Token: transaction \(claim.originalTransactionId) now carries account \(Identifiers.quoted(claim.accountId))'s token \(token.uuidString.lowercased())"
+            }
+        }
+        do {
+            try await app.jobs.complete(done, now: now)
+        } catch {
+            // Not recorded as done: each runs again once its lease ends (Apple's call is idempotent).
+            app.logger.warning("cannot complete Set App Account Token jobs", metadata: ["error": "\(error)"])
         }
     }
 
@@ -48,12 +69,18 @@ extension JobRunner {
     /// Runs one Apple call of `job`: audited on success and on Apple's final refusal; anything
     /// else (network, 5xx, 429, the database) comes back later with backoff.
     func callApple(
-        _ job: JobStore.Job, now: Date, action: String, subject: String, _ body: () async throws -> String
+        _ job: JobStore.Job, now: Date, action: String, subject: String,
+        completing: ((String, (actor: String, action: String, subject: String?, detail: String)) -> Void)? = nil,
+        _ body: () async throws -> String
     ) async {
         do {
             let detail = try await body()
-            try await app.jobs.complete(
-                job.id, audit: (actor: "storekeeper", action: action, subject: subject, detail: detail), now: now)
+            let audit = (actor: "storekeeper", action: action, subject: Optional(subject), detail: detail)
+            if let completing {
+                completing(job.id, audit)
+                return
+            }
+            try await app.jobs.complete(job.id, audit: audit, now: now)
         } catch let error where Self.isFinal(error) {
             try? await app.store.recordAudit(
                 actor: "storekeeper", action: action + "_refused", subject: subject, detail: "Apple refused: \(error)",

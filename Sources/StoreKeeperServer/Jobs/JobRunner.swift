@@ -69,8 +69,11 @@ public struct JobRunner: Service {
         func current(_ job: JobStore.Job) -> Bool { Date() < job.leasedUntil.addingTimeInterval(-15) }
         // Notifications first, every claimed subject in one transaction.
         await applyNotifications(jobs.filter { $0.kind == NotificationStore.jobKind && current($0) }, now: now)
+        // Set App Account Token claims (one per purchase made outside the app): completed together.
+        let claims = jobs.filter { $0.kind == PurchaseStore.setTokenJobKind && current($0) }
+        if !claims.isEmpty { await setAppAccountTokens(claims, now: now) }
         var delivered = 0
-        for job in jobs where job.kind != NotificationStore.jobKind {
+        for job in jobs where job.kind != NotificationStore.jobKind && job.kind != PurchaseStore.setTokenJobKind {
             guard current(job) else { continue }
             if await run(job, now: now) { delivered += 1 }
         }
