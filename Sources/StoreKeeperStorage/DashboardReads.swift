@@ -145,15 +145,18 @@ extension PurchaseStore {
             ).all() {
                 hits.append(.init(kind: .order, accountId: try row.decode(column: "account_id", as: String.self)))
             }
+            // A transaction by any id support is quoted: the store's transaction id, a Google
+            // order id as printed (`GPA.…`, with or without `gp:`), a purchase token, a web payment.
+            let ids = try await Self.transactionIds(naming: term, sql: sql)
             if let row = try await sql.raw(
-                "SELECT account_id FROM deliveries WHERE transaction_id = \(bind: term)"
+                "SELECT account_id FROM deliveries WHERE transaction_id IN (\(binds: ids)) LIMIT 1"
             ).first() {
                 hits.append(.init(kind: .transaction, accountId: try row.decode(column: "account_id", as: String.self)))
             }
             if let row = try await sql.raw(
                 """
-                SELECT account_id FROM ownership WHERE original_transaction_id = \(bind: term)
-                UNION ALL SELECT account_id FROM subscriptions WHERE original_transaction_id = \(bind: term)
+                SELECT account_id FROM ownership WHERE original_transaction_id IN (\(binds: ids))
+                UNION ALL SELECT account_id FROM subscriptions WHERE original_transaction_id IN (\(binds: ids))
                 LIMIT 1
                 """
             ).first() {
@@ -162,8 +165,8 @@ extension PurchaseStore {
             }
             for row in try await sql.raw(
                 """
-                SELECT id, account_id, status FROM anomalies WHERE transaction_id = \(bind: term) OR order_id = \(bind: term)
-                      OR id = \(bind: term) ORDER BY created_at DESC LIMIT 20
+                SELECT id, account_id, status FROM anomalies WHERE transaction_id IN (\(binds: ids))
+                      OR order_id = \(bind: term) OR id = \(bind: term) ORDER BY created_at DESC LIMIT 20
                 """
             ).all() {
                 hits.append(

@@ -421,6 +421,7 @@ public struct StoreKeeperApp: Sendable {
         RejectedProofsController(app: self).addRoutes(to: v1)
         WebhooksController(app: self).addRoutes(to: v1)
         SupportController(app: self).addRoutes(to: v1)
+        TransactionsController(app: self).addRoutes(to: v1)
         RetentionController(app: self).addAPIRoutes(to: v1)
         AnalyticsController(app: self).addRoutes(to: v1)
         if configuration.dashboardEnabled { DashboardController(app: self).addRoutes(to: router) }

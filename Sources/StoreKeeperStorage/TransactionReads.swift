@@ -1,0 +1,169 @@
+import Foundation
+import SQLKit
+import StoreKeeperCore
+
+/// Support's look-up: any id a player or a store quotes — an App Store transaction or original
+/// transaction id, a Google order id as Google prints it (`GPA.…`, with or without `gp:`), a
+/// Google purchase token, a web payment id — to the transaction this server recorded, with its
+/// account, order, refunds and anomalies. Exact matches only, each by an index or a key.
+extension PurchaseStore {
+    public struct TransactionRecord: Sendable, Hashable {
+        public var transactionId: String
+        public var originalTransactionId: String
+        public var store: Store
+        public var appId: String?
+        public var accountId: String?
+        public var orderId: String?
+        public var productId: String
+        public var quantity: Int
+        public var environment: String
+        public var storefront: String?
+        public var purchasedAt: Date?
+        public var deliveredAt: Date?
+        public var expiresAt: Date?
+        public var priceMilli: Int64?
+        public var currency: String?
+        /// Whether it was delivered (nil `deliveredAt`: refunded before anyone claimed it).
+        public var delivered: Bool
+        public var refunds: [Refund]
+        public var anomalies: [StoredAnomaly]
+    }
+
+    public struct Refund: Sendable, Hashable {
+        public var refundedAt: Date
+        /// The share refunded, in thousandths of a percent (100 000: everything).
+        public var share: Int32
+        public var type: String?
+        /// Refunded before anyone claimed the purchase: never delivered.
+        public var beforeDelivery: Bool
+    }
+
+    /// The transaction ids `id` names, most specific first: the id itself, the Google order id
+    /// with its `gp:` prefix, a purchase token's order, a web payment's transaction, an original
+    /// transaction's latest.
+    static func transactionIds(naming id: String, sql: any SQLDatabase) async throws -> [String] {
+        var ids = [id, GooglePlayPlanner.prefix + id]
+        ids.append(StoreTransaction.webTransactionId(paymentId: id))
+        for row in try await sql.raw(
+            """
+            SELECT order_id, original_transaction_id FROM google_purchases WHERE purchase_token = \(bind: id)
+            """
+        ).all() {
+            if let order = try row.decode(column: "order_id", as: String?.self) {
+                ids.append(GooglePlayPlanner.prefix + order)
+            }
+            if let original = try row.decode(column: "original_transaction_id", as: String?.self) {
+                ids.append(original)
+            }
+        }
+        return ids
+    }
+
+    public func transaction(named id: String) async throws -> TransactionRecord? {
+        let term = id.trimmingCharacters(in: .whitespaces)
+        guard !term.isEmpty, term.unicodeScalars.count <= 4096 else { return nil }
+        return try await database.read { sql in
+            let ids = try await Self.transactionIds(naming: term, sql: sql)
+            var row = try await sql.raw(
+                "SELECT * FROM deliveries WHERE transaction_id IN (\(binds: ids)) ORDER BY delivered_at DESC LIMIT 1"
+            ).first()
+            if row == nil {
+                // An original transaction (or a Google chain's identity): its latest period.
+                row = try await sql.raw(
+                    """
+                    SELECT * FROM deliveries WHERE original_transaction_id IN (\(binds: ids))
+                    ORDER BY delivered_at DESC, transaction_id DESC LIMIT 1
+                    """
+                ).first()
+            }
+            if let row { return try await Self.record(delivery: row, sql: sql) }
+            // Refunded before anyone claimed it: recorded by transaction id, never delivered.
+            guard
+                let refund = try await sql.raw(
+                    "SELECT * FROM undelivered_refunds WHERE transaction_id IN (\(binds: ids)) LIMIT 1"
+                ).first()
+            else { return nil }
+            let transactionId = try refund.decode(column: "transaction_id", as: String.self)
+            return TransactionRecord(
+                transactionId: transactionId,
+                originalTransactionId: try refund.decode(column: "original_transaction_id", as: String.self),
+                store: try await Self.storeOfUndelivered(transactionId, sql: sql), appId: nil, accountId: nil,
+                orderId: nil, productId: try refund.decode(column: "product_id", as: String.self), quantity: 1,
+                environment: "Production", storefront: nil, purchasedAt: nil, deliveredAt: nil, expiresAt: nil,
+                priceMilli: nil, currency: nil, delivered: false,
+                refunds: [
+                    Refund(
+                        refundedAt: Date(milliseconds: try refund.decode(column: "refunded_at", as: Int64.self)),
+                        share: try refund.decode(column: "share", as: Int32.self),
+                        type: try refund.decode(column: "revocation_type", as: String?.self), beforeDelivery: true)
+                ],
+                anomalies: try await Self.anomalies(of: transactionId, sql: sql))
+        }
+    }
+
+    /// A purchase refunded before it was claimed has no delivery row to say its store: Google's
+    /// record of the token does, else it is the App Store's.
+    static func storeOfUndelivered(_ transactionId: String, sql: any SQLDatabase) async throws -> Store {
+        if try await sql.raw(
+            """
+            SELECT 1 AS found FROM google_purchases
+            WHERE original_transaction_id = \(bind: transactionId)
+               OR order_id = \(bind: String(transactionId.dropFirst(GooglePlayPlanner.prefix.count)))
+            LIMIT 1
+            """
+        ).first() != nil {
+            return .googlePlay
+        }
+        if try await sql.raw("SELECT 1 AS found FROM web_purchases WHERE transaction_id = \(bind: transactionId)")
+            .first() != nil
+        {
+            return .web
+        }
+        return .appStore
+    }
+
+    static func record(delivery row: any SQLRow, sql: any SQLDatabase) async throws -> TransactionRecord {
+        let transactionId = try row.decode(column: "transaction_id", as: String.self)
+        var refunds: [Refund] = []
+        if let refundedAt = try row.decode(column: "refunded_at", as: Int64?.self) {
+            refunds.append(
+                Refund(
+                    refundedAt: Date(milliseconds: refundedAt),
+                    share: try row.decode(column: "refund_share", as: Int32?.self) ?? RefundPlanner.wholeShare,
+                    type: try row.decode(column: "refund_type", as: String?.self), beforeDelivery: false))
+        }
+        if let early = try await sql.raw(
+            "SELECT * FROM undelivered_refunds WHERE transaction_id = \(bind: transactionId)"
+        ).first() {
+            refunds.insert(
+                Refund(
+                    refundedAt: Date(milliseconds: try early.decode(column: "refunded_at", as: Int64.self)),
+                    share: try early.decode(column: "share", as: Int32.self),
+                    type: try early.decode(column: "revocation_type", as: String?.self), beforeDelivery: true),
+                at: 0)
+        }
+        return TransactionRecord(
+            transactionId: transactionId,
+            originalTransactionId: try row.decode(column: "original_transaction_id", as: String.self),
+            store: Store(rawValue: try row.decode(column: "store", as: String.self)) ?? .appStore,
+            appId: try row.decode(column: "app_id", as: String?.self),
+            accountId: try row.decode(column: "account_id", as: String.self),
+            orderId: try row.decode(column: "order_id", as: String?.self),
+            productId: try row.decode(column: "product_id", as: String.self),
+            quantity: try row.decode(column: "quantity", as: Int.self),
+            environment: try row.decode(column: "environment", as: String.self),
+            storefront: try row.decode(column: "storefront", as: String?.self),
+            purchasedAt: try row.decode(column: "purchased_at", as: Int64?.self).map(Date.init(milliseconds:)),
+            deliveredAt: Date(milliseconds: try row.decode(column: "delivered_at", as: Int64.self)),
+            expiresAt: try row.decode(column: "period_end", as: Int64?.self).map(Date.init(milliseconds:)),
+            priceMilli: try row.decode(column: "price_milli", as: Int64?.self),
+            currency: try row.decode(column: "currency", as: String?.self), delivered: true, refunds: refunds,
+            anomalies: try await anomalies(of: transactionId, sql: sql))
+    }
+
+    static func anomalies(of transactionId: String, sql: any SQLDatabase) async throws -> [StoredAnomaly] {
+        try await sql.raw(
+            "SELECT * FROM anomalies WHERE transaction_id = \(bind: transactionId) ORDER BY created_at DESC LIMIT 50"
+        ).all().map(Self.decodeAnomaly)
+    }
+}

@@ -1,0 +1,97 @@
+import Foundation
+import Testing
+
+@testable import StoreKeeperServer
+
+/// Support's look-up (`GET /v1/transactions/{id}` and the dashboard's search): any id a player or
+/// a store quotes finds the transaction, its account, order, refunds and anomalies.
+@Suite struct TransactionLookupTests {
+    typealias API = ServerAPITests
+    typealias Play = GooglePlayServerTests
+
+    @Test(arguments: API.databases)
+    func everyKindOfGoogleIdFindsThePurchase(kind: String) async throws {
+        try await Play.withPlay(kind) { play in
+            let order = try await play.order("quoted", "coins_60")
+            let token = try await play.store.buy("coins_60", obfuscatedAccountId: order.token)
+            #expect(try await play.submit("quoted", "coins_60", token, orderId: order.id).status == .ok)
+            let googleOrder = try #require(await play.store.purchase(token)?.orders.first)
+            #expect(googleOrder.hasPrefix("GPA."))
+            // As Google's receipt e-mail prints it, with the prefix this server stores, by token.
+            for id in [googleOrder, "gp:" + googleOrder, token] {
+                let found = try await API.call(
+                    play.client, .get,
+                    "/v1/transactions/\(id.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)")
+                #expect(found.status == .ok, "\(id): \(found.json)")
+                let transaction = found.json["transaction"] as? [String: Any] ?? [:]
+                #expect(transaction["transactionId"] as? String == "gp:" + googleOrder)
+                #expect(transaction["store"] as? String == "google_play")
+                #expect(transaction["status"] as? String == "delivered")
+                #expect(found.json["accountId"] as? String == "quoted")
+                #expect(found.json["orderId"] as? String == order.id)
+                #expect((found.json["refunds"] as? [Any])?.isEmpty == true)
+            }
+            // The dashboard's search finds the account by the order id as printed.
+            let hits = try await play.app.store.search(googleOrder)
+            #expect(hits.contains { $0.kind == .transaction && $0.accountId == "quoted" })
+        }
+    }
+
+    @Test(arguments: API.databases)
+    func aGooglePurchaseRefundedBeforeItsClaimIsFoundWithItsRefund(kind: String) async throws {
+        try await Play.withPlay(kind) { play in
+            let token = try await play.store.buy("coins_60", obfuscatedAccountId: nil)
+            try await play.store.refund(token)
+            #expect(try await play.push().allSatisfy { $0 == .noContent })
+            await play.runJobs()
+            let googleOrder = try #require(await play.store.purchase(token)?.orders.first)
+            let found = try await API.call(play.client, .get, "/v1/transactions/\(googleOrder)")
+            #expect(found.status == .ok, "\(found.json)")
+            let transaction = found.json["transaction"] as? [String: Any] ?? [:]
+            #expect(transaction["status"] as? String == "refunded_before_delivery")
+            #expect(transaction["store"] as? String == "google_play")
+            let refunds = found.json["refunds"] as? [[String: Any]] ?? []
+            #expect(refunds.count == 1 && refunds.first?["share"] as? Double == 1)
+            #expect(found.json["accountId"] == nil || found.json["accountId"] is NSNull)
+        }
+    }
+
+    @Test(arguments: API.databases)
+    func appStoreAndWebIdsFindTheirPurchasesAndAnythingElseIsNotFound(kind: String) async throws {
+        try await API.withServer(kind) { app, client in
+            let created = try await API.call(
+                client, .post, "/v1/orders", body: #"{"accountId":"apple1","productId":"pro_monthly"}"#)
+            let token = try #require(UUID(uuidString: created.json["appAccountToken"] as? String ?? ""))
+            let bought = try await app.localAppStore!.buy(
+                "player", items: [.init(productId: "pro_monthly")], appAccountToken: token)
+            #expect(
+                try await API.submit(client, account: "apple1", signedTransaction: bought.signedTransactions[0]).status
+                    == .ok)
+            let id = try #require(bought.transactions.first?.transactionId)
+            let original = try #require(bought.transactions.first?.originalTransactionId)
+            for quoted in [id, original] {
+                let found = try await API.call(client, .get, "/v1/transactions/\(quoted)")
+                #expect(found.status == .ok, "\(found.json)")
+                #expect((found.json["transaction"] as? [String: Any])?["transactionId"] as? String == id)
+                #expect((found.json["transaction"] as? [String: Any])?["store"] as? String == "app_store")
+                #expect(found.json["accountId"] as? String == "apple1")
+            }
+            let web = try await API.call(
+                client, .post, "/v1/purchases",
+                body:
+                    #"{"store":"web","accountId":"webber","productId":"coins_60","paymentId":"pi_quoted","price":"1.19","currency":"EUR"}"#
+            )
+            #expect(web.status == .ok, "\(web.json)")
+            let byPayment = try await API.call(client, .get, "/v1/transactions/pi_quoted")
+            #expect((byPayment.json["transaction"] as? [String: Any])?["store"] as? String == "web")
+            #expect(byPayment.json["accountId"] as? String == "webber")
+
+            let unknown = try await API.call(client, .get, "/v1/transactions/GPA.0000-0000-0000-00000")
+            #expect(unknown.status == .notFound && unknown.errorCode == "not_found")
+            // A player's client token may not look transactions up.
+            let player = try await API.call(
+                client, .get, "/v1/transactions/\(id)", token: try await API.clientToken("apple1"))
+            #expect(player.status == .forbidden)
+        }
+    }
+}
