@@ -97,23 +97,59 @@ extension PurchaseStore {
                     Self.decodeAnomaly)
             else { return nil }
             guard current.status == "open" else { return current }
-            try await sql.raw(
-                """
-                UPDATE anomalies SET status = 'resolved', resolved_at = \(bind: now.milliseconds), resolution = \(bind: resolution)
-                WHERE id = \(bind: id) AND status = 'open'
-                """
-            ).run()
-            try await Self.audit(
-                sql, actor: actor, action: "anomaly_\(resolution)", subject: id, detail: note, at: now.milliseconds)
-            var draft = AnomalyDraft(
-                kind: AnomalyDraft.Kind(rawValue: current.kind) ?? .verificationStuck,
-                transactionId: current.transactionId, orderId: current.orderId, accountId: current.accountId,
-                detail: current.detail)
-            draft.store = current.store.flatMap(Store.init(rawValue:))
-            try await Self.anomalyEvent(
-                "anomaly_resolved", id: id, kind: current.kind, resolution: resolution, anomaly: draft,
-                appId: current.appId, sql: sql, at: now.milliseconds)
+            try await Self.resolve(current, resolution: resolution, actor: actor, note: note, sql: sql, now: now)
             return try await sql.raw("SELECT * FROM anomalies WHERE id = \(bind: id)").first().map(Self.decodeAnomaly)
+        }
+    }
+
+    /// Closes an open anomaly: its resolution, the audit entry, the `anomaly_resolved` event —
+    /// the one way an anomaly is resolved, by an operator or by the server.
+    static func resolve(
+        _ current: StoredAnomaly, resolution: String, actor: String, note: String, sql: any SQLDatabase, now: Date
+    ) async throws {
+        try await sql.raw(
+            """
+            UPDATE anomalies SET status = 'resolved', resolved_at = \(bind: now.milliseconds), resolution = \(bind: resolution)
+            WHERE id = \(bind: current.id) AND status = 'open'
+            """
+        ).run()
+        try await Self.audit(
+            sql, actor: actor, action: "anomaly_\(resolution)", subject: current.id, detail: note, at: now.milliseconds)
+        var draft = AnomalyDraft(
+            kind: AnomalyDraft.Kind(rawValue: current.kind) ?? .verificationStuck,
+            transactionId: current.transactionId, orderId: current.orderId, accountId: current.accountId,
+            detail: current.detail)
+        draft.store = current.store.flatMap(Store.init(rawValue:))
+        try await Self.anomalyEvent(
+            "anomaly_resolved", id: current.id, kind: current.kind, resolution: resolution, anomaly: draft,
+            appId: current.appId, sql: sql, at: now.milliseconds)
+    }
+
+    /// The kinds of anomaly a later delivery of their purchase settles: a payment nobody could
+    /// be given, one waiting on verification, one of a product the catalog lacked.
+    static let settledByDelivery = [
+        AnomalyDraft.Kind.unattributedTransaction.rawValue, AnomalyDraft.Kind.verificationStuck.rawValue,
+        AnomalyDraft.Kind.unknownProduct.rawValue,
+    ]
+
+    /// Open anomalies about purchases just delivered (by any path: a later submission, a lookup,
+    /// reconciliation, an operator) close themselves: `delivered_later`, naming the account.
+    static func resolveDeliveredLater(
+        _ delivered: [(transactionId: String, accountId: String)], sql: any SQLDatabase, now: Date
+    ) async throws {
+        guard !delivered.isEmpty else { return }
+        let open = try await sql.raw(
+            """
+            SELECT * FROM anomalies WHERE status = 'open' AND transaction_id IN (\(binds: delivered.map(\.transactionId)))
+            """
+        ).all().map(Self.decodeAnomaly)
+        let recipients = Dictionary(delivered.map { ($0.transactionId, $0.accountId) }, uniquingKeysWith: { a, _ in a })
+        for anomaly in open where settledByDelivery.contains(anomaly.kind) {
+            guard let transactionId = anomaly.transactionId, let account = recipients[transactionId] else { continue }
+            try await resolve(
+                anomaly, resolution: "delivered_later", actor: "storekeeper",
+                note: "transaction \(transactionId) was delivered to account \(Identifiers.quoted(account))", sql: sql,
+                now: now)
         }
     }
 

@@ -426,6 +426,9 @@ struct BatchDelivery {
         {
             try await PurchaseStore.apply(plan, transaction: transaction, context: context, sql: sql, now: now)
         }
+        // Open anomalies about what was just delivered close themselves (`delivered_later`).
+        try await PurchaseStore.resolveDeliveredLater(
+            newDeliveries.map { ($0.0.transactionId, $0.0.accountId) }, sql: sql, now: items[0].now)
         try await SubscriptionStore.apply(subscriptionWrites, sql: sql)
         try await OfferStore.record(offerFacts, sql: sql)
         if !newSubscriptions.isEmpty {

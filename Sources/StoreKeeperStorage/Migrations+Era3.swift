@@ -1,6 +1,6 @@
 import Foundation
 
-/// Migrations of analytics, Google's order prices, the third audit's bounds, refunds before a claim, the store column (20–25).
+/// Migrations of analytics, Google's order prices, the third audit's bounds, refunds before a claim, the store column, anomalies closing themselves (20–26).
 extension Migrations {
     static let era3: [(version: Int, statements: [String])] = [
         (
@@ -125,6 +125,14 @@ extension Migrations {
                     ELSE 'app_store' END
                 """,
             ] + AnalyticsViews.create
+        ),
+        (
+            26,
+            [
+                // An open anomaly closes itself when its purchase is delivered later, by any path:
+                // each delivery batch looks its transactions up among the open ones.
+                "CREATE INDEX anomalies_open_transaction ON anomalies (transaction_id) WHERE status = 'open'"
+            ]
         ),
     ]
 }

@@ -71,16 +71,28 @@ extension StoreKeeperApp {
         try context.caller().requireSecretKey()
         let id = try Self.parameter(context, "id")
         let body = try await decode(ResolveBody.self, request)
-        return try Self.json(
-            AnomalyJSON(try await resolve(anomaly: id, action: body.action, accountId: body.accountId, note: body.note))
-        )
+        let (anomaly, outcome) = try await resolve(
+            anomaly: id, action: body.action, accountId: body.accountId, note: body.note)
+        var json = AnomalyJSON(anomaly)
+        json.outcome = outcome
+        return try Self.json(json)
+    }
+
+    /// What a manual delivery did, exactly: `delivered` (to `accountId`), `already_delivered`
+    /// (to `accountId`, before: nothing was given again), `refused` (with the `code` a purchase
+    /// submission would get, and why) — never "delivered" on a no-op.
+    struct ResolveOutcome: Encodable, Hashable {
+        var outcome: String
+        var accountId: String?
+        var code: String?
+        var message: String?
     }
 
     /// Resolving an anomaly, the one code path of the API and the dashboard: `deliver` hands
     /// the transaction it holds to an account (exactly once, keyed by transactionId, with an
     /// audit entry), `dismiss` closes it. An anomaly already resolved is answered as it is.
     func resolve(anomaly id: String, action: String, accountId: String?, note: String?) async throws
-        -> PurchaseStore.StoredAnomaly
+        -> (PurchaseStore.StoredAnomaly, ResolveOutcome?)
     {
         guard let anomaly = try await store.anomaly(id) else {
             throw APIError.notFound("no anomaly '\(id.prefix(64))'")
@@ -89,11 +101,13 @@ extension StoreKeeperApp {
         guard note.unicodeScalars.count <= 2_000 else {
             throw APIError.badRequest("field 'note' must be at most 2000 characters")
         }
+        var resolution = action
+        var outcome: ResolveOutcome?
         switch action {
         case "dismiss":
             break
         case "deliver":
-            guard anomaly.status == "open" else { return anomaly }
+            guard anomaly.status == "open" else { return (anomaly, nil) }
             guard let transaction = anomaly.transaction else {
                 throw APIError.badRequest("this anomaly holds no transaction to deliver")
             }
@@ -104,20 +118,45 @@ extension StoreKeeperApp {
             // The operator decides: delivered to the account named, exactly once (keyed by transactionId).
             let result = try await store.deliver(
                 transaction, submittingAccount: accountId, catalog: catalog, policy: .transfer, now: Date())
+            if let refusal = result.plan.refusal {
+                let error = APIError.refusal(refusal)
+                outcome = ResolveOutcome(outcome: "refused", code: error.code, message: error.message)
+            } else {
+                switch result.plan.outcome {
+                case .delivered:
+                    outcome = ResolveOutcome(
+                        outcome: "delivered", accountId: result.plan.delivery?.accountId ?? accountId)
+                case .alreadyDelivered:
+                    outcome = ResolveOutcome(
+                        outcome: "already_delivered", accountId: result.existing?.accountId,
+                        message:
+                            "delivered before, to account \(Identifiers.quoted(result.existing?.accountId ?? "?")): nothing was given again"
+                    )
+                    resolution = "already_delivered"
+                case .unattributed, .refunded, .notDelivered:
+                    outcome = ResolveOutcome(
+                        outcome: "refused", code: result.plan.outcome.rawValue,
+                        message: "nothing was delivered: \(result.plan.outcome.rawValue)")
+                }
+            }
             try await store.recordAudit(
                 actor: "operator", action: "manual_delivery", subject: transaction.transactionId,
                 detail:
-                    "anomaly \(id) delivered to \(Identifiers.quoted(accountId)): \(result.plan.outcome.rawValue). \(note)",
+                    "anomaly \(id), delivery to \(Identifiers.quoted(accountId)): \(outcome?.outcome ?? "?")\(outcome?.code.map { " (\($0))" } ?? ""). \(note)",
                 now: Date()
             )
+            // Refused: nothing changed, the anomaly stays open for another decision.
+            if outcome?.outcome == "refused" {
+                return (try await store.anomaly(id) ?? anomaly, outcome)
+            }
         default:
             throw APIError.badRequest("field 'action' must be deliver or dismiss")
         }
         guard
             let resolved = try await store.resolveAnomaly(
-                id, resolution: action, actor: "operator", note: note, now: Date())
+                id, resolution: resolution, actor: "operator", note: note, now: Date())
         else { throw APIError.notFound("no anomaly '\(id.prefix(64))'") }
-        return resolved
+        return (resolved, outcome)
     }
 }
 

@@ -20,6 +20,8 @@ struct AnomalyJSON: Encodable {
     var store: String?
     /// The app of its delivery or order (when one was recorded).
     var appId: String?
+    /// A manual delivery's answer (`POST /v1/anomalies/{id}/resolve` with `deliver`).
+    var outcome: StoreKeeperApp.ResolveOutcome?
 
     init(_ anomaly: PurchaseStore.StoredAnomaly) {
         id = anomaly.id

@@ -85,15 +85,25 @@ struct DashboardController {
                 let id = try StoreKeeperApp.parameter(context, "id")
                 let action = form["action"] ?? ""
                 let account = form["accountId"].flatMap { $0.isEmpty ? nil : $0 }
-                let resolved = try await app.resolve(
+                let (resolved, outcome) = try await app.resolve(
                     anomaly: id, action: action, accountId: account, note: (form["note"] ?? "") + " (dashboard)")
                 context.logger.notice(
-                    "dashboard: anomaly resolved", metadata: ["anomaly": "\(id)", "action": "\(action)"])
-                let flash = action == "deliver" ? "delivered" : "dismissed"
-                if action == "deliver", let account = account ?? resolved.accountId {
-                    return Self.redirect("/dashboard/accounts/\(Self.pathComponent(account))?done=\(flash)")
+                    "dashboard: anomaly resolved",
+                    metadata: ["anomaly": "\(id)", "action": "\(action)", "outcome": "\(outcome?.outcome ?? "-")"])
+                // Each answer says what happened: never "Delivered" when nothing was.
+                switch outcome?.outcome {
+                case "delivered":
+                    let holder = outcome?.accountId ?? account ?? resolved.accountId ?? ""
+                    return Self.redirect("/dashboard/accounts/\(Self.pathComponent(holder))?done=delivered")
+                case "already_delivered":
+                    let holder = outcome?.accountId ?? ""
+                    return Self.redirect("/dashboard/accounts/\(Self.pathComponent(holder))?done=already_delivered")
+                case "refused":
+                    return Self.redirect(
+                        "/dashboard/anomalies?done=refused_\(outcome?.code ?? "not_delivered")")
+                default:
+                    return Self.redirect("/dashboard/anomalies?done=dismissed")
                 }
-                return Self.redirect("/dashboard/anomalies?done=\(flash)")
             }
         }
         group.get("search") { request, context in
@@ -601,6 +611,16 @@ struct DashboardController {
 
     static let flashes = [
         "delivered": "Delivered. The account below now holds it; the audit records who did it.",
+        "already_delivered":
+            "Nothing delivered: this purchase had already been delivered — to the account below, which holds it.",
+        "refused_revoked": "Not delivered: the store refunded or revoked this purchase. The anomaly stays open.",
+        "refused_owned_by_other_account":
+            "Not delivered: another account owns this purchase (ownership policy). The anomaly stays open.",
+        "refused_forbidden": "Not delivered: the order belongs to another account. The anomaly stays open.",
+        "refused_order_of_another_app": "Not delivered: the order is another app's. The anomaly stays open.",
+        "refused_unattributed": "Not delivered: no account to give it to. The anomaly stays open.",
+        "refused_refunded": "Not delivered: the purchase is refunded. The anomaly stays open.",
+        "refused_not_delivered": "Not delivered. The anomaly stays open.",
         "dismissed": "Dismissed.", "replayed": "Queued again: the webhook sender will try it now.",
     ]
 
