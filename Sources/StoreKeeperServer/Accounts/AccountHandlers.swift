@@ -97,9 +97,10 @@ extension StoreKeeperApp {
         try Self.validateAccountId(accountId)
         let currency = try Self.parameter(context, "currency")
         try Self.validateText(currency, field: "currency")
-        guard caller == .secretKey else {
+        guard caller.isKey else {
             throw APIError.forbidden("\(action) need a secret key (the app's backend or support), not a client token")
         }
+        try caller.requireScope(.support)
         return (accountId, currency, try await decode(DebitBody.self, request))
     }
 
@@ -142,7 +143,7 @@ extension StoreKeeperApp {
         try requireCatalogCurrency(currency)
         switch try await store.credit(
             accountId: accountId, currency: currency, amount: body.amount, idempotencyKey: body.idempotencyKey,
-            reason: reason, actor: "operator", now: Date())
+            reason: reason, actor: try context.caller().auditActor, now: Date())
         {
         case .credited(let balance): return try Self.json(["balance": balance])
         case .idempotencyConflict:
@@ -197,7 +198,7 @@ extension StoreKeeperApp {
         let body = try await decode(ConsentBody.self, request)
         do {
             let consent = try await store.setConsent(
-                accountId, consumptionData: body.consumptionData, source: caller == .secretKey ? "backend" : "app",
+                accountId, consumptionData: body.consumptionData, source: caller.isKey ? "backend" : "app",
                 now: Date())
             return try Self.consentJSON(consent)
         } catch let rescinded as ConsentRescinded {
@@ -217,7 +218,7 @@ struct AccountsController {
             let caller = try context.caller()
             let accountId = try StoreKeeperApp.parameter(context, "accountId")
             try StoreKeeperApp.validateAccountId(accountId)
-            try caller.require(accountId)
+            try caller.require(accountId, scope: .read)
             return try StoreKeeperApp.json(try await app.account(accountId))
         }
         v1.post("accounts/:accountId/balances/:currency/debit") { request, context in
@@ -230,7 +231,7 @@ struct AccountsController {
             let caller = try context.caller()
             let accountId = try StoreKeeperApp.parameter(context, "accountId")
             try StoreKeeperApp.validateAccountId(accountId)
-            try caller.require(accountId)
+            try caller.require(accountId, scope: .read)
             return try StoreKeeperApp.consentJSON(try await app.store.consent(of: accountId))
         }
         v1.put("accounts/:accountId/consent") { request, context in

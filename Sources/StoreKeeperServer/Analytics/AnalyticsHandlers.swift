@@ -11,7 +11,7 @@ struct AnalyticsController {
 
     func addRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
         v1.get("analytics/:metric") { request, context in
-            try context.caller().requireSecretKey()
+            try context.caller().requireScope(.read)
             let metric = try context.parameters.require("metric")
             let parameters = request.uri.queryParameters
             let now = app.analyticsClock()

@@ -12,7 +12,7 @@ struct ExportController {
 
     func addRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
         v1.get("export/:kind") { request, context in
-            try context.caller().requireSecretKey()
+            try context.caller().requireScope(.read)
             let name = try context.parameters.require("kind")
             guard let kind = ExportKind(rawValue: name) else {
                 throw APIError(

@@ -16,7 +16,8 @@ import Synchronization
 /// The anomaly queue: list and resolve (with an audit entry).
 extension StoreKeeperApp {
     func listAnomalies(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
-        try context.caller().requireSecretKey()
+        let caller = try context.caller()
+        try caller.requireScope(.read)
         // Read by the query parser (on bytes), never by splitting the raw query on `Character`s.
         var status = request.uri.queryParameters.get("status")
         if let given = status, !["open", "resolved", "all"].contains(given) {
@@ -50,7 +51,9 @@ extension StoreKeeperApp {
         let next =
             page.count > limit
             ? shown.last.map { "\(Int64(($0.createdAt.timeIntervalSince1970 * 1000).rounded())).\($0.id)" } : nil
-        return try Self.json(Page(anomalies: shown.map(AnomalyJSON.init), nextCursor: next))
+        // A key of some apps sees their anomalies only (the page's cursor is the same).
+        return try Self.json(
+            Page(anomalies: shown.filter { caller.covers(app: $0.appId) }.map(AnomalyJSON.init), nextCursor: next))
     }
 
     struct ResolveBody: RequestBody {
@@ -68,11 +71,15 @@ extension StoreKeeperApp {
     }
 
     func resolveAnomaly(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
-        try context.caller().requireSecretKey()
+        let caller = try context.caller()
+        try caller.requireScope(.support)
         let id = try Self.parameter(context, "id")
         let body = try await decode(ResolveBody.self, request)
+        if let existing = try await store.anomaly(id) {
+            try caller.requireApp(existing.appId, notFound: APIError.notFound("no anomaly '\(id.prefix(64))'"))
+        }
         let (anomaly, outcome) = try await resolve(
-            anomaly: id, action: body.action, accountId: body.accountId, note: body.note)
+            anomaly: id, action: body.action, accountId: body.accountId, note: body.note, actor: caller.auditActor)
         var json = AnomalyJSON(anomaly)
         json.outcome = outcome
         return try Self.json(json)
@@ -91,9 +98,9 @@ extension StoreKeeperApp {
     /// Resolving an anomaly, the one code path of the API and the dashboard: `deliver` hands
     /// the transaction it holds to an account (exactly once, keyed by transactionId, with an
     /// audit entry), `dismiss` closes it. An anomaly already resolved is answered as it is.
-    func resolve(anomaly id: String, action: String, accountId: String?, note: String?) async throws
-        -> (PurchaseStore.StoredAnomaly, ResolveOutcome?)
-    {
+    func resolve(
+        anomaly id: String, action: String, accountId: String?, note: String?, actor: String = "operator"
+    ) async throws -> (PurchaseStore.StoredAnomaly, ResolveOutcome?) {
         guard let anomaly = try await store.anomaly(id) else {
             throw APIError.notFound("no anomaly '\(id.prefix(64))'")
         }
@@ -140,7 +147,7 @@ extension StoreKeeperApp {
                 }
             }
             try await store.recordAudit(
-                actor: "operator", action: "manual_delivery", subject: transaction.transactionId,
+                actor: actor, action: "manual_delivery", subject: transaction.transactionId,
                 detail:
                     "anomaly \(id), delivery to \(Identifiers.quoted(accountId)): \(outcome?.outcome ?? "?")\(outcome?.code.map { " (\($0))" } ?? ""). \(note)",
                 now: Date()
@@ -154,7 +161,7 @@ extension StoreKeeperApp {
         }
         guard
             let resolved = try await store.resolveAnomaly(
-                id, resolution: resolution, actor: "operator", note: note, now: Date())
+                id, resolution: resolution, actor: actor, note: note, now: Date())
         else { throw APIError.notFound("no anomaly '\(id.prefix(64))'") }
         return (resolved, outcome)
     }

@@ -38,6 +38,14 @@ extension ServerConfiguration {
             ("apple.verifyReceipt.sandboxURL", verifyReceiptSandboxURL ?? "(Apple's)"),
             ("apple.sharedSecret", mask(sharedSecret)),
             ("auth.secretKeys", secretKeys.isEmpty ? "-" : secretKeys.map { mask($0) }.joined(separator: ", ")),
+            (
+                "auth.keys",
+                operatorKeys.isEmpty
+                    ? "-"
+                    : operatorKeys.map {
+                        "\($0.label) (\($0.scope.rawValue)\($0.apps.map { "; apps " + $0.sorted().joined(separator: ", ") } ?? ""))"
+                    }.joined(separator: ", ")
+            ),
             ("auth.clientTokenSecret", mask(clientTokenSecret)),
             ("auth.responseSigningKey", responseSigningKey == nil ? "(not set)" : "(set)"),
             (

@@ -37,6 +37,8 @@ public struct ServerConfiguration: Sendable {
     public var verifyReceiptSandboxURL: String?
     public var sharedSecret: String?
     public var secretKeys: [String] = []
+    /// `auth.keys`: scoped operator keys (`auth.secretKeys` are admin keys of every app).
+    public var operatorKeys: [OperatorKey] = []
     public var clientTokenSecret: String?
     /// Ed25519 private key (PEM, or the path of a PEM file) that signs answers to account reads
     /// and purchases (`StoreKeeper-Signature`); generated in demo mode.
@@ -188,7 +190,9 @@ public struct ServerConfiguration: Sendable {
         "analytics.timeZone", "analytics.currency", "analytics.ratesFile",
     ]
     /// Keys whose value is a structure read by its own parser (the inline catalog).
-    static let structuredKeys = ["catalog.products", "catalog.retention", "catalog.refunds", "apps", "analytics.rates"]
+    static let structuredKeys = [
+        "catalog.products", "catalog.retention", "catalog.refunds", "apps", "analytics.rates", "auth.keys",
+    ]
     static let secretKeyNames: Set<String> = [
         "auth.secretKeys", "auth.clientTokenSecret", "auth.metricsToken", "apple.sharedSecret", "webhooks.secret",
         "auth.responseSigningKey", "auth.responseSigningKeys",
@@ -317,6 +321,7 @@ public struct ServerConfiguration: Sendable {
         let source = Source(reader: reader, file: flat, environment: aliased)
         try configuration.read(source)
         try configuration.readApps(structured["apps"])
+        try configuration.readOperatorKeys(structured["auth.keys"])
         try configuration.readAnalyticsRates(structured["analytics.rates"])
 
         do {

@@ -226,7 +226,8 @@ public struct StoreKeeperApp: Sendable {
             lookupDeadline: lookupDeadline,
             verifier: verifier, receiptVerifier: receiptVerifier,
             authenticator: await Authenticator(
-                secretKeys: secretKeys, clientTokenSecret: configuration.clientTokenSecret,
+                secretKeys: secretKeys, operatorKeys: configuration.operatorKeys,
+                clientTokenSecret: configuration.clientTokenSecret,
                 clientTokenMaxLifetimeSeconds: configuration.clientTokenMaxLifetimeSeconds,
                 metricsToken: configuration.metricsToken),
             dashboardSessions: DashboardSessions(

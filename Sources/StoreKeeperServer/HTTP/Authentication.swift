@@ -5,27 +5,90 @@ import Hummingbird
 import JWTKit
 import StoreKeeperCore
 
-/// Who is calling: an operator/back end with a secret key, or an app with a client token
-/// bound to one account (docs/api.md "Authentication").
+/// Who is calling: an operator/back end with a secret key (`auth.secretKeys`: admin of every
+/// app), an operator key with a scope (`auth.keys`), or an app with a client token bound to one
+/// account (docs/api.md "Authentication").
 public enum Caller: Sendable, Hashable {
     case secretKey
+    case key(OperatorKey)
     case account(String)
+
+    /// An operator's key of any scope.
+    var isKey: Bool {
+        switch self {
+        case .secretKey, .key: true
+        case .account: false
+        }
+    }
+
+    /// What it may do: `admin` for `auth.secretKeys`; nil for a client token.
+    var scope: KeyScope? {
+        switch self {
+        case .secretKey: .admin
+        case .key(let key): key.scope
+        case .account: nil
+        }
+    }
+
+    /// Who it is in the audit log: the key's label (`secret key` for `auth.secretKeys`).
+    var label: String {
+        switch self {
+        case .secretKey: "secret key"
+        case .key(let key): key.label
+        case .account(let id): "account \(Identifiers.quoted(id))"
+        }
+    }
+
+    /// Who did it, in the audit log: `operator` for `auth.secretKeys`, `operator:<label> (<scope>)`
+    /// for a configured key.
+    var auditActor: String {
+        switch self {
+        case .secretKey: "operator"
+        case .key(let key): "operator:\(key.label) (\(key.scope.rawValue))"
+        case .account(let id): "account:\(id)"
+        }
+    }
 
     /// Whether the caller may act on `accountId`.
     func mayActOn(_ accountId: String) -> Bool {
         switch self {
-        case .secretKey: true
+        case .secretKey, .key: true
         // Byte-wise, as the database compares: `==` would let "\u{212A}ate" act on "Kate".
         case .account(let own): Identifiers.same(own, accountId)
         }
     }
 
-    func require(_ accountId: String) throws {
+    /// A client token acts on its own account only; a key needs `scope` (a back end's
+    /// purchases and orders: admin; support's actions: support; reads: read).
+    func require(_ accountId: String, scope: KeyScope = .admin) throws {
+        if isKey { return try requireScope(scope) }
         guard mayActOn(accountId) else { throw APIError.forbidden("a client token may act only on its own account") }
     }
 
-    func requireSecretKey() throws {
-        guard self == .secretKey else { throw APIError.forbidden("operators' endpoints need a secret key") }
+    /// Operators' endpoints: a key whose scope includes `scope`.
+    func requireScope(_ scope: KeyScope) throws {
+        guard let own = self.scope else { throw APIError.forbidden("operators' endpoints need a secret key") }
+        guard own >= scope else {
+            throw APIError.forbidden(
+                "key '\(label)' has the \(own.rawValue) scope; this needs \(scope.rawValue)")
+        }
+    }
+
+    /// Operators' configuration-level endpoints: an admin key.
+    func requireSecretKey() throws { try requireScope(.admin) }
+
+    /// Whether it may see and act on a row of `appId`.
+    func covers(app appId: String?) -> Bool {
+        switch self {
+        case .secretKey: true
+        case .key(let key): key.covers(app: appId)
+        case .account: true
+        }
+    }
+
+    /// A row of another app than the key's is as if it did not exist.
+    func requireApp(_ appId: String?, notFound: @autoclosure () -> APIError) throws {
+        guard covers(app: appId) else { throw notFound() }
     }
 }
 
@@ -51,14 +114,16 @@ public struct ClientTokenClaims: JWTPayload {
 
 struct Authenticator: Sendable {
     let secretKeyDigests: [SHA256.Digest]
+    let operatorKeys: [(digest: SHA256.Digest, key: OperatorKey)]
     let clientTokens: JWTKeyCollection?
     let clientTokenMaxLifetime: TimeInterval
     let metricsTokenDigest: SHA256.Digest?
 
     init(
-        secretKeys: [String], clientTokenSecret: String?, clientTokenMaxLifetimeSeconds: Int = 86_400,
-        metricsToken: String? = nil
+        secretKeys: [String], operatorKeys: [OperatorKey] = [], clientTokenSecret: String?,
+        clientTokenMaxLifetimeSeconds: Int = 86_400, metricsToken: String? = nil
     ) async {
+        self.operatorKeys = operatorKeys.map { (SHA256.hash(data: Data($0.secret.utf8)), $0) }
         clientTokenMaxLifetime = TimeInterval(clientTokenMaxLifetimeSeconds)
         metricsTokenDigest = metricsToken.map { SHA256.hash(data: Data($0.utf8)) }
         secretKeyDigests = secretKeys.filter { !$0.isEmpty }.map { SHA256.hash(data: Data($0.utf8)) }
@@ -86,6 +151,9 @@ struct Authenticator: Sendable {
         var matched = false
         for digest in secretKeyDigests where Self.constantTimeEqual(digest, presented) { matched = true }
         if matched { return .secretKey }
+        var scoped: OperatorKey?
+        for entry in operatorKeys where Self.constantTimeEqual(entry.digest, presented) { scoped = scoped ?? entry.key }
+        if let scoped { return .key(scoped) }
         if let clientTokens, Self.headerAlgorithm(of: credential) == "HS256",
             let claims = try? await clientTokens.verify(credential, as: ClientTokenClaims.self),
             claims.exp.value.timeIntervalSinceNow <= clientTokenMaxLifetime + Self.clockLeeway

@@ -35,7 +35,7 @@ final class RateLimiter: Sendable {
         let now = now ?? clock()
         let rate: Int
         switch caller {
-        case .secretKey:
+        case .secretKey, .key:
             guard let secretPerSecond else { return nil }
             rate = secretPerSecond
         case .account:
@@ -70,7 +70,7 @@ final class RateLimiter: Sendable {
         let now = now ?? clock()
         let rate: Int
         switch caller {
-        case .secretKey:
+        case .secretKey, .key:
             guard let secretPerSecond else { return }
             rate = secretPerSecond
         case .account:

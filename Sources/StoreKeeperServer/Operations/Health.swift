@@ -71,7 +71,7 @@ struct OperationsController {
             return try StoreKeeperApp.json(StatusJSON(app))
         }
         v1.get("revenue") { request, context in
-            try context.caller().requireSecretKey()
+            try context.caller().requireScope(.read)
             func date(_ name: String) throws -> Date? {
                 guard let text = request.uri.queryParameters.get(name) else { return nil }
                 guard let date = StoreKeeperApp.parseDate(text) else {
@@ -85,7 +85,7 @@ struct OperationsController {
                     smallBusinessProgram: app.configuration.smallBusinessProgram))
         }
         v1.get("audit") { _, context in
-            try context.caller().requireSecretKey()
+            try context.caller().requireScope(.read)
             return try StoreKeeperApp.json(["entries": try await app.store.audit().map(AuditJSON.init)])
         }
     }

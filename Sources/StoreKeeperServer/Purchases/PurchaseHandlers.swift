@@ -100,7 +100,7 @@ extension StoreKeeperApp {
         let body = try await decode(PurchaseBody.self, request)
         try caller.require(body.accountId)
         if body.store == "web" {
-            guard caller == .secretKey else {
+            guard caller.isKey else {
                 throw APIError.forbidden("web purchases are reported by the app's backend with a secret key")
             }
             return try await submitWebPurchase(body)

@@ -180,7 +180,7 @@ extension StoreKeeperApp {
     }
 
     func listRejectedProofs(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
-        try context.caller().requireSecretKey()
+        try context.caller().requireScope(.read)
         let query = request.uri.queryParameters
         let filters = try Self.rejectedProofFilters(
             code: query["code"].map(String.init), since: query["since"].map(String.init))

@@ -192,7 +192,7 @@ extension StoreKeeperApp {
     }
 
     func retentionReport(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
-        try context.caller().requireSecretKey()
+        try context.caller().requireScope(.read)
         var since: Date?
         if let text = request.uri.queryParameters["since"].map(String.init) {
             guard let date = Self.parseDate(text) else {

@@ -101,7 +101,7 @@ extension StoreKeeperApp {
     }
 
     func extend(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
-        try context.caller().requireSecretKey()
+        try context.caller().requireScope(.support)
         let original = try Self.parameter(context, "originalTransactionId")
         try Self.validateText(original, field: "originalTransactionId")
         let body = try await decode(ExtendBody.self, request)
@@ -115,7 +115,8 @@ extension StoreKeeperApp {
         }
         do {
             let row = try await store.requestExtension(
-                originalTransactionId: original, days: body.days, reason: body.reason, note: note, actor: "operator",
+                originalTransactionId: original, days: body.days, reason: body.reason, note: note,
+                actor: try context.caller().auditActor,
                 now: Date())
             return try Self.json(["requestId": row.requestId, "status": row.status], status: .accepted)
         } catch is PurchaseStore.UnknownSubscription {
@@ -129,14 +130,14 @@ extension StoreKeeperApp {
     }
 
     func listExtensions(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
-        try context.caller().requireSecretKey()
+        try context.caller().requireScope(.read)
         let original = try Self.parameter(context, "originalTransactionId")
         try Self.validateText(original, field: "originalTransactionId")
         return try Self.json(["extensions": try await store.extensions(of: original).map(ExtensionJSON.init)])
     }
 
     func massExtend(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
-        try context.caller().requireSecretKey()
+        try context.caller().requireScope(.support)
         let body = try await decode(MassExtendBody.self, request)
         let note = try Self.validateExtension(days: body.days, reason: body.reason, note: body.note)
         guard catalog.product(body.productId)?.type == .autoRenewable else {
@@ -145,12 +146,13 @@ extension StoreKeeperApp {
             )
         }
         let row = try await store.requestMassExtension(
-            productId: body.productId, days: body.days, reason: body.reason, note: note, actor: "operator", now: Date())
+            productId: body.productId, days: body.days, reason: body.reason, note: note,
+            actor: try context.caller().auditActor, now: Date())
         return try Self.json(["requestId": row.requestId, "status": row.status], status: .accepted)
     }
 
     func getExtension(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
-        try context.caller().requireSecretKey()
+        try context.caller().requireScope(.read)
         let id = try Self.parameter(context, "requestId")
         guard let row = try await store.extensionRequest(id) else {
             throw APIError.notFound("no extension request '\(id.prefix(64))'")
@@ -159,7 +161,7 @@ extension StoreKeeperApp {
     }
 
     func createGrant(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
-        try context.caller().requireSecretKey()
+        try context.caller().requireScope(.support)
         let account = try Self.parameter(context, "accountId")
         try Self.validateAccountId(account)
         let body = try await decode(GrantBody.self, request)
@@ -180,7 +182,8 @@ extension StoreKeeperApp {
         }
         let note = try Self.validateNote(body.note)
         let grant = try await store.createGrant(
-            account: account, entitlement: body.entitlement, expiresAt: expiresAt, note: note, actor: "operator",
+            account: account, entitlement: body.entitlement, expiresAt: expiresAt, note: note,
+            actor: try context.caller().auditActor,
             now: now)
         return try Self.json(
             [
@@ -190,12 +193,15 @@ extension StoreKeeperApp {
     }
 
     func endGrant(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
-        try context.caller().requireSecretKey()
+        try context.caller().requireScope(.support)
         let account = try Self.parameter(context, "accountId")
         try Self.validateAccountId(account)
         let grantId = try Self.parameter(context, "grantId")
         try Self.validateText(grantId, field: "grantId")
-        guard try await store.endGrant(account: account, grantId: grantId, actor: "operator", now: Date()) else {
+        guard
+            try await store.endGrant(
+                account: account, grantId: grantId, actor: try context.caller().auditActor, now: Date())
+        else {
             throw APIError.notFound("account '\(account.prefix(64))' has no running grant '\(grantId.prefix(64))'")
         }
         return try Self.json(["grantId": grantId, "status": "ended"])
@@ -216,7 +222,7 @@ struct SupportController {
         v1.get("extensions/:requestId") { request, context in try await app.getExtension(request, context) }
         v1.post("accounts/:accountId/grants") { request, context in try await app.createGrant(request, context) }
         v1.get("app-transactions/:transactionId") { _, context in
-            try context.caller().requireSecretKey()
+            try context.caller().requireScope(.read)
             let id = try StoreKeeperApp.parameter(context, "transactionId")
             guard StoreKeeperApp.isAppleNumericId(id) else {
                 throw APIError.badRequest(

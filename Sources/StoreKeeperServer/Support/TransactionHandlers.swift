@@ -77,13 +77,14 @@ struct TransactionsController {
 
     func addRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
         v1.get("transactions/:transactionId") { _, context in
-            try context.caller().requireSecretKey()
+            let caller = try context.caller()
+            try caller.requireScope(.read)
             let id = try StoreKeeperApp.parameter(context, "transactionId")
             guard !id.isEmpty, id.unicodeScalars.count <= 4096 else {
                 throw APIError.badRequest("the id must be 1…4096 characters")
             }
             try StoreKeeperApp.validateText(id, field: "transactionId", requireNFC: false)
-            guard let record = try await app.store.transaction(named: id) else {
+            guard let record = try await app.store.transaction(named: id), caller.covers(app: record.appId) else {
                 throw APIError(
                     .notFound, "not_found",
                     "no transaction, original transaction, Google order or purchase token, or web payment '\(id.prefix(200))' is recorded here"

@@ -7,7 +7,7 @@ import StoreKeeperStorage
 /// `webhooks.maxAttemptHours`, to look at and send again.
 extension StoreKeeperApp {
     func listDeadLetters(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
-        try context.caller().requireSecretKey()
+        try context.caller().requireScope(.read)
         let letters = try await OutboxStore(database: database).deadLetters()
         let items: [[String: Any]] = letters.map { letter in
             [
@@ -30,7 +30,8 @@ extension StoreKeeperApp {
             throw APIError.notFound("no dead letter '\(id.prefix(64))'")
         }
         try await store.recordAudit(
-            actor: "operator", action: "webhook_replay", subject: id, detail: "dead letter queued again", now: Date())
+            actor: try context.caller().auditActor, action: "webhook_replay", subject: id,
+            detail: "dead letter queued again", now: Date())
         return try Self.json(["id": id, "status": "pending"], status: .accepted)
     }
 }
