@@ -97,6 +97,12 @@ public struct GooglePlayClient: Sendable {
             body: try JSONEncoder().encode(request))
     }
 
+    /// `orders.refund`: refunds an order; with `revoke` Google also takes back what it bought
+    /// (a subscription ends at once) and reports it as a voided purchase.
+    public func refundOrder(orderId: String, revoke: Bool) async throws {
+        _ = try await call(.POST, "\(applicationPath)/orders/\(Self.segment(orderId)):refund?revoke=\(revoke)")
+    }
+
     // MARK: HTTP
 
     func call(_ method: HTTPMethod, _ path: String, body: Data? = nil) async throws -> [UInt8] {

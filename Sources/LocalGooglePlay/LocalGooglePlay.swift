@@ -85,6 +85,8 @@ public actor LocalGooglePlay {
     var orderCounter = 0
     var reviews: [String: ReviewRefundRequest] = [:]
     /// Order id → purchase token, for `orders.get`.
+    /// Orders the developer refunded (`orders.refund`).
+    var refundedOrders: Set<String> = []
     var orderOwners: [String: String] = [:]
     var pendingReviews: [String: (orderId: String, token: String)] = [:]
     var messageCounter = 100_000_000_000
@@ -378,6 +380,25 @@ public actor LocalGooglePlay {
     }
 
     public func review(_ pendingRefundToken: String) -> ReviewRefundRequest? { reviews[pendingRefundToken] }
+
+    /// `orders.refund`: the developer refunds an order. With `revoke` the purchase is voided
+    /// (what it bought is taken back; a subscription ends at once) and appears, as Google's own
+    /// refunds do, in the voided purchases and a voided-purchase notification. An order already
+    /// refunded is refused as Google refuses it.
+    public func refund(orderId: String, revoke: Bool) throws(Refusal) {
+        if orderOwners[orderId] == nil {
+            orderOwners = [:]
+            for purchase in purchases.values {
+                for order in purchase.orders { orderOwners[order] = purchase.token }
+            }
+        }
+        guard let token = orderOwners[orderId], let purchase = purchases[token] else { throw .notFound }
+        guard !purchase.voided, !refundedOrders.contains(orderId) else {
+            throw .invalidPurchaseState("the order is already refunded")
+        }
+        refundedOrders.insert(orderId)
+        if revoke { try refund(token, reason: 0) }
+    }
 
     /// `orders.get` (google-play.md §6.2): what an order charged — a one-time purchase's price
     /// for all its units, a subscription's period at its recurring price — with tax left at

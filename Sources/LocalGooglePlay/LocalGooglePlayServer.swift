@@ -205,6 +205,17 @@ public final class LocalGooglePlayServer: Sendable {
         app.post("orders/:orderAction") { request, context in
             try await self.authorized(request, context) {
                 let (orderId, action) = Self.split(context.parameters.get("orderAction") ?? "")
+                if action == "refund" {
+                    // `orders.refund?revoke=true|false`: an empty answer once refunded.
+                    let revoke = request.uri.queryParameters.get("revoke") == "true"
+                    do {
+                        try await self.store.refund(orderId: orderId, revoke: revoke)
+                    } catch {
+                        guard case .notFound = error as? LocalGooglePlay.Refusal else { return Self.refusal(error) }
+                        return Self.googleError(404, "notFound", "The order was not found.")
+                    }
+                    return Self.json(Data("{}".utf8))
+                }
                 guard action == "reviewrefund" else { return Self.googleError(404, "notFound", "Unknown method.") }
                 guard let body = try? await request.decode(as: ReviewRefundRequest.self, context: context) else {
                     return Self.googleError(400, "invalidValue", "Invalid JSON payload received.")

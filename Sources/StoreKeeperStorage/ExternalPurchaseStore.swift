@@ -276,6 +276,15 @@ extension ExternalPurchaseStore {
         }
     }
 
+    /// The web payment a delivered transaction is (`web:<paymentId>`), nil when none is.
+    public func payment(ofTransaction transactionId: String) async throws -> WebPayment? {
+        try await database.read { sql in
+            try await sql.raw("SELECT * FROM web_purchases WHERE transaction_id = \(bind: transactionId)").first().map {
+                try WebPayment(row: $0)
+            }
+        }
+    }
+
     /// A recorded web payment, nil when unknown.
     public func payment(_ paymentId: String) async throws -> WebPayment? {
         try await database.read { sql in

@@ -95,3 +95,67 @@ import Testing
         }
     }
 }
+
+/// Support's refunds (`POST /v1/transactions/{id}/refund`): Google Play through Google's own
+/// refund, web payments through theirs, the App Store refused as Apple's to grant.
+@Suite struct SupportRefundTests {
+    typealias API = ServerAPITests
+    typealias Play = GooglePlayServerTests
+
+    @Test(arguments: API.databases)
+    func supportRefundsAGoogleOrderOnceThroughTheOneRefundPath(kind: String) async throws {
+        try await Play.withPlay(kind) { play in
+            let order = try await play.order("refundee", "coins_60")
+            let token = try await play.store.buy("coins_60", obfuscatedAccountId: order.token)
+            #expect(try await play.submit("refundee", "coins_60", token, orderId: order.id).status == .ok)
+            #expect(try await play.balance("refundee") == 60)
+            let googleOrder = try #require(await play.store.purchase(token)?.orders.first)
+            let refunded = try await API.call(
+                play.client, .post, "/v1/transactions/\(googleOrder)/refund",
+                body: #"{"reason":"ticket 9: charged twice","note":"agent Kim"}"#)
+            #expect(refunded.status == .ok, "\(refunded.json)")
+            #expect(refunded.json["status"] as? String == "refunded", "\(refunded.json)")
+            #expect(try await play.balance("refundee") == 0)
+            // Google voided it and says so; its notification takes nothing more.
+            #expect(await play.store.purchase(token)?.voided == true)
+            #expect(try await play.push().allSatisfy { $0 == .noContent })
+            await play.runJobs()
+            #expect(try await play.balance("refundee") == 0)
+            let again = try await API.call(
+                play.client, .post, "/v1/transactions/\(googleOrder)/refund", body: #"{"reason":"again"}"#)
+            #expect(again.json["status"] as? String == "already_refunded", "\(again.json)")
+            let looked = try await API.call(play.client, .get, "/v1/transactions/\(googleOrder)")
+            #expect((looked.json["transaction"] as? [String: Any])?["status"] as? String == "refunded")
+            let audit = try await play.app.store.audit().filter { $0.action == "support_refund" }
+            #expect(audit.count == 1 && audit.first?.detail.contains("ticket 9: charged twice") == true)
+        }
+    }
+
+    @Test(arguments: API.databases)
+    func appStoreRefundsAreApplesAndWebPaymentsAreRefundedHere(kind: String) async throws {
+        try await API.withServer(kind) { app, client in
+            let bought = try await app.localAppStore!.buy("p", items: [.init(productId: "coins_60")])
+            #expect(
+                try await API.submit(client, account: "ios", signedTransaction: bought.signedTransactions[0]).status
+                    == .ok)
+            let id = try #require(bought.transactions.first?.transactionId)
+            let apple = try await API.call(client, .post, "/v1/transactions/\(id)/refund", body: #"{"reason":"r"}"#)
+            #expect(apple.status == .unprocessableContent && apple.errorCode == "refunded_by_apple_only")
+            let noReason = try await API.call(client, .post, "/v1/transactions/\(id)/refund", body: #"{"reason":" "}"#)
+            #expect(noReason.status == .badRequest)
+            let web = try await API.call(
+                client, .post, "/v1/purchases",
+                body:
+                    #"{"store":"web","accountId":"webber","productId":"coins_60","paymentId":"pi_refund","price":"1.19","currency":"EUR"}"#
+            )
+            #expect(web.status == .ok)
+            let refunded = try await API.call(
+                client, .post, "/v1/transactions/pi_refund/refund", body: #"{"reason":"chargeback threat"}"#)
+            #expect(refunded.status == .ok, "\(refunded.json)")
+            let balance = try await API.call(client, .get, "/v1/accounts/webber")
+            #expect((balance.json["balances"] as? [String: Int])?["coins"] ?? 0 == 0)
+            let unknown = try await API.call(client, .post, "/v1/transactions/nope/refund", body: #"{"reason":"r"}"#)
+            #expect(unknown.status == .notFound)
+        }
+    }
+}

@@ -134,7 +134,7 @@ protocol RequestBody: Decodable {
 public enum RequestBodies {
     public static let names = [
         "order", "purchase", "debit", "notification", "resolve", "retention", "extend", "massExtend", "grant",
-        "consent", "externalToken",
+        "consent", "externalToken", "supportRefund",
     ]
 
     public static func decode(_ name: String, _ data: Data) throws {
@@ -151,6 +151,7 @@ public enum RequestBodies {
         case "grant": _ = try App.decodeBody(App.GrantBody.self, data)
         case "consent": _ = try App.decodeBody(App.ConsentBody.self, data)
         case "externalToken": _ = try App.decodeBody(App.ExternalTokenBody.self, data)
+        case "supportRefund": _ = try App.decodeBody(App.SupportRefundBody.self, data)
         default: preconditionFailure("no request body '\(name)'")
         }
     }

@@ -1,4 +1,5 @@
 import Foundation
+import GooglePlay
 import Hummingbird
 import StoreKeeperCore
 import StoreKeeperStorage
@@ -72,6 +73,108 @@ struct TransactionRecordJSON: Encodable {
     }
 }
 
+extension StoreKeeperApp {
+    struct SupportRefundBody: RequestBody {
+        var reason: String
+        var note: String?
+        var idempotencyKey: String?
+
+        func validate() throws {
+            guard !reason.trimmingCharacters(in: .whitespaces).isEmpty, reason.unicodeScalars.count <= 500 else {
+                throw APIError.badRequest("field 'reason' is required: 1…500 characters, shown in the audit log")
+            }
+            try StoreKeeperApp.validateText(reason, field: "reason")
+            _ = try StoreKeeperApp.validateNote(note)
+            if let idempotencyKey {
+                guard !idempotencyKey.isEmpty, idempotencyKey.unicodeScalars.count <= 200 else {
+                    throw APIError.badRequest("field 'idempotencyKey' must be 1…200 characters")
+                }
+            }
+        }
+    }
+
+    /// `POST /v1/transactions/{id}/refund` (support): refunds a purchase on the store that lets
+    /// a developer refund — Google Play through `orders.refund` (revoking what it bought), a web
+    /// payment through its refund — and takes back what it delivered through the one refund path.
+    /// App Store refunds are Apple's to grant: 422 `refunded_by_apple_only`. A purchase already
+    /// refunded answers `already_refunded` without asking the store again.
+    func supportRefund(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        let caller = try context.caller()
+        try caller.requireScope(.support)
+        let id = try Self.parameter(context, "transactionId")
+        try Self.validateText(id, field: "transactionId", requireNFC: false)
+        let body = try await decode(SupportRefundBody.self, request)
+        guard let record = try await store.transaction(named: id), caller.covers(app: record.appId) else {
+            throw APIError(.notFound, "not_found", "no transaction '\(id.prefix(200))' is recorded here")
+        }
+        func answer(_ status: String, _ detail: String) throws -> Response {
+            try Self.json([
+                "transactionId": record.transactionId, "store": record.store.rawValue, "status": status,
+                "detail": detail,
+            ])
+        }
+        if record.refunds.contains(where: { $0.share >= RefundPlanner.wholeShare }) {
+            return try answer("already_refunded", "the store refunded it already; nothing was asked again")
+        }
+        let detail =
+            "refund asked by \(caller.label): \(body.reason)\(body.note.map { " — \($0)" } ?? "")"
+        switch record.store {
+        case .appStore:
+            throw APIError(
+                .unprocessableContent, "refunded_by_apple_only",
+                "App Store refunds are Apple's to grant: the player asks at https://reportaproblem.apple.com; Apple's REFUND notification then takes back what was delivered"
+            )
+        case .web:
+            guard
+                let payment = try await ExternalPurchaseStore(database: database).payment(
+                    ofTransaction: record.transactionId)
+            else { throw APIError(.notFound, "not_found", "no web payment for '\(record.transactionId)'") }
+            try await store.recordAudit(
+                actor: caller.auditActor, action: "support_refund", subject: record.transactionId, detail: detail,
+                now: Date())
+            return try await refundWebPurchase(payment.paymentId)
+        case .googlePlay:
+            guard record.transactionId.hasPrefix(GooglePlayPlanner.prefix) else {
+                throw APIError(.unprocessableContent, "store_refused", "this Google purchase has no order id to refund")
+            }
+            // Google's order id is what this server's id keeps after its prefix.
+            let orderId = String(record.transactionId.dropFirst(GooglePlayPlanner.prefix.count))
+            let google = try googleApp(record.appId)
+            do {
+                try await withDeadline(.seconds(15)) {
+                    try await google.client.refundOrder(orderId: orderId, revoke: true)
+                }
+            } catch let error as GooglePlayError where error.status == 400 || error.status == 404 {
+                throw APIError(.unprocessableContent, "store_refused", "Google Play refused the refund: \(error)")
+            } catch {
+                throw APIError(
+                    .serviceUnavailable, "store_unavailable",
+                    "Google Play did not answer the refund (\(error)); nothing changed here — ask again")
+            }
+            var refund = RefundEvent(
+                kind: .refund, store: .googlePlay, key: "support-refund:\(record.transactionId)",
+                transactionId: record.transactionId, originalTransactionId: record.originalTransactionId,
+                productId: record.productId,
+                revocation: RefundPlanner.Revocation(type: .refundFull, percentage: nil))
+            refund.environment = record.environment
+            refund.revocationType = StoreTransaction.RevocationKind.refundFull.rawValue
+            refund.purchasedAt = record.purchasedAt.map { Int64($0.timeIntervalSince1970 * 1000) }
+            refund.periodEnd = record.expiresAt.map { Int64($0.timeIntervalSince1970 * 1000) }
+            var settings = NotificationStore.Settings(
+                catalog: catalog, policy: configuration.ownershipPolicy,
+                consumptionEnabled: configuration.consumptionEnabled, read: StoreKeeperApp.storedNotification)
+            settings.sharedAppleIdLimit = configuration.sharedAppleIdAccounts
+            settings.apps = store.apps
+            let outcome = try await notifications.applyRefund(
+                refund, settings: settings, now: Date(), actor: caller.auditActor)
+            try await store.recordAudit(
+                actor: caller.auditActor, action: "support_refund", subject: record.transactionId,
+                detail: detail + " — Google Play refunded order \(orderId): \(outcome.1)", now: Date())
+            return try answer(outcome.0 == "applied" ? "refunded" : outcome.0, outcome.1)
+        }
+    }
+}
+
 struct TransactionsController {
     let app: StoreKeeperApp
 
@@ -91,6 +194,9 @@ struct TransactionsController {
                 )
             }
             return try StoreKeeperApp.json(TransactionRecordJSON(record))
+        }
+        v1.post("transactions/:transactionId/refund") { request, context in
+            try await app.supportRefund(request, context)
         }
     }
 }
