@@ -159,3 +159,48 @@ import Testing
         }
     }
 }
+
+/// Exports take `until` (exclusive) beside `since`, CSV is an attachment, and a query parameter a
+/// route does not read is 400 `unknown_parameter` naming it.
+@Suite struct QueryParameterTests {
+    typealias API = ServerAPITests
+
+    @Test(arguments: API.databases)
+    func exportsStopAtUntilAndUnknownParametersAreNamed(kind: String) async throws {
+        try await API.withServer(kind, configure: { _ in }, prepare: { $0.exportSettleSeconds = 0 }) { app, client in
+            let bought = try await app.localAppStore!.buy("p", items: [.init(productId: "coins_60")])
+            #expect(
+                try await API.submit(client, account: "x1", signedTransaction: bought.signedTransactions[0]).status
+                    == .ok)
+            let past = "2000-01-01T00:00:00Z"
+            let future = StoreKeeperApp.iso(Date().addingTimeInterval(86_400))
+            let before = try await API.call(client, .get, "/v1/export/transactions?format=ndjson&until=\(past)")
+            #expect(before.status == .ok)
+            let all = try await client.execute(
+                uri: "/v1/export/transactions?until=\(future)", method: .get,
+                headers: [.authorization: "Bearer \(API.secret)"]
+            ) { ($0.status, $0.headers[.contentDisposition], String(buffer: $0.body)) }
+            #expect(all.0 == .ok)
+            #expect(all.1 == #"attachment; filename="storekeeper-transactions.csv""#)
+            #expect(all.2.contains(bought.transactions[0].transactionId!))
+            let empty = try await client.execute(
+                uri: "/v1/export/transactions?format=ndjson&until=\(past)", method: .get,
+                headers: [.authorization: "Bearer \(API.secret)"]
+            ) { String(buffer: $0.body) }
+            #expect(!empty.contains(bought.transactions[0].transactionId!))
+            let backwards = try await API.call(client, .get, "/v1/export/transactions?since=\(future)&until=\(past)")
+            #expect(backwards.status == .badRequest)
+            for path in [
+                "/v1/export/transactions?to=\(past)", "/v1/accounts/x1?verbose=1", "/v1/anomalies?status=open&x=1",
+                "/v1/analytics/mrr?form=2026-01-01",
+            ] {
+                let reply = try await API.call(client, .get, path)
+                #expect(reply.status == .badRequest && reply.errorCode == "unknown_parameter", "\(path): \(reply.json)")
+            }
+            let named = try await API.call(client, .get, "/v1/export/transactions?to=\(past)")
+            let message = (named.json["error"] as? [String: Any])?["message"] as? String ?? ""
+            #expect(message.contains("'to'") && message.contains("until"), "\(message)")
+            #expect(try await API.call(client, .get, "/v1/anomalies?status=all").status == .ok)
+        }
+    }
+}

@@ -38,6 +38,17 @@ struct ExportController {
                 }
                 since = date
             }
+            // `until` (exclusive): the export stops before it.
+            var until: Date?
+            if let text = parameters.get("until"), !text.isEmpty {
+                guard text.utf8.count <= 64, let date = StoreKeeperApp.parseDate(text) else {
+                    throw APIError.badRequest("'until' must be an ISO 8601 date or date-time")
+                }
+                until = date
+            }
+            if let since, let until, until <= since {
+                throw APIError.badRequest("'until' must be after 'since'")
+            }
             var limit = Self.defaultLimit
             if let text = parameters.get("limit") {
                 guard let value = Int(text), (1...Self.maximumLimit).contains(value) else {
@@ -45,14 +56,18 @@ struct ExportController {
                 }
                 limit = value
             }
-            let settled = Date().addingTimeInterval(
+            var settled = Date().addingTimeInterval(
                 -(app.exportSettleSeconds ?? Double(app.configuration.requestTimeoutSeconds + 5)))
+            if let until { settled = min(settled, until) }
             let page = try await app.store.export(kind, since: since, cursor: cursor, limit: limit, settled: settled)
             var headers: HTTPFields = [
                 .contentType: format == "csv" ? "text/csv; charset=utf-8" : "application/x-ndjson",
                 .cacheControl: "no-store",
             ]
             if let next = page.next { headers[HTTPField.Name("Next-Cursor")!] = next.token }
+            if format == "csv" {
+                headers[.contentDisposition] = "attachment; filename=\"storekeeper-\(kind.rawValue).csv\""
+            }
             let body = format == "csv" ? ExportFormat.csv(page) : ExportFormat.ndjson(page)
             return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
         }

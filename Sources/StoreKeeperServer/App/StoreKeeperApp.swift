@@ -404,7 +404,8 @@ public struct StoreKeeperApp: Sendable {
         GoogleNotificationsController(app: self).addRoutes(to: router)
         RetentionController(app: self).addRoutes(to: router)
         let authenticate = Authenticate(authenticator: authenticator, limiter: limiter)
-        let v1 = router.group("v1").add(middleware: authenticate)
+        let v1 = router.group("v1").add(middleware: authenticate).add(
+            middleware: KnownQueryParameters<StoreKeeperContext>())
         // Account reads and purchases: signed answers when a response signing key is set, 401s
         // and 429s included (the signing middleware runs before authentication).
         let signed =
@@ -412,7 +413,7 @@ public struct StoreKeeperApp: Sendable {
                 router.group("v1").add(
                     middleware: SignResponses(keys: responseSigningKeys, maxBodyBytes: configuration.maxBodyBytes)
                 )
-                .add(middleware: authenticate)
+                .add(middleware: authenticate).add(middleware: KnownQueryParameters<StoreKeeperContext>())
             } ?? v1
         OperationsController(app: self).addAPIRoutes(to: v1)
         OrdersController(app: self).addRoutes(to: v1)
