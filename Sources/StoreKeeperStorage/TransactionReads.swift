@@ -167,3 +167,68 @@ extension PurchaseStore {
         ).all().map(Self.decodeAnomaly)
     }
 }
+
+extension PurchaseStore {
+    public enum TransferOutcome: Sendable, Hashable {
+        /// Moved: `from` held it, `to` does now.
+        case transferred(from: String)
+        /// `to` holds it already: nothing changed.
+        case alreadyHeld
+        /// Nobody owns it (a consumable, spent as it was delivered; or nothing delivered).
+        case notOwned
+    }
+
+    /// Support moves a purchase to another account ("I bought it on my old account"): its
+    /// ownership, entitlements and subscription, with an audit entry — one database transaction
+    /// under the purchase's lock.
+    public func transfer(
+        originalTransactionId original: String, to account: String, actor: String, note: String, now: Date
+    ) async throws -> TransferOutcome {
+        let kind = database.kind
+        return try await database.transaction { sql in
+            try await NotificationStore.lock([original], sql: sql, kind: kind)
+            guard
+                let owner = try await sql.raw(
+                    "SELECT account_id FROM ownership WHERE original_transaction_id = \(bind: original)"
+                ).first()?.decode(column: "account_id", as: String.self)
+            else { return .notOwned }
+            if Identifiers.same(owner, account) { return .alreadyHeld }
+            let at = now.milliseconds
+            try await sql.raw(
+                """
+                UPDATE ownership SET account_id = \(bind: account), bound_at = \(bind: at)
+                WHERE original_transaction_id = \(bind: original)
+                """
+            ).run()
+            try await sql.raw(
+                """
+                INSERT INTO entitlements (account_id, entitlement_id, original_transaction_id, product_id, expires_at)
+                SELECT \(bind: account), entitlement_id, original_transaction_id, product_id, expires_at FROM entitlements
+                WHERE account_id = \(bind: owner) AND original_transaction_id = \(bind: original)
+                ON CONFLICT (account_id, entitlement_id, original_transaction_id)
+                DO UPDATE SET expires_at = excluded.expires_at, product_id = excluded.product_id
+                """
+            ).run()
+            try await sql.raw(
+                "DELETE FROM entitlements WHERE account_id = \(bind: owner) AND original_transaction_id = \(bind: original)"
+            ).run()
+            try await sql.raw(
+                "UPDATE subscriptions SET account_id = \(bind: account) WHERE original_transaction_id = \(bind: original)"
+            ).run()
+            // Its deliveries are the new holder's too: a replay from the old account is then
+            // another account's purchase, not its own delivery.
+            try await sql.raw(
+                """
+                UPDATE deliveries SET account_id = \(bind: account)
+                WHERE original_transaction_id = \(bind: original) AND account_id = \(bind: owner)
+                """
+            ).run()
+            try await Self.audit(
+                sql, actor: actor, action: "ownership_transfer", subject: original,
+                detail:
+                    "moved from account \(Identifiers.quoted(owner)) to \(Identifiers.quoted(account)) by support\(note.isEmpty ? "" : ": \(note)")",
+                at: at)
+            return .transferred(from: owner)
+        }
+    }
+}

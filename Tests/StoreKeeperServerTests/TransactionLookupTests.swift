@@ -204,3 +204,51 @@ import Testing
         }
     }
 }
+
+/// Support's transfers: "I bought it on my old account".
+@Suite struct SupportTransferTests {
+    typealias API = ServerAPITests
+
+    @Test(arguments: API.databases)
+    func aPurchaseMovesWithItsEntitlementAndAConsumableDoesNot(kind: String) async throws {
+        try await API.withServer(kind) { app, client in
+            let bought = try await app.localAppStore!.buy("p", items: [.init(productId: "remove_ads")])
+            #expect(
+                try await API.submit(client, account: "old", signedTransaction: bought.signedTransactions[0]).status
+                    == .ok)
+            let id = try #require(bought.transactions.first?.transactionId)
+            let moved = try await API.call(
+                client, .post, "/v1/transactions/\(id)/transfer", body: #"{"toAccountId":"new","note":"ticket 12"}"#)
+            #expect(moved.status == .ok, "\(moved.json)")
+            #expect(moved.json["status"] as? String == "transferred" && moved.json["fromAccountId"] as? String == "old")
+            func entitlements(_ account: String) async throws -> [String] {
+                (try await API.call(client, .get, "/v1/accounts/\(account)").json["entitlements"] as? [[String: Any]]
+                    ?? [])
+                    .compactMap { $0["id"] as? String }
+            }
+            #expect(try await entitlements("new") == ["no_ads"])
+            #expect(try await entitlements("old").isEmpty)
+            let again = try await API.call(
+                client, .post, "/v1/transactions/\(id)/transfer", body: #"{"toAccountId":"new"}"#)
+            #expect(again.json["status"] as? String == "already_held")
+            // The old account submitting it now is refused: the purchase is new's (first binder).
+            let old = try await API.submit(client, account: "old", signedTransaction: bought.signedTransactions[0])
+            #expect(old.errorCode == "owned_by_other_account", "\(old.json)")
+            let audit = try await app.store.audit().filter { $0.action == "ownership_transfer" }
+            #expect(audit.first?.detail.contains("ticket 12") == true)
+
+            let coins = try await app.localAppStore!.buy("p", items: [.init(productId: "coins_60")])
+            #expect(
+                try await API.submit(client, account: "old", signedTransaction: coins.signedTransactions[0]).status
+                    == .ok)
+            let consumable = try await API.call(
+                client, .post, "/v1/transactions/\(coins.transactions[0].transactionId!)/transfer",
+                body: #"{"toAccountId":"new"}"#)
+            #expect(consumable.status == .unprocessableContent && consumable.errorCode == "not_transferable")
+            let player = try await API.call(
+                client, .post, "/v1/transactions/\(id)/transfer", token: try await API.clientToken("new"),
+                body: #"{"toAccountId":"old"}"#)
+            #expect(player.status == .forbidden)
+        }
+    }
+}

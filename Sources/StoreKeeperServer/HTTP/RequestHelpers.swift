@@ -134,7 +134,7 @@ protocol RequestBody: Decodable {
 public enum RequestBodies {
     public static let names = [
         "order", "purchase", "debit", "notification", "resolve", "retention", "extend", "massExtend", "grant",
-        "consent", "externalToken", "supportRefund",
+        "consent", "externalToken", "supportRefund", "transfer",
     ]
 
     public static func decode(_ name: String, _ data: Data) throws {
@@ -152,6 +152,7 @@ public enum RequestBodies {
         case "consent": _ = try App.decodeBody(App.ConsentBody.self, data)
         case "externalToken": _ = try App.decodeBody(App.ExternalTokenBody.self, data)
         case "supportRefund": _ = try App.decodeBody(App.SupportRefundBody.self, data)
+        case "transfer": _ = try App.decodeBody(App.TransferBody.self, data)
         default: preconditionFailure("no request body '\(name)'")
         }
     }

@@ -175,6 +175,52 @@ extension StoreKeeperApp {
     }
 }
 
+extension StoreKeeperApp {
+    struct TransferBody: RequestBody {
+        var toAccountId: String
+        var note: String?
+
+        func validate() throws {
+            try StoreKeeperApp.validateAccountId(toAccountId)
+            _ = try StoreKeeperApp.validateNote(note)
+        }
+    }
+
+    /// `POST /v1/transactions/{id}/transfer` (support): moves a non-consumable or subscription
+    /// to another account — ownership, entitlements, subscription — audited with the key and
+    /// note. A consumable is spent where it was delivered: 422 `not_transferable`.
+    func supportTransfer(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        let caller = try context.caller()
+        try caller.requireScope(.support)
+        let id = try Self.parameter(context, "transactionId")
+        try Self.validateText(id, field: "transactionId", requireNFC: false)
+        let body = try await decode(TransferBody.self, request)
+        guard let record = try await store.transaction(named: id), caller.covers(app: record.appId) else {
+            throw APIError(.notFound, "not_found", "no transaction '\(id.prefix(200))' is recorded here")
+        }
+        let outcome = try await store.transfer(
+            originalTransactionId: record.originalTransactionId, to: body.toAccountId, actor: caller.auditActor,
+            note: body.note ?? "", now: Date())
+        var json: [String: String] = [
+            "transactionId": record.transactionId, "originalTransactionId": record.originalTransactionId,
+            "accountId": body.toAccountId,
+        ]
+        switch outcome {
+        case .transferred(let from):
+            json["status"] = "transferred"
+            json["fromAccountId"] = from
+        case .alreadyHeld:
+            json["status"] = "already_held"
+        case .notOwned:
+            throw APIError(
+                .unprocessableContent, "not_transferable",
+                "nobody owns '\(record.transactionId)': a consumable is spent where it was delivered (credit the other account instead)"
+            )
+        }
+        return try Self.json(json)
+    }
+}
+
 struct TransactionsController {
     let app: StoreKeeperApp
 
@@ -197,6 +243,9 @@ struct TransactionsController {
         }
         v1.post("transactions/:transactionId/refund") { request, context in
             try await app.supportRefund(request, context)
+        }
+        v1.post("transactions/:transactionId/transfer") { request, context in
+            try await app.supportTransfer(request, context)
         }
     }
 }
