@@ -17,10 +17,12 @@ struct ConfigCheckCommand: AsyncParsableCommand {
         commandName: "check",
         abstract: "Print the effective configuration and trust set; exit non-zero on any problem.",
         discussion: """
-            Reads the configuration exactly as `serve` does (file and environment). Exit codes: 0 ready for \
-            production; 1 valid but failing the production checklist (demo mode, local App Store enabled, no \
-            secret key, no client-token secret, no catalog, roots other than Apple's); 2 invalid (the key is \
-            named).
+            Reads the configuration exactly as `serve` does (file and environment). With --connect it also \
+            opens the database (and says which migrations a start would apply), makes one authenticated call \
+            to each App Store and Google Play app, fetches Google's push certificates and checks that every \
+            key file is readable by its owner only. Exit codes: 0 ready for production (and, with --connect, \
+            every connection check passed); 1 valid but failing the production checklist or a connection \
+            check; 2 invalid (the key is named).
             """
     )
 
@@ -29,6 +31,12 @@ struct ConfigCheckCommand: AsyncParsableCommand {
 
     @Option(name: .customLong("data-dir"), help: "Where the local App Store keeps its keys (demo mode).")
     var dataDirectory: String = "storekeeper-data"
+
+    @Flag(help: "Also connect: the database, each store's API, Google's push certificates, key file permissions.")
+    var connect = false
+
+    @Flag(help: "One JSON object on standard output (ok, configuration, trust, problems, checks).")
+    var json = false
 
     func run() async throws {
         let (configuration, trust) = try await ConfigurationErrors.exitingWith2 {
@@ -43,19 +51,43 @@ struct ConfigCheckCommand: AsyncParsableCommand {
             }
             return (configuration, try TrustPolicy(configuration: configuration, localAppStoreRoots: localRoots))
         }
-        print("configuration:")
-        for (key, value) in configuration.effectiveValues { print("  \(key): \(value)") }
-        print("trust:")
-        for line in trust.lines { print("  \(line)") }
+        var trustLines = trust.lines
         if configuration.usesLocalAppStore, !trust.localAppStoreTrusted {
-            print("  trusted root (local App Store): generated at first `serve`")
+            trustLines.append("trusted root (local App Store): generated at first `serve`")
         }
         let problems = configuration.productionProblems
-        if problems.isEmpty {
-            print("ok: ready for production")
+        let checks = connect ? await Preflight.run(configuration) : []
+        let ok = problems.isEmpty && checks.allSatisfy(\.ok)
+        if json {
+            struct Report: Encodable {
+                var ok: Bool
+                var configuration: [String: String]
+                var trust: [String]
+                var problems: [String]
+                var checks: [Preflight.Check]?
+            }
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+            let report = Report(
+                ok: ok,
+                configuration: Dictionary(
+                    configuration.effectiveValues.map { ($0.key, $0.value) }, uniquingKeysWith: { first, _ in first }),
+                trust: trustLines, problems: problems, checks: connect ? checks : nil)
+            print(String(decoding: try encoder.encode(report), as: UTF8.self))
         } else {
+            print("configuration:")
+            for (key, value) in configuration.effectiveValues { print("  \(key): \(value)") }
+            print("trust:")
+            for line in trustLines { print("  \(line)") }
+            if connect {
+                print("connections:")
+                for check in checks { print("  \(check.ok ? "ok" : "FAILED"): \(check.name): \(check.detail)") }
+            }
             for problem in problems { print("problem: \(problem)") }
-            throw ExitCode(1)
+            if ok {
+                print(connect ? "ok: ready for production, every connection answered" : "ok: ready for production")
+            }
         }
+        if !ok { throw ExitCode(1) }
     }
 }

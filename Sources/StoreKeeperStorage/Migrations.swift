@@ -41,6 +41,23 @@ public enum Migrations {
         }
     }
 
+    /// The versions applied, or none when the database has no schema yet (nothing was ever
+    /// migrated): what a pre-flight reads without writing.
+    public static func appliedVersionsIfAny(on database: Database) async throws -> [Int] {
+        let exists = try await database.read { sql in
+            switch database.kind {
+            case .sqlite:
+                try await sql.raw(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
+                ).first() != nil
+            case .postgres:
+                try await sql.raw("SELECT to_regclass('schema_migrations') IS NOT NULL AS found").first()?.decode(
+                    column: "found", as: Bool.self) ?? false
+            }
+        }
+        return exists ? try await appliedVersions(on: database) : []
+    }
+
     public static func appliedVersions(on database: Database) async throws -> [Int] {
         try await database.read { sql in
             try await sql.raw("SELECT version FROM schema_migrations ORDER BY version").all().map {

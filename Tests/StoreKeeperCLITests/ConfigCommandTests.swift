@@ -192,3 +192,88 @@ extension ConfigCommandTests {
         #expect(badSince.stderr.contains("--since"))
     }
 }
+
+/// `config check --connect`: what the configuration reaches, not only what it says.
+@Suite struct ConfigConnectTests {
+    typealias Config = ConfigCommandTests
+
+    static func checks(_ run: VerifyCommandTests.Run) -> [String: [String: Any]] {
+        var byName: [String: [String: Any]] = [:]
+        for check in run.json?["checks"] as? [[String: Any]] ?? [] {
+            byName[check["name"] as? String ?? ""] = check
+        }
+        return byName
+    }
+
+    @Test func aWrongDatabasePasswordIsAFailedCheckNotOk() async throws {
+        let directory = try Config.directory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        // Nothing listens on port 1: a refused connection, answered at once.
+        let wrong = try Config.write(
+            Config.good(directory).replacingOccurrences(
+                of: "sqlite:\(directory.path)/storekeeper.sqlite", with: "postgres://storekeeper:wrong@127.0.0.1:1/nope"
+            ),
+            "wrong.yaml", in: directory)
+        let run = try await VerifyCommandTests.run(["config", "check", "--config", wrong, "--connect", "--json"])
+        #expect(run.status == 1, "\(run.stdout) \(run.stderr)")
+        #expect(run.json?["ok"] as? Bool == false)
+        let database = try #require(Self.checks(run)["database"])
+        #expect(database["ok"] as? Bool == false)
+        #expect((database["detail"] as? String ?? "").contains("cannot connect"))
+        // A real PostgreSQL (CI's) with a wrong password, and then the right one.
+        if let url = ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_URL"],
+            var components = URLComponents(string: url)
+        {
+            components.password = "not-the-password"
+            let badPassword = try Config.write(
+                Config.good(directory).replacingOccurrences(
+                    of: "sqlite:\(directory.path)/storekeeper.sqlite", with: components.string!),
+                "password.yaml", in: directory)
+            let refused = try await VerifyCommandTests.run(
+                ["config", "check", "--config", badPassword, "--connect", "--json"])
+            #expect(refused.status == 1, "\(refused.stdout) \(refused.stderr)")
+            #expect(Self.checks(refused)["database"]?["ok"] as? Bool == false)
+            let right = try Config.write(
+                Config.good(directory).replacingOccurrences(
+                    of: "sqlite:\(directory.path)/storekeeper.sqlite", with: url),
+                "right.yaml", in: directory)
+            let connected = try await VerifyCommandTests.run([
+                "config", "check", "--config", right, "--connect", "--json",
+            ])
+            #expect(Self.checks(connected)["database"]?["ok"] as? Bool == true, "\(connected.stdout)")
+        }
+        // Without --connect the same file passes the checklist: the difference is the connection.
+        let offline = try await VerifyCommandTests.run(["config", "check", "--config", wrong])
+        #expect(offline.status == 0, "\(offline.stdout)")
+    }
+
+    @Test func aReachableDatabaseSaysWhichMigrationsWouldRunAndAnExposedKeyFails() async throws {
+        let directory = try Config.directory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let good = try Config.write(Config.good(directory), "good.yaml", in: directory)
+        let run = try await VerifyCommandTests.run(["config", "check", "--config", good, "--connect"])
+        #expect(run.status == 0, "\(run.stdout) \(run.stderr)")
+        #expect(run.stdout.contains("ok: database:"))
+        #expect(run.stdout.contains("migrations will run"))
+        #expect(run.stdout.contains("every connection answered"))
+        // Key files: each is checked to be its owner's alone (an exposed one stops the load, exit 2).
+        let key = directory.appendingPathComponent("signing.pem").path
+        let openssl = Process()
+        openssl.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+        openssl.arguments = ["genpkey", "-algorithm", "ed25519", "-out", key]
+        try openssl.run()
+        openssl.waitUntilExit()
+        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: key)
+        let signed = try Config.write(
+            Config.good(directory).replacingOccurrences(
+                of: "  clientTokenSecret:", with: "  responseSigningKeys: [\"\(key)\"]\n  clientTokenSecret:"),
+            "signed.yaml", in: directory)
+        let signedRun = try await VerifyCommandTests.run(["config", "check", "--config", signed, "--connect", "--json"])
+        let keyCheck = Self.checks(signedRun).first { $0.key.hasPrefix("key file") }?.value
+        #expect(keyCheck?["ok"] as? Bool == true, "\(signedRun.stdout) \(signedRun.stderr)")
+        try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: key)
+        let exposedRun = try await VerifyCommandTests.run(["config", "check", "--config", signed, "--connect"])
+        #expect(exposedRun.status == 2)
+        #expect(exposedRun.stderr.contains("chmod 600"))
+    }
+}
