@@ -1,6 +1,6 @@
 import Foundation
 
-// The Retention Messaging API's models (`../spec/offers.md` §5), field names as Apple's library.
+// The Retention Messaging API's models (docs/offers-and-retention.md §5), field names as Apple's library.
 
 /// `DecodedRealtimeRequestBody`: what Apple signs when it asks for a retention message.
 public struct DecodedRealtimeRequestBody: Codable, Hashable, Sendable {

@@ -3,7 +3,7 @@ import Crypto
 import Foundation
 
 /// Signing what StoreKit takes to apply an offer, with the In-App Purchase key
-/// (`../spec/offers.md` §1–2): the V1 promotional-offer signature and the V2 signed JWS
+/// (docs/offers-and-retention.md §1–2): the V1 promotional-offer signature and the V2 signed JWS
 /// requests (`promotional-offer`, `introductory-offer-eligibility`).
 public struct OfferSigner: Sendable {
     public let key: P256.Signing.PrivateKey

@@ -4,7 +4,7 @@ import Crypto
 import Foundation
 import StoreKeeperCatalog
 
-/// Offers at the local App Store, checked as the App Store checks them (`../spec/offers.md`):
+/// Offers at the local App Store, checked as the App Store checks them (docs/offers-and-retention.md):
 /// promotional offers by their V1 signature or V2 JWS under the In-App Purchase key this store
 /// issued; introductory offers once per Apple Account and group unless an eligibility JWS says
 /// otherwise; win-back offers for churned subscribers, by the catalog's rules.

@@ -5,7 +5,7 @@ import Foundation
 import NIOCore
 import StoreKeeperCatalog
 
-/// Apple's Retention Messaging at the local App Store (`../spec/offers.md` §5): the realtime
+/// Apple's Retention Messaging at the local App Store (docs/offers-and-retention.md §5): the realtime
 /// URL, messages and default messages (auto-approved, as in sandbox), the cancel flow that
 /// asks the developer's endpoint with a signed request under Apple's 700 ms budget and falls
 /// back to the default message, and the performance test.

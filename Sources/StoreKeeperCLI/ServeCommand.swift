@@ -189,8 +189,21 @@ struct MigrateCommand: AsyncParsableCommand {
             try await ServerConfiguration.load(file: config)
         }
         let database = try await Database.open(url: configuration.databaseURL)
-        try await Migrations.run(on: database)
+        let before = Set(try await Migrations.appliedVersionsIfAny(on: database))
+        do {
+            try await Migrations.run(on: database)
+        } catch let newer as Migrations.SchemaNewerThanBinary {
+            try? await database.close()
+            FileHandle.standardError.write(Data("storekeeper migrate: \(newer)\n".utf8))
+            throw ExitCode(2)
+        }
         let versions = try await Migrations.appliedVersions(on: database)
+        let applied = versions.filter { !before.contains($0) }
+        if applied.isEmpty {
+            print("nothing to apply")
+        } else {
+            for version in applied { print("applied migration \(version)") }
+        }
         print("database at schema version \(versions.last ?? 0) (\(database.kind.rawValue))")
         try await database.close()
     }

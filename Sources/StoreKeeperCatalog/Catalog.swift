@@ -207,7 +207,9 @@ public struct CatalogError: Error, Hashable, Sendable, CustomStringConvertible {
 
 /// One product of the catalog.
 public struct Product: Codable, Hashable, Sendable {
-    public enum Kind: String, Codable, Hashable, Sendable {
+    public enum Kind: String, Codable, Hashable, Sendable, CaseIterable, CatalogChoice {
+        public init(from decoder: any Decoder) throws { self = try Self.decodeChoice(from: decoder) }
+
         case consumable
         case nonConsumable = "non_consumable"
         case autoRenewable = "auto_renewable"
@@ -382,5 +384,23 @@ public struct ISODuration: Codable, Hashable, Sendable, CustomStringConvertible 
         let components = DateComponents(
             year: years, month: months, day: days, hour: hours, minute: minutes, second: seconds)
         return calendar.date(byAdding: components, to: date) ?? date
+    }
+}
+
+/// A catalog word read from the file: a value outside the list is an error naming the valid
+/// ones (`'consumables' is not one of consumable, non_consumable, …`), not a decoding message.
+protocol CatalogChoice: RawRepresentable, CaseIterable where RawValue == String {}
+
+extension CatalogChoice {
+    static func decodeChoice(from decoder: any Decoder) throws -> Self {
+        let container = try decoder.singleValueContainer()
+        let raw = try container.decode(String.self)
+        guard let value = Self(rawValue: raw) else {
+            throw DecodingError.dataCorruptedError(
+                in: container,
+                debugDescription:
+                    "'\(raw.prefix(64))' is not one of \(Self.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+        return value
     }
 }

@@ -1,7 +1,7 @@
 import Foundation
 
 /// A promotional offer set up in App Store Connect for an auto-renewable product, with the
-/// policy StoreKeeper signs it by (docs/api.md "Product catalog", `../spec/offers.md` §1–2, §7).
+/// policy StoreKeeper signs it by (docs/api.md "Product catalog", docs/offers-and-retention.md §1–2, §7).
 ///
 /// ```yaml
 /// offers:
@@ -14,7 +14,9 @@ import Foundation
 ///     period: P1M                   # local App Store only
 /// ```
 public struct Offer: Codable, Hashable, Sendable {
-    public enum Eligible: String, Codable, Hashable, Sendable, CaseIterable {
+    public enum Eligible: String, Codable, Hashable, Sendable, CaseIterable, CatalogChoice {
+        public init(from decoder: any Decoder) throws { self = try Self.decodeChoice(from: decoder) }
+
         /// Had a subscription in the group; none is active, in grace or in billing retry now.
         case lapsed
         /// Subscribed in the group now (active or in the grace period).
@@ -23,7 +25,9 @@ public struct Offer: Codable, Hashable, Sendable {
         case anySubscriber = "any_subscriber"
     }
 
-    public enum DiscountType: String, Codable, Hashable, Sendable {
+    public enum DiscountType: String, Codable, Hashable, Sendable, CaseIterable, CatalogChoice {
+        public init(from decoder: any Decoder) throws { self = try Self.decodeChoice(from: decoder) }
+
         case freeTrial = "free_trial"
         case payAsYouGo = "pay_as_you_go"
         case payUpFront = "pay_up_front"
@@ -127,7 +131,7 @@ public struct OfferCodeRule: Codable, Hashable, Sendable {
 }
 
 /// One answer to Apple's Get Retention Message, chosen when `when` matches (docs/api.md catalog
-/// `retention`, `../spec/offers.md` §5.2). Exactly one of `message`, `alternateProduct`,
+/// `retention`, docs/offers-and-retention.md §5.2). Exactly one of `message`, `alternateProduct`,
 /// `promotionalOffer`.
 public struct RetentionRule: Codable, Hashable, Sendable {
     public struct When: Codable, Hashable, Sendable {

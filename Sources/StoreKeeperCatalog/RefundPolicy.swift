@@ -38,7 +38,9 @@ public struct RefundPolicy: Codable, Hashable, Sendable {
         Int32(((revokeNonConsumableAt ?? 50) * 1000).rounded())
     }
 
-    public enum Preference: String, Codable, Hashable, Sendable, CaseIterable {
+    public enum Preference: String, Codable, Hashable, Sendable, CaseIterable, CatalogChoice {
+        public init(from decoder: any Decoder) throws { self = try Self.decodeChoice(from: decoder) }
+
         case decline
         case grantFull = "grant_full"
         case grantProrated = "grant_prorated"
@@ -95,7 +97,9 @@ public struct RefundPolicy: Codable, Hashable, Sendable {
         }
     }
 
-    public enum PurchaseOrdinal: String, Codable, Hashable, Sendable {
+    public enum PurchaseOrdinal: String, Codable, Hashable, Sendable, CaseIterable, CatalogChoice {
+        public init(from decoder: any Decoder) throws { self = try Self.decodeChoice(from: decoder) }
+
         case first
         case `repeat`
     }

@@ -2,7 +2,7 @@ import Foundation
 import StoreKeeperCatalog
 
 /// Who may have which offer: pure decisions over the subscription states the engine keeps and
-/// the redemptions Apple signed (never what a client says). `../spec/offers.md` §7: Apple
+/// the redemptions Apple signed (never what a client says). docs/offers-and-retention.md §7: Apple
 /// checks only the signature, so this is the whole policy.
 public enum OfferEligibility {
     /// One rule that refused, named as the catalog names it.

@@ -14,6 +14,11 @@ public enum Migrations {
                 "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)"
             ).run()
         }
+        // A schema a later release wrote: this binary does not know what it means.
+        let latest = all.map(\.version).max() ?? 0
+        if let newest = try await appliedVersions(on: database).max(), newest > latest {
+            throw SchemaNewerThanBinary(applied: newest, known: latest)
+        }
         for migration in all {
             do {
                 // A migration may build an index on a large table: far longer than the 30 s an
@@ -38,6 +43,15 @@ public enum Migrations {
                 }
                 if applied == nil { throw error }
             }
+        }
+    }
+
+    /// The database's schema was written by a later release than this binary.
+    public struct SchemaNewerThanBinary: Error, CustomStringConvertible {
+        public var applied: Int
+        public var known: Int
+        public var description: String {
+            "the database's schema is at migration \(applied), newer than this binary knows (\(known)): a later release wrote it. Run that release or a later one; an older binary is refused, because migrations are never undone (restore the backup taken before the upgrade to roll back)"
         }
     }
 

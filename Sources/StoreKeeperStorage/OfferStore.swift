@@ -158,7 +158,7 @@ extension PurchaseStore {
     }
 
     /// How long Apple accepts what we sign for an offer: a V1 signature's timestamp gives 24 h
-    /// (../spec/offers.md §1); the V2 JWS are counted for as long.
+    /// (docs/offers-and-retention.md §1); the V2 JWS are counted for as long.
     public static let signedOfferLifetime: TimeInterval = 24 * 3600
 
     /// The account's subscriptions, redemptions and latest transaction in the group of

@@ -54,6 +54,78 @@ import Testing
         return (process.terminationStatus, (try? String(contentsOf: log, encoding: .utf8)) ?? "")
     }
 
+    /// docs/deployment.md's TLS front, tested: nginx terminates TLS with a self-signed
+    /// certificate and the instance behind it answers over HTTPS only.
+    @Test func anInstanceBehindNginxWithTLS() async throws {
+        try await HeavyTests.shared.run { try await self.anInstanceBehindNginxWithTLSAlone() }
+    }
+
+    func anInstanceBehindNginxWithTLSAlone() async throws {
+        guard let base = ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_URL"] else { return }
+        let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"].contains { FileManager.default.isExecutableFile(atPath: $0) }
+        guard nginx else {
+            if ProcessInfo.processInfo.environment["CI"] != nil { Issue.record("nginx is not installed") }
+            return
+        }
+        let name = "sk_tls_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(12).lowercased())"
+        let admin = try await Database.open(url: base)
+        try await admin.read { sql in try await sql.raw("CREATE DATABASE \(ident: name)").run() }
+        var components = URLComponents(string: base)!
+        components.path = "/\(name)"
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("cluster-tls-\(UUID())")
+        var port = 0
+        var started: (status: Int32, output: String) = (1, "")
+        for _ in 0..<4 {
+            port = try FreePort.block(4)
+            started = try await Self.script([
+                "start", "1", "--database-url", components.string!, "--port", String(port), "--dir", directory.path,
+                "--binary", VerifyCommandTests.binary.path, "--tls",
+            ])
+            guard started.status != 0, started.output.contains("Address already in use") else { break }
+            _ = try await Self.script(["stop", "--dir", directory.path])
+        }
+        defer {
+            let stop = Process()
+            stop.executableURL = URL(fileURLWithPath: "/bin/bash")
+            stop.arguments = [
+                Self.root.appendingPathComponent("scripts/cluster").path, "stop", "--dir", directory.path,
+            ]
+            try? stop.run()
+            stop.waitUntilExit()
+            try? FileManager.default.removeItem(at: directory)
+        }
+        try #require(started.status == 0, Comment(rawValue: started.output))
+        #expect(started.output.contains("https://127.0.0.1:\(port)"))
+        func curl(_ arguments: [String]) throws -> (status: Int32, output: String) {
+            let process = Process()
+            let pipe = Pipe()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
+            process.arguments = ["-s", "--max-time", "10"] + arguments
+            process.standardOutput = pipe
+            process.standardError = pipe
+            try process.run()
+            let data = pipe.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+        }
+        let certificate = directory.appendingPathComponent("tls.crt").path
+        // Over TLS, the certificate checked: the instance behind answers.
+        let health = try curl(["--cacert", certificate, "-w", " %{http_code}", "https://127.0.0.1:\(port)/healthz"])
+        #expect(health.status == 0 && health.output.hasSuffix(" 200"), "\(health.output)")
+        // The proxy says https: the dashboard's session cookie is Secure.
+        let key = try String(contentsOf: directory.appendingPathComponent("secret-key"), encoding: .utf8)
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        let signIn = try curl([
+            "--cacert", certificate, "-D", "-", "-o", "/dev/null", "--data-urlencode", "key=\(key)",
+            "https://127.0.0.1:\(port)/dashboard/login",
+        ])
+        #expect(
+            signIn.output.lowercased().contains("set-cookie:") && signIn.output.contains("Secure"), "\(signIn.output)")
+        // Plain HTTP to the TLS port is not served.
+        let plain = try curl(["-w", "%{http_code}", "http://127.0.0.1:\(port)/healthz"])
+        #expect(!plain.output.hasSuffix("200"), "\(plain.output)")
+    }
+
     @Test func threeInstancesBehindNginxDeliverOnceAndSurviveAKill() async throws {
         try await HeavyTests.shared.run { try await self.threeInstancesBehindNginxDeliverOnceAndSurviveAKillAlone() }
     }

@@ -277,3 +277,32 @@ extension ConfigCommandTests {
         #expect(exposedRun.stderr.contains("chmod 600"))
     }
 }
+
+/// `storekeeper migrate` lists what it applied; a schema newer than the binary is refused.
+@Suite struct MigrateCommandTests {
+    typealias Config = ConfigCommandTests
+
+    @Test func migrateListsWhatItAppliedAndRefusesANewerSchema() async throws {
+        let directory = try Config.directory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let config = try Config.write(Config.good(directory), "good.yaml", in: directory)
+        let first = try await VerifyCommandTests.run(["migrate", "--config", config])
+        #expect(first.status == 0, "\(first.stderr)")
+        #expect(first.stdout.contains("applied migration 1\n") && first.stdout.contains("applied migration 26"))
+        let again = try await VerifyCommandTests.run(["migrate", "--config", config])
+        #expect(again.stdout.contains("nothing to apply"))
+        // A later release's migration in the database: this binary refuses it, and so does a
+        // pre-flight.
+        let database = try await Database.open(url: "sqlite:\(directory.path)/storekeeper.sqlite")
+        try await database.transaction { sql in
+            try await sql.raw("INSERT INTO schema_migrations (version, applied_at) VALUES (999, 0)").run()
+        }
+        try await database.close()
+        let newer = try await VerifyCommandTests.run(["migrate", "--config", config])
+        #expect(newer.status == 2)
+        #expect(newer.stderr.contains("newer than this binary knows"), "\(newer.stderr)")
+        let preflight = try await VerifyCommandTests.run(["config", "check", "--config", config, "--connect"])
+        #expect(preflight.status == 1)
+        #expect(preflight.stdout.contains("FAILED: database"), "\(preflight.stdout)")
+    }
+}

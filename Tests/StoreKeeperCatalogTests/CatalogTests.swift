@@ -49,7 +49,18 @@ import Testing
     }
 
     @Test(arguments: [
-        ("products: [{id: a, type: gift, grants: {entitlement: x}}]", "type"),
+        (
+            "products: [{id: a, type: gift, grants: {entitlement: x}}]",
+            "'gift' is not one of consumable, non_consumable"
+        ),
+        (
+            "products: [{id: a, type: auto_renewable, group: g, grants: {entitlement: x}, offers: [{id: o, eligible: lapsd}]}]",
+            "'lapsd' is not one of lapsed, active, any_subscriber"
+        ),
+        (
+            "products: [{id: a, type: consumable, grants: {currency: c, amount: 1}}]\nrefunds: {preference: [{name: r, preference: refuse}]}",
+            "'refuse' is not one of decline, grant_full, grant_prorated"
+        ),
         ("products: [{id: a, type: auto_renewable, grants: {entitlement: x}}]", "group"),
         ("products: [{id: a, type: non_renewing, grants: {entitlement: x}}]", "duration"),
         ("products: [{id: a, type: consumable, grants: {}}]", "grants"),

@@ -11,7 +11,7 @@ import Testing
 @testable import LocalAppStore
 @testable import StoreKeeperServer
 
-/// Offers on `POST /v1/orders` (docs/api.md, `../spec/offers.md`): signed by policy on the real
+/// Offers on `POST /v1/orders` (docs/api.md, docs/offers-and-retention.md): signed by policy on the real
 /// server, checked and redeemed at the local App Store as Apple would, then delivered with the
 /// offer linked to its order — SQLite and PostgreSQL.
 @Suite struct OfferTests {
