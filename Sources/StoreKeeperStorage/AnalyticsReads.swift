@@ -227,7 +227,7 @@ extension PurchaseStore {
         let indexed = AnalyticsScan(database: database, table: "deliveries d", parts: [""])
         guard !policy.alwaysIndex else { return indexed }
         let sqlite = database.kind == .sqlite
-        let (oldest, last) = try await database.read { sql in
+        let (oldest, last) = try await database.readStale { sql in
             let row = try await sql.raw(
                 sqlite
                     ? "SELECT (SELECT MIN(purchased_at) FROM deliveries) AS oldest, (SELECT MAX(rowid) FROM deliveries) AS last"
@@ -341,6 +341,8 @@ struct AnalyticsScan: Sendable {
         @Sendable func read(_ body: @escaping @Sendable (any SQLDatabase) async throws -> [AnalyticsRow]) async throws
             -> [AnalyticsRow]
         {
+            // Analytics tolerate a replica's bounded staleness (`database.readReplicaURL`).
+            let database = await database.forStaleReads()
             guard !settings.isEmpty else { return try await database.read(body) }
             return try await database.transaction { sql in
                 for setting in settings { try await sql.raw(SQLQueryString(setting)).run() }

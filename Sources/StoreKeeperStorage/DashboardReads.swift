@@ -37,7 +37,7 @@ extension PurchaseStore {
             smallBusinessProgram
             ? "price_milli * \(unsafeRaw: String(Proceeds.reducedCommissionPercent)) / 100"
             : "price_milli * proceeds_percent / 100"
-        return try await database.read { sql in
+        return try await database.readStale { sql in
             var byDay: [Int64: DashboardOverview.Day] = [:]
             for index in firstDay...today {
                 byDay[index] = .init(day: Date(milliseconds: index * Self.millisecondsPerDay))

@@ -18,6 +18,8 @@ public final class Database: Sendable {
 
     public let kind: Kind
     private let backend: any Backend
+    /// A streaming replica for reads that tolerate staleness (`readStale`), when attached.
+    let replica = Mutex<ReadReplica?>(nil)
 
     /// `sqlite:PATH`, `sqlite::memory:`, or `postgres://user:pass@host:port/db`.
     public static func open(url: String, logger: Logger = Logger(label: "storekeeper.database")) async throws
@@ -130,5 +132,8 @@ public final class Database: Sendable {
         }
     }
 
-    public func close() async throws { try await backend.close() }
+    public func close() async throws {
+        if let replica = replica.withLock({ $0 }) { try? await replica.database.close() }
+        try await backend.close()
+    }
 }

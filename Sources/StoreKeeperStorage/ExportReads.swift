@@ -95,7 +95,7 @@ extension PurchaseStore {
         let columns = Self.exportColumns[kind]!
         let start = cursor ?? ExportCursor(at: since?.milliseconds ?? Int64.min, rank: -1, key: "")
         let limit = max(1, limit)
-        return try await database.read { sql in
+        return try await database.readStale { sql in
             func rows(_ query: SQLQueryString) async throws -> [(ExportCursor, [ExportValue])] {
                 try await sql.raw(query).all().map { row in
                     // (Read in SQL's order; the merge below keeps it within a source.)

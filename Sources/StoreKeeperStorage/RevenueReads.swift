@@ -35,7 +35,7 @@ extension PurchaseStore {
         let from = start?.milliseconds ?? Int64.min
         let to = end?.milliseconds ?? Int64.max
         let reduced = Proceeds.reducedCommissionPercent
-        return try await database.read { sql in
+        return try await database.readStale { sql in
             let net: SQLQueryString = "\(unsafeRaw: Self.netPrice)"
             let kept: SQLQueryString =
                 smallBusinessProgram

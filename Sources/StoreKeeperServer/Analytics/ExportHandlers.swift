@@ -56,8 +56,11 @@ struct ExportController {
                 }
                 limit = value
             }
-            var settled = Date().addingTimeInterval(
-                -(app.exportSettleSeconds ?? Double(app.configuration.requestTimeoutSeconds + 5)))
+            // Rows still being committed are held back; on a replica, also what it may lag behind.
+            let settle = max(
+                app.exportSettleSeconds ?? Double(app.configuration.requestTimeoutSeconds + 5),
+                app.database.readReplica.map { $0.maxLag + 5 } ?? 0)
+            var settled = Date().addingTimeInterval(-settle)
             if let until { settled = min(settled, until) }
             let page = try await app.store.export(kind, since: since, cursor: cursor, limit: limit, settled: settled)
             var headers: HTTPFields = [

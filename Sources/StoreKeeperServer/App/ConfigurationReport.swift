@@ -16,15 +16,16 @@ extension ServerConfiguration {
             return "****** (\(secret.utf8.count) bytes)"
         }
         func list(_ values: [String]) -> String { values.isEmpty ? "-" : values.joined(separator: ", ") }
-        let maskedURL: String = {
-            guard var components = URLComponents(string: databaseURL), components.password != nil else {
-                return databaseURL
-            }
+        func masked(_ url: String) -> String {
+            guard var components = URLComponents(string: url), components.password != nil else { return url }
             components.password = "******"
             return components.string ?? "******"
-        }()
+        }
+        let maskedURL = masked(databaseURL)
         return [
             ("mode", mode.rawValue), ("http.host", host), ("http.port", String(port)), ("database.url", maskedURL),
+            ("database.readReplicaURL", readReplicaURL.map(masked) ?? "(none: every read on database.url)"),
+            ("database.maxReplicaLagSeconds", readReplicaURL == nil ? "(no replica)" : String(maxReplicaLagSeconds)),
             ("apple.bundleId", bundleId ?? "-"), ("apple.appAppleId", appAppleId.map(String.init) ?? "-"),
             ("apple.environments", environments.map(\.rawValue).sorted().joined(separator: ", ")),
             (

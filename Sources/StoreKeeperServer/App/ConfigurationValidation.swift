@@ -95,6 +95,21 @@ extension ServerConfiguration {
         } catch let error as Database.InvalidURL {
             throw Invalid(key: "database.url", error.description.replacingOccurrences(of: "database.url: ", with: ""))
         }
+        if let readReplicaURL {
+            guard databaseURL.hasPrefix("postgres"), readReplicaURL.hasPrefix("postgres") else {
+                throw Invalid(
+                    key: "database.readReplicaURL",
+                    "a read replica is a PostgreSQL streaming replica of a PostgreSQL database.url")
+            }
+            do {
+                try Database.validate(url: readReplicaURL)
+            } catch let error as Database.InvalidURL {
+                throw Invalid(key: "database.readReplicaURL", error.description)
+            }
+        }
+        guard (1...3_600).contains(maxReplicaLagSeconds) else {
+            throw Invalid(key: "database.maxReplicaLagSeconds", "must be 1…3600")
+        }
         try validateGooglePlayApps()
         if mode == .configured, hasAppStoreApp {
             guard let bundleId, !bundleId.isEmpty else {

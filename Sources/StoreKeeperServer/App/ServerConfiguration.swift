@@ -24,6 +24,10 @@ public struct ServerConfiguration: Sendable {
     public var host = "127.0.0.1"
     public var port = 8080
     public var databaseURL = "sqlite:storekeeper.sqlite"
+    /// `database.readReplicaURL`: a PostgreSQL streaming replica for analytics, exports and the
+    /// dashboard's overview; `database.maxReplicaLagSeconds` past which they read the primary.
+    public var readReplicaURL: String?
+    public var maxReplicaLagSeconds = 10
     public var bundleId: String?
     public var appAppleId: Int64?
     public var environments: Set<AppStoreEnvironment> = [.production, .sandbox]
@@ -169,6 +173,7 @@ public struct ServerConfiguration: Sendable {
     /// Every scalar (or list-of-scalars) key this server reads.
     static let keys = [
         "http.host", "http.port", "http.idleTimeoutSeconds", "http.shutdownGraceSeconds", "database.url",
+        "database.readReplicaURL", "database.maxReplicaLagSeconds",
         "database.startupTimeoutSeconds", "apple.bundleId", "apple.appAppleId", "apple.environments",
         "apple.rootCertificates", "apple.serverAPI.issuerId", "apple.serverAPI.keyId", "apple.serverAPI.privateKeyFile",
         "apple.serverAPI.baseURL", "apple.verifyReceipt.productionURL", "apple.verifyReceipt.sandboxURL",
@@ -393,6 +398,8 @@ public struct ServerConfiguration: Sendable {
         host = try source.string("http.host") ?? host
         port = try source.int("http.port") ?? port
         databaseURL = try source.string("database.url") ?? databaseURL
+        readReplicaURL = try source.string("database.readReplicaURL")
+        maxReplicaLagSeconds = try source.int("database.maxReplicaLagSeconds") ?? maxReplicaLagSeconds
         bundleId = try source.string("apple.bundleId")
         if let value = try source.string("apple.appAppleId") {
             guard let id = Int64(value), id > 0 else { throw Invalid(key: "apple.appAppleId", "must be a number") }

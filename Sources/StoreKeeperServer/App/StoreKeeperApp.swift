@@ -177,6 +177,13 @@ public struct StoreKeeperApp: Sendable {
         let receiptVerifier = try trust.receiptVerifier()
         let database = try await Database.open(url: configuration.databaseURL, logger: logger)
         try await waitForDatabase(database, configuration: configuration, logger: logger)
+        if let replicaURL = configuration.readReplicaURL {
+            // Analytics, exports and the dashboard's overview read here within the lag bound.
+            database.attach(
+                replica: ReadReplica(
+                    database: try await Database.open(url: replicaURL, logger: logger),
+                    maxLag: TimeInterval(configuration.maxReplicaLagSeconds)))
+        }
 
         var secretKeys = configuration.secretKeys
         if secretKeys.isEmpty, configuration.mode == .demo {

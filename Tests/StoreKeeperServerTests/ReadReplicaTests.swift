@@ -1,0 +1,105 @@
+import Foundation
+import HummingbirdTesting
+import StoreKeeperStorage
+import Testing
+
+@testable import StoreKeeperServer
+
+/// `database.readReplicaURL`: analytics, exports and the dashboard's overview read a streaming
+/// replica within `maxReplicaLagSeconds`; past it, or when it does not answer, the primary.
+/// Deliveries never read it.
+@Suite(.serialized) struct ReadReplicaTests {
+    typealias API = ServerAPITests
+
+    static func replicaURL(of primary: String, base: String) -> String {
+        var replica = URLComponents(string: base)!
+        replica.path = URLComponents(string: primary)!.path
+        return replica.string!
+    }
+
+    @Test func staleReadsGoToTheReplicaWithinTheLagBoundAndToThePrimaryPastIt() async throws {
+        guard ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_URL"] != nil,
+            let replicaBase = ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_REPLICA_URL"]
+        else {
+            if ProcessInfo.processInfo.environment["CI"] != nil { Issue.record("no replica configured in CI") }
+            return
+        }
+        try await API.withServer(
+            "postgres",
+            configure: {
+                $0.readReplicaURL = Self.replicaURL(of: $0.databaseURL, base: replicaBase)
+                $0.maxReplicaLagSeconds = 1
+            }
+        ) { app, client in
+            let replica = try #require(app.database.readReplica)
+            let bought = try await app.localAppStore!.buy("r", items: [.init(productId: "coins_60")])
+            #expect(
+                try await API.submit(client, account: "r1", signedTransaction: bought.signedTransactions[0]).status
+                    == .ok)
+            // Streaming replication: the delivery reaches the replica (a wait with a deadline,
+            // not a timing assertion).
+            var replicated = false
+            for _ in 0..<300 {
+                replicated =
+                    (try? await replica.database.read { sql in
+                        try await sql.raw("SELECT COUNT(*) AS n FROM deliveries").first()?.decode(
+                            column: "n", as: Int.self)
+                    }) == 1
+                if replicated { break }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            #expect(replicated)
+            #expect(await replica.lag() == 0)
+            let before = replica.readCounts
+            #expect(try await API.call(client, .get, "/v1/analytics/active_subscriptions").status == .ok)
+            #expect(try await API.call(client, .get, "/v1/revenue").status == .ok)
+            let within = replica.readCounts
+            #expect(within.replica > before.replica, "\(within)")
+
+            // The replica stops replaying: past the bound, the same reads go to the primary.
+            _ = try await replica.database.read { sql in try await sql.raw("SELECT pg_wal_replay_pause()").run() }
+            defer {
+                Task {
+                    _ = try? await replica.database.read { sql in
+                        try await sql.raw("SELECT pg_wal_replay_resume()").run()
+                    }
+                }
+            }
+            let more = try await app.localAppStore!.buy("r", items: [.init(productId: "coins_60")])
+            #expect(
+                try await API.submit(client, account: "r2", signedTransaction: more.signedTransactions[0]).status == .ok
+            )
+            var behind = false
+            for _ in 0..<100 {
+                if let lag = await replica.lag(now: Date().addingTimeInterval(2)), lag > 1 {
+                    behind = true
+                    break
+                }
+                try await Task.sleep(for: .milliseconds(200))
+            }
+            #expect(behind, "the paused replica should report lag")
+            let paused = replica.readCounts
+            let revenue = try await API.call(client, .get, "/v1/revenue")
+            #expect(revenue.status == .ok)
+            #expect(replica.readCounts.primary > paused.primary, "\(replica.readCounts)")
+            _ = try await replica.database.read { sql in try await sql.raw("SELECT pg_wal_replay_resume()").run() }
+        }
+    }
+
+    @Test func aReplicaThatDoesNotAnswerFallsBackToThePrimary() async throws {
+        guard ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_URL"] != nil else { return }
+        try await API.withServer(
+            "postgres",
+            configure: {
+                // Nothing listens on port 1.
+                $0.readReplicaURL = Self.replicaURL(of: $0.databaseURL, base: "postgres://postgres:x@127.0.0.1:1/x")
+            }
+        ) { app, client in
+            let replica = try #require(app.database.readReplica)
+            #expect(await replica.lag() == nil)
+            #expect(try await API.call(client, .get, "/v1/revenue").status == .ok)
+            #expect(try await API.call(client, .get, "/v1/export/transactions").status == .ok)
+            #expect(replica.readCounts.primary >= 2 && replica.readCounts.replica == 0)
+        }
+    }
+}
