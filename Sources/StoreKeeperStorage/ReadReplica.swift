@@ -48,7 +48,13 @@ public final class ReadReplica: Sendable {
     public var readCounts: (replica: Int, primary: Int) { counts.withLock { $0 } }
 
     func count(replica: Bool) {
-        counts.withLock { replica ? ($0.replica += 1) : ($0.primary += 1) }
+        counts.withLock {
+            if replica {
+                $0.replica += 1
+            } else {
+                $0.primary += 1
+            }
+        }
     }
 }
 
