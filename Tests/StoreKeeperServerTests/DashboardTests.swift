@@ -237,6 +237,8 @@ import Testing
             #expect(badAction.status == .badRequest)
             let webhooks = try await browser.get("/dashboard/webhooks")
             #expect(webhooks.status == .ok && webhooks.body.contains("No dead letters"))
+            // No webhooks.url here: the page says so plainly.
+            #expect(webhooks.body.contains("No webhook URL is configured"))
             let style = try await browser.get("/dashboard/static/style.css")
             #expect(style.headers[.contentType] == "text/css; charset=utf-8")
 

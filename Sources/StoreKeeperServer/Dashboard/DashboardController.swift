@@ -603,7 +603,10 @@ struct DashboardController {
         let pending = try await outbox.pendingCount()
         return page(
             "webhooks", title: "Webhooks",
-            values: ["letters": letters, "hasLetters": !letters.isEmpty, "pending": pending],
+            values: [
+                "letters": letters, "hasLetters": !letters.isEmpty, "pending": pending,
+                "configured": app.configuration.webhookURL != nil, "url": app.configuration.webhookURL ?? "",
+            ],
             session: session, nav: "navWebhooks", request: request)
     }
 

@@ -27,7 +27,7 @@ enum DashboardTemplates {
         <a href="/dashboard/webhooks"{{#navWebhooks}} aria-current="page"{{/navWebhooks}}>Webhooks</a>
         </nav>
         <form class="search" method="get" action="/dashboard/search" role="search">
-        <input type="search" name="q" placeholder="account, order, transaction or original transaction id" aria-label="Search" value="{{query}}">
+        <input type="search" name="q" placeholder="account, order, transaction id, GPA order id, purchase token, payment id" aria-label="Search" value="{{query}}">
         <button type="submit">Search</button>
         </form>
         <form method="post" action="/dashboard/logout"><input type="hidden" name="_csrf" value="{{csrf}}"><button type="submit" class="link">Sign out</button></form>
@@ -202,6 +202,8 @@ enum DashboardTemplates {
 
     static let webhooks = """
         <h1>Webhooks</h1>
+        {{^configured}}<p class="error" role="status">No webhook URL is configured (<code>webhooks.url</code>): events are kept in the outbox and nothing is sent. Set <code>webhooks.url</code> and <code>webhooks.secret</code> to deliver them to your back end.</p>{{/configured}}
+        {{#configured}}<p>Sending to <code>{{url}}</code>.</p>{{/configured}}
         <p>{{pending}} event(s) waiting to be sent. Events the back end refused for <code>webhooks.maxAttemptHours</code> are dead letters: replay one to queue it again.</p>
         {{^letters}}<p class="empty">No dead letters.</p>{{/letters}}
         {{#hasLetters}}<table id="dead-letters"><thead><tr><th>Event</th><th>Type</th><th>Created</th><th>Dead since</th><th class="num">Attempts</th><th>Last error</th><th></th></tr></thead>
