@@ -221,6 +221,25 @@ def main():
         check(status == 200 and json.loads(text)["balances"].get("coins") == 60, "the API agrees: 60 coins")
         check(anomaly_status(server, key, anomaly_id) == "resolved", "the anomaly is resolved")
 
+        # Support: credit coins from the account page, at a phone's width too.
+        driver.set_window_size(390, 1400)
+        credit = driver.find_element(By.ID, "credit-form")
+        Select(credit.find_element(By.NAME, "currency")).select_by_visible_text("coins")
+        credit.find_element(By.NAME, "amount").send_keys("40")
+        credit.find_element(By.NAME, "reason").send_keys("ticket 4712: lost coins")
+        before = driver.current_url
+        credit.find_element(By.XPATH, ".//button[text()='Credit']").click()
+        check(arrive(driver, f"/dashboard/accounts/{account}", leaving=before), "crediting returns to the account page")
+        balance = driver.find_element(By.CSS_SELECTOR, '#balances tr[data-currency="coins"] .balance').text
+        check(balance == "100", f"the credit shows on the account (60 + 40 = {balance})")
+        check("Credited" in driver.find_element(By.TAG_NAME, "main").text, "the page says what was done")
+        check(driver.execute_script("return document.documentElement.scrollWidth <= window.innerWidth + 1"),
+              "the account page fits a 390 px screen")
+        shot(driver, "account-390")
+        driver.set_window_size(1280, 1600)
+        status, text = api(server, key, "GET", f"/v1/accounts/{account}")
+        check(status == 200 and json.loads(text)["balances"].get("coins") == 100, "the API agrees: 100 coins")
+
         # Search by transaction id from the header.
         search = driver.find_element(By.CSS_SELECTOR, "form.search input[name=q]")
         search.send_keys(transaction_id)

@@ -264,3 +264,60 @@ import Testing
         }
     }
 }
+
+/// The account page's support forms: credit, debit and grant through the API's own code paths,
+/// each audited, a form sent twice acting once.
+@Suite struct DashboardSupportTests {
+    typealias Browser = DashboardTests.Browser
+
+    @Test(arguments: ServerAPITests.databases)
+    func anOperatorCreditsDebitsAndGrantsFromTheAccountPage(kind: String) async throws {
+        try await ServerAPITests.withServer(kind) { app, client in
+            let browser = Browser(client)
+            _ = try await browser.post("/dashboard/login", ["key": ServerAPITests.secret])
+            let page = try await browser.get("/dashboard/accounts/player%201")
+            #expect(page.status == .ok)
+            #expect(page.body.contains(#"id="credit-form""#) && page.body.contains("<option>coins</option>"))
+            #expect(page.body.contains(#"action="/dashboard/accounts/player%201/credit""#), "\(page.body)")
+            let csrf = try #require(page.csrf)
+            let keyRange = try #require(page.body.range(of: #"name="idempotencyKey" value=""#))
+            let key = String(page.body[keyRange.upperBound...].prefix(36))
+            let form = [
+                "_csrf": csrf, "idempotencyKey": key, "currency": "coins", "amount": "150", "reason": "ticket 5",
+            ]
+            let credited = try await browser.post("/dashboard/accounts/player%201/credit", form)
+            #expect(credited.status == .seeOther && credited.location?.contains("done=credited") == true)
+            // The same form again (a double click): nothing more.
+            let twice = try await browser.post("/dashboard/accounts/player%201/credit", form)
+            #expect(twice.status == .seeOther)
+            let balance = try await ServerAPITests.call(client, .get, "/v1/accounts/player%201")
+            #expect((balance.json["balances"] as? [String: Int])?["coins"] == 150)
+            let after = try await browser.get(credited.location ?? "")
+            #expect(after.body.contains("Credited"))
+            // A debit with its own key; a typo'd currency is refused, nothing changed.
+            let debited = try await browser.post(
+                "/dashboard/accounts/player%201/debit",
+                ["_csrf": csrf, "idempotencyKey": "k-debit", "currency": "coins", "amount": "50", "reason": "ticket 6"])
+            #expect(debited.location?.contains("done=debited") == true)
+            let typo = try await browser.post(
+                "/dashboard/accounts/player%201/credit",
+                ["_csrf": csrf, "idempotencyKey": "k-typo", "currency": "coin", "amount": "5", "reason": "r"])
+            #expect(typo.status == .badRequest && typo.body.contains("coins"))
+            let granted = try await browser.post(
+                "/dashboard/accounts/player%201/grant",
+                ["_csrf": csrf, "entitlement": "pro", "days": "7", "note": "outage"])
+            #expect(granted.location?.contains("done=granted") == true)
+            let account = try await ServerAPITests.call(client, .get, "/v1/accounts/player%201")
+            #expect((account.json["balances"] as? [String: Int])?["coins"] == 100)
+            #expect(
+                (account.json["entitlements"] as? [[String: Any]])?.contains { $0["id"] as? String == "pro" } == true)
+            let audit = try await app.store.audit()
+            #expect(audit.contains { $0.action == "balance_credited" && $0.detail.contains("ticket 5") })
+            // Without the session's CSRF token: refused.
+            let forged = try await browser.post(
+                "/dashboard/accounts/player%201/credit",
+                ["idempotencyKey": "k-x", "currency": "coins", "amount": "5", "reason": "r"])
+            #expect(forged.status == .forbidden)
+        }
+    }
+}

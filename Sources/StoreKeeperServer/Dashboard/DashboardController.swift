@@ -32,6 +32,7 @@ struct DashboardController {
 
     func addRoutes(to router: Router<StoreKeeperContext>) {
         let group = router.group("dashboard")
+        addSupportRoutes(to: group)
         group.get("static/style.css") { _, _ in
             var headers = Self.securityHeaders
             headers[.contentType] = "text/css; charset=utf-8"
@@ -585,6 +586,9 @@ struct DashboardController {
             "orders": orders, "hasOrders": !orders.isEmpty, "ledger": ledger, "hasLedger": !ledger.isEmpty,
             "audit": audit, "hasAudit": !audit.isEmpty,
         ]
+        values.merge(supportValues()) { current, _ in current }
+        values["csrf"] = app.dashboardSessions.csrfToken(session)
+        values["accountPath"] = Self.pathComponent(accountId)
         if let appTransaction { values["appTransaction"] = appTransaction }
         if let appTransactionError { values["appTransactionError"] = appTransactionError }
         return page("account", title: "Account \(accountId)", values: values, session: session, request: request)
@@ -639,7 +643,9 @@ struct DashboardController {
         }
         if let nav { layout[nav] = true }
         if let query = values["query"] as? String { layout["query"] = query }
-        if let done = request?.uri.queryParameters.get("done"), let flash = Self.flashes[String(done)] {
+        if let done = request?.uri.queryParameters.get("done"),
+            let flash = Self.flashes[String(done)] ?? Self.supportFlashes[String(done)]
+        {
             layout["flash"] = flash
         }
         var headers = Self.securityHeaders

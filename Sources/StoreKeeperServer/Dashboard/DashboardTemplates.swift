@@ -162,6 +162,23 @@ enum DashboardTemplates {
         {{#hasBalances}}<table id="balances"><thead><tr><th>Currency</th><th class="num">Balance</th></tr></thead>
         <tbody>{{#balances}}<tr data-currency="{{currency}}"><td>{{currency}}</td><td class="num balance">{{amount}}</td></tr>{{/balances}}</tbody></table>{{/hasBalances}}
         </section>
+        <section id="support"><h2>Support</h2>
+        <form class="support" id="credit-form" method="post" action="/dashboard/accounts/{{accountPath}}/credit">
+        <input type="hidden" name="_csrf" value="{{csrf}}"><input type="hidden" name="idempotencyKey" value="{{idempotencyKey}}">
+        <label>Currency <select name="currency">{{#currencies}}<option>{{currency}}</option>{{/currencies}}</select></label>
+        <label>Amount <input name="amount" type="number" min="1" required></label>
+        <label>Reason <input name="reason" required maxlength="500" placeholder="ticket 123: lost coins"></label>
+        <button type="submit">Credit</button>
+        <button type="submit" formaction="/dashboard/accounts/{{accountPath}}/debit">Debit</button>
+        </form>
+        <form class="support" id="grant-form" method="post" action="/dashboard/accounts/{{accountPath}}/grant">
+        <input type="hidden" name="_csrf" value="{{csrf}}">
+        <label>Entitlement <select name="entitlement">{{#grantable}}<option>{{entitlement}}</option>{{/grantable}}</select></label>
+        <label>Days <input name="days" type="number" min="1" max="3650" value="7" required></label>
+        <label>Note <input name="note" maxlength="500" placeholder="ticket 123: outage compensation"></label>
+        <button type="submit">Grant</button>
+        </form>
+        </section>
         <section>
         <h2>Entitlements</h2>
         {{^entitlements}}<p class="empty">No entitlements.</p>{{/entitlements}}
@@ -226,6 +243,12 @@ enum DashboardTemplates {
         header nav a[aria-current] { color: var(--accent); font-weight: 600; }
         .brand { font-weight: 700; color: var(--ink); text-decoration: none; }
         .search { display: flex; gap: .4rem; flex: 1; }
+        form.support { display: flex; flex-wrap: wrap; gap: .5rem; align-items: end; margin: .4rem 0 .8rem; }
+        form.support input, form.support select { max-width: 100%; min-width: 0; }
+        main section, main article { overflow-x: auto; }
+        code { overflow-wrap: anywhere; }
+        @media (max-width: 600px) { .search input { min-width: 0; } main { padding: .8rem .6rem 2rem; } }
+        form.support label { display: flex; flex-direction: column; font-size: .85rem; color: var(--muted); }
         .search input { flex: 1; min-width: 12rem; }
         main { max-width: 1100px; margin: 0 auto; padding: 1rem 1.2rem 3rem; }
         input, button { font: inherit; padding: .35rem .55rem; border: 1px solid var(--line); border-radius: 6px; }

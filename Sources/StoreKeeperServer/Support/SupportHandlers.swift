@@ -165,31 +165,39 @@ extension StoreKeeperApp {
         let account = try Self.parameter(context, "accountId")
         try Self.validateAccountId(account)
         let body = try await decode(GrantBody.self, request)
-        let entitlements = Set(catalog.products.compactMap(\.grants.entitlement))
-        guard entitlements.contains(body.entitlement) else {
-            throw APIError(
-                .badRequest, "unknown_entitlement",
-                "no product of the catalog grants '\(body.entitlement.prefix(64))'; entitlements: \(entitlements.sorted().joined(separator: ", "))"
-            )
-        }
         guard let expiresAt = Self.parseDate(body.expiresAt) else {
             throw APIError.badRequest("field 'expiresAt' must be an ISO 8601 date-time")
+        }
+        let grant = try await grant(
+            account: account, entitlement: body.entitlement, expiresAt: expiresAt, note: body.note,
+            actor: try context.caller().auditActor)
+        return try Self.json(
+            [
+                "grantId": grant.grantId, "accountId": account, "entitlement": grant.entitlementId,
+                "expiresAt": Self.iso(grant.expiresAt), "createdAt": Self.iso(grant.createdAt),
+            ], status: .created)
+    }
+
+    /// An operator's grant, the one path of the API and the dashboard: an entitlement the catalog
+    /// defines, until a future date within 100 years, audited with its note.
+    func grant(account: String, entitlement: String, expiresAt: Date, note: String?, actor: String) async throws
+        -> PurchaseStore.GrantRow
+    {
+        let entitlements = Set(catalog.products.compactMap(\.grants.entitlement))
+        guard entitlements.contains(entitlement) else {
+            throw APIError(
+                .badRequest, "unknown_entitlement",
+                "no product of the catalog grants '\(entitlement.prefix(64))'; entitlements: \(entitlements.sorted().joined(separator: ", "))"
+            )
         }
         let now = Date()
         guard expiresAt > now else { throw APIError.badRequest("field 'expiresAt' must be in the future") }
         guard expiresAt < now.addingTimeInterval(100 * 365 * 86_400) else {
             throw APIError.badRequest("field 'expiresAt' must be within 100 years")
         }
-        let note = try Self.validateNote(body.note)
-        let grant = try await store.createGrant(
-            account: account, entitlement: body.entitlement, expiresAt: expiresAt, note: note,
-            actor: try context.caller().auditActor,
-            now: now)
-        return try Self.json(
-            [
-                "grantId": grant.grantId, "accountId": account, "entitlement": grant.entitlementId,
-                "expiresAt": Self.iso(grant.expiresAt), "createdAt": Self.iso(grant.createdAt),
-            ], status: .created)
+        let note = try Self.validateNote(note)
+        return try await store.createGrant(
+            account: account, entitlement: entitlement, expiresAt: expiresAt, note: note, actor: actor, now: now)
     }
 
     func endGrant(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {

@@ -1,0 +1,90 @@
+import Foundation
+import Hummingbird
+import StoreKeeperCore
+import StoreKeeperStorage
+
+/// The account page's support actions: credit any catalog currency, debit it, grant an
+/// entitlement for some days — each through the API's own code path, audited as the dashboard's
+/// operator with the reason, idempotent by a key the page issued (a form sent twice credits once).
+extension DashboardController {
+    func addSupportRoutes(to group: RouterGroup<StoreKeeperContext>) {
+        group.post("accounts/:accountId/credit") { request, context in
+            try await withSession(request, context, form: true) { _, form in
+                try await balanceAction(credit: true, context: context, form: form)
+            }
+        }
+        group.post("accounts/:accountId/debit") { request, context in
+            try await withSession(request, context, form: true) { _, form in
+                try await balanceAction(credit: false, context: context, form: form)
+            }
+        }
+        group.post("accounts/:accountId/grant") { request, context in
+            try await withSession(request, context, form: true) { _, form in
+                let accountId = try StoreKeeperApp.parameter(context, "accountId")
+                try StoreKeeperApp.validateAccountId(accountId)
+                guard let days = Int(form["days"] ?? ""), (1...3_650).contains(days) else {
+                    throw APIError.badRequest("days must be 1…3650")
+                }
+                _ = try await app.grant(
+                    account: accountId, entitlement: form["entitlement"] ?? "",
+                    expiresAt: Date().addingTimeInterval(TimeInterval(days) * 86_400),
+                    note: (form["note"] ?? "") + " (dashboard)", actor: "operator (dashboard)")
+                return Self.redirect("/dashboard/accounts/\(Self.pathComponent(accountId))?done=granted")
+            }
+        }
+    }
+
+    func balanceAction(credit: Bool, context: StoreKeeperContext, form: [String: String]) async throws -> Response {
+        let accountId = try StoreKeeperApp.parameter(context, "accountId")
+        try StoreKeeperApp.validateAccountId(accountId)
+        let currency = form["currency"] ?? ""
+        try app.requireCatalogCurrency(currency)
+        guard let amount = Int64(form["amount"] ?? ""), (1...1_000_000_000_000).contains(amount) else {
+            throw APIError.badRequest("amount must be a whole number 1…1000000000000")
+        }
+        let reason = (form["reason"] ?? "").trimmingCharacters(in: .whitespaces)
+        guard !reason.isEmpty, reason.unicodeScalars.count <= 500 else {
+            throw APIError.badRequest("a reason is required (1…500 characters): it is shown on the account's audit")
+        }
+        try StoreKeeperApp.validateText(reason, field: "reason")
+        guard let key = form["idempotencyKey"], !key.isEmpty, key.unicodeScalars.count <= 200 else {
+            throw APIError.badRequest("the form has no idempotency key: reload the page")
+        }
+        let path = "/dashboard/accounts/\(Self.pathComponent(accountId))"
+        if credit {
+            switch try await app.store.credit(
+                accountId: accountId, currency: currency, amount: amount, idempotencyKey: key,
+                reason: reason + " (dashboard)", actor: "operator (dashboard)", now: Date())
+            {
+            case .credited: return Self.redirect(path + "?done=credited")
+            case .idempotencyConflict: return Self.redirect(path + "?done=resubmitted")
+            }
+        }
+        switch try await app.store.debit(
+            accountId: accountId, currency: currency, amount: amount, idempotencyKey: key,
+            reason: reason + " (dashboard)", now: Date())
+        {
+        case .debited: return Self.redirect(path + "?done=debited")
+        case .insufficient: return Self.redirect(path + "?done=insufficient")
+        case .idempotencyConflict: return Self.redirect(path + "?done=resubmitted")
+        }
+    }
+
+    /// The support forms' values: the catalog's currencies and entitlements, a fresh key.
+    func supportValues() -> [String: Any] {
+        let currencies = Set(app.catalog.products.compactMap(\.grants.currency)).sorted()
+        let entitlements = Set(app.catalog.products.compactMap(\.grants.entitlement)).sorted()
+        return [
+            "currencies": currencies.map { ["currency": $0] }, "grantable": entitlements.map { ["entitlement": $0] },
+            "idempotencyKey": UUID().uuidString.lowercased(),
+        ]
+    }
+
+    static let supportFlashes = [
+        "credited": "Credited; the ledger below shows it with its reason.",
+        "debited": "Debited; the ledger below shows it with its reason.",
+        "insufficient": "Not debited: the balance is lower than the amount.",
+        "resubmitted": "This form was already sent: nothing was done twice.",
+        "granted": "Granted; the entitlement below shows it as a grant.",
+    ]
+}
