@@ -247,6 +247,31 @@ extension ConfigCommandTests {
         #expect(offline.status == 0, "\(offline.stdout)")
     }
 
+    @Test func anUnreachableStoreAPIIsAFailedCheckWithAClearLine() async throws {
+        let directory = try Config.directory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let key = directory.appendingPathComponent("AuthKey_TEST.p8").path
+        let openssl = Process()
+        openssl.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+        openssl.arguments = ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", key]
+        try openssl.run()
+        openssl.waitUntilExit()
+        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: key)
+        // Apple's API on a closed port: the key is fine, the store does not answer.
+        let unreachable = try Config.write(
+            Config.good(directory).replacingOccurrences(
+                of: "  environments: [Production, Sandbox]\n",
+                with:
+                    "  environments: [Production, Sandbox]\n  serverAPI: { issuerId: 57246542-96fe-1a63-e053-0824d011072a, keyId: TESTKEY123, privateKeyFile: \"\(key)\", baseURL: \"http://127.0.0.1:1\" }\n"
+            ), "unreachable.yaml", in: directory)
+        let run = try await VerifyCommandTests.run(["config", "check", "--config", unreachable, "--connect"])
+        #expect(run.status == 1, "\(run.stdout) \(run.stderr)")
+        #expect(
+            run.stdout.contains("FAILED: App Store Server API (com.goodheartapp): cannot reach Apple"), "\(run.stdout)")
+        #expect(run.stdout.contains("ok: key file apple.serverAPI.privateKeyFile"), "\(run.stdout)")
+        #expect(!run.stdout.contains("ready for production"))
+    }
+
     @Test func aReachableDatabaseSaysWhichMigrationsWouldRunAndAnExposedKeyFails() async throws {
         let directory = try Config.directory()
         defer { try? FileManager.default.removeItem(at: directory) }

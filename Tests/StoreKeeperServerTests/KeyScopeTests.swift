@@ -131,3 +131,19 @@ import Testing
         }
     }
 }
+
+/// "Did you mean" inside `apps[]` as everywhere else.
+@Suite struct AppsKeySuggestionTests {
+    @Test func aMisspelledAppKeyIsNamedWithTheKeyItMeant() async throws {
+        await #expect {
+            _ = try await AppsConfigurationTests.load(
+                """
+                database: { url: "sqlite:x.sqlite" }
+                apps:
+                  - { id: ios, store: app_store, bundelId: com.example.game, appAppleId: 42 }
+                """)
+        } throws: { error in
+            "\(error)".contains("apps[0].bundelId") && "\(error)".contains("did you mean 'bundleId'")
+        }
+    }
+}

@@ -59,6 +59,16 @@ extension ServerConfiguration {
         return "; did you mean '\(best.0)'?"
     }
 
+    /// "; did you mean 'x'?" for a key of an object whose keys are `known` (an `apps[]` entry,
+    /// an `auth.keys[]` entry), listing them when nothing is close.
+    static func suggestion(for key: String, among known: Set<String>) -> String {
+        let scored = known.map { ($0, editDistance($0.lowercased(), key.lowercased())) }
+        if let best = scored.min(by: { $0.1 < $1.1 }), best.1 <= max(3, key.count / 4) {
+            return "; did you mean '\(best.0)'?"
+        }
+        return "; valid: \(known.sorted().joined(separator: ", "))"
+    }
+
     static func editDistance(_ a: String, _ b: String) -> Int {
         let a = Array(a)
         let b = Array(b)

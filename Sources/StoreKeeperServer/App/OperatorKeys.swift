@@ -52,10 +52,7 @@ extension ServerConfiguration {
             }
             let known: Set<String> = ["label", "key", "keyFile", "scopes", "apps"]
             if let unknown = entry.keys.sorted().first(where: { !known.contains($0) }) {
-                let hint = known.min { $0.commonPrefix(with: unknown).count > $1.commonPrefix(with: unknown).count }
-                throw Invalid(
-                    key: "\(name).\(unknown)",
-                    "unknown key (did you mean '\(hint ?? "label")'?; valid: label, key, keyFile, scopes, apps)")
+                throw Invalid(key: "\(name).\(unknown)", "unknown key\(Self.suggestion(for: unknown, among: known))")
             }
             guard let label = entry["label"] as? String, !label.isEmpty, label.unicodeScalars.count <= 64,
                 label.unicodeScalars.allSatisfy({ $0.isASCII && $0.value >= 0x20 && $0.value < 0x7F })

@@ -74,7 +74,9 @@ extension ServerConfiguration {
             case "app_store":
                 let known: Set<String> = ["id", "store", "bundleId", "appAppleId", "environments"]
                 if let unknown = app.keys.first(where: { !known.contains($0) }) {
-                    throw Invalid(key: "\(name).\(unknown)", "unknown key for an app_store app")
+                    throw Invalid(
+                        key: "\(name).\(unknown)",
+                        "unknown key for an app_store app\(Self.suggestion(for: unknown, among: known))")
                 }
                 appStoreApps += 1
                 guard appStoreApps == 1 else {
@@ -125,7 +127,9 @@ extension ServerConfiguration {
                     "pushServiceAccount", "pushCertificatesURL",
                 ]
                 if let unknown = app.keys.first(where: { !known.contains($0) }) {
-                    throw Invalid(key: "\(name).\(unknown)", "unknown key for a google_play app")
+                    throw Invalid(
+                        key: "\(name).\(unknown)",
+                        "unknown key for a google_play app\(Self.suggestion(for: unknown, among: known))")
                 }
                 var google = GooglePlayAppConfiguration(id: id, packageName: try text("packageName", required: true)!)
                 google.serviceAccountKeyFile = try text("serviceAccountKeyFile")
