@@ -323,16 +323,16 @@ final class ChaosWorld: Sendable {
             var accountId: String
             var productId: String
             var refundedAt: Int64?
+            var store: String
         }
+        // Every store's deliveries make the balances (checked below); Apple's alone are counted
+        // against Apple's books here (Google Play's in `checkGoogle`).
         let deliveries = try await database.read { sql in
-            try await sql.raw(
-                "SELECT transaction_id, account_id, product_id, refunded_at FROM deliveries WHERE store = 'app_store'"
-            ).all(
+            try await sql.raw("SELECT transaction_id, account_id, product_id, refunded_at, store FROM deliveries").all(
                 decoding: Delivery.self, keyDecodingStrategy: .convertFromSnakeCase)
         }
         var deliveredCount: [String: Int] = [:]
-        // Apple's books here; Google Play's in `checkGoogle`.
-        for delivery in deliveries {
+        for delivery in deliveries where delivery.store == Store.appStore.rawValue {
             deliveredCount[delivery.transactionId, default: 0] += 1
         }
         result.delivered = deliveredCount.count
