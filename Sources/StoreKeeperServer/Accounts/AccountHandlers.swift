@@ -122,6 +122,20 @@ extension StoreKeeperApp {
         }
     }
 
+    /// Support's credit, the one path of the API and the dashboard: a catalog currency, a reason
+    /// (shown on the account's audit), idempotent by key.
+    func supportCredit(
+        accountId: String, currency: String, amount: Int64, idempotencyKey: String, reason: String?, actor: String
+    ) async throws -> PurchaseStore.CreditResult {
+        guard let reason, !reason.trimmingCharacters(in: .whitespaces).isEmpty else {
+            throw APIError.badRequest("field 'reason' is required: it is shown on the account's audit")
+        }
+        try requireCatalogCurrency(currency)
+        return try await store.credit(
+            accountId: accountId, currency: currency, amount: amount, idempotencyKey: idempotencyKey, reason: reason,
+            actor: actor, now: Date())
+    }
+
     /// A currency some product of the catalog grants; else 400 `unknown_currency` naming them.
     func requireCatalogCurrency(_ currency: String) throws {
         let known = Set(catalog.products.compactMap(\.grants.currency))
@@ -137,13 +151,9 @@ extension StoreKeeperApp {
     /// compensates a player; idempotent by key, audited with its reason.
     func credit(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         let (accountId, currency, body) = try await balanceRequest(request, context, action: "credits")
-        guard let reason = body.reason, !reason.trimmingCharacters(in: .whitespaces).isEmpty else {
-            throw APIError.badRequest("field 'reason' is required: it is shown on the account's audit")
-        }
-        try requireCatalogCurrency(currency)
-        switch try await store.credit(
+        switch try await supportCredit(
             accountId: accountId, currency: currency, amount: body.amount, idempotencyKey: body.idempotencyKey,
-            reason: reason, actor: try context.caller().auditActor, now: Date())
+            reason: body.reason, actor: try context.caller().auditActor)
         {
         case .credited(let balance): return try Self.json(["balance": balance])
         case .idempotencyConflict:

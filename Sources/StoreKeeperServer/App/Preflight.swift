@@ -83,21 +83,18 @@ public enum Preflight {
         guard configuration.serverAPIPrivateKeyFile != nil || configuration.serverAPIKeyId != nil else {
             return []
         }
-        let pem: String
+        let pem: String?
         do {
-            guard let read = try configuration.serverAPIPrivateKeyPEM(), let issuerId = configuration.serverAPIIssuerId,
-                let keyId = configuration.serverAPIKeyId
-            else {
-                return [
-                    Check(
-                        name: "App Store Server API", ok: false,
-                        detail: "apple.serverAPI needs issuerId, keyId and privateKeyFile together")
-                ]
-            }
-            pem = read
-            _ = (issuerId, keyId)
+            pem = try configuration.serverAPIPrivateKeyPEM()
         } catch {
             return [Check(name: "App Store Server API", ok: false, detail: "\(error)")]
+        }
+        guard let pem, let issuerId = configuration.serverAPIIssuerId, let keyId = configuration.serverAPIKeyId else {
+            return [
+                Check(
+                    name: "App Store Server API", ok: false,
+                    detail: "apple.serverAPI needs issuerId, keyId and privateKeyFile together")
+            ]
         }
         var checks: [Check] = []
         let bundles = ([configuration.bundleId].compactMap { $0 }) + configuration.otherAppStoreApps.map(\.bundleId)
@@ -108,8 +105,7 @@ public enum Preflight {
                     let client = try await AppStoreServerAPIClient(
                         configuration: .init(
                             credentials: ServerAPICredentials(
-                                issuerId: configuration.serverAPIIssuerId!, keyId: configuration.serverAPIKeyId!,
-                                privateKeyPEM: pem, bundleId: bundleId),
+                                issuerId: issuerId, keyId: keyId, privateKeyPEM: pem, bundleId: bundleId),
                             environment: configuration.environments.contains(.production) ? .production : .sandbox,
                             baseURL: configuration.serverAPIBaseURL, timeout: .seconds(10), retryPolicy: .none))
                     do {

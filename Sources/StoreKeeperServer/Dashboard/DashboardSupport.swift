@@ -52,9 +52,9 @@ extension DashboardController {
         }
         let path = "/dashboard/accounts/\(Self.pathComponent(accountId))"
         if credit {
-            switch try await app.store.credit(
+            switch try await app.supportCredit(
                 accountId: accountId, currency: currency, amount: amount, idempotencyKey: key,
-                reason: reason + " (dashboard)", actor: "operator (dashboard)", now: Date())
+                reason: reason + " (dashboard)", actor: "operator (dashboard)")
             {
             case .credited: return Self.redirect(path + "?done=credited")
             case .idempotencyConflict: return Self.redirect(path + "?done=resubmitted")

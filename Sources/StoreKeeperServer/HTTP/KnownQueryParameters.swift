@@ -1,4 +1,5 @@
 import Hummingbird
+import StoreKeeperSupport
 
 /// Every query parameter a `/v1` route reads, by route: any other is 400 `unknown_parameter`
 /// naming it (an export asked `?to=` would otherwise answer everything, silently).
@@ -34,18 +35,10 @@ struct KnownQueryParameters<Context: RequestContext>: RouterMiddleware {
                 let takes = allowed.isEmpty ? "no query parameters" : "only " + allowed.sorted().joined(separator: ", ")
                 throw APIError(
                     .badRequest, "unknown_parameter",
-                    "unknown query parameter '\(QuotedTextForError.plain(name))': this route takes \(takes)")
+                    "unknown query parameter \(QuotedText.quoted(name, quote: "'", limit: 64)): this route takes \(takes)"
+                )
             }
         }
         return try await next(request, context)
-    }
-}
-
-/// A parameter name as it may appear in an error message: printable ASCII, at most 64.
-enum QuotedTextForError {
-    static func plain(_ text: Substring) -> String {
-        String(
-            String.UnicodeScalarView(
-                text.unicodeScalars.prefix(64).map { $0.isASCII && $0.value >= 0x20 && $0.value < 0x7F ? $0 : "?" }))
     }
 }

@@ -16,9 +16,13 @@ extension JobRunner {
     /// Set App Account Token for each claim: Apple is called for each in turn; the claims Apple
     /// took are completed (with their audit entries) in one database transaction; a refusal or
     /// an error is handled per job, as every Apple call is.
-    func setAppAccountTokens(_ jobs: [JobStore.Job], now: Date) async {
+    /// `current`: whether a job's lease still holds (calls run one after another; one whose lease
+    /// ran out meanwhile may be another runner's by now, and waits for the next claim).
+    func setAppAccountTokens(
+        _ jobs: [JobStore.Job], now: Date, current: (JobStore.Job) -> Bool = { _ in true }
+    ) async {
         var done: [(id: String, audit: (actor: String, action: String, subject: String?, detail: String)?)] = []
-        for job in jobs {
+        for job in jobs where current(job) {
             guard let claim = try? JSONDecoder().decode(PurchaseStore.ClaimJob.self, from: Data(job.payload.utf8))
             else {
                 try? await app.jobs.fail(job.id, error: "malformed payload")

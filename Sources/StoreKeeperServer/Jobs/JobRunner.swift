@@ -71,7 +71,7 @@ public struct JobRunner: Service {
         await applyNotifications(jobs.filter { $0.kind == NotificationStore.jobKind && current($0) }, now: now)
         // Set App Account Token claims (one per purchase made outside the app): completed together.
         let claims = jobs.filter { $0.kind == PurchaseStore.setTokenJobKind && current($0) }
-        if !claims.isEmpty { await setAppAccountTokens(claims, now: now) }
+        if !claims.isEmpty { await setAppAccountTokens(claims, now: now, current: current) }
         var delivered = 0
         for job in jobs where job.kind != NotificationStore.jobKind && job.kind != PurchaseStore.setTokenJobKind {
             guard current(job) else { continue }
