@@ -120,6 +120,26 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // Stripe's API and webhook signatures (the third store's wire types; docs/stripe.md).
+        .target(
+            name: "Stripe",
+            dependencies: [
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        // The local Stripe: a stateful fake of Stripe's API, Checkout, test clocks and webhooks.
+        .target(
+            name: "LocalStripe",
+            dependencies: [
+                "Stripe", "StoreKeeperCatalog",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         // The product catalog file shared by the server and the local App Store (docs/api.md).
         .target(
             name: "StoreKeeperCatalog",
@@ -148,7 +168,7 @@ let package = Package(
             dependencies: [
                 "StoreKeeperStorage", "StoreKeeperCore", "StoreKeeperCatalog", "AppStoreModels", "AppStoreVerification",
                 "AppStoreAdapter",
-                "AppStoreClient", "LocalAppStore", "GooglePlay", "LocalGooglePlay", "KeyFiles",
+                "AppStoreClient", "LocalAppStore", "GooglePlay", "LocalGooglePlay", "KeyFiles", "Stripe", "LocalStripe",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),

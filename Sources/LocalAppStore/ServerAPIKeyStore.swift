@@ -61,12 +61,12 @@ extension Catalog {
         try! Catalog.parse(
             yaml: """
                 products:
-                  - { id: coins_60, type: consumable, grants: { currency: coins, amount: 60 }, prices: { USA: { currency: USD, price: 0.99 }, JPN: { currency: JPY, price: 160 } } }
-                  - { id: coins_300, type: consumable, grants: { currency: coins, amount: 300 }, prices: { USA: { currency: USD, price: 4.99 } } }
-                  - { id: remove_ads, type: non_consumable, grants: { entitlement: no_ads }, prices: { USA: { currency: USD, price: 2.99 } } }
-                  - { id: pro_yearly, type: auto_renewable, group: pro, period: P1Y, grants: { entitlement: pro }, prices: { USA: { currency: USD, price: 49.99 } } }
-                  - { id: pro_monthly, type: auto_renewable, group: pro, period: P1M, grants: { entitlement: pro }, prices: { USA: { currency: USD, price: 4.99 } } }
-                  - { id: season_pass, type: non_renewing, duration: P30D, grants: { entitlement: season }, prices: { USA: { currency: USD, price: 9.99 } } }
+                  - { id: coins_60, type: consumable, grants: { currency: coins, amount: 60 }, prices: { USA: { currency: USD, price: 0.99 }, JPN: { currency: JPY, price: 160 } }, storeProducts: { stripe: price_coins_60 } }
+                  - { id: coins_300, type: consumable, grants: { currency: coins, amount: 300 }, prices: { USA: { currency: USD, price: 4.99 } }, storeProducts: { stripe: price_coins_300 } }
+                  - { id: remove_ads, type: non_consumable, grants: { entitlement: no_ads }, prices: { USA: { currency: USD, price: 2.99 } }, storeProducts: { stripe: price_remove_ads } }
+                  - { id: pro_yearly, type: auto_renewable, group: pro, period: P1Y, grants: { entitlement: pro }, prices: { USA: { currency: USD, price: 49.99 } }, storeProducts: { stripe: price_pro_yearly } }
+                  - { id: pro_monthly, type: auto_renewable, group: pro, period: P1M, grants: { entitlement: pro }, prices: { USA: { currency: USD, price: 4.99 } }, storeProducts: { stripe: price_pro_monthly } }
+                  - { id: season_pass, type: non_renewing, duration: P30D, grants: { entitlement: season }, prices: { USA: { currency: USD, price: 9.99 } }, storeProducts: { stripe: price_season_pass } }
                 """)
     }()
 }

@@ -39,7 +39,7 @@ public struct Catalog: Hashable, Sendable {
     }
 
     /// The stores a catalog maps product ids for (`storeProducts` keys).
-    public static let stores = ["app_store", "google_play"]
+    public static let stores = ["app_store", "google_play", "stripe"]
 
     /// The product a store sells as `storeProductId`: the one whose `storeProducts[store]` is it,
     /// else the one with that id and no mapping for that store.

@@ -82,6 +82,8 @@ public enum Store: String, Sendable, Hashable, Codable, CaseIterable {
     case googlePlay = "google_play"
     /// Payments the app's backend reports (`POST /v1/purchases {"store": "web"}`).
     case web
+    /// Web checkout through Stripe (its adapter reads Stripe's objects).
+    case stripe
 }
 
 /// Something an operator must look at (docs/api.md anomaly kinds).

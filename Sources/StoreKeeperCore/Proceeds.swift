@@ -42,7 +42,7 @@ public enum Proceeds {
     /// where the one before it ended).
     public static func datesEachPeriod(_ store: Store) -> Bool {
         switch store {
-        case .appStore, .web: true
+        case .appStore, .web, .stripe: true
         case .googlePlay: false
         }
     }
@@ -55,6 +55,10 @@ public enum Proceeds {
     ) -> Int? {
         if transaction.environment == .sandbox || transaction.environment == .xcode { return nil }
         switch transaction.store {
+        case .stripe:
+            // Stripe's fee is known per charge: `amount(of:)` takes the balance transaction's
+            // net when the adapter read it; until then the gross is the developer's.
+            return 100
         case .web:
             // A web payment is the developer's own (Apple's commission on link-outs, where one
             // applies, is invoiced apart and not modelled here).
@@ -82,6 +86,8 @@ public enum Proceeds {
     public static func amount(
         of transaction: StoreTransaction, earlierPeriods: [Period] = [], smallBusinessProgram: Bool = false
     ) -> Int64? {
+        if transaction.environment == .sandbox || transaction.environment == .xcode { return nil }
+        if let net = transaction.proceeds { return net }
         guard let price = transaction.price, price >= 0,
             let percent = percent(
                 of: transaction, earlierPeriods: earlierPeriods, smallBusinessProgram: smallBusinessProgram)

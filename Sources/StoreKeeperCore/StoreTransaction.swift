@@ -76,6 +76,9 @@ public struct StoreTransaction: Codable, Sendable, Hashable {
     public var appTransactionId: String?
     public var billingPlan: BillingPlan?
     public var commitment: Commitment?
+    /// What the developer received, in milliunits of `currency`, when the store says (Stripe's
+    /// balance transaction `net`: its fee taken); nil: derived from `price` by `Proceeds`.
+    public var proceeds: Int64?
 
     enum CodingKeys: String, CodingKey {
         // The stored spelling (older rows hold these keys).
@@ -83,7 +86,7 @@ public struct StoreTransaction: Codable, Sendable, Hashable {
         case transactionId, originalTransactionId, productId, purchaseDate, originalPurchaseDate, expiresDate
         case quantity, appAccountToken, signedDate, revocationReason, revocationDate, revocationType
         case revocationPercentage, isUpgraded, offerType, offerIdentifier, offerDiscountType, offerPeriod
-        case environment, storefront, transactionReason, currency, price, appTransactionId
+        case environment, storefront, transactionReason, currency, price, appTransactionId, proceeds
         case storeIdentity = "bundleId"
         case subscriptionGroup = "subscriptionGroupIdentifier"
         case kind = "type"

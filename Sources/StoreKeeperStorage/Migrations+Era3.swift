@@ -134,5 +134,61 @@ extension Migrations {
                 "CREATE INDEX anomalies_open_transaction ON anomalies (transaction_id) WHERE status = 'open'"
             ]
         ),
+        (
+            27,
+            [
+                // Stripe (the third store): its webhook events, once each by event id; the
+                // Checkout Sessions orders opened (a buyer without an account yet gets a
+                // redemption code); the Stripe customer of each account (the billing portal).
+                """
+                CREATE TABLE stripe_events (
+                    event_id TEXT PRIMARY KEY,
+                    app_id TEXT NOT NULL,
+                    type TEXT NOT NULL,
+                    object_id TEXT,
+                    created BIGINT,
+                    status TEXT NOT NULL,
+                    outcome TEXT,
+                    received_at BIGINT NOT NULL,
+                    applied_at BIGINT
+                )
+                """,
+                """
+                CREATE TABLE stripe_checkouts (
+                    session_id TEXT PRIMARY KEY,
+                    app_id TEXT NOT NULL,
+                    order_id TEXT NOT NULL UNIQUE,
+                    account_id TEXT,
+                    product_id TEXT NOT NULL,
+                    app_account_token TEXT NOT NULL,
+                    url TEXT,
+                    expires_at BIGINT NOT NULL,
+                    created_at BIGINT NOT NULL,
+                    transaction_id TEXT,
+                    redemption_code TEXT UNIQUE,
+                    redemption_expires_at BIGINT,
+                    redeemed_by TEXT,
+                    redeemed_at BIGINT
+                )
+                """,
+                """
+                CREATE TABLE stripe_customers (
+                    app_id TEXT NOT NULL,
+                    account_id TEXT NOT NULL,
+                    customer_id TEXT NOT NULL,
+                    PRIMARY KEY (app_id, account_id)
+                )
+                """,
+                """
+                CREATE TABLE stripe_payments (
+                    payment_intent_id TEXT PRIMARY KEY,
+                    transaction_id TEXT NOT NULL,
+                    original_transaction_id TEXT NOT NULL,
+                    product_id TEXT NOT NULL
+                )
+                """,
+                "CREATE INDEX stripe_checkouts_transaction ON stripe_checkouts (transaction_id)",
+            ]
+        ),
     ]
 }

@@ -262,6 +262,8 @@ extension StoreKeeperApp {
             return try await GooglePlayStore(database: database).appId(ofOriginal: originalTransactionId)
         case .web:
             return nil
+        case .stripe:
+            return stripe.count == 1 ? stripe.keys.first : nil
         }
     }
 }

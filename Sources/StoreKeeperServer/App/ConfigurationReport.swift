@@ -82,6 +82,7 @@ extension ServerConfiguration {
             ("apple.smallBusinessProgram", String(smallBusinessProgram)),
             ("webhooks.maxAttemptHours", String(webhookMaxAttemptHours)),
             ("localGooglePlay.enabled", String(localGooglePlayEnabled)),
+            ("localStripe.enabled", String(localStripeEnabled)),
         ] + appLines
     }
 

@@ -111,6 +111,7 @@ extension ServerConfiguration {
             throw Invalid(key: "database.maxReplicaLagSeconds", "must be 1…3600")
         }
         try validateGooglePlayApps()
+        try validateStripeApps()
         if mode == .configured, hasAppStoreApp {
             guard let bundleId, !bundleId.isEmpty else {
                 throw Invalid(key: "apple.bundleId", "is required: every signed object is checked against it")

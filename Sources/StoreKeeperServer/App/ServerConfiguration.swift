@@ -96,6 +96,10 @@ public struct ServerConfiguration: Sendable {
     /// `localGooglePlay.enabled`: the built-in local Google Play runs at `/local-google-play`
     /// and is trusted (its service account and push signer), like the local App Store.
     public var localGooglePlayEnabled = false
+    /// Stripe apps (`apps` entries with `store: stripe`).
+    public var stripeApps: [StripeAppConfiguration] = []
+    /// The built-in local Stripe (`localStripe.enabled`; always in demo mode).
+    public var localStripeEnabled = false
     /// Google Play apps (`apps` entries with `store: google_play`).
     public var googlePlayApps: [GooglePlayAppConfiguration] = []
     /// The App Store app's id (`apps` entry with `store: app_store`; default its bundle id).
@@ -191,7 +195,7 @@ public struct ServerConfiguration: Sendable {
         "apple.finishTransactions",
         "apple.externalPurchase.reporting",
         "webhooks.maxAttemptHours", "apple.smallBusinessProgram", "offers.sharedAppleIdAccounts",
-        "dashboard.enabled", "dashboard.sessionIdleSeconds", "dashboard.sessionMaxHours", "localGooglePlay.enabled",
+        "dashboard.enabled", "dashboard.sessionIdleSeconds", "dashboard.sessionMaxHours", "localGooglePlay.enabled", "localStripe.enabled",
         "analytics.timeZone", "analytics.currency", "analytics.ratesFile",
     ]
     /// Keys whose value is a structure read by its own parser (the inline catalog).
@@ -455,6 +459,7 @@ public struct ServerConfiguration: Sendable {
         webhookSecret = try source.string("webhooks.secret")
         localAppStoreEnabled = try source.bool("localAppStore.enabled") ?? false
         localGooglePlayEnabled = try source.bool("localGooglePlay.enabled") ?? false
+        localStripeEnabled = try source.bool("localStripe.enabled") ?? false
         rejectedProofsRetentionDays = try source.int("rejectedProofs.retentionDays") ?? rejectedProofsRetentionDays
         rejectedProofsMaxBytesPerDay = try source.int("rejectedProofs.maxBytesPerDay") ?? rejectedProofsMaxBytesPerDay
         rejectedProofsMaxBytesTotal = try source.int("rejectedProofs.maxBytesTotal") ?? rejectedProofsMaxBytesTotal

@@ -10,6 +10,7 @@ import HummingbirdCore
 import KeyFiles
 import LocalAppStore
 import LocalGooglePlay
+import LocalStripe
 import Logging
 import NIOCore
 import ServiceLifecycle
@@ -105,6 +106,10 @@ public struct StoreKeeperApp: Sendable {
     public internal(set) var google: [String: GooglePlayApp] = [:]
     /// The built-in local Google Play (demo mode, `localGooglePlay.enabled`).
     public internal(set) var localGooglePlay: LocalGooglePlayServer? = nil
+    /// The Stripe apps, by id (`apps` with `store: stripe`).
+    public internal(set) var stripe: [String: StripeApp] = [:]
+    /// The built-in local Stripe (demo mode, `localStripe.enabled`).
+    public internal(set) var localStripe: LocalStripeServer? = nil
 
     /// Checks the configuration, opens the database, applies migrations and builds the
     /// verifiers from the trust policy.
@@ -221,6 +226,9 @@ public struct StoreKeeperApp: Sendable {
             source = LocalTransactionSource(store: localAppStore)
         }
         let localGooglePlay = try await Self.localGooglePlay(&configuration, catalog: catalog, logger: logger)
+        let localStripe = Self.localStripe(&configuration, catalog: catalog, logger: logger)
+        var stripeApps: [String: StripeApp] = [:]
+        for app in configuration.stripeApps { stripeApps[app.id] = try StripeApp.make(app) }
         var google: [String: GooglePlayApp] = [:]
         for app in configuration.googlePlayApps { google[app.id] = try await GooglePlayApp.make(app) }
         var app = StoreKeeperApp(
@@ -251,6 +259,8 @@ public struct StoreKeeperApp: Sendable {
             provenance: try trust.provenanceVerifiers())
         app.google = google
         app.localGooglePlay = localGooglePlay
+        app.stripe = stripeApps
+        app.localStripe = localStripe
         app.responseSigningKeys.set(
             (app.responseSigner.map { [$0] } ?? [])
                 + (try configuration.responseSigningKeys.dropFirst().map {
@@ -409,6 +419,7 @@ public struct StoreKeeperApp: Sendable {
         OperationsController(app: self).addRoutes(to: router)
         NotificationsController(app: self).addRoutes(to: router)
         GoogleNotificationsController(app: self).addRoutes(to: router)
+        StripeController(app: self).addWebhook(to: router)
         RetentionController(app: self).addRoutes(to: router)
         let authenticate = Authenticate(authenticator: authenticator, limiter: limiter)
         let v1 = router.group("v1").add(middleware: authenticate).add(
@@ -431,6 +442,7 @@ public struct StoreKeeperApp: Sendable {
         WebhooksController(app: self).addRoutes(to: v1)
         SupportController(app: self).addRoutes(to: v1)
         TransactionsController(app: self).addRoutes(to: v1)
+        StripeController(app: self).addRoutes(to: v1)
         RetentionController(app: self).addAPIRoutes(to: v1)
         AnalyticsController(app: self).addRoutes(to: v1)
         if configuration.dashboardEnabled { DashboardController(app: self).addRoutes(to: router) }
@@ -444,6 +456,16 @@ public struct StoreKeeperApp: Sendable {
                 server.addRoutes(to: group)
             } else {
                 server.addRoutes(to: group.add(middleware: SecretKeyRequired(authenticator: authenticator)))
+            }
+        }
+        if let localStripe {
+            let group = router.group("local-stripe")
+            localStripe.addRoutes(to: group)
+            if configuration.mode == .demo {
+                localStripe.addControl(to: group.group("control"))
+            } else {
+                localStripe.addControl(
+                    to: group.group("control").add(middleware: SecretKeyRequired(authenticator: authenticator)))
             }
         }
         if let localGooglePlay {
@@ -486,6 +508,7 @@ public struct StoreKeeperApp: Sendable {
                 localGooglePlay.pushSender(
                     endpoint: audience, audience: audience, serviceAccount: LocalGooglePlayServer.pushServiceAccount))
         }
+        if let localStripe { services.append(LocalStripeServer.Sender(server: localStripe)) }
         if appleAPI != nil { services.append(ReconcileService(app: self)) }
         if database.kind == .sqlite { services.append(WALCheckpointer(database: database, logger: logger)) }
         if let url = configuration.webhookURL, let secret = configuration.webhookSecret {

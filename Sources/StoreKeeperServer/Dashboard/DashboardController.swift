@@ -493,6 +493,7 @@ struct DashboardController {
         case .appStore: "App Store"
         case .googlePlay: "Google Play"
         case .web: "Web"
+        case .stripe: "Stripe"
         }
     }
 

@@ -138,8 +138,10 @@ extension ServerConfiguration {
                 google.pushServiceAccount = try text("pushServiceAccount")
                 if let url = try text("pushCertificatesURL") { google.pushCertificatesURL = url }
                 googlePlayApps.append(google)
+            case "stripe":
+                try readStripeApp(app, name: name, id: id)
             default:
-                throw Invalid(key: "\(name).store", "must be app_store or google_play")
+                throw Invalid(key: "\(name).store", "must be app_store, google_play or stripe")
             }
         }
         if appStoreApps == 0, bundleId == nil { hasAppStoreApp = false }
@@ -201,6 +203,9 @@ extension ServerConfiguration {
         case "google_play":
             if let given { return googlePlayApps.contains { $0.id == given } ? given : nil }
             return googlePlayApps.count == 1 ? googlePlayApps[0].id : nil
+        case "stripe":
+            if let given { return stripeApps.contains { $0.id == given } ? given : nil }
+            return stripeApps.count == 1 ? stripeApps[0].id : nil
         default:
             let own = appStoreAppId ?? bundleId ?? "app_store"
             if let given {
@@ -214,6 +219,7 @@ extension ServerConfiguration {
     public var allApps: [(id: String, store: String)] {
         (hasAppStoreApp ? [(appStoreAppId ?? bundleId ?? "app_store", "app_store")] : [])
             + otherAppStoreApps.map { ($0.id, "app_store") } + googlePlayApps.map { ($0.id, "google_play") }
+            + stripeApps.map { ($0.id, "stripe") }
     }
 
     /// Which app a store's identity belongs to: an App Store bundle id or a Google Play
@@ -223,8 +229,12 @@ extension ServerConfiguration {
         if hasAppStoreApp { apps[bundleId ?? "com.example.app"] = appStoreAppId ?? bundleId ?? "app_store" }
         for app in otherAppStoreApps { apps[app.bundleId] = app.id }
         for app in googlePlayApps { apps[app.packageName] = app.id }
+        for app in stripeApps { apps[Self.stripeIdentity(app.id)] = app.id }
         return AppDirectory(apps)
     }
+
+    /// A Stripe app's store identity (what its transactions carry as `storeIdentity`).
+    public static func stripeIdentity(_ appId: String) -> String { "stripe:\(appId)" }
 
     /// The bundle id of App Store app `appId` (nil: the first one's).
     public func bundleId(ofApp appId: String?) -> String? {

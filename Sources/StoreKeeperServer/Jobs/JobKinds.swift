@@ -22,6 +22,7 @@ struct JobKind: Sendable {
 enum JobKinds {
     /// Every kind, by feature and store.
     static let all: [JobKind] = JobRunner.appStoreKinds + JobRunner.googlePlayKinds + JobRunner.supportKinds
+        + JobRunner.stripeKinds
 
     static let handlers: [String: @Sendable (JobRunner, JobStore.Job, Date) async -> Bool] = Dictionary(
         all.map { ($0.name, $0.run) }, uniquingKeysWith: { first, _ in first })

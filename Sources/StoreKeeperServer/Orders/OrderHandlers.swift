@@ -16,7 +16,9 @@ import Synchronization
 /// Orders before payment: `POST /v1/orders`, `GET /v1/orders/{orderId}`.
 extension StoreKeeperApp {
     struct CreateOrderBody: RequestBody {
-        var accountId: String
+        /// Nil only for a Stripe checkout opened with an operator's key for a buyer without an
+        /// account yet (its purchase gets a redemption code).
+        var accountId: String?
         var productId: String
         var quantity: Int?
         var offerId: String?
@@ -27,7 +29,7 @@ extension StoreKeeperApp {
         var appId: String?
 
         func validate() throws {
-            try StoreKeeperApp.validateAccountId(accountId)
+            if let accountId { try StoreKeeperApp.validateAccountId(accountId) }
             guard (1...10).contains(quantity ?? 1) else { throw APIError.badRequest("field 'quantity' must be 1…10") }
             if let appTransactionId {
                 // Apple issues it as digits; nothing else reaches storage, anomalies or the dashboard.
@@ -54,7 +56,22 @@ extension StoreKeeperApp {
     func createOrder(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         let caller = try context.caller()
         let body = try await decode(CreateOrderBody.self, request)
-        try caller.require(body.accountId)
+        let stripeApp = try body.appId.flatMap { id in try stripe[id].map { _ in try self.stripeApp(id) } }
+        guard let accountId = body.accountId else {
+            // A web paywall before install: a checkout for nobody, redeemed in the app later.
+            guard stripeApp != nil else {
+                throw APIError.badRequest(
+                    "field 'accountId' is required (only a Stripe app's checkout may be opened for nobody yet)")
+            }
+            try caller.requireScope(.support)
+            return try await createOrder(body, accountId: "", caller: caller)
+        }
+        try caller.require(accountId)
+        return try await createOrder(body, accountId: accountId, caller: caller)
+    }
+
+    func createOrder(_ body: CreateOrderBody, accountId: String, caller: Caller) async throws -> Response {
+        let nobody = accountId.isEmpty
         let quantity = body.quantity ?? 1
         if let appId = body.appId {
             guard configuration.allApps.contains(where: { $0.id == appId }) else {
@@ -71,24 +88,42 @@ extension StoreKeeperApp {
             throw APIError(.notFound, "unknown_product", "no product '\(body.productId.prefix(100))' in the catalog")
         }
         let now = Date()
-        let winBack = try await winBackDecision(
-            product: product, offerId: body.winBackOfferId, accountId: body.accountId, now: now)
-        let offers = try await offerDecision(
-            product: product, offerId: body.offerId, accountId: body.accountId,
-            appTransactionId: body.appTransactionId, now: now)
+        let stripeApp = try body.appId.flatMap { id in try stripe[id].map { _ in try self.stripeApp(id) } }
+        if stripeApp != nil {
+            guard body.offerId == nil, body.winBackOfferId == nil, body.appTransactionId == nil else {
+                throw APIError.badRequest("offers and appTransactionId are App Store features, not a Stripe checkout's")
+            }
+            guard product.storeProducts?["stripe"] != nil else {
+                throw APIError(
+                    .unprocessableContent, "unknown_product",
+                    "product '\(product.id)' has no Stripe price in the catalog (storeProducts.stripe)")
+            }
+        }
+        let winBack =
+            stripeApp != nil
+            ? nil
+            : try await winBackDecision(
+                product: product, offerId: body.winBackOfferId, accountId: accountId, now: now)
+        let offers =
+            stripeApp != nil
+            ? (offer: nil, introductoryAllowed: nil, transactionId: nil, redemptions: 0)
+            : try await offerDecision(
+                product: product, offerId: body.offerId, accountId: accountId,
+                appTransactionId: body.appTransactionId, now: now)
         let token = UUID()
         let nonce = UUID()
         let order: Order
         do {
             order = try await store.createOrder(
-                accountId: body.accountId, productId: body.productId, quantity: quantity,
-                maxOpen: configuration.maxOpenOrdersPerAccount, ttl: configuration.orderTTL, appAccountToken: token,
+                accountId: accountId, productId: body.productId, quantity: quantity,
+                maxOpen: nobody ? Int.max : configuration.maxOpenOrdersPerAccount, ttl: configuration.orderTTL,
+                appAccountToken: token,
                 offerId: offers.offer?.id, offerNonce: offers.offer == nil ? nil : nonce,
                 offerLimit: offers.offer?.maxPerAccount.map { $0 - (offers.redemptions) },
                 introAllowed: offers.introductoryAllowed == true && offers.transactionId != nil,
                 appTransactionId: body.appTransactionId,
                 appId: body.appId ?? configuration.appId(for: "app_store", given: nil),
-                maxPerDay: configuration.maxOrdersPerAccountPerDay, now: now)
+                maxPerDay: nobody ? nil : configuration.maxOrdersPerAccountPerDay, now: now)
         } catch let error as PurchaseStore.OfferLimitReached {
             throw APIError(
                 .forbidden, "offer_not_eligible",
@@ -107,6 +142,10 @@ extension StoreKeeperApp {
                 "the account has \(error.limit) unpaid orders; pay or let them expire before creating more")
         }
         var json = OrderJSON(order, ttl: configuration.orderTTL)
+        if let stripeApp {
+            json.checkout = try await openCheckout(order: order, product: product, app: stripeApp, now: now)
+            return try Self.json(json, status: .created)
+        }
         json.winBackOffer = winBack.map { OrderJSON.WinBackOfferJSON(id: $0.id) }
         // Signed for the order's app (the signature covers its bundle id) and Apple's product id.
         let signer = offerSigner.map { $0.forBundle(configuration.bundleId(ofApp: order.appId) ?? $0.bundleId) }
@@ -201,7 +240,17 @@ extension StoreKeeperApp {
     }
 
     func getOrder(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
-        try Self.json(OrderJSON(try await callersOrder(context), ttl: configuration.orderTTL))
+        let order = try await callersOrder(context)
+        var json = OrderJSON(order, ttl: configuration.orderTTL)
+        if let appId = order.appId, stripe[appId] != nil,
+            let checkout = try await StripeStore(database: database).checkout(order: order.orderId)
+        {
+            json.checkout = CheckoutJSON(
+                sessionId: checkout.sessionId, url: checkout.url,
+                expiresAt: Self.iso(Date(timeIntervalSince1970: Double(checkout.expiresAt))))
+            json.redemptionCode = checkout.transactionId == nil ? nil : checkout.redemptionCode
+        }
+        return try Self.json(json)
     }
 
     /// The order of the path, if the caller may act on its account (404 / 403 otherwise).

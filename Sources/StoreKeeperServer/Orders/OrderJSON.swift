@@ -8,7 +8,8 @@ import StoreKeeperStorage
 struct OrderJSON: Encodable {
     var orderId: String
     var appAccountToken: String
-    var accountId: String
+    /// Nil for a Stripe checkout opened for a buyer without an account yet.
+    var accountId: String?
     var productId: String
     var quantity: Int
     var status: String
@@ -29,6 +30,10 @@ struct OrderJSON: Encodable {
     /// The win-back offer the order asked for, allowed by the catalog's policy (Apple applies
     /// it; nothing is signed).
     var winBackOffer: WinBackOfferJSON?
+    /// A Stripe app's order: the Checkout Session it opened (`url`: the hosted page).
+    var checkout: StoreKeeperApp.CheckoutJSON?
+    /// A paid Stripe checkout for nobody: the code that binds it to an account.
+    var redemptionCode: String?
 
     struct WinBackOfferJSON: Encodable {
         var id: String
@@ -56,7 +61,7 @@ struct OrderJSON: Encodable {
         appId = order.appId
         orderId = order.orderId
         appAccountToken = order.appAccountToken.uuidString.lowercased()
-        accountId = order.accountId
+        accountId = order.accountId.isEmpty ? nil : order.accountId
         productId = order.productId
         quantity = order.quantity
         status = order.status.rawValue

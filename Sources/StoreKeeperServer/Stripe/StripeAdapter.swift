@@ -1,0 +1,425 @@
+import Foundation
+import StoreKeeperCatalog
+import StoreKeeperCore
+import StoreKeeperStorage
+import Stripe
+
+/// A Stripe app at runtime: its configuration and API client.
+public struct StripeApp: Sendable {
+    public let configuration: StripeAppConfiguration
+    public let client: StripeClient
+
+    static func make(_ configuration: StripeAppConfiguration) throws -> StripeApp {
+        StripeApp(
+            configuration: configuration,
+            client: StripeClient(
+                secretKey: try ServerConfiguration.stripeSecretKey(configuration), apiVersion: configuration.apiVersion,
+                baseURL: configuration.apiBaseURL))
+    }
+}
+
+/// The metadata key that carries an order's token on the session, the payment intent and the
+/// subscription (Stripe copies none of them from one to another).
+let stripeTokenKey = "storekeeper_token"
+
+/// Stripe → the store-neutral core: what the adapter read of Stripe's objects, as
+/// `StoreTransaction`s, subscription states and refunds. Stripe's types stop here.
+enum StripeReading {
+    /// Milliunits of `amount` in Stripe's smallest unit of `currency` (cents; whole yen).
+    static func milliunits(_ amount: Int64?, currency: String?) -> Int64? {
+        guard let amount, let currency else { return nil }
+        let exponent = ["bif", "clp", "djf", "gnf", "jpy", "kmf", "krw", "mga", "pyg", "rwf", "ugx", "vnd", "vuv",
+            "xaf", "xof", "xpf"].contains(currency.lowercased()) ? 0 : 2
+        let (value, overflow) = amount.multipliedReportingOverflow(by: exponent == 0 ? 1000 : 10)
+        return overflow ? nil : value
+    }
+
+    /// The state a subscription's status gives access by (Stripe's `past_due`: billing retry).
+    static func status(_ subscription: StripeSubscription) -> SubscriptionStatus? {
+        switch subscription.status {
+        case "active", "trialing": .active
+        case "past_due", "unpaid": .billingRetry
+        case "paused": .paused
+        case "canceled", "incomplete_expired": .expired
+        default: nil  // incomplete: never paid, nothing to change
+        }
+    }
+
+    /// The proceeds of a charge: its balance transaction's net, in milliunits of the charge's
+    /// currency when it settled in it (a converted one is left to `Proceeds`).
+    static func proceeds(_ charge: StripeCharge?, currency: String?) -> Int64? {
+        guard let balance = charge?.balanceTransaction?.object, let net = balance.net,
+            balance.currency?.lowercased() == currency?.lowercased()
+        else { return nil }
+        return milliunits(net, currency: currency)
+    }
+
+    static func ms(_ seconds: Int64?) -> Int64? { seconds.map { $0 * 1000 } }
+}
+
+extension StoreKeeperApp {
+    /// The Stripe app `appId` names (or the only one), else 400 naming the problem.
+    func stripeApp(_ appId: String?) throws -> StripeApp {
+        guard !stripe.isEmpty else {
+            throw APIError(.badRequest, "store_not_configured", "no Stripe app is configured on this server")
+        }
+        if let appId {
+            guard let app = stripe[appId] else {
+                throw APIError(.badRequest, "unknown_app", "no Stripe app '\(appId.prefix(64))' is configured")
+            }
+            return app
+        }
+        guard stripe.count == 1, let only = stripe.values.first else {
+            throw APIError.badRequest("field 'appId' is required: several Stripe apps are configured")
+        }
+        return only
+    }
+
+    static func stripeAPIError(_ error: StripeError) -> APIError {
+        switch error.kind {
+        case .notFound, .refused:
+            APIError(.unprocessableContent, "stripe_refused", "Stripe refused: \(error.message.prefix(300))")
+        case .unauthorized, .unavailable, .malformed:
+            {
+                var answer = APIError(
+                    .serviceUnavailable, "stripe_unavailable",
+                    "Stripe cannot be asked now (\(error.kind.rawValue)); try again", retryable: true)
+                answer.headers[.retryAfter] = "30"
+                return answer
+            }()
+        }
+    }
+
+    // MARK: Orders open a Checkout Session
+
+    struct CheckoutJSON: Encodable {
+        var sessionId: String
+        var url: String?
+        var expiresAt: String
+    }
+
+    /// The Checkout Session an order opens: `client_reference_id` the order, its token in the
+    /// session's, payment intent's or subscription's metadata, an expiry inside Stripe's 30 min
+    /// to 24 h and the order's own, one idempotency key per order.
+    func openCheckout(order: Order, product: Product, app: StripeApp, now: Date) async throws -> CheckoutJSON {
+        guard let price = product.storeProducts?["stripe"] else {
+            throw APIError(
+                .unprocessableContent, "unknown_product",
+                "product '\(product.id)' has no Stripe price in the catalog (storeProducts.stripe)")
+        }
+        let token = order.appAccountToken.uuidString.lowercased()
+        let subscription = product.type == .autoRenewable
+        let orderEnd = order.createdAt.addingTimeInterval(configuration.orderTTL)
+        let expires = Int64(min(max(orderEnd, now.addingTimeInterval(1860)), now.addingTimeInterval(86_000)).timeIntervalSince1970)
+        var form = StripeForm()
+        form.add("mode", subscription ? "subscription" : "payment")
+        form.add("line_items[0][price]", price)
+        form.add("line_items[0][quantity]", String(subscription ? 1 : order.quantity))
+        form.add("client_reference_id", order.orderId)
+        form.add("metadata[\(stripeTokenKey)]", token)
+        form.add("metadata[storekeeper_order]", order.orderId)
+        form.add(subscription ? "subscription_data[metadata][\(stripeTokenKey)]" : "payment_intent_data[metadata][\(stripeTokenKey)]", token)
+        form.add(subscription ? "subscription_data[metadata][storekeeper_order]" : "payment_intent_data[metadata][storekeeper_order]", order.orderId)
+        if !subscription, order.accountId.isEmpty { form.add("customer_creation", "always") }
+        if !order.accountId.isEmpty, let customer = try await StripeStore(database: database).customer(
+            appId: app.configuration.id, accountId: order.accountId)
+        {
+            form.add("customer", customer)
+        }
+        let separator = app.configuration.successURL.contains("?") ? "&" : "?"
+        // A buyer without an account: the code that will bind the purchase, known now so the
+        // success page can show it (it redeems nothing until the payment is applied here).
+        let code = order.accountId.isEmpty ? Self.redemptionCode() : nil
+        form.add(
+            "success_url",
+            app.configuration.successURL + separator + "order=\(order.orderId)"
+                + (code.map { "&redemption=\($0)" } ?? "") + "&session_id={CHECKOUT_SESSION_ID}")
+        form.add("cancel_url", app.configuration.cancelURL)
+        form.add("expires_at", String(expires))
+        let session: StripeCheckoutSession
+        do {
+            session = try await app.client.createCheckoutSession(form, idempotencyKey: "checkout:\(order.orderId)")
+        } catch let error as StripeError {
+            throw Self.stripeAPIError(error)
+        }
+        var checkout = StripeStore.Checkout(
+            sessionId: session.id, appId: app.configuration.id, orderId: order.orderId,
+            accountId: order.accountId.isEmpty ? nil : order.accountId, productId: product.id,
+            appAccountToken: token, url: session.url, expiresAt: session.expiresAt ?? expires,
+            createdAt: now.stripeMilliseconds)
+        checkout.redemptionCode = code
+        try await StripeStore(database: database).recordCheckout(checkout)
+        return CheckoutJSON(
+            sessionId: session.id, url: session.url,
+            expiresAt: Self.iso(Date(timeIntervalSince1970: Double(session.expiresAt ?? expires))))
+    }
+
+    // MARK: Events, applied by re-reading what they are about
+
+    /// Applies one recorded event: the objects it names are read again from Stripe (events
+    /// arrive twice, late and out of order; the API says what is true now). Returns what it did.
+    func applyStripeEvent(_ event: StripeStore.Event, app: StripeApp, now: Date) async throws -> String {
+        guard let object = event.objectId else { return "no object: nothing to do" }
+        switch event.type {
+        case "checkout.session.completed", "checkout.session.async_payment_succeeded":
+            return try await applyStripeSession(object, app: app, now: now)
+        case "checkout.session.async_payment_failed":
+            return "the delayed payment failed: nothing delivered"
+        case "checkout.session.expired":
+            return "the session expired unpaid: nothing delivered"
+        case "invoice.paid", "invoice.payment_succeeded":
+            return try await applyStripeInvoice(object, app: app, now: now)
+        case "invoice.payment_failed":
+            let invoice = try await app.client.invoice(object)
+            guard let subscription = invoice.subscriptionId else { return "an invoice of no subscription" }
+            return try await applyStripeSubscription(subscription, app: app, now: now)
+        case let type where type.hasPrefix("customer.subscription."):
+            return try await applyStripeSubscription(object, app: app, now: now)
+        case "charge.refunded", "charge.refund.updated", "refund.created", "refund.updated", "refund.failed":
+            let charge: String
+            if event.type.hasPrefix("charge.refunded") {
+                charge = object
+            } else {
+                guard let id = try await app.client.refund(object).charge?.id else { return "a refund of no charge" }
+                charge = id
+            }
+            return try await applyStripeRefunds(charge: charge, app: app, now: now)
+        case let type where type.hasPrefix("charge.dispute."):
+            return try await applyStripeDispute(object, app: app, now: now)
+        default:
+            return "\(event.type): nothing to do"
+        }
+    }
+
+    /// The transaction of a paid payment-mode session, or of a subscription's invoice.
+    func applyStripeSession(_ id: String, app: StripeApp, now: Date) async throws -> String {
+        let session = try await app.client.checkoutSession(id)
+        guard session.isPaid else {
+            return "not paid yet (status \(session.status ?? "?"), payment_status \(session.paymentStatus ?? "?")): nothing delivered"
+        }
+        if session.mode == "subscription" {
+            var subscription = session.subscription?.object
+            if subscription == nil, let id = session.subscription?.id {
+                subscription = try await app.client.subscription(id)
+            }
+            guard let invoice = subscription?.latestInvoice?.id else {
+                return "a subscription session without an invoice yet"
+            }
+            return try await applyStripeInvoice(invoice, app: app, now: now)
+        }
+        guard let intent = session.paymentIntent?.object,
+            let priceId = session.lineItems?.data.first?.price?.id,
+            let product = catalog.product(store: "stripe", storeProductId: priceId)
+        else {
+            return "a session of a price the catalog does not sell (storeProducts.stripe): nothing delivered"
+        }
+        let charge = intent.latestCharge?.object
+        let currency = session.currency ?? intent.currency
+        let token = intent.metadata?[stripeTokenKey] ?? session.metadata?[stripeTokenKey]
+        let transaction = StoreTransaction(
+            store: .stripe, transactionId: "stripe:\(intent.id)", originalTransactionId: "stripe:\(intent.id)",
+            storeIdentity: ServerConfiguration.stripeIdentity(app.configuration.id), productId: product.id,
+            purchaseDate: StripeReading.ms(intent.created ?? session.created), quantity: Int32(
+                clamping: session.lineItems?.data.first?.quantity ?? 1), kind: .init(product.type),
+            appAccountToken: token, ownership: .purchased, signedDate: now.stripeMilliseconds,
+            environment: (session.livemode ?? false) ? .production : .sandbox,
+            storefront: nil, currency: currency?.uppercased(),
+            price: StripeReading.milliunits(intent.amountReceived ?? session.amountTotal, currency: currency))
+        var priced = transaction
+        priced.proceeds = StripeReading.proceeds(charge, currency: currency)
+        return try await deliverStripe(
+            priced, paymentIntent: intent.id, customer: session.customer?.id ?? intent.customer?.id, app: app, now: now,
+            event: nil)
+    }
+
+    /// A paid invoice: the subscription's period, delivered once (first purchase and renewals).
+    func applyStripeInvoice(_ id: String, app: StripeApp, now: Date) async throws -> String {
+        let invoice = try await app.client.invoice(id)
+        guard invoice.status == "paid" else { return "invoice \(invoice.status ?? "?"): nothing delivered" }
+        guard let subscriptionId = invoice.subscriptionId else { return "an invoice of no subscription" }
+        let subscription = try await app.client.subscription(subscriptionId)
+        let priceId =
+            invoice.lines?.data.compactMap { $0.pricing?.priceDetails?.price }.first ?? subscription.price?.id
+        guard let priceId, let product = catalog.product(store: "stripe", storeProductId: priceId) else {
+            return "an invoice of a price the catalog does not sell (storeProducts.stripe): nothing delivered"
+        }
+        var charge: StripeCharge?
+        var intentId: String?
+        if let pi = invoice.paymentIntentId {
+            let intent = try await app.client.paymentIntent(pi)
+            charge = intent.latestCharge?.object
+            intentId = intent.id
+        }
+        let token = invoice.subscriptionMetadata?[stripeTokenKey] ?? subscription.metadata?[stripeTokenKey]
+        var transaction = StoreTransaction(
+            store: .stripe, transactionId: "stripe:\(invoice.id)", originalTransactionId: "stripe:\(subscription.id)",
+            storeIdentity: ServerConfiguration.stripeIdentity(app.configuration.id), productId: product.id,
+            purchaseDate: StripeReading.ms(invoice.periodStart ?? invoice.statusTransitions?.paidAt ?? invoice.created),
+            originalPurchaseDate: StripeReading.ms(subscription.startDate ?? subscription.created),
+            expiresDate: StripeReading.ms(invoice.periodEnd ?? subscription.currentPeriodEnd), quantity: 1,
+            kind: .autoRenewable, appAccountToken: token, ownership: .purchased, signedDate: now.stripeMilliseconds,
+            environment: (invoice.livemode ?? false) ? .production : .sandbox,
+            transactionReason: invoice.billingReason == "subscription_create" ? "PURCHASE" : "RENEWAL",
+            currency: invoice.currency?.uppercased(),
+            price: StripeReading.milliunits(invoice.amountPaid, currency: invoice.currency))
+        transaction.subscriptionGroup = product.group
+        transaction.proceeds = StripeReading.proceeds(charge, currency: invoice.currency)
+        let event = StripeReading.status(subscription).map {
+            SubscriptionEvent(
+                .storeState($0, autoRenew: !(subscription.cancelAtPeriodEnd ?? false)), signedDate: now,
+                transaction: transaction)
+        }
+        return try await deliverStripe(
+            transaction, paymentIntent: intentId, customer: invoice.customer?.id ?? subscription.customer?.id, app: app,
+            now: now, event: event)
+    }
+
+    /// Delivers through the one path: to the order's account (its token), to the account that
+    /// redeemed its code, or — bought without an account — to nobody, with a redemption code.
+    func deliverStripe(
+        _ transaction: StoreTransaction, paymentIntent: String?, customer: String?, app: StripeApp, now: Date,
+        event: SubscriptionEvent?
+    ) async throws -> String {
+        let stripeStore = StripeStore(database: database)
+        if let intent = paymentIntent {
+            try await stripeStore.recordPayment(
+                paymentIntent: intent, transactionId: transaction.transactionId ?? "",
+                originalTransactionId: transaction.originalTransactionId ?? "", productId: transaction.productId ?? "")
+        }
+        var transaction = transaction
+        var submitter: String?
+        var orderId: String?
+        if let token = transaction.appAccountToken, let checkout = try await stripeStore.checkout(token: token) {
+            orderId = checkout.orderId
+            if checkout.accountId == nil {
+                guard let redeemer = checkout.redeemedBy else {
+                    let issued = try await stripeStore.issueRedemption(
+                        session: checkout.sessionId, transactionId: transaction.transactionId ?? "",
+                        code: Self.redemptionCode(),
+                        expiresAt: now.addingTimeInterval(Double(app.configuration.redemptionMinutes) * 60))
+                    return "paid without an account: held for redemption code \(issued?.redemptionCode?.prefix(4) ?? "?")…"
+                }
+                // Redeemed: the redeemer's, never the placeholder order's.
+                submitter = redeemer
+                transaction.appAccountToken = nil
+                orderId = nil
+            }
+        }
+        let result = try await store.deliver(
+            transaction, submittingAccount: submitter, requestedOrderId: orderId, catalog: catalog,
+            policy: configuration.ownershipPolicy, evidence: .device, event: event, now: now)
+        if let refusal = result.plan.refusal { return "\(transaction.transactionId ?? "?"): refused (\(refusal))" }
+        if let customer, let account = result.plan.accountId ?? result.plan.delivery?.accountId {
+            // The account's Stripe customer: its billing portal.
+            try await stripeStore.setCustomer(appId: app.configuration.id, accountId: account, customerId: customer)
+        }
+        return "\(transaction.transactionId ?? "?"): \(result.plan.outcome)"
+    }
+
+    /// A code a player types or a link carries: 12 characters of an alphabet without 0/O, 1/I.
+    static func redemptionCode() -> String {
+        let alphabet = Array("ABCDEFGHJKLMNPQRSTUVWXYZ23456789")
+        var generator = SystemRandomNumberGenerator()
+        return String((0..<12).map { _ in alphabet[Int(generator.next(upperBound: UInt32(alphabet.count)))] })
+    }
+
+    /// A subscription's state as Stripe says it now: billing retry, cancellation at period end,
+    /// pause, end — applied like every store's snapshot, its current product (a plan change).
+    func applyStripeSubscription(_ id: String, app: StripeApp, now: Date) async throws -> String {
+        let subscription = try await app.client.subscription(id)
+        let original = "stripe:\(subscription.id)"
+        guard let status = StripeReading.status(subscription) else {
+            return "subscription \(subscription.status ?? "?"): nothing to change"
+        }
+        guard let state = try await SubscriptionStore.state(original, database: database) else {
+            return "subscription \(subscription.status ?? "?") not delivered here yet: its invoice will be"
+        }
+        let product =
+            subscription.price.flatMap { catalog.product(store: "stripe", storeProductId: $0.id) }?.id ?? state.productId
+        let end = status == .expired ? (subscription.endedAt ?? subscription.currentPeriodEnd) : subscription.currentPeriodEnd
+        var transaction = StoreTransaction(
+            store: .stripe, transactionId: state.latestTransactionId, originalTransactionId: original,
+            storeIdentity: ServerConfiguration.stripeIdentity(app.configuration.id), productId: product,
+            expiresDate: StripeReading.ms(end), quantity: 1, kind: .autoRenewable, ownership: .purchased,
+            signedDate: now.stripeMilliseconds, environment: (subscription.livemode ?? false) ? .production : .sandbox)
+        transaction.subscriptionGroup = catalog.product(product)?.group
+        _ = try await store.applyStoreSnapshot(
+            transaction,
+            event: SubscriptionEvent(
+                .storeState(status, autoRenew: !(subscription.cancelAtPeriodEnd ?? false)), signedDate: now,
+                transaction: transaction),
+            submittingAccount: nil, requestedOrderId: nil, catalog: catalog, policy: configuration.ownershipPolicy,
+            now: now)
+        return "subscription \(subscription.status ?? "?")\(subscription.cancelAtPeriodEnd == true ? ", canceled at period end" : ""): \(status.rawValue)"
+    }
+
+    /// A charge's refunds: each succeeded Refund object takes back its own amount, once (the
+    /// charge's `amount_refunded` is only a running total), through the one refund path.
+    func applyStripeRefunds(charge id: String, app: StripeApp, now: Date) async throws -> String {
+        let charge = try await app.client.charge(id)
+        guard let intent = charge.paymentIntent?.id,
+            let payment = try await StripeStore(database: database).payment(paymentIntent: intent)
+        else { return "a refund of a payment not delivered here: nothing to take back" }
+        let refunds = try await app.client.refunds(charge: id).data
+            .filter { $0.status == "succeeded" }
+            .sorted { ($0.created ?? 0, $0.id) < ($1.created ?? 0, $1.id) }
+        guard let total = charge.amount, total > 0 else { return "a charge of nothing" }
+        var cumulative: Int64 = 0
+        var outcomes: [String] = []
+        for refund in refunds {
+            cumulative += refund.amount ?? 0
+            var event = RefundEvent(
+                kind: .refund, store: .stripe, key: "stripe-refund:\(refund.id)", transactionId: payment.transactionId,
+                originalTransactionId: payment.originalTransactionId, productId: payment.productId,
+                revocation: RefundPlanner.Revocation(unitsRefunded: cumulative, of: total))
+            event.revocationType = (cumulative >= total ? StoreTransaction.RevocationKind.refundFull : .refundProrated).rawValue
+            event.storeIdentity = ServerConfiguration.stripeIdentity(app.configuration.id)
+            event.environment = (charge.livemode ?? false) ? "Production" : "Sandbox"
+            let outcome = try await notifications.applyRefund(event, settings: refundSettings(), now: now)
+            outcomes.append("\(refund.id): \(outcome.0)")
+        }
+        return outcomes.isEmpty ? "no succeeded refund" : outcomes.joined(separator: "; ")
+    }
+
+    /// A dispute by the app's policy: a lost chargeback revokes (and an opened one when
+    /// `revoke_when_opened`); an inquiry (`warning_…`) never does; a won one after an early
+    /// revocation gives back.
+    func applyStripeDispute(_ id: String, app: StripeApp, now: Date) async throws -> String {
+        let dispute = try await app.client.dispute(id)
+        guard !dispute.isInquiry else { return "inquiry \(dispute.status ?? "?"): nothing revoked" }
+        guard let intent = dispute.paymentIntent?.id,
+            let payment = try await StripeStore(database: database).payment(paymentIntent: intent)
+        else { return "a dispute of a payment not delivered here" }
+        let opened = ["needs_response", "under_review"].contains(dispute.status ?? "")
+        let revoke = dispute.status == "lost" || (opened && app.configuration.disputePolicy == "revoke_when_opened")
+        var event = RefundEvent(
+            kind: revoke ? .refund : .reversal, store: .stripe,
+            key: "stripe-dispute:\(dispute.id):\(revoke ? "revoke" : "restore")", transactionId: payment.transactionId,
+            originalTransactionId: payment.originalTransactionId, productId: payment.productId,
+            revocation: RefundPlanner.Revocation(type: .refundFull, percentage: nil))
+        event.revocationType = StoreTransaction.RevocationKind.refundFull.rawValue
+        event.storeIdentity = ServerConfiguration.stripeIdentity(app.configuration.id)
+        if revoke {
+            let outcome = try await notifications.applyRefund(event, settings: refundSettings(), now: now)
+            return "dispute \(dispute.status ?? "?"): revoked (\(outcome.0))"
+        }
+        if dispute.status == "won", app.configuration.disputePolicy == "revoke_when_opened" {
+            let outcome = try await notifications.applyRefund(event, settings: refundSettings(), now: now)
+            return "dispute won: restored (\(outcome.0))"
+        }
+        return "dispute \(dispute.status ?? "?"): nothing revoked by policy \(app.configuration.disputePolicy)"
+    }
+
+    func refundSettings() -> NotificationStore.Settings {
+        var settings = NotificationStore.Settings(
+            catalog: catalog, policy: configuration.ownershipPolicy,
+            consumptionEnabled: configuration.consumptionEnabled, read: StoreKeeperApp.storedNotification)
+        settings.sharedAppleIdLimit = configuration.sharedAppleIdAccounts
+        settings.apps = store.apps
+        return settings
+    }
+}
+
+extension Date {
+    var stripeMilliseconds: Int64 { Int64((timeIntervalSince1970 * 1000).rounded(.down)) }
+}

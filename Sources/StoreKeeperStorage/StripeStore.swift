@@ -1,0 +1,308 @@
+import Foundation
+import SQLKit
+import StoreKeeperSupport
+
+/// Stripe's records beside the one delivery path: webhook events (durable before Stripe hears
+/// 2xx, once per event id, each queueing its job in the same transaction), the Checkout Sessions
+/// orders opened, redemption codes of purchases made before the buyer had an account, and each
+/// account's Stripe customer.
+public struct StripeStore: Sendable {
+    public static let eventJobKind = "stripe_event"
+    public static let reconcileJobKind = "stripe_reconcile"
+
+    public let database: Database
+
+    public init(database: Database) { self.database = database }
+
+    public enum Recorded: Sendable, Hashable {
+        case new
+        case duplicate
+    }
+
+    /// An event, durably, once per id; a new one queues its job (payload: the event id).
+    public func recordEvent(
+        id: String, appId: String, type: String, objectId: String?, created: Int64?, now: Date
+    ) async throws -> Recorded {
+        try await database.transaction { sql in
+            let inserted = try await sql.raw(
+                """
+                INSERT INTO stripe_events (event_id, app_id, type, object_id, created, status, received_at)
+                VALUES (\(bind: id), \(bind: appId), \(bind: type), \(bind: objectId), \(bind: created), 'pending',
+                        \(bind: now.milliseconds))
+                ON CONFLICT (event_id) DO NOTHING RETURNING event_id
+                """
+            ).first()
+            guard inserted != nil else { return .duplicate }
+            try await JobStore.insert(
+                kind: Self.eventJobKind, dedupeKey: "\(Self.eventJobKind)|\(id)", payload: id, sql: sql, now: now)
+            return .new
+        }
+    }
+
+    public struct Event: Sendable, Hashable {
+        public var id: String
+        public var appId: String
+        public var type: String
+        public var objectId: String?
+        public var created: Int64?
+        public var status: String
+        public var outcome: String?
+    }
+
+    public func event(_ id: String) async throws -> Event? {
+        try await database.read { sql in
+            try await sql.raw("SELECT * FROM stripe_events WHERE event_id = \(bind: id)").first().map(Self.event)
+        }
+    }
+
+    public func events(limit: Int = 100) async throws -> [Event] {
+        try await database.read { sql in
+            try await sql.raw(
+                "SELECT * FROM stripe_events ORDER BY received_at DESC, event_id LIMIT \(bind: max(1, min(limit, 1000)))"
+            ).all().map(Self.event)
+        }
+    }
+
+    static func event(_ row: any SQLRow) throws -> Event {
+        Event(
+            id: try row.decode(column: "event_id", as: String.self),
+            appId: try row.decode(column: "app_id", as: String.self),
+            type: try row.decode(column: "type", as: String.self),
+            objectId: try row.decode(column: "object_id", as: String?.self),
+            created: try row.decode(column: "created", as: Int64?.self),
+            status: try row.decode(column: "status", as: String.self),
+            outcome: try row.decode(column: "outcome", as: String?.self))
+    }
+
+    public func finishEvent(_ id: String, status: String, outcome: String, now: Date) async throws {
+        try await database.transaction { sql in
+            try await sql.raw(
+                """
+                UPDATE stripe_events SET status = \(bind: status), outcome = \(bind: String(outcome.prefix(1000))),
+                applied_at = \(bind: now.milliseconds) WHERE event_id = \(bind: id)
+                """
+            ).run()
+        }
+    }
+
+    // MARK: Checkout Sessions
+
+    public struct Checkout: Sendable, Hashable {
+        public var sessionId: String
+        public var appId: String
+        public var orderId: String
+        public var accountId: String?
+        public var productId: String
+        public var appAccountToken: String
+        public var url: String?
+        public var expiresAt: Int64
+        public var createdAt: Int64
+        public var transactionId: String?
+        public var redemptionCode: String?
+        public var redemptionExpiresAt: Int64?
+        public var redeemedBy: String?
+
+        public init(
+            sessionId: String, appId: String, orderId: String, accountId: String?, productId: String,
+            appAccountToken: String, url: String?, expiresAt: Int64, createdAt: Int64
+        ) {
+            self.sessionId = sessionId
+            self.appId = appId
+            self.orderId = orderId
+            self.accountId = accountId
+            self.productId = productId
+            self.appAccountToken = appAccountToken
+            self.url = url
+            self.expiresAt = expiresAt
+            self.createdAt = createdAt
+        }
+    }
+
+    /// Records the session an order opened (the same order again: the first one stays).
+    public func recordCheckout(_ checkout: Checkout) async throws {
+        try await database.transaction { sql in
+            try await sql.raw(
+                """
+                INSERT INTO stripe_checkouts (session_id, app_id, order_id, account_id, product_id, app_account_token,
+                    url, expires_at, created_at, redemption_code)
+                VALUES (\(bind: checkout.sessionId), \(bind: checkout.appId), \(bind: checkout.orderId),
+                    \(bind: checkout.accountId), \(bind: checkout.productId), \(bind: checkout.appAccountToken),
+                    \(bind: checkout.url), \(bind: checkout.expiresAt), \(bind: checkout.createdAt),
+                    \(bind: checkout.redemptionCode))
+                ON CONFLICT (session_id) DO NOTHING
+                """
+            ).run()
+        }
+    }
+
+    public func checkout(session: String) async throws -> Checkout? {
+        try await database.read { sql in
+            try await sql.raw("SELECT * FROM stripe_checkouts WHERE session_id = \(bind: session)").first().map(
+                Self.checkout)
+        }
+    }
+
+    public func checkout(order: String) async throws -> Checkout? {
+        try await database.read { sql in
+            try await sql.raw("SELECT * FROM stripe_checkouts WHERE order_id = \(bind: order)").first().map(
+                Self.checkout)
+        }
+    }
+
+    public func checkout(token: String) async throws -> Checkout? {
+        try await database.read { sql in
+            try await sql.raw("SELECT * FROM stripe_checkouts WHERE app_account_token = \(bind: token)").first().map(
+                Self.checkout)
+        }
+    }
+
+    public func checkout(redemptionCode code: String) async throws -> Checkout? {
+        try await database.read { sql in
+            try await sql.raw("SELECT * FROM stripe_checkouts WHERE redemption_code = \(bind: code)").first().map(
+                Self.checkout)
+        }
+    }
+
+    static func checkout(_ row: any SQLRow) throws -> Checkout {
+        var checkout = Checkout(
+            sessionId: try row.decode(column: "session_id", as: String.self),
+            appId: try row.decode(column: "app_id", as: String.self),
+            orderId: try row.decode(column: "order_id", as: String.self),
+            accountId: try row.decode(column: "account_id", as: String?.self),
+            productId: try row.decode(column: "product_id", as: String.self),
+            appAccountToken: try row.decode(column: "app_account_token", as: String.self),
+            url: try row.decode(column: "url", as: String?.self),
+            expiresAt: try row.decode(column: "expires_at", as: Int64.self),
+            createdAt: try row.decode(column: "created_at", as: Int64.self))
+        checkout.transactionId = try row.decode(column: "transaction_id", as: String?.self)
+        checkout.redemptionCode = try row.decode(column: "redemption_code", as: String?.self)
+        checkout.redemptionExpiresAt = try row.decode(column: "redemption_expires_at", as: Int64?.self)
+        checkout.redeemedBy = try row.decode(column: "redeemed_by", as: String?.self)
+        return checkout
+    }
+
+    /// A paid checkout for nobody: its transaction and a single-use code (kept if one exists).
+    public func issueRedemption(session: String, transactionId: String, code: String, expiresAt: Date) async throws
+        -> Checkout?
+    {
+        try await database.transaction { sql in
+            try await sql.raw(
+                """
+                UPDATE stripe_checkouts SET transaction_id = \(bind: transactionId),
+                    redemption_code = COALESCE(redemption_code, \(bind: code)),
+                    redemption_expires_at = COALESCE(redemption_expires_at, \(bind: expiresAt.milliseconds))
+                WHERE session_id = \(bind: session) AND account_id IS NULL
+                """
+            ).run()
+            return try await sql.raw("SELECT * FROM stripe_checkouts WHERE session_id = \(bind: session)").first().map(
+                Self.checkout)
+        }
+    }
+
+    public enum Claim: Sendable, Hashable {
+        case claimed(Checkout)
+        case alreadyRedeemed(by: String)
+        case expired
+        case unknown
+    }
+
+    /// Binds a code to `account`, once: a second account (or the same code again) is refused.
+    public func claim(code: String, account: String, now: Date) async throws -> Claim {
+        try await database.transaction { sql in
+            guard let row = try await sql.raw("SELECT * FROM stripe_checkouts WHERE redemption_code = \(bind: code)")
+                .first()
+            else { return .unknown }
+            let checkout = try Self.checkout(row)
+            if let by = checkout.redeemedBy { return .alreadyRedeemed(by: by) }
+            guard (checkout.redemptionExpiresAt ?? 0) > now.milliseconds else { return .expired }
+            let updated = try await sql.raw(
+                """
+                UPDATE stripe_checkouts SET redeemed_by = \(bind: account), redeemed_at = \(bind: now.milliseconds)
+                WHERE session_id = \(bind: checkout.sessionId) AND redeemed_by IS NULL RETURNING session_id
+                """
+            ).first()
+            guard updated != nil else { return .alreadyRedeemed(by: "another account") }
+            return .claimed(checkout)
+        }
+    }
+
+    /// Support renews an expired, unredeemed code.
+    public func renewRedemption(code: String, expiresAt: Date) async throws -> Bool {
+        try await database.transaction { sql in
+            try await sql.raw(
+                """
+                UPDATE stripe_checkouts SET redemption_expires_at = \(bind: expiresAt.milliseconds)
+                WHERE redemption_code = \(bind: code) AND redeemed_by IS NULL RETURNING session_id
+                """
+            ).first() != nil
+        }
+    }
+
+    // MARK: Customers
+
+    public func customer(appId: String, accountId: String) async throws -> String? {
+        try await database.read { sql in
+            try await sql.raw(
+                "SELECT customer_id FROM stripe_customers WHERE app_id = \(bind: appId) AND account_id = \(bind: accountId)"
+            ).first()?.decode(column: "customer_id", as: String.self)
+        }
+    }
+
+    public func setCustomer(appId: String, accountId: String, customerId: String) async throws {
+        try await database.transaction { sql in
+            try await sql.raw(
+                """
+                INSERT INTO stripe_customers (app_id, account_id, customer_id)
+                VALUES (\(bind: appId), \(bind: accountId), \(bind: customerId))
+                ON CONFLICT (app_id, account_id) DO NOTHING
+                """
+            ).run()
+        }
+    }
+}
+
+extension StripeStore {
+    public struct Payment: Sendable, Hashable {
+        public var transactionId: String
+        public var originalTransactionId: String
+        public var productId: String
+    }
+
+    /// Which transaction a payment intent paid (refunds and disputes name the payment).
+    public func recordPayment(
+        paymentIntent: String, transactionId: String, originalTransactionId: String, productId: String
+    ) async throws {
+        try await database.transaction { sql in
+            try await sql.raw(
+                """
+                INSERT INTO stripe_payments (payment_intent_id, transaction_id, original_transaction_id, product_id)
+                VALUES (\(bind: paymentIntent), \(bind: transactionId), \(bind: originalTransactionId), \(bind: productId))
+                ON CONFLICT (payment_intent_id) DO NOTHING
+                """
+            ).run()
+        }
+    }
+
+    public func payment(paymentIntent: String) async throws -> Payment? {
+        try await database.read { sql in
+            try await sql.raw("SELECT * FROM stripe_payments WHERE payment_intent_id = \(bind: paymentIntent)").first()
+                .map {
+                    Payment(
+                        transactionId: try $0.decode(column: "transaction_id", as: String.self),
+                        originalTransactionId: try $0.decode(column: "original_transaction_id", as: String.self),
+                        productId: try $0.decode(column: "product_id", as: String.self))
+                }
+        }
+    }
+}
+
+extension StripeStore {
+    /// The payment intent that paid a transaction (a support refund asks Stripe by it).
+    public func paymentIntent(ofTransaction transactionId: String) async throws -> String? {
+        try await database.read { sql in
+            try await sql.raw(
+                "SELECT payment_intent_id FROM stripe_payments WHERE transaction_id = \(bind: transactionId)"
+            ).first()?.decode(column: "payment_intent_id", as: String.self)
+        }
+    }
+}

@@ -1,0 +1,403 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import LocalAppStore
+import LocalStripe
+import NIOCore
+import StoreKeeperCatalog
+import StoreKeeperStorage
+import Stripe
+import Testing
+
+@testable import StoreKeeperServer
+
+/// Stripe, the third store (docs/stripe.md): the real server on SQLite and PostgreSQL, the
+/// local Stripe over HTTP as Stripe's API, its webhooks posted as Stripe signs them.
+@Suite struct StripeTests {
+    typealias API = ServerAPITests
+    static let secrets = ["whsec_test_current_0123456789", "whsec_test_rolled_9876543210"]
+
+    struct Web {
+        let app: StoreKeeperApp
+        let client: any TestClientProtocol
+        let stripe: LocalStripe
+        let server: LocalStripeServer
+
+        /// Every new event posted as Stripe sends it (signed with the current secret only, or
+        /// `secrets`), in order, newest first, or twice; returns the statuses.
+        @discardableResult
+        func deliver(secrets: [String] = [StripeTests.secrets[0]], reverse: Bool = false, twice: Bool = false)
+            async throws -> [HTTPResponse.Status]
+        {
+            var deliveries = server.takeDeliveries(secrets: secrets)
+            if reverse { deliveries.reverse() }
+            var statuses: [HTTPResponse.Status] = []
+            for delivery in deliveries {
+                for _ in 0..<(twice ? 2 : 1) {
+                    statuses.append(try await post(delivery.body, signature: delivery.header))
+                }
+            }
+            await runJobs()
+            return statuses
+        }
+
+        func post(_ body: Data, signature: String?) async throws -> HTTPResponse.Status {
+            var headers: HTTPFields = [.contentType: "application/json; charset=utf-8"]
+            if let signature { headers[HTTPField.Name("Stripe-Signature")!] = signature }
+            return try await client.execute(
+                uri: "/v1/notifications/stripe", method: .post, headers: headers, body: ByteBuffer(bytes: body)
+            ) { $0.status }
+        }
+
+        func runJobs(now: Date = Date()) async {
+            let runner = JobRunner(app: app)
+            while await runner.runDueCounting(now: now).claimed > 0 {}
+        }
+
+        func order(_ account: String?, _ product: String, quantity: Int = 1) async throws -> API.Reply {
+            let owner = account.map { #""accountId":"\#($0)","# } ?? ""
+            return try await API.call(
+                client, .post, "/v1/orders",
+                body: #"{\#(owner)"productId":"\#(product)","appId":"web","quantity":\#(quantity)}"#)
+        }
+
+        /// An order paid on the hosted page: (orderId, sessionId).
+        func buy(_ account: String?, _ product: String, outcome: String = "paid", quantity: Int = 1) async throws
+            -> (order: String, session: String)
+        {
+            let reply = try await order(account, product, quantity: quantity)
+            #expect(reply.status == .created, "\(reply.json)")
+            let checkout = try #require(reply.json["checkout"] as? [String: Any])
+            let session = try #require(checkout["sessionId"] as? String)
+            _ = try stripe.pay(session: session, outcome: outcome)
+            return (reply.json["orderId"] as? String ?? "", session)
+        }
+
+        func account(_ id: String) async throws -> [String: Any] {
+            try await API.call(client, .get, "/v1/accounts/\(id)").json
+        }
+
+        func balance(_ id: String) async throws -> Int {
+            (try await account(id)["balances"] as? [String: Int])?["coins"] ?? 0
+        }
+
+        func entitlements(_ id: String) async throws -> [String] {
+            (try await account(id)["entitlements"] as? [[String: Any]] ?? []).compactMap { $0["id"] as? String }
+        }
+
+        /// The id of the object of the latest event of `type`.
+        func lastObjectId(of type: String) throws -> String? {
+            guard let summary = stripe.eventSummaries().last(where: { $0.type == type }) else { return nil }
+            let data = try stripe.event(summary.id)["data"] as? [String: Any]
+            return (data?["object"] as? [String: Any])?["id"] as? String
+        }
+
+        func charge(ofSession id: String) throws -> String {
+            let session = try stripe.session(id, expand: ["payment_intent"])
+            let intent = try #require(session["payment_intent"] as? [String: Any])
+            return try #require(intent["latest_charge"] as? String)
+        }
+    }
+
+    static func withStripe(
+        _ kind: String, disputePolicy: String = "revoke_when_lost", _ body: @Sendable (Web) async throws -> Void
+    ) async throws {
+        let stripe = LocalStripe(configuration: .init(catalog: .demo))
+        let server = LocalStripeServer(stripe: stripe)
+        let running = try await server.start()
+        do {
+            try await API.withServer(
+                kind,
+                configure: { configuration in
+                    var web = StripeAppConfiguration(id: "web")
+                    web.secretKey = server.secretKey
+                    web.apiBaseURL = running.baseURL
+                    web.webhookSecrets = secrets
+                    web.successURL = "https://game.example.com/paid"
+                    web.cancelURL = "https://game.example.com/cancelled"
+                    web.disputePolicy = disputePolicy
+                    configuration.stripeApps = [web]
+                }
+            ) { app, client in
+                try await body(Web(app: app, client: client, stripe: stripe, server: server))
+            }
+        } catch {
+            await running.stop()
+            throw error
+        }
+        await running.stop()
+    }
+
+    // MARK: The signature scheme
+
+    @Test func theSignatureIsStripesOwnOverTheRawBytes() throws {
+        // Stripe's scheme: HMAC-SHA256 keyed with the whole whsec_ string, over "<t>.<body>".
+        let body = Array(#"{"id":"evt_test","object":"event"}"#.utf8)
+        let at = Date(timeIntervalSince1970: 1_767_225_600)
+        let current = "v1=d2bbf379811dab6c152c152084ca7753ada8839e7528ed5cdf70eff429cf16c7"
+        let rolled = "v1=2129fbcafdbc8b24c918c067116ea1ed739359a0a3321082416024c64bd406f2"
+        #expect(
+            StripeSignature.header(body: body, secrets: ["whsec_test_secret"], timestamp: 1_767_225_600)
+                == "t=1767225600,\(current)")
+        #expect(
+            (try? StripeSignature.verify(
+                header: "t=1767225600,\(current)", body: body, secrets: ["whsec_test_secret"], now: at)) == 1_767_225_600)
+        // Rotation: either secret's v1 verifies against either configured secret.
+        let both = "t=1767225600,\(current),\(rolled),v0=6ffbb59b2300aae63f272406069a9788598b792a944a07aba816edb039989a39"
+        #expect((try? StripeSignature.verify(header: both, body: body, secrets: ["whsec_old_secret"], now: at)) != nil)
+        #expect(
+            (try? StripeSignature.verify(
+                header: "t=1767225600,\(rolled)", body: body, secrets: ["whsec_test_secret", "whsec_old_secret"],
+                now: at)) != nil)
+        // Refusals, each for its reason.
+        func failure(_ header: String?, _ bytes: [UInt8] = body, secrets: [String] = ["whsec_test_secret"], now: Date = at)
+            -> StripeSignature.Failure?
+        {
+            do {
+                try StripeSignature.verify(header: header, body: bytes, secrets: secrets, now: now)
+                return nil
+            } catch { return error }
+        }
+        #expect(failure(nil) == .notSigned)
+        #expect(failure("t=1767225600,\(current)", Array(#"{"id":"evt_test","object":"event" }"#.utf8)) == .noMatchingSignature)
+        #expect(failure("t=1767225600,\(current)", now: at.addingTimeInterval(301)) == .timestampOutsideTolerance)
+        #expect(failure("t=1767225600,\(current)", now: at.addingTimeInterval(-301)) == .timestampOutsideTolerance)
+        #expect(failure("t=1767225600,\(current)", now: at.addingTimeInterval(299)) == nil)
+        #expect(failure("t=1767225600,v0=d2bbf379811dab6c152c152084ca7753ada8839e7528ed5cdf70eff429cf16c7") == .noV1Signature)
+        #expect(failure("t=1767225600,\(current)", secrets: ["whsec_other"]) == .noMatchingSignature)
+        #expect(failure("t=1767225600,\(current)", secrets: ["whsec_test_secre"]) == .noMatchingSignature)
+        #expect(failure("v1=abc") == .malformedHeader)
+        #expect(failure("t=17672256xx,\(current)") == .malformedHeader)
+        #expect(failure("garbage") == .malformedHeader)
+        // The base64-decoded secret is not the key (a common mistake).
+        #expect(failure("t=1767225600,\(current)", secrets: ["dGVzdF9zZWNyZXQ="]) == .noMatchingSignature)
+    }
+
+    @Test(arguments: API.databases)
+    func aWebhookThatDoesNotVerifyIsRefusedAndNothingIsRecorded(kind: String) async throws {
+        try await Self.withStripe(kind) { web in
+            _ = try await web.buy("w1", "coins_60")
+            let deliveries = web.server.takeDeliveries(secrets: [Self.secrets[0]])
+            let completed = try #require(deliveries.first { $0.type == "checkout.session.completed" })
+            // Tampered (one byte), stale, signed with an unknown secret, unsigned: 400 each.
+            var tampered = completed.body
+            tampered[tampered.count - 3] ^= 0x01
+            #expect(try await web.post(tampered, signature: completed.header) == .badRequest)
+            let stale = web.server.signedDelivery(
+                completed.body, secrets: [Self.secrets[0]], at: Date().addingTimeInterval(-400))
+            #expect(try await web.post(stale.body, signature: stale.header) == .badRequest)
+            let foreign = web.server.signedDelivery(completed.body, secrets: ["whsec_someone_else"])
+            #expect(try await web.post(foreign.body, signature: foreign.header) == .badRequest)
+            #expect(try await web.post(completed.body, signature: nil) == .badRequest)
+            await web.runJobs()
+            #expect(try await StripeStore(database: web.app.database).events().isEmpty)
+            #expect(try await web.balance("w1") == 0)
+            // Signed with the rolled secret only (both configured): accepted.
+            let rolled = web.server.signedDelivery(completed.body, secrets: [Self.secrets[1]])
+            #expect(try await web.post(rolled.body, signature: rolled.header) == .ok)
+            await web.runJobs()
+            #expect(try await web.balance("w1") == 60)
+        }
+    }
+
+    // MARK: Purchases
+
+    @Test(arguments: API.databases)
+    func aPaidCheckoutIsDeliveredOnceWhateverTheWebhooksDo(kind: String) async throws {
+        try await Self.withStripe(kind) { web in
+            let reply = try await web.order("w2", "coins_60", quantity: 2)
+            #expect(reply.status == .created, "\(reply.json)")
+            let checkout = try #require(reply.json["checkout"] as? [String: Any])
+            let session = try #require(checkout["sessionId"] as? String)
+            #expect((checkout["url"] as? String)?.contains(session) == true)
+            #expect(checkout["expiresAt"] as? String != nil)
+            // What Stripe was asked: the order as reference, its token in the session's and the
+            // payment intent's metadata (Stripe copies neither).
+            let created = try web.stripe.session(session, expand: [])
+            #expect(created["client_reference_id"] as? String == reply.json["orderId"] as? String)
+            #expect((created["metadata"] as? [String: String])?["storekeeper_token"] == reply.json["appAccountToken"] as? String)
+            // Nothing before payment.
+            #expect(try await web.deliver().allSatisfy { $0 == .ok })
+            #expect(try await web.balance("w2") == 0)
+            _ = try web.stripe.pay(session: session)
+            // Newest first, each twice: delivered once.
+            let statuses = try await web.deliver(reverse: true, twice: true)
+            #expect(!statuses.isEmpty && statuses.allSatisfy { $0 == .ok })
+            #expect(try await web.balance("w2") == 120)
+            // A replay from Stripe's event list (reconciliation) changes nothing either.
+            let events = try await StripeStore(database: web.app.database).events()
+            #expect(events.contains { $0.type == "checkout.session.completed" && $0.status == "applied" })
+            // The transaction, by its id: store stripe, the order, the price and Stripe's net.
+            let intent = try #require((try web.stripe.session(session, expand: [])["payment_intent"]) as? String)
+            let lookup = try await API.call(web.client, .get, "/v1/transactions/stripe:\(intent)")
+            #expect(lookup.status == .ok, "\(lookup.json)")
+            #expect(lookup.json["accountId"] as? String == "w2")
+            #expect(lookup.json["orderId"] as? String == reply.json["orderId"] as? String)
+            let transaction = try #require(lookup.json["transaction"] as? [String: Any])
+            #expect(transaction["store"] as? String == "stripe")
+            let order = try await API.call(web.client, .get, "/v1/orders/\(reply.json["orderId"] as? String ?? "")")
+            #expect(order.json["status"] as? String == "delivered", "\(order.json)")
+        }
+    }
+
+    @Test(arguments: API.databases)
+    func anUnpaidCompletionWaitsForTheDelayedPayment(kind: String) async throws {
+        try await Self.withStripe(kind) { web in
+            let (_, session) = try await web.buy("w3", "coins_300", outcome: "async")
+            try await web.deliver()
+            #expect(try await web.balance("w3") == 0)
+            let events = try await StripeStore(database: web.app.database).events()
+            #expect(
+                events.first { $0.type == "checkout.session.completed" }?.outcome?.contains("not paid yet") == true)
+            try web.stripe.settleAsync(session: session, succeeded: true)
+            try await web.deliver()
+            #expect(try await web.balance("w3") == 300)
+            // A failed one delivers nothing.
+            let (_, other) = try await web.buy("w3b", "coins_300", outcome: "async")
+            try web.stripe.settleAsync(session: other, succeeded: false)
+            try await web.deliver()
+            #expect(try await web.balance("w3b") == 0)
+        }
+    }
+
+    @Test(arguments: API.databases)
+    func eachRefundTakesBackWhatItRefundedOnce(kind: String) async throws {
+        try await Self.withStripe(kind) { web in
+            let (_, session) = try await web.buy("w4", "coins_300", quantity: 2)
+            try await web.deliver()
+            #expect(try await web.balance("w4") == 600)
+            let charge = try web.charge(ofSession: session)
+            // 998 cents paid: a quarter refunded, then another quarter, each applied once.
+            _ = try web.stripe.refund(paymentIntent: nil, charge: charge, amount: 249, reason: nil, idempotencyKey: nil)
+            try await web.deliver(twice: true)
+            #expect(try await web.balance("w4") == 451)
+            _ = try web.stripe.refund(paymentIntent: nil, charge: charge, amount: 250, reason: nil, idempotencyKey: nil)
+            try await web.deliver(reverse: true)
+            // Cumulative: 499 of 998 cents is half of the 600 coins, whatever each step rounded.
+            #expect(try await web.balance("w4") == 300)
+            // The rest: everything taken back.
+            _ = try web.stripe.refund(paymentIntent: nil, charge: charge, amount: nil, reason: nil, idempotencyKey: nil)
+            try await web.deliver()
+            #expect(try await web.balance("w4") == 0)
+        }
+    }
+
+    @Test(arguments: API.databases)
+    func disputesFollowThePolicyAndInquiriesNeverRevoke(kind: String) async throws {
+        try await Self.withStripe(kind) { web in
+            _ = try await web.buy("w5", "remove_ads", outcome: "inquiry")
+            try await web.deliver()
+            #expect(try await web.entitlements("w5") == ["no_ads"])
+            let (_, session) = try await web.buy("w6", "remove_ads", outcome: "dispute")
+            try await web.deliver()
+            // Opened: kept (revoke_when_lost); lost: revoked.
+            #expect(try await web.entitlements("w6") == ["no_ads"])
+            let charge = try web.charge(ofSession: session)
+            let dispute = try #require(try web.lastObjectId(of: "charge.dispute.created"))
+            #expect(try web.stripe.dispute(dispute)["charge"] as? String == charge)
+            _ = try web.stripe.closeDispute(dispute, outcome: "lost")
+            try await web.deliver()
+            #expect(try await web.entitlements("w6") == [])
+        }
+        try await Self.withStripe(kind, disputePolicy: "revoke_when_opened") { web in
+            _ = try await web.buy("w7", "remove_ads", outcome: "dispute")
+            try await web.deliver()
+            #expect(try await web.entitlements("w7") == [])
+        }
+    }
+
+    @Test(arguments: API.databases)
+    func subscriptionsRenewOnTheTestClockAndFailedPaymentsEndAccess(kind: String) async throws {
+        try await Self.withStripe(kind) { web in
+            let (_, sessionId) = try await web.buy("w8", "pro_monthly")
+            try await web.deliver(reverse: true)
+            #expect(try await web.entitlements("w8") == ["pro"])
+            let first = try #require((try await web.account("w8")["subscriptions"] as? [[String: Any]])?.first)
+            #expect(first["status"] as? String == "active", "\(first)")
+            let firstEnd = first["expiresAt"] as? String
+            // A month passes: renewed by invoice.paid, a new period.
+            web.stripe.advance(seconds: 32 * 86_400)
+            try await web.deliver(reverse: true)
+            let renewed = try #require((try await web.account("w8")["subscriptions"] as? [[String: Any]])?.first)
+            #expect(renewed["status"] as? String == "active")
+            #expect((renewed["expiresAt"] as? String ?? "") > (firstEnd ?? "~"), "\(renewed)")
+            // The card starts failing: past_due is billing retry (no access), then canceled.
+            let subscription = try #require(try web.stripe.session(sessionId, expand: [])["subscription"] as? String)
+            try web.stripe.setCardFails(subscription: subscription, true)
+            web.stripe.advance(seconds: 32 * 86_400)
+            try await web.deliver()
+            let failed = try #require((try await web.account("w8")["subscriptions"] as? [[String: Any]])?.first)
+            #expect(failed["status"] as? String == "billing_retry", "\(failed)")
+            #expect(try await web.entitlements("w8") == [])
+            web.stripe.advance(seconds: 10 * 86_400)
+            try await web.deliver()
+            let ended = try #require((try await web.account("w8")["subscriptions"] as? [[String: Any]])?.first)
+            #expect(ended["status"] as? String == "expired", "\(ended)")
+            // The billing portal of the account's Stripe customer.
+            let portal = try await API.call(web.client, .post, "/v1/accounts/w8/billing-portal", body: "{}")
+            #expect(portal.status == .ok, "\(portal.json)")
+            #expect((portal.json["url"] as? String)?.contains("/portal/") == true)
+            let none = try await API.call(web.client, .post, "/v1/accounts/nobody-here/billing-portal", body: "{}")
+            #expect(none.errorCode == "no_stripe_customer")
+        }
+    }
+
+    @Test(arguments: API.databases)
+    func aPurchaseWithoutAnAccountIsRedeemedOnceByTheFirstAccount(kind: String) async throws {
+        try await Self.withStripe(kind) { web in
+            // A client token cannot open a checkout for nobody; a key can.
+            let token = try await API.clientToken("w9")
+            let refused = try await API.call(
+                web.client, .post, "/v1/orders", token: token, body: #"{"productId":"coins_60","appId":"web"}"#)
+            #expect(refused.status == .forbidden)
+            let (order, _) = try await web.buy(nil, "coins_60")
+            // Before payment is applied: no code to show.
+            let before = try await API.call(web.client, .get, "/v1/orders/\(order)")
+            #expect(before.json["redemptionCode"] == nil)
+            try await web.deliver()
+            let paid = try await API.call(web.client, .get, "/v1/orders/\(order)")
+            let code = try #require(paid.json["redemptionCode"] as? String, "\(paid.json)")
+            #expect(paid.json["accountId"] == nil)
+            let created = try web.stripe.session(
+                try #require((paid.json["checkout"] as? [String: Any])?["sessionId"] as? String), expand: [])
+            #expect((created["success_url"] as? String)?.contains("redemption=\(code)") == true)
+            // Delivered to nobody yet.
+            let intent = try web.stripe.session(created["id"] as? String ?? "", expand: [])["payment_intent"] as? String
+            #expect(try await API.call(web.client, .get, "/v1/transactions/stripe:\(intent ?? "")").json["accountId"] == nil)
+            let redeemed = try await API.call(web.client, .post, "/v1/redemptions/\(code)", token: token, body: "{}")
+            #expect(redeemed.status == .ok, "\(redeemed.json)")
+            #expect(try await web.balance("w9") == 60)
+            let again = try await API.call(
+                web.client, .post, "/v1/redemptions/\(code)", token: try await API.clientToken("w10"), body: "{}")
+            #expect(again.status == .conflict)
+            #expect(again.errorCode == "already_redeemed")
+            #expect(try await web.balance("w10") == 0)
+            // Webhooks replayed later keep it with the redeemer.
+            try await web.deliver(twice: true)
+            #expect(try await web.balance("w9") == 60)
+            let unknown = try await API.call(web.client, .post, "/v1/redemptions/ABCDEFGHJKLM", token: token, body: "{}")
+            #expect(unknown.status == .notFound)
+        }
+    }
+
+    @Test(arguments: API.databases)
+    func supportRefundsAStripePaymentThroughStripe(kind: String) async throws {
+        try await Self.withStripe(kind) { web in
+            let (_, session) = try await web.buy("w11", "coins_60")
+            try await web.deliver()
+            #expect(try await web.balance("w11") == 60)
+            let intent = try #require(try web.stripe.session(session, expand: [])["payment_intent"] as? String)
+            let refund = try await API.call(
+                web.client, .post, "/v1/transactions/stripe:\(intent)/refund",
+                body: #"{"reason":"ticket 12: double charge","idempotencyKey":"t12"}"#)
+            #expect(refund.status == .ok, "\(refund.json)")
+            #expect(try await web.balance("w11") == 0)
+            let charge = try web.charge(ofSession: session)
+            #expect(try web.stripe.charge(charge, expand: [])["refunded"] as? Bool == true)
+            // Stripe's own events about it change nothing more.
+            try await web.deliver(twice: true)
+            #expect(try await web.balance("w11") == 0)
+        }
+    }
+}
