@@ -194,6 +194,21 @@ public final class LocalStripeServer: Sendable {
                         baseURL: self.publicBaseURL.withLock { $0 }))
             }
         }
+        // Where the demo's Stripe app sends the buyer back (a real app's successURL is its own).
+        for (path, title) in [("done", "Payment received"), ("cancelled", "Payment cancelled")] {
+            router.get(RouterPath(stringLiteral: path)) { request, _ in
+                let code = request.uri.queryParameters.get("redemption").map { String($0.prefix(40)) }
+                let html = """
+                    <!doctype html><html><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
+                    <title>\(title)</title></head><body style="font-family:system-ui;max-width:420px;margin:2em auto">
+                    <h1>\(title)</h1>\(code.map { "<p>Redemption code: <code>\($0.filter { $0.isLetter || $0.isNumber })</code> — enter it in the app.</p>" } ?? "")
+                    </body></html>
+                    """
+                var response = Response(status: .ok, body: .init(byteBuffer: ByteBuffer(string: html)))
+                response.headers[.contentType] = "text/html; charset=utf-8"
+                return response
+            }
+        }
         // The hosted Checkout page: what the buyer sees, with the outcomes the fake can play.
         router.get("checkout/:id") { _, context in
             let id = context.parameters.get("id") ?? ""

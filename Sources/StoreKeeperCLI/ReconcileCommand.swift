@@ -26,6 +26,9 @@ struct ReconcileCommand: AsyncParsableCommand {
     @Option(name: .customLong("data-dir"), help: "Where demo mode keeps the local App Store's keys.")
     var dataDirectory: String = "storekeeper-data"
 
+    @Option(help: "app_store (the default), or stripe: list each Stripe app's events since DATE and apply the missed ones.")
+    var store: String = "app_store"
+
     func run() async throws {
         var start = Date().addingTimeInterval(-3 * 86_400)
         if let since {
@@ -33,6 +36,24 @@ struct ReconcileCommand: AsyncParsableCommand {
                 throw ValidationError("--since must be an ISO 8601 date or date-time")
             }
             start = date
+        }
+        guard ["app_store", "stripe"].contains(store) else {
+            throw ValidationError("--store must be app_store or stripe")
+        }
+        if store == "stripe" {
+            let reconciled = try await ConfigurationErrors.withApp(config: config, dataDirectory: dataDirectory) {
+                app -> StripeReconciler.Report? in
+                app.stripe.isEmpty ? nil : await StripeReconciler(app: app).run(since: start)
+            }
+            guard let report = reconciled else {
+                FileHandle.standardError.write(Data("storekeeper: no Stripe app is configured (apps[] with store: stripe)\n".utf8))
+                throw ExitCode(2)
+            }
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys]
+            print(String(decoding: try encoder.encode(report), as: UTF8.self))
+            if !report.errors.isEmpty { throw ExitCode(1) }
+            return
         }
         let report: Reconciler.Report
         do {

@@ -47,7 +47,7 @@ import Testing
                 relay.client, .get, "/v1/analytics/proceeds?from=\(today)&to=\(today)&store=app_store")
             #expect(
                 ((apple.json["points"] as? [[String: Any]])?.last?["byCurrency"] as? [String: Double])?["EUR"] == nil)
-            let bad = try await API.call(relay.client, .get, "/v1/analytics/proceeds?store=stripe")
+            let bad = try await API.call(relay.client, .get, "/v1/analytics/proceeds?store=play_store")
             #expect(bad.status == .badRequest)
         }
     }

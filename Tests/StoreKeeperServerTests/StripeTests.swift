@@ -401,3 +401,31 @@ import Testing
         }
     }
 }
+
+extension StripeTests {
+    @Test(arguments: API.databases)
+    func reconciliationAppliesWhatMissedWebhooksWouldHave(kind: String) async throws {
+        try await Self.withStripe(kind) { web in
+            // The server is down while Stripe gives up: every webhook lost.
+            _ = try await web.buy("w12", "coins_60")
+            let (_, session) = try await web.buy("w13", "pro_monthly")
+            _ = web.server.takeDeliveries(secrets: [Self.secrets[0]])
+            web.stripe.advance(seconds: 32 * 86_400)
+            _ = web.server.takeDeliveries(secrets: [Self.secrets[0]])
+            #expect(try await web.balance("w12") == 0)
+            let report = await StripeReconciler(app: web.app).run(since: Date().addingTimeInterval(-86_400))
+            #expect(report.errors.isEmpty, "\(report.errors)")
+            #expect(report.recorded == report.listed && report.listed > 10, "\(report)")
+            await web.runJobs()
+            #expect(try await web.balance("w12") == 60)
+            #expect(try await web.entitlements("w13") == ["pro"])
+            // Both invoices delivered: the first period and the renewal.
+            let subscription = try #require(try web.stripe.session(session, expand: [])["subscription"] as? String)
+            let lookup = try await API.call(web.client, .get, "/v1/transactions/stripe:\(subscription)")
+            #expect(lookup.status == .ok || lookup.status == .notFound)
+            // A second pass records nothing new.
+            let again = await StripeReconciler(app: web.app).run(since: Date().addingTimeInterval(-86_400))
+            #expect(again.recorded == 0 && again.listed == report.listed, "\(again)")
+        }
+    }
+}

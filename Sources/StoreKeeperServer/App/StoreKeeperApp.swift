@@ -509,6 +509,7 @@ public struct StoreKeeperApp: Sendable {
                     endpoint: audience, audience: audience, serviceAccount: LocalGooglePlayServer.pushServiceAccount))
         }
         if let localStripe { services.append(LocalStripeServer.Sender(server: localStripe)) }
+        if !stripe.isEmpty { services.append(StripeReconcileService(app: self)) }
         if appleAPI != nil { services.append(ReconcileService(app: self)) }
         if database.kind == .sqlite { services.append(WALCheckpointer(database: database, logger: logger)) }
         if let url = configuration.webhookURL, let secret = configuration.webhookSecret {
