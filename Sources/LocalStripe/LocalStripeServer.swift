@@ -19,6 +19,12 @@ public final class LocalStripeServer: Sendable {
     /// Where the pages live (`…/local-stripe`): Checkout and portal URLs point here.
     let publicBaseURL: Mutex<String>
     let webhook = Mutex(Webhook())
+    /// Injected faults: the next `count` API calls answer `status` (500 with
+    /// `Stripe-Should-Retry: false`, 503, 429 `lock_timeout`…).
+    let faults = Mutex((count: 0, status: 503))
+
+    /// The next `count` API calls fail with `status`.
+    public func injectFaults(count: Int, status: Int = 503) { faults.withLock { $0 = (max(0, count), status) } }
 
     public struct Webhook: Sendable {
         public var url: String?
@@ -68,6 +74,19 @@ public final class LocalStripeServer: Sendable {
     }
 
     func authorized(_ request: Request, _ body: () async throws -> Response) async -> Response {
+        let fault: Int? = faults.withLock {
+            guard $0.count > 0 else { return nil }
+            $0.count -= 1
+            return $0.status
+        }
+        if let fault {
+            var response = Self.error(
+                fault == 429
+                    ? .init(429, "invalid_request_error", "lock_timeout", "This object cannot be accessed right now.")
+                    : .init(fault, "api_error", "api_error", "An error occurred with our connection to Stripe."))
+            if fault == 500 { response.headers[HTTPField.Name("Stripe-Should-Retry")!] = "false" }
+            return response
+        }
         let header = request.headers[.authorization] ?? ""
         guard header == "Bearer \(secretKey)" else {
             let message =
@@ -247,6 +266,10 @@ public final class LocalStripeServer: Sendable {
     struct CancelBody: Decodable { var atPeriodEnd: Bool? }
     struct PlanBody: Decodable { var price: String }
     struct CardBody: Decodable { var fails: Bool }
+    struct FaultBody: Decodable {
+        var count: Int
+        var status: Int?
+    }
     struct WebhookBody: Decodable {
         var url: String?
         var secrets: [String]?
@@ -348,6 +371,11 @@ public final class LocalStripeServer: Sendable {
             }
             let state = self.webhookState
             return Self.json(["url": state.url ?? "", "duplicate": state.duplicate, "reverse": state.reverse, "hold": state.hold])
+        }
+        control.post("faults") { request, context in
+            let body = try await request.decode(as: FaultBody.self, context: context)
+            self.injectFaults(count: body.count, status: body.status ?? 503)
+            return Self.json(["count": body.count])
         }
         control.post("webhooks/flush") { _, _ in
             let sent = await self.deliverDue(force: true)

@@ -19,9 +19,11 @@ public struct StripeStore: Sendable {
         case duplicate
     }
 
-    /// An event, durably, once per id; a new one queues its job (payload: the event id).
+    /// An event, durably, once per id; a new one queues its job (payload: the event id), due
+    /// at once — or, when the caller applies it right away, only `safetyNet` later, for a crash.
     public func recordEvent(
-        id: String, appId: String, type: String, objectId: String?, created: Int64?, now: Date
+        id: String, appId: String, type: String, objectId: String?, created: Int64?, now: Date,
+        safetyNet: TimeInterval = 0
     ) async throws -> Recorded {
         try await database.transaction { sql in
             let inserted = try await sql.raw(
@@ -34,7 +36,8 @@ public struct StripeStore: Sendable {
             ).first()
             guard inserted != nil else { return .duplicate }
             try await JobStore.insert(
-                kind: Self.eventJobKind, dedupeKey: "\(Self.eventJobKind)|\(id)", payload: id, sql: sql, now: now)
+                kind: Self.eventJobKind, dedupeKey: "\(Self.eventJobKind)|\(id)", payload: id, sql: sql, now: now,
+                runAt: now.addingTimeInterval(safetyNet))
             return .new
         }
     }
@@ -47,6 +50,19 @@ public struct StripeStore: Sendable {
         public var created: Int64?
         public var status: String
         public var outcome: String?
+
+        public init(
+            id: String, appId: String, type: String, objectId: String?, created: Int64?, status: String,
+            outcome: String?
+        ) {
+            self.id = id
+            self.appId = appId
+            self.type = type
+            self.objectId = objectId
+            self.created = created
+            self.status = status
+            self.outcome = outcome
+        }
     }
 
     public func event(_ id: String) async throws -> Event? {
@@ -74,7 +90,10 @@ public struct StripeStore: Sendable {
             outcome: try row.decode(column: "outcome", as: String?.self))
     }
 
-    public func finishEvent(_ id: String, status: String, outcome: String, now: Date) async throws {
+    /// The event's outcome; `completingJob`: its safety-net job is done too (applied inline).
+    public func finishEvent(_ id: String, status: String, outcome: String, now: Date, completingJob: Bool = false)
+        async throws
+    {
         try await database.transaction { sql in
             try await sql.raw(
                 """
@@ -82,6 +101,14 @@ public struct StripeStore: Sendable {
                 applied_at = \(bind: now.milliseconds) WHERE event_id = \(bind: id)
                 """
             ).run()
+            if completingJob {
+                try await sql.raw(
+                    """
+                    UPDATE jobs SET status = 'done'
+                    WHERE dedupe_key = \(bind: "\(Self.eventJobKind)|\(id)") AND status = 'pending'
+                    """
+                ).run()
+            }
         }
     }
 

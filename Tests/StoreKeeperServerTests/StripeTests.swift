@@ -23,6 +23,7 @@ import Testing
         let client: any TestClientProtocol
         let stripe: LocalStripe
         let server: LocalStripeServer
+        let stripeBaseURL: String
 
         /// Every new event posted as Stripe sends it (signed with the current secret only, or
         /// `secrets`), in order, newest first, or twice; returns the statuses.
@@ -120,7 +121,8 @@ import Testing
                     configuration.stripeApps = [web]
                 }
             ) { app, client in
-                try await body(Web(app: app, client: client, stripe: stripe, server: server))
+                try await body(
+                    Web(app: app, client: client, stripe: stripe, server: server, stripeBaseURL: running.baseURL))
             }
         } catch {
             await running.stop()
@@ -426,6 +428,33 @@ extension StripeTests {
             // A second pass records nothing new.
             let again = await StripeReconciler(app: web.app).run(since: Date().addingTimeInterval(-86_400))
             #expect(again.recorded == 0 && again.listed == report.listed, "\(again)")
+        }
+    }
+}
+
+extension StripeTests {
+    @Test(arguments: API.databases)
+    func anEventStripesAPICouldNotAnswerForIsAppliedByItsJobLater(kind: String) async throws {
+        try await Self.withStripe(kind) { web in
+            _ = try await web.buy("w14", "coins_60")
+            // Stripe's API down while its webhooks arrive: recorded (200), nothing delivered.
+            web.server.injectFaults(count: 1000, status: 503)
+            let statuses = try await web.deliver()
+            #expect(!statuses.isEmpty && statuses.allSatisfy { $0 == .ok })
+            #expect(try await web.balance("w14") == 0)
+            let pending = try await StripeStore(database: web.app.database).events()
+            #expect(pending.contains { $0.type == "checkout.session.completed" && $0.status == "pending" })
+            // Back: the safety-net jobs apply them (a minute later).
+            web.server.injectFaults(count: 0)
+            await web.runJobs(now: Date().addingTimeInterval(120))
+            #expect(try await web.balance("w14") == 60)
+            // 500 with Stripe-Should-Retry: false is not retried by the client; 429 lock_timeout is.
+            web.server.injectFaults(count: 1, status: 429)
+            let client = StripeClient(secretKey: web.server.secretKey, baseURL: web.stripeBaseURL)
+            _ = try await client.events(createdAfter: nil, startingAfter: nil, limit: 1)
+            web.server.injectFaults(count: 1, status: 500)
+            await #expect(throws: StripeError.self) { _ = try await client.events(createdAfter: nil, startingAfter: nil) }
+            web.server.injectFaults(count: 0)
         }
     }
 }

@@ -48,9 +48,27 @@ extension StoreKeeperApp {
                 "Stripe event in the other mode than the app's key (livemode \(live))",
                 metadata: ["event": "\(event.id)", "app": "\(app.configuration.id)"])
         }
-        let recorded = try await StripeStore(database: database).recordEvent(
+        let stripeStore = StripeStore(database: database)
+        let recorded = try await stripeStore.recordEvent(
             id: event.id, appId: app.configuration.id, type: event.type, objectId: event.objectId,
-            created: event.created, now: now)
+            created: event.created, now: now, safetyNet: 60)
+        if recorded == .new {
+            // Durable now: applied at once (its job runs only if this does not finish — a
+            // crash, Stripe's API slow or down — a minute later, with backoff).
+            let stored = StripeStore.Event(
+                id: event.id, appId: app.configuration.id, type: event.type, objectId: event.objectId,
+                created: event.created, status: "pending", outcome: nil)
+            let app = app
+            do {
+                let outcome = try await withDeadline(.seconds(8)) {
+                    try await self.applyStripeEvent(stored, app: app, now: now)
+                }
+                try await stripeStore.finishEvent(event.id, status: "applied", outcome: outcome, now: now, completingJob: true)
+            } catch {
+                logger.notice(
+                    "Stripe event left to its job", metadata: ["event": "\(event.id)", "reason": "\(error)"])
+            }
+        }
         return try Self.json(["received": true, "duplicate": recorded == .duplicate])
     }
 
