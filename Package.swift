@@ -226,7 +226,7 @@ let package = Package(
                 "AppStoreSigning",
                 "AppStoreClient",
                 "LocalAppStore",
-                "GooglePlay",
+                "GooglePlay", "Stripe", "LocalStripe",
                 "LocalGooglePlay",
                 "StoreKeeperCatalog",
                 "StoreKeeperServer",

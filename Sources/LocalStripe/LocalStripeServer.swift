@@ -58,7 +58,7 @@ public final class LocalStripeServer: Sendable {
     // MARK: Answers
 
     static func json(_ object: Any, status: HTTPResponse.Status = .ok, replayed: Bool = false) -> Response {
-        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .prettyPrinted])) ?? Data("{}".utf8)
+        let data = (try? JSONSerialization.data(withJSONObject: object, options: [])) ?? Data("{}".utf8)
         var response = Response(status: status, body: .init(byteBuffer: ByteBuffer(bytes: data)))
         response.headers[.contentType] = "application/json"
         response.headers[HTTPField.Name("Request-Id")!] = "req_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(14)

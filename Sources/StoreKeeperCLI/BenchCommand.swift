@@ -27,7 +27,7 @@ struct BenchCommand: AsyncParsableCommand {
     )
     var besideNginx = false
 
-    @Option(help: "With --purchases: app_store (default) or google_play (beside the App Store, same run).")
+    @Option(help: "With --purchases: app_store (default), google_play or stripe (beside the App Store, same run).")
     var store: String = "app_store"
 
     @Option(parsing: .upToNextOption, help: "With --purchases: concurrency levels.")
@@ -158,7 +158,15 @@ struct BenchCommand: AsyncParsableCommand {
                 .run()
             return
         }
-        if store != "app_store" { throw ValidationError("--store is app_store or google_play") }
+        if purchases, store == "stripe" {
+            guard requests > 0, concurrency.allSatisfy({ $0 > 0 }) else {
+                throw ValidationError("--requests and --concurrency must be positive")
+            }
+            try await StripeBench(databaseURL: databaseURL, concurrencies: concurrency, requestsPerLevel: requests)
+                .run()
+            return
+        }
+        if store != "app_store" { throw ValidationError("--store is app_store, google_play or stripe") }
         if purchases, !instances.isEmpty {
             guard requests > 0, concurrency.allSatisfy({ $0 > 0 }), instances.allSatisfy({ (1...16).contains($0) })
             else {

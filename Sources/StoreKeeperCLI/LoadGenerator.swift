@@ -14,7 +14,7 @@ enum LoadGenerator {
     /// One answer: how long it took, when it came, and what it was.
     struct Answer: Sendable {
         enum Outcome: Sendable {
-            /// 200 with `expect` in its body.
+            /// 200 (or 201) with `expect` in its body.
             case delivered
             /// 503 `overloaded`: shed before any work.
             case shed
@@ -34,7 +34,8 @@ enum LoadGenerator {
     /// `paths[k]` instead of `path`.
     static func run(
         host: String, port: Int, path: String, authorization: String, bodies: [String], concurrency: Int,
-        expect: String, interval: TimeAmount? = nil, method: String = "POST", paths: [String]? = nil
+        expect: String, interval: TimeAmount? = nil, method: String = "POST", paths: [String]? = nil,
+        headers: [String]? = nil
     ) async throws -> [Answer] {
         let group = MultiThreadedEventLoopGroup.singleton
         let start = NIODeadline.now()
@@ -48,8 +49,10 @@ enum LoadGenerator {
                         "GET \(path) HTTP/1.1\r\nHost: \(host):\(port)\r\nAuthorization: \(authorization)\r\n\r\n")
                     return request
                 }
+                let extra = headers.map { "\($0[index])\r\n" } ?? ""
                 request.writeString(
                     "\(method) \(path) HTTP/1.1\r\nHost: \(host):\(port)\r\nAuthorization: \(authorization)\r\n"
+                        + extra
                         + "Content-Type: application/json\r\nContent-Length: \(bodies[index].utf8.count)\r\n\r\n")
                 request.writeString(bodies[index])
                 return request
@@ -118,7 +121,7 @@ enum LoadGenerator {
                 while let (status, body) = try takeResponse() {
                     let now = NIODeadline.now()
                     let outcome: Answer.Outcome
-                    if status == 200, expect.isEmpty || Self.contains(body, expect) {
+                    if status == 200 || status == 201, expect.isEmpty || Self.contains(body, expect) {
                         outcome = .delivered
                     } else if status == 503 {
                         outcome =

@@ -31,8 +31,8 @@ struct BatchDelivery {
         var sharedAppleIdLimit = OfferStore.defaultSharedAppleIdLimit
         /// The deployment's apps: the transaction's app is recorded with it.
         var apps = AppDirectory()
-        /// A Google Play purchase's own writes, in the same database transaction.
-        var google: GooglePlayStore.Writes? = nil
+        /// The store's own writes beside the delivery, in the same database transaction.
+        var sideWrites: (any StoreSideWrites)? = nil
 
         /// The store the transaction comes from (its adapter says so): recorded with each row.
         var store: Store { transaction.store }
@@ -51,21 +51,21 @@ struct BatchDelivery {
     static func run(_ items: [Item], sql: any SQLDatabase, combineWrites: Bool) async throws
         -> [PurchaseStore.DeliveryResult]
     {
-        guard items.contains(where: { $0.google != nil }) else {
+        guard items.contains(where: { $0.sideWrites != nil }) else {
             return try await runPlanned(items, sql: sql, combineWrites: combineWrites)
         }
         // A store's side writes first (Google: the purchase as read, the token it replaces, a
-        // refund Google already made); a purchase not paid, or a replaced token, is not planned.
+        // refund Google already made; Stripe: its event and payment); a purchase not paid, or a
+        // replaced token, is not planned.
         var held: [Int: PurchaseStore.DeliveryResult.Held] = [:]
         let subjects = items.compactMap { item in
-            item.google.map { _ in item.transaction.originalTransactionId ?? item.transaction.transactionId ?? "" }
+            item.sideWrites.map { _ in item.transaction.originalTransactionId ?? item.transaction.transactionId ?? "" }
         }
         try await NotificationStore.lock(
             subjects, sql: sql, kind: sql.dialect.name == "postgresql" ? .postgres : .sqlite)
         for (index, item) in items.enumerated() {
-            guard let google = item.google else { continue }
-            held[index] = try await GooglePlayStore.beforeDelivery(
-                google, transaction: item.transaction, sql: sql, now: item.now)
+            guard let writes = item.sideWrites else { continue }
+            held[index] = try await writes.beforeDelivery(transaction: item.transaction, sql: sql, now: item.now)
         }
         let planned = items.indices.filter { held[$0] == nil }
         let results = try await runPlanned(planned.map { items[$0] }, sql: sql, combineWrites: combineWrites)
@@ -75,8 +75,8 @@ struct BatchDelivery {
         }
         for (index, result) in zip(planned, results) {
             all[index] = result
-            if let google = items[index].google {
-                try await GooglePlayStore.afterDelivery(google, result: result, sql: sql, now: items[index].now)
+            if let writes = items[index].sideWrites {
+                try await writes.afterDelivery(result: result, sql: sql, now: items[index].now)
             }
         }
         return all
@@ -474,4 +474,15 @@ struct CombinedWrites: SQLExpression {
         serializer.write(" ")
         writes.last?.serialize(to: &serializer)
     }
+}
+
+/// A store's own writes beside a delivery, in the delivery's database transaction (so a
+/// store's records and the delivery commit together or not at all). Each store's record type
+/// conforms; the delivery path names none of them.
+public protocol StoreSideWrites: Sendable {
+    /// Before planning: nil to plan the delivery, else why it is held (not paid, replaced).
+    func beforeDelivery(transaction: StoreTransaction, sql: any SQLDatabase, now: Date) async throws
+        -> PurchaseStore.DeliveryResult.Held?
+    /// After planning, with what the delivery did.
+    func afterDelivery(result: PurchaseStore.DeliveryResult, sql: any SQLDatabase, now: Date) async throws
 }

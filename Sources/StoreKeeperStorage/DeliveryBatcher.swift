@@ -20,7 +20,7 @@ final class DeliveryBatcher: Sendable {
         var evidence: DeliveryPlanner.Evidence
         var now: Date
         var event: SubscriptionEvent?
-        var google: GooglePlayStore.Writes?
+        var sideWrites: (any StoreSideWrites)?
         var continuation: CheckedContinuation<PurchaseStore.DeliveryResult, any Error>
         var enqueued = ContinuousClock.now
     }
@@ -58,13 +58,13 @@ final class DeliveryBatcher: Sendable {
     func deliver(
         _ transaction: StoreTransaction, submittingAccount: String?, requestedOrderId: String?,
         catalog: Catalog, policy: OwnershipPolicy, evidence: DeliveryPlanner.Evidence,
-        event: SubscriptionEvent? = nil, google: GooglePlayStore.Writes? = nil, now: Date
+        event: SubscriptionEvent? = nil, sideWrites: (any StoreSideWrites)? = nil, now: Date
     ) async throws -> PurchaseStore.DeliveryResult {
         try await withCheckedThrowingContinuation { continuation in
             let request = Request(
                 transaction: transaction, submittingAccount: submittingAccount, requestedOrderId: requestedOrderId,
                 catalog: catalog, policy: policy, evidence: evidence, now: now, event: event,
-                google: google, continuation: continuation)
+                sideWrites: sideWrites, continuation: continuation)
             let startDrain = state.withLock { state -> Bool in
                 state.pending.append(request)
                 // Another drain whenever a slot is free: a lone request never waits behind a
@@ -96,7 +96,7 @@ final class DeliveryBatcher: Sendable {
                 transaction: $0.transaction, submittingAccount: $0.submittingAccount,
                 requestedOrderId: $0.requestedOrderId, catalog: $0.catalog, policy: $0.policy, evidence: $0.evidence,
                 now: $0.now, event: $0.event, sharedAppleIdLimit: sharedAppleIdLimit, apps: apps,
-                google: $0.google)
+                sideWrites: $0.sideWrites)
         }
         let results: [PurchaseStore.DeliveryResult]
         do {
@@ -135,7 +135,7 @@ final class DeliveryBatcher: Sendable {
                     transaction: request.transaction, submittingAccount: request.submittingAccount,
                     requestedOrderId: request.requestedOrderId, catalog: request.catalog, policy: request.policy,
                     evidence: request.evidence, now: request.now, event: request.event,
-                    sharedAppleIdLimit: sharedAppleIdLimit, apps: apps, google: request.google))
+                    sharedAppleIdLimit: sharedAppleIdLimit, apps: apps, sideWrites: request.sideWrites))
             request.continuation.resume(returning: result)
         } catch {
             request.continuation.resume(throwing: error)

@@ -16,11 +16,11 @@ extension PurchaseStore {
     public func deliver(
         _ transaction: StoreTransaction, submittingAccount: String?, requestedOrderId: String? = nil,
         catalog: Catalog, policy: OwnershipPolicy = .firstBinder, evidence: DeliveryPlanner.Evidence = .device,
-        event: SubscriptionEvent? = nil, google: GooglePlayStore.Writes? = nil, now: Date
+        event: SubscriptionEvent? = nil, sideWrites: (any StoreSideWrites)? = nil, now: Date
     ) async throws -> DeliveryResult {
         try await batcher.deliver(
             transaction, submittingAccount: submittingAccount, requestedOrderId: requestedOrderId, catalog: catalog,
-            policy: policy, evidence: evidence, event: event, google: google, now: now)
+            policy: policy, evidence: evidence, event: event, sideWrites: sideWrites, now: now)
     }
 
     /// One delivery in its own database transaction — a batch of one, through the same read

@@ -452,7 +452,7 @@ extension GooglePlayStore {
     /// database transaction (through the group-commit batcher like every store's purchase): the
     /// purchase as read, the token a paid replacement retires, the units Google refunded before
     /// anyone claimed them, and — once an account has it — its account and acknowledgement duty.
-    public struct Writes: Sendable {
+    public struct Writes: StoreSideWrites {
         public var purchase: Purchase
         public var paid: Bool
         public var needsAcknowledgement: Bool
@@ -475,15 +475,19 @@ extension GooglePlayStore {
         }
     }
 
+}
+
+extension GooglePlayStore.Writes {
     /// Before planning: the purchase recorded; nil when it is to be planned, else why not.
-    static func beforeDelivery(
-        _ writes: Writes, transaction: StoreTransaction, sql: any SQLDatabase, now: Date
-    ) async throws -> PurchaseStore.DeliveryResult.Held? {
-        let retired = try await record(writes.purchase, acknowledge: false, sql: sql, now: now)
+    public func beforeDelivery(transaction: StoreTransaction, sql: any SQLDatabase, now: Date) async throws
+        -> PurchaseStore.DeliveryResult.Held?
+    {
+        let writes = self
+        let retired = try await GooglePlayStore.record(writes.purchase, acknowledge: false, sql: sql, now: now)
         guard writes.paid else { return .unpaid }
         if retired { return .retired }
         if let linked = writes.retires {
-            try await retire(linked, appId: writes.purchase.appId, sql: sql, now: now)
+            try await GooglePlayStore.retire(linked, appId: writes.purchase.appId, sql: sql, now: now)
         }
         if let refunded = writes.refundedBeforeDelivery, let id = transaction.transactionId,
             try await sql.raw("SELECT 1 AS d FROM deliveries WHERE transaction_id = \(bind: id)").first() == nil
@@ -496,9 +500,8 @@ extension GooglePlayStore {
     }
 
     /// After planning: the account it went to, and the acknowledgement Google waits for.
-    static func afterDelivery(
-        _ writes: Writes, result: PurchaseStore.DeliveryResult, sql: any SQLDatabase, now: Date
-    ) async throws {
+    public func afterDelivery(result: PurchaseStore.DeliveryResult, sql: any SQLDatabase, now: Date) async throws {
+        let writes = self
         guard let account = result.plan.accountId ?? result.plan.delivery?.accountId else { return }
         // The row was written before planning: only its account, and the duty, are new.
         try await sql.raw(
@@ -509,8 +512,8 @@ extension GooglePlayStore {
         ).run()
         if writes.needsAcknowledgement {
             _ = try await JobStore.insert(
-                kind: acknowledgeJobKind,
-                dedupeKey: "\(acknowledgeJobKind)|\(tokenDigest(writes.purchase.purchaseToken))",
+                kind: GooglePlayStore.acknowledgeJobKind,
+                dedupeKey: "\(GooglePlayStore.acknowledgeJobKind)|\(GooglePlayStore.tokenDigest(writes.purchase.purchaseToken))",
                 payload: writes.purchase.purchaseToken, sql: sql, now: now)
         }
     }

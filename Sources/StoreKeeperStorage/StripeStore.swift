@@ -1,5 +1,6 @@
 import Foundation
 import SQLKit
+import StoreKeeperCore
 import StoreKeeperSupport
 
 /// Stripe's records beside the one delivery path: webhook events (durable before Stripe hears
@@ -21,20 +22,24 @@ public struct StripeStore: Sendable {
 
     /// An event, durably, once per id; a new one queues its job (payload: the event id), due
     /// at once — or, when the caller applies it right away, only `safetyNet` later, for a crash.
+    /// `applied` (with its outcome): already applied by the caller, no job.
     public func recordEvent(
         id: String, appId: String, type: String, objectId: String?, created: Int64?, now: Date,
-        safetyNet: TimeInterval = 0
+        safetyNet: TimeInterval = 0, applied: String? = nil
     ) async throws -> Recorded {
         try await database.transaction { sql in
             let inserted = try await sql.raw(
                 """
-                INSERT INTO stripe_events (event_id, app_id, type, object_id, created, status, received_at)
-                VALUES (\(bind: id), \(bind: appId), \(bind: type), \(bind: objectId), \(bind: created), 'pending',
-                        \(bind: now.milliseconds))
+                INSERT INTO stripe_events (event_id, app_id, type, object_id, created, status, outcome, received_at,
+                                           applied_at)
+                VALUES (\(bind: id), \(bind: appId), \(bind: type), \(bind: objectId), \(bind: created),
+                        \(bind: applied == nil ? "pending" : "applied"), \(bind: applied.map { String($0.prefix(1000)) }),
+                        \(bind: now.milliseconds), \(bind: applied == nil ? nil : now.milliseconds))
                 ON CONFLICT (event_id) DO NOTHING RETURNING event_id
                 """
             ).first()
             guard inserted != nil else { return .duplicate }
+            guard applied == nil else { return .new }
             try await JobStore.insert(
                 kind: Self.eventJobKind, dedupeKey: "\(Self.eventJobKind)|\(id)", payload: id, sql: sql, now: now,
                 runAt: now.addingTimeInterval(safetyNet))
@@ -330,6 +335,71 @@ extension StripeStore {
             try await sql.raw(
                 "SELECT payment_intent_id FROM stripe_payments WHERE transaction_id = \(bind: transactionId)"
             ).first()?.decode(column: "payment_intent_id", as: String.self)
+        }
+    }
+}
+
+extension StripeStore {
+    /// What a Stripe delivery writes beside it, in its database transaction: the payment it
+    /// was (refunds and disputes name payments), the webhook event that brought it (recorded
+    /// applied with it: one write for a webhook), the account's Stripe customer.
+    public struct Writes: StoreSideWrites {
+        public var event: Event?
+        public var paymentIntent: String?
+        public var appId: String
+        public var customer: String?
+
+        public init(event: Event?, paymentIntent: String?, appId: String, customer: String?) {
+            self.event = event
+            self.paymentIntent = paymentIntent
+            self.appId = appId
+            self.customer = customer
+        }
+
+        public func beforeDelivery(transaction: StoreTransaction, sql: any SQLDatabase, now: Date) async throws
+            -> PurchaseStore.DeliveryResult.Held?
+        {
+            if let paymentIntent, let id = transaction.transactionId {
+                try await sql.raw(
+                    """
+                    INSERT INTO stripe_payments (payment_intent_id, transaction_id, original_transaction_id, product_id)
+                    VALUES (\(bind: paymentIntent), \(bind: id), \(bind: transaction.originalTransactionId ?? id),
+                            \(bind: transaction.productId ?? ""))
+                    ON CONFLICT (payment_intent_id) DO NOTHING
+                    """
+                ).run()
+            }
+            if let event {
+                try await sql.raw(
+                    """
+                    INSERT INTO stripe_events (event_id, app_id, type, object_id, created, status, received_at, applied_at)
+                    VALUES (\(bind: event.id), \(bind: event.appId), \(bind: event.type), \(bind: event.objectId),
+                            \(bind: event.created), 'applied', \(bind: now.milliseconds), \(bind: now.milliseconds))
+                    ON CONFLICT (event_id) DO NOTHING
+                    """
+                ).run()
+            }
+            return nil
+        }
+
+        public func afterDelivery(result: PurchaseStore.DeliveryResult, sql: any SQLDatabase, now: Date) async throws {
+            if let event {
+                try await sql.raw(
+                    """
+                    UPDATE stripe_events SET outcome = \(bind: result.plan.outcome.rawValue)
+                    WHERE event_id = \(bind: event.id)
+                    """
+                ).run()
+            }
+            if let customer, let account = result.plan.accountId ?? result.plan.delivery?.accountId {
+                try await sql.raw(
+                    """
+                    INSERT INTO stripe_customers (app_id, account_id, customer_id)
+                    VALUES (\(bind: appId), \(bind: account), \(bind: customer))
+                    ON CONFLICT (app_id, account_id) DO NOTHING
+                    """
+                ).run()
+            }
         }
     }
 }

@@ -278,7 +278,7 @@ extension StoreKeeperApp {
             transaction, submittingAccount: submittingAccount, requestedOrderId: orderId, catalog: catalog,
             policy: configuration.ownershipPolicy, evidence: .device,
             event: reading.kind == "subscription" ? event : nil,
-            google: GooglePlayStore.Writes(
+            sideWrites: GooglePlayStore.Writes(
                 purchase: reading.record, paid: paid,
                 needsAcknowledgement: GooglePlayPlanner.needsAcknowledgement(
                     paid: paid, acknowledgementState: reading.acknowledged ? AcknowledgementState.acknowledged : nil),

@@ -21,6 +21,19 @@ public struct StripeApp: Sendable {
 /// The metadata key that carries an order's token on the session, the payment intent and the
 /// subscription (Stripe copies none of them from one to another).
 let stripeTokenKey = "storekeeper_token"
+/// Present on the objects of a checkout opened for nobody: its purchase waits for a redemption.
+let stripeRedeemKey = "storekeeper_redeem"
+
+/// What applying an event did; `recorded`: the event was recorded with its delivery.
+struct StripeApplied: Sendable {
+    var outcome: String
+    var recorded = false
+
+    init(_ outcome: String, recorded: Bool = false) {
+        self.outcome = outcome
+        self.recorded = recorded
+    }
+}
 
 /// Stripe → the store-neutral core: what the adapter read of Stripe's objects, as
 /// `StoreTransaction`s, subscription states and refunds. Stripe's types stop here.
@@ -120,7 +133,12 @@ extension StoreKeeperApp {
         form.add("metadata[storekeeper_order]", order.orderId)
         form.add(subscription ? "subscription_data[metadata][\(stripeTokenKey)]" : "payment_intent_data[metadata][\(stripeTokenKey)]", token)
         form.add(subscription ? "subscription_data[metadata][storekeeper_order]" : "payment_intent_data[metadata][storekeeper_order]", order.orderId)
-        if !subscription, order.accountId.isEmpty { form.add("customer_creation", "always") }
+        if order.accountId.isEmpty {
+            let on = subscription ? "subscription_data" : "payment_intent_data"
+            form.add("metadata[\(stripeRedeemKey)]", "1")
+            form.add("\(on)[metadata][\(stripeRedeemKey)]", "1")
+            if !subscription { form.add("customer_creation", "always") }
+        }
         if !order.accountId.isEmpty, let customer = try await StripeStore(database: database).customer(
             appId: app.configuration.id, accountId: order.accountId)
         {
@@ -158,17 +176,31 @@ extension StoreKeeperApp {
 
     /// Applies one recorded event: the objects it names are read again from Stripe (events
     /// arrive twice, late and out of order; the API says what is true now). Returns what it did.
-    func applyStripeEvent(_ event: StripeStore.Event, app: StripeApp, now: Date) async throws -> String {
-        guard let object = event.objectId else { return "no object: nothing to do" }
+    /// `recording`: the webhook's event, not recorded yet — a delivery records it in its own
+    /// database transaction (`recorded` true); otherwise the caller records it.
+    func applyStripeEvent(_ event: StripeStore.Event, app: StripeApp, now: Date, recording: StripeStore.Event? = nil)
+        async throws -> StripeApplied
+    {
+        guard let object = event.objectId else { return StripeApplied("no object: nothing to do") }
         switch event.type {
         case "checkout.session.completed", "checkout.session.async_payment_succeeded":
-            return try await applyStripeSession(object, app: app, now: now)
+            return try await applyStripeSession(object, app: app, now: now, recording: recording)
+        case "invoice.paid", "invoice.payment_succeeded":
+            return try await applyStripeInvoice(object, app: app, now: now, recording: recording)
+        default:
+            return StripeApplied(try await applyStripeChange(event, object: object, app: app, now: now))
+        }
+    }
+
+    /// What changes no delivery: failures, subscription states, refunds, disputes.
+    func applyStripeChange(_ event: StripeStore.Event, object: String, app: StripeApp, now: Date) async throws
+        -> String
+    {
+        switch event.type {
         case "checkout.session.async_payment_failed":
             return "the delayed payment failed: nothing delivered"
         case "checkout.session.expired":
             return "the session expired unpaid: nothing delivered"
-        case "invoice.paid", "invoice.payment_succeeded":
-            return try await applyStripeInvoice(object, app: app, now: now)
         case "invoice.payment_failed":
             let invoice = try await app.client.invoice(object)
             guard let subscription = invoice.subscriptionId else { return "an invoice of no subscription" }
@@ -192,10 +224,12 @@ extension StoreKeeperApp {
     }
 
     /// The transaction of a paid payment-mode session, or of a subscription's invoice.
-    func applyStripeSession(_ id: String, app: StripeApp, now: Date) async throws -> String {
+    func applyStripeSession(_ id: String, app: StripeApp, now: Date, recording: StripeStore.Event? = nil)
+        async throws -> StripeApplied
+    {
         let session = try await app.client.checkoutSession(id)
         guard session.isPaid else {
-            return "not paid yet (status \(session.status ?? "?"), payment_status \(session.paymentStatus ?? "?")): nothing delivered"
+            return StripeApplied("not paid yet (status \(session.status ?? "?"), payment_status \(session.paymentStatus ?? "?")): nothing delivered")
         }
         if session.mode == "subscription" {
             var subscription = session.subscription?.object
@@ -203,15 +237,15 @@ extension StoreKeeperApp {
                 subscription = try await app.client.subscription(id)
             }
             guard let invoice = subscription?.latestInvoice?.id else {
-                return "a subscription session without an invoice yet"
+                return StripeApplied("a subscription session without an invoice yet")
             }
-            return try await applyStripeInvoice(invoice, app: app, now: now)
+            return try await applyStripeInvoice(invoice, app: app, now: now, recording: recording)
         }
         guard let intent = session.paymentIntent?.object,
             let priceId = session.lineItems?.data.first?.price?.id,
             let product = catalog.product(store: "stripe", storeProductId: priceId)
         else {
-            return "a session of a price the catalog does not sell (storeProducts.stripe): nothing delivered"
+            return StripeApplied("a session of a price the catalog does not sell (storeProducts.stripe): nothing delivered")
         }
         let charge = intent.latestCharge?.object
         let currency = session.currency ?? intent.currency
@@ -228,20 +262,25 @@ extension StoreKeeperApp {
         var priced = transaction
         priced.proceeds = StripeReading.proceeds(charge, currency: currency)
         return try await deliverStripe(
-            priced, paymentIntent: intent.id, customer: session.customer?.id ?? intent.customer?.id, app: app, now: now,
-            event: nil)
+            priced, paymentIntent: intent.id, customer: session.customer?.id ?? intent.customer?.id,
+            redeemable: (intent.metadata ?? session.metadata)?[stripeRedeemKey] != nil, app: app, now: now,
+            event: nil, recording: recording)
     }
 
     /// A paid invoice: the subscription's period, delivered once (first purchase and renewals).
-    func applyStripeInvoice(_ id: String, app: StripeApp, now: Date) async throws -> String {
+    func applyStripeInvoice(_ id: String, app: StripeApp, now: Date, recording: StripeStore.Event? = nil)
+        async throws -> StripeApplied
+    {
         let invoice = try await app.client.invoice(id)
-        guard invoice.status == "paid" else { return "invoice \(invoice.status ?? "?"): nothing delivered" }
-        guard let subscriptionId = invoice.subscriptionId else { return "an invoice of no subscription" }
+        guard invoice.status == "paid" else {
+            return StripeApplied("invoice \(invoice.status ?? "?"): nothing delivered")
+        }
+        guard let subscriptionId = invoice.subscriptionId else { return StripeApplied("an invoice of no subscription") }
         let subscription = try await app.client.subscription(subscriptionId)
         let priceId =
             invoice.lines?.data.compactMap { $0.pricing?.priceDetails?.price }.first ?? subscription.price?.id
         guard let priceId, let product = catalog.product(store: "stripe", storeProductId: priceId) else {
-            return "an invoice of a price the catalog does not sell (storeProducts.stripe): nothing delivered"
+            return StripeApplied("an invoice of a price the catalog does not sell (storeProducts.stripe): nothing delivered")
         }
         var charge: StripeCharge?
         var intentId: String?
@@ -269,51 +308,48 @@ extension StoreKeeperApp {
                 .storeState($0, autoRenew: !(subscription.cancelAtPeriodEnd ?? false)), signedDate: now,
                 transaction: transaction)
         }
+        let metadata = invoice.subscriptionMetadata ?? subscription.metadata
         return try await deliverStripe(
-            transaction, paymentIntent: intentId, customer: invoice.customer?.id ?? subscription.customer?.id, app: app,
-            now: now, event: event)
+            transaction, paymentIntent: intentId, customer: invoice.customer?.id ?? subscription.customer?.id,
+            redeemable: metadata?[stripeRedeemKey] != nil, app: app, now: now, event: event, recording: recording)
     }
 
     /// Delivers through the one path: to the order's account (its token), to the account that
-    /// redeemed its code, or — bought without an account — to nobody, with a redemption code.
+    /// redeemed its code, or — bought without an account — to nobody, its code then valid.
+    /// Stripe's own records (the payment, the event, the customer) commit with the delivery.
     func deliverStripe(
-        _ transaction: StoreTransaction, paymentIntent: String?, customer: String?, app: StripeApp, now: Date,
-        event: SubscriptionEvent?
-    ) async throws -> String {
+        _ transaction: StoreTransaction, paymentIntent: String?, customer: String?, redeemable: Bool, app: StripeApp,
+        now: Date, event: SubscriptionEvent?, recording: StripeStore.Event?
+    ) async throws -> StripeApplied {
         let stripeStore = StripeStore(database: database)
-        if let intent = paymentIntent {
-            try await stripeStore.recordPayment(
-                paymentIntent: intent, transactionId: transaction.transactionId ?? "",
-                originalTransactionId: transaction.originalTransactionId ?? "", productId: transaction.productId ?? "")
-        }
         var transaction = transaction
         var submitter: String?
-        var orderId: String?
-        if let token = transaction.appAccountToken, let checkout = try await stripeStore.checkout(token: token) {
-            orderId = checkout.orderId
-            if checkout.accountId == nil {
-                guard let redeemer = checkout.redeemedBy else {
-                    let issued = try await stripeStore.issueRedemption(
-                        session: checkout.sessionId, transactionId: transaction.transactionId ?? "",
-                        code: Self.redemptionCode(),
-                        expiresAt: now.addingTimeInterval(Double(app.configuration.redemptionMinutes) * 60))
-                    return "paid without an account: held for redemption code \(issued?.redemptionCode?.prefix(4) ?? "?")…"
-                }
-                // Redeemed: the redeemer's, never the placeholder order's.
-                submitter = redeemer
-                transaction.appAccountToken = nil
-                orderId = nil
+        if redeemable, let token = transaction.appAccountToken, let checkout = try await stripeStore.checkout(token: token),
+            checkout.accountId == nil
+        {
+            guard let redeemer = checkout.redeemedBy else {
+                let issued = try await stripeStore.issueRedemption(
+                    session: checkout.sessionId, transactionId: transaction.transactionId ?? "",
+                    code: Self.redemptionCode(),
+                    expiresAt: now.addingTimeInterval(Double(app.configuration.redemptionMinutes) * 60))
+                return StripeApplied(
+                    "paid without an account: held for redemption code \(issued?.redemptionCode?.prefix(4) ?? "?")…")
             }
+            // Redeemed: the redeemer's, never the placeholder order's.
+            submitter = redeemer
+            transaction.appAccountToken = nil
         }
         let result = try await store.deliver(
-            transaction, submittingAccount: submitter, requestedOrderId: orderId, catalog: catalog,
-            policy: configuration.ownershipPolicy, evidence: .device, event: event, now: now)
-        if let refusal = result.plan.refusal { return "\(transaction.transactionId ?? "?"): refused (\(refusal))" }
-        if let customer, let account = result.plan.accountId ?? result.plan.delivery?.accountId {
-            // The account's Stripe customer: its billing portal.
-            try await stripeStore.setCustomer(appId: app.configuration.id, accountId: account, customerId: customer)
+            transaction, submittingAccount: submitter, requestedOrderId: nil, catalog: catalog,
+            policy: configuration.ownershipPolicy, evidence: .device, event: event,
+            sideWrites: StripeStore.Writes(
+                event: recording, paymentIntent: paymentIntent, appId: app.configuration.id, customer: customer),
+            now: now)
+        if let refusal = result.plan.refusal {
+            return StripeApplied("\(transaction.transactionId ?? "?"): refused (\(refusal))", recorded: recording != nil)
         }
-        return "\(transaction.transactionId ?? "?"): \(result.plan.outcome)"
+        return StripeApplied(
+            "\(transaction.transactionId ?? "?"): \(result.plan.outcome.rawValue)", recorded: recording != nil)
     }
 
     /// A code a player types or a link carries: 12 characters of an alphabet without 0/O, 1/I.

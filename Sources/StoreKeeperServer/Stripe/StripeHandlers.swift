@@ -49,25 +49,31 @@ extension StoreKeeperApp {
                 metadata: ["event": "\(event.id)", "app": "\(app.configuration.id)"])
         }
         let stripeStore = StripeStore(database: database)
-        let recorded = try await stripeStore.recordEvent(
+        if try await stripeStore.event(event.id) != nil {
+            return try Self.json(["received": true, "duplicate": true])
+        }
+        // Applied at once, re-read from Stripe: a delivery records the event in its own
+        // database transaction (durable before the 200 either way); anything else records it
+        // applied; a failure (Stripe's API slow or down) records it for its job, with backoff.
+        let stored = StripeStore.Event(
             id: event.id, appId: app.configuration.id, type: event.type, objectId: event.objectId,
-            created: event.created, now: now, safetyNet: 60)
-        if recorded == .new {
-            // Durable now: applied at once (its job runs only if this does not finish — a
-            // crash, Stripe's API slow or down — a minute later, with backoff).
-            let stored = StripeStore.Event(
-                id: event.id, appId: app.configuration.id, type: event.type, objectId: event.objectId,
-                created: event.created, status: "pending", outcome: nil)
-            let app = app
-            do {
-                let outcome = try await withDeadline(.seconds(8)) {
-                    try await self.applyStripeEvent(stored, app: app, now: now)
-                }
-                try await stripeStore.finishEvent(event.id, status: "applied", outcome: outcome, now: now, completingJob: true)
-            } catch {
-                logger.notice(
-                    "Stripe event left to its job", metadata: ["event": "\(event.id)", "reason": "\(error)"])
+            created: event.created, status: "pending", outcome: nil)
+        let recorded: StripeStore.Recorded
+        do {
+            let applied = try await withDeadline(.seconds(8)) {
+                try await self.applyStripeEvent(stored, app: app, now: now, recording: stored)
             }
+            recorded =
+                applied.recorded
+                ? .new
+                : try await stripeStore.recordEvent(
+                    id: event.id, appId: app.configuration.id, type: event.type, objectId: event.objectId,
+                    created: event.created, now: now, applied: applied.outcome)
+        } catch {
+            logger.notice("Stripe event left to its job", metadata: ["event": "\(event.id)", "reason": "\(error)"])
+            recorded = try await stripeStore.recordEvent(
+                id: event.id, appId: app.configuration.id, type: event.type, objectId: event.objectId,
+                created: event.created, now: now)
         }
         return try Self.json(["received": true, "duplicate": recorded == .duplicate])
     }
@@ -125,7 +131,7 @@ extension StoreKeeperApp {
             let app = try stripeApp(checkout.appId)
             let outcome: String
             do {
-                outcome = try await applyStripeSession(checkout.sessionId, app: app, now: Date())
+                outcome = try await applyStripeSession(checkout.sessionId, app: app, now: Date()).outcome
             } catch let error as StripeError {
                 // Claimed: the next webhook or reconciliation delivers it to this account.
                 throw Self.stripeAPIError(error)
@@ -212,8 +218,8 @@ extension JobRunner {
             return
         }
         do {
-            let outcome = try await app.applyStripeEvent(event, app: stripe, now: now)
-            try await stripeStore.finishEvent(event.id, status: "applied", outcome: outcome, now: now)
+            let applied = try await app.applyStripeEvent(event, app: stripe, now: now)
+            try await stripeStore.finishEvent(event.id, status: "applied", outcome: applied.outcome, now: now)
             try await app.jobs.complete(job.id)
         } catch let error as StripeError where error.kind == .notFound || error.kind == .refused {
             try? await stripeStore.finishEvent(event.id, status: "ignored", outcome: error.description, now: now)
