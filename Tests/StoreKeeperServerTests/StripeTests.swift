@@ -7,6 +7,8 @@ import LocalStripe
 import NIOCore
 import StoreKeeperCatalog
 import StoreKeeperStorage
+import StoreKeeperKitCore
+import StoreKeeperSimulator
 import Stripe
 import Testing
 
@@ -119,6 +121,7 @@ import Testing
                     web.cancelURL = "https://game.example.com/cancelled"
                     web.disputePolicy = disputePolicy
                     configuration.stripeApps = [web]
+                    configuration.port = 0
                 }
             ) { app, client in
                 try await body(
@@ -455,6 +458,34 @@ extension StripeTests {
             web.server.injectFaults(count: 1, status: 500)
             await #expect(throws: StripeError.self) { _ = try await client.events(createdAfter: nil, startingAfter: nil) }
             web.server.injectFaults(count: 0)
+        }
+    }
+}
+
+extension StripeTests {
+    /// StoreKeeperKit's `redeem`, over HTTP against the live server: the code binds to the
+    /// signed-in account once; the same code from another account is `already_redeemed`.
+    @Test func storeKeeperKitRedeemsAWebPurchase() async throws {
+        try await Self.withStripe("sqlite") { web in
+            let (order, _) = try await web.buy(nil, "coins_300")
+            try await web.deliver()
+            let code = try #require(
+                try await API.call(web.client, .get, "/v1/orders/\(order)").json["redemptionCode"] as? String)
+            try await web.app.application().test(.live) { client in
+                let backend = HTTPBackend(
+                    baseURL: URL(string: "http://127.0.0.1:\(client.port!)")!, transport: AsyncHTTPTransport(),
+                    tokens: { account, _ in try await API.clientToken(account) })
+                try await backend.redeem(accountId: "kit1", code: code)
+                #expect(try await backend.customerInfo(accountId: "kit1").balances["coins"] == 300)
+                do {
+                    try await backend.redeem(accountId: "kit2", code: code)
+                    Issue.record("redeemed twice")
+                } catch let BackendError.server(status, code, _, _) {
+                    #expect(status == 409)
+                    #expect(code == "already_redeemed")
+                }
+                #expect(try await backend.customerInfo(accountId: "kit2").balances["coins"] == nil)
+            }
         }
     }
 }

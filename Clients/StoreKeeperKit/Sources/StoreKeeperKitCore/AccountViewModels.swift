@@ -75,6 +75,9 @@ extension AccountActions {
         try await coordinator.purchase(productId: productId, quantity: quantity)
     }
     public func restore() async throws -> RestoreResult { try await coordinator.restore() }
+    /// Redeems a web purchase's code for the logged-in account (`PurchaseCoordinator.redeem`).
+    @discardableResult
+    public func redeem(_ code: String) async throws -> CustomerInfo { try await coordinator.redeem(code) }
     /// Asks the server for the account's view now (offline: the last one stands).
     public func refresh() async { _ = try? await coordinator.customerInfo() }
 }

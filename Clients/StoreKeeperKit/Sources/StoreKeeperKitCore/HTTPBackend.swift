@@ -318,6 +318,14 @@ public struct HTTPBackend: Backend {
         guard answer.status == 200 else { throw Self.error(answer) }
     }
 
+    /// `POST /v1/redemptions/{code}` with the account's client token: 409 `already_redeemed`,
+    /// 410 `redemption_expired`, 404 for a code no paid purchase has.
+    public func redeem(accountId: String, code: String) async throws {
+        let answer = try await send(
+            "POST", "v1/redemptions/\(Self.path(code))", accountId: accountId, body: Data("{}".utf8))
+        guard answer.status == 200 else { throw Self.error(answer) }
+    }
+
     public func customerInfo(accountId: String) async throws -> CustomerInfo {
         let answer: Answer
         do {

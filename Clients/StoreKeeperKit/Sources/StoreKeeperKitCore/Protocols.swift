@@ -124,11 +124,20 @@ public protocol Backend: Sendable {
     /// Records the customer's answer to "share consumption data with Apple?" (Send Consumption
     /// Information V2 is sent only with it; docs/consent.md).
     func setConsumptionDataConsent(accountId: String, granted: Bool) async throws
+    /// Binds a purchase made before the account existed (a web checkout's redemption code) to
+    /// the account, once (`POST /v1/redemptions/{code}`).
+    func redeem(accountId: String, code: String) async throws
     /// Where refused (unverified) answers are counted, if this backend checks them.
     var signatureDiagnostics: SignatureDiagnostics? { get }
 }
 
 extension Backend {
+    /// A backend without redemption codes refuses them.
+    public func redeem(accountId: String, code: String) async throws {
+        throw BackendError.server(
+            status: 404, code: "not_found", message: "this backend has no redemption codes", retryable: false)
+    }
+
     /// Where a backend that checks signed answers counts the ones it refused (nil: it checks none).
     public var signatureDiagnostics: SignatureDiagnostics? { nil }
 

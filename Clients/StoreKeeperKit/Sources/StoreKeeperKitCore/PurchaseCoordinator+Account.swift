@@ -12,6 +12,17 @@ extension PurchaseCoordinator {
         try await backend.setConsumptionDataConsent(accountId: account, granted: granted)
     }
 
+    /// Redeems a purchase made on the web before this account existed (the code a web checkout's
+    /// success page or link gave): bound to the logged-in account once, then its view, fresh.
+    /// A code already used is `BackendError.server(code: "already_redeemed")`; an old one
+    /// `redemption_expired` (support can renew it).
+    public func redeem(_ code: String) async throws -> CustomerInfo {
+        guard let account = accountId else { throw PurchaseError.notLoggedIn }
+        let cleaned = code.trimmingCharacters(in: .whitespacesAndNewlines).uppercased()
+        try await backend.redeem(accountId: account, code: cleaned)
+        return try await customerInfo()
+    }
+
     public func customerInfo() async throws -> CustomerInfo {
         guard let account = accountId else { throw PurchaseError.notLoggedIn }
         do {

@@ -132,6 +132,9 @@ final class FakeBackend: Backend, @unchecked Sendable {
         var cancelled: [String] = []
         var expiresIn: TimeInterval? = nil
         var consents: [String: Bool] = [:]
+        /// Redemption codes → what the account gets; a used code is removed.
+        var codes: [String: CustomerInfo] = [:]
+        var redeemed: [(account: String, code: String)] = []
     }
     let state = Locked(State())
 
@@ -238,6 +241,19 @@ final class FakeBackend: Backend, @unchecked Sendable {
 
     func cancelOrder(accountId: String, orderId: String) async throws {
         state.withValue { $0.cancelled.append(orderId) }
+    }
+
+    func redeem(accountId: String, code: String) async throws {
+        try state.withValue { state in
+            if state.offline { throw BackendError.network("offline") }
+            guard let granted = state.codes.removeValue(forKey: code) else {
+                throw BackendError.server(status: 409, code: "already_redeemed", message: "used", retryable: false)
+            }
+            var info = granted
+            info.accountId = accountId
+            state.accounts[accountId] = info
+            state.redeemed.append((accountId, code))
+        }
     }
 
     func customerInfo(accountId: String) async throws -> CustomerInfo {

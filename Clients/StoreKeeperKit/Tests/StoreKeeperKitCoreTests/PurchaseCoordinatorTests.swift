@@ -37,6 +37,36 @@ final class PurchaseCoordinatorTests: XCTestCase {
         return coordinator
     }
 
+    /// A web purchase's redemption code: redeemed for the logged-in account (trimmed, upper-cased),
+    /// its fresh view returned and published; nobody logged in, nothing sent; a used code's
+    /// refusal reaches the app.
+    func testARedemptionCodeIsRedeemedForTheLoggedInAccount() async throws {
+        let anonymous = try await started(login: nil)
+        do {
+            _ = try await anonymous.redeem("ABCDEFGHJKLM")
+            XCTFail("redeemed with nobody logged in")
+        } catch PurchaseError.notLoggedIn {}
+        XCTAssertTrue(backend.state.withValue { $0.redeemed.isEmpty })
+        reset()
+        var granted = CustomerInfo(accountId: "")
+        granted.balances = ["coins": 60]
+        backend.state.withValue { $0.codes["ABCDEFGHJKLM"] = granted }
+        let coordinator = try await started(login: "u1")
+        let info = try await coordinator.redeem("  abcdefghjklm\n")
+        XCTAssertEqual(info.accountId, "u1")
+        XCTAssertEqual(info.balances["coins"], 60)
+        let cached = await coordinator.cachedCustomerInfo()
+        XCTAssertEqual(cached?.balances["coins"], 60)
+        XCTAssertEqual(backend.state.withValue { $0.redeemed.map(\.code) }, ["ABCDEFGHJKLM"])
+        do {
+            _ = try await coordinator.redeem("ABCDEFGHJKLM")
+            XCTFail("redeemed twice")
+        } catch let BackendError.server(status, code, _, _) {
+            XCTAssertEqual(status, 409)
+            XCTAssertEqual(code, "already_redeemed")
+        }
+    }
+
     /// Consent to share consumption data with Apple: the logged-in customer's, recorded at the
     /// server; nobody logged in, nothing recorded; offline, the error reaches the app.
     func testConsumptionDataConsentIsTheLoggedInCustomers() async throws {
