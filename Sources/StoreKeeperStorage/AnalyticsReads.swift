@@ -282,12 +282,7 @@ extension PurchaseStore {
     /// Proceeds after refunds and commission, rounded down per transaction.
     /// (The Small Business Program reduces a store's commission; a web payment has none.)
     static func kept(_ smallBusinessProgram: Bool) -> SQLQueryString {
-        smallBusinessProgram
-            ? """
-            \(unsafeRaw: AnalyticsViews.netPrice) * CASE WHEN d.store = 'web' THEN 100 \
-            ELSE \(unsafeRaw: String(Proceeds.reducedCommissionPercent)) END / 100
-            """
-            : "\(unsafeRaw: AnalyticsViews.netPrice) * d.proceeds_percent / 100"
+        "\(unsafeRaw: AnalyticsViews.kept(net: AnalyticsViews.netPrice, smallBusinessProgram: smallBusinessProgram))"
     }
 }
 

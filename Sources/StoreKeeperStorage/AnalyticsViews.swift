@@ -1,3 +1,4 @@
+import StoreKeeperCore
 /// The SQL views for BI tools and for analytics' own reads (one definition of each fact):
 /// `storekeeper_transactions`, `storekeeper_subscription_periods`, `storekeeper_subscriptions`
 /// and `storekeeper_events`, the same on PostgreSQL and SQLite. docs/analytics.md documents every
@@ -40,10 +41,33 @@ public enum AnalyticsViews {
         store: storeFromId,
         subscriptionStore: "CASE WHEN s.original_transaction_id LIKE 'gp:%' THEN 'google_play' ELSE 'app_store' END",
         anomalyStore: "CAST(NULL AS TEXT)")
-    /// The views now: every store read from its stored column.
-    public static let create = views(store: store, subscriptionStore: "s.store", anomalyStore: "a.store")
+    /// The views as migration 25 created them (every store read from its stored column).
+    public static let createBeforeStatedProceeds = views(
+        store: store, subscriptionStore: "s.store", anomalyStore: "a.store", statedProceeds: false)
+    /// The views now: a store that states its proceeds (Stripe's net) counts them.
+    public static let create = views(
+        store: store, subscriptionStore: "s.store", anomalyStore: "a.store", statedProceeds: true)
 
-    static func views(store: String, subscriptionStore: String, anomalyStore: String) -> [String] {
+    /// What a delivery kept of `net` (its price less refunds), rounded down: the proceeds its
+    /// store stated (Stripe's balance transaction net), in proportion; else its percent — or
+    /// the Small Business Program's reduced commission, for the stores that charge one.
+    static func kept(net: String, row p: String = "d.", smallBusinessProgram: Bool, statedProceeds: Bool = true)
+        -> String
+    {
+        let percent =
+            smallBusinessProgram
+            ? "CASE WHEN \(p)store IN ('web', 'stripe') THEN 100 ELSE \(Proceeds.reducedCommissionPercent) END"
+            : "\(p)proceeds_percent"
+        guard statedProceeds else { return "\(net) * \(percent) / 100" }
+        return """
+            CASE WHEN \(p)stated_proceeds_milli IS NOT NULL AND \(p)price_milli > 0 \
+            THEN \(net) * \(p)stated_proceeds_milli / \(p)price_milli ELSE \(net) * \(percent) / 100 END
+            """
+    }
+
+    static func views(store: String, subscriptionStore: String, anomalyStore: String, statedProceeds: Bool = false)
+        -> [String]
+    {
         [
             "DROP VIEW IF EXISTS storekeeper_events",
             "DROP VIEW IF EXISTS storekeeper_subscription_periods",
@@ -58,7 +82,7 @@ public enum AnalyticsViews {
                    d.trial, d.family_shared, d.offer_type, d.offer_identifier, d.price_milli, d.currency,
                    d.proceeds_percent, d.refunded_at, d.refund_share,
                    \(netPrice) AS net_price_milli,
-                   \(netPrice) * d.proceeds_percent / 100 AS proceeds_milli,
+                   \(kept(net: netPrice, smallBusinessProgram: false, statedProceeds: statedProceeds)) AS proceeds_milli,
                    \(counts) AS counts
             FROM deliveries d WHERE d.quantity > 0
             """,

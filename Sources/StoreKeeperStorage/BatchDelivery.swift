@@ -379,7 +379,7 @@ struct BatchDelivery {
                 "transaction_id", "original_transaction_id", "account_id", "order_id", "product_id", "quantity",
                 "environment", "delivered_at", "price_milli", "currency", "proceeds_percent", "period_start",
                 "period_end", "offer_type", "offer_identifier", "offer_source", "app_transaction_id", "app_id",
-                "purchased_at", "storefront", "trial", "family_shared", "store")
+                "purchased_at", "storefront", "trial", "family_shared", "store", "stated_proceeds_milli")
             for (((delivery, originalId, environment, at, appId, store), money), facts) in zip(
                 zip(newDeliveries, revenue), offerFacts)
             {
@@ -391,7 +391,7 @@ struct BatchDelivery {
                         money.periodStart,
                         money.periodEnd, offer.type, offer.identifier, offer.source, facts.transaction.appTransactionId,
                         appId,
-                    ] + money.analyticsValues + [store.rawValue])
+                    ] + money.analyticsValues + [store.rawValue, money.stated])
             }
             inserts.append(insert.insert)
         }

@@ -34,9 +34,7 @@ extension PurchaseStore {
         let firstDay = today - Int64(max(days, 1) - 1)
         let from = firstDay * Self.millisecondsPerDay
         let kept: SQLQueryString =
-            smallBusinessProgram
-            ? "price_milli * \(unsafeRaw: String(Proceeds.reducedCommissionPercent)) / 100"
-            : "price_milli * proceeds_percent / 100"
+            "\(unsafeRaw: AnalyticsViews.kept(net: "price_milli", row: "", smallBusinessProgram: smallBusinessProgram))"
         return try await database.readStale { sql in
             var byDay: [Int64: DashboardOverview.Day] = [:]
             for index in firstDay...today {

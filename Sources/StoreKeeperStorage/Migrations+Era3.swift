@@ -124,7 +124,7 @@ extension Migrations {
                     WHEN transaction_id LIKE 'web:%' THEN 'web' WHEN transaction_id IS NULL THEN NULL
                     ELSE 'app_store' END
                 """,
-            ] + AnalyticsViews.create
+            ] + AnalyticsViews.createBeforeStatedProceeds
         ),
         (
             26,
@@ -189,6 +189,15 @@ extension Migrations {
                 """,
                 "CREATE INDEX stripe_checkouts_transaction ON stripe_checkouts (transaction_id)",
             ]
+        ),
+        (
+            28,
+            [
+                // What a store states the developer received (Stripe's balance transaction net,
+                // milliunits of the delivery's currency): analytics and revenue take it over the
+                // percent.
+                "ALTER TABLE deliveries ADD COLUMN stated_proceeds_milli BIGINT"
+            ] + AnalyticsViews.create
         ),
     ]
 }

@@ -10,6 +10,8 @@ struct Revenue {
     var price: Int64?
     var currency: String?
     var percent: Int?
+    /// What the store stated the developer received (Stripe's net), when it did.
+    var stated: Int64? = nil
     var periodStart: Int64?
     var periodEnd: Int64?
     /// Analytics' facts (migration 20): the store's purchase date, storefront, a free trial,
@@ -72,7 +74,8 @@ struct Revenue {
         }
         return Revenue(
             price: transaction.price, currency: transaction.currency,
-            percent: Proceeds.percent(of: transaction, earlierPeriods: earlier), periodStart: periodStart,
+            percent: Proceeds.percent(of: transaction, earlierPeriods: earlier), stated: transaction.proceeds,
+            periodStart: periodStart,
             periodEnd: periodEnd, purchasedAt: periodStart ?? transaction.purchaseDate,
             storefront: transaction.storefront,
             trial: transaction.offerDiscountType == .freeTrial

@@ -34,12 +34,10 @@ extension PurchaseStore {
     public func revenue(from start: Date?, to end: Date?, smallBusinessProgram: Bool) async throws -> RevenueSummary {
         let from = start?.milliseconds ?? Int64.min
         let to = end?.milliseconds ?? Int64.max
-        let reduced = Proceeds.reducedCommissionPercent
         return try await database.readStale { sql in
             let net: SQLQueryString = "\(unsafeRaw: Self.netPrice)"
             let kept: SQLQueryString =
-                smallBusinessProgram
-                ? "\(net) * \(unsafeRaw: String(reduced)) / 100" : "\(net) * proceeds_percent / 100"
+                "\(unsafeRaw: AnalyticsViews.kept(net: Self.netPrice, row: "", smallBusinessProgram: smallBusinessProgram))"
             let rows = try await sql.raw(
                 """
                 SELECT COALESCE(currency, '?') AS currency,

@@ -5,6 +5,7 @@ import HummingbirdTesting
 import LocalAppStore
 import LocalStripe
 import NIOCore
+import SQLKit
 import StoreKeeperCatalog
 import StoreKeeperStorage
 import StoreKeeperKitCore
@@ -104,9 +105,12 @@ import Testing
     }
 
     static func withStripe(
-        _ kind: String, disputePolicy: String = "revoke_when_lost", _ body: @Sendable (Web) async throws -> Void
+        _ kind: String, disputePolicy: String = "revoke_when_lost", livemode: Bool = false,
+        _ body: @Sendable (Web) async throws -> Void
     ) async throws {
-        let stripe = LocalStripe(configuration: .init(catalog: .demo))
+        var stripeConfiguration = LocalStripe.Configuration(catalog: .demo)
+        stripeConfiguration.livemode = livemode
+        let stripe = LocalStripe(configuration: stripeConfiguration)
         let server = LocalStripeServer(stripe: stripe)
         let running = try await server.start()
         do {
@@ -486,6 +490,44 @@ extension StripeTests {
                 }
                 #expect(try await backend.customerInfo(accountId: "kit2").balances["coins"] == nil)
             }
+        }
+    }
+}
+
+extension StripeTests {
+    /// Analytics count Stripe as `store=stripe` with Stripe's own proceeds (the balance
+    /// transaction's net: 99 cents less the local Stripe's fee of round(2.9 %) + 30 cents = 66), and
+    /// test-mode payments earn nothing.
+    @Test(arguments: API.databases)
+    func proceedsAreStripesNetAndStripeIsItsOwnStore(kind: String) async throws {
+        try await Self.withStripe(kind, livemode: true) { web in
+            let (_, session) = try await web.buy("w15", "coins_60")
+            try await web.deliver()
+            #expect(try await web.balance("w15") == 60)
+            let intent = try #require(try web.stripe.session(session, expand: [])["payment_intent"] as? String)
+            let store = try await web.app.database.read { sql in
+                try await sql.raw(
+                    "SELECT store FROM storekeeper_transactions WHERE transaction_id = \(bind: "stripe:\(intent)")"
+                ).first()?.decode(column: "store", as: String.self)
+            }
+            #expect(store == "stripe")
+            let today = String(ISO8601DateFormatter().string(from: Date()).prefix(10))
+            let proceeds = try await API.call(
+                web.client, .get, "/v1/analytics/proceeds?from=\(today)&to=\(today)&store=stripe")
+            #expect(proceeds.status == .ok, "\(proceeds.json)")
+            let usd = ((proceeds.json["points"] as? [[String: Any]])?.last?["byCurrency"] as? [String: Double])?["USD"]
+            #expect(usd.map { abs($0 - 0.66) < 0.0001 } == true, "\(String(describing: usd)) \(proceeds.json)")
+            let apple = try await API.call(
+                web.client, .get, "/v1/analytics/proceeds?from=\(today)&to=\(today)&store=app_store")
+            #expect(((apple.json["points"] as? [[String: Any]])?.last?["byCurrency"] as? [String: Double])?["USD"] == nil)
+        }
+        try await Self.withStripe(kind) { web in
+            _ = try await web.buy("w16", "coins_60")
+            try await web.deliver()
+            let today = String(ISO8601DateFormatter().string(from: Date()).prefix(10))
+            let proceeds = try await API.call(
+                web.client, .get, "/v1/analytics/proceeds?from=\(today)&to=\(today)&store=stripe")
+            #expect(((proceeds.json["points"] as? [[String: Any]])?.last?["byCurrency"] as? [String: Double])?["USD"] == nil)
         }
     }
 }
