@@ -243,6 +243,8 @@ final class DemoStory: @unchecked Sendable {  // run by one task at a time
             ("The iOS subscription, seen by the Android app", subscriptionSeenOnAndroid),
             ("Google refunds the Android coins", googleRefund),
             ("Google down when the server acknowledges: the sweeper saves the purchase", acknowledgementSweeper),
+            ("A web paywall paid through Stripe, redeemed in the app, renewed", webPaywallRedeemedInTheApp),
+            ("Coins bought on the web, refunded from Stripe", webCoinsRefunded),
             (
                 "\(bulkPurchases) purchases on 6 StoreKit 1 and 2 devices, through crashes and network failures",
                 {

@@ -68,7 +68,7 @@ struct SimulateCommand: AsyncParsableCommand {
     @Option(
         name: .long,
         help:
-            "app_store (default) or google_play: simulated Android devices (Play Billing's behaviour) against the server's local Google Play."
+            "app_store (default); google_play: simulated Android devices (Play Billing's behaviour) against the server's local Google Play; stripe: web checkouts against its local Stripe (--devices buyers, --pending-rate delayed payments, --network-failure-rate Stripe's API failing, --outage-hours)."
     )
     var store: String = "app_store"
     @Option(
@@ -118,8 +118,8 @@ struct SimulateCommand: AsyncParsableCommand {
         guard (0...1).contains(clockJumpRate) else { throw ValidationError("--clock-jump-rate must be 0…1") }
         guard (0...10_000).contains(replayFlood) else { throw ValidationError("--replay-flood must be 0…10000") }
         guard (0...1).contains(tokenlessRate) else { throw ValidationError("--tokenless-rate must be 0…1") }
-        guard ["app_store", "google_play"].contains(store) else {
-            throw ValidationError("--store must be app_store or google_play")
+        guard ["app_store", "google_play", "stripe"].contains(store) else {
+            throw ValidationError("--store must be app_store, google_play or stripe")
         }
         guard (0...1).contains(pendingRate) else { throw ValidationError("--pending-rate must be 0…1") }
         // Google refunds what is unacknowledged after 3 days: an outage close to that is a loss.
@@ -223,8 +223,30 @@ struct SimulateCommand: AsyncParsableCommand {
         if !clean(report) { throw ExitCode(1) }
     }
 
+    func runStripe() async throws {
+        var options = StripeSimulation.Options(server: URL(string: server)!, key: key)
+        options.buyers = devices
+        options.purchases = purchases
+        options.asyncRate = pendingRate
+        options.apiFailureRate = networkFailureRate
+        options.seed = seed
+        options.settleSeconds = settleSeconds
+        options.outageHours = outageHours
+        if let appId { options.appId = appId }
+        try await report(
+            { progress in try await StripeSimulation(options: options).run(progress: progress) },
+            text: { report in
+                """
+                Stripe: checkouts \(report.purchases) · paid \(report.paid) · declined first \(report.declined) · delayed payments failed \(report.asyncFailed) · delivered \(report.delivered)
+                lost \(report.lost) · doubled \(report.doubled) · webhooks duplicated and reversed · Stripe's API failing for \(report.apiFailures) purchases · server unreachable \(report.outageHours) h of Stripe's clock
+                settled \(report.settled ? "in \(report.secondsToSettle) s" : "NOT within \(settleSeconds) s") · seed \(report.seed)
+                """
+            }, clean: \.clean)
+    }
+
     func run() async throws {
         if store == "google_play" { return try await runGoogle() }
+        if store == "stripe" { return try await runStripe() }
         var options = Simulation.Options(server: URL(string: server)!, key: key)
         options.devices = devices
         options.purchases = purchases

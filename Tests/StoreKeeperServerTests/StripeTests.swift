@@ -531,3 +531,32 @@ extension StripeTests {
         }
     }
 }
+
+extension StripeTests {
+    /// An expired code is 410; support renews it (audited) and it redeems; a used one is not
+    /// renewed; a client token cannot renew.
+    @Test(arguments: API.databases)
+    func anExpiredCodeIsRefusedUntilSupportRenewsIt(kind: String) async throws {
+        try await Self.withStripe(kind) { web in
+            let (order, _) = try await web.buy(nil, "coins_60")
+            try await web.deliver()
+            let code = try #require(
+                try await API.call(web.client, .get, "/v1/orders/\(order)").json["redemptionCode"] as? String)
+            // An hour and more later.
+            try await web.app.database.transaction { sql in
+                try await sql.raw("UPDATE stripe_checkouts SET redemption_expires_at = 1").run()
+            }
+            let token = try await API.clientToken("w17")
+            let late = try await API.call(web.client, .post, "/v1/redemptions/\(code)", token: token, body: "{}")
+            #expect(late.status == .gone)
+            #expect(late.errorCode == "redemption_expired")
+            let byClient = try await API.call(web.client, .post, "/v1/redemptions/\(code)/renew", token: token)
+            #expect(byClient.status == .forbidden)
+            let renewed = try await API.call(web.client, .post, "/v1/redemptions/\(code)/renew")
+            #expect(renewed.status == .ok, "\(renewed.json)")
+            #expect(try await API.call(web.client, .post, "/v1/redemptions/\(code)", token: token, body: "{}").status == .ok)
+            #expect(try await web.balance("w17") == 60)
+            #expect(try await API.call(web.client, .post, "/v1/redemptions/\(code)/renew").errorCode == "already_redeemed")
+        }
+    }
+}

@@ -23,6 +23,7 @@ public enum Preflight {
         checks.append(await database(configuration))
         checks += await appStore(configuration)
         checks += await googlePlay(configuration)
+        checks += await stripe(configuration)
         checks += keyFiles(configuration)
         return checks
     }
@@ -175,6 +176,29 @@ public enum Preflight {
         return checks
     }
 
+    /// One authenticated read per Stripe app (the events list, one item).
+    static func stripe(_ configuration: ServerConfiguration) async -> [Check] {
+        var checks: [Check] = []
+        for app in configuration.stripeApps {
+            let name = "Stripe API (\(app.id))"
+            do {
+                let mode = try await withDeadline(deadline) {
+                    let stripe = try StripeApp.make(app)
+                    try await stripe.client.ping()
+                    return stripe.client.isTestMode ? "test mode" : "live mode"
+                }
+                checks.append(Check(name: name, ok: true, detail: "the key answered (\(mode))"))
+            } catch {
+                checks.append(
+                    Check(
+                        name: name, ok: false,
+                        detail: "\(Self.describe(error)) — check secretKeyFile (sk_… or rk_… with read access to Events)"
+                    ))
+            }
+        }
+        return checks
+    }
+
     // MARK: Key files
 
     /// Every file holding a secret is its owner's alone.
@@ -184,6 +208,9 @@ public enum Preflight {
         if let file = configuration.offersPrivateKeyFile { files.append(("apple.offers.privateKeyFile", file)) }
         for app in configuration.googlePlayApps {
             if let file = app.serviceAccountKeyFile { files.append(("apps[\(app.id)].serviceAccountKeyFile", file)) }
+        }
+        for app in configuration.stripeApps {
+            if let file = app.secretKeyFile { files.append(("apps[\(app.id)].secretKeyFile", file)) }
         }
         for key in configuration.signingKeySources where !key.contains("-----BEGIN") {
             files.append(("auth.responseSigningKeys", key))

@@ -143,6 +143,30 @@ extension StoreKeeperApp {
         }
     }
 
+    /// `POST /v1/redemptions/{code}/renew` (support): an unredeemed code valid again for the
+    /// app's `redemptionMinutes` from now (the player lost the first hour); audited.
+    func renewRedemption(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        let caller = try context.caller()
+        try caller.requireScope(.support)
+        let code = try Self.parameter(context, "code").uppercased()
+        let stripeStore = StripeStore(database: database)
+        guard code.count == 12, let checkout = try await stripeStore.checkout(redemptionCode: code),
+            checkout.transactionId != nil
+        else { throw APIError(.notFound, "not_found", "no paid purchase has redemption code '\(code.prefix(40))'") }
+        guard checkout.redeemedBy == nil else {
+            throw APIError(.conflict, "already_redeemed", "redemption code '\(code)' was already used")
+        }
+        let minutes = stripe[checkout.appId]?.configuration.redemptionMinutes ?? 60
+        let expires = Date().addingTimeInterval(Double(minutes) * 60)
+        guard try await stripeStore.renewRedemption(code: code, expiresAt: expires) else {
+            throw APIError(.conflict, "already_redeemed", "redemption code '\(code)' was already used")
+        }
+        try await store.recordAudit(
+            actor: caller.auditActor, action: "renew_redemption", subject: checkout.orderId,
+            detail: "redemption code \(code.prefix(4))… valid until \(Self.iso(expires))", now: Date())
+        return try Self.json(["code": code, "expiresAt": Self.iso(expires)])
+    }
+
     func decodeOptional<T: RequestBody>(_ type: T.Type, _ request: Request) async throws -> T? {
         var request = request
         let buffer = try await request.collectBody(upTo: configuration.maxBodyBytes)
@@ -201,6 +225,7 @@ struct StripeController {
 
     func addRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
         v1.post("redemptions/:code") { request, context in try await app.redeem(request, context) }
+        v1.post("redemptions/:code/renew") { request, context in try await app.renewRedemption(request, context) }
         v1.post("accounts/:accountId/billing-portal") { request, context in
             try await app.billingPortal(request, context)
         }
