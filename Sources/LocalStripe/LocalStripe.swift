@@ -76,6 +76,9 @@ public final class LocalStripe: @unchecked Sendable {
         }
     }
 
+    /// The wall clock, Unix seconds (Checkout Sessions expire on it).
+    static func wallClock() -> Int64 { Int64(Date().timeIntervalSince1970) }
+
     /// Digits after the decimal point Stripe uses for `currency` (zero-decimal currencies).
     public static func exponent(_ currency: String) -> Int {
         ["bif", "clp", "djf", "gnf", "jpy", "kmf", "krw", "mga", "pyg", "rwf", "ugx", "vnd", "vuv", "xaf", "xof", "xpf"]
@@ -166,8 +169,10 @@ public final class LocalStripe: @unchecked Sendable {
             guard (1...999_999).contains(quantity) else {
                 throw Failure.invalid("quantity must be 1…999999", param: "line_items[0][quantity]")
             }
-            let expiresAt = Int64(values["expires_at"] ?? "") ?? now + 86_400
-            guard expiresAt >= now + 1800, expiresAt <= now + 86_400 else {
+            // Sessions live on the wall clock (a test clock moves subscriptions, not Checkout).
+            let wall = Self.wallClock()
+            let expiresAt = Int64(values["expires_at"] ?? "") ?? wall + 86_400
+            guard expiresAt >= wall + 1800 - 5, expiresAt <= wall + 86_400 + 5 else {
                 throw Failure.invalid(
                     "The `expires_at` timestamp must be between 30 minutes and 24 hours from Checkout Session creation.",
                     param: "expires_at")
@@ -182,7 +187,7 @@ public final class LocalStripe: @unchecked Sendable {
             let amount = (price["unit_amount"] as? Int64 ?? 0) * Int64(quantity)
             let session: Object = [
                 "id": id, "object": "checkout.session", "mode": mode, "status": "open", "payment_status": "unpaid",
-                "url": "\(baseURL)/checkout/\(id)", "expires_at": expiresAt, "created": now,
+                "url": "\(baseURL)/checkout/\(id)", "expires_at": expiresAt, "created": wall,
                 "client_reference_id": values["client_reference_id"] ?? NSNull(),
                 "metadata": Self.map(values, prefix: "metadata"),
                 "payment_intent_data_metadata": Self.map(values, prefix: "payment_intent_data[metadata]"),
@@ -268,7 +273,7 @@ public final class LocalStripe: @unchecked Sendable {
         guard (session["status"] as? String) == "open" else {
             throw Failure(400, "invalid_request_error", "checkout_session_not_open", "This Checkout Session is \(session["status"]!).")
         }
-        guard (session["expires_at"] as? Int64 ?? 0) > now else {
+        guard (session["expires_at"] as? Int64 ?? 0) > Self.wallClock() else {
             session["status"] = "expired"
             sessions[id] = session
             emit("checkout.session.expired", render(session: session, expand: []))
