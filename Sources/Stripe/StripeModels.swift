@@ -342,6 +342,10 @@ public struct StripeInvoice: Decodable, Sendable, Hashable, StripeIdentified {
     public var livemode: Bool?
     public var created: Int64?
     public var statusTransitions: StatusTransitions?
+    /// Pre-`basil` payloads (old stored events, an older account version): the invoice's
+    /// subscription and payment at the top level. Read after `parent` and `payments`.
+    public var legacySubscription: StripeExpandable<StripeObjectId>?
+    public var legacyPaymentIntent: StripeExpandable<StripeObjectId>?
 
     public struct Parent: Decodable, Sendable, Hashable {
         public var type: String?
@@ -405,16 +409,18 @@ public struct StripeInvoice: Decodable, Sendable, Hashable, StripeIdentified {
         case attemptCount = "attempt_count"
         case nextPaymentAttempt = "next_payment_attempt"
         case statusTransitions = "status_transitions"
+        case legacySubscription = "subscription"
+        case legacyPaymentIntent = "payment_intent"
     }
 
     /// The subscription it bills (`parent.subscription_details.subscription` since `basil`).
-    public var subscriptionId: String? { parent?.subscriptionDetails?.subscription?.id }
+    public var subscriptionId: String? { parent?.subscriptionDetails?.subscription?.id ?? legacySubscription?.id }
     /// The subscription's metadata when the invoice was finalized.
     public var subscriptionMetadata: [String: String]? { parent?.subscriptionDetails?.metadata }
     /// The payment intent that paid it (through its InvoicePayments).
     public var paymentIntentId: String? {
         payments?.data.first { $0.status == "paid" }?.payment?.paymentIntent?.id
-            ?? payments?.data.first?.payment?.paymentIntent?.id
+            ?? payments?.data.first?.payment?.paymentIntent?.id ?? legacyPaymentIntent?.id
     }
     /// The period the invoice bills: the subscription line's.
     public var periodEnd: Int64? { lines?.data.compactMap { $0.period?.end }.max() }

@@ -560,3 +560,39 @@ extension StripeTests {
         }
     }
 }
+
+extension StripeTests {
+    /// What the customer does in the billing portal comes back as events: a cancellation at
+    /// period end turns auto-renew off (access kept), undoing it turns it on, a plan change
+    /// moves the subscription to the new product; one subscription throughout.
+    @Test(arguments: API.databases)
+    func portalChangesComeBackAsEvents(kind: String) async throws {
+        try await Self.withStripe(kind) { web in
+            let (_, session) = try await web.buy("w18", "pro_monthly")
+            try await web.deliver()
+            let subscription = try #require(try web.stripe.session(session, expand: [])["subscription"] as? String)
+            func shown() async throws -> [String: Any] {
+                try #require((try await web.account("w18")["subscriptions"] as? [[String: Any]])?.first)
+            }
+            #expect(try await shown()["autoRenew"] as? Bool == true)
+            try web.stripe.cancel(subscription: subscription, atPeriodEnd: true)
+            try await web.deliver(reverse: true)
+            #expect(try await shown()["autoRenew"] as? Bool == false)
+            #expect(try await shown()["status"] as? String == "active")
+            #expect(try await web.entitlements("w18") == ["pro"])
+            try web.stripe.uncancel(subscription: subscription)
+            try await web.deliver()
+            #expect(try await shown()["autoRenew"] as? Bool == true)
+            try web.stripe.changePlan(subscription: subscription, price: "price_pro_yearly")
+            try await web.deliver()
+            let changed = try await shown()
+            #expect(changed["productId"] as? String == "pro_yearly", "\(changed)")
+            #expect((try await web.account("w18")["subscriptions"] as? [[String: Any]])?.count == 1)
+            // Canceled at once: expired, no access.
+            try web.stripe.cancel(subscription: subscription, atPeriodEnd: false)
+            try await web.deliver()
+            #expect(try await shown()["status"] as? String == "expired")
+            #expect(try await web.entitlements("w18") == [])
+        }
+    }
+}

@@ -236,7 +236,7 @@ extension StoreKeeperApp {
             if subscription == nil, let id = session.subscription?.id {
                 subscription = try await app.client.subscription(id)
             }
-            guard let invoice = subscription?.latestInvoice?.id else {
+            guard let invoice = subscription?.latestInvoice?.id ?? session.invoice?.id else {
                 return StripeApplied("a subscription session without an invoice yet")
             }
             return try await applyStripeInvoice(invoice, app: app, now: now, recording: recording)
@@ -396,8 +396,10 @@ extension StoreKeeperApp {
         guard let intent = charge.paymentIntent?.id,
             let payment = try await StripeStore(database: database).payment(paymentIntent: intent)
         else { return "a refund of a payment not delivered here: nothing to take back" }
-        let refunds = try await app.client.refunds(charge: id).data
-            .filter { $0.status == "succeeded" }
+        // The charge's own list when it carries it whole, else Stripe's list of its refunds.
+        var listed = charge.refunds.flatMap { $0.hasMore == true ? nil : $0.data }
+        if listed == nil { listed = try await app.client.refunds(charge: id).data }
+        let refunds = (listed ?? []).filter { $0.status == "succeeded" }
             .sorted { ($0.created ?? 0, $0.id) < ($1.created ?? 0, $1.id) }
         guard let total = charge.amount, total > 0 else { return "a charge of nothing" }
         var cumulative: Int64 = 0
@@ -423,7 +425,11 @@ extension StoreKeeperApp {
     func applyStripeDispute(_ id: String, app: StripeApp, now: Date) async throws -> String {
         let dispute = try await app.client.dispute(id)
         guard !dispute.isInquiry else { return "inquiry \(dispute.status ?? "?"): nothing revoked" }
-        guard let intent = dispute.paymentIntent?.id,
+        var intentId = dispute.paymentIntent?.id
+        if intentId == nil, let charge = dispute.charge?.id {
+            intentId = try await app.client.charge(charge).paymentIntent?.id
+        }
+        guard let intent = intentId,
             let payment = try await StripeStore(database: database).payment(paymentIntent: intent)
         else { return "a dispute of a payment not delivered here" }
         let opened = ["needs_response", "under_review"].contains(dispute.status ?? "")
