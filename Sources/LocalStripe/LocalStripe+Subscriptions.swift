@@ -37,8 +37,10 @@ extension LocalStripe {
         subscriptions[id] = [
             "id": id, "object": "subscription", "status": noPayment ? "trialing" : "incomplete", "customer": customer,
             "items_data": [
-                ["id": newId("si"), "object": "subscription_item", "price": priceId, "quantity": 1,
-                 "current_period_start": now, "current_period_end": end] as Object
+                [
+                    "id": newId("si"), "object": "subscription_item", "price": priceId, "quantity": 1,
+                    "current_period_start": now, "current_period_end": end,
+                ] as Object
             ],
             "cancel_at_period_end": false, "cancel_at": NSNull(), "canceled_at": NSNull(), "ended_at": NSNull(),
             "trial_end": noPayment ? end : NSNull(), "start_date": now, "created": now,
@@ -60,7 +62,9 @@ extension LocalStripe {
         subscription["status"] = status
         subscriptions[id] = subscription
         if old != status || previous != nil {
-            emit("customer.subscription.updated", subscriptionObject(id), previous: previous ?? ["status": old ?? NSNull()])
+            emit(
+                "customer.subscription.updated", subscriptionObject(id),
+                previous: previous ?? ["status": old ?? NSNull()])
         }
     }
 
@@ -89,8 +93,16 @@ extension LocalStripe {
                 [
                     "id": newId("il"), "object": "line_item", "amount": amount, "currency": currency, "quantity": 1,
                     "period": ["start": periodStart, "end": periodEnd],
-                    "pricing": ["type": "price_details", "price_details": ["price": priceId, "product": prices[priceId]?["product"] ?? ""]] as Object,
-                    "parent": ["type": "subscription_item_details", "subscription_item_details": ["subscription": id, "subscription_item": items.first?["id"] ?? "", "proration": false]] as Object,
+                    "pricing": [
+                        "type": "price_details",
+                        "price_details": ["price": priceId, "product": prices[priceId]?["product"] ?? ""],
+                    ] as Object,
+                    "parent": [
+                        "type": "subscription_item_details",
+                        "subscription_item_details": [
+                            "subscription": id, "subscription_item": items.first?["id"] ?? "", "proration": false,
+                        ],
+                    ] as Object,
                 ] as Object
             ],
             "status_transitions": ["finalized_at": NSNull(), "paid_at": NSNull()] as Object,
@@ -127,7 +139,10 @@ extension LocalStripe {
         paymentIntents[pi] = intent
         var payments = invoice["payments_data"] as? [Object] ?? []
         if fail {
-            payments.append(["id": newId("inpay"), "object": "invoice_payment", "status": "canceled", "amount_paid": NSNull(), "payment": ["type": "payment_intent", "payment_intent": pi] as Object])
+            payments.append([
+                "id": newId("inpay"), "object": "invoice_payment", "status": "canceled", "amount_paid": NSNull(),
+                "payment": ["type": "payment_intent", "payment_intent": pi] as Object,
+            ])
             invoice["payments_data"] = payments
             invoice["next_payment_attempt"] = attempts < Self.maxAttempts ? now + Self.retryInterval : NSNull()
             invoices[id] = invoice
@@ -140,14 +155,19 @@ extension LocalStripe {
             paymentIntents[pi] = intent
             emit("charge.succeeded", chargeObject(charge))
         }
-        payments.append(["id": newId("inpay"), "object": "invoice_payment", "status": "paid", "amount_paid": amount, "payment": ["type": "payment_intent", "payment_intent": pi] as Object])
+        payments.append([
+            "id": newId("inpay"), "object": "invoice_payment", "status": "paid", "amount_paid": amount,
+            "payment": ["type": "payment_intent", "payment_intent": pi] as Object,
+        ])
         invoice["payments_data"] = payments
         invoice["payment_intent_id"] = pi
         invoice["status"] = "paid"
         invoice["amount_paid"] = amount
         invoice["amount_remaining"] = Int64(0)
         invoice["next_payment_attempt"] = NSNull()
-        invoice["status_transitions"] = ["finalized_at": (invoice["status_transitions"] as? Object)?["finalized_at"] ?? now, "paid_at": now] as Object
+        invoice["status_transitions"] =
+            ["finalized_at": (invoice["status_transitions"] as? Object)?["finalized_at"] ?? now, "paid_at": now]
+            as Object
         invoices[id] = invoice
         emit("invoice.paid", invoiceObject(id, expand: []))
         emit("invoice.payment_succeeded", invoiceObject(id, expand: []))
@@ -173,7 +193,9 @@ extension LocalStripe {
             return item
         }
         out["items_data"] = nil
-        out["items"] = ["object": "list", "has_more": false, "url": "/v1/subscription_items?subscription=\(id)", "data": items] as Object
+        out["items"] =
+            ["object": "list", "has_more": false, "url": "/v1/subscription_items?subscription=\(id)", "data": items]
+            as Object
         if out["latest_invoice"] == nil { out["latest_invoice"] = NSNull() }
         return out
     }
@@ -192,14 +214,19 @@ extension LocalStripe {
         out["lines_data"] = nil
         out["payments_data"] = nil
         out["payment_intent_id"] = nil
-        out["lines"] = ["object": "list", "has_more": false, "url": "/v1/invoices/\(id)/lines", "data": lines] as Object
+        out["lines"] =
+            ["object": "list", "has_more": false, "url": "/v1/invoices/\(id)/lines", "data": lines] as Object
         // `payments` is includable: only when expanded.
         if expand.contains("payments") {
-            out["payments"] = ["object": "list", "has_more": false, "data": payments.map { payment -> Object in
-                var payment = payment
-                payment["invoice"] = id
-                return payment
-            }] as Object
+            out["payments"] =
+                [
+                    "object": "list", "has_more": false,
+                    "data": payments.map { payment -> Object in
+                        var payment = payment
+                        payment["invoice"] = id
+                        return payment
+                    },
+                ] as Object
         }
         return out
     }
@@ -294,7 +321,8 @@ extension LocalStripe {
         if atPeriodEnd {
             subscription["cancel_at_period_end"] = true
             subscription["canceled_at"] = now
-            subscription["cancel_at"] = (subscription["items_data"] as? [Object])?.first?["current_period_end"] ?? NSNull()
+            subscription["cancel_at"] =
+                (subscription["items_data"] as? [Object])?.first?["current_period_end"] ?? NSNull()
             subscriptions[id] = subscription
             emit("customer.subscription.updated", subscriptionObject(id), previous: ["cancel_at_period_end": false])
         } else {

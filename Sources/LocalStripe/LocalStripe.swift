@@ -67,8 +67,10 @@ public final class LocalStripe: @unchecked Sendable {
                     period.years > 0
                     ? ("year", period.years)
                     : period.months > 0
-                        ? ("month", period.months) : period.days > 0 && period.days % 7 == 0 ? ("week", period.days / 7)
-                        : ("day", max(1, period.days))
+                        ? ("month", period.months)
+                        : period.days > 0 && period.days % 7 == 0
+                            ? ("week", period.days / 7)
+                            : ("day", max(1, period.days))
                 object["recurring"] = ["interval": interval, "interval_count": count, "usage_type": "licensed"]
             }
             prices[priceId] = object
@@ -81,14 +83,18 @@ public final class LocalStripe: @unchecked Sendable {
 
     /// Digits after the decimal point Stripe uses for `currency` (zero-decimal currencies).
     public static func exponent(_ currency: String) -> Int {
-        ["bif", "clp", "djf", "gnf", "jpy", "kmf", "krw", "mga", "pyg", "rwf", "ugx", "vnd", "vuv", "xaf", "xof", "xpf"]
-            .contains(currency.lowercased()) ? 0 : 2
+        [
+            "bif", "clp", "djf", "gnf", "jpy", "kmf", "krw", "mga", "pyg", "rwf", "ugx", "vnd", "vuv", "xaf", "xof",
+            "xpf",
+        ]
+        .contains(currency.lowercased()) ? 0 : 2
     }
 
     func newId(_ prefix: String) -> String {
         counter += 1
         let mode = configuration.livemode ? "live" : "test"
-        let tail = String(format: "%06d", counter) + UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(14)
+        let tail =
+            String(format: "%06d", counter) + UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(14)
         return prefix == "cs" ? "cs_\(mode)_\(tail)" : "\(prefix)_\(tail)"
     }
 
@@ -178,10 +184,12 @@ public final class LocalStripe: @unchecked Sendable {
                     param: "expires_at")
             }
             guard values["success_url"] != nil else {
-                throw Failure(400, "invalid_request_error", "parameter_missing", "Missing success_url", param: "success_url")
+                throw Failure(
+                    400, "invalid_request_error", "parameter_missing", "Missing success_url", param: "success_url")
             }
             if let reference = values["client_reference_id"], reference.count > 200 {
-                throw Failure.invalid("client_reference_id must be at most 200 characters", param: "client_reference_id")
+                throw Failure.invalid(
+                    "client_reference_id must be at most 200 characters", param: "client_reference_id")
             }
             let id = newId("cs")
             let amount = (price["unit_amount"] as? Int64 ?? 0) * Int64(quantity)
@@ -239,21 +247,26 @@ public final class LocalStripe: @unchecked Sendable {
         }
         if (session["status"] as? String) != "open" { out["url"] = NSNull() }
         if expand.contains("line_items"), let priceId = session["line_price"] as? String {
-            out["line_items"] = [
-                "object": "list", "has_more": false, "url": "/v1/checkout/sessions/\(session["id"]!)/line_items",
-                "data": [
-                    [
-                        "id": "li_\(session["id"]!)", "object": "item", "quantity": session["line_quantity"] ?? 1,
-                        "price": prices[priceId] ?? [:], "amount_total": session["amount_total"] ?? 0,
-                        "currency": session["currency"] ?? "usd",
-                    ] as Object
-                ],
-            ] as Object
+            out["line_items"] =
+                [
+                    "object": "list", "has_more": false, "url": "/v1/checkout/sessions/\(session["id"]!)/line_items",
+                    "data": [
+                        [
+                            "id": "li_\(session["id"]!)", "object": "item", "quantity": session["line_quantity"] ?? 1,
+                            "price": prices[priceId] ?? [:], "amount_total": session["amount_total"] ?? 0,
+                            "currency": session["currency"] ?? "usd",
+                        ] as Object
+                    ],
+                ] as Object
         }
         if let pi = session["payment_intent"] as? String, expand.contains(where: { $0.hasPrefix("payment_intent") }) {
-            out["payment_intent"] = (try? paymentIntent(pi, expand: Set(expand.compactMap {
-                $0.hasPrefix("payment_intent.") ? String($0.dropFirst("payment_intent.".count)) : nil
-            }))) ?? pi
+            out["payment_intent"] =
+                (try? paymentIntent(
+                    pi,
+                    expand: Set(
+                        expand.compactMap {
+                            $0.hasPrefix("payment_intent.") ? String($0.dropFirst("payment_intent.".count)) : nil
+                        }))) ?? pi
         }
         if let sub = session["subscription"] as? String, expand.contains("subscription") {
             out["subscription"] = (try? subscription(sub, expand: [])) ?? sub
@@ -266,12 +279,15 @@ public final class LocalStripe: @unchecked Sendable {
     /// `no_payment` (a free trial). `dispute` / `inquiry`: paid, then a chargeback or an
     /// inquiry opens. `failLater`: paid, but the subscription's renewals decline.
     @discardableResult
-    public func pay(session id: String, outcome: String = "paid", email: String = "buyer@example.com") throws -> Object {
+    public func pay(session id: String, outcome: String = "paid", email: String = "buyer@example.com") throws -> Object
+    {
         lock.lock()
         defer { lock.unlock() }
         guard var session = sessions[id] else { throw Failure.missing(id) }
         guard (session["status"] as? String) == "open" else {
-            throw Failure(400, "invalid_request_error", "checkout_session_not_open", "This Checkout Session is \(session["status"]!).")
+            throw Failure(
+                400, "invalid_request_error", "checkout_session_not_open",
+                "This Checkout Session is \(session["status"]!).")
         }
         guard (session["expires_at"] as? Int64 ?? 0) > Self.wallClock() else {
             session["status"] = "expired"
@@ -292,7 +308,8 @@ public final class LocalStripe: @unchecked Sendable {
             let pi = newId("pi")
             var intent: Object = [
                 "id": pi, "object": "payment_intent", "amount": amount, "currency": currency,
-                "status": settled ? "succeeded" : "processing", "metadata": session["payment_intent_data_metadata"] ?? [:],
+                "status": settled ? "succeeded" : "processing",
+                "metadata": session["payment_intent_data_metadata"] ?? [:],
                 "customer": customerId ?? NSNull(), "created": now, "livemode": configuration.livemode,
                 "amount_received": settled ? amount : 0, "latest_charge": NSNull(),
             ]
@@ -307,7 +324,8 @@ public final class LocalStripe: @unchecked Sendable {
             }
             session["payment_status"] = settled ? "paid" : "unpaid"
         } else {
-            let sub = try startSubscription(session: session, customer: customerId ?? "", noPayment: outcome == "no_payment")
+            let sub = try startSubscription(
+                session: session, customer: customerId ?? "", noPayment: outcome == "no_payment")
             session["subscription"] = sub.subscription
             session["invoice"] = sub.invoice
             session["payment_status"] = outcome == "no_payment" ? "no_payment_required" : "paid"
@@ -327,7 +345,9 @@ public final class LocalStripe: @unchecked Sendable {
         // mode always creates one.
         guard (session["mode"] as? String) == "subscription" else { return nil }
         let id = newId("cus")
-        customers[id] = ["id": id, "object": "customer", "email": email, "metadata": [String: String](), "created": now]
+        customers[id] = [
+            "id": id, "object": "customer", "email": email, "metadata": [String: String](), "created": now,
+        ]
         session["customer"] = id
         emit("customer.created", customers[id]!)
         return id
@@ -366,7 +386,8 @@ public final class LocalStripe: @unchecked Sendable {
         defer { lock.unlock() }
         guard var session = sessions[id] else { throw Failure.missing(id) }
         guard (session["status"] as? String) == "open" else {
-            throw Failure.invalid("Only Checkout Sessions with a status in [\"open\"] can be expired.", param: "session")
+            throw Failure.invalid(
+                "Only Checkout Sessions with a status in [\"open\"] can be expired.", param: "session")
         }
         session["status"] = "expired"
         sessions[id] = session
@@ -385,7 +406,9 @@ public final class LocalStripe: @unchecked Sendable {
             "id": txn, "object": "balance_transaction", "amount": amount, "fee": fee, "net": amount - fee,
             "currency": currency, "exchange_rate": NSNull(), "status": "pending", "type": "charge",
             "reporting_category": "charge", "created": now,
-            "fee_details": [["amount": fee, "currency": currency, "type": "stripe_fee", "description": "Stripe processing fees"]],
+            "fee_details": [
+                ["amount": fee, "currency": currency, "type": "stripe_fee", "description": "Stripe processing fees"]
+            ],
         ]
         charges[id] = [
             "id": id, "object": "charge", "amount": amount, "amount_captured": amount, "amount_refunded": Int64(0),
@@ -412,7 +435,8 @@ public final class LocalStripe: @unchecked Sendable {
         guard paymentIntents[id] != nil else { throw Failure.missing(id) }
         var out = intentObject(id)
         if let charge = out["latest_charge"] as? String, expand.contains(where: { $0.hasPrefix("latest_charge") }) {
-            out["latest_charge"] = try self.charge(charge, expand: expand.contains("latest_charge.balance_transaction") ? ["balance_transaction"] : [])
+            out["latest_charge"] = try self.charge(
+                charge, expand: expand.contains("latest_charge.balance_transaction") ? ["balance_transaction"] : [])
         }
         return out
     }
@@ -422,7 +446,11 @@ public final class LocalStripe: @unchecked Sendable {
     func chargeObject(_ id: String) -> Object {
         var charge = charges[id] ?? [:]
         let list = refunds.values.filter { ($0["charge"] as? String) == id }
-            .sorted { ($0["created"] as? Int64 ?? 0, $0["id"] as? String ?? "") > ($1["created"] as? Int64 ?? 0, $1["id"] as? String ?? "") }
+            .sorted {
+                ($0["created"] as? Int64 ?? 0, $0["id"] as? String ?? "") > (
+                    $1["created"] as? Int64 ?? 0, $1["id"] as? String ?? ""
+                )
+            }
         charge["refunds"] = ["object": "list", "has_more": false, "data": list] as Object
         return charge
     }
@@ -439,9 +467,10 @@ public final class LocalStripe: @unchecked Sendable {
     }
 
     /// A refund of `amount` (nil: what is left) of a payment intent's charge.
-    public func refund(paymentIntent: String?, charge chargeId: String?, amount: Int64?, reason: String?,
-                       idempotencyKey: String?) throws -> (Object, Bool)
-    {
+    public func refund(
+        paymentIntent: String?, charge chargeId: String?, amount: Int64?, reason: String?,
+        idempotencyKey: String?
+    ) throws -> (Object, Bool) {
         lock.lock()
         defer { lock.unlock() }
         let parameters = "pi=\(paymentIntent ?? "")&charge=\(chargeId ?? "")&amount=\(amount.map(String.init) ?? "")"
@@ -452,11 +481,13 @@ public final class LocalStripe: @unchecked Sendable {
             let refunded = charge["amount_refunded"] as? Int64 ?? 0
             let value = amount ?? (total - refunded)
             guard value > 0 else {
-                throw Failure(400, "invalid_request_error", "charge_already_refunded", "Charge \(id) has already been refunded.")
+                throw Failure(
+                    400, "invalid_request_error", "charge_already_refunded", "Charge \(id) has already been refunded.")
             }
             guard refunded + value <= total else {
                 throw Failure.invalid(
-                    "Refund amount (\(value)) is greater than unrefunded amount on charge (\(total - refunded))", param: "amount")
+                    "Refund amount (\(value)) is greater than unrefunded amount on charge (\(total - refunded))",
+                    param: "amount")
             }
             charge["amount_refunded"] = refunded + value
             charge["refunded"] = refunded + value == total
@@ -466,12 +497,14 @@ public final class LocalStripe: @unchecked Sendable {
             let currency = charge["currency"] as? String ?? "usd"
             balanceTransactions[txn] = [
                 "id": txn, "object": "balance_transaction", "amount": -value, "fee": Int64(0), "net": -value,
-                "currency": currency, "status": "available", "type": "refund", "reporting_category": "refund", "created": now,
+                "currency": currency, "status": "available", "type": "refund", "reporting_category": "refund",
+                "created": now,
             ]
             refunds[refundId] = [
                 "id": refundId, "object": "refund", "amount": value, "charge": id,
                 "payment_intent": charge["payment_intent"] ?? NSNull(), "currency": currency, "status": "succeeded",
-                "reason": reason ?? NSNull(), "created": now, "balance_transaction": txn, "metadata": [String: String](),
+                "reason": reason ?? NSNull(), "created": now, "balance_transaction": txn,
+                "metadata": [String: String](),
             ]
             emit("refund.created", refunds[refundId]!)
             emit("charge.refunded", chargeObject(id))
@@ -490,7 +523,11 @@ public final class LocalStripe: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         let list = refunds.values.filter { ($0["charge"] as? String) == charge }
-            .sorted { ($0["created"] as? Int64 ?? 0, $0["id"] as? String ?? "") > ($1["created"] as? Int64 ?? 0, $1["id"] as? String ?? "") }
+            .sorted {
+                ($0["created"] as? Int64 ?? 0, $0["id"] as? String ?? "") > (
+                    $1["created"] as? Int64 ?? 0, $1["id"] as? String ?? ""
+                )
+            }
         return ["object": "list", "has_more": false, "url": "/v1/refunds", "data": list]
     }
 
@@ -563,7 +600,10 @@ public final class LocalStripe: @unchecked Sendable {
     public func createCustomer(metadata: [String: String], idempotencyKey: String?) throws -> (Object, Bool) {
         lock.lock()
         defer { lock.unlock() }
-        return try idempotent(idempotencyKey, parameters: metadata.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: "&")) {
+        return try idempotent(
+            idempotencyKey,
+            parameters: metadata.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: "&")
+        ) {
             let id = newId("cus")
             customers[id] = ["id": id, "object": "customer", "metadata": metadata, "created": now, "email": NSNull()]
             emit("customer.created", customers[id]!)
@@ -577,7 +617,8 @@ public final class LocalStripe: @unchecked Sendable {
         guard customers[customer] != nil else { throw Failure.missing(customer) }
         let id = newId("bps")
         return [
-            "id": id, "object": "billing_portal.session", "customer": customer, "url": "\(baseURL)/portal/\(id)?customer=\(customer)",
+            "id": id, "object": "billing_portal.session", "customer": customer,
+            "url": "\(baseURL)/portal/\(id)?customer=\(customer)",
             "return_url": returnURL ?? NSNull(), "created": now, "livemode": configuration.livemode,
         ]
     }

@@ -42,9 +42,10 @@ public final class LocalStripeServer: Sendable {
         public var failed = 0
     }
 
-    public init(stripe: LocalStripe, secretKey: String = "sk_test_local_" + UUID().uuidString.prefix(8).lowercased(),
-                publicBaseURL: String = "http://127.0.0.1:8080/local-stripe")
-    {
+    public init(
+        stripe: LocalStripe, secretKey: String = "sk_test_local_" + UUID().uuidString.prefix(8).lowercased(),
+        publicBaseURL: String = "http://127.0.0.1:8080/local-stripe"
+    ) {
         self.stripe = stripe
         self.secretKey = secretKey
         self.publicBaseURL = Mutex(publicBaseURL)
@@ -61,7 +62,8 @@ public final class LocalStripeServer: Sendable {
         let data = (try? JSONSerialization.data(withJSONObject: object, options: [])) ?? Data("{}".utf8)
         var response = Response(status: status, body: .init(byteBuffer: ByteBuffer(bytes: data)))
         response.headers[.contentType] = "application/json"
-        response.headers[HTTPField.Name("Request-Id")!] = "req_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(14)
+        response.headers[HTTPField.Name("Request-Id")!] =
+            "req_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(14)
         if replayed { response.headers[HTTPField.Name("Idempotent-Replayed")!] = "true" }
         return response
     }
@@ -69,7 +71,8 @@ public final class LocalStripeServer: Sendable {
     static func error(_ failure: LocalStripe.Failure) -> Response {
         var inner: [String: Any] = ["type": failure.type, "code": failure.code, "message": failure.message]
         if let param = failure.param { inner["param"] = param }
-        inner["doc_url"] = "https://stripe.com/docs/error-codes/\(failure.code.replacingOccurrences(of: "_", with: "-"))"
+        inner["doc_url"] =
+            "https://stripe.com/docs/error-codes/\(failure.code.replacingOccurrences(of: "_", with: "-"))"
         return json(["error": inner], status: .init(code: failure.status))
     }
 
@@ -131,19 +134,24 @@ public final class LocalStripeServer: Sendable {
         }
         v1.get("checkout/sessions/:id") { request, context in
             await self.authorized(request) {
-                let data = try self.stripe.renderedSession(context.parameters.get("id") ?? "", expand: Self.expand(request))
+                let data = try self.stripe.renderedSession(
+                    context.parameters.get("id") ?? "", expand: Self.expand(request))
                 var response = Response(status: .ok, body: .init(byteBuffer: ByteBuffer(bytes: data)))
                 response.headers[.contentType] = "application/json"
-                response.headers[HTTPField.Name("Request-Id")!] = "req_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(14)
+                response.headers[HTTPField.Name("Request-Id")!] =
+                    "req_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(14)
                 return response
             }
         }
         v1.post("checkout/sessions/:id/expire") { request, context in
-            await self.authorized(request) { Self.json(try self.stripe.expire(session: context.parameters.get("id") ?? "")) }
+            await self.authorized(request) {
+                Self.json(try self.stripe.expire(session: context.parameters.get("id") ?? ""))
+            }
         }
         v1.get("payment_intents/:id") { request, context in
             await self.authorized(request) {
-                Self.json(try self.stripe.paymentIntent(context.parameters.get("id") ?? "", expand: Self.expand(request)))
+                Self.json(
+                    try self.stripe.paymentIntent(context.parameters.get("id") ?? "", expand: Self.expand(request)))
             }
         }
         v1.get("charges/:id") { request, context in
@@ -157,7 +165,9 @@ public final class LocalStripeServer: Sendable {
             }
         }
         v1.get("refunds/:id") { request, context in
-            await self.authorized(request) { Self.json(try self.stripe.refundObject(context.parameters.get("id") ?? "")) }
+            await self.authorized(request) {
+                Self.json(try self.stripe.refundObject(context.parameters.get("id") ?? ""))
+            }
         }
         v1.post("refunds") { request, _ in
             await self.authorized(request) {
@@ -175,7 +185,8 @@ public final class LocalStripeServer: Sendable {
         }
         v1.get("subscriptions/:id") { request, context in
             await self.authorized(request) {
-                Self.json(try self.stripe.subscription(context.parameters.get("id") ?? "", expand: Self.expand(request)))
+                Self.json(
+                    try self.stripe.subscription(context.parameters.get("id") ?? "", expand: Self.expand(request)))
             }
         }
         v1.get("invoices/:id") { request, context in
@@ -188,8 +199,11 @@ public final class LocalStripeServer: Sendable {
                 let query = request.uri.queryParameters
                 return Self.json(
                     self.stripe.eventList(
-                        createdAfter: (query.get("created[gte]") ?? query.get("created%5Bgte%5D")).flatMap { Int64($0) },
-                        startingAfter: query.get("starting_after"), limit: query.get("limit").flatMap { Int($0) } ?? 10))
+                        createdAfter: (query.get("created[gte]") ?? query.get("created%5Bgte%5D")).flatMap {
+                            Int64($0)
+                        },
+                        startingAfter: query.get("starting_after"), limit: query.get("limit").flatMap { Int($0) } ?? 10)
+                )
             }
         }
         v1.get("events/:id") { request, context in
@@ -246,7 +260,8 @@ public final class LocalStripeServer: Sendable {
                 with <code>{"outcome": "paid" | "async" | "declined" | "dispute" | "inquiry" | "failLater"}</code>.</p>
                 </body></html>
                 """
-            var response = Response(status: session == nil ? .notFound : .ok, body: .init(byteBuffer: ByteBuffer(string: html)))
+            var response = Response(
+                status: session == nil ? .notFound : .ok, body: .init(byteBuffer: ByteBuffer(string: html)))
             response.headers[.contentType] = "text/html; charset=utf-8"
             return response
         }
@@ -296,7 +311,8 @@ public final class LocalStripeServer: Sendable {
             let body = (try? await request.decode(as: PayBody.self, context: context)) ?? PayBody()
             let id = context.parameters.get("id") ?? ""
             return run {
-                try self.stripe.pay(session: id, outcome: body.outcome ?? "paid", email: body.email ?? "buyer@example.com")
+                try self.stripe.pay(
+                    session: id, outcome: body.outcome ?? "paid", email: body.email ?? "buyer@example.com")
             }
         }
         control.post("sessions/:id/settle") { request, context in
@@ -319,14 +335,18 @@ public final class LocalStripeServer: Sendable {
             let body = (try? await request.decode(as: RefundBody.self, context: context)) ?? RefundBody()
             return run {
                 try self.stripe.refund(
-                    paymentIntent: nil, charge: id, amount: body.amount, reason: "requested_by_customer", idempotencyKey: nil
+                    paymentIntent: nil, charge: id, amount: body.amount, reason: "requested_by_customer",
+                    idempotencyKey: nil
                 ).0
             }
         }
         control.post("charges/:id/dispute") { request, context in
             let id = context.parameters.get("id") ?? ""
             let body = (try? await request.decode(as: DisputeBody.self, context: context)) ?? DisputeBody()
-            return run { try self.stripe.openDispute(charge: id, inquiry: body.inquiry ?? false, reason: body.reason ?? "fraudulent") }
+            return run {
+                try self.stripe.openDispute(
+                    charge: id, inquiry: body.inquiry ?? false, reason: body.reason ?? "fraudulent")
+            }
         }
         control.post("disputes/:id/close") { request, context in
             let id = context.parameters.get("id") ?? ""
@@ -374,7 +394,9 @@ public final class LocalStripeServer: Sendable {
                 if let hold = body.hold { $0.hold = hold }
             }
             let state = self.webhookState
-            return Self.json(["url": state.url ?? "", "duplicate": state.duplicate, "reverse": state.reverse, "hold": state.hold])
+            return Self.json([
+                "url": state.url ?? "", "duplicate": state.duplicate, "reverse": state.reverse, "hold": state.hold,
+            ])
         }
         control.post("faults") { request, context in
             let body = try await request.decode(as: FaultBody.self, context: context)
@@ -394,8 +416,12 @@ public final class LocalStripeServer: Sendable {
     // MARK: Webhooks
 
     /// The signed request Stripe sends for `body` now (each attempt signed anew).
-    public func signedDelivery(_ body: Data, secrets: [String], at date: Date = Date()) -> (body: Data, header: String) {
-        (body, StripeSignature.header(body: Array(body), secrets: secrets, timestamp: Int64(date.timeIntervalSince1970)))
+    public func signedDelivery(_ body: Data, secrets: [String], at date: Date = Date()) -> (body: Data, header: String)
+    {
+        (
+            body,
+            StripeSignature.header(body: Array(body), secrets: secrets, timestamp: Int64(date.timeIntervalSince1970))
+        )
     }
 
     /// One pass: every new event (and every retry that is due) sent once, in order — or newest
@@ -419,7 +445,8 @@ public final class LocalStripeServer: Sendable {
         let all = stripe.events(from: 0)
         for item in batch where item.index < all.count {
             let data =
-                (try? JSONSerialization.data(withJSONObject: all[item.index].body, options: [.prettyPrinted, .sortedKeys]))
+                (try? JSONSerialization.data(
+                    withJSONObject: all[item.index].body, options: [.prettyPrinted, .sortedKeys]))
                 ?? Data()
             var ok = false
             for _ in 0..<(state.duplicate ? 2 : 1) {
@@ -514,13 +541,16 @@ extension LocalStripeServer {
 
     /// Every event not yet taken, as Stripe would send it now (for tests that post through
     /// their own client): the pretty-printed body and its `Stripe-Signature`.
-    public func takeDeliveries(secrets: [String], at date: Date = Date()) -> [(id: String, type: String, body: Data, header: String)] {
+    public func takeDeliveries(secrets: [String], at date: Date = Date()) -> [(
+        id: String, type: String, body: Data, header: String
+    )] {
         let state = webhookState
         let fresh = stripe.events(from: state.cursor)
         webhook.withLock { $0.cursor = state.cursor + fresh.count }
         return fresh.map { event in
             let data =
-                (try? JSONSerialization.data(withJSONObject: event.body, options: [.prettyPrinted, .sortedKeys])) ?? Data()
+                (try? JSONSerialization.data(withJSONObject: event.body, options: [.prettyPrinted, .sortedKeys]))
+                ?? Data()
             let delivery = signedDelivery(data, secrets: secrets, at: date)
             return (event.id, event.body["type"] as? String ?? "", delivery.body, delivery.header)
         }

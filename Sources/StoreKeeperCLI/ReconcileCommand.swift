@@ -26,7 +26,8 @@ struct ReconcileCommand: AsyncParsableCommand {
     @Option(name: .customLong("data-dir"), help: "Where demo mode keeps the local App Store's keys.")
     var dataDirectory: String = "storekeeper-data"
 
-    @Option(help: "app_store (the default), or stripe: list each Stripe app's events since DATE and apply the missed ones.")
+    @Option(
+        help: "app_store (the default), or stripe: list each Stripe app's events since DATE and apply the missed ones.")
     var store: String = "app_store"
 
     func run() async throws {
@@ -46,7 +47,8 @@ struct ReconcileCommand: AsyncParsableCommand {
                 app.stripe.isEmpty ? nil : await StripeReconciler(app: app).run(since: start)
             }
             guard let report = reconciled else {
-                FileHandle.standardError.write(Data("storekeeper: no Stripe app is configured (apps[] with store: stripe)\n".utf8))
+                FileHandle.standardError.write(
+                    Data("storekeeper: no Stripe app is configured (apps[] with store: stripe)\n".utf8))
                 throw ExitCode(2)
             }
             let encoder = JSONEncoder()

@@ -84,7 +84,8 @@ public struct StripeSimulation: Sendable {
         var random = SeededRandom(seed: options.seed)
         let control = "/local-stripe/control"
         guard (try? await call(.GET, "\(control)/events"))?.status == 200 else {
-            throw Failure(description: "no local Stripe at \(options.server)\(control) (demo mode or localStripe.enabled)")
+            throw Failure(
+                description: "no local Stripe at \(options.server)\(control) (demo mode or localStripe.enabled)")
         }
         let run = "ssim\(options.seed)-\(UInt32.random(in: 0..<UInt32.max))"
         let buyers = (0..<options.buyers).map { "\(run)-\($0)" }
@@ -114,7 +115,9 @@ public struct StripeSimulation: Sendable {
             if random.unit() < options.declineRate {
                 declined += 1
                 let refused = try await call(.POST, "\(control)/sessions/\(session)/pay", ["outcome": "declined"])
-                guard refused.status == 402 else { throw Failure(description: "a declined card answered \(refused.status)") }
+                guard refused.status == 402 else {
+                    throw Failure(description: "a declined card answered \(refused.status)")
+                }
                 // The buyer tries another card on the same page.
             }
             let delayed = !subscription && random.unit() < options.asyncRate
@@ -132,7 +135,9 @@ public struct StripeSimulation: Sendable {
             if index % 25 == 24 { progress("\(index + 1) checkouts paid") }
         }
         for later in settleLater {
-            _ = try await call(.POST, "\(control)/sessions/\(later.session)/settle", ["succeeds": later.succeeds, "succeeded": later.succeeds])
+            _ = try await call(
+                .POST, "\(control)/sessions/\(later.session)/settle",
+                ["succeeds": later.succeeds, "succeeded": later.succeeds])
             if later.succeeds {
                 paid += 1
                 expected[later.account, default: 0] += later.coins
@@ -162,7 +167,9 @@ public struct StripeSimulation: Sendable {
                 delivered += min(coins, want) / 60
                 if coins < want { lost += (want - coins) / 60 }
                 if coins > want { doubled += (coins - want) / 60 }
-                let entitled = (view["entitlements"] as? [[String: Any]] ?? []).contains { $0["id"] as? String == "pro" }
+                let entitled = (view["entitlements"] as? [[String: Any]] ?? []).contains {
+                    $0["id"] as? String == "pro"
+                }
                 if subscribers.contains(account) {
                     if entitled { delivered += 1 } else { lost += 1 }
                 }

@@ -1,4 +1,5 @@
 import StoreKeeperCore
+
 /// The SQL views for BI tools and for analytics' own reads (one definition of each fact):
 /// `storekeeper_transactions`, `storekeeper_subscription_periods`, `storekeeper_subscriptions`
 /// and `storekeeper_events`, the same on PostgreSQL and SQLite. docs/analytics.md documents every

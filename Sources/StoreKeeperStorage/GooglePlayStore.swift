@@ -513,7 +513,8 @@ extension GooglePlayStore.Writes {
         if writes.needsAcknowledgement {
             _ = try await JobStore.insert(
                 kind: GooglePlayStore.acknowledgeJobKind,
-                dedupeKey: "\(GooglePlayStore.acknowledgeJobKind)|\(GooglePlayStore.tokenDigest(writes.purchase.purchaseToken))",
+                dedupeKey:
+                    "\(GooglePlayStore.acknowledgeJobKind)|\(GooglePlayStore.tokenDigest(writes.purchase.purchaseToken))",
                 payload: writes.purchase.purchaseToken, sql: sql, now: now)
         }
     }

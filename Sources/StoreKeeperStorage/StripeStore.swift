@@ -241,8 +241,9 @@ public struct StripeStore: Sendable {
     /// Binds a code to `account`, once: a second account (or the same code again) is refused.
     public func claim(code: String, account: String, now: Date) async throws -> Claim {
         try await database.transaction { sql in
-            guard let row = try await sql.raw("SELECT * FROM stripe_checkouts WHERE redemption_code = \(bind: code)")
-                .first()
+            guard
+                let row = try await sql.raw("SELECT * FROM stripe_checkouts WHERE redemption_code = \(bind: code)")
+                    .first()
             else { return .unknown }
             let checkout = try Self.checkout(row)
             if let by = checkout.redeemedBy { return .alreadyRedeemed(by: by) }

@@ -75,7 +75,8 @@ public struct StripeClient: Sendable {
 
     // MARK: Checkout
 
-    public func createCheckoutSession(_ form: StripeForm, idempotencyKey: String) async throws -> StripeCheckoutSession {
+    public func createCheckoutSession(_ form: StripeForm, idempotencyKey: String) async throws -> StripeCheckoutSession
+    {
         try await send(.POST, "/v1/checkout/sessions", form: form, idempotencyKey: idempotencyKey)
     }
 
@@ -169,7 +170,9 @@ public struct StripeClient: Sendable {
 
     // MARK: HTTP
 
-    func send<T: Decodable>(_ method: HTTPMethod, _ path: String, form: StripeForm? = nil, idempotencyKey: String? = nil)
+    func send<T: Decodable>(
+        _ method: HTTPMethod, _ path: String, form: StripeForm? = nil, idempotencyKey: String? = nil
+    )
         async throws -> T
     {
         let body = try await call(method, path, form: form, idempotencyKey: idempotencyKey)
@@ -198,7 +201,9 @@ public struct StripeClient: Sendable {
                 request.body = .bytes(ByteBuffer(string: (form ?? StripeForm()).encoded))
             }
             let remaining = end - clock.now
-            guard remaining > .zero else { throw StripeError(.unavailable, "Stripe did not answer within the deadline") }
+            guard remaining > .zero else {
+                throw StripeError(.unavailable, "Stripe did not answer within the deadline")
+            }
             let timeout = min(remaining, attemptTimeout)
             var retryable: Bool
             var failure: StripeError

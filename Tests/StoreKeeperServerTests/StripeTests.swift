@@ -7,9 +7,9 @@ import LocalStripe
 import NIOCore
 import SQLKit
 import StoreKeeperCatalog
-import StoreKeeperStorage
 import StoreKeeperKitCore
 import StoreKeeperSimulator
+import StoreKeeperStorage
 import Stripe
 import Testing
 
@@ -151,16 +151,20 @@ import Testing
                 == "t=1767225600,\(current)")
         #expect(
             (try? StripeSignature.verify(
-                header: "t=1767225600,\(current)", body: body, secrets: ["whsec_test_secret"], now: at)) == 1_767_225_600)
+                header: "t=1767225600,\(current)", body: body, secrets: ["whsec_test_secret"], now: at))
+                == 1_767_225_600)
         // Rotation: either secret's v1 verifies against either configured secret.
-        let both = "t=1767225600,\(current),\(rolled),v0=6ffbb59b2300aae63f272406069a9788598b792a944a07aba816edb039989a39"
+        let both =
+            "t=1767225600,\(current),\(rolled),v0=6ffbb59b2300aae63f272406069a9788598b792a944a07aba816edb039989a39"
         #expect((try? StripeSignature.verify(header: both, body: body, secrets: ["whsec_old_secret"], now: at)) != nil)
         #expect(
             (try? StripeSignature.verify(
                 header: "t=1767225600,\(rolled)", body: body, secrets: ["whsec_test_secret", "whsec_old_secret"],
                 now: at)) != nil)
         // Refusals, each for its reason.
-        func failure(_ header: String?, _ bytes: [UInt8] = body, secrets: [String] = ["whsec_test_secret"], now: Date = at)
+        func failure(
+            _ header: String?, _ bytes: [UInt8] = body, secrets: [String] = ["whsec_test_secret"], now: Date = at
+        )
             -> StripeSignature.Failure?
         {
             do {
@@ -169,11 +173,15 @@ import Testing
             } catch { return error }
         }
         #expect(failure(nil) == .notSigned)
-        #expect(failure("t=1767225600,\(current)", Array(#"{"id":"evt_test","object":"event" }"#.utf8)) == .noMatchingSignature)
+        #expect(
+            failure("t=1767225600,\(current)", Array(#"{"id":"evt_test","object":"event" }"#.utf8))
+                == .noMatchingSignature)
         #expect(failure("t=1767225600,\(current)", now: at.addingTimeInterval(301)) == .timestampOutsideTolerance)
         #expect(failure("t=1767225600,\(current)", now: at.addingTimeInterval(-301)) == .timestampOutsideTolerance)
         #expect(failure("t=1767225600,\(current)", now: at.addingTimeInterval(299)) == nil)
-        #expect(failure("t=1767225600,v0=d2bbf379811dab6c152c152084ca7753ada8839e7528ed5cdf70eff429cf16c7") == .noV1Signature)
+        #expect(
+            failure("t=1767225600,v0=d2bbf379811dab6c152c152084ca7753ada8839e7528ed5cdf70eff429cf16c7")
+                == .noV1Signature)
         #expect(failure("t=1767225600,\(current)", secrets: ["whsec_other"]) == .noMatchingSignature)
         #expect(failure("t=1767225600,\(current)", secrets: ["whsec_test_secre"]) == .noMatchingSignature)
         #expect(failure("v1=abc") == .malformedHeader)
@@ -225,7 +233,9 @@ import Testing
             // payment intent's metadata (Stripe copies neither).
             let created = try web.stripe.session(session, expand: [])
             #expect(created["client_reference_id"] as? String == reply.json["orderId"] as? String)
-            #expect((created["metadata"] as? [String: String])?["storekeeper_token"] == reply.json["appAccountToken"] as? String)
+            #expect(
+                (created["metadata"] as? [String: String])?["storekeeper_token"] == reply.json["appAccountToken"]
+                    as? String)
             // Nothing before payment.
             #expect(try await web.deliver().allSatisfy { $0 == .ok })
             #expect(try await web.balance("w2") == 0)
@@ -373,7 +383,9 @@ import Testing
             #expect((created["success_url"] as? String)?.contains("redemption=\(code)") == true)
             // Delivered to nobody yet.
             let intent = try web.stripe.session(created["id"] as? String ?? "", expand: [])["payment_intent"] as? String
-            #expect(try await API.call(web.client, .get, "/v1/transactions/stripe:\(intent ?? "")").json["accountId"] == nil)
+            #expect(
+                try await API.call(web.client, .get, "/v1/transactions/stripe:\(intent ?? "")").json["accountId"] == nil
+            )
             let redeemed = try await API.call(web.client, .post, "/v1/redemptions/\(code)", token: token, body: "{}")
             #expect(redeemed.status == .ok, "\(redeemed.json)")
             #expect(try await web.balance("w9") == 60)
@@ -385,7 +397,8 @@ import Testing
             // Webhooks replayed later keep it with the redeemer.
             try await web.deliver(twice: true)
             #expect(try await web.balance("w9") == 60)
-            let unknown = try await API.call(web.client, .post, "/v1/redemptions/ABCDEFGHJKLM", token: token, body: "{}")
+            let unknown = try await API.call(
+                web.client, .post, "/v1/redemptions/ABCDEFGHJKLM", token: token, body: "{}")
             #expect(unknown.status == .notFound)
         }
     }
@@ -460,7 +473,9 @@ extension StripeTests {
             let client = StripeClient(secretKey: web.server.secretKey, baseURL: web.stripeBaseURL)
             _ = try await client.events(createdAfter: nil, startingAfter: nil, limit: 1)
             web.server.injectFaults(count: 1, status: 500)
-            await #expect(throws: StripeError.self) { _ = try await client.events(createdAfter: nil, startingAfter: nil) }
+            await #expect(throws: StripeError.self) {
+                _ = try await client.events(createdAfter: nil, startingAfter: nil)
+            }
             web.server.injectFaults(count: 0)
         }
     }
@@ -519,7 +534,8 @@ extension StripeTests {
             #expect(usd.map { abs($0 - 0.66) < 0.0001 } == true, "\(String(describing: usd)) \(proceeds.json)")
             let apple = try await API.call(
                 web.client, .get, "/v1/analytics/proceeds?from=\(today)&to=\(today)&store=app_store")
-            #expect(((apple.json["points"] as? [[String: Any]])?.last?["byCurrency"] as? [String: Double])?["USD"] == nil)
+            #expect(
+                ((apple.json["points"] as? [[String: Any]])?.last?["byCurrency"] as? [String: Double])?["USD"] == nil)
         }
         try await Self.withStripe(kind) { web in
             _ = try await web.buy("w16", "coins_60")
@@ -527,7 +543,9 @@ extension StripeTests {
             let today = String(ISO8601DateFormatter().string(from: Date()).prefix(10))
             let proceeds = try await API.call(
                 web.client, .get, "/v1/analytics/proceeds?from=\(today)&to=\(today)&store=stripe")
-            #expect(((proceeds.json["points"] as? [[String: Any]])?.last?["byCurrency"] as? [String: Double])?["USD"] == nil)
+            #expect(
+                ((proceeds.json["points"] as? [[String: Any]])?.last?["byCurrency"] as? [String: Double])?["USD"] == nil
+            )
         }
     }
 }
@@ -554,9 +572,12 @@ extension StripeTests {
             #expect(byClient.status == .forbidden)
             let renewed = try await API.call(web.client, .post, "/v1/redemptions/\(code)/renew")
             #expect(renewed.status == .ok, "\(renewed.json)")
-            #expect(try await API.call(web.client, .post, "/v1/redemptions/\(code)", token: token, body: "{}").status == .ok)
+            #expect(
+                try await API.call(web.client, .post, "/v1/redemptions/\(code)", token: token, body: "{}").status == .ok
+            )
             #expect(try await web.balance("w17") == 60)
-            #expect(try await API.call(web.client, .post, "/v1/redemptions/\(code)/renew").errorCode == "already_redeemed")
+            #expect(
+                try await API.call(web.client, .post, "/v1/redemptions/\(code)/renew").errorCode == "already_redeemed")
         }
     }
 }

@@ -192,7 +192,8 @@ public enum Preflight {
                 checks.append(
                     Check(
                         name: name, ok: false,
-                        detail: "\(Self.describe(error)) — check secretKeyFile (sk_… or rk_… with read access to Events)"
+                        detail:
+                            "\(Self.describe(error)) — check secretKeyFile (sk_… or rk_… with read access to Events)"
                     ))
             }
         }

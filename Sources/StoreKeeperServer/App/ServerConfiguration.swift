@@ -195,7 +195,8 @@ public struct ServerConfiguration: Sendable {
         "apple.finishTransactions",
         "apple.externalPurchase.reporting",
         "webhooks.maxAttemptHours", "apple.smallBusinessProgram", "offers.sharedAppleIdAccounts",
-        "dashboard.enabled", "dashboard.sessionIdleSeconds", "dashboard.sessionMaxHours", "localGooglePlay.enabled", "localStripe.enabled",
+        "dashboard.enabled", "dashboard.sessionIdleSeconds", "dashboard.sessionMaxHours", "localGooglePlay.enabled",
+        "localStripe.enabled",
         "analytics.timeZone", "analytics.currency", "analytics.ratesFile",
     ]
     /// Keys whose value is a structure read by its own parser (the inline catalog).

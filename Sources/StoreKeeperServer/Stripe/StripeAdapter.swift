@@ -41,8 +41,11 @@ enum StripeReading {
     /// Milliunits of `amount` in Stripe's smallest unit of `currency` (cents; whole yen).
     static func milliunits(_ amount: Int64?, currency: String?) -> Int64? {
         guard let amount, let currency else { return nil }
-        let exponent = ["bif", "clp", "djf", "gnf", "jpy", "kmf", "krw", "mga", "pyg", "rwf", "ugx", "vnd", "vuv",
-            "xaf", "xof", "xpf"].contains(currency.lowercased()) ? 0 : 2
+        let exponent =
+            [
+                "bif", "clp", "djf", "gnf", "jpy", "kmf", "krw", "mga", "pyg", "rwf", "ugx", "vnd", "vuv",
+                "xaf", "xof", "xpf",
+            ].contains(currency.lowercased()) ? 0 : 2
         let (value, overflow) = amount.multipliedReportingOverflow(by: exponent == 0 ? 1000 : 10)
         return overflow ? nil : value
     }
@@ -123,7 +126,8 @@ extension StoreKeeperApp {
         let token = order.appAccountToken.uuidString.lowercased()
         let subscription = product.type == .autoRenewable
         let orderEnd = order.createdAt.addingTimeInterval(configuration.orderTTL)
-        let expires = Int64(min(max(orderEnd, now.addingTimeInterval(1860)), now.addingTimeInterval(86_000)).timeIntervalSince1970)
+        let expires = Int64(
+            min(max(orderEnd, now.addingTimeInterval(1860)), now.addingTimeInterval(86_000)).timeIntervalSince1970)
         var form = StripeForm()
         form.add("mode", subscription ? "subscription" : "payment")
         form.add("line_items[0][price]", price)
@@ -131,16 +135,23 @@ extension StoreKeeperApp {
         form.add("client_reference_id", order.orderId)
         form.add("metadata[\(stripeTokenKey)]", token)
         form.add("metadata[storekeeper_order]", order.orderId)
-        form.add(subscription ? "subscription_data[metadata][\(stripeTokenKey)]" : "payment_intent_data[metadata][\(stripeTokenKey)]", token)
-        form.add(subscription ? "subscription_data[metadata][storekeeper_order]" : "payment_intent_data[metadata][storekeeper_order]", order.orderId)
+        form.add(
+            subscription
+                ? "subscription_data[metadata][\(stripeTokenKey)]" : "payment_intent_data[metadata][\(stripeTokenKey)]",
+            token)
+        form.add(
+            subscription
+                ? "subscription_data[metadata][storekeeper_order]" : "payment_intent_data[metadata][storekeeper_order]",
+            order.orderId)
         if order.accountId.isEmpty {
             let on = subscription ? "subscription_data" : "payment_intent_data"
             form.add("metadata[\(stripeRedeemKey)]", "1")
             form.add("\(on)[metadata][\(stripeRedeemKey)]", "1")
             if !subscription { form.add("customer_creation", "always") }
         }
-        if !order.accountId.isEmpty, let customer = try await StripeStore(database: database).customer(
-            appId: app.configuration.id, accountId: order.accountId)
+        if !order.accountId.isEmpty,
+            let customer = try await StripeStore(database: database).customer(
+                appId: app.configuration.id, accountId: order.accountId)
         {
             form.add("customer", customer)
         }
@@ -229,7 +240,9 @@ extension StoreKeeperApp {
     {
         let session = try await app.client.checkoutSession(id)
         guard session.isPaid else {
-            return StripeApplied("not paid yet (status \(session.status ?? "?"), payment_status \(session.paymentStatus ?? "?")): nothing delivered")
+            return StripeApplied(
+                "not paid yet (status \(session.status ?? "?"), payment_status \(session.paymentStatus ?? "?")): nothing delivered"
+            )
         }
         if session.mode == "subscription" {
             var subscription = session.subscription?.object
@@ -245,7 +258,8 @@ extension StoreKeeperApp {
             let priceId = session.lineItems?.data.first?.price?.id,
             let product = catalog.product(store: "stripe", storeProductId: priceId)
         else {
-            return StripeApplied("a session of a price the catalog does not sell (storeProducts.stripe): nothing delivered")
+            return StripeApplied(
+                "a session of a price the catalog does not sell (storeProducts.stripe): nothing delivered")
         }
         let charge = intent.latestCharge?.object
         let currency = session.currency ?? intent.currency
@@ -253,7 +267,8 @@ extension StoreKeeperApp {
         let transaction = StoreTransaction(
             store: .stripe, transactionId: "stripe:\(intent.id)", originalTransactionId: "stripe:\(intent.id)",
             storeIdentity: ServerConfiguration.stripeIdentity(app.configuration.id), productId: product.id,
-            purchaseDate: StripeReading.ms(intent.created ?? session.created), quantity: Int32(
+            purchaseDate: StripeReading.ms(intent.created ?? session.created),
+            quantity: Int32(
                 clamping: session.lineItems?.data.first?.quantity ?? 1), kind: .init(product.type),
             appAccountToken: token, ownership: .purchased, signedDate: now.stripeMilliseconds,
             environment: (session.livemode ?? false) ? .production : .sandbox,
@@ -280,7 +295,8 @@ extension StoreKeeperApp {
         let priceId =
             invoice.lines?.data.compactMap { $0.pricing?.priceDetails?.price }.first ?? subscription.price?.id
         guard let priceId, let product = catalog.product(store: "stripe", storeProductId: priceId) else {
-            return StripeApplied("an invoice of a price the catalog does not sell (storeProducts.stripe): nothing delivered")
+            return StripeApplied(
+                "an invoice of a price the catalog does not sell (storeProducts.stripe): nothing delivered")
         }
         var charge: StripeCharge?
         var intentId: String?
@@ -324,7 +340,8 @@ extension StoreKeeperApp {
         let stripeStore = StripeStore(database: database)
         var transaction = transaction
         var submitter: String?
-        if redeemable, let token = transaction.appAccountToken, let checkout = try await stripeStore.checkout(token: token),
+        if redeemable, let token = transaction.appAccountToken,
+            let checkout = try await stripeStore.checkout(token: token),
             checkout.accountId == nil
         {
             guard let redeemer = checkout.redeemedBy else {
@@ -346,7 +363,8 @@ extension StoreKeeperApp {
                 event: recording, paymentIntent: paymentIntent, appId: app.configuration.id, customer: customer),
             now: now)
         if let refusal = result.plan.refusal {
-            return StripeApplied("\(transaction.transactionId ?? "?"): refused (\(refusal))", recorded: recording != nil)
+            return StripeApplied(
+                "\(transaction.transactionId ?? "?"): refused (\(refusal))", recorded: recording != nil)
         }
         return StripeApplied(
             "\(transaction.transactionId ?? "?"): \(result.plan.outcome.rawValue)", recorded: recording != nil)
@@ -371,8 +389,10 @@ extension StoreKeeperApp {
             return "subscription \(subscription.status ?? "?") not delivered here yet: its invoice will be"
         }
         let product =
-            subscription.price.flatMap { catalog.product(store: "stripe", storeProductId: $0.id) }?.id ?? state.productId
-        let end = status == .expired ? (subscription.endedAt ?? subscription.currentPeriodEnd) : subscription.currentPeriodEnd
+            subscription.price.flatMap { catalog.product(store: "stripe", storeProductId: $0.id) }?.id
+            ?? state.productId
+        let end =
+            status == .expired ? (subscription.endedAt ?? subscription.currentPeriodEnd) : subscription.currentPeriodEnd
         var transaction = StoreTransaction(
             store: .stripe, transactionId: state.latestTransactionId, originalTransactionId: original,
             storeIdentity: ServerConfiguration.stripeIdentity(app.configuration.id), productId: product,
@@ -386,7 +406,8 @@ extension StoreKeeperApp {
                 transaction: transaction),
             submittingAccount: nil, requestedOrderId: nil, catalog: catalog, policy: configuration.ownershipPolicy,
             now: now)
-        return "subscription \(subscription.status ?? "?")\(subscription.cancelAtPeriodEnd == true ? ", canceled at period end" : ""): \(status.rawValue)"
+        return
+            "subscription \(subscription.status ?? "?")\(subscription.cancelAtPeriodEnd == true ? ", canceled at period end" : ""): \(status.rawValue)"
     }
 
     /// A charge's refunds: each succeeded Refund object takes back its own amount, once (the
@@ -410,7 +431,8 @@ extension StoreKeeperApp {
                 kind: .refund, store: .stripe, key: "stripe-refund:\(refund.id)", transactionId: payment.transactionId,
                 originalTransactionId: payment.originalTransactionId, productId: payment.productId,
                 revocation: RefundPlanner.Revocation(unitsRefunded: cumulative, of: total))
-            event.revocationType = (cumulative >= total ? StoreTransaction.RevocationKind.refundFull : .refundProrated).rawValue
+            event.revocationType =
+                (cumulative >= total ? StoreTransaction.RevocationKind.refundFull : .refundProrated).rawValue
             event.storeIdentity = ServerConfiguration.stripeIdentity(app.configuration.id)
             event.environment = (charge.livemode ?? false) ? "Production" : "Sandbox"
             let outcome = try await notifications.applyRefund(event, settings: refundSettings(), now: now)

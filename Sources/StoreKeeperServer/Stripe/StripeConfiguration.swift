@@ -79,7 +79,8 @@ extension ServerConfiguration {
             let name = "apps[\(app.id)]"
             if mode == .configured {
                 guard app.secretKey != nil || app.secretKeyFile != nil else {
-                    throw Invalid(key: "\(name).secretKeyFile", "is required: Stripe's API is called with the secret key")
+                    throw Invalid(
+                        key: "\(name).secretKeyFile", "is required: Stripe's API is called with the secret key")
                 }
                 guard !app.webhookSecrets.isEmpty else {
                     throw Invalid(
@@ -110,7 +111,8 @@ extension ServerConfiguration {
             key.hasPrefix("sk_") || key.hasPrefix("rk_")
         else {
             throw Invalid(
-                key: "apps[\(app.id)].secretKeyFile", "'\(file)' must hold a Stripe secret or restricted key (sk_…, rk_…)")
+                key: "apps[\(app.id)].secretKeyFile",
+                "'\(file)' must hold a Stripe secret or restricted key (sk_…, rk_…)")
         }
         return key
     }

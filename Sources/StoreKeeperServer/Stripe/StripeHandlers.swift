@@ -39,7 +39,9 @@ extension StoreKeeperApp {
         guard let event = try? JSONDecoder().decode(StripeEvent.self, from: Data(bytes)), event.object == "event",
             !event.id.isEmpty, event.id.unicodeScalars.count <= 255, event.type.unicodeScalars.count <= 100,
             (event.objectId?.unicodeScalars.count ?? 0) <= 255
-        else { throw APIError.badRequest("not a Stripe event: id, object \"event\", type and data.object are required") }
+        else {
+            throw APIError.badRequest("not a Stripe event: id, object \"event\", type and data.object are required")
+        }
         try Self.validateText(event.id, field: "id")
         try Self.validateText(event.type, field: "type")
         if let object = event.objectId { try Self.validateText(object, field: "data.object.id") }
@@ -182,7 +184,8 @@ extension StoreKeeperApp {
         func validate() throws {
             if let appId { try StoreKeeperApp.validateText(appId, field: "appId") }
             if let returnURL {
-                guard returnURL.count <= 2048, let url = URL(string: returnURL), url.scheme == "https" || url.scheme == "http"
+                guard returnURL.count <= 2048, let url = URL(string: returnURL),
+                    url.scheme == "https" || url.scheme == "http"
                 else { throw APIError.badRequest("field 'returnURL' must be an http(s) URL") }
             }
         }
@@ -198,8 +201,9 @@ extension StoreKeeperApp {
         try caller.require(accountId, scope: .support)
         let body = try await decodeOptional(PortalBody.self, request)
         let app = try stripeApp(body?.appId)
-        guard let customer = try await StripeStore(database: database).customer(
-            appId: app.configuration.id, accountId: accountId)
+        guard
+            let customer = try await StripeStore(database: database).customer(
+                appId: app.configuration.id, accountId: accountId)
         else {
             throw APIError(
                 .notFound, "no_stripe_customer", "account '\(accountId.prefix(64))' has bought nothing through Stripe")
@@ -220,7 +224,9 @@ struct StripeController {
 
     /// The webhook, outside `/v1`'s authentication.
     func addWebhook(to router: some RouterMethods<StoreKeeperContext>) {
-        router.post("v1/notifications/stripe") { request, context in try await app.receiveStripeWebhook(request, context) }
+        router.post("v1/notifications/stripe") { request, context in
+            try await app.receiveStripeWebhook(request, context)
+        }
     }
 
     func addRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
@@ -265,7 +271,8 @@ extension StoreKeeperApp {
     {
         let stripeStore = StripeStore(database: database)
         guard let intent = try await stripeStore.paymentIntent(ofTransaction: transactionId) else {
-            throw APIError(.unprocessableContent, "store_refused", "no Stripe payment is recorded for '\(transactionId)'")
+            throw APIError(
+                .unprocessableContent, "store_refused", "no Stripe payment is recorded for '\(transactionId)'")
         }
         let app = try stripeApp(appId ?? (stripe.count == 1 ? stripe.keys.first : nil))
         let refund: StripeRefund

@@ -125,7 +125,8 @@ extension StoreKeeperApp {
                 "App Store refunds are Apple's to grant: the player asks at https://reportaproblem.apple.com; Apple's REFUND notification then takes back what was delivered"
             )
         case .stripe:
-            return try await refundStripePurchase(record.transactionId, appId: record.appId, caller: caller, detail: detail)
+            return try await refundStripePurchase(
+                record.transactionId, appId: record.appId, caller: caller, detail: detail)
         case .web:
             guard
                 let payment = try await ExternalPurchaseStore(database: database).payment(
