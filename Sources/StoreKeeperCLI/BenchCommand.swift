@@ -95,8 +95,18 @@ struct BenchCommand: AsyncParsableCommand {
         ))
     var analytics = false
 
-    @Option(help: "With --analytics: how many deliveries to write first.")
+    @Option(help: "With --analytics or --replica-reads: how many deliveries to write first.")
     var transactions: Int = 1_000_000
+
+    @Flag(
+        name: .customLong("replica-reads"),
+        help: ArgumentHelp(
+            "Measure analytics and exports under write load without and with a read replica (--database-url, --replica-url; --requests purchases at the first --concurrency)."
+        ))
+    var replicaReads = false
+
+    @Option(name: .customLong("replica-url"), help: "With --replica-reads: the streaming replica's URL.")
+    var replicaURL: String?
 
     @Option(help: "With --notifications, --retention or --accounts: concurrent senders.")
     var senders: Int = 64
@@ -125,6 +135,19 @@ struct BenchCommand: AsyncParsableCommand {
 
     func run() async throws {
         if !instances.isEmpty, !purchases { throw ValidationError("--instances goes with --purchases") }
+        if replicaReads {
+            guard let databaseURL, databaseURL.hasPrefix("postgres"), let replicaURL else {
+                throw ValidationError("--replica-reads needs --database-url postgres://… and --replica-url")
+            }
+            guard transactions >= 0, requests > 0, let first = concurrency.first, first > 0 else {
+                throw ValidationError("--transactions, --requests and --concurrency must be positive")
+            }
+            try await ReplicaBench(
+                databaseURL: databaseURL, replicaURL: replicaURL, transactions: transactions, concurrency: first,
+                requests: requests
+            ).run()
+            return
+        }
         if analytics {
             guard transactions > 0 else { throw ValidationError("--transactions must be positive") }
             try await AnalyticsBench(databaseURL: databaseURL, transactions: transactions).run()

@@ -14,9 +14,10 @@ struct ServeCommand: AsyncParsableCommand {
         abstract: "Run the StoreKeeper server (docs/api.md).",
         discussion: """
             With no configuration at all (no --config, no APPLE_* variable) it starts in demo mode: \
-            127.0.0.1:8080, ./storekeeper.sqlite, and the built-in local App Store, trusted — for trying \
-            StoreKeeper out only. Any configuration trusts Apple's roots and not the local App Store \
-            (unless localAppStore.enabled). A configuration problem exits with code 2, naming the key.
+            127.0.0.1:8080, ./storekeeper.sqlite, and the built-in local App Store (trusted), local Google Play \
+            and local Stripe — for trying StoreKeeper out only. Any configuration trusts Apple's roots, Google \
+            and Stripe, and no local store (unless localAppStore.enabled, localGooglePlay.enabled or \
+            localStripe.enabled). A configuration problem exits with code 2, naming the key.
             """
     )
 

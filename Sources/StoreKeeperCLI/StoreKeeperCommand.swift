@@ -6,7 +6,7 @@ struct StoreKeeperCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "storekeeper",
         abstract:
-            "StoreKeeper: self-hosted in-app purchases — the App Store and Google Play, several apps, one delivery path.",
+            "StoreKeeper: self-hosted in-app purchases — the App Store, Google Play and web checkout through Stripe; several apps, one delivery path.",
         version: StoreKeeperVersion.description,
         subcommands: [
             ServeCommand.self, MigrateCommand.self, ConfigCommand.self, ReverifyCommand.self, VerifyCommand.self,
