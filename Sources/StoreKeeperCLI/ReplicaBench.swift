@@ -99,7 +99,8 @@ struct ReplicaBench {
                 "| \(phase.replica ? "replica (`readReplicaURL`)" : "primary only") | "
                     + "\(String(format: "%.0f", phase.writesPerSecond)) | \(phase.reads.count) | "
                     + "\(AnalyticsBench.ms(phase.percentile(0.5))) | \(AnalyticsBench.ms(phase.percentile(0.99))) | "
-                    + "\(phase.replica ? "\(phase.replicaReads) of \(phase.replicaReads + phase.primaryReads)" : "—") |")
+                    + "\(phase.replica ? "\(phase.replicaReads) of \(phase.replicaReads + phase.primaryReads)" : "—") |"
+            )
         }
     }
 }
