@@ -8,6 +8,7 @@ import Foundation
 /// ```yaml
 /// refunds:
 ///   revokeNonConsumableAt: 50          # percent: a prorated refund of at least this share removes a non-consumable
+///   disputes: revoke_when_lost         # or revoke_when_opened (Stripe's chargebacks; inquiries never revoke)
 ///   preference:
 ///     - name: spent_coins
 ///       when: { productType: consumable, consumedAtLeast: 50 }
@@ -24,13 +25,25 @@ public struct RefundPolicy: Codable, Hashable, Sendable {
     /// Send Consumption Information's `sampleContentProvided` for every product (a free sample,
     /// trial or feature tour before purchase); products with an introductory offer say true anyway.
     public var sampleContentProvided: Bool?
+    /// Chargebacks (Stripe's disputes): revoked when lost (the default), or as soon as opened
+    /// (given back if won). Inquiries never revoke.
+    public var disputes: DisputePolicy?
 
     public init(
-        revokeNonConsumableAt: Double? = nil, preference: [PreferenceRule]? = nil, sampleContentProvided: Bool? = nil
+        revokeNonConsumableAt: Double? = nil, preference: [PreferenceRule]? = nil, sampleContentProvided: Bool? = nil,
+        disputes: DisputePolicy? = nil
     ) {
         self.revokeNonConsumableAt = revokeNonConsumableAt
         self.preference = preference
         self.sampleContentProvided = sampleContentProvided
+        self.disputes = disputes
+    }
+
+    public enum DisputePolicy: String, Codable, Hashable, Sendable, CaseIterable, CatalogChoice {
+        public init(from decoder: any Decoder) throws { self = try Self.decodeChoice(from: decoder) }
+
+        case revokeWhenLost = "revoke_when_lost"
+        case revokeWhenOpened = "revoke_when_opened"
     }
 
     /// `revokeNonConsumableAt` in Apple's milliunits.

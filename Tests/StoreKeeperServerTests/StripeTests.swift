@@ -105,7 +105,7 @@ import Testing
     }
 
     static func withStripe(
-        _ kind: String, disputePolicy: String = "revoke_when_lost", livemode: Bool = false,
+        _ kind: String, disputePolicy: String? = nil, catalog: Catalog = .demo, livemode: Bool = false,
         _ body: @Sendable (Web) async throws -> Void
     ) async throws {
         var stripeConfiguration = LocalStripe.Configuration(catalog: .demo)
@@ -125,6 +125,7 @@ import Testing
                     web.cancelURL = "https://game.example.com/cancelled"
                     web.disputePolicy = disputePolicy
                     configuration.stripeApps = [web]
+                    configuration.catalog = catalog
                     configuration.port = 0
                 }
             ) { app, client in
@@ -319,10 +320,24 @@ import Testing
             try await web.deliver()
             #expect(try await web.entitlements("w6") == [])
         }
-        try await Self.withStripe(kind, disputePolicy: "revoke_when_opened") { web in
-            _ = try await web.buy("w7", "remove_ads", outcome: "dispute")
+        // The catalog's policy (refunds.disputes), and an app's own overriding it.
+        var strict = Catalog.demo
+        strict.refunds.disputes = .revokeWhenOpened
+        try await Self.withStripe(kind, catalog: strict) { web in
+            let (_, session) = try await web.buy("w7", "remove_ads", outcome: "dispute")
             try await web.deliver()
             #expect(try await web.entitlements("w7") == [])
+            // Won: given back.
+            _ = session
+            let dispute = try #require(try web.lastObjectId(of: "charge.dispute.created"))
+            _ = try web.stripe.closeDispute(dispute, outcome: "won")
+            try await web.deliver()
+            #expect(try await web.entitlements("w7") == ["no_ads"])
+        }
+        try await Self.withStripe(kind, disputePolicy: "revoke_when_lost", catalog: strict) { web in
+            _ = try await web.buy("w7b", "remove_ads", outcome: "dispute")
+            try await web.deliver()
+            #expect(try await web.entitlements("w7b") == ["no_ads"])
         }
     }
 

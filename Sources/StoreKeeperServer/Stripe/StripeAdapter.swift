@@ -455,7 +455,10 @@ extension StoreKeeperApp {
             let payment = try await StripeStore(database: database).payment(paymentIntent: intent)
         else { return "a dispute of a payment not delivered here" }
         let opened = ["needs_response", "under_review"].contains(dispute.status ?? "")
-        let revoke = dispute.status == "lost" || (opened && app.configuration.disputePolicy == "revoke_when_opened")
+        let policy =
+            app.configuration.disputePolicy
+            ?? (catalog.refunds.disputes ?? .revokeWhenLost).rawValue
+        let revoke = dispute.status == "lost" || (opened && policy == "revoke_when_opened")
         var event = RefundEvent(
             kind: revoke ? .refund : .reversal, store: .stripe,
             key: "stripe-dispute:\(dispute.id):\(revoke ? "revoke" : "restore")", transactionId: payment.transactionId,
@@ -467,11 +470,11 @@ extension StoreKeeperApp {
             let outcome = try await notifications.applyRefund(event, settings: refundSettings(), now: now)
             return "dispute \(dispute.status ?? "?"): revoked (\(outcome.0))"
         }
-        if dispute.status == "won", app.configuration.disputePolicy == "revoke_when_opened" {
+        if dispute.status == "won", policy == "revoke_when_opened" {
             let outcome = try await notifications.applyRefund(event, settings: refundSettings(), now: now)
             return "dispute won: restored (\(outcome.0))"
         }
-        return "dispute \(dispute.status ?? "?"): nothing revoked by policy \(app.configuration.disputePolicy)"
+        return "dispute \(dispute.status ?? "?"): nothing revoked by policy \(policy)"
     }
 
     func refundSettings() -> NotificationStore.Settings {

@@ -17,8 +17,9 @@ public struct StripeAppConfiguration: Sendable, Hashable {
     /// buyer without an account) and when they go back.
     public var successURL = "https://example.com/purchase/done"
     public var cancelURL = "https://example.com/purchase/cancel"
-    /// Disputes: `revoke_when_lost` (the default) or `revoke_when_opened`; inquiries never revoke.
-    public var disputePolicy = "revoke_when_lost"
+    /// Disputes for this app: `revoke_when_lost` or `revoke_when_opened`; nil: the catalog's
+    /// `refunds.disputes` (default `revoke_when_lost`). Inquiries never revoke.
+    public var disputePolicy: String?
     /// How long a redemption code of a purchase made without an account stays valid.
     public var redemptionMinutes = 60
 
