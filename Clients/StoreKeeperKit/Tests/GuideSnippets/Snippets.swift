@@ -240,6 +240,23 @@ extension Shop {
 
 // MARK: block 12
 
+extension PaywallView {
+    func redeem(_ code: String) async {
+        do {
+            let info = try await store.redeem(code)  // the account's fresh view
+            message = "Thanks! \(info.balances["coins"] ?? 0) coins"
+        } catch BackendError.server(_, "already_redeemed", _, _) {
+            message = "This code was already used."
+        } catch BackendError.server(_, "redemption_expired", _, _) {
+            message = "This code expired: contact support to renew it."
+        } catch {
+            message = "\(error)"
+        }
+    }
+}
+
+// MARK: block 13
+
 extension Shop {
     /// The settings switch "Share usage with Apple when I ask for a refund".
     func shareConsumptionData(_ granted: Bool) async {
@@ -251,7 +268,7 @@ extension Shop {
     }
 }
 
-// MARK: block 13
+// MARK: block 14
 
 struct Breadcrumbs: StoreKeeperLogger {
     let record: @Sendable (String) -> Void
