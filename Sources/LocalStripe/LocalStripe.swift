@@ -82,13 +82,7 @@ public final class LocalStripe: @unchecked Sendable {
     static func wallClock() -> Int64 { Int64(Date().timeIntervalSince1970) }
 
     /// Digits after the decimal point Stripe uses for `currency` (zero-decimal currencies).
-    public static func exponent(_ currency: String) -> Int {
-        [
-            "bif", "clp", "djf", "gnf", "jpy", "kmf", "krw", "mga", "pyg", "rwf", "ugx", "vnd", "vuv", "xaf", "xof",
-            "xpf",
-        ]
-        .contains(currency.lowercased()) ? 0 : 2
-    }
+    public static func exponent(_ currency: String) -> Int { StripeMoney.decimals(currency) }
 
     func newId(_ prefix: String) -> String {
         counter += 1
@@ -658,6 +652,13 @@ public final class LocalStripe: @unchecked Sendable {
     }
 
     /// Events since index `from` (the webhook sender's cursor).
+    /// The event at `index` (oldest first), if there is one.
+    public func event(at index: Int) -> Object? {
+        lock.lock()
+        defer { lock.unlock() }
+        return events.indices.contains(index) ? events[index].body : nil
+    }
+
     public func events(from index: Int) -> [(id: String, body: Object)] {
         lock.lock()
         defer { lock.unlock() }

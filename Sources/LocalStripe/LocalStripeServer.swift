@@ -442,11 +442,11 @@ public final class LocalStripeServer: Sendable {
         }
         if state.reverse { batch.reverse() }
         var acknowledged = 0
-        let all = stripe.events(from: 0)
-        for item in batch where item.index < all.count {
+        for item in batch {
+            guard let body = stripe.event(at: item.index) else { continue }
             let data =
                 (try? JSONSerialization.data(
-                    withJSONObject: all[item.index].body, options: [.prettyPrinted, .sortedKeys]))
+                    withJSONObject: body, options: [.prettyPrinted, .sortedKeys]))
                 ?? Data()
             var ok = false
             for _ in 0..<(state.duplicate ? 2 : 1) {

@@ -20,12 +20,11 @@ public struct StripeStore: Sendable {
         case duplicate
     }
 
-    /// An event, durably, once per id; a new one queues its job (payload: the event id), due
-    /// at once — or, when the caller applies it right away, only `safetyNet` later, for a crash.
-    /// `applied` (with its outcome): already applied by the caller, no job.
+    /// An event, durably, once per id; a new one queues its job (payload: the event id), due at
+    /// once. `applied` (with its outcome): already applied by the caller, no job.
     public func recordEvent(
         id: String, appId: String, type: String, objectId: String?, created: Int64?, now: Date,
-        safetyNet: TimeInterval = 0, applied: String? = nil
+        applied: String? = nil
     ) async throws -> Recorded {
         try await database.transaction { sql in
             let inserted = try await sql.raw(
@@ -41,8 +40,7 @@ public struct StripeStore: Sendable {
             guard inserted != nil else { return .duplicate }
             guard applied == nil else { return .new }
             try await JobStore.insert(
-                kind: Self.eventJobKind, dedupeKey: "\(Self.eventJobKind)|\(id)", payload: id, sql: sql, now: now,
-                runAt: now.addingTimeInterval(safetyNet))
+                kind: Self.eventJobKind, dedupeKey: "\(Self.eventJobKind)|\(id)", payload: id, sql: sql, now: now)
             return .new
         }
     }
@@ -95,10 +93,7 @@ public struct StripeStore: Sendable {
             outcome: try row.decode(column: "outcome", as: String?.self))
     }
 
-    /// The event's outcome; `completingJob`: its safety-net job is done too (applied inline).
-    public func finishEvent(_ id: String, status: String, outcome: String, now: Date, completingJob: Bool = false)
-        async throws
-    {
+    public func finishEvent(_ id: String, status: String, outcome: String, now: Date) async throws {
         try await database.transaction { sql in
             try await sql.raw(
                 """
@@ -106,14 +101,6 @@ public struct StripeStore: Sendable {
                 applied_at = \(bind: now.milliseconds) WHERE event_id = \(bind: id)
                 """
             ).run()
-            if completingJob {
-                try await sql.raw(
-                    """
-                    UPDATE jobs SET status = 'done'
-                    WHERE dedupe_key = \(bind: "\(Self.eventJobKind)|\(id)") AND status = 'pending'
-                    """
-                ).run()
-            }
         }
     }
 
@@ -246,7 +233,11 @@ public struct StripeStore: Sendable {
                     .first()
             else { return .unknown }
             let checkout = try Self.checkout(row)
-            if let by = checkout.redeemedBy { return .alreadyRedeemed(by: by) }
+            // The same account again (its first redemption's delivery did not finish): claimed
+            // again, so the delivery is retried; any other account is refused.
+            if let by = checkout.redeemedBy {
+                return by.utf8.elementsEqual(account.utf8) ? .claimed(checkout) : .alreadyRedeemed(by: by)
+            }
             guard (checkout.redemptionExpiresAt ?? 0) > now.milliseconds else { return .expired }
             let updated = try await sql.raw(
                 """
@@ -280,18 +271,6 @@ public struct StripeStore: Sendable {
             ).first()?.decode(column: "customer_id", as: String.self)
         }
     }
-
-    public func setCustomer(appId: String, accountId: String, customerId: String) async throws {
-        try await database.transaction { sql in
-            try await sql.raw(
-                """
-                INSERT INTO stripe_customers (app_id, account_id, customer_id)
-                VALUES (\(bind: appId), \(bind: accountId), \(bind: customerId))
-                ON CONFLICT (app_id, account_id) DO NOTHING
-                """
-            ).run()
-        }
-    }
 }
 
 extension StripeStore {
@@ -299,21 +278,6 @@ extension StripeStore {
         public var transactionId: String
         public var originalTransactionId: String
         public var productId: String
-    }
-
-    /// Which transaction a payment intent paid (refunds and disputes name the payment).
-    public func recordPayment(
-        paymentIntent: String, transactionId: String, originalTransactionId: String, productId: String
-    ) async throws {
-        try await database.transaction { sql in
-            try await sql.raw(
-                """
-                INSERT INTO stripe_payments (payment_intent_id, transaction_id, original_transaction_id, product_id)
-                VALUES (\(bind: paymentIntent), \(bind: transactionId), \(bind: originalTransactionId), \(bind: productId))
-                ON CONFLICT (payment_intent_id) DO NOTHING
-                """
-            ).run()
-        }
     }
 
     public func payment(paymentIntent: String) async throws -> Payment? {

@@ -4,6 +4,19 @@ import Foundation
 // reduced to what an in-app-purchase server reads. Every field is optional and unknown keys and
 // enum values are kept or ignored: Stripe adds fields and values monthly.
 
+/// Stripe's amounts: integers in the currency's smallest unit.
+public enum StripeMoney {
+    /// Digits after the decimal point of `currency`'s smallest unit (0 for zero-decimal
+    /// currencies such as JPY and KRW, 2 otherwise).
+    public static func decimals(_ currency: String) -> Int {
+        zeroDecimal.contains(currency.lowercased()) ? 0 : 2
+    }
+
+    static let zeroDecimal: Set<String> = [
+        "bif", "clp", "djf", "gnf", "jpy", "kmf", "krw", "mga", "pyg", "rwf", "ugx", "vnd", "vuv", "xaf", "xof", "xpf",
+    ]
+}
+
 /// An expandable field: an id, or the object when expanded.
 public enum StripeExpandable<Object: Decodable & Sendable & Hashable>: Decodable, Sendable, Hashable {
     case id(String)

@@ -20,6 +20,8 @@ import Testing
 @Suite struct StripeTests {
     typealias API = ServerAPITests
     static let secrets = ["whsec_test_current_0123456789", "whsec_test_rolled_9876543210"]
+    /// A support key limited to another app than the Stripe one.
+    static let iosDeskKey = "sk_ios_desk_0123456789abcdefghijklmnop"
 
     struct Web {
         let app: StoreKeeperApp
@@ -127,6 +129,9 @@ import Testing
                     configuration.stripeApps = [web]
                     configuration.catalog = catalog
                     configuration.port = 0
+                    configuration.operatorKeys = [
+                        OperatorKey(label: "ios-desk", scope: .support, apps: ["ios"], secret: StripeTests.iosDeskKey)
+                    ]
                 }
             ) { app, client in
                 try await body(
@@ -409,6 +414,10 @@ import Testing
             #expect(again.status == .conflict)
             #expect(again.errorCode == "already_redeemed")
             #expect(try await web.balance("w10") == 0)
+            // The redeemer again (its first answer lost): the same purchase, delivered once.
+            let retried = try await API.call(web.client, .post, "/v1/redemptions/\(code)", token: token, body: "{}")
+            #expect(retried.status == .ok, "\(retried.json)")
+            #expect(try await web.balance("w9") == 60)
             // Webhooks replayed later keep it with the redeemer.
             try await web.deliver(twice: true)
             #expect(try await web.balance("w9") == 60)
@@ -585,6 +594,13 @@ extension StripeTests {
             #expect(late.errorCode == "redemption_expired")
             let byClient = try await API.call(web.client, .post, "/v1/redemptions/\(code)/renew", token: token)
             #expect(byClient.status == .forbidden)
+            // A key limited to another app neither renews nor redeems it.
+            let otherApp = try await API.call(
+                web.client, .post, "/v1/redemptions/\(code)/renew", token: Self.iosDeskKey)
+            #expect(otherApp.status == .notFound)
+            let otherRedeem = try await API.call(
+                web.client, .post, "/v1/redemptions/\(code)", token: Self.iosDeskKey, body: #"{"accountId":"w99"}"#)
+            #expect(otherRedeem.status == .notFound)
             let renewed = try await API.call(web.client, .post, "/v1/redemptions/\(code)/renew")
             #expect(renewed.status == .ok, "\(renewed.json)")
             #expect(

@@ -233,11 +233,7 @@ extension JobRunner {
         refund.environment = known?.test == true ? "Sandbox" : "Production"
         refund.reasonCode = voided.voidedReason.map(Int64.init)
         refund.purchasedAt = voided.purchaseTimeMillis?.value
-        var settings = NotificationStore.Settings(
-            catalog: app.catalog, policy: app.configuration.ownershipPolicy,
-            consumptionEnabled: app.configuration.consumptionEnabled, read: StoreKeeperApp.storedNotification)
-        settings.sharedAppleIdLimit = app.configuration.sharedAppleIdAccounts
-        settings.apps = app.store.apps
+        let settings = app.notificationSettings()
         let outcome = try await app.notifications.applyRefund(refund, settings: settings, now: now, actor: "google")
         try await store.markVoided(
             record, appId: appId, purchaseToken: token, orderId: voided.orderId,

@@ -137,11 +137,7 @@ public struct JobRunner: Service {
     /// with a delivery another instance made at the same moment), each subject goes alone.
     func applyNotifications(_ jobs: [JobStore.Job], now: Date) async {
         guard !jobs.isEmpty else { return }
-        var settings = NotificationStore.Settings(
-            catalog: app.catalog, policy: app.configuration.ownershipPolicy,
-            consumptionEnabled: app.configuration.consumptionEnabled, read: StoreKeeperApp.storedNotification)
-        settings.sharedAppleIdLimit = app.configuration.sharedAppleIdAccounts
-        settings.apps = app.store.apps
+        let settings = app.notificationSettings()
         func apply(_ jobs: [JobStore.Job]) async throws {
             let applied = try await app.notifications.apply(
                 subjects: jobs.map(\.payload),

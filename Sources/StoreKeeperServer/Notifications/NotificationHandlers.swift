@@ -93,3 +93,16 @@ struct NotificationsController {
         }
     }
 }
+
+extension StoreKeeperApp {
+    /// How notifications and refunds are applied here (catalog, ownership policy, consumption,
+    /// shared Apple ID limit, apps): one definition for every store's path.
+    func notificationSettings() -> NotificationStore.Settings {
+        var settings = NotificationStore.Settings(
+            catalog: catalog, policy: configuration.ownershipPolicy,
+            consumptionEnabled: configuration.consumptionEnabled, read: StoreKeeperApp.storedNotification)
+        settings.sharedAppleIdLimit = configuration.sharedAppleIdAccounts
+        settings.apps = store.apps
+        return settings
+    }
+}

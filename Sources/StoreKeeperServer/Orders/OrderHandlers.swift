@@ -64,13 +64,15 @@ extension StoreKeeperApp {
                     "field 'accountId' is required (only a Stripe app's checkout may be opened for nobody yet)")
             }
             try caller.requireScope(.support)
-            return try await createOrder(body, accountId: "", caller: caller)
+            return try await createOrder(body, accountId: "", stripeApp: stripeApp)
         }
         try caller.require(accountId)
-        return try await createOrder(body, accountId: accountId, caller: caller)
+        return try await createOrder(body, accountId: accountId, stripeApp: stripeApp)
     }
 
-    func createOrder(_ body: CreateOrderBody, accountId: String, caller: Caller) async throws -> Response {
+    /// `stripeApp`: the Stripe app the order names, if it names one (its payment opens a
+    /// Checkout Session); `accountId` empty: a Stripe checkout for nobody yet.
+    func createOrder(_ body: CreateOrderBody, accountId: String, stripeApp: StripeApp?) async throws -> Response {
         let nobody = accountId.isEmpty
         let quantity = body.quantity ?? 1
         if let appId = body.appId {
@@ -88,7 +90,6 @@ extension StoreKeeperApp {
             throw APIError(.notFound, "unknown_product", "no product '\(body.productId.prefix(100))' in the catalog")
         }
         let now = Date()
-        let stripeApp = try body.appId.flatMap { id in try stripe[id].map { _ in try self.stripeApp(id) } }
         if stripeApp != nil {
             guard body.offerId == nil, body.winBackOfferId == nil, body.appTransactionId == nil else {
                 throw APIError.badRequest("offers and appTransactionId are App Store features, not a Stripe checkout's")

@@ -206,11 +206,7 @@ extension StoreKeeperApp {
         refund.revocationType = StoreTransaction.RevocationKind.refundFull.rawValue
         refund.purchasedAt = transaction.purchaseDate
         refund.periodEnd = transaction.expiresDate
-        var settings = NotificationStore.Settings(
-            catalog: catalog, policy: configuration.ownershipPolicy,
-            consumptionEnabled: configuration.consumptionEnabled, read: StoreKeeperApp.storedNotification)
-        settings.sharedAppleIdLimit = configuration.sharedAppleIdAccounts
-        settings.apps = store.apps
+        let settings = notificationSettings()
         let outcome = try await notifications.applyRefund(refund, settings: settings, now: Date())
         return try Self.json(["paymentId": paymentId, "status": outcome.0, "detail": outcome.1])
     }

@@ -41,11 +41,7 @@ enum StripeReading {
     /// Milliunits of `amount` in Stripe's smallest unit of `currency` (cents; whole yen).
     static func milliunits(_ amount: Int64?, currency: String?) -> Int64? {
         guard let amount, let currency else { return nil }
-        let exponent =
-            [
-                "bif", "clp", "djf", "gnf", "jpy", "kmf", "krw", "mga", "pyg", "rwf", "ugx", "vnd", "vuv",
-                "xaf", "xof", "xpf",
-            ].contains(currency.lowercased()) ? 0 : 2
+        let exponent = StripeMoney.decimals(currency)
         let (value, overflow) = amount.multipliedReportingOverflow(by: exponent == 0 ? 1000 : 10)
         return overflow ? nil : value
     }
@@ -435,7 +431,7 @@ extension StoreKeeperApp {
                 (cumulative >= total ? StoreTransaction.RevocationKind.refundFull : .refundProrated).rawValue
             event.storeIdentity = ServerConfiguration.stripeIdentity(app.configuration.id)
             event.environment = (charge.livemode ?? false) ? "Production" : "Sandbox"
-            let outcome = try await notifications.applyRefund(event, settings: refundSettings(), now: now)
+            let outcome = try await notifications.applyRefund(event, settings: notificationSettings(), now: now)
             outcomes.append("\(refund.id): \(outcome.0)")
         }
         return outcomes.isEmpty ? "no succeeded refund" : outcomes.joined(separator: "; ")
@@ -467,23 +463,14 @@ extension StoreKeeperApp {
         event.revocationType = StoreTransaction.RevocationKind.refundFull.rawValue
         event.storeIdentity = ServerConfiguration.stripeIdentity(app.configuration.id)
         if revoke {
-            let outcome = try await notifications.applyRefund(event, settings: refundSettings(), now: now)
+            let outcome = try await notifications.applyRefund(event, settings: notificationSettings(), now: now)
             return "dispute \(dispute.status ?? "?"): revoked (\(outcome.0))"
         }
         if dispute.status == "won", policy == "revoke_when_opened" {
-            let outcome = try await notifications.applyRefund(event, settings: refundSettings(), now: now)
+            let outcome = try await notifications.applyRefund(event, settings: notificationSettings(), now: now)
             return "dispute won: restored (\(outcome.0))"
         }
         return "dispute \(dispute.status ?? "?"): nothing revoked by policy \(policy)"
-    }
-
-    func refundSettings() -> NotificationStore.Settings {
-        var settings = NotificationStore.Settings(
-            catalog: catalog, policy: configuration.ownershipPolicy,
-            consumptionEnabled: configuration.consumptionEnabled, read: StoreKeeperApp.storedNotification)
-        settings.sharedAppleIdLimit = configuration.sharedAppleIdAccounts
-        settings.apps = store.apps
-        return settings
     }
 }
 

@@ -122,6 +122,9 @@ extension StoreKeeperApp {
         guard let found = try await stripeStore.checkout(redemptionCode: code), found.transactionId != nil else {
             throw APIError(.notFound, "not_found", "no paid purchase has redemption code '\(code)'")
         }
+        // A key limited to some apps redeems only their purchases.
+        try caller.requireApp(
+            found.appId, notFound: APIError(.notFound, "not_found", "no paid purchase has redemption code '\(code)'"))
         switch try await stripeStore.claim(code: code, account: accountId, now: Date()) {
         case .unknown:
             throw APIError(.notFound, "not_found", "no paid purchase has redemption code '\(code)'")
@@ -155,6 +158,9 @@ extension StoreKeeperApp {
         guard code.count == 12, let checkout = try await stripeStore.checkout(redemptionCode: code),
             checkout.transactionId != nil
         else { throw APIError(.notFound, "not_found", "no paid purchase has redemption code '\(code.prefix(40))'") }
+        try caller.requireApp(
+            checkout.appId,
+            notFound: APIError(.notFound, "not_found", "no paid purchase has redemption code '\(code.prefix(40))'"))
         guard checkout.redeemedBy == nil else {
             throw APIError(.conflict, "already_redeemed", "redemption code '\(code)' was already used")
         }
@@ -201,6 +207,9 @@ extension StoreKeeperApp {
         try caller.require(accountId, scope: .support)
         let body = try await decodeOptional(PortalBody.self, request)
         let app = try stripeApp(body?.appId)
+        try caller.requireApp(
+            app.configuration.id,
+            notFound: APIError(.badRequest, "unknown_app", "no Stripe app '\(app.configuration.id)' is configured"))
         guard
             let customer = try await StripeStore(database: database).customer(
                 appId: app.configuration.id, accountId: accountId)

@@ -163,11 +163,7 @@ extension StoreKeeperApp {
             refund.revocationType = StoreTransaction.RevocationKind.refundFull.rawValue
             refund.purchasedAt = record.purchasedAt.map { Int64($0.timeIntervalSince1970 * 1000) }
             refund.periodEnd = record.expiresAt.map { Int64($0.timeIntervalSince1970 * 1000) }
-            var settings = NotificationStore.Settings(
-                catalog: catalog, policy: configuration.ownershipPolicy,
-                consumptionEnabled: configuration.consumptionEnabled, read: StoreKeeperApp.storedNotification)
-            settings.sharedAppleIdLimit = configuration.sharedAppleIdAccounts
-            settings.apps = store.apps
+            let settings = notificationSettings()
             let outcome = try await notifications.applyRefund(
                 refund, settings: settings, now: Date(), actor: caller.auditActor)
             try await store.recordAudit(
