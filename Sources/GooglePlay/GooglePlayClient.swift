@@ -103,6 +103,38 @@ public struct GooglePlayClient: Sendable {
         _ = try await call(.POST, "\(applicationPath)/orders/\(Self.segment(orderId)):refund?revoke=\(revoke)")
     }
 
+    // MARK: External transactions (US programs: payments taken outside Google Play)
+
+    /// `externaltransactions.createexternaltransaction`: reports one payment (an initial one
+    /// with the app's token, a renewal with the first report's id) under `id`.
+    public func createExternalTransaction(id: String, _ transaction: ExternalTransaction) async throws
+        -> ExternalTransaction
+    {
+        try await decode(
+            ExternalTransaction.self,
+            try await call(
+                .POST, "\(applicationPath)/externalTransactions?externalTransactionId=\(Self.segment(id))",
+                body: try JSONEncoder().encode(transaction)))
+    }
+
+    /// `externaltransactions.getexternaltransaction`.
+    public func externalTransaction(id: String) async throws -> ExternalTransaction {
+        try await decode(
+            ExternalTransaction.self,
+            try await call(.GET, "\(applicationPath)/externalTransactions/\(Self.segment(id))"))
+    }
+
+    /// `externaltransactions.refundexternaltransaction`: a full or partial refund.
+    public func refundExternalTransaction(id: String, _ refund: ExternalTransactionRefund) async throws
+        -> ExternalTransaction
+    {
+        try await decode(
+            ExternalTransaction.self,
+            try await call(
+                .POST, "\(applicationPath)/externalTransactions/\(Self.segment(id)):refund",
+                body: try JSONEncoder().encode(refund)))
+    }
+
     // MARK: HTTP
 
     func call(_ method: HTTPMethod, _ path: String, body: Data? = nil) async throws -> [UInt8] {

@@ -560,3 +560,105 @@ public struct GoogleOrder: Codable, Hashable, Sendable {
 
     public init() {}
 }
+
+/// `ExternalTransaction` of the Android Publisher API (v3 `externaltransactions`): a payment
+/// taken outside Google Play under one of its programs, as reported and as Google keeps it.
+public struct ExternalTransaction: Codable, Sendable, Hashable {
+    public struct Price: Codable, Sendable, Hashable {
+        /// Micros of `currency`, as a decimal string.
+        public var priceMicros: String
+        public var currency: String
+
+        public init(priceMicros: String, currency: String) {
+            self.priceMicros = priceMicros
+            self.currency = currency
+        }
+    }
+
+    public struct TaxAddress: Codable, Sendable, Hashable {
+        /// ISO 3166-1 alpha-2.
+        public var regionCode: String
+        public var administrativeArea: String?
+
+        public init(regionCode: String, administrativeArea: String? = nil) {
+            self.regionCode = regionCode
+            self.administrativeArea = administrativeArea
+        }
+    }
+
+    public struct OneTime: Codable, Sendable, Hashable {
+        public var externalTransactionToken: String?
+
+        public init(externalTransactionToken: String?) { self.externalTransactionToken = externalTransactionToken }
+    }
+
+    public struct Recurring: Codable, Sendable, Hashable {
+        /// The first payment only.
+        public var externalTransactionToken: String?
+        /// Renewals: the first payment's id.
+        public var initialExternalTransactionId: String?
+        public var externalSubscription: ExternalSubscription?
+
+        public init(
+            externalTransactionToken: String?, initialExternalTransactionId: String?,
+            externalSubscription: ExternalSubscription?
+        ) {
+            self.externalTransactionToken = externalTransactionToken
+            self.initialExternalTransactionId = initialExternalTransactionId
+            self.externalSubscription = externalSubscription
+        }
+    }
+
+    public struct ExternalSubscription: Codable, Sendable, Hashable {
+        /// `RECURRING` or `PREPAID`.
+        public var subscriptionType: String
+
+        public init(subscriptionType: String) { self.subscriptionType = subscriptionType }
+    }
+
+    public var externalTransactionId: String?
+    public var originalPreTaxAmount: Price?
+    public var originalTaxAmount: Price?
+    public var currentPreTaxAmount: Price?
+    public var currentTaxAmount: Price?
+    /// RFC 3339.
+    public var transactionTime: String?
+    public var createTime: String?
+    public var packageName: String?
+    /// `TRANSACTION_REPORTED` or `TRANSACTION_CANCELED`.
+    public var transactionState: String?
+    public var userTaxAddress: TaxAddress?
+    public var oneTimeTransaction: OneTime?
+    public var recurringTransaction: Recurring?
+
+    public init() {}
+}
+
+/// The body of `externaltransactions.refundexternaltransaction`: `fullRefund` or `partialRefund`.
+public struct ExternalTransactionRefund: Codable, Sendable, Hashable {
+    public struct FullRefund: Codable, Sendable, Hashable {
+        public init() {}
+    }
+
+    public struct PartialRefund: Codable, Sendable, Hashable {
+        /// Unique per refund of the transaction (`[a-zA-Z0-9_-]`).
+        public var refundId: String
+        public var refundPreTaxAmount: ExternalTransaction.Price
+
+        public init(refundId: String, refundPreTaxAmount: ExternalTransaction.Price) {
+            self.refundId = refundId
+            self.refundPreTaxAmount = refundPreTaxAmount
+        }
+    }
+
+    /// RFC 3339.
+    public var refundTime: String
+    public var fullRefund: FullRefund?
+    public var partialRefund: PartialRefund?
+
+    public init(refundTime: String, fullRefund: FullRefund? = nil, partialRefund: PartialRefund? = nil) {
+        self.refundTime = refundTime
+        self.fullRefund = fullRefund
+        self.partialRefund = partialRefund
+    }
+}

@@ -28,6 +28,7 @@ extension LocalGooglePlayServer {
     }
 
     struct AdvanceBody: Decodable { var seconds: Double }
+    struct ExternalListing: Encodable { var externalTransactions: [ExternalTransaction] }
     struct FaultsBody: Decodable {
         var failAPICalls: Int?
         var failAcknowledgements: Int?
@@ -106,6 +107,13 @@ extension LocalGooglePlayServer {
             if let count = body.failAcknowledgements { await self.store.failNextAcknowledgements(count) }
             if let outage = body.outage { await self.store.setOutage(outage) }
             return Self.json(["outage": String(await self.store.outage)])
+        }
+        // The token Play Billing gives the app before it links out (external content links).
+        control.post("external-transaction-tokens") { _, _ in
+            Self.json(["externalTransactionToken": await self.store.issueExternalTransactionToken()])
+        }
+        control.get("external-transactions") { _, _ in
+            Self.json(ExternalListing(externalTransactions: await self.store.externalTransactions()))
         }
         control.post("test-notification") { _, _ in
             await self.store.sendTestNotification()

@@ -80,6 +80,7 @@ public actor LocalGooglePlay {
     public let configuration: Configuration
     public let clock: StoreClock
     var purchases: [String: Purchase] = [:]
+    var external = ExternalState()
     var voided: [(recordedAt: Date, purchase: VoidedPurchase)] = []
     var pushes: [Push] = []
     var orderCounter = 0

@@ -122,6 +122,7 @@ public final class LocalGooglePlayServer: Sendable {
             return response
         }
         let app = router.group("androidpublisher/v3/applications/:packageName")
+        addExternalTransactionRoutes(to: app)
         app.get("purchases/productsv2/tokens/:token") { request, context in
             try await self.authorized(request, context) {
                 let token = context.parameters.get("token") ?? ""
@@ -228,6 +229,52 @@ public final class LocalGooglePlayServer: Sendable {
                 return Self.json(Data("{}".utf8))
             }
         }
+    }
+
+    /// `externaltransactions`: create, get, refund (Google's US programs).
+    func addExternalTransactionRoutes<Context: RequestContext>(to app: some RouterMethods<Context>) {
+        app.post("externalTransactions") { request, context in
+            try await self.authorized(request, context) {
+                guard let id = request.uri.queryParameters.get("externalTransactionId") else {
+                    return Self.googleError(400, "required", "externalTransactionId is required.")
+                }
+                guard let body = try? await request.decode(as: ExternalTransaction.self, context: context) else {
+                    return Self.googleError(400, "invalidValue", "Invalid JSON payload received.")
+                }
+                do {
+                    return Self.json(try await self.store.createExternalTransaction(id: id, body))
+                } catch {
+                    return Self.externalRefusal(error)
+                }
+            }
+        }
+        app.get("externalTransactions/:idAction") { request, context in
+            try await self.authorized(request, context) {
+                guard let found = await self.store.externalTransaction(context.parameters.get("idAction") ?? "")
+                else { return Self.googleError(404, "notFound", "The external transaction was not found.") }
+                return Self.json(found)
+            }
+        }
+        app.post("externalTransactions/:idAction") { request, context in
+            try await self.authorized(request, context) {
+                let (id, action) = Self.split(context.parameters.get("idAction") ?? "")
+                guard action == "refund" else { return Self.googleError(404, "notFound", "Unknown method.") }
+                guard let body = try? await request.decode(as: ExternalTransactionRefund.self, context: context)
+                else { return Self.googleError(400, "invalidValue", "Invalid JSON payload received.") }
+                do {
+                    return Self.json(try await self.store.refundExternalTransaction(id: id, body))
+                } catch {
+                    return Self.externalRefusal(error)
+                }
+            }
+        }
+    }
+
+    static func externalRefusal(_ error: any Error) -> Response {
+        guard let error = error as? LocalGooglePlay.ExternalRefusal else {
+            return googleError(500, "backendError", "Backend Error")
+        }
+        return googleError(error.status, error.reason, error.message)
     }
 
     /// `TOKEN:verb` → (TOKEN, verb).

@@ -232,12 +232,17 @@ extension ExternalPurchaseStore {
         public var expiresAt: Int64?
         /// When it was recorded (ms), as read back.
         public var purchasedAt: Int64?
+        /// The delivery key: one delivery per payment (`web:<paymentId>`, or the store's own
+        /// transaction id for a store's payment reported here).
+        public var transactionId: String
 
         public init(
             paymentId: String, accountId: String, productId: String, quantity: Int, amountMilli: Int64,
             taxMilli: Int64, currency: String, taxCountry: String?, externalPurchaseId: String?,
-            originalPaymentId: String? = nil, expiresAt: Int64? = nil, purchasedAt: Int64? = nil
+            originalPaymentId: String? = nil, expiresAt: Int64? = nil, purchasedAt: Int64? = nil,
+            transactionId: String? = nil
         ) {
+            self.transactionId = transactionId ?? StoreTransaction.webTransactionId(paymentId: paymentId)
             self.originalPaymentId = originalPaymentId
             self.expiresAt = expiresAt
             self.purchasedAt = purchasedAt
@@ -252,8 +257,6 @@ extension ExternalPurchaseStore {
             self.externalPurchaseId = externalPurchaseId
         }
 
-        /// The delivery key: one delivery per payment.
-        public var transactionId: String { StoreTransaction.webTransactionId(paymentId: paymentId) }
         /// A subscription's key: its first payment's.
         public var originalTransactionId: String {
             StoreTransaction.webTransactionId(paymentId: originalPaymentId ?? paymentId)
@@ -272,7 +275,8 @@ extension ExternalPurchaseStore {
                 externalPurchaseId: try row.decode(column: "external_purchase_id", as: String?.self),
                 originalPaymentId: try row.decode(column: "original_payment_id", as: String?.self),
                 expiresAt: try row.decode(column: "expires_at", as: Int64?.self),
-                purchasedAt: try row.decode(column: "purchased_at", as: Int64.self))
+                purchasedAt: try row.decode(column: "purchased_at", as: Int64.self),
+                transactionId: try row.decode(column: "transaction_id", as: String.self))
         }
     }
 
@@ -307,6 +311,16 @@ extension ExternalPurchaseStore {
     /// delivered: a retry with the same facts finds it and delivers what is missing.
     public func record(_ payment: WebPayment, reporting: Bool, now: Date) async throws -> RecordOutcome {
         try await database.transaction { sql in
+            try await Self.record(payment, reporting: reporting, sql: sql, now: now)
+        }
+    }
+
+    /// `record` inside the caller's database transaction (a store's delivery records the
+    /// payment it reports with the delivery itself).
+    public static func record(_ payment: WebPayment, reporting: Bool, sql: any SQLDatabase, now: Date) async throws
+        -> RecordOutcome
+    {
+        do {
             if let row = try await sql.raw(
                 "SELECT * FROM web_purchases WHERE payment_id = \(bind: payment.paymentId)"
             ).first() {
@@ -322,6 +336,13 @@ extension ExternalPurchaseStore {
                 return same
                     ? .recorded(purchasedAt: Date(milliseconds: try row.decode(column: "purchased_at", as: Int64.self)))
                     : .conflict
+            }
+            var payment = payment
+            if payment.taxCountry == nil, let original = payment.originalPaymentId {
+                // A renewal's tax country is its subscription's first payment's.
+                payment.taxCountry = try await sql.raw(
+                    "SELECT tax_country FROM web_purchases WHERE payment_id = \(bind: original)"
+                ).first()?.decode(column: "tax_country", as: String?.self)
             }
             if let token = payment.externalPurchaseId {
                 guard
@@ -353,6 +374,45 @@ extension ExternalPurchaseStore {
                 at: now.milliseconds)
             return .recorded(purchasedAt: now)
         }
+    }
+
+    /// A refund of part (or the rest) of a recorded payment, `amountMilli` tax included: its
+    /// own REFUND line item (its share of the tax), queued for the token's next report once
+    /// per `refundKey`. False when the payment is not recorded (nothing was reported for it).
+    @discardableResult
+    public static func recordRefund(
+        paymentId: String, refundKey: String, amountMilli: Int64, reporting: Bool, sql: any SQLDatabase, now: Date
+    ) async throws -> Bool {
+        guard
+            let row = try await sql.raw("SELECT * FROM web_purchases WHERE payment_id = \(bind: paymentId)").first()
+        else { return false }
+        let payment = try WebPayment(row: row)
+        let refunded =
+            try await sql.raw(
+                "SELECT CAST(COALESCE(SUM(amount_milli), 0) AS BIGINT) AS total FROM external_refunds WHERE payment_id = \(bind: paymentId)"
+            ).first()?.decode(column: "total", as: Int64.self) ?? 0
+        // Never more than what is left of the buy (Apple refuses a refund above it).
+        let amount = min(max(0, amountMilli), max(0, payment.amountMilli - refunded))
+        guard amount > 0 else { return true }
+        let tax =
+            payment.amountMilli > 0
+            ? Int64((Double(payment.taxMilli) * Double(amount) / Double(payment.amountMilli)).rounded()) : 0
+        let inserted =
+            try await sql.raw(
+                """
+                INSERT INTO external_refunds (refund_key, payment_id, line_item_id, amount_milli, tax_milli, refunded_at)
+                VALUES (\(bind: refundKey), \(bind: paymentId), \(bind: UUID().uuidString.lowercased()), \(bind: amount),
+                        \(bind: tax), \(bind: now.milliseconds))
+                ON CONFLICT (refund_key) DO NOTHING
+                RETURNING refund_key
+                """
+            ).first() != nil
+        if inserted, reporting, let token = payment.externalPurchaseId {
+            try await JobStore.insert(
+                kind: reportJobKind, dedupeKey: "\(reportJobKind)|\(token)|refund:\(refundKey)",
+                payload: token, sql: sql, now: now)
+        }
+        return true
     }
 
     /// A web payment refunded by the backend's payment provider: marked, and its refund line
@@ -457,10 +517,20 @@ extension ExternalPurchaseStore {
                         amountTaxExclusive: amount - tax, taxAmount: tax, netAmountTaxExclusive: net,
                         taxCountry: payment.taxCountry, referenceLineItemId: reference)
                 }
+                // Partial refunds (a payment provider's), each its own REFUND line item.
+                let partial = try await sql.raw(
+                    "SELECT * FROM external_refunds WHERE payment_id = \(bind: payment.paymentId) ORDER BY refunded_at, refund_key"
+                ).all()
+                var partiallyRefunded: Int64 = 0
+                for refund in partial {
+                    partiallyRefunded +=
+                        try refund.decode(column: "amount_milli", as: Int64.self)
+                        - refund.decode(column: "tax_milli", as: Int64.self)
+                }
                 if try row.decode(column: "reported_buy", as: Int.self) == 0 {
                     var buy = try item(
-                        lineItemId, event: "BUY", at: purchasedAt, net: refunded == nil ? amount - tax : 0,
-                        reference: nil)
+                        lineItemId, event: "BUY", at: purchasedAt,
+                        net: refunded == nil ? max(0, amount - tax - partiallyRefunded) : 0, reference: nil)
                     if let expiresAt = payment.expiresAt {
                         // A subscription's period: its start, a renewal or a change of product,
                         // each after the first pointing at the first payment's line item.
@@ -472,6 +542,17 @@ extension ExternalPurchaseStore {
                     let refundId = try row.decode(column: "refund_line_item_id", as: String?.self)
                 {
                     items.append(try item(refundId, event: "REFUND", at: refunded, net: 0, reference: lineItemId))
+                }
+                for refund in partial where try refund.decode(column: "reported", as: Int.self) == 0 {
+                    var line = try item(
+                        try refund.decode(column: "line_item_id", as: String.self), event: "REFUND",
+                        at: try refund.decode(column: "refunded_at", as: Int64.self), net: 0, reference: lineItemId)
+                    let refundAmount = try refund.decode(column: "amount_milli", as: Int64.self)
+                    let refundTax = try refund.decode(column: "tax_milli", as: Int64.self)
+                    line.amountTaxInclusive = refundAmount
+                    line.taxAmount = refundTax
+                    line.amountTaxExclusive = refundAmount - refundTax
+                    items.append(line)
                 }
             }
             let status: String
@@ -541,6 +622,7 @@ extension ExternalPurchaseStore {
                         "UPDATE web_purchases SET reported_refund = 1 WHERE refund_line_item_id = \(bind: id)"
                     )
                     .run()
+                    try await sql.raw("UPDATE external_refunds SET reported = 1 WHERE line_item_id = \(bind: id)").run()
                 } else {
                     try await sql.raw("UPDATE web_purchases SET reported_buy = 1 WHERE line_item_id = \(bind: id)")
                         .run()

@@ -199,5 +199,62 @@ extension Migrations {
                 "ALTER TABLE deliveries ADD COLUMN stated_proceeds_milli BIGINT"
             ] + AnalyticsViews.create
         ),
+        (
+            29,
+            [
+                // Partial refunds of payments reported under Apple's external purchase tokens:
+                // each its own REFUND line item.
+                """
+                CREATE TABLE external_refunds (
+                    refund_key TEXT PRIMARY KEY,
+                    payment_id TEXT NOT NULL,
+                    line_item_id TEXT NOT NULL UNIQUE,
+                    amount_milli BIGINT NOT NULL,
+                    tax_milli BIGINT NOT NULL,
+                    refunded_at BIGINT NOT NULL,
+                    reported INTEGER NOT NULL DEFAULT 0
+                )
+                """,
+                "CREATE INDEX external_refunds_payment ON external_refunds (payment_id)",
+                // Google Play's external transactions (its US programs): the report journal.
+                """
+                CREATE TABLE google_external_transactions (
+                    external_transaction_id TEXT PRIMARY KEY,
+                    google_app_id TEXT NOT NULL,
+                    source_id TEXT NOT NULL UNIQUE,
+                    account_id TEXT,
+                    initial_id TEXT,
+                    token TEXT,
+                    recurring INTEGER NOT NULL,
+                    pre_tax_micros BIGINT NOT NULL,
+                    tax_micros BIGINT NOT NULL,
+                    currency TEXT NOT NULL,
+                    transaction_time BIGINT NOT NULL,
+                    region_code TEXT NOT NULL,
+                    administrative_area TEXT,
+                    state TEXT NOT NULL,
+                    attempts INTEGER NOT NULL DEFAULT 0,
+                    last_error TEXT,
+                    reported_at BIGINT,
+                    created_at BIGINT NOT NULL
+                )
+                """,
+                """
+                CREATE TABLE google_external_refunds (
+                    refund_id TEXT PRIMARY KEY,
+                    external_transaction_id TEXT NOT NULL,
+                    pre_tax_micros BIGINT NOT NULL,
+                    full_refund INTEGER NOT NULL,
+                    refund_time BIGINT NOT NULL,
+                    state TEXT NOT NULL,
+                    attempts INTEGER NOT NULL DEFAULT 0,
+                    last_error TEXT,
+                    reported_at BIGINT,
+                    created_at BIGINT NOT NULL
+                )
+                """,
+                "CREATE INDEX google_external_refunds_transaction ON google_external_refunds (external_transaction_id)",
+            ]
+        ),
     ]
 }

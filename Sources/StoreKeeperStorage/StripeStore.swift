@@ -308,11 +308,54 @@ extension StripeStore {
     /// What a Stripe delivery writes beside it, in its database transaction: the payment it
     /// was (refunds and disputes name payments), the webhook event that brought it (recorded
     /// applied with it: one write for a webhook), the account's Stripe customer.
+    /// A refund (or a lost dispute) of a payment that was reported to Apple or Google Play:
+    /// its refund queued for each, once per `refundId`, in one database transaction.
+    public func recordReportedRefund(
+        transactionId: String, refundId: String, amountMilli: Int64, grossMilli: Int64, appleReporting: Bool, now: Date
+    ) async throws {
+        try await database.transaction { sql in
+            if let paymentId = try await sql.raw(
+                "SELECT payment_id FROM web_purchases WHERE transaction_id = \(bind: transactionId)"
+            ).first()?.decode(column: "payment_id", as: String.self) {
+                try await ExternalPurchaseStore.recordRefund(
+                    paymentId: paymentId, refundKey: "stripe:\(refundId)", amountMilli: amountMilli,
+                    reporting: appleReporting, sql: sql, now: now)
+            }
+            try await ExternalTransactionStore.recordRefund(
+                source: transactionId, refundId: refundId, refundedMicros: amountMilli * 1000,
+                grossMicros: grossMilli * 1000, sql: sql, now: now)
+        }
+    }
+
+    /// What a reported payment charged (milliunits, tax included), nil when it was not reported.
+    public func reportedGross(_ transactionId: String) async throws -> Int64? {
+        try await database.read { sql in
+            if let amount = try await sql.raw(
+                "SELECT amount_milli FROM web_purchases WHERE transaction_id = \(bind: transactionId)"
+            ).first()?.decode(column: "amount_milli", as: Int64.self) {
+                return amount
+            }
+            let micros = try await sql.raw(
+                """
+                SELECT pre_tax_micros + tax_micros AS gross FROM google_external_transactions
+                WHERE source_id = \(bind: transactionId)
+                """
+            ).first()?.decode(column: "gross", as: Int64.self)
+            return micros.map { $0 / 1000 }
+        }
+    }
+
     public struct Writes: StoreSideWrites {
         public var event: Event?
         public var paymentIntent: String?
         public var appId: String
         public var customer: String?
+        /// The payment as Apple's external purchase token reports it (its account set at
+        /// delivery), and whether reporting is on.
+        public var applePayment: ExternalPurchaseStore.WebPayment?
+        public var appleReporting = false
+        /// The payment as Google Play's external transactions report it.
+        public var googleTransaction: ExternalTransactionStore.Transaction?
 
         public init(event: Event?, paymentIntent: String?, appId: String, customer: String?) {
             self.event = event
@@ -364,6 +407,31 @@ extension StripeStore {
                     ON CONFLICT (app_id, account_id) DO NOTHING
                     """
                 ).run()
+            }
+            // The stores' reports of a payment made outside them, with the delivery they report.
+            guard result.plan.refusal == nil, let delivered = result.plan.delivery, !delivered.accountId.isEmpty
+            else { return }
+            if var payment = applePayment {
+                payment.accountId = delivered.accountId
+                let outcome = try await ExternalPurchaseStore.record(
+                    payment, reporting: appleReporting, sql: sql, now: now)
+                if case .recorded = outcome {
+                } else {
+                    try await PurchaseStore.audit(
+                        sql, actor: "storekeeper", action: "external_report_skipped", subject: payment.paymentId,
+                        detail:
+                            "not reported under Apple's external purchase token \(payment.externalPurchaseId ?? ""): the token is another account's or the payment was recorded with other facts",
+                        at: now.milliseconds)
+                }
+            }
+            if var google = googleTransaction {
+                google.accountId = delivered.accountId
+                if try await !ExternalTransactionStore.record(google, sql: sql, now: now) {
+                    try await PurchaseStore.audit(
+                        sql, actor: "storekeeper", action: "google_external_skipped", subject: google.sourceId,
+                        detail: "not reported to Google Play: the subscription's first payment was never reported",
+                        at: now.milliseconds)
+                }
             }
         }
     }

@@ -141,12 +141,21 @@ public struct StripeCheckoutSession: Decodable, Sendable, Hashable, StripeIdenti
     public var livemode: Bool?
     public var lineItems: StripeList<StripeLineItem>?
     public var created: Int64?
+    public var totalDetails: TotalDetails?
+
+    public struct TotalDetails: Decodable, Sendable, Hashable {
+        public var amountTax: Int64?
+        enum CodingKeys: String, CodingKey { case amountTax = "amount_tax" }
+    }
 
     public struct CustomerDetails: Decodable, Sendable, Hashable {
         public var email: String?
         public var address: Address?
         public struct Address: Decodable, Sendable, Hashable {
+            /// ISO 3166-1 alpha-2.
             public var country: String?
+            /// State, county, province or region.
+            public var state: String?
         }
     }
 
@@ -159,6 +168,7 @@ public struct StripeCheckoutSession: Decodable, Sendable, Hashable, StripeIdenti
         case paymentIntent = "payment_intent"
         case amountTotal = "amount_total"
         case lineItems = "line_items"
+        case totalDetails = "total_details"
     }
 
     /// Paid, or nothing to pay (a free trial, a full discount): fulfil. `unpaid`: wait for
@@ -359,6 +369,20 @@ public struct StripeInvoice: Decodable, Sendable, Hashable, StripeIdentified {
     /// subscription and payment at the top level. Read after `parent` and `payments`.
     public var legacySubscription: StripeExpandable<StripeObjectId>?
     public var legacyPaymentIntent: StripeExpandable<StripeObjectId>?
+    /// The customer's address when the invoice was finalized.
+    public var customerAddress: StripeCheckoutSession.CustomerDetails.Address?
+    /// The taxes it charged (`total_taxes` since `basil`; `tax` before).
+    public var totalTaxes: [Tax]?
+    public var legacyTax: Int64?
+
+    public struct Tax: Decodable, Sendable, Hashable {
+        public var amount: Int64?
+    }
+
+    /// Tax included in what it charged.
+    public var taxAmount: Int64? {
+        totalTaxes.map { $0.reduce(0) { $0 + ($1.amount ?? 0) } } ?? legacyTax
+    }
 
     public struct Parent: Decodable, Sendable, Hashable {
         public var type: String?
@@ -424,6 +448,9 @@ public struct StripeInvoice: Decodable, Sendable, Hashable, StripeIdentified {
         case statusTransitions = "status_transitions"
         case legacySubscription = "subscription"
         case legacyPaymentIntent = "payment_intent"
+        case customerAddress = "customer_address"
+        case totalTaxes = "total_taxes"
+        case legacyTax = "tax"
     }
 
     /// The subscription it bills (`parent.subscription_details.subscription` since `basil`).

@@ -146,4 +146,26 @@ import Testing
             "\(error)".contains("apps[0].bundelId") && "\(error)".contains("did you mean 'bundleId'")
         }
     }
+
+    @Test func aStripeAppReportsOnlyToAConfiguredGooglePlayApp() async throws {
+        let key = try AppsConfigurationTests.keyFile()
+        let google = """
+              - { id: android, store: google_play, packageName: com.example.game, serviceAccountKeyFile: \(key),
+                  pushAudience: "https://x", pushServiceAccount: "a@b" }
+            """
+        let stripe = """
+              - { id: web, store: stripe, secretKeyFile: /dev/null, webhookSecrets: [whsec_abc], googlePlayAppId: NAME }
+            """
+        let good = try await AppsConfigurationTests.load(
+            "database: { url: \"sqlite:x.sqlite\" }\napps:\n" + google + "\n"
+                + stripe.replacingOccurrences(of: "NAME", with: "android"))
+        #expect(good.stripeApps.first?.googlePlayAppId == "android")
+        await #expect {
+            _ = try await AppsConfigurationTests.load(
+                "database: { url: \"sqlite:x.sqlite\" }\napps:\n" + google + "\n"
+                    + stripe.replacingOccurrences(of: "NAME", with: "andriod"))
+        } throws: { error in
+            "\(error)".contains("googlePlayAppId") && "\(error)".contains("andriod")
+        }
+    }
 }

@@ -1,8 +1,11 @@
+import AppStoreModels
 import Foundation
+import GooglePlay
 import HTTPTypes
 import Hummingbird
 import HummingbirdTesting
 import LocalAppStore
+import LocalGooglePlay
 import LocalStripe
 import NIOCore
 import SQLKit
@@ -29,6 +32,8 @@ import Testing
         let stripe: LocalStripe
         let server: LocalStripeServer
         let stripeBaseURL: String
+        /// The local Google Play the Stripe app reports to (`google: true`).
+        var play: LocalGooglePlay? = nil
 
         /// Every new event posted as Stripe sends it (signed with the current secret only, or
         /// `secrets`), in order, newest first, or twice; returns the statuses.
@@ -61,18 +66,23 @@ import Testing
             while await runner.runDueCounting(now: now).claimed > 0 {}
         }
 
-        func order(_ account: String?, _ product: String, quantity: Int = 1) async throws -> API.Reply {
+        /// `extra`: more fields of the order's JSON (`,"externalPurchaseToken":"…"`).
+        func order(_ account: String?, _ product: String, quantity: Int = 1, extra: String = "") async throws
+            -> API.Reply
+        {
             let owner = account.map { #""accountId":"\#($0)","# } ?? ""
             return try await API.call(
                 client, .post, "/v1/orders",
-                body: #"{\#(owner)"productId":"\#(product)","appId":"web","quantity":\#(quantity)}"#)
+                body: #"{\#(owner)"productId":"\#(product)","appId":"web","quantity":\#(quantity)\#(extra)}"#)
         }
 
         /// An order paid on the hosted page: (orderId, sessionId).
-        func buy(_ account: String?, _ product: String, outcome: String = "paid", quantity: Int = 1) async throws
+        func buy(
+            _ account: String?, _ product: String, outcome: String = "paid", quantity: Int = 1, extra: String = ""
+        ) async throws
             -> (order: String, session: String)
         {
-            let reply = try await order(account, product, quantity: quantity)
+            let reply = try await order(account, product, quantity: quantity, extra: extra)
             #expect(reply.status == .created, "\(reply.json)")
             let checkout = try #require(reply.json["checkout"] as? [String: Any])
             let session = try #require(checkout["sessionId"] as? String)
@@ -106,20 +116,47 @@ import Testing
         }
     }
 
+    /// `appleReporting`: Apple's External Purchase reports on (to the local App Store);
+    /// `google`: a Google Play app served by a local Google Play that the Stripe app reports to.
     static func withStripe(
         _ kind: String, disputePolicy: String? = nil, catalog: Catalog = .demo, livemode: Bool = false,
-        _ body: @Sendable (Web) async throws -> Void
+        appleReporting: Bool = false, google: Bool = false, _ body: @Sendable (Web) async throws -> Void
     ) async throws {
         var stripeConfiguration = LocalStripe.Configuration(catalog: .demo)
         stripeConfiguration.livemode = livemode
         let stripe = LocalStripe(configuration: stripeConfiguration)
         let server = LocalStripeServer(stripe: stripe)
         let running = try await server.start()
+        var play: LocalGooglePlay?
+        var playServer: LocalGooglePlayServer?
+        var playRunning: LocalGooglePlayServer.Running?
+        if google {
+            let store = LocalGooglePlay(
+                configuration: .init(packageName: "com.example.android", catalog: .demo),
+                clock: StoreClock(start: Date(), scale: 0))
+            play = store
+            playServer = try await LocalGooglePlayServer(store: store)
+            playRunning = try await playServer?.start()
+        }
+        let googleKey = playRunning.flatMap { running in playServer?.serviceAccountKey(baseURL: running.baseURL) }
+        let googleBase = playRunning?.baseURL
+        let localPlay = play
         do {
             try await API.withServer(
                 kind,
                 configure: { configuration in
+                    configuration.externalPurchaseReporting = appleReporting
+                    if let googleKey, let googleBase {
+                        var android = GooglePlayAppConfiguration(id: "android", packageName: "com.example.android")
+                        android.serviceAccountKey = googleKey
+                        android.apiBaseURL = googleBase
+                        android.pushAudience = GooglePlayServerTests.audience
+                        android.pushServiceAccount = GooglePlayServerTests.pushAccount
+                        android.pushCertificatesURL = googleBase + "/oauth2/v3/certs"
+                        configuration.googlePlayApps = [android]
+                    }
                     var web = StripeAppConfiguration(id: "web")
+                    web.googlePlayAppId = googleKey == nil ? nil : "android"
                     web.secretKey = server.secretKey
                     web.apiBaseURL = running.baseURL
                     web.webhookSecrets = secrets
@@ -135,13 +172,17 @@ import Testing
                 }
             ) { app, client in
                 try await body(
-                    Web(app: app, client: client, stripe: stripe, server: server, stripeBaseURL: running.baseURL))
+                    Web(
+                        app: app, client: client, stripe: stripe, server: server, stripeBaseURL: running.baseURL,
+                        play: localPlay))
             }
         } catch {
             await running.stop()
+            await playRunning?.stop()
             throw error
         }
         await running.stop()
+        await playRunning?.stop()
     }
 
     // MARK: The signature scheme
@@ -645,6 +686,168 @@ extension StripeTests {
             try await web.deliver()
             #expect(try await shown()["status"] as? String == "expired")
             #expect(try await web.entitlements("w18") == [])
+        }
+    }
+}
+
+// MARK: Reporting a Stripe payment to the store whose link-out sent the buyer
+
+extension StripeTests {
+    @Test(arguments: API.databases)
+    func aPaymentFromAnAppleLinkOutIsReportedToAppleWithEachRefund(kind: String) async throws {
+        try await Self.withStripe(kind, appleReporting: true) { web in
+            let apple = try #require(web.app.localAppStore)
+            let token = await apple.issueExternalPurchaseToken()
+            let extra = #","externalPurchaseToken":"\#(token)""#
+            // The token rides on the session and its payment intent; it is the buyer's.
+            let (_, session) = try await web.buy("linked", "coins_300", quantity: 2, extra: extra)
+            let created = try web.stripe.session(session, expand: [])
+            #expect((created["metadata"] as? [String: String])?["storekeeper_apple_token"] == token)
+            let stolen = try await web.order("someone-else", "coins_300", extra: extra)
+            #expect(stolen.errorCode == "token_of_another_account", "\(stolen.json)")
+            // Not a Stripe checkout: refused; a malformed token: refused.
+            let appStore = try await API.call(
+                web.client, .post, "/v1/orders",
+                body: #"{"accountId":"linked","productId":"coins_60","appId":"ios"\#(extra)}"#)
+            #expect(appStore.status == .badRequest, "\(appStore.json)")
+            let blank = try await web.order("linked", "coins_60", extra: #","externalPurchaseToken":"""#)
+            #expect(blank.status == .badRequest)
+
+            try await web.deliver(twice: true)
+            #expect(try await web.balance("linked") == 600)
+            // One report, one BUY of what Stripe charged (998 cents), in the buyer's country.
+            var reports = try #require(await apple.externalToken(token)?.reports)
+            #expect(reports.count == 1)
+            let buy = try #require(await apple.externalReport(reports[0])?.lineItems?.first)
+            #expect(buy.eventType == "BUY")
+            #expect(buy.amountTaxInclusive == 9980)
+            #expect(buy.quantity == 2)
+            #expect(buy.productIdentifier == "coins_300")
+            #expect(buy.taxCountry == "USA")
+            #expect(buy.pricingCurrency == "USD")
+
+            // Two partial refunds and the rest: each its own REFUND line item, referencing the buy.
+            let charge = try web.charge(ofSession: session)
+            _ = try web.stripe.refund(paymentIntent: nil, charge: charge, amount: 249, reason: nil, idempotencyKey: nil)
+            try await web.deliver(twice: true)
+            _ = try web.stripe.refund(paymentIntent: nil, charge: charge, amount: nil, reason: nil, idempotencyKey: nil)
+            try await web.deliver(reverse: true)
+            reports = try #require(await apple.externalToken(token)?.reports)
+            var refunds: [ExternalPurchaseLineItem] = []
+            for report in reports.dropFirst() { refunds += await apple.externalReport(report)?.lineItems ?? [] }
+            #expect(refunds.map(\.eventType) == ["REFUND", "REFUND"], "\(refunds)")
+            #expect(refunds.map(\.amountTaxInclusive) == [2490, 7490])
+            #expect(refunds.allSatisfy { $0.referenceLineItemId == buy.lineItemId })
+            #expect(try await web.balance("linked") == 0)
+            // A replay of every event reports nothing more.
+            try await web.deliver(twice: true)
+            await web.runJobs()
+            #expect(await apple.externalToken(token)?.reports.count == reports.count)
+
+            // A subscription: its start, then each renewal referencing it.
+            let monthly = await apple.issueExternalPurchaseToken()
+            _ = try await web.buy("linked", "pro_monthly", extra: #","externalPurchaseToken":"\#(monthly)""#)
+            try await web.deliver()
+            web.stripe.advance(seconds: 32 * 86_400)
+            try await web.deliver(reverse: true)
+            var items: [ExternalPurchaseLineItem] = []
+            for report in await apple.externalToken(monthly)?.reports ?? [] {
+                items += await apple.externalReport(report)?.lineItems ?? []
+            }
+            #expect(items.map(\.subscriptionEvent) == ["SUBSCRIPTION_START", "RENEWAL"], "\(items)")
+            #expect(items.last?.referenceLineItemId == items.first?.lineItemId)
+            #expect(items.last?.taxCountry == "USA")
+
+            // A chargeback lost: reported as a refund of what it disputed.
+            let disputed = await apple.issueExternalPurchaseToken()
+            _ = try await web.buy(
+                "linked", "remove_ads", outcome: "dispute", extra: #","externalPurchaseToken":"\#(disputed)""#)
+            try await web.deliver()
+            let dispute = try #require(try web.lastObjectId(of: "charge.dispute.created"))
+            _ = try web.stripe.closeDispute(dispute, outcome: "lost")
+            try await web.deliver(twice: true)
+            var lines: [ExternalPurchaseLineItem] = []
+            for report in await apple.externalToken(disputed)?.reports ?? [] {
+                lines += await apple.externalReport(report)?.lineItems ?? []
+            }
+            #expect(lines.map(\.eventType) == ["BUY", "REFUND"], "\(lines)")
+            #expect(lines.last?.amountTaxInclusive == lines.first?.amountTaxInclusive)
+        }
+    }
+
+    @Test(arguments: API.databases)
+    func aPaymentFromAGoogleLinkOutIsReportedToGooglePlayWithRenewalsAndRefunds(kind: String) async throws {
+        try await Self.withStripe(kind, google: true) { web in
+            let play = try #require(web.play)
+            let token = await play.issueExternalTransactionToken()
+            let extra = #","externalTransactionToken":"\#(token)""#
+            let (_, session) = try await web.buy("droid", "coins_300", extra: extra)
+            try await web.deliver(reverse: true, twice: true)
+            #expect(try await web.balance("droid") == 300)
+            // Reported once, under the payment's own id, the token of the link-out, pre-tax.
+            var reported = await play.externalTransactions()
+            #expect(reported.count == 1)
+            let first = try #require(reported.first)
+            let intent = try #require(try web.stripe.session(session, expand: [])["payment_intent"] as? String)
+            #expect(first.externalTransactionId == "stripe-\(intent)")
+            #expect(first.oneTimeTransaction?.externalTransactionToken == token)
+            #expect(first.originalPreTaxAmount == .init(priceMicros: "4990000", currency: "USD"))
+            #expect(first.userTaxAddress?.regionCode == "US")
+            #expect(first.transactionState == "TRANSACTION_REPORTED")
+
+            // Refunded in two steps: a partial refund, then the rest (each once).
+            let charge = try web.charge(ofSession: session)
+            _ = try web.stripe.refund(paymentIntent: nil, charge: charge, amount: 100, reason: nil, idempotencyKey: nil)
+            try await web.deliver(twice: true)
+            #expect(
+                await play.externalTransaction(first.externalTransactionId!)?.currentPreTaxAmount?.priceMicros
+                    == "3990000")
+            _ = try web.stripe.refund(paymentIntent: nil, charge: charge, amount: nil, reason: nil, idempotencyKey: nil)
+            try await web.deliver(reverse: true)
+            let refunded = await play.externalTransaction(first.externalTransactionId!)
+            #expect(refunded?.transactionState == "TRANSACTION_CANCELED")
+            #expect(refunded?.currentPreTaxAmount?.priceMicros == "0")
+            let journal = ExternalTransactionStore(database: web.app.database)
+            #expect(try await journal.refunds(of: first.externalTransactionId!).allSatisfy { $0.state == "reported" })
+
+            // A subscription: the first payment with the token, each renewal under its id.
+            let monthly = await play.issueExternalTransactionToken()
+            _ = try await web.buy("droid", "pro_monthly", extra: #","externalTransactionToken":"\#(monthly)""#)
+            try await web.deliver()
+            web.stripe.advance(seconds: 32 * 86_400)
+            try await web.deliver(reverse: true)
+            reported = await play.externalTransactions()
+            #expect(reported.count == 3, "\(reported)")
+            let start = reported[1]
+            #expect(start.recurringTransaction?.externalTransactionToken == monthly)
+            #expect(start.recurringTransaction?.externalSubscription?.subscriptionType == "RECURRING")
+            #expect(reported[2].recurringTransaction?.initialExternalTransactionId == start.externalTransactionId)
+            #expect(reported[2].recurringTransaction?.externalTransactionToken == nil)
+
+            // Google down: the report waits in the journal and goes when Google answers.
+            await play.setOutage(true)
+            let later = await play.issueExternalTransactionToken()
+            _ = try await web.buy("droid", "coins_60", extra: #","externalTransactionToken":"\#(later)""#)
+            try await web.deliver()
+            #expect(await play.externalTransactions().count == 3)
+            #expect(try await journal.transactions().first?.state == "pending")
+            await play.setOutage(false)
+            await web.runJobs(now: Date().addingTimeInterval(3600))
+            #expect(await play.externalTransactions().count == 4)
+            #expect(try await journal.transactions().allSatisfy { $0.state == "reported" })
+
+            // A token Google never issued is refused for good and stays in the journal.
+            _ = try await web.buy("droid", "coins_60", extra: #","externalTransactionToken":"forged-token""#)
+            try await web.deliver()
+            #expect(try await journal.transactions().first?.state == "failed")
+            #expect(try await journal.transactions().first?.lastError?.contains("token") == true)
+            #expect(try await web.balance("droid") == 300 + 60 + 60 - 300)
+
+            // Without a Google app to report to, the token is refused at the order.
+            let other = try await API.call(
+                web.client, .post, "/v1/orders",
+                body: #"{"accountId":"droid","productId":"coins_60","appId":"ios"\#(extra)}"#)
+            #expect(other.status == .badRequest)
         }
     }
 }

@@ -22,7 +22,7 @@ struct JobKind: Sendable {
 enum JobKinds {
     /// Every kind, by feature and store.
     static let all: [JobKind] =
-        JobRunner.appStoreKinds + JobRunner.googlePlayKinds + JobRunner.supportKinds
+        JobRunner.appStoreKinds + JobRunner.googlePlayKinds + JobRunner.googleExternalKinds + JobRunner.supportKinds
         + JobRunner.stripeKinds
 
     static let handlers: [String: @Sendable (JobRunner, JobStore.Job, Date) async -> Bool] = Dictionary(

@@ -27,6 +27,11 @@ extension StoreKeeperApp {
         var appTransactionId: String?
         /// The app the order is for (required when several apps are configured).
         var appId: String?
+        /// A Stripe checkout opened from an app under a store's link-out program: Apple's
+        /// external purchase token (`externalPurchaseId`) and Google Play's external transaction
+        /// token, each reported to its store with every payment, renewal and refund.
+        var externalPurchaseToken: String?
+        var externalTransactionToken: String?
 
         func validate() throws {
             if let accountId { try StoreKeeperApp.validateAccountId(accountId) }
@@ -43,6 +48,22 @@ extension StoreKeeperApp {
                     throw APIError.badRequest("field 'appId' must be 1…64 characters")
                 }
                 try StoreKeeperApp.validateText(appId, field: "appId")
+            }
+            if let externalPurchaseToken {
+                guard !externalPurchaseToken.isEmpty, externalPurchaseToken.unicodeScalars.count <= 128 else {
+                    throw APIError.badRequest("field 'externalPurchaseToken' must be 1…128 characters")
+                }
+                try StoreKeeperApp.validateText(externalPurchaseToken, field: "externalPurchaseToken")
+            }
+            if let externalTransactionToken {
+                // Stripe keeps metadata values up to 500 characters.
+                guard !externalTransactionToken.isEmpty, externalTransactionToken.unicodeScalars.count <= 500,
+                    externalTransactionToken.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F })
+                else {
+                    throw APIError.badRequest(
+                        "field 'externalTransactionToken' must be 1…500 printable ASCII characters (Google Play Billing's token)"
+                    )
+                }
             }
             if let winBackOfferId {
                 try StoreKeeperApp.validateText(winBackOfferId, field: "winBackOfferId")
@@ -90,9 +111,25 @@ extension StoreKeeperApp {
             throw APIError(.notFound, "unknown_product", "no product '\(body.productId.prefix(100))' in the catalog")
         }
         let now = Date()
-        if stripeApp != nil {
+        if stripeApp == nil, body.externalPurchaseToken != nil || body.externalTransactionToken != nil {
+            throw APIError.badRequest(
+                "fields 'externalPurchaseToken' and 'externalTransactionToken' belong to a Stripe app's checkout (the App Store and Google Play report their own sales)"
+            )
+        }
+        if let stripeApp {
             guard body.offerId == nil, body.winBackOfferId == nil, body.appTransactionId == nil else {
                 throw APIError.badRequest("offers and appTransactionId are App Store features, not a Stripe checkout's")
+            }
+            if body.externalTransactionToken != nil, stripeApp.configuration.googlePlayAppId == nil {
+                throw APIError(
+                    .badRequest, "store_not_configured",
+                    "Stripe app '\(stripeApp.configuration.id)' reports nothing to Google Play: set its googlePlayAppId"
+                )
+            }
+            if let token = body.externalPurchaseToken, !nobody {
+                // Bound now, as the app's token registration binds it (a buyer without an
+                // account binds it when the purchase is delivered).
+                try await registerExternalPurchaseToken(token, accountId: accountId, type: nil)
             }
             guard product.storeProducts?["stripe"] != nil else {
                 throw APIError(
@@ -144,7 +181,11 @@ extension StoreKeeperApp {
         }
         var json = OrderJSON(order, ttl: configuration.orderTTL)
         if let stripeApp {
-            json.checkout = try await openCheckout(order: order, product: product, app: stripeApp, now: now)
+            json.checkout = try await openCheckout(
+                order: order, product: product, app: stripeApp,
+                reporting: StripeReportTokens(
+                    apple: body.externalPurchaseToken, google: body.externalTransactionToken),
+                now: now)
             return try Self.json(json, status: .created)
         }
         json.winBackOffer = winBack.map { OrderJSON.WinBackOfferJSON(id: $0.id) }

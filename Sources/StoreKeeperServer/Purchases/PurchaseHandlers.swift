@@ -479,11 +479,22 @@ extension StoreKeeperApp {
         let caller = try context.caller()
         let body = try await decode(ExternalTokenBody.self, request)
         try caller.require(body.accountId)
+        try await registerExternalPurchaseToken(
+            body.externalPurchaseId, accountId: body.accountId, type: body.tokenType)
+        guard let token = try await ExternalPurchaseStore(database: database).token(body.externalPurchaseId) else {
+            throw APIError.notFound("no external purchase token '\(body.externalPurchaseId)'")
+        }
+        return try Self.json(ExternalTokenJSON(token))
+    }
+
+    /// Binds Apple's external purchase token to the account, within the unconfirmed-token
+    /// limits: 409 `token_of_another_account`, 429/503 over the limits.
+    func registerExternalPurchaseToken(_ id: String, accountId: String, type: String?) async throws {
         let store = ExternalPurchaseStore(database: database)
         let registered: Bool
         do {
             registered = try await store.registerToken(
-                body.externalPurchaseId, accountId: body.accountId, tokenType: body.tokenType,
+                id, accountId: accountId, tokenType: type,
                 limits: .init(
                     perAccount: configuration.maxUnconfirmedExternalTokensPerAccount,
                     total: configuration.maxUnconfirmedExternalTokens),
@@ -504,13 +515,8 @@ extension StoreKeeperApp {
         }
         guard registered else {
             throw APIError(
-                .conflict, "token_of_another_account",
-                "external purchase token '\(body.externalPurchaseId)' belongs to another account")
+                .conflict, "token_of_another_account", "external purchase token '\(id)' belongs to another account")
         }
-        guard let token = try await store.token(body.externalPurchaseId) else {
-            throw APIError.notFound("no external purchase token '\(body.externalPurchaseId)'")
-        }
-        return try Self.json(ExternalTokenJSON(token))
     }
 }
 

@@ -1,4 +1,5 @@
 import Foundation
+import GooglePlay
 import StoreKeeperCatalog
 import StoreKeeperCore
 import StoreKeeperStorage
@@ -23,6 +24,17 @@ public struct StripeApp: Sendable {
 let stripeTokenKey = "storekeeper_token"
 /// Present on the objects of a checkout opened for nobody: its purchase waits for a redemption.
 let stripeRedeemKey = "storekeeper_redeem"
+/// The stores' link-out tokens a checkout carries (Apple's external purchase token, Google Play's
+/// external transaction token), on the same objects: every payment, renewal and refund of it is
+/// reported to that store.
+let stripeAppleTokenKey = "storekeeper_apple_token"
+let stripeGoogleTokenKey = "storekeeper_google_token"
+
+/// The link-out tokens an order gives its checkout.
+struct StripeReportTokens: Sendable {
+    var apple: String?
+    var google: String?
+}
 
 /// What applying an event did; `recorded`: the event was recorded with its delivery.
 struct StripeApplied: Sendable {
@@ -113,7 +125,9 @@ extension StoreKeeperApp {
     /// The Checkout Session an order opens: `client_reference_id` the order, its token in the
     /// session's, payment intent's or subscription's metadata, an expiry inside Stripe's 30 min
     /// to 24 h and the order's own, one idempotency key per order.
-    func openCheckout(order: Order, product: Product, app: StripeApp, now: Date) async throws -> CheckoutJSON {
+    func openCheckout(
+        order: Order, product: Product, app: StripeApp, reporting: StripeReportTokens = .init(), now: Date
+    ) async throws -> CheckoutJSON {
         guard let price = product.storeProducts?["stripe"] else {
             throw APIError(
                 .unprocessableContent, "unknown_product",
@@ -139,6 +153,11 @@ extension StoreKeeperApp {
             subscription
                 ? "subscription_data[metadata][storekeeper_order]" : "payment_intent_data[metadata][storekeeper_order]",
             order.orderId)
+        for (key, value) in [(stripeAppleTokenKey, reporting.apple), (stripeGoogleTokenKey, reporting.google)] {
+            guard let value else { continue }
+            form.add("metadata[\(key)]", value)
+            form.add("\(subscription ? "subscription_data" : "payment_intent_data")[metadata][\(key)]", value)
+        }
         if order.accountId.isEmpty {
             let on = subscription ? "subscription_data" : "payment_intent_data"
             form.add("metadata[\(stripeRedeemKey)]", "1")
@@ -272,10 +291,15 @@ extension StoreKeeperApp {
             price: StripeReading.milliunits(intent.amountReceived ?? session.amountTotal, currency: currency))
         var priced = transaction
         priced.proceeds = StripeReading.proceeds(charge, currency: currency)
+        let address = session.customerDetails?.address ?? charge?.billingDetails?.address
         return try await deliverStripe(
             priced, paymentIntent: intent.id, customer: session.customer?.id ?? intent.customer?.id,
             redeemable: (intent.metadata ?? session.metadata)?[stripeRedeemKey] != nil, app: app, now: now,
-            event: nil, recording: recording)
+            event: nil, recording: recording,
+            reports: StripeReports(
+                metadata: intent.metadata ?? session.metadata, firstPayment: true,
+                taxMilli: StripeReading.milliunits(session.totalDetails?.amountTax, currency: currency) ?? 0,
+                country: address?.country, area: address?.state))
     }
 
     /// A paid invoice: the subscription's period, delivered once (first purchase and renewals).
@@ -321,9 +345,14 @@ extension StoreKeeperApp {
                 transaction: transaction)
         }
         let metadata = invoice.subscriptionMetadata ?? subscription.metadata
+        let address = invoice.customerAddress ?? charge?.billingDetails?.address
         return try await deliverStripe(
             transaction, paymentIntent: intentId, customer: invoice.customer?.id ?? subscription.customer?.id,
-            redeemable: metadata?[stripeRedeemKey] != nil, app: app, now: now, event: event, recording: recording)
+            redeemable: metadata?[stripeRedeemKey] != nil, app: app, now: now, event: event, recording: recording,
+            reports: StripeReports(
+                metadata: metadata, firstPayment: invoice.billingReason == "subscription_create",
+                taxMilli: StripeReading.milliunits(invoice.taxAmount, currency: invoice.currency) ?? 0,
+                country: address?.country, area: address?.state))
     }
 
     /// Delivers through the one path: to the order's account (its token), to the account that
@@ -331,7 +360,7 @@ extension StoreKeeperApp {
     /// Stripe's own records (the payment, the event, the customer) commit with the delivery.
     func deliverStripe(
         _ transaction: StoreTransaction, paymentIntent: String?, customer: String?, redeemable: Bool, app: StripeApp,
-        now: Date, event: SubscriptionEvent?, recording: StripeStore.Event?
+        now: Date, event: SubscriptionEvent?, recording: StripeStore.Event?, reports: StripeReports? = nil
     ) async throws -> StripeApplied {
         let stripeStore = StripeStore(database: database)
         var transaction = transaction
@@ -352,12 +381,16 @@ extension StoreKeeperApp {
             submitter = redeemer
             transaction.appAccountToken = nil
         }
+        var writes = StripeStore.Writes(
+            event: recording, paymentIntent: paymentIntent, appId: app.configuration.id, customer: customer)
+        if let reports {
+            writes.applePayment = reports.applePayment(transaction)
+            writes.appleReporting = configuration.externalPurchaseReporting
+            writes.googleTransaction = reports.googleTransaction(transaction, app: app.configuration)
+        }
         let result = try await store.deliver(
             transaction, submittingAccount: submitter, requestedOrderId: nil, catalog: catalog,
-            policy: configuration.ownershipPolicy, evidence: .device, event: event,
-            sideWrites: StripeStore.Writes(
-                event: recording, paymentIntent: paymentIntent, appId: app.configuration.id, customer: customer),
-            now: now)
+            policy: configuration.ownershipPolicy, evidence: .device, event: event, sideWrites: writes, now: now)
         if let refusal = result.plan.refusal {
             return StripeApplied(
                 "\(transaction.transactionId ?? "?"): refused (\(refusal))", recorded: recording != nil)
@@ -433,6 +466,12 @@ extension StoreKeeperApp {
             event.environment = (charge.livemode ?? false) ? "Production" : "Sandbox"
             let outcome = try await notifications.applyRefund(event, settings: notificationSettings(), now: now)
             outcomes.append("\(refund.id): \(outcome.0)")
+            // The stores this payment was reported to learn of the refund (once per refund).
+            try await StripeStore(database: database).recordReportedRefund(
+                transactionId: payment.transactionId, refundId: refund.id,
+                amountMilli: StripeReading.milliunits(refund.amount, currency: charge.currency) ?? 0,
+                grossMilli: StripeReading.milliunits(total, currency: charge.currency) ?? 0,
+                appleReporting: configuration.externalPurchaseReporting, now: now)
         }
         return outcomes.isEmpty ? "no succeeded refund" : outcomes.joined(separator: "; ")
     }
@@ -464,6 +503,15 @@ extension StoreKeeperApp {
         event.storeIdentity = ServerConfiguration.stripeIdentity(app.configuration.id)
         if revoke {
             let outcome = try await notifications.applyRefund(event, settings: notificationSettings(), now: now)
+            if dispute.status == "lost" {
+                // A lost chargeback returned the money: reported as a refund of what it disputed.
+                let amount = StripeReading.milliunits(dispute.amount, currency: dispute.currency) ?? 0
+                try await StripeStore(database: database).recordReportedRefund(
+                    transactionId: payment.transactionId, refundId: dispute.id, amountMilli: amount,
+                    grossMilli: try await StripeStore(database: database).reportedGross(payment.transactionId)
+                        ?? amount,
+                    appleReporting: configuration.externalPurchaseReporting, now: now)
+            }
             return "dispute \(dispute.status ?? "?"): revoked (\(outcome.0))"
         }
         if dispute.status == "won", policy == "revoke_when_opened" {
@@ -476,4 +524,53 @@ extension StoreKeeperApp {
 
 extension Date {
     var stripeMilliseconds: Int64 { Int64((timeIntervalSince1970 * 1000).rounded(.down)) }
+}
+
+/// What a Stripe payment reports to the stores whose link-out sent the buyer: Apple's External
+/// Purchase Server API (its token) and Google Play's `externalTransactions` (its token, the
+/// Stripe app's `googlePlayAppId`).
+struct StripeReports: Sendable {
+    var metadata: [String: String]?
+    /// A one-time payment or a subscription's first invoice; else a renewal or a plan change.
+    var firstPayment: Bool
+    var taxMilli: Int64
+    /// The buyer's country (alpha-2) and state, as Stripe collected them.
+    var country: String?
+    var area: String?
+
+    /// A subscription's first payment is keyed by the subscription (renewals name it).
+    func paymentKey(_ transaction: StoreTransaction) -> String {
+        let id = transaction.transactionId ?? ""
+        return firstPayment ? (transaction.originalTransactionId ?? id) : id
+    }
+
+    func applePayment(_ transaction: StoreTransaction) -> ExternalPurchaseStore.WebPayment? {
+        guard let token = metadata?[stripeAppleTokenKey], let id = transaction.transactionId else { return nil }
+        let subscription = transaction.kind == .autoRenewable
+        return ExternalPurchaseStore.WebPayment(
+            paymentId: paymentKey(transaction), accountId: "", productId: transaction.productId ?? "",
+            quantity: Int(transaction.quantity ?? 1), amountMilli: transaction.price ?? 0, taxMilli: taxMilli,
+            currency: transaction.currency ?? "USD", taxCountry: RegionCode.alpha3(country), externalPurchaseId: token,
+            originalPaymentId: subscription && !firstPayment ? transaction.originalTransactionId : nil,
+            expiresAt: subscription ? transaction.expiresDate : nil, transactionId: id)
+    }
+
+    func googleTransaction(_ transaction: StoreTransaction, app: StripeAppConfiguration)
+        -> ExternalTransactionStore.Transaction?
+    {
+        guard let googleApp = app.googlePlayAppId, let token = metadata?[stripeGoogleTokenKey],
+            let id = transaction.transactionId
+        else { return nil }
+        let recurring = transaction.kind == .autoRenewable
+        let price = transaction.price ?? 0
+        return ExternalTransactionStore.Transaction(
+            id: ExternalTransactionStore.externalId(paymentKey(transaction)), googleAppId: googleApp, sourceId: id,
+            accountId: nil,
+            initialId: recurring && !firstPayment
+                ? ExternalTransactionStore.externalId(transaction.originalTransactionId ?? id) : nil,
+            token: firstPayment ? token : nil, recurring: recurring, preTaxMicros: max(0, price - taxMilli) * 1000,
+            taxMicros: taxMilli * 1000, currency: transaction.currency ?? "USD",
+            transactionTime: transaction.purchaseDate ?? 0, regionCode: country?.uppercased() ?? "",
+            administrativeArea: area)
+    }
 }

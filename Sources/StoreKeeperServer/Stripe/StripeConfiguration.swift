@@ -22,12 +22,16 @@ public struct StripeAppConfiguration: Sendable, Hashable {
     public var disputePolicy: String?
     /// How long a redemption code of a purchase made without an account stays valid.
     public var redemptionMinutes = 60
+    /// The Google Play app (`apps[].id`) whose package reports this app's payments to Google's
+    /// `externalTransactions` (its US programs): orders may then carry the Android app's
+    /// `externalTransactionToken`. Nil: nothing is reported to Google.
+    public var googlePlayAppId: String?
 
     public init(id: String) { self.id = id }
 
     static let keys: Set<String> = [
         "id", "store", "secretKeyFile", "webhookSecrets", "apiVersion", "apiBaseURL", "successURL", "cancelURL",
-        "disputePolicy", "redemptionMinutes",
+        "disputePolicy", "redemptionMinutes", "googlePlayAppId",
     ]
 }
 
@@ -71,6 +75,7 @@ extension ServerConfiguration {
             }
             stripe.redemptionMinutes = minutes
         }
+        stripe.googlePlayAppId = try text("googlePlayAppId")
         stripeApps.append(stripe)
     }
 
@@ -87,6 +92,12 @@ extension ServerConfiguration {
                     throw Invalid(
                         key: "\(name).webhookSecrets", "is required: an unsigned webhook is never trusted (whsec_…)")
                 }
+            }
+            if let google = app.googlePlayAppId, !googlePlayApps.contains(where: { $0.id == google }) {
+                throw Invalid(
+                    key: "\(name).googlePlayAppId",
+                    "names no Google Play app: '\(google.prefix(64))' (configured: \(googlePlayApps.map(\.id).joined(separator: ", ")))"
+                )
             }
             for secret in app.webhookSecrets where !secret.hasPrefix("whsec_") {
                 throw Invalid(key: "\(name).webhookSecrets", "each secret is Stripe's whsec_… signing secret")
