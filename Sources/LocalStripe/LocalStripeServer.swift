@@ -340,6 +340,10 @@ public final class LocalStripeServer: Sendable {
                 ).0
             }
         }
+        control.post("refunds/:id/fail") { _, context in
+            let id = context.parameters.get("id") ?? ""
+            return run { try self.stripe.failRefund(id) }
+        }
         control.post("charges/:id/dispute") { request, context in
             let id = context.parameters.get("id") ?? ""
             let body = (try? await request.decode(as: DisputeBody.self, context: context)) ?? DisputeBody()

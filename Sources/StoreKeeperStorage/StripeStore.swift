@@ -104,6 +104,23 @@ public struct StripeStore: Sendable {
         }
     }
 
+    /// Deletes up to `limit` events received before `cutoff` that are done with (applied or
+    /// ignored; a pending one waits for its job). Stripe retries a webhook for 3 days and the
+    /// reconciler looks back as far: an event deleted 30 days on is never seen again.
+    public func pruneEvents(receivedBefore cutoff: Date, limit: Int = 1_000) async throws -> Int {
+        try await database.transaction { sql in
+            try await sql.raw(
+                """
+                DELETE FROM stripe_events WHERE event_id IN (
+                    SELECT event_id FROM stripe_events
+                    WHERE received_at < \(bind: cutoff.milliseconds) AND status <> 'pending'
+                    LIMIT \(bind: limit))
+                RETURNING event_id
+                """
+            ).all().count
+        }
+    }
+
     // MARK: Checkout Sessions
 
     public struct Checkout: Sendable, Hashable {
@@ -324,6 +341,18 @@ extension StripeStore {
             try await ExternalTransactionStore.recordRefund(
                 source: transactionId, refundId: refundId, refundedMicros: amountMilli * 1000,
                 grossMicros: grossMilli * 1000, sql: sql, now: now)
+        }
+    }
+
+    /// The share of a delivered payment its refunds took (nil: not refunded).
+    public func refundedShare(_ transactionId: String) async throws -> Int32? {
+        try await database.read { sql in
+            guard
+                let row = try await sql.raw(
+                    "SELECT refunded_at, refund_share FROM deliveries WHERE transaction_id = \(bind: transactionId)"
+                ).first(), try row.decode(column: "refunded_at", as: Int64?.self) != nil
+            else { return nil }
+            return try row.decode(column: "refund_share", as: Int32?.self) ?? RefundPlanner.wholeShare
         }
     }
 

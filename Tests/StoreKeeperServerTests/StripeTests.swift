@@ -343,9 +343,17 @@ import Testing
             // Cumulative: 499 of 998 cents is half of the 600 coins, whatever each step rounded.
             #expect(try await web.balance("w4") == 300)
             // The rest: everything taken back.
-            _ = try web.stripe.refund(paymentIntent: nil, charge: charge, amount: nil, reason: nil, idempotencyKey: nil)
+            let (rest, _) = try web.stripe.refund(
+                paymentIntent: nil, charge: charge, amount: nil, reason: nil, idempotencyKey: nil)
             try await web.deliver()
             #expect(try await web.balance("w4") == 0)
+            // That last refund fails (the card was closed): the money is the developer's again,
+            // and so are the coins it took — once, whichever event says so and however often.
+            try web.stripe.failRefund(try #require(rest["id"] as? String))
+            try await web.deliver(twice: true)
+            #expect(try await web.balance("w4") == 300)
+            try await web.deliver(reverse: true, twice: true)
+            #expect(try await web.balance("w4") == 300)
         }
     }
 
@@ -848,6 +856,31 @@ extension StripeTests {
                 web.client, .post, "/v1/orders",
                 body: #"{"accountId":"droid","productId":"coins_60","appId":"ios"\#(extra)}"#)
             #expect(other.status == .badRequest)
+        }
+    }
+}
+
+extension StripeTests {
+    @Test(arguments: API.databases)
+    func eventsDoneWithAreDeletedAMonthOnAndPendingOnesWait(kind: String) async throws {
+        try await Self.withStripe(kind) { web in
+            _ = try await web.buy("keeper", "coins_60")
+            try await web.deliver()
+            let events = StripeStore(database: web.app.database)
+            let applied = try await events.events()
+            #expect(!applied.isEmpty && applied.allSatisfy { $0.status != "pending" })
+            // One waiting for its job (Stripe could not be asked) is kept whatever its age.
+            _ = try await events.recordEvent(
+                id: "evt_waiting", appId: "web", type: "invoice.paid", objectId: "in_missing", created: nil,
+                now: Date().addingTimeInterval(-40 * 86_400))
+            let housekeeping = Housekeeping(
+                rejectedProofs: RejectedProofStore(database: web.app.database), retentionDays: 90,
+                outbox: OutboxStore(database: web.app.database), logger: web.app.logger, stripeEvents: events)
+            #expect(try await housekeeping.runOnce().proofs == 0)
+            #expect(try await events.events().count == applied.count + 1)
+            _ = try await housekeeping.runOnce(now: Date().addingTimeInterval(31 * 86_400))
+            #expect(try await events.events().map(\.id) == ["evt_waiting"])
+            #expect(try await web.balance("keeper") == 60)
         }
     }
 }

@@ -495,7 +495,8 @@ public struct StoreKeeperApp: Sendable {
                 outbox: OutboxStore(database: database), logger: logger, orders: store,
                 orderRetention: Double(configuration.orderRetentionDays) * 86_400,
                 externalTokens: ExternalPurchaseStore(database: database),
-                unconfirmedTokenRetention: Double(configuration.unconfirmedExternalTokenDays) * 86_400),
+                unconfirmedTokenRetention: Double(configuration.unconfirmedExternalTokenDays) * 86_400,
+                stripeEvents: stripe.isEmpty ? nil : StripeStore(database: database)),
         ]
         if configuration.finishTransactions && transactionSource != nil {
             services.append(MinuteDuties.finishTransactions(store, after: 600, logger: logger))

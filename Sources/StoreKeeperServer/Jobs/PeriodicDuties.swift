@@ -90,6 +90,10 @@ struct Housekeeping: Service {
     /// registered (`limits.unconfirmedExternalTokenDays`).
     var externalTokens: ExternalPurchaseStore? = nil
     var unconfirmedTokenRetention: TimeInterval = 7 * 86_400
+    /// Stripe events applied (or ignored) more than 30 days ago are deleted: Stripe retries a
+    /// webhook for 3 days, the reconciler looks back 3 days and Stripe itself keeps events 30.
+    var stripeEvents: StripeStore? = nil
+    var stripeEventRetention: TimeInterval = 30 * 86_400
 
     /// Deletes in slices of a thousand rows, each its own short transaction, until a slice
     /// comes back short; returns how many went.
@@ -120,12 +124,18 @@ struct Housekeeping: Service {
                         registeredBefore: now.addingTimeInterval(-unconfirmedTokenRetention))
                 }
             } else { 0 }
-        if proofs > 0 || events > 0 || orderCount > 0 || tokenCount > 0 {
+        let stripeCount =
+            if let stripeEvents {
+                try await Self.inSlices {
+                    try await stripeEvents.pruneEvents(receivedBefore: now.addingTimeInterval(-stripeEventRetention))
+                }
+            } else { 0 }
+        if proofs > 0 || events > 0 || orderCount > 0 || tokenCount > 0 || stripeCount > 0 {
             logger.info(
                 "housekeeping",
                 metadata: [
                     "rejectedProofs": "\(proofs)", "sentEvents": "\(events)", "unpaidOrders": "\(orderCount)",
-                    "unconfirmedExternalTokens": "\(tokenCount)",
+                    "unconfirmedExternalTokens": "\(tokenCount)", "stripeEvents": "\(stripeCount)",
                 ])
         }
         return (proofs, events, orderCount, tokenCount)

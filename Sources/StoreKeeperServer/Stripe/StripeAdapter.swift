@@ -473,6 +473,35 @@ extension StoreKeeperApp {
                 grossMilli: StripeReading.milliunits(total, currency: charge.currency) ?? 0,
                 appleReporting: configuration.externalPurchaseReporting, now: now)
         }
+        // A refund that failed after it succeeded (`refund.failed`: the money came back to the
+        // developer): what it took is given back — the refunds are reversed and those still
+        // succeeded taken again, once, whichever event says so first.
+        let failed = (listed ?? []).filter { $0.status == "failed" || $0.status == "canceled" }
+        let succeededShare = RefundPlanner.Revocation(unitsRefunded: cumulative, of: total).share
+        if !failed.isEmpty,
+            let recorded = try await StripeStore(database: database).refundedShare(payment.transactionId),
+            recorded > (cumulative > 0 ? succeededShare : 0)
+        {
+            let tag = failed.map(\.id).sorted().joined(separator: ",")
+            var reversal = RefundEvent(
+                kind: .reversal, store: .stripe, key: "stripe-refund-failed:\(tag)",
+                transactionId: payment.transactionId, originalTransactionId: payment.originalTransactionId,
+                productId: payment.productId, revocation: RefundPlanner.Revocation(type: .refundFull, percentage: nil))
+            reversal.storeIdentity = ServerConfiguration.stripeIdentity(app.configuration.id)
+            let undone = try await notifications.applyRefund(reversal, settings: notificationSettings(), now: now)
+            outcomes.append("failed \(tag): \(undone.0)")
+            if cumulative > 0 {
+                var again = RefundEvent(
+                    kind: .refund, store: .stripe, key: "stripe-refund-after-failed:\(tag)",
+                    transactionId: payment.transactionId, originalTransactionId: payment.originalTransactionId,
+                    productId: payment.productId,
+                    revocation: RefundPlanner.Revocation(unitsRefunded: cumulative, of: total))
+                again.revocationType = StoreTransaction.RevocationKind.refundProrated.rawValue
+                again.storeIdentity = ServerConfiguration.stripeIdentity(app.configuration.id)
+                let redone = try await notifications.applyRefund(again, settings: notificationSettings(), now: now)
+                outcomes.append("still refunded: \(redone.0)")
+            }
+        }
         return outcomes.isEmpty ? "no succeeded refund" : outcomes.joined(separator: "; ")
     }
 
