@@ -124,6 +124,7 @@ let package = Package(
         .target(
             name: "Stripe",
             dependencies: [
+                "StoreKeeperSupport",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ]

@@ -1,4 +1,5 @@
 import Foundation
+import StoreKeeperSupport
 
 /// A payload with a hand-written decoder from `FastJSON`, used on the verification hot path.
 ///
@@ -21,79 +22,17 @@ extension FastDecodable {
     }
 }
 
-extension FastJSON {
-    /// Typed reads of an object's fields; absent and `null` are both nil, anything else of the
-    /// wrong shape throws `Unsupported`.
-    public struct Fields {
-        public let values: [String: FastJSON]
-        public init(_ values: [String: FastJSON]) { self.values = values }
+/// The reader lives in StoreKeeperSupport (every store's hot path uses it); Apple's enums read
+/// through it here.
+public typealias FastJSON = StoreKeeperSupport.FastJSON
 
-        public struct Unsupported: Error {}
+extension FastJSON.Fields {
+    public func `enum`<E: AppleEnum>(_ key: String) throws -> E? where E.RawValue == String {
+        try string(key).map(E.init(rawValue:))
+    }
 
-        public func string(_ key: String) throws -> String? {
-            switch values[key] {
-            case nil, .null?: return nil
-            case .string(let value)?: return value
-            default: throw Unsupported()
-            }
-        }
-
-        public func bool(_ key: String) throws -> Bool? {
-            switch values[key] {
-            case nil, .null?: return nil
-            case .bool(let value)?: return value
-            default: throw Unsupported()
-            }
-        }
-
-        public func int64(_ key: String) throws -> Int64? {
-            switch values[key] {
-            case nil, .null?: return nil
-            case .number(let text)?:
-                guard let value = Int64(text) else { throw Unsupported() }
-                return value
-            default: throw Unsupported()
-            }
-        }
-
-        public func int32(_ key: String) throws -> Int32? {
-            guard let value = try int64(key) else { return nil }
-            guard let narrow = Int32(exactly: value) else { throw Unsupported() }
-            return narrow
-        }
-
-        public func strings(_ key: String) throws -> [String]? {
-            switch values[key] {
-            case nil, .null?: return nil
-            case .array(let items)?:
-                return try items.map {
-                    guard case .string(let value) = $0 else { throw Unsupported() }
-                    return value
-                }
-            default: throw Unsupported()
-            }
-        }
-
-        public func `enum`<E: AppleEnum>(_ key: String) throws -> E? where E.RawValue == String {
-            try string(key).map(E.init(rawValue:))
-        }
-
-        public func `enum`<E: AppleEnum>(_ key: String) throws -> E? where E.RawValue == Int32 {
-            try int32(key).map(E.init(rawValue:))
-        }
-
-        public func object(_ key: String) throws -> Fields? {
-            switch values[key] {
-            case nil, .null?: return nil
-            case .object(let fields)?: return Fields(fields)
-            default: throw Unsupported()
-            }
-        }
-
-        /// Fields this reader does not model make the payload fall back to `JSONDecoder`.
-        public func absent(_ key: String) throws {
-            if let value = values[key], value != .null { throw Unsupported() }
-        }
+    public func `enum`<E: AppleEnum>(_ key: String) throws -> E? where E.RawValue == Int32 {
+        try int32(key).map(E.init(rawValue:))
     }
 }
 

@@ -406,25 +406,21 @@ extension StripeStore {
                     """
                 ).run()
             }
-            if let event {
-                try await sql.raw(
-                    """
-                    INSERT INTO stripe_events (event_id, app_id, type, object_id, created, status, received_at, applied_at)
-                    VALUES (\(bind: event.id), \(bind: event.appId), \(bind: event.type), \(bind: event.objectId),
-                            \(bind: event.created), 'applied', \(bind: now.milliseconds), \(bind: now.milliseconds))
-                    ON CONFLICT (event_id) DO NOTHING
-                    """
-                ).run()
-            }
             return nil
         }
 
         public func afterDelivery(result: PurchaseStore.DeliveryResult, sql: any SQLDatabase, now: Date) async throws {
             if let event {
+                // Recorded with what the delivery did, in one statement (Stripe's purchases are
+                // never held: `beforeDelivery` plans them all).
                 try await sql.raw(
                     """
-                    UPDATE stripe_events SET outcome = \(bind: result.plan.outcome.rawValue)
-                    WHERE event_id = \(bind: event.id)
+                    INSERT INTO stripe_events (event_id, app_id, type, object_id, created, status, outcome, received_at,
+                                               applied_at)
+                    VALUES (\(bind: event.id), \(bind: event.appId), \(bind: event.type), \(bind: event.objectId),
+                            \(bind: event.created), 'applied', \(bind: result.plan.outcome.rawValue),
+                            \(bind: now.milliseconds), \(bind: now.milliseconds))
+                    ON CONFLICT (event_id) DO NOTHING
                     """
                 ).run()
             }

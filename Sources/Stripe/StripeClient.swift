@@ -67,7 +67,25 @@ public struct StripeClient: Sendable {
     /// Whether the key is a test-mode key (`sk_test_`, `rk_test_`).
     public var isTestMode: Bool { secretKey.hasPrefix("sk_test_") || secretKey.hasPrefix("rk_test_") }
 
+    /// The same client with every call (and attempt) bounded by `limit`: a webhook answers
+    /// Stripe within its own deadline whatever the API does.
+    public func bounded(by limit: Duration) -> StripeClient {
+        StripeClient(
+            secretKey: secretKey, apiVersion: apiVersion, baseURL: baseURL, http: http,
+            attemptTimeout: min(attemptTimeout, limit), deadline: min(deadline, limit), maxRetries: maxRetries)
+    }
+
     public static func segment(_ text: String) -> String {
+        // Stripe's ids are ASCII letters, digits and `_`: nothing to escape (the common case,
+        // without Foundation's character sets).
+        if !text.isEmpty,
+            text.utf8.allSatisfy({
+                ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x41 && $0 <= 0x5A) || ($0 >= 0x61 && $0 <= 0x7A) || $0 == 0x5F
+                    || $0 == 0x2D
+            })
+        {
+            return text
+        }
         var allowed = CharacterSet.alphanumerics
         allowed.insert(charactersIn: "-_")
         return text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text
@@ -177,6 +195,10 @@ public struct StripeClient: Sendable {
     {
         let body = try await call(method, path, form: form, idempotencyKey: idempotencyKey)
         do {
+            // The hot reads (a session, a payment intent) by hand, the rest by `JSONDecoder`.
+            if let fast = T.self as? any StripeFastDecodable.Type {
+                return try fast.decode(json: body) as! T
+            }
             return try JSONDecoder().decode(T.self, from: Data(body))
         } catch {
             throw StripeError(.malformed, "unreadable answer to \(method) \(path.prefix(80)): \(error)")

@@ -131,6 +131,12 @@ public struct StripeForm: Sendable, Hashable {
     }
 
     static func escape(_ text: String) -> String {
+        if text.utf8.allSatisfy({
+            ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x41 && $0 <= 0x5A) || ($0 >= 0x61 && $0 <= 0x7A) || $0 == 0x2D
+                || $0 == 0x2E || $0 == 0x5F || $0 == 0x7E || $0 == 0x5B || $0 == 0x5D
+        }) {
+            return text
+        }
         var allowed = CharacterSet.alphanumerics
         allowed.insert(charactersIn: "-._~[]")
         return text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text
@@ -140,6 +146,11 @@ public struct StripeForm: Sendable, Hashable {
     public static func parse(_ body: String) -> [(String, String)] {
         body.split(separator: "&").compactMap { part in
             let pair = part.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            if !part.utf8.contains(where: { $0 == UInt8(ascii: "%") || $0 == UInt8(ascii: "+") }) {
+                // Nothing encoded (the common case): no Foundation decoding.
+                guard let key = pair.first else { return nil }
+                return (String(key), pair.count > 1 ? String(pair[1]) : "")
+            }
             guard let key = pair.first?.replacingOccurrences(of: "+", with: " ").removingPercentEncoding else {
                 return nil
             }

@@ -257,3 +257,73 @@ public enum FastJSON: Equatable, Sendable {
         func isDigit(_ byte: UInt8) -> Bool { byte >= 0x30 && byte <= 0x39 }
     }
 }
+
+extension FastJSON {
+    /// Typed reads of an object's fields; absent and `null` are both nil, anything else of the
+    /// wrong shape throws `Unsupported`.
+    public struct Fields {
+        public let values: [String: FastJSON]
+        public init(_ values: [String: FastJSON]) { self.values = values }
+
+        public struct Unsupported: Error {
+            public init() {}
+        }
+
+        public func string(_ key: String) throws -> String? {
+            switch values[key] {
+            case nil, .null?: return nil
+            case .string(let value)?: return value
+            default: throw Unsupported()
+            }
+        }
+
+        public func bool(_ key: String) throws -> Bool? {
+            switch values[key] {
+            case nil, .null?: return nil
+            case .bool(let value)?: return value
+            default: throw Unsupported()
+            }
+        }
+
+        public func int64(_ key: String) throws -> Int64? {
+            switch values[key] {
+            case nil, .null?: return nil
+            case .number(let text)?:
+                guard let value = Int64(text) else { throw Unsupported() }
+                return value
+            default: throw Unsupported()
+            }
+        }
+
+        public func int32(_ key: String) throws -> Int32? {
+            guard let value = try int64(key) else { return nil }
+            guard let narrow = Int32(exactly: value) else { throw Unsupported() }
+            return narrow
+        }
+
+        public func strings(_ key: String) throws -> [String]? {
+            switch values[key] {
+            case nil, .null?: return nil
+            case .array(let items)?:
+                return try items.map {
+                    guard case .string(let value) = $0 else { throw Unsupported() }
+                    return value
+                }
+            default: throw Unsupported()
+            }
+        }
+
+        public func object(_ key: String) throws -> Fields? {
+            switch values[key] {
+            case nil, .null?: return nil
+            case .object(let fields)?: return Fields(fields)
+            default: throw Unsupported()
+            }
+        }
+
+        /// Fields this reader does not model make the payload fall back to `JSONDecoder`.
+        public func absent(_ key: String) throws {
+            if let value = values[key], value != .null { throw Unsupported() }
+        }
+    }
+}
