@@ -160,6 +160,10 @@ import Testing
             "database: { url: \"sqlite:x.sqlite\" }\napps:\n" + google + "\n"
                 + stripe.replacingOccurrences(of: "NAME", with: "android"))
         #expect(good.stripeApps.first?.googlePlayAppId == "android")
+        // Listed by `config check`, never with a secret.
+        let line = try #require(good.effectiveValues.first { $0.key == "apps.web" }?.value)
+        #expect(line.contains("stripe") && line.contains("reports to Google Play app android"))
+        #expect(!line.contains("whsec_abc"))
         await #expect {
             _ = try await AppsConfigurationTests.load(
                 "database: { url: \"sqlite:x.sqlite\" }\napps:\n" + google + "\n"

@@ -110,6 +110,14 @@ extension ServerConfiguration {
                     "google_play, packageName \(app.packageName), service account \(app.serviceAccountKeyFile ?? (app.serviceAccountKey != nil ? "(given)" : "-")), API \(app.apiBaseURL), pushes: OIDC against \(app.pushCertificatesURL), aud \(app.pushAudience ?? "-"), email \(app.pushServiceAccount ?? "-")"
                 ))
         }
+        for app in stripeApps {
+            // Never a secret: the key's file, how many webhook secrets verify.
+            lines.append(
+                (
+                    "apps.\(app.id)",
+                    "stripe, secret key \(app.secretKeyFile ?? (app.secretKey != nil ? "(given)" : "-")), API \(app.apiBaseURL) version \(app.apiVersion), \(app.webhookSecrets.count) webhook secret\(app.webhookSecrets.count == 1 ? "" : "s"), success \(app.successURL), disputes \(app.disputePolicy ?? "catalog's"), redemption \(app.redemptionMinutes) min\(app.googlePlayAppId.map { ", reports to Google Play app \($0)" } ?? "")"
+                ))
+        }
         return lines
     }
 
