@@ -101,7 +101,7 @@ let package = Package(
         .target(
             name: "GooglePlay",
             dependencies: [
-                "KeyFiles",
+                "KeyFiles", "StoreKeeperSupport",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "JWTKit", package: "jwt-kit"),
             ]
@@ -110,7 +110,7 @@ let package = Package(
         .target(
             name: "LocalGooglePlay",
             dependencies: [
-                "GooglePlay", "StoreKeeperCatalog", "LocalAppStore", "KeyFiles",
+                "GooglePlay", "StoreKeeperCatalog", "LocalAppStore", "KeyFiles", "StoreKeeperSupport",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -175,6 +175,8 @@ public struct GooglePlayClient: Sendable {
 
     func decode<T: Decodable>(_ type: T.Type, _ body: [UInt8]) throws -> T {
         do {
+            // A one-time purchase, read on every Google delivery, by hand (`JSONDecoder` else).
+            if type == ProductPurchaseV2.self { return try ProductPurchaseV2.decode(json: body) as! T }
             return try JSONDecoder().decode(type, from: Data(body))
         } catch {
             throw GooglePlayError(.malformed, "Google Play answered a malformed \(type): \(error)")

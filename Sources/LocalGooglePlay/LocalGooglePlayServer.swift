@@ -9,6 +9,7 @@ import KeyFiles
 import Logging
 import NIOCore
 import ServiceLifecycle
+import StoreKeeperSupport
 import Synchronization
 
 /// The local Google Play over HTTP, at Google's paths and with Google's rules:
@@ -69,7 +70,7 @@ public final class LocalGooglePlayServer: Sendable {
     }
 
     static func keyId(_ der: Data) -> String {
-        SHA256.hash(data: der).prefix(20).map { String(format: "%02x", $0) }.joined()
+        SHA256.hash(data: der).prefix(20).lowercaseHex
     }
 
     /// The service account's JSON key, as Google's Cloud Console downloads it, whose

@@ -163,7 +163,7 @@ public struct GooglePlayStore: Sendable {
     /// A purchase token's digest: what the audit log, job keys and stored ids hold in place of
     /// Google's long bearer-like token (kept raw only where Google must be called with it).
     public static func tokenDigest(_ token: String) -> String {
-        SHA256.hash(data: Data(token.utf8)).prefix(16).map { String(format: "%02x", $0) }.joined()
+        SHA256.hash(data: Data(token.utf8)).prefix(16).lowercaseHex
     }
 
     /// An upgrade, downgrade or re-signup named `token` as its `linkedPurchaseToken`: it never

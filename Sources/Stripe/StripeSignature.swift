@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import StoreKeeperSupport
 
 /// Stripe's webhook signature (`Stripe-Signature: t=<unix>,v1=<hex>[,v1=<hex>…]`), exactly as
 /// Stripe's SDKs check it: HMAC-SHA256 keyed with the UTF-8 bytes of the whole `whsec_…` secret
@@ -79,8 +80,8 @@ public enum StripeSignature {
         payload.append(contentsOf: body)
         let parts = secrets.map { secret in
             "v1="
-                + HMAC<SHA256>.authenticationCode(for: payload, using: SymmetricKey(data: Array(secret.utf8)))
-                .map { String(format: "%02x", $0) }.joined()
+                + Array(HMAC<SHA256>.authenticationCode(for: payload, using: SymmetricKey(data: Array(secret.utf8))))
+                .lowercaseHex
         }
         return (["t=\(timestamp)"] + parts).joined(separator: ",")
     }

@@ -1,4 +1,7 @@
 import Foundation
+import GooglePlay
+import LocalAppStore
+import LocalGooglePlay
 import LocalStripe
 import StoreKeeperCatalog
 import StoreKeeperSupport
@@ -121,5 +124,40 @@ import Testing
             }
         }
         #expect(checked > 200)
+    }
+}
+
+/// Google Play's one-time purchase resource, read on every Google delivery: the hand-written
+/// reader agrees with `JSONDecoder` on every state the local Google Play renders, and on each
+/// with any one field given a value of another type.
+@Suite struct GoogleFastDecodingTests {
+    @Test func productPurchasesReadAsJSONDecoderReadsThem() async throws {
+        var configuration = LocalGooglePlay.Configuration(packageName: "com.example.android", catalog: .demo)
+        configuration.testPurchases = true
+        let play = LocalGooglePlay(configuration: configuration, clock: StoreClock(start: Date(), scale: 0))
+        var tokens: [String] = []
+        tokens.append(try await play.buy("coins_60", obfuscatedAccountId: "acct-1", quantity: 3))
+        tokens.append(try await play.buy("coins_300", obfuscatedAccountId: nil, quantity: 1, pending: true))
+        tokens.append(try await play.buy("remove_ads", obfuscatedAccountId: "acct-2", quantity: 1))
+        try await play.acknowledge(productId: "remove_ads", token: tokens[2])
+        let consumed = try await play.buy("coins_60", obfuscatedAccountId: "acct-3", quantity: 2)
+        try await play.consume(productId: "coins_60", token: consumed)
+        tokens.append(consumed)
+        let refunded = try await play.buy("coins_60", obfuscatedAccountId: "acct-4", quantity: 5)
+        try await play.refund(refunded, quantity: 4)
+        tokens.append(refunded)
+        var checked = 0
+        for token in tokens {
+            let resource = try #require(await play.productPurchaseV2(token))
+            let bytes = Array(try JSONEncoder().encode(resource))
+            #expect(try ProductPurchaseV2.decode(json: bytes) == resource)
+            for mutated in try StripeFastDecodingTests.mutations(bytes) {
+                let fast = try? ProductPurchaseV2.decode(json: mutated)
+                let foundation = try? JSONDecoder().decode(ProductPurchaseV2.self, from: Data(mutated))
+                #expect(fast == foundation)
+                checked += 1
+            }
+        }
+        #expect(checked > 100)
     }
 }
