@@ -257,6 +257,54 @@ import Testing
         }
     }
 
+    @Test(arguments: ServerAPITests.databases)
+    func theOverviewLeadsWithAnalyticsOwnFiguresSaysWhenThereIsNoDataAndStraysGetAPage(kind: String) async throws {
+        try await ServerAPITests.withServer(kind) { app, client in
+            let browser = Browser(client)
+            _ = try await browser.post("/dashboard/login", ["key": ServerAPITests.secret])
+            // Nothing delivered yet: a sentence, not empty charts.
+            let empty = try await browser.get("/dashboard")
+            #expect(empty.status == .ok)
+            #expect(empty.body.contains(#"id="empty-overview""#) && !empty.body.contains("<svg"))
+            // A stray address: a page in the dashboard's style, 404, not the API's JSON.
+            for path in ["/dashboard/nope", "/dashboard/accounts/x/nothing/here"] {
+                let stray = try await browser.get(path)
+                #expect(stray.status == .notFound, "\(path)")
+                #expect(stray.headers[.contentType] == "text/html; charset=utf-8")
+                #expect(stray.body.contains("Not found") && stray.body.contains(#"href="/dashboard""#))
+            }
+            // Purchases delivered: the headline figures are analytics' own for today and the month.
+            let store = try #require(app.localAppStore)
+            for (account, product) in [("fig-1", "coins_300"), ("fig-2", "pro_monthly"), ("fig-3", "coins_60")] {
+                let bought = try await store.buy(account, items: [.init(productId: product)])
+                _ = try await app.store.deliver(
+                    StoreTransaction(apple: bought.transactions[0]), submittingAccount: account, catalog: app.catalog,
+                    now: Date())
+            }
+            let overview = try await browser.get("/dashboard")
+            #expect(!overview.body.contains(#"id="empty-overview""#) && overview.body.contains("<svg"))
+            func shown(_ id: String) throws -> String {
+                let range = try #require(overview.body.range(of: #"id="\#(id)">"#))
+                return String(overview.body[range.upperBound...].prefix { $0 != "<" })
+            }
+            let today = AnalyticsCalendar(timeZone: app.configuration.analyticsTimeZone).day(of: Date()).description
+            func api(_ metric: String, interval: String, from: String) async throws -> String {
+                let reply = try await ServerAPITests.call(
+                    client, .get, "/v1/analytics/\(metric)?from=\(from)&to=\(today)&interval=\(interval)")
+                let points = try #require(reply.json["points"] as? [[String: Any]])
+                let value = Decimal(string: "\(points.last?["value"] ?? 0)") ?? 0
+                return "\(DashboardController.money(value)) \(reply.json["currency"] as? String ?? "")"
+            }
+            #expect(try shown("headline-mrr") == (try await api("mrr", interval: "day", from: today)))
+            #expect(try shown("headline-today") == (try await api("proceeds", interval: "day", from: today)))
+            #expect(
+                try shown("headline-month")
+                    == (try await api("proceeds", interval: "month", from: String(today.prefix(8)) + "01")))
+            #expect(DashboardController.money(1_234_567.891) == "1,234,567.89")
+            #expect(DashboardController.money(-0.5) == "−0.50")
+        }
+    }
+
     @Test func aDisabledDashboardIsNotServed() async throws {
         try await ServerAPITests.withServer("sqlite", configure: { $0.dashboardEnabled = false }) { _, client in
             let page = try await Browser(client).get("/dashboard/login")

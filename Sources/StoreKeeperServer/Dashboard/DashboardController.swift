@@ -120,6 +120,15 @@ struct DashboardController {
         group.get("webhooks") { request, context in
             try await withSession(request, context) { session, _ in try await webhooks(request, session) }
         }
+        // Any other address under /dashboard: a page, not the API's JSON.
+        group.get("**") { _, _ in
+            page(
+                "message", title: "Not found",
+                values: [
+                    "heading": "Not found", "message": "There is no dashboard page at this address.",
+                    "link": "/dashboard", "linkText": "Overview",
+                ], session: nil, status: .notFound)
+        }
         group.post("webhooks/dead-letters/:id/replay") { request, context in
             try await withSession(request, context, form: true) { _, _ in
                 let id = try StoreKeeperApp.parameter(context, "id")
@@ -310,8 +319,33 @@ struct DashboardController {
                             values: allStatuses.map { Double(figures.subscriptionsByStatus[$0] ?? 0) })
                     ]),
                 labelHeader: "Status"))
+        let deliveriesTotal = figures.days.reduce(0) { $0 + $1.deliveries }
+        // The headline money figures: the analytics computation itself (one code path), by the
+        // analytics time zone's day and month, converted into its currency.
+        let now = app.analyticsClock()
+        let calendar = AnalyticsCalendar(timeZone: app.configuration.analyticsTimeZone)
+        let today = calendar.day(of: now)
+        func figure(_ metric: AnalyticsMetric, interval: String, from: CalendarDay) async throws -> String {
+            let parameters = ["from": from.description, "to": today.description, "interval": interval]
+            let query = try AnalyticsRequest(
+                metric: metric.rawValue, app: app, now: now, parameter: { parameters[$0] })
+            let report = try await app.analyticsReport(query, now: now)
+            let value = report.points.last?.value ?? 0
+            return "\(Self.money(value)) \(report.currency ?? "")"
+        }
+        let monthStart = CalendarDay(year: today.year, month: today.month, day: 1)
+        let headline: [String: Any] = [
+            "mrr": try await figure(.mrr, interval: "day", from: today),
+            "proceedsToday": try await figure(.proceeds, interval: "day", from: today),
+            "proceedsMonth": try await figure(.proceeds, interval: "month", from: monthStart),
+            "timeZone": app.configuration.analyticsTimeZone.identifier == "GMT"
+                ? "UTC" : app.configuration.analyticsTimeZone.identifier,
+        ]
+        let empty =
+            deliveriesTotal == 0 && figures.subscriptionsByStatus.values.reduce(0, +) == 0 && figures.openAnomalies == 0
         let values: [String: Any] = [
-            "openAnomalies": figures.openAnomalies, "deliveriesTotal": figures.days.reduce(0) { $0 + $1.deliveries },
+            "openAnomalies": figures.openAnomalies, "deliveriesTotal": deliveriesTotal,
+            "headline": headline, "empty": empty, "hasData": !empty,
             "days": days,
             "activeSubscriptions": (figures.subscriptionsByStatus["active"] ?? 0)
                 + (figures.subscriptionsByStatus["grace_period"] ?? 0),
@@ -319,6 +353,21 @@ struct DashboardController {
             "pendingWebhooks": figures.pendingWebhooks, "deadLetters": figures.deadLetters, "charts": charts,
         ]
         return page("overview", title: "Overview", values: values, session: session, nav: "navOverview")
+    }
+
+    /// A converted amount as the dashboard shows it: two decimals, thousands grouped.
+    static func money(_ value: Decimal) -> String {
+        let rounded = NSDecimalNumber(decimal: value).doubleValue
+        let cents = Int64((rounded * 100).rounded())
+        let whole = abs(cents) / 100
+        var digits = String(whole)
+        var grouped = ""
+        while digits.count > 3 {
+            grouped = "," + digits.suffix(3) + grouped
+            digits = String(digits.dropLast(3))
+        }
+        let fraction = abs(cents) % 100
+        return (cents < 0 ? "−" : "") + digits + grouped + "." + (fraction < 10 ? "0" : "") + String(fraction)
     }
 
     /// Every metric as a chart with its table, for the form's period and filters.

@@ -55,6 +55,15 @@ enum DashboardTemplates {
 
     static let overview = """
         <h1>Overview</h1>
+        {{#headline}}
+        <section class="cards headline" aria-label="Headline figures">
+        <a class="card" href="/dashboard/analytics"><span class="figure" id="headline-mrr">{{mrr}}</span><span>MRR today</span></a>
+        <a class="card" href="/dashboard/analytics"><span class="figure" id="headline-today">{{proceedsToday}}</span><span>proceeds today</span></a>
+        <a class="card" href="/dashboard/analytics?interval=month"><span class="figure" id="headline-month">{{proceedsMonth}}</span><span>proceeds this month</span></a>
+        </section>
+        <p class="note">Money as analytics counts it: by purchase date in {{timeZone}}, after the stores' commission, Sandbox never counted. The charts below count deliveries by UTC day.</p>
+        {{/headline}}
+        {{#empty}}<p class="empty" id="empty-overview">No data yet: purchases, refunds and subscriptions appear here once the first purchase is delivered. Try <code>storekeeper demo</code> to see a populated dashboard.</p>{{/empty}}
         <section class="cards">
         <a class="card" href="/dashboard/anomalies"><span class="figure" id="open-anomalies">{{openAnomalies}}</span><span>open anomalies</span></a>
         <div class="card"><span class="figure">{{deliveriesTotal}}</span><span>deliveries, last {{days}} days</span></div>
@@ -63,7 +72,7 @@ enum DashboardTemplates {
         <div class="card"><span class="figure">{{pendingNotifications}}</span><span>notifications to apply</span></div>
         <a class="card" href="/dashboard/webhooks"><span class="figure">{{pendingWebhooks}} / {{deadLetters}}</span><span>webhooks pending / dead letters</span></a>
         </section>
-        {{#charts}}{{> chart}}{{/charts}}
+        {{#hasData}}{{#charts}}{{> chart}}{{/charts}}{{/hasData}}
         """
 
     /// One chart with its table fallback (the overview's and the analytics page's).
