@@ -203,6 +203,20 @@ public struct JobStore: Sendable {
         }
     }
 
+    /// The pending jobs of a kind (a short list: support actions waiting on a store), oldest first.
+    public func pending(kind: String, limit: Int = 500) async throws -> [(id: String, payload: String)] {
+        try await database.read { sql in
+            try await sql.raw(
+                """
+                SELECT id, payload FROM jobs WHERE kind = \(bind: kind) AND status = 'pending'
+                ORDER BY created_at, id LIMIT \(bind: limit)
+                """
+            ).all().map {
+                (try $0.decode(column: "id", as: String.self), try $0.decode(column: "payload", as: String.self))
+            }
+        }
+    }
+
     public func status(_ id: String) async throws -> String? {
         try await database.read { sql in
             try await sql.raw("SELECT status FROM jobs WHERE id = \(bind: id)").first()?.decode(

@@ -132,6 +132,40 @@ import Testing
     }
 
     @Test(arguments: API.databases)
+    func aRefundGoogleCannotAnswerNowIs202AndAppliedWhenItDoes(kind: String) async throws {
+        try await Play.withPlay(kind) { play in
+            let order = try await play.order("patient", "coins_60")
+            let token = try await play.store.buy("coins_60", obfuscatedAccountId: order.token)
+            #expect(try await play.submit("patient", "coins_60", token, orderId: order.id).status == .ok)
+            let googleOrder = try #require(await play.store.purchase(token)?.orders.first)
+            // Google down: 202, nothing taken yet, and asking again is the same pending request.
+            await play.store.setOutage(true)
+            let body = #"{"reason":"ticket 12","idempotencyKey":"t-12"}"#
+            let pending = try await API.call(
+                play.client, .post, "/v1/transactions/\(googleOrder)/refund", body: body)
+            #expect(pending.status == .accepted, "\(pending.json)")
+            #expect(pending.json["status"] as? String == "pending")
+            #expect(try await play.balance("patient") == 60)
+            let again = try await API.call(play.client, .post, "/v1/transactions/\(googleOrder)/refund", body: body)
+            #expect(
+                again.status == .accepted && again.json["requestId"] as? String == pending.json["requestId"] as? String)
+            // Still down when its job runs: still pending.
+            await play.runJobs(now: Date().addingTimeInterval(60))
+            #expect(try await play.balance("patient") == 60)
+            // Google back: the job refunds once; the answer is then the refund's.
+            await play.store.setOutage(false)
+            await play.runJobs(now: Date().addingTimeInterval(3600))
+            #expect(try await play.balance("patient") == 0)
+            #expect(await play.store.purchase(token)?.voided == true)
+            let done = try await API.call(play.client, .post, "/v1/transactions/\(googleOrder)/refund", body: body)
+            #expect(done.status == .ok && done.json["status"] as? String == "already_refunded", "\(done.json)")
+            let actions = try await play.app.store.audit().map(\.action)
+            #expect(actions.filter { $0 == "support_refund_pending" }.count == 1)
+            #expect(actions.filter { $0 == "support_refund" }.count == 1)
+        }
+    }
+
+    @Test(arguments: API.databases)
     func appStoreRefundsAreApplesAndWebPaymentsAreRefundedHere(kind: String) async throws {
         try await API.withServer(kind) { app, client in
             let bought = try await app.localAppStore!.buy("p", items: [.init(productId: "coins_60")])

@@ -57,5 +57,6 @@ extension JobRunner {
         .duty(PurchaseStore.extendJobKind) { $0.sendExtension },
         .duty(PurchaseStore.massExtendJobKind) { $0.sendMassExtension },
         .duty(massStatusJobKind) { $0.pollMassExtension },
+        .duty(StoreKeeperApp.googleRefundJobKind) { $0.retryGoogleRefund },
     ]
 }

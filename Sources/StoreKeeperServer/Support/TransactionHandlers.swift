@@ -140,36 +140,136 @@ extension StoreKeeperApp {
             guard record.transactionId.hasPrefix(GooglePlayPlanner.prefix) else {
                 throw APIError(.unprocessableContent, "store_refused", "this Google purchase has no order id to refund")
             }
-            // Google's order id is what this server's id keeps after its prefix.
-            let orderId = String(record.transactionId.dropFirst(GooglePlayPlanner.prefix.count))
-            let google = try googleApp(record.appId)
-            do {
-                try await withDeadline(.seconds(15)) {
-                    try await google.client.refundOrder(orderId: orderId, revoke: true)
-                }
-            } catch let error as GooglePlayError where error.status == 400 || error.status == 404 {
-                throw APIError(.unprocessableContent, "store_refused", "Google Play refused the refund: \(error)")
-            } catch {
-                throw APIError(
-                    .serviceUnavailable, "store_unavailable",
-                    "Google Play did not answer the refund (\(error)); nothing changed here — ask again")
+            // One request at a time per purchase: a second while Google is asked answers 202.
+            let jobs = JobStore(database: database)
+            if let waiting = try await jobs.pending(kind: Self.googleRefundJobKind).first(where: {
+                (try? JSONDecoder().decode(GoogleRefundRequest.self, from: Data($0.payload.utf8)))?.transactionId
+                    == record.transactionId
+            }) {
+                return try pendingAnswer(record, jobId: waiting.id)
             }
-            var refund = RefundEvent(
-                kind: .refund, store: .googlePlay, key: "support-refund:\(record.transactionId)",
-                transactionId: record.transactionId, originalTransactionId: record.originalTransactionId,
-                productId: record.productId,
-                revocation: RefundPlanner.Revocation(type: .refundFull, percentage: nil))
-            refund.environment = record.environment
-            refund.revocationType = StoreTransaction.RevocationKind.refundFull.rawValue
-            refund.purchasedAt = record.purchasedAt.map { Int64($0.timeIntervalSince1970 * 1000) }
-            refund.periodEnd = record.expiresAt.map { Int64($0.timeIntervalSince1970 * 1000) }
-            let settings = notificationSettings()
-            let outcome = try await notifications.applyRefund(
-                refund, settings: settings, now: Date(), actor: caller.auditActor)
-            try await store.recordAudit(
-                actor: caller.auditActor, action: "support_refund", subject: record.transactionId,
-                detail: detail + " — Google Play refunded order \(orderId): \(outcome.1)", now: Date())
-            return try answer(outcome.0 == "applied" ? "refunded" : outcome.0, outcome.1)
+            let request = GoogleRefundRequest(
+                transactionId: record.transactionId, appId: record.appId, actor: caller.auditActor, detail: detail,
+                idempotencyKey: body.idempotencyKey)
+            switch try await askGoogleRefund(request, deadline: .seconds(10)) {
+            case .refunded(let outcome, let note):
+                return try answer(outcome == "applied" ? "refunded" : outcome, note)
+            case .refused(let why):
+                throw APIError(.unprocessableContent, "store_refused", "Google Play refused the refund: \(why)")
+            case .unavailable(let why):
+                // Google is slow or down: asked again by a job until it answers; 202 meanwhile.
+                let payload = String(decoding: try JSONEncoder().encode(request), as: UTF8.self)
+                let jobId = try await jobs.enqueue(
+                    kind: Self.googleRefundJobKind,
+                    dedupeKey: "\(Self.googleRefundJobKind)|\(record.transactionId)|\(UUID().uuidString)",
+                    payload: payload, runAt: Date().addingTimeInterval(30), now: Date())
+                try await store.recordAudit(
+                    actor: caller.auditActor, action: "support_refund_pending", subject: record.transactionId,
+                    detail: detail + " — Google Play did not answer (\(why)); asked again until it does", now: Date())
+                return try pendingAnswer(record, jobId: jobId)
+            }
+        }
+    }
+
+    func pendingAnswer(_ record: PurchaseStore.TransactionRecord, jobId: String) throws -> Response {
+        var response = try Self.json(
+            [
+                "transactionId": record.transactionId, "store": record.store.rawValue, "status": "pending",
+                "detail": "Google Play is being asked; the refund is applied as soon as it answers", "requestId": jobId,
+            ], status: .accepted)
+        response.headers[.retryAfter] = "30"
+        return response
+    }
+}
+
+// MARK: Google Play refunds asked by support
+
+/// A support refund of a Google Play order, as its job carries it.
+struct GoogleRefundRequest: Codable, Sendable {
+    var transactionId: String
+    var appId: String?
+    var actor: String
+    var detail: String
+    var idempotencyKey: String?
+}
+
+enum GoogleRefundOutcome: Sendable {
+    /// Google refunded (or had refunded) the order; what the one refund path did.
+    case refunded(String, String)
+    case refused(String)
+    case unavailable(String)
+}
+
+extension StoreKeeperApp {
+    static let googleRefundJobKind = "support_google_refund"
+
+    /// Asks Google Play to refund (and revoke) the order, then takes back what it delivered
+    /// through the one refund path, audited with the key that asked.
+    func askGoogleRefund(_ request: GoogleRefundRequest, deadline: Duration) async throws -> GoogleRefundOutcome {
+        guard let record = try await store.transaction(named: request.transactionId) else {
+            return .refused("the transaction is no longer recorded here")
+        }
+        // Google's order id is what this server's id keeps after its prefix.
+        let orderId = String(record.transactionId.dropFirst(GooglePlayPlanner.prefix.count))
+        let google: GooglePlayApp
+        do {
+            google = try googleApp(request.appId)
+        } catch {
+            return .refused("no Google Play app '\(request.appId ?? "-")' is configured")
+        }
+        do {
+            try await withDeadline(deadline) {
+                try await google.client.refundOrder(orderId: orderId, revoke: true)
+            }
+        } catch let error as GooglePlayError where error.status == 400 || error.status == 404 {
+            return .refused("\(error)")
+        } catch {
+            return .unavailable("\(error)")
+        }
+        var refund = RefundEvent(
+            kind: .refund, store: .googlePlay, key: "support-refund:\(record.transactionId)",
+            transactionId: record.transactionId, originalTransactionId: record.originalTransactionId,
+            productId: record.productId,
+            revocation: RefundPlanner.Revocation(type: .refundFull, percentage: nil))
+        refund.environment = record.environment
+        refund.revocationType = StoreTransaction.RevocationKind.refundFull.rawValue
+        refund.purchasedAt = record.purchasedAt.map { Int64($0.timeIntervalSince1970 * 1000) }
+        refund.periodEnd = record.expiresAt.map { Int64($0.timeIntervalSince1970 * 1000) }
+        let outcome = try await notifications.applyRefund(
+            refund, settings: notificationSettings(), now: Date(), actor: request.actor)
+        try await store.recordAudit(
+            actor: request.actor, action: "support_refund", subject: record.transactionId,
+            detail: request.detail + " — Google Play refunded order \(orderId): \(outcome.1)"
+                + (request.idempotencyKey.map { " (key \($0.prefix(64)))" } ?? ""),
+            now: Date())
+        return .refunded(outcome.0, outcome.1)
+    }
+}
+
+extension JobRunner {
+    /// A support refund Google did not answer at once: asked again with backoff until it
+    /// refunds or refuses for good (audited either way).
+    func retryGoogleRefund(_ job: JobStore.Job, now: Date) async {
+        guard let request = try? JSONDecoder().decode(GoogleRefundRequest.self, from: Data(job.payload.utf8)) else {
+            try? await app.jobs.fail(job.id, error: "unreadable payload")
+            return
+        }
+        do {
+            switch try await app.askGoogleRefund(request, deadline: .seconds(20)) {
+            case .refunded:
+                try await app.jobs.complete(job.id)
+            case .refused(let why):
+                try await app.store.recordAudit(
+                    actor: request.actor, action: "support_refund_refused", subject: request.transactionId,
+                    detail: request.detail + " — Google Play refused: \(why)", now: now)
+                try await app.jobs.fail(job.id, error: why)
+            case .unavailable(let why):
+                let backoff = min(maxBackoff, 30 * pow(2, Double(min(job.attempts, 12))))
+                try await app.jobs.reschedule(job.id, runAt: now.addingTimeInterval(backoff), error: why)
+            }
+        } catch {
+            let backoff = min(maxBackoff, 30 * pow(2, Double(min(job.attempts, 12))))
+            try? await app.jobs.reschedule(job.id, runAt: now.addingTimeInterval(backoff), error: "\(error)")
         }
     }
 }
