@@ -256,5 +256,23 @@ extension Migrations {
                 "CREATE INDEX google_external_refunds_transaction ON google_external_refunds (external_transaction_id)",
             ]
         ),
+        (
+            30,
+            [
+                // Support's notes on an account (who wrote what, for which ticket); never shown
+                // to the player's app.
+                """
+                CREATE TABLE account_notes (
+                    id TEXT PRIMARY KEY,
+                    account_id TEXT NOT NULL,
+                    text TEXT NOT NULL,
+                    ticket TEXT,
+                    author TEXT NOT NULL,
+                    created_at BIGINT NOT NULL
+                )
+                """,
+                "CREATE INDEX account_notes_account ON account_notes (account_id, created_at)",
+            ]
+        ),
     ]
 }

@@ -173,3 +173,70 @@ import Testing
         }
     }
 }
+
+/// Support's notes on an account: written with a support key (audited with its label), read
+/// with any operator key, never shown to the player's app; the dashboard's form writes them too.
+@Suite struct AccountNoteTests {
+    typealias API = ServerAPITests
+
+    @Test(arguments: API.databases)
+    func notesAreWrittenBySupportReadByOperatorsAndHiddenFromThePlayer(kind: String) async throws {
+        try await KeyScopeTests.withKeys(kind) { app, client in
+            let added = try await API.call(
+                client, .post, "/v1/accounts/u7/notes", token: KeyScopeTests.desk,
+                body: #"{"text":"promised 100 coins if the outage repeats","ticket":"ZD-4411"}"#)
+            #expect(added.status == .created, "\(added.json)")
+            #expect((added.json["author"] as? String)?.contains("support-desk") == true, "\(added.json)")
+            _ = try await API.call(
+                client, .post, "/v1/accounts/u7/notes", token: KeyScopeTests.desk, body: #"{"text":"second"}"#)
+            // Read with any operator key, newest first.
+            let listed = try await API.call(client, .get, "/v1/accounts/u7/notes", token: KeyScopeTests.reader)
+            let notes = try #require(listed.json["notes"] as? [[String: Any]])
+            #expect(notes.map { $0["text"] as? String } == ["second", "promised 100 coins if the outage repeats"])
+            #expect(notes.last?["ticket"] as? String == "ZD-4411")
+            // A read key cannot write one; the player's own token can neither write nor read them,
+            // and the player's account view does not carry them.
+            let refused = try await API.call(
+                client, .post, "/v1/accounts/u7/notes", token: KeyScopeTests.reader, body: #"{"text":"x"}"#)
+            #expect(refused.status == .forbidden)
+            let player = try await API.clientToken("u7")
+            #expect(try await API.call(client, .get, "/v1/accounts/u7/notes", token: player).status == .forbidden)
+            #expect(
+                try await API.call(client, .post, "/v1/accounts/u7/notes", token: player, body: #"{"text":"x"}"#)
+                    .status == .forbidden)
+            let own = try await API.call(client, .get, "/v1/accounts/u7", token: player)
+            #expect(own.status == .ok && own.json["notes"] == nil)
+            // Bad input: a 400 each, nothing written.
+            for bad in [
+                #"{"text":""}"#, #"{"text":"   "}"#, #"{"text":"a\u0007b"}"#, #"{"ticket":"x"}"#,
+                #"{"text":"ok","ticket":""}"#, "{\"text\":\"\(String(repeating: "n", count: 2001))\"}",
+            ] {
+                let reply = try await API.call(
+                    client, .post, "/v1/accounts/u7/notes", token: KeyScopeTests.desk, body: bad)
+                #expect(reply.status == .badRequest, "\(bad.prefix(60))")
+            }
+            #expect(try await app.store.notes(of: "u7").count == 2)
+            let audit = try await app.store.audit().filter { $0.action == "account_note" }
+            #expect(audit.count == 2 && audit.allSatisfy { $0.actor.contains("support-desk") })
+        }
+    }
+
+    @Test func theDashboardAddsAndShowsNotesEscaped() async throws {
+        try await API.withServer("sqlite") { app, client in
+            let browser = DashboardTests.Browser(client)
+            _ = try await browser.post("/dashboard/login", ["key": API.secret])
+            let page = try await browser.get("/dashboard/accounts/u8")
+            #expect(page.body.contains(#"id="note-form""#) && page.body.contains("No notes yet."))
+            let csrf = try #require(page.csrf)
+            let added = try await browser.post(
+                "/dashboard/accounts/u8/note", ["_csrf": csrf, "text": "<b>gave</b> 50 coins", "ticket": "T-9"])
+            #expect(added.status == .seeOther && added.location?.contains("done=noted") == true)
+            let after = try await browser.get("/dashboard/accounts/u8")
+            #expect(after.body.contains("&lt;b&gt;gave&lt;/b&gt; 50 coins") && !after.body.contains("<b>gave</b>"))
+            #expect(after.body.contains("T-9"))
+            let empty = try await browser.post("/dashboard/accounts/u8/note", ["_csrf": csrf, "text": " "])
+            #expect(empty.status == .badRequest)
+            #expect(try await app.store.notes(of: "u8").count == 1)
+        }
+    }
+}

@@ -54,7 +54,9 @@ import Testing
             let documented = try Self.operations(try await Self.document(client))
             let registered = Set(
                 app.routes().routes.map { "\($0.method) \(Self.normalized($0.path.description))" }
-                    .filter { !$0.contains(" /local-app-store") })
+                    // A catch-all (`/dashboard/**`, any other dashboard address: a 404 page) has
+                    // no OpenAPI form; /dashboard's description says what it answers.
+                    .filter { !$0.contains(" /local-app-store") && !$0.hasSuffix("/**") })
             let undocumented = registered.subtracting(documented.keys).sorted()
             let unregistered = Set(documented.keys).subtracting(registered).sorted()
             #expect(undocumented.isEmpty, "registered but not in docs/openapi.yaml: \(undocumented)")

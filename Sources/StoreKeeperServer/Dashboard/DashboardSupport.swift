@@ -18,6 +18,7 @@ extension DashboardController {
                 try await balanceAction(credit: false, context: context, form: form)
             }
         }
+        addNoteRoute(to: group)
         group.post("accounts/:accountId/grant") { request, context in
             try await withSession(request, context, form: true) { _, form in
                 let accountId = try StoreKeeperApp.parameter(context, "accountId")
@@ -32,6 +33,42 @@ extension DashboardController {
                 return Self.redirect("/dashboard/accounts/\(Self.pathComponent(accountId))?done=granted")
             }
         }
+    }
+
+    func addNoteRoute(to group: RouterGroup<StoreKeeperContext>) {
+        group.post("accounts/:accountId/note") { request, context in
+            try await withSession(request, context, form: true) { _, form in
+                let accountId = try StoreKeeperApp.parameter(context, "accountId")
+                try StoreKeeperApp.validateAccountId(accountId)
+                let text = (form["text"] ?? "").trimmingCharacters(in: .whitespaces)
+                guard !text.isEmpty, text.unicodeScalars.count <= 2000 else {
+                    throw APIError.badRequest("a note needs text (1…2000 characters)")
+                }
+                try StoreKeeperApp.validateText(text, field: "text", requireNFC: false)
+                let ticket = (form["ticket"] ?? "").trimmingCharacters(in: .whitespaces)
+                if !ticket.isEmpty {
+                    guard ticket.unicodeScalars.count <= 100 else {
+                        throw APIError.badRequest("a ticket reference is at most 100 characters")
+                    }
+                    try StoreKeeperApp.validateText(ticket, field: "ticket", requireNFC: false)
+                }
+                _ = try await app.store.addNote(
+                    accountId: accountId, text: text, ticket: ticket.isEmpty ? nil : ticket,
+                    author: "operator (dashboard)", now: Date())
+                return Self.redirect("/dashboard/accounts/\(Self.pathComponent(accountId))?done=noted#notes")
+            }
+        }
+    }
+
+    /// The account page's notes, newest first.
+    func noteValues(_ accountId: String) async throws -> [String: Any] {
+        let notes: [[String: Any]] = try await app.store.notes(of: accountId).map {
+            [
+                "createdAt": StoreKeeperApp.iso($0.createdAt), "text": $0.text, "ticket": $0.ticket ?? "",
+                "author": $0.author,
+            ]
+        }
+        return ["notes": notes, "hasNotes": !notes.isEmpty]
     }
 
     func balanceAction(credit: Bool, context: StoreKeeperContext, form: [String: String]) async throws -> Response {
@@ -86,5 +123,6 @@ extension DashboardController {
         "insufficient": "Not debited: the balance is lower than the amount.",
         "resubmitted": "This form was already sent: nothing was done twice.",
         "granted": "Granted; the entitlement below shows it as a grant.",
+        "noted": "Note added.",
     ]
 }

@@ -188,6 +188,17 @@ enum DashboardTemplates {
         <button type="submit">Grant</button>
         </form>
         </section>
+        <section id="notes"><h2>Notes</h2>
+        <form class="support" id="note-form" method="post" action="/dashboard/accounts/{{accountPath}}/note">
+        <input type="hidden" name="_csrf" value="{{csrf}}">
+        <label>Note <input name="text" required maxlength="2000" placeholder="promised 100 coins if the outage repeats"></label>
+        <label>Ticket <input name="ticket" maxlength="100" placeholder="ZD-4411"></label>
+        <button type="submit">Add note</button>
+        </form>
+        {{^hasNotes}}<p class="empty">No notes yet.</p>{{/hasNotes}}
+        {{#hasNotes}}<table id="notes-table"><thead><tr><th>When</th><th>By</th><th>Ticket</th><th>Note</th></tr></thead>
+        <tbody>{{#notes}}<tr><td>{{createdAt}}</td><td>{{author}}</td><td>{{ticket}}</td><td class="note-text">{{text}}</td></tr>{{/notes}}</tbody></table>{{/hasNotes}}
+        </section>
         <section>
         <h2>Entitlements</h2>
         {{^entitlements}}<p class="empty">No entitlements.</p>{{/entitlements}}

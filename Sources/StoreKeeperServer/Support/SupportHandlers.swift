@@ -229,6 +229,8 @@ struct SupportController {
         v1.post("extensions/mass") { request, context in try await app.massExtend(request, context) }
         v1.get("extensions/:requestId") { request, context in try await app.getExtension(request, context) }
         v1.post("accounts/:accountId/grants") { request, context in try await app.createGrant(request, context) }
+        v1.post("accounts/:accountId/notes") { request, context in try await app.addAccountNote(request, context) }
+        v1.get("accounts/:accountId/notes") { request, context in try await app.listAccountNotes(request, context) }
         v1.get("app-transactions/:transactionId") { _, context in
             try context.caller().requireScope(.read)
             let id = try StoreKeeperApp.parameter(context, "transactionId")

@@ -1,0 +1,63 @@
+import Foundation
+import Hummingbird
+import StoreKeeperStorage
+
+/// `POST /v1/accounts/{accountId}/notes` (support) and `GET …/notes` (read): support's notes on
+/// an account, audited with the key's label; never part of the player's own account view.
+extension StoreKeeperApp {
+    struct NoteBody: RequestBody {
+        var text: String
+        var ticket: String?
+
+        func validate() throws {
+            let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
+            guard !trimmed.isEmpty, text.unicodeScalars.count <= 2000 else {
+                throw APIError.badRequest("field 'text' is required: 1…2000 characters")
+            }
+            try StoreKeeperApp.validateText(text, field: "text", requireNFC: false)
+            if let ticket {
+                guard !ticket.isEmpty, ticket.unicodeScalars.count <= 100 else {
+                    throw APIError.badRequest("field 'ticket' must be 1…100 characters")
+                }
+                try StoreKeeperApp.validateText(ticket, field: "ticket", requireNFC: false)
+            }
+        }
+    }
+
+    struct NoteJSON: Encodable {
+        var id: String
+        var accountId: String
+        var text: String
+        var ticket: String?
+        var author: String
+        var createdAt: String
+
+        init(_ note: AccountNote) {
+            id = note.id
+            accountId = note.accountId
+            text = note.text
+            ticket = note.ticket
+            author = note.author
+            createdAt = StoreKeeperApp.iso(note.createdAt)
+        }
+    }
+
+    func addAccountNote(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        let caller = try context.caller()
+        try caller.requireScope(.support)
+        let accountId = try Self.parameter(context, "accountId")
+        try Self.validateAccountId(accountId)
+        let body = try await decode(NoteBody.self, request)
+        let note = try await store.addNote(
+            accountId: accountId, text: body.text, ticket: body.ticket, author: caller.auditActor, now: Date())
+        return try Self.json(NoteJSON(note), status: .created)
+    }
+
+    func listAccountNotes(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        try context.caller().requireScope(.read)
+        let accountId = try Self.parameter(context, "accountId")
+        try Self.validateAccountId(accountId)
+        struct Notes: Encodable { var notes: [NoteJSON] }
+        return try Self.json(Notes(notes: try await store.notes(of: accountId).map(NoteJSON.init)))
+    }
+}
