@@ -103,6 +103,21 @@ public struct GooglePlayClient: Sendable {
         _ = try await call(.POST, "\(applicationPath)/orders/\(Self.segment(orderId)):refund?revoke=\(revoke)")
     }
 
+    /// `purchases.subscriptionsv2.defer`: moves the subscription's next billing date (and its
+    /// access) by `seconds` (1 day to 1 year), guarded by the `etag` of the state it was read in.
+    public func deferSubscription(token: String, seconds: Int, etag: String?) async throws {
+        struct Body: Encodable {
+            struct Context: Encodable {
+                var deferDuration: String
+                var etag: String?
+            }
+            var deferralContext: Context
+        }
+        _ = try await call(
+            .POST, "\(applicationPath)/purchases/subscriptionsv2/tokens/\(Self.segment(token)):defer",
+            body: try JSONEncoder().encode(Body(deferralContext: .init(deferDuration: "\(seconds)s", etag: etag))))
+    }
+
     // MARK: External transactions (US programs: payments taken outside Google Play)
 
     /// `externaltransactions.createexternaltransaction`: reports one payment (an initial one

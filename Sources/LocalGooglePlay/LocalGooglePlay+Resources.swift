@@ -82,7 +82,8 @@ extension LocalGooglePlay {
                     recurringPrice: GoogleMoney(currencyCode: purchase.currency, milliunits: purchase.priceMilli)),
                 offerDetails: .init(basePlanId: "base"))
         ]
-        resource.etag = "etag-\(purchase.orders.count)-\(purchase.subscriptionState.count)"
+        resource.etag =
+            "etag-\(purchase.orders.count)-\(purchase.subscriptionState.count)-\(Int64(purchase.expiry.timeIntervalSince1970))"
         return resource
     }
 

@@ -290,6 +290,27 @@ public actor LocalGooglePlay {
         notify(subscription: 3, token)
     }
 
+    /// `purchases.subscriptionsv2.defer`: the developer moves the next billing date (and the
+    /// access that goes with it) by 1 day to 1 year; the subscription must be active (or
+    /// canceled but not yet expired) and `etag` its current one. Google notifies
+    /// `SUBSCRIPTION_DEFERRED` (9). Returns the new expiry.
+    public func deferSubscription(_ token: String, seconds: TimeInterval, etag: String?) throws(Refusal) -> Date {
+        guard var purchase = purchases[token], purchase.kind == .subscription else { throw .notFound }
+        guard (86_400...366 * 86_400).contains(seconds) else {
+            throw .invalid("deferDuration must be between 1 day and 1 year")
+        }
+        guard [SubscriptionState.active, SubscriptionState.canceled].contains(purchase.subscriptionState),
+            purchase.expiry > clock.now()
+        else { throw .invalidPurchaseState("the subscription is not active: nothing to defer") }
+        if let etag, etag != subscriptionPurchaseV2(token)?.etag {
+            throw .invalid("The etag does not match the subscription's current state.")
+        }
+        purchase.expiry = purchase.expiry.addingTimeInterval(seconds)
+        purchases[token] = purchase
+        notify(subscription: 9, token)
+        return purchase.expiry
+    }
+
     /// The customer restores a canceled, unexpired subscription (same token).
     public func restart(_ token: String) throws(Refusal) {
         guard var purchase = purchases[token], purchase.kind == .subscription else { throw .notFound }

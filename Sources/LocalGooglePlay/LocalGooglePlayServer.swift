@@ -142,6 +142,34 @@ public final class LocalGooglePlayServer: Sendable {
                 return Self.json(resource)
             }
         }
+        // `subscriptionsv2.defer` (the GET above shares the segment's one parameter name).
+        app.post("purchases/subscriptionsv2/tokens/:token") { request, context in
+            try await self.authorized(request, context) {
+                let (token, action) = Self.split(context.parameters.get("token") ?? "")
+                guard action == "defer" else { return Self.googleError(404, "notFound", "Unknown method.") }
+                guard let body = try? await request.decode(as: DeferRequest.self, context: context),
+                    let duration = body.deferralContext?.deferDuration, duration.hasSuffix("s"),
+                    let seconds = Double(duration.dropLast())
+                else {
+                    return Self.googleError(
+                        400, "invalidValue", "deferralContext.deferDuration is required (\"86400s\").")
+                }
+                do {
+                    let productId = await self.store.purchase(token)?.productId ?? ""
+                    if body.deferralContext?.validateOnly == true {
+                        return Self.json(DeferResponse(itemExpiryTimeDetails: []))
+                    }
+                    let expiry = try await self.store.deferSubscription(
+                        token, seconds: seconds, etag: body.deferralContext?.etag)
+                    return Self.json(
+                        DeferResponse(itemExpiryTimeDetails: [
+                            .init(productId: productId, expiryTime: GoogleTime.format(expiry))
+                        ]))
+                } catch {
+                    return Self.refusal(error)
+                }
+            }
+        }
         app.post("purchases/products/:productId/tokens/:tokenAction") { request, context in
             try await self.authorized(request, context) {
                 let productId = context.parameters.get("productId") ?? ""
@@ -276,6 +304,23 @@ public final class LocalGooglePlayServer: Sendable {
             return googleError(500, "backendError", "Backend Error")
         }
         return googleError(error.status, error.reason, error.message)
+    }
+
+    struct DeferRequest: Decodable {
+        struct Context: Decodable {
+            var deferDuration: String?
+            var etag: String?
+            var validateOnly: Bool?
+        }
+        var deferralContext: Context?
+    }
+
+    struct DeferResponse: Encodable {
+        struct Item: Encodable {
+            var productId: String
+            var expiryTime: String
+        }
+        var itemExpiryTimeDetails: [Item]
     }
 
     /// `TOKEN:verb` → (TOKEN, verb).

@@ -87,6 +87,19 @@ public struct GooglePlayStore: Sendable {
     }
 
     /// The app a Google subscription (`gp:s.…`) or charge (`gp:<orderId>`) was read for.
+    /// The token a Google subscription is current under (its latest, not replaced), if any.
+    public func currentSubscription(original id: String) async throws -> Purchase? {
+        try await database.read { sql in
+            try await sql.raw(
+                """
+                SELECT * FROM google_purchases
+                WHERE original_transaction_id = \(bind: id) AND kind = 'subscription' AND retired = 0
+                ORDER BY COALESCE(paid_at, 0) DESC, purchase_token LIMIT 1
+                """
+            ).first().map { try Purchase(row: $0) }
+        }
+    }
+
     public func appId(ofOriginal id: String) async throws -> String? {
         try await database.read { sql in
             try await sql.raw(

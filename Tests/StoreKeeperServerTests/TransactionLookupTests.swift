@@ -286,3 +286,51 @@ import Testing
         }
     }
 }
+
+/// The extend route on Google Play: `purchases.subscriptionsv2.defer` (read first for its etag),
+/// the account's access moved at once, audited; what cannot be deferred is refused.
+@Suite struct GoogleDeferTests {
+    typealias API = ServerAPITests
+    typealias Play = GooglePlayServerTests
+
+    @Test(arguments: API.databases)
+    func extendingAGoogleSubscriptionDefersItAtGoogleAndMovesAccessNow(kind: String) async throws {
+        try await Play.withPlay(kind) { play in
+            let order = try await play.order("late", "pro_monthly")
+            let token = try await play.store.buy("pro_monthly", obfuscatedAccountId: order.token)
+            let submitted = try await play.submit("late", "pro_monthly", token, orderId: order.id)
+            let original = try #require(
+                (submitted.json["transactions"] as? [[String: Any]])?.first?["originalTransactionId"] as? String)
+            let before = try #require(try await play.subscriptions("late").first?["expiresAt"] as? String)
+            let googleBefore = try #require(await play.store.purchase(token)?.expiry)
+            let extended = try await API.call(
+                play.client, .post, "/v1/subscriptions/\(original)/extend",
+                body: #"{"days":7,"reason":"service_issue","note":"ticket 44"}"#)
+            #expect(extended.status == .ok, "\(extended.json)")
+            #expect(
+                extended.json["status"] as? String == "extended" && extended.json["store"] as? String == "google_play")
+            // Google moved it by 7 days, and so did the account's view, now.
+            let googleAfter = try #require(await play.store.purchase(token)?.expiry)
+            #expect(googleAfter.timeIntervalSince(googleBefore) == 7 * 86_400)
+            let after = try #require(try await play.subscriptions("late").first?["expiresAt"] as? String)
+            #expect(after > before && after == extended.json["expiresAt"] as? String, "\(before) → \(after)")
+            #expect(try await play.entitlements("late") == ["pro"])
+            // Google's SUBSCRIPTION_DEFERRED changes nothing more.
+            #expect(try await play.push().allSatisfy { $0 == .noContent })
+            await play.runJobs()
+            #expect(try await play.subscriptions("late").first?["expiresAt"] as? String == after)
+            let audit = try await play.app.store.audit().filter { $0.action == "subscription_deferred" }
+            #expect(audit.count == 1 && audit.first?.detail.contains("ticket 44") == true)
+            // A read key may not; an unknown subscription is 422; an expired one Google refuses.
+            let unknown = try await API.call(
+                play.client, .post, "/v1/subscriptions/gp:nope/extend", body: #"{"days":7,"reason":"service_issue"}"#)
+            #expect(unknown.status == .unprocessableContent && unknown.errorCode == "not_extendable")
+            try await play.store.cancel(token)
+            await play.store.advance(by: 60 * 86_400)
+            let expired = try await API.call(
+                play.client, .post, "/v1/subscriptions/\(original)/extend",
+                body: #"{"days":7,"reason":"service_issue"}"#)
+            #expect(expired.status == .unprocessableContent && expired.errorCode == "not_extendable", "\(expired.json)")
+        }
+    }
+}

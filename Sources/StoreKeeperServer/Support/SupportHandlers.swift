@@ -2,6 +2,7 @@ import AppStoreClient
 import AppStoreModels
 import AppStoreVerification
 import Foundation
+import GooglePlay
 import Hummingbird
 import StoreKeeperCatalog
 import StoreKeeperCore
@@ -106,11 +107,16 @@ extension StoreKeeperApp {
         try Self.validateText(original, field: "originalTransactionId")
         let body = try await decode(ExtendBody.self, request)
         let note = try Self.validateExtension(days: body.days, reason: body.reason, note: body.note)
+        // Google Play: its subscriptionsv2.defer, at once.
+        if let purchase = try await GooglePlayStore(database: database).currentSubscription(original: original) {
+            return try await deferGoogle(
+                purchase, days: body.days, reason: body.reason, note: note, actor: try context.caller().auditActor)
+        }
         // Apple extends only subscriptions it issued: an Apple id is digits.
         guard Self.isAppleNumericId(original) else {
             throw APIError(
                 .unprocessableContent, "not_extendable",
-                "'\(original.prefix(64))' is not an App Store subscription: Apple extends only its own (a web subscription: report its next period; Google Play: defer it in Play Console)"
+                "'\(original.prefix(64))' is neither an App Store nor a Google Play subscription recorded here (a web subscription: report its next period)"
             )
         }
         do {
@@ -127,6 +133,45 @@ extension StoreKeeperApp {
                 "two extensions within 365 days already (\(limit.last.map(Self.iso).joined(separator: ", "))): Apple allows no more"
             )
         }
+    }
+
+    /// Google Play's `subscriptionsv2.defer` by `days` (read first for its etag), then the
+    /// subscription re-read and applied like any of Google's snapshots, so the account's access
+    /// moves now; audited. 200 with the new expiry.
+    func deferGoogle(
+        _ purchase: GooglePlayStore.Purchase, days: Int, reason: String, note: String, actor: String
+    ) async throws -> Response {
+        let app = try googleApp(purchase.appId)
+        let before: Date?
+        do {
+            let resource = try await app.client.subscriptionPurchase(token: purchase.purchaseToken)
+            before = resource.lineItems?.compactMap { GoogleTime.parse($0.expiryTime) }.max()
+            try await app.client.deferSubscription(
+                token: purchase.purchaseToken, seconds: days * 86_400, etag: resource.etag)
+        } catch let error as GooglePlayError {
+            if error.kind == .refused || error.kind == .notFound {
+                throw APIError(
+                    .unprocessableContent, "not_extendable", "Google Play refused to defer it: \(error.message)")
+            }
+            throw Self.googleAPIError(error)
+        }
+        let reading = try await readGoogle(
+            app, token: purchase.purchaseToken, productId: nil, kind: "subscription")
+        _ = try await applyGoogle(reading, submittingAccount: nil, orderId: nil, now: Date())
+        let after = reading.transaction.expiresDate.map { Date(storeMilliseconds: $0) }
+        try await store.recordAudit(
+            actor: actor, action: "subscription_deferred", subject: purchase.originalTransactionId,
+            detail:
+                "Google Play deferred by \(days) days (\(reason)\(note.isEmpty ? "" : " — \(note)")): expires \(after.map(Self.iso) ?? "?") (was \(before.map(Self.iso) ?? "?"))",
+            now: Date())
+        struct Deferred: Encodable {
+            var status = "extended"
+            var store = "google_play"
+            var originalTransactionId: String?
+            var expiresAt: String?
+        }
+        return try Self.json(
+            Deferred(originalTransactionId: purchase.originalTransactionId, expiresAt: after.map(Self.iso)))
     }
 
     func listExtensions(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
