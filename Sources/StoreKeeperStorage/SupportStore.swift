@@ -44,6 +44,27 @@ extension PurchaseStore {
         return grant
     }
 
+    /// An account's grants, newest first (running, ended and run out alike).
+    public func grants(of account: String, limit: Int = 200) async throws -> [GrantRow] {
+        try await database.read { sql in
+            try await sql.raw(
+                """
+                SELECT * FROM grants WHERE account_id = \(bind: account)
+                ORDER BY created_at DESC, grant_id DESC LIMIT \(bind: max(1, min(limit, 1000)))
+                """
+            ).all().map {
+                GrantRow(
+                    grantId: try $0.decode(column: "grant_id", as: String.self),
+                    accountId: try $0.decode(column: "account_id", as: String.self),
+                    entitlementId: try $0.decode(column: "entitlement_id", as: String.self),
+                    expiresAt: Date(milliseconds: try $0.decode(column: "expires_at", as: Int64.self)),
+                    createdAt: Date(milliseconds: try $0.decode(column: "created_at", as: Int64.self)),
+                    endedAt: try $0.decode(column: "ended_at", as: Int64?.self).map(Date.init(milliseconds:)),
+                    note: try $0.decode(column: "note", as: String.self))
+            }
+        }
+    }
+
     /// Ends a grant now; false when the account has no such grant still running.
     public func endGrant(account: String, grantId: String, actor: String, now: Date) async throws -> Bool {
         try await database.transaction { sql in

@@ -240,3 +240,40 @@ import Testing
         }
     }
 }
+
+/// Grants on the dashboard's account page: listed with their notes and state, ended from there
+/// through the API's own path (audited), an answer that says when there was nothing to end.
+@Suite struct DashboardGrantTests {
+    @Test(arguments: ServerAPITests.databases)
+    func anOperatorSeesGrantsWithTheirNotesAndEndsOne(kind: String) async throws {
+        try await ServerAPITests.withServer(kind) { app, client in
+            let browser = DashboardTests.Browser(client)
+            _ = try await browser.post("/dashboard/login", ["key": ServerAPITests.secret])
+            let page = try await browser.get("/dashboard/accounts/g1")
+            #expect(page.body.contains("No grants."))
+            let csrf = try #require(page.csrf)
+            let granted = try await browser.post(
+                "/dashboard/accounts/g1/grant",
+                ["_csrf": csrf, "entitlement": "pro", "days": "7", "note": "ticket 77: outage"])
+            #expect(granted.status == .seeOther)
+            let shown = try await browser.get("/dashboard/accounts/g1")
+            #expect(shown.body.contains(#"id="grants-table""#) && shown.body.contains("ticket 77: outage"))
+            #expect(shown.body.contains("running"))
+            let grantId = try #require(try await app.store.grants(of: "g1").first?.grantId)
+            #expect(shown.body.contains("/dashboard/accounts/g1/grants/\(grantId)/end"))
+            let account = try await ServerAPITests.call(client, .get, "/v1/accounts/g1")
+            #expect(
+                (account.json["entitlements"] as? [[String: Any]])?.contains { $0["id"] as? String == "pro" } == true)
+            // Ended from the page: the entitlement goes, the audit says who; twice: nothing to end.
+            let ended = try await browser.post("/dashboard/accounts/g1/grants/\(grantId)/end", ["_csrf": csrf])
+            #expect(ended.status == .seeOther && ended.location?.contains("done=grant_ended") == true)
+            let after = try await ServerAPITests.call(client, .get, "/v1/accounts/g1")
+            #expect((after.json["entitlements"] as? [[String: Any]])?.contains { $0["id"] as? String == "pro" } != true)
+            let again = try await browser.post("/dashboard/accounts/g1/grants/\(grantId)/end", ["_csrf": csrf])
+            #expect(again.location?.contains("done=grant_not_running") == true)
+            let final = try await browser.get("/dashboard/accounts/g1")
+            #expect(final.body.contains("ended ") && !final.body.contains("/grants/\(grantId)/end"))
+            #expect(try await app.store.audit().filter { $0.action == "grant_ended" }.count == 1)
+        }
+    }
+}

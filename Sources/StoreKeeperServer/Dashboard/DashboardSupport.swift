@@ -19,6 +19,7 @@ extension DashboardController {
             }
         }
         addNoteRoute(to: group)
+        addGrantEndRoute(to: group)
         group.post("accounts/:accountId/grant") { request, context in
             try await withSession(request, context, form: true) { _, form in
                 let accountId = try StoreKeeperApp.parameter(context, "accountId")
@@ -58,6 +59,39 @@ extension DashboardController {
                 return Self.redirect("/dashboard/accounts/\(Self.pathComponent(accountId))?done=noted#notes")
             }
         }
+    }
+
+    func addGrantEndRoute(to group: RouterGroup<StoreKeeperContext>) {
+        group.post("accounts/:accountId/grants/:grantId/end") { request, context in
+            try await withSession(request, context, form: true) { _, _ in
+                let accountId = try StoreKeeperApp.parameter(context, "accountId")
+                try StoreKeeperApp.validateAccountId(accountId)
+                let grantId = try StoreKeeperApp.parameter(context, "grantId")
+                try StoreKeeperApp.validateText(grantId, field: "grantId")
+                let path = "/dashboard/accounts/\(Self.pathComponent(accountId))"
+                // Says what happened: ended now, or nothing to end (ended or run out already).
+                guard
+                    try await app.store.endGrant(
+                        account: accountId, grantId: grantId, actor: "operator (dashboard)", now: Date())
+                else { return Self.redirect(path + "?done=grant_not_running#grants") }
+                return Self.redirect(path + "?done=grant_ended#grants")
+            }
+        }
+    }
+
+    /// The account page's grants (with their notes, whether each still runs) and notes.
+    func grantValues(_ accountId: String) async throws -> [String: Any] {
+        let now = Date()
+        let grants: [[String: Any]] = try await app.store.grants(of: accountId).map {
+            let running = $0.endedAt == nil && $0.expiresAt > now
+            return [
+                "grantId": $0.grantId, "entitlement": $0.entitlementId, "note": $0.note,
+                "createdAt": StoreKeeperApp.iso($0.createdAt), "expiresAt": StoreKeeperApp.iso($0.expiresAt),
+                "state": running ? "running" : $0.endedAt.map { "ended \(StoreKeeperApp.iso($0))" } ?? "run out",
+                "running": running,
+            ]
+        }
+        return ["grants": grants, "hasGrants": !grants.isEmpty]
     }
 
     /// The account page's notes, newest first.
@@ -124,5 +158,7 @@ extension DashboardController {
         "resubmitted": "This form was already sent: nothing was done twice.",
         "granted": "Granted; the entitlement below shows it as a grant.",
         "noted": "Note added.",
+        "grant_ended": "Grant ended; its entitlement is gone unless something else gives it.",
+        "grant_not_running": "Nothing ended: that grant had already ended or run out.",
     ]
 }

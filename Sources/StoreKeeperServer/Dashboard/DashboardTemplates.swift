@@ -188,6 +188,12 @@ enum DashboardTemplates {
         <button type="submit">Grant</button>
         </form>
         </section>
+        <section id="grants"><h2>Grants</h2>
+        {{^hasGrants}}<p class="empty">No grants.</p>{{/hasGrants}}
+        {{#hasGrants}}<table id="grants-table"><thead><tr><th>Entitlement</th><th>Granted</th><th>Until</th><th>State</th><th>Note</th><th></th></tr></thead>
+        <tbody>{{#grants}}<tr data-grant="{{grantId}}"><td>{{entitlement}}</td><td>{{createdAt}}</td><td>{{expiresAt}}</td><td>{{state}}</td><td>{{note}}</td>
+        <td>{{#running}}<form method="post" action="/dashboard/accounts/{{accountPath}}/grants/{{grantId}}/end"><input type="hidden" name="_csrf" value="{{csrf}}"><button type="submit">End</button></form>{{/running}}</td></tr>{{/grants}}</tbody></table>{{/hasGrants}}
+        </section>
         <section id="notes"><h2>Notes</h2>
         <form class="support" id="note-form" method="post" action="/dashboard/accounts/{{accountPath}}/note">
         <input type="hidden" name="_csrf" value="{{csrf}}">
