@@ -267,3 +267,81 @@ extension PurchaseStore {
         }
     }
 }
+
+// MARK: Refunds, as the stores report them
+
+extension PurchaseStore {
+    /// One line of an account's refund history: a refund applied to one of its purchases, or an
+    /// App Store refund request and its outcome as Apple's notifications report them.
+    public struct RefundHistoryRow: Sendable, Hashable {
+        public var at: Date
+        public var store: String
+        public var transactionId: String
+        public var productId: String?
+        /// `refunded` (with its share), or Apple's `CONSUMPTION_REQUEST` (a refund asked),
+        /// `REFUND`, `REFUND_DECLINED`, `REFUND_REVERSED`.
+        public var event: String
+        public var detail: String
+    }
+
+    /// The account's refunds and refund requests, newest first.
+    public func refundHistory(of accountId: String, limit: Int = 200) async throws -> [RefundHistoryRow] {
+        try await database.read { sql in
+            var rows: [RefundHistoryRow] = []
+            var originals: [String] = []
+            for row in try await sql.raw(
+                """
+                SELECT transaction_id, original_transaction_id, product_id, store, refunded_at, refund_share, refund_type
+                FROM deliveries WHERE account_id = \(bind: accountId) ORDER BY delivered_at DESC LIMIT 1000
+                """
+            ).all() {
+                let original =
+                    try row.decode(column: "original_transaction_id", as: String?.self)
+                    ?? row.decode(column: "transaction_id", as: String.self)
+                originals.append(original)
+                guard let at = try row.decode(column: "refunded_at", as: Int64?.self) else { continue }
+                let share = try row.decode(column: "refund_share", as: Int32?.self) ?? RefundPlanner.wholeShare
+                rows.append(
+                    RefundHistoryRow(
+                        at: Date(milliseconds: at), store: try row.decode(column: "store", as: String.self),
+                        transactionId: try row.decode(column: "transaction_id", as: String.self),
+                        productId: try row.decode(column: "product_id", as: String?.self), event: "refunded",
+                        detail: "\(RefundPlanner.percent(share)) refunded"
+                            + ((try row.decode(column: "refund_type", as: String?.self)).map { " (\($0))" } ?? "")))
+            }
+            let unique = Array(Set(originals))
+            var start = 0
+            while start < unique.count {
+                let slice = Array(unique[start..<min(start + 200, unique.count)])
+                start += 200
+                for row in try await sql.raw(
+                    """
+                    SELECT notification_type, subtype, subject, transaction_id, signed_date, outcome FROM notifications
+                    WHERE subject IN (\(binds: slice))
+                      AND notification_type IN ('CONSUMPTION_REQUEST', 'REFUND', 'REFUND_DECLINED', 'REFUND_REVERSED')
+                    """
+                ).all() {
+                    let type = try row.decode(column: "notification_type", as: String.self)
+                    let meaning =
+                        switch type {
+                        case "CONSUMPTION_REQUEST":
+                            "the player asked Apple for a refund; Apple asked for consumption information"
+                        case "REFUND": "Apple refunded"
+                        case "REFUND_DECLINED": "Apple declined the refund request"
+                        default: "Apple reversed a refund"
+                        }
+                    rows.append(
+                        RefundHistoryRow(
+                            at: Date(milliseconds: try row.decode(column: "signed_date", as: Int64.self)),
+                            store: Store.appStore.rawValue,
+                            transactionId: try row.decode(column: "transaction_id", as: String?.self)
+                                ?? row.decode(column: "subject", as: String.self),
+                            productId: nil, event: type,
+                            detail: meaning
+                                + ((try row.decode(column: "outcome", as: String?.self)).map { ": \($0)" } ?? "")))
+                }
+            }
+            return Array(rows.sorted { ($0.at, $0.transactionId) > ($1.at, $1.transactionId) }.prefix(limit))
+        }
+    }
+}

@@ -277,3 +277,38 @@ import Testing
         }
     }
 }
+
+/// The account page's refunds: what was refunded and Apple's refund requests and answers, as
+/// Apple's notifications report them, with the link a player needs to ask Apple.
+@Suite struct DashboardRefundTests {
+    @Test(arguments: ServerAPITests.databases)
+    func theAccountPageShowsRefundsAndApplesRequestsAndAnswers(kind: String) async throws {
+        try await NotificationTests.withRelay(kind) { relay in
+            let store = relay.store
+            let (_, coins) = try await relay.buy("asker", "coins_60")
+            let (_, more) = try await relay.buy("asker", "coins_300")
+            _ = try await relay.deliver()
+            let browser = DashboardTests.Browser(relay.client)
+            _ = try await browser.post("/dashboard/login", ["key": ServerAPITests.secret])
+            let before = try await browser.get("/dashboard/accounts/asker")
+            #expect(before.body.contains("No refunds or refund requests."))
+            #expect(before.body.contains("https://reportaproblem.apple.com"))
+            // The player asks Apple twice: one refunded, one declined.
+            try await store.requestRefund(coins.transactionId!)
+            try await store.requestRefund(more.transactionId!)
+            _ = try await relay.deliver()
+            try await store.refund(coins.transactionId!)
+            try await store.declineRefund(more.transactionId!)
+            _ = try await relay.deliver()
+            let page = try await browser.get("/dashboard/accounts/asker").body
+            #expect(page.contains(#"id="refunds-table""#))
+            for event in ["CONSUMPTION_REQUEST", "REFUND", "REFUND_DECLINED", "refunded"] {
+                #expect(page.contains("<td>\(event)</td>"), "\(event)")
+            }
+            #expect(page.contains("% refunded"))
+            let history = try await relay.app.store.refundHistory(of: "asker")
+            #expect(history.filter { $0.event == "CONSUMPTION_REQUEST" }.count == 2)
+            #expect(history.filter { $0.event == "refunded" }.map(\.transactionId) == [coins.transactionId!])
+        }
+    }
+}

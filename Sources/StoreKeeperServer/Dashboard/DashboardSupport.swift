@@ -94,6 +94,19 @@ extension DashboardController {
         return ["grants": grants, "hasGrants": !grants.isEmpty]
     }
 
+    /// The account page's refunds and App Store refund requests, as the stores report them.
+    func refundValues(_ accountId: String) async throws -> [String: Any] {
+        let refunds: [[String: Any]] = try await app.store.refundHistory(of: accountId).map {
+            [
+                "at": StoreKeeperApp.iso($0.at),
+                "store": Store(rawValue: $0.store).map(Self.storeName) ?? $0.store,
+                "transactionId": $0.transactionId, "productId": $0.productId ?? "—", "event": $0.event,
+                "detail": $0.detail,
+            ]
+        }
+        return ["refunds": refunds, "hasRefunds": !refunds.isEmpty]
+    }
+
     /// The account page's notes, newest first.
     func noteValues(_ accountId: String) async throws -> [String: Any] {
         let notes: [[String: Any]] = try await app.store.notes(of: accountId).map {

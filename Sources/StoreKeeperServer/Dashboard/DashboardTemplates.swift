@@ -194,6 +194,12 @@ enum DashboardTemplates {
         <tbody>{{#grants}}<tr data-grant="{{grantId}}"><td>{{entitlement}}</td><td>{{createdAt}}</td><td>{{expiresAt}}</td><td>{{state}}</td><td>{{note}}</td>
         <td>{{#running}}<form method="post" action="/dashboard/accounts/{{accountPath}}/grants/{{grantId}}/end"><input type="hidden" name="_csrf" value="{{csrf}}"><button type="submit">End</button></form>{{/running}}</td></tr>{{/grants}}</tbody></table>{{/hasGrants}}
         </section>
+        <section id="refunds"><h2>Refunds</h2>
+        <p class="hint">App Store refunds are Apple's to grant: send the player to <a href="https://reportaproblem.apple.com" rel="noreferrer">reportaproblem.apple.com</a>; Apple's answer appears here. Google Play and web purchases are refunded from their transaction (<code>POST /v1/transactions/{id}/refund</code>).</p>
+        {{^hasRefunds}}<p class="empty">No refunds or refund requests.</p>{{/hasRefunds}}
+        {{#hasRefunds}}<table id="refunds-table"><thead><tr><th>When</th><th>Store</th><th>Transaction</th><th>Product</th><th>Event</th><th>Detail</th></tr></thead>
+        <tbody>{{#refunds}}<tr><td>{{at}}</td><td>{{store}}</td><td><code>{{transactionId}}</code></td><td>{{productId}}</td><td>{{event}}</td><td>{{detail}}</td></tr>{{/refunds}}</tbody></table>{{/hasRefunds}}
+        </section>
         <section id="notes"><h2>Notes</h2>
         <form class="support" id="note-form" method="post" action="/dashboard/accounts/{{accountPath}}/note">
         <input type="hidden" name="_csrf" value="{{csrf}}">
