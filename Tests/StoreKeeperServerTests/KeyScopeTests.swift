@@ -312,3 +312,51 @@ import Testing
         }
     }
 }
+
+/// The dashboard signs in with any operator key not limited to some apps, shows its forms only
+/// to a key that may use them, refuses a read key's form post, and names the key in the audit.
+@Suite struct DashboardRoleTests {
+    @Test(arguments: ServerAPITests.databases)
+    func aReadKeyReadsTheDashboardAndASupportKeyActsUnderItsOwnName(kind: String) async throws {
+        try await KeyScopeTests.withKeys(kind) { app, client in
+            // A read key: in, every page, no forms; a forged post refused (403), nothing done.
+            let reader = DashboardTests.Browser(client)
+            let signedIn = try await reader.post("/dashboard/login", ["key": KeyScopeTests.reader])
+            #expect(signedIn.status == .seeOther && signedIn.location == "/dashboard")
+            let overview = try await reader.get("/dashboard")
+            #expect(overview.status == .ok && overview.body.contains("bi-dashboard (read)"))
+            let account = try await reader.get("/dashboard/accounts/r1")
+            #expect(account.status == .ok && account.body.contains(#"id="read-only""#))
+            #expect(!account.body.contains(#"id="credit-form""#) && !account.body.contains(#"id="note-form""#))
+            let csrf = try #require(account.csrf)
+            let forged = try await reader.post(
+                "/dashboard/accounts/r1/credit",
+                ["_csrf": csrf, "idempotencyKey": "k1", "currency": "coins", "amount": "5", "reason": "try"])
+            #expect(forged.status == .forbidden && forged.body.contains("read scope"))
+            let balance = try await ServerAPITests.call(client, .get, "/v1/accounts/r1")
+            #expect((balance.json["balances"] as? [String: Int])?["coins"] ?? 0 == 0)
+            // Signing out is for every key.
+            let out = try await reader.post("/dashboard/logout", ["_csrf": csrf])
+            #expect(out.status == .seeOther && out.location == "/dashboard/login")
+
+            // A support key: its forms, and the audit names it.
+            let desk = DashboardTests.Browser(client)
+            _ = try await desk.post("/dashboard/login", ["key": KeyScopeTests.desk])
+            let page = try await desk.get("/dashboard/accounts/r1")
+            #expect(page.body.contains(#"id="credit-form""#) && !page.body.contains(#"id="read-only""#))
+            let deskCsrf = try #require(page.csrf)
+            let credited = try await desk.post(
+                "/dashboard/accounts/r1/credit",
+                ["_csrf": deskCsrf, "idempotencyKey": "k2", "currency": "coins", "amount": "5", "reason": "ticket 1"])
+            #expect(credited.status == .seeOther)
+            let audit = try await app.store.audit().filter { $0.action.contains("credit") }
+            #expect(audit.first?.actor.contains("support-desk") == true, "\(audit.map(\.actor))")
+
+            // A key limited to some apps: told to use the API, no session.
+            let limited = DashboardTests.Browser(client)
+            let refused = try await limited.post("/dashboard/login", ["key": KeyScopeTests.otherApp])
+            #expect(refused.status == .forbidden && refused.body.contains("limited to some apps"))
+            #expect(limited.cookie == nil)
+        }
+    }
+}

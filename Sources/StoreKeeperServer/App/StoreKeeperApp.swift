@@ -246,7 +246,8 @@ public struct StoreKeeperApp: Sendable {
                 clientTokenMaxLifetimeSeconds: configuration.clientTokenMaxLifetimeSeconds,
                 metricsToken: configuration.metricsToken),
             dashboardSessions: DashboardSessions(
-                secretKeys: secretKeys, idleSeconds: configuration.dashboardSessionIdleSeconds,
+                secretKeys: secretKeys, operatorKeys: configuration.operatorKeys,
+                idleSeconds: configuration.dashboardSessionIdleSeconds,
                 maximumSeconds: configuration.dashboardSessionMaxHours * 3600),
             limiter: RateLimiter(
                 clientPerSecond: configuration.clientRequestsPerSecond,

@@ -50,7 +50,7 @@ struct DashboardController {
         }
         group.post("login") { request, context in try await signIn(request, context) }
         group.post("logout") { request, context in
-            try await withSession(request, context, form: true, renew: false) { session, _ in
+            try await withSession(request, context, form: true, renew: false, needs: .read) { session, _ in
                 // Ended on the server: the cookie, kept or copied, is refused from now on.
                 try await sessionStore.end(
                     nonce: session.nonce, expires: app.dashboardSessions.expiry(session), now: Date())
@@ -61,7 +61,7 @@ struct DashboardController {
             }
         }
         group.post("logout-everywhere") { request, context in
-            try await withSession(request, context, form: true, renew: false) { session, _ in
+            try await withSession(request, context, form: true, renew: false, needs: .read) { session, _ in
                 try await sessionStore.endAll(keyId: app.dashboardSessions.keyIds[session.keyIndex], now: Date())
                 context.logger.notice("dashboard: every session of this secret key signed out")
                 try await app.store.recordAudit(
@@ -159,15 +159,27 @@ struct DashboardController {
             return response
         }
         let form = try await Self.form(request)
-        guard let key = form["key"], let index = app.authenticator.secretKeyIndex(key) else {
+        if let key = form["key"], app.dashboardSessions.keyIndex(of: key) == nil,
+            app.configuration.operatorKeys.contains(where: { $0.secret == key && $0.apps != nil })
+        {
+            return page(
+                "login", title: "Sign in",
+                values: [
+                    "error":
+                        "This key is limited to some apps: use it with the API. The dashboard shows every app's rows, so it takes keys that are not limited."
+                ], session: nil, status: .forbidden)
+        }
+        guard let key = form["key"], let index = app.dashboardSessions.keyIndex(of: key) else {
             context.logger.warning("dashboard: sign-in refused (wrong key)")
             // A moment's pause per refused key: guessing is slow, a typo is not.
             try await Task.sleep(for: .milliseconds(300))
             return page(
-                "login", title: "Sign in", values: ["error": "That key is not one of this server's secret keys."],
+                "login", title: "Sign in",
+                values: ["error": "That key is not one of this server's secret keys or operator keys."],
                 session: nil, status: .unauthorized)
         }
-        context.logger.notice("dashboard: signed in")
+        context.logger.notice(
+            "dashboard: signed in", metadata: ["key": "\(app.dashboardSessions.roles[index].label)"])
         var response = Self.redirect("/dashboard")
         response.headers[values: .setCookie] = [
             Self.cookie(app.dashboardSessions.issue(keyIndex: index, now: Date()), request: request)
@@ -180,6 +192,7 @@ struct DashboardController {
     /// Errors become an HTML page with the API's status (404, 400, 503 with Retry-After).
     func withSession(
         _ request: Request, _ context: StoreKeeperContext, form: Bool = false, renew: Bool = true,
+        needs scope: KeyScope = .support,
         _ body: (DashboardSessions.Session, [String: String]) async throws -> Response
     ) async throws -> Response {
         let cookie = Self.cookieValue(request, DashboardSessions.cookieName)
@@ -230,6 +243,14 @@ struct DashboardController {
             guard app.dashboardSessions.csrfValid(fields["_csrf"], session: session) else {
                 context.logger.warning("dashboard: form post with a missing or wrong CSRF token refused")
                 return forbidden("This form is not one this dashboard issued (CSRF check failed); nothing was changed.")
+            }
+            // What the key may do: a read key reads, support acts (as the API's own scopes).
+            let role = app.dashboardSessions.role(session)
+            guard role.scope >= scope else {
+                context.logger.warning("dashboard: action refused by scope", metadata: ["key": "\(role.label)"])
+                return forbidden(
+                    "Key '\(role.label)' has the \(role.scope.rawValue) scope; this needs \(scope.rawValue). Nothing was changed."
+                )
             }
         }
         var response: Response
@@ -584,11 +605,20 @@ struct DashboardController {
         _ template: String, title: String, values: [String: Any], session: DashboardSessions.Session?,
         status: HTTPResponse.Status = .ok, nav: String? = nil, request: Request? = nil
     ) -> Response {
+        var values = values
+        if let session {
+            // Forms only for a key that may use them; the signed-in key named in the header.
+            let role = app.dashboardSessions.role(session)
+            values["canSupport"] = role.scope >= .support
+            values["roleLabel"] = role.label
+        }
         let body = Self.library.render(values, withTemplate: template) ?? ""
         var layout: [String: Any] = ["title": title, "body": body]
         if let session {
+            let role = app.dashboardSessions.role(session)
             layout["signedIn"] = true
             layout["csrf"] = app.dashboardSessions.csrfToken(session)
+            layout["signedInAs"] = "\(role.label) (\(role.scope.rawValue))"
         }
         if let nav { layout[nav] = true }
         if let query = values["query"] as? String { layout["query"] = query }

@@ -40,8 +40,30 @@ struct DashboardSessions: Sendable {
     /// Sign-in attempts, limited per client address and in all.
     let signIns: SignInLimiter
 
-    init(secretKeys: [String], idleSeconds: Int, maximumSeconds: Int, signIns: SignInLimiter = SignInLimiter()) {
-        keys = secretKeys.filter { !$0.isEmpty }.map {
+    /// Who each key is: a secret key of `auth.secretKeys` (admin), or an `auth.keys` entry with
+    /// its label and scope. Keys limited to some apps do not sign in (the dashboard shows every
+    /// app's rows).
+    struct Role: Sendable, Equatable {
+        var label: String
+        var scope: KeyScope
+    }
+
+    let roles: [Role]
+    /// The keys' digests, compared in constant time at sign-in.
+    let digests: [SHA256.Digest]
+
+    init(
+        secretKeys: [String], operatorKeys: [OperatorKey] = [], idleSeconds: Int, maximumSeconds: Int,
+        signIns: SignInLimiter = SignInLimiter()
+    ) {
+        let secrets = secretKeys.filter { !$0.isEmpty }
+        let scoped = operatorKeys.filter { $0.apps == nil && !$0.secret.isEmpty }
+        let all = secrets + scoped.map(\.secret)
+        roles =
+            secrets.indices.map { Role(label: "secret key \($0 + 1)", scope: .admin) }
+            + scoped.map { Role(label: $0.label, scope: $0.scope) }
+        digests = all.map { SHA256.hash(data: Data($0.utf8)) }
+        keys = all.map {
             SymmetricKey(
                 data: HMAC<SHA256>.authenticationCode(
                     for: Data("storekeeper dashboard session v1".utf8), using: SymmetricKey(data: Data($0.utf8))))
@@ -57,6 +79,20 @@ struct DashboardSessions: Sendable {
 
     /// When a session's cookie stops being accepted whatever happens (seconds since 1970).
     func expiry(_ session: Session) -> Int64 { session.issued + maximum }
+
+    /// The key a presented secret is, in constant time over every key (nil: none).
+    func keyIndex(of credential: String) -> Int? {
+        let presented = SHA256.hash(data: Data(credential.utf8))
+        var matched: Int?
+        for (index, digest) in digests.enumerated() {
+            var difference: UInt8 = 0
+            for (a, b) in zip(digest, presented) { difference |= a ^ b }
+            if difference == 0 { matched = matched ?? index }
+        }
+        return matched
+    }
+
+    func role(_ session: Session) -> Role { roles[session.keyIndex] }
 
     /// A new session for the secret key at `keyIndex`.
     func issue(keyIndex: Int, now: Date) -> String {

@@ -9,19 +9,19 @@ import StoreKeeperStorage
 extension DashboardController {
     func addSupportRoutes(to group: RouterGroup<StoreKeeperContext>) {
         group.post("accounts/:accountId/credit") { request, context in
-            try await withSession(request, context, form: true) { _, form in
-                try await balanceAction(credit: true, context: context, form: form)
+            try await withSession(request, context, form: true) { session, form in
+                try await balanceAction(credit: true, context: context, form: form, actor: actor(session))
             }
         }
         group.post("accounts/:accountId/debit") { request, context in
-            try await withSession(request, context, form: true) { _, form in
-                try await balanceAction(credit: false, context: context, form: form)
+            try await withSession(request, context, form: true) { session, form in
+                try await balanceAction(credit: false, context: context, form: form, actor: actor(session))
             }
         }
         addNoteRoute(to: group)
         addGrantEndRoute(to: group)
         group.post("accounts/:accountId/grant") { request, context in
-            try await withSession(request, context, form: true) { _, form in
+            try await withSession(request, context, form: true) { session, form in
                 let accountId = try StoreKeeperApp.parameter(context, "accountId")
                 try StoreKeeperApp.validateAccountId(accountId)
                 guard let days = Int(form["days"] ?? ""), (1...3_650).contains(days) else {
@@ -30,7 +30,7 @@ extension DashboardController {
                 _ = try await app.grant(
                     account: accountId, entitlement: form["entitlement"] ?? "",
                     expiresAt: Date().addingTimeInterval(TimeInterval(days) * 86_400),
-                    note: (form["note"] ?? "") + " (dashboard)", actor: "operator (dashboard)")
+                    note: (form["note"] ?? "") + " (dashboard)", actor: actor(session))
                 return Self.redirect("/dashboard/accounts/\(Self.pathComponent(accountId))?done=granted")
             }
         }
@@ -38,7 +38,7 @@ extension DashboardController {
 
     func addNoteRoute(to group: RouterGroup<StoreKeeperContext>) {
         group.post("accounts/:accountId/note") { request, context in
-            try await withSession(request, context, form: true) { _, form in
+            try await withSession(request, context, form: true) { session, form in
                 let accountId = try StoreKeeperApp.parameter(context, "accountId")
                 try StoreKeeperApp.validateAccountId(accountId)
                 let text = (form["text"] ?? "").trimmingCharacters(in: .whitespaces)
@@ -55,7 +55,7 @@ extension DashboardController {
                 }
                 _ = try await app.store.addNote(
                     accountId: accountId, text: text, ticket: ticket.isEmpty ? nil : ticket,
-                    author: "operator (dashboard)", now: Date())
+                    author: actor(session), now: Date())
                 return Self.redirect("/dashboard/accounts/\(Self.pathComponent(accountId))?done=noted#notes")
             }
         }
@@ -63,7 +63,7 @@ extension DashboardController {
 
     func addGrantEndRoute(to group: RouterGroup<StoreKeeperContext>) {
         group.post("accounts/:accountId/grants/:grantId/end") { request, context in
-            try await withSession(request, context, form: true) { _, _ in
+            try await withSession(request, context, form: true) { session, _ in
                 let accountId = try StoreKeeperApp.parameter(context, "accountId")
                 try StoreKeeperApp.validateAccountId(accountId)
                 let grantId = try StoreKeeperApp.parameter(context, "grantId")
@@ -72,7 +72,7 @@ extension DashboardController {
                 // Says what happened: ended now, or nothing to end (ended or run out already).
                 guard
                     try await app.store.endGrant(
-                        account: accountId, grantId: grantId, actor: "operator (dashboard)", now: Date())
+                        account: accountId, grantId: grantId, actor: actor(session), now: Date())
                 else { return Self.redirect(path + "?done=grant_not_running#grants") }
                 return Self.redirect(path + "?done=grant_ended#grants")
             }
@@ -118,7 +118,9 @@ extension DashboardController {
         return ["notes": notes, "hasNotes": !notes.isEmpty]
     }
 
-    func balanceAction(credit: Bool, context: StoreKeeperContext, form: [String: String]) async throws -> Response {
+    func balanceAction(credit: Bool, context: StoreKeeperContext, form: [String: String], actor: String) async throws
+        -> Response
+    {
         let accountId = try StoreKeeperApp.parameter(context, "accountId")
         try StoreKeeperApp.validateAccountId(accountId)
         let currency = form["currency"] ?? ""
@@ -138,7 +140,7 @@ extension DashboardController {
         if credit {
             switch try await app.supportCredit(
                 accountId: accountId, currency: currency, amount: amount, idempotencyKey: key,
-                reason: reason + " (dashboard)", actor: "operator (dashboard)")
+                reason: reason + " (dashboard)", actor: actor)
             {
             case .credited: return Self.redirect(path + "?done=credited")
             case .idempotencyConflict: return Self.redirect(path + "?done=resubmitted")
@@ -152,6 +154,11 @@ extension DashboardController {
         case .insufficient: return Self.redirect(path + "?done=insufficient")
         case .idempotencyConflict: return Self.redirect(path + "?done=resubmitted")
         }
+    }
+
+    /// Who acted, for the audit: the signed-in key's label, from the dashboard.
+    func actor(_ session: DashboardSessions.Session) -> String {
+        "\(app.dashboardSessions.role(session).label) (dashboard)"
     }
 
     /// The support forms' values: the catalog's currencies and entitlements, a fresh key.

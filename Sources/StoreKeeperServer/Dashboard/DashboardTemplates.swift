@@ -30,6 +30,7 @@ enum DashboardTemplates {
         <input type="search" name="q" placeholder="account, order, transaction id, GPA order id, purchase token, payment id" aria-label="Search" value="{{query}}">
         <button type="submit">Search</button>
         </form>
+        <span class="hint" id="signed-in-as">{{signedInAs}}</span>
         <form method="post" action="/dashboard/logout"><input type="hidden" name="_csrf" value="{{csrf}}"><button type="submit" class="link">Sign out</button></form>
         <form method="post" action="/dashboard/logout-everywhere"><input type="hidden" name="_csrf" value="{{csrf}}"><button type="submit" class="link" id="sign-out-everywhere">Sign out everywhere</button></form>
         {{/signedIn}}
@@ -50,7 +51,7 @@ enum DashboardTemplates {
         <input id="key" type="password" name="key" autocomplete="current-password" required autofocus>
         <button type="submit">Sign in</button>
         </form>
-        <p class="hint">Any key of <code>auth.secretKeys</code>. In demo mode: <code>storekeeper-data/dev-secret-key</code>.</p>
+        <p class="hint">Any key of <code>auth.secretKeys</code>, or of <code>auth.keys</code> not limited to some apps (a <code>read</code> key sees, a <code>support</code> key acts). In demo mode: <code>storekeeper-data/dev-secret-key</code>.</p>
         """
 
     static let overview = """
@@ -120,7 +121,7 @@ enum DashboardTemplates {
         {{#productId}}<dt>Product</dt><dd>{{productId}}</dd>{{/productId}}
         {{#resolution}}<dt>Resolution</dt><dd>{{resolution}} {{resolvedAt}}</dd>{{/resolution}}
         </dl>
-        {{#isOpen}}
+        {{#isOpen}}{{#canSupport}}
         <div class="actions">
         {{#deliverable}}
         <form method="post" action="/dashboard/anomalies/{{id}}/resolve" class="deliver">
@@ -138,7 +139,7 @@ enum DashboardTemplates {
         <button type="submit" class="secondary">Dismiss</button>
         </form>
         </div>
-        {{/isOpen}}
+        {{/canSupport}}{{/isOpen}}
         </article>
         {{/items}}
         """
@@ -172,6 +173,8 @@ enum DashboardTemplates {
         <tbody>{{#balances}}<tr data-currency="{{currency}}"><td>{{currency}}</td><td class="num balance">{{amount}}</td></tr>{{/balances}}</tbody></table>{{/hasBalances}}
         </section>
         <section id="support"><h2>Support</h2>
+        {{^canSupport}}<p class="hint" id="read-only">Signed in with {{roleLabel}}, a read key: its pages show everything, its forms are for support keys.</p>{{/canSupport}}
+        {{#canSupport}}
         <form class="support" id="credit-form" method="post" action="/dashboard/accounts/{{accountPath}}/credit">
         <input type="hidden" name="_csrf" value="{{csrf}}"><input type="hidden" name="idempotencyKey" value="{{idempotencyKey}}">
         <label>Currency <select name="currency">{{#currencies}}<option>{{currency}}</option>{{/currencies}}</select></label>
@@ -187,12 +190,13 @@ enum DashboardTemplates {
         <label>Note <input name="note" maxlength="500" placeholder="ticket 123: outage compensation"></label>
         <button type="submit">Grant</button>
         </form>
+        {{/canSupport}}
         </section>
         <section id="grants"><h2>Grants</h2>
         {{^hasGrants}}<p class="empty">No grants.</p>{{/hasGrants}}
         {{#hasGrants}}<table id="grants-table"><thead><tr><th>Entitlement</th><th>Granted</th><th>Until</th><th>State</th><th>Note</th><th></th></tr></thead>
         <tbody>{{#grants}}<tr data-grant="{{grantId}}"><td>{{entitlement}}</td><td>{{createdAt}}</td><td>{{expiresAt}}</td><td>{{state}}</td><td>{{note}}</td>
-        <td>{{#running}}<form method="post" action="/dashboard/accounts/{{accountPath}}/grants/{{grantId}}/end"><input type="hidden" name="_csrf" value="{{csrf}}"><button type="submit">End</button></form>{{/running}}</td></tr>{{/grants}}</tbody></table>{{/hasGrants}}
+        <td>{{#running}}{{#canSupport}}<form method="post" action="/dashboard/accounts/{{accountPath}}/grants/{{grantId}}/end"><input type="hidden" name="_csrf" value="{{csrf}}"><button type="submit">End</button></form>{{/canSupport}}{{/running}}</td></tr>{{/grants}}</tbody></table>{{/hasGrants}}
         </section>
         <section id="refunds"><h2>Refunds</h2>
         <p class="hint">App Store refunds are Apple's to grant: send the player to <a href="https://reportaproblem.apple.com" rel="noreferrer">reportaproblem.apple.com</a>; Apple's answer appears here. Google Play and web purchases are refunded from their transaction (<code>POST /v1/transactions/{id}/refund</code>).</p>
@@ -201,12 +205,12 @@ enum DashboardTemplates {
         <tbody>{{#refunds}}<tr><td>{{at}}</td><td>{{store}}</td><td><code>{{transactionId}}</code></td><td>{{productId}}</td><td>{{event}}</td><td>{{detail}}</td></tr>{{/refunds}}</tbody></table>{{/hasRefunds}}
         </section>
         <section id="notes"><h2>Notes</h2>
-        <form class="support" id="note-form" method="post" action="/dashboard/accounts/{{accountPath}}/note">
+        {{#canSupport}}<form class="support" id="note-form" method="post" action="/dashboard/accounts/{{accountPath}}/note">
         <input type="hidden" name="_csrf" value="{{csrf}}">
         <label>Note <input name="text" required maxlength="2000" placeholder="promised 100 coins if the outage repeats"></label>
         <label>Ticket <input name="ticket" maxlength="100" placeholder="ZD-4411"></label>
         <button type="submit">Add note</button>
-        </form>
+        </form>{{/canSupport}}
         {{^hasNotes}}<p class="empty">No notes yet.</p>{{/hasNotes}}
         {{#hasNotes}}<table id="notes-table"><thead><tr><th>When</th><th>By</th><th>Ticket</th><th>Note</th></tr></thead>
         <tbody>{{#notes}}<tr><td>{{createdAt}}</td><td>{{author}}</td><td>{{ticket}}</td><td class="note-text">{{text}}</td></tr>{{/notes}}</tbody></table>{{/hasNotes}}
@@ -257,7 +261,7 @@ enum DashboardTemplates {
         {{^letters}}<p class="empty">No dead letters.</p>{{/letters}}
         {{#hasLetters}}<table id="dead-letters"><thead><tr><th>Event</th><th>Type</th><th>Created</th><th>Dead since</th><th class="num">Attempts</th><th>Last error</th><th></th></tr></thead>
         <tbody>{{#letters}}<tr id="letter-{{id}}"><td><code>{{id}}</code></td><td>{{type}}</td><td>{{createdAt}}</td><td>{{deadAt}}</td><td class="num">{{attempts}}</td><td>{{lastError}}</td>
-        <td><form method="post" action="/dashboard/webhooks/dead-letters/{{id}}/replay"><input type="hidden" name="_csrf" value="{{csrf}}"><button type="submit">Replay</button></form></td></tr>{{/letters}}</tbody></table>{{/hasLetters}}
+        <td>{{#canSupport}}<form method="post" action="/dashboard/webhooks/dead-letters/{{id}}/replay"><input type="hidden" name="_csrf" value="{{csrf}}"><button type="submit">Replay</button></form>{{/canSupport}}</td></tr>{{/letters}}</tbody></table>{{/hasLetters}}
         """
 
     static let message = """
