@@ -1,5 +1,7 @@
+import AppStoreAdapter
 import Foundation
 import HummingbirdTesting
+import StoreKeeperCore
 import Testing
 
 @testable import StoreKeeperServer
@@ -357,6 +359,45 @@ import Testing
             let refused = try await limited.post("/dashboard/login", ["key": KeyScopeTests.otherApp])
             #expect(refused.status == .forbidden && refused.body.contains("limited to some apps"))
             #expect(limited.cookie == nil)
+        }
+    }
+}
+
+/// The dashboard's data page: rows of a date range, paged, and the range as one CSV file.
+@Suite struct DashboardDataTests {
+    @Test(arguments: ServerAPITests.databases)
+    func theDataPageListsARangeAndDownloadsItAsCSV(kind: String) async throws {
+        try await ServerAPITests.withServer(
+            kind, prepare: { $0.exportSettleSeconds = 0 }
+        ) { app, client in
+            let store = try #require(app.localAppStore)
+            var ids: [String] = []
+            for index in 0..<3 {
+                let bought = try await store.buy("data-\(index)", items: [.init(productId: "coins_60")])
+                _ = try await app.store.deliver(
+                    StoreTransaction(apple: bought.transactions[0]), submittingAccount: "data-\(index)",
+                    catalog: app.catalog, now: Date())
+                ids.append(bought.transactions[0].transactionId!)
+            }
+            let browser = DashboardTests.Browser(client)
+            _ = try await browser.post("/dashboard/login", ["key": ServerAPITests.secret])
+            let today = String(StoreKeeperApp.iso(Date()).prefix(10))
+            let tomorrow = String(StoreKeeperApp.iso(Date().addingTimeInterval(86_400)).prefix(10))
+            let page = try await browser.get("/dashboard/data?kind=transactions&since=\(today)&until=\(tomorrow)")
+            #expect(page.status == .ok)
+            #expect(page.body.contains(#"id="data-table""#) && ids.allSatisfy { page.body.contains($0) })
+            // An empty range says so; a bad date or kind is a 400 page.
+            let empty = try await browser.get("/dashboard/data?kind=transactions&since=2020-01-01&until=2020-01-02")
+            #expect(empty.body.contains("No transactions in this range yet."))
+            #expect(try await browser.get("/dashboard/data?since=yesterday").status == .badRequest)
+            #expect(try await browser.get("/dashboard/data?kind=orders").status == .badRequest)
+            // The CSV: every row of the range, as the export writes it, as an attachment.
+            let csv = try await browser.get("/dashboard/data/transactions.csv?since=\(today)&until=\(tomorrow)")
+            #expect(csv.status == .ok && csv.headers[.contentType] == "text/csv; charset=utf-8")
+            #expect(
+                csv.headers[.contentDisposition]?.contains("attachment; filename=\"storekeeper-transactions-") == true)
+            #expect(csv.body.hasPrefix("transaction_id,") && ids.allSatisfy { csv.body.contains($0) })
+            #expect(try await browser.get("/dashboard/data/transactions.txt").status == .notFound)
         }
     }
 }

@@ -56,13 +56,7 @@ struct ExportController {
                 }
                 limit = value
             }
-            // Rows still being committed are held back; on a replica, also what it may lag behind.
-            let settle = max(
-                app.exportSettleSeconds ?? Double(app.configuration.requestTimeoutSeconds + 5),
-                app.database.readReplica.map { $0.maxLag + 5 } ?? 0)
-            var settled = Date().addingTimeInterval(-settle)
-            if let until { settled = min(settled, until) }
-            let page = try await app.store.export(kind, since: since, cursor: cursor, limit: limit, settled: settled)
+            let page = try await app.exportPage(kind, since: since, until: until, cursor: cursor, limit: limit)
             var headers: HTTPFields = [
                 .contentType: format == "csv" ? "text/csv; charset=utf-8" : "application/x-ndjson",
                 .cacheControl: "no-store",
@@ -74,6 +68,21 @@ struct ExportController {
             let body = format == "csv" ? ExportFormat.csv(page) : ExportFormat.ndjson(page)
             return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
         }
+    }
+}
+
+extension StoreKeeperApp {
+    /// One page of an export — the API's and the dashboard's. Rows still being committed are held
+    /// back; on a replica, also what it may lag behind; `until` is exclusive.
+    func exportPage(_ kind: ExportKind, since: Date?, until: Date?, cursor: ExportCursor?, limit: Int) async throws
+        -> ExportPage
+    {
+        let settle = max(
+            exportSettleSeconds ?? Double(configuration.requestTimeoutSeconds + 5),
+            database.readReplica.map { $0.maxLag + 5 } ?? 0)
+        var settled = Date().addingTimeInterval(-settle)
+        if let until { settled = min(settled, until) }
+        return try await store.export(kind, since: since, cursor: cursor, limit: limit, settled: settled)
     }
 }
 

@@ -33,6 +33,7 @@ struct DashboardController {
     func addRoutes(to router: Router<StoreKeeperContext>) {
         let group = router.group("dashboard")
         addSupportRoutes(to: group)
+        addDataRoutes(to: group)
         group.get("static/style.css") { _, _ in
             var headers = Self.securityHeaders
             headers[.contentType] = "text/css; charset=utf-8"

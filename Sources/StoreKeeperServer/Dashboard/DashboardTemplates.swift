@@ -5,7 +5,24 @@ enum DashboardTemplates {
     static let all: [String: String] = [
         "layout": layout, "login": login, "overview": overview, "anomalies": anomalies, "search": search,
         "account": account, "webhooks": webhooks, "message": message, "analytics": analytics, "chart": chart,
+        "data": data,
     ]
+
+    /// Transactions, subscriptions and webhook events between two dates, with the CSV of the range.
+    static let data = """
+        <h1>Data</h1>
+        <form class="filters" method="get" action="/dashboard/data" id="data-filters">
+        <label>Rows <select name="kind">{{#kinds}}<option value="{{value}}"{{#selected}} selected{{/selected}}>{{value}}</option>{{/kinds}}</select></label>
+        <label>Since <input type="date" name="since" value="{{since}}"></label>
+        <label>Until (not included) <input type="date" name="until" value="{{until}}"></label>
+        <button type="submit">Show</button>
+        </form>
+        <p><a id="data-download" href="{{download}}">Download the {{kindName}} of this range as CSV</a> (up to 100,000 rows; more: <code>GET /v1/export/{{kindName}}</code>, paged).</p>
+        {{^hasRows}}<p class="empty">No {{kindName}} in this range yet.</p>{{/hasRows}}
+        {{#hasRows}}<section><table id="data-table"><thead><tr>{{#columns}}<th>{{.}}</th>{{/columns}}</tr></thead>
+        <tbody>{{#rows}}<tr>{{#cells}}<td>{{.}}</td>{{/cells}}</tr>{{/rows}}</tbody></table></section>{{/hasRows}}
+        {{#hasNext}}<p><a id="data-next" href="{{next}}">Next {{kindName}}</a></p>{{/hasNext}}
+        """
 
     static let layout = """
         <!doctype html>
@@ -24,6 +41,7 @@ enum DashboardTemplates {
         <a href="/dashboard"{{#navOverview}} aria-current="page"{{/navOverview}}>Overview</a>
         <a href="/dashboard/analytics"{{#navAnalytics}} aria-current="page"{{/navAnalytics}}>Analytics</a>
         <a href="/dashboard/anomalies"{{#navAnomalies}} aria-current="page"{{/navAnomalies}}>Anomalies</a>
+        <a href="/dashboard/data"{{#navData}} aria-current="page"{{/navData}}>Data</a>
         <a href="/dashboard/webhooks"{{#navWebhooks}} aria-current="page"{{/navWebhooks}}>Webhooks</a>
         </nav>
         <form class="search" method="get" action="/dashboard/search" role="search">
