@@ -161,7 +161,7 @@ struct DashboardController {
         }
         let form = try await Self.form(request)
         if let key = form["key"], app.dashboardSessions.keyIndex(of: key) == nil,
-            app.configuration.operatorKeys.contains(where: { $0.secret == key && $0.apps != nil })
+            app.authenticator.operatorKey(key)?.apps != nil
         {
             return page(
                 "login", title: "Sign in",

@@ -167,6 +167,14 @@ struct Authenticator: Sendable {
 
     /// Which configured secret key `credential` is (the dashboard's sign-in), compared in
     /// constant time; nil for anything else.
+    /// The `auth.keys` entry a presented secret is (digests compared in constant time).
+    func operatorKey(_ credential: String) -> OperatorKey? {
+        let presented = SHA256.hash(data: Data(credential.utf8))
+        var scoped: OperatorKey?
+        for entry in operatorKeys where Self.constantTimeEqual(entry.digest, presented) { scoped = scoped ?? entry.key }
+        return scoped
+    }
+
     func secretKeyIndex(_ credential: String) -> Int? {
         let presented = SHA256.hash(data: Data(credential.utf8))
         var matched: Int?
