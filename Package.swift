@@ -41,6 +41,8 @@ let package = Package(
         // Tests only: an independent RFC 4180 reader for the CSV exports.
         .package(url: "https://github.com/yaslab/CSV.swift.git", from: "2.5.2"),
         .package(url: "https://github.com/hummingbird-project/swift-mustache.git", from: "2.1.1"),
+        // `storekeeper mcp`: the support desk for agents over the Model Context Protocol.
+        .package(url: "https://github.com/modelcontextprotocol/swift-sdk.git", from: "0.12.1"),
         // The client SDK, its own package (it depends on nothing of ours): `storekeeper
         // simulate` and the device-side integration tests run its real core.
         .package(path: "Clients/StoreKeeperKit"),
@@ -206,6 +208,22 @@ let package = Package(
                 .product(name: "SwiftASN1", package: "swift-asn1"),
             ]
         ),
+        // `storekeeper mcp`: the support desk's tools over MCP (stdio and streamable HTTP), each
+        // one call of the server's HTTP API with the caller's own key.
+        .target(
+            name: "StoreKeeperMCP",
+            dependencies: [
+                .product(name: "MCP", package: "swift-sdk"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]
+        ),
         // Simulated devices: StoreKeeperKit's core against a scripted payment queue paid at the
         // local App Store, through crashes and faults (`storekeeper simulate`, integration tests).
         .target(
@@ -221,7 +239,7 @@ let package = Package(
         .executableTarget(
             name: "StoreKeeperCLI",
             dependencies: [
-                "StoreKeeperSimulator",
+                "StoreKeeperSimulator", "StoreKeeperMCP",
                 "AppStoreModels",
                 "AppStoreVerification",
                 "AppStoreSigning",
@@ -326,6 +344,9 @@ let package = Package(
                 "StoreKeeperServer", "StoreKeeperStorage", "StoreKeeperCatalog", "AppStoreModels", "AppStoreAdapter",
                 "AppStoreSigning",
                 "LocalAppStore", "AppStoreClient", "StoreKeeperSimulator", "GooglePlay", "LocalGooglePlay", "KeyFiles",
+                "StoreKeeperMCP",
+                .product(name: "MCP", package: "swift-sdk"),
+                .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "StoreKeeperKitCore", package: "StoreKeeperKit"),
                 .product(name: "SQLKit", package: "sql-kit"),
                 .product(name: "CSV", package: "CSV.swift"),

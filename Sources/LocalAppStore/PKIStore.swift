@@ -28,8 +28,10 @@ public enum PKIStore {
             FileManager.default.fileExists(atPath: directory.appendingPathComponent("\($0).pem").path)
         }
         if present.isEmpty {
+            // Valid from two years back: what it signs with a local store's clock set in the past
+            // (`demo --keep`'s months of history, a chaos run's backdated days) verifies.
             let pki = try ApplePKI.generate(
-                name: "StoreKeeper Local App Store", notBefore: Date(timeIntervalSinceNow: -86_400))
+                name: "StoreKeeper Local App Store", notBefore: Date(timeIntervalSinceNow: -2 * 366 * 86_400))
             try save(pki, to: directory)
             return pki
         }

@@ -61,11 +61,11 @@ extension Catalog {
         try! Catalog.parse(
             yaml: """
                 products:
-                  - { id: coins_60, type: consumable, grants: { currency: coins, amount: 60 }, prices: { USA: { currency: USD, price: 0.99 }, JPN: { currency: JPY, price: 160 } }, storeProducts: { stripe: price_coins_60 } }
-                  - { id: coins_300, type: consumable, grants: { currency: coins, amount: 300 }, prices: { USA: { currency: USD, price: 4.99 } }, storeProducts: { stripe: price_coins_300 } }
+                  - { id: coins_60, type: consumable, grants: { currency: coins, amount: 60 }, prices: { USA: { currency: USD, price: 0.99 }, JPN: { currency: JPY, price: 160 }, DEU: { currency: EUR, price: 1.09 }, FRA: { currency: EUR, price: 1.09 }, GBR: { currency: GBP, price: 0.99 }, BRA: { currency: BRL, price: 5.9 } }, storeProducts: { stripe: price_coins_60 } }
+                  - { id: coins_300, type: consumable, grants: { currency: coins, amount: 300 }, prices: { USA: { currency: USD, price: 4.99 }, JPN: { currency: JPY, price: 800 }, DEU: { currency: EUR, price: 5.49 }, FRA: { currency: EUR, price: 5.49 }, GBR: { currency: GBP, price: 4.99 }, BRA: { currency: BRL, price: 27.9 } }, storeProducts: { stripe: price_coins_300 } }
                   - { id: remove_ads, type: non_consumable, grants: { entitlement: no_ads }, prices: { USA: { currency: USD, price: 2.99 } }, storeProducts: { stripe: price_remove_ads } }
-                  - { id: pro_yearly, type: auto_renewable, group: pro, period: P1Y, grants: { entitlement: pro }, prices: { USA: { currency: USD, price: 49.99 } }, storeProducts: { stripe: price_pro_yearly } }
-                  - { id: pro_monthly, type: auto_renewable, group: pro, period: P1M, grants: { entitlement: pro }, prices: { USA: { currency: USD, price: 4.99 } }, storeProducts: { stripe: price_pro_monthly } }
+                  - { id: pro_yearly, type: auto_renewable, group: pro, period: P1Y, grants: { entitlement: pro }, prices: { USA: { currency: USD, price: 49.99 }, JPN: { currency: JPY, price: 8000 }, DEU: { currency: EUR, price: 54.99 }, FRA: { currency: EUR, price: 54.99 }, GBR: { currency: GBP, price: 49.99 }, BRA: { currency: BRL, price: 249.9 } }, storeProducts: { stripe: price_pro_yearly } }
+                  - { id: pro_monthly, type: auto_renewable, group: pro, period: P1M, grants: { entitlement: pro }, prices: { USA: { currency: USD, price: 4.99 }, JPN: { currency: JPY, price: 800 }, DEU: { currency: EUR, price: 5.49 }, FRA: { currency: EUR, price: 5.49 }, GBR: { currency: GBP, price: 4.99 }, BRA: { currency: BRL, price: 24.9 } }, storeProducts: { stripe: price_pro_monthly } }
                   - { id: season_pass, type: non_renewing, duration: P30D, grants: { entitlement: season }, prices: { USA: { currency: USD, price: 9.99 } }, storeProducts: { stripe: price_season_pass } }
                 """)
     }()

@@ -45,6 +45,9 @@ public actor LocalGooglePlay {
         public var purchaseTime: Date
         /// When it became PURCHASED/ACTIVE (the acknowledgement window starts then).
         public var paidAt: Date?
+        /// A backdated purchase's own start of the acknowledgement window (when it was made
+        /// here, not the date it carries).
+        public var acknowledgementWindowStart: Date?
         public var test: Bool
         public var orders: [String]
         public var priceMilli: Int64
@@ -147,9 +150,11 @@ public actor LocalGooglePlay {
 
     /// A purchase in the app (Play Billing's purchase flow): the account id the app set with
     /// `setObfuscatedAccountId`, `pending` for a slow payment method. Returns the token.
+    /// `purchasedAt` dates the purchase (its order, its payment, a subscription's start) in the
+    /// past — history for a demo's charts; Google's acknowledgement window still starts now.
     public func buy(
         _ productId: String, obfuscatedAccountId: String?, quantity: Int = 1, pending: Bool = false,
-        linkedPurchaseToken: String? = nil, regionCode: String = "US"
+        linkedPurchaseToken: String? = nil, regionCode: String = "US", purchasedAt: Date? = nil
     ) throws(Refusal) -> String {
         guard let product = configuration.catalog.product(store: "google_play", storeProductId: productId) else {
             throw .invalid("no product '\(productId)' in the catalog")
@@ -159,7 +164,8 @@ public actor LocalGooglePlay {
         guard let storefront = RegionCode.alpha3(regionCode) else {
             throw .invalid("regionCode must be an ISO 3166-1 alpha-2 country code")
         }
-        let now = clock.now()
+        let paidNow = clock.now()
+        let now = min(purchasedAt ?? paidNow, paidNow)
         let token = Self.newToken()
         let price = product.price(in: storefront)
         let milli = Int64(truncating: (price.price * 1000) as NSDecimalNumber)
@@ -171,6 +177,7 @@ public actor LocalGooglePlay {
             paidAt: pending ? nil : now, test: configuration.testPurchases, orders: [], priceMilli: milli,
             currency: price.currency)
         purchase.regionCode = regionCode.uppercased()
+        if purchasedAt != nil { purchase.acknowledgementWindowStart = paidNow }
         if !pending { purchase.charge(newOrderId(), at: now) }
         if purchase.kind == .subscription {
             purchase.period = product.period ?? ISODuration(months: 1)
@@ -493,7 +500,8 @@ public actor LocalGooglePlay {
         for token in purchases.keys.sorted() {
             guard var purchase = purchases[token] else { continue }
             if purchase.purchaseState == ProductPurchaseV2.purchased, !purchase.acknowledged, !purchase.voided,
-                let paid = purchase.paidAt, paid.addingTimeInterval(configuration.acknowledgementWindow) <= now
+                let paid = purchase.acknowledgementWindowStart ?? purchase.paidAt,
+                paid.addingTimeInterval(configuration.acknowledgementWindow) <= now
             {
                 // Google's rule: never acknowledged within three days → refunded and revoked.
                 try? refund(token, reason: 8)

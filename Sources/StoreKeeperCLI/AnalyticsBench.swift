@@ -43,7 +43,7 @@ struct AnalyticsBench {
             (
                 "dashboard overview (14 days of figures, subscriptions by status)",
                 try await median {
-                    _ = try await app.store.dashboardOverview(days: 14, now: now, smallBusinessProgram: false)
+                    _ = try await app.store.reports.dashboardOverview(days: 14, now: now, smallBusinessProgram: false)
                 }
             ))
         for (query, label) in [

@@ -38,13 +38,19 @@ struct DemoCommand: AsyncParsableCommand {
     var keep = false
     @Option(name: .long, help: "Port for the server (default: a free one).") var port: Int?
     @Option(name: .long, help: "Purchases in the bulk part (default 120; 0 skips it).") var purchases: Int = 120
-    @Option(name: .long, help: "Random seed of the bulk part.") var seed: UInt64 = 1
+    @Option(name: .long, help: "Random seed of the bulk part and the history: the same seed, the same purchases.")
+    var seed: UInt64 = 1
+    @Option(
+        name: .customLong("history-months"),
+        help: "With --keep: months of history behind the story, for the dashboard's charts (default 6; 0 skips it).")
+    var historyMonths: Int = 6
     @Flag(name: .long, help: "No spinner or progress bar (the default when output is not a terminal).")
     var plain = false
 
     func validate() throws {
         if let port, !(1...65_535).contains(port) { throw ValidationError("--port must be 1…65535") }
         guard (0...100_000).contains(purchases) else { throw ValidationError("--purchases must be 0…100000") }
+        guard (0...24).contains(historyMonths) else { throw ValidationError("--history-months must be 0…24") }
     }
 
     func run() async throws {
@@ -57,6 +63,11 @@ struct DemoCommand: AsyncParsableCommand {
             // Demo mode: the local App Store is open and trusted, a development key is made.
             configuration.mode = .demo
             configuration.secretKeys = []
+            // The demo's storefronts sell in these currencies: analytics convert them into USD
+            // (illustrative rates; a deployment configures its own).
+            if configuration.analyticsRates.isEmpty {
+                configuration.analyticsRates = ["EUR": 1.08, "GBP": 1.27, "JPY": 0.0067, "BRL": 0.18, "INR": 0.012]
+            }
         }
         let key = try String(contentsOf: directory.appendingPathComponent("dev-secret-key"), encoding: .utf8)
             .trimmingCharacters(in: .whitespacesAndNewlines)
@@ -65,7 +76,7 @@ struct DemoCommand: AsyncParsableCommand {
             app: server.app, store: server.store, base: "http://127.0.0.1:\(server.port)", key: key,
             directory: directory.appendingPathComponent("devices"), live: live)
         live.say("StoreKeeper demo — server http://127.0.0.1:\(server.port), data \(directory.path)")
-        await story.run(bulkPurchases: purchases, seed: seed)
+        await story.run(bulkPurchases: purchases, seed: seed, historyMonths: keep ? historyMonths : 0)
         let summary = try await story.summary()
         live.say(summary.table)
         if keep {
@@ -225,7 +236,7 @@ final class DemoStory: @unchecked Sendable {  // run by one task at a time
 
     // MARK: The story
 
-    func run(bulkPurchases: Int, seed: UInt64) async {
+    func run(bulkPurchases: Int, seed: UInt64, historyMonths: Int = 0) async {
         try? FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let steps: [(String, () async throws -> String)] = [
             ("A purchase", purchase), ("A double tap", doubleTap),
@@ -252,7 +263,14 @@ final class DemoStory: @unchecked Sendable {  // run by one task at a time
                 }
             ),
         ]
-        let shown = bulkPurchases > 0 ? steps : Array(steps.dropLast())
+        var shown = bulkPurchases > 0 ? steps : Array(steps.dropLast())
+        if historyMonths > 0 {
+            shown.append(
+                (
+                    "\(historyMonths) months of history for the dashboard's charts (--keep)",
+                    { try await self.history(months: historyMonths, seed: seed) }
+                ))
+        }
         for (index, (title, body)) in shown.enumerated() {
             if let failure = await live.step(index + 1, shown.count, title, body) { failures.append(failure) }
         }
@@ -576,6 +594,12 @@ final class DemoStory: @unchecked Sendable {  // run by one task at a time
     /// ledger; then the figures.
     func summary() async throws -> Summary {
         var broken = failures
+        // The figures once the server is still: a notification received moments ago is applied
+        // before they are read (up to 30 s), so two runs of one seed print the same summary.
+        let still = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < still, (try await app.notifications.counts()["pending"] ?? 0) > 0 {
+            try await Task.sleep(for: .milliseconds(100))
+        }
         var paidIds: Set<String> = Set(sandboxTransactions)
         for appleId in Set(appleIds) {
             for transaction in await store.paidRecord(for: appleId).transactions {

@@ -11,7 +11,7 @@ struct StoreKeeperCommand: AsyncParsableCommand {
         subcommands: [
             ServeCommand.self, MigrateCommand.self, ConfigCommand.self, ReverifyCommand.self, VerifyCommand.self,
             LocalStoreCommand.self, BenchCommand.self, ReconcileCommand.self, SimulateCommand.self, ExtendCommand.self,
-            DemoCommand.self, ImportCommand.self, ChaosCommand.self,
+            DemoCommand.self, ImportCommand.self, ChaosCommand.self, MCPCommand.self,
         ]
     )
 }

@@ -27,10 +27,44 @@ final class Generation: @unchecked Sendable {
         set { lock.withLock { isDead = newValue } }
     }
 
-    /// A crash point: the process may die here.
+    /// Between a tap and StoreKit's charge: the only death there is the one planned with the tap
+    /// (nil: outside that window, crash points draw as usual).
+    private var deathBeforePaying: Bool?
+
+    /// Opens the window (`dies`: whether the app is killed at the payment sheet); false when the
+    /// app is already dead.
+    func openPaymentWindow(dies: Bool) -> Bool {
+        lock.withLock {
+            guard !isDead else { return false }
+            deathBeforePaying = dies
+            return true
+        }
+    }
+
+    /// Closes it (the purchase ended without reaching the payment sheet).
+    func closePaymentWindow() {
+        lock.withLock { deathBeforePaying = nil }
+    }
+
+    /// At the payment sheet: the planned death, if any; the window closes either way.
+    func dieIfPlannedBeforePaying() throws {
+        try lock.withLock {
+            guard !isDead else { throw SimulatedCrash() }
+            defer { deathBeforePaying = nil }
+            if deathBeforePaying == true {
+                isDead = true
+                crashed = true
+                throw SimulatedCrash()
+            }
+        }
+    }
+
+    /// A crash point: the process may die here (never between a tap and the charge, but for the
+    /// planned death at the payment sheet).
     func maybeCrash() throws {
         try lock.withLock {
             guard !isDead else { throw SimulatedCrash() }
+            if deathBeforePaying != nil { return }
             if crashRate > 0 && random.unit() < crashRate {
                 isDead = true
                 crashed = true

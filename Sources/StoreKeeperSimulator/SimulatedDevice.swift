@@ -36,7 +36,19 @@ public actor SimulatedDevice {
     let storeURL: URL
     let retry: RetryPolicy
     var faults: DeviceFaults
+    /// What the player does and what StoreKit does with each payment (taps, merges, Ask to Buy,
+    /// callbacks): drawn only on each purchase's own path, in order, so a seed makes the same
+    /// purchases and the same payments however the run is timed.
     var random: SeededRandom
+    /// What the network and the process do (failures, proxies, stale receipts, callback delays):
+    /// drawn as requests happen, so its sequence follows the run's timing; none of it decides
+    /// whether a purchase is paid.
+    var noise: SeededRandom
+    /// From a tap until StoreKit charged (or refused): no unplanned fault strikes here, so what is
+    /// paid depends on the seed alone (the planned death before paying is drawn with the tap).
+    var beforePayment = false
+    /// A double tap's second tap, due when the first one's payment sheet is up.
+    var secondTap: (productId: String, quantity: Int)?
 
     // StoreKit's side (survives crashes).
     var unfinished: [StoreTransaction] = []
@@ -56,6 +68,8 @@ public actor SimulatedDevice {
     let clockOffset = Locked<TimeInterval>(0)
     var receiptProofs: Set<String> = []
     var askToBuy: [String] = []
+    /// The catalog's consumables (a merged payment rides along with another one).
+    var consumables: [String] = []
     var tokenOfOrder: [UUID: String] = [:]
     var continuation: AsyncStream<PaymentUpdate>.Continuation?
 
@@ -65,15 +79,15 @@ public actor SimulatedDevice {
     var deliveredAnswers: [String: Int] = [:]
 
     // Counters for the report.
-    public private(set) var payments = 0
+    public internal(set) var payments = 0
     public private(set) var purchasesStarted = 0
-    public private(set) var finishedBeforeAck = 0
+    public internal(set) var finishedBeforeAck = 0
     public private(set) var crashes = 0
-    public private(set) var doubleCharges = 0
+    public internal(set) var doubleCharges = 0
     public private(set) var networkFailures = 0
     public private(set) var stuckPurchases = 0
-    public private(set) var middleboxErrors = 0
-    public private(set) var requests = 0
+    public internal(set) var middleboxErrors = 0
+    public internal(set) var requests = 0
 
     var generation: Generation
     public private(set) var coordinator: PurchaseCoordinator?
@@ -116,6 +130,7 @@ public actor SimulatedDevice {
         self.faults = faults
         self.retry = retry
         self.random = SeededRandom(seed: seed)
+        self.noise = SeededRandom(seed: seed ^ 0x6E6F_6973_65)
         self.generation = Generation(number: 0)
     }
 
@@ -126,7 +141,9 @@ public actor SimulatedDevice {
         trace("\(appleId) launch")
         if generation.crashed { crashes += 1 }
         // `crash` is per purchase; a purchase passes about ten crash points.
-        generation = Generation(number: generation.number + 1, seed: random.next(), crashRate: faults.crash / 10)
+        // How often the app relaunches follows the run's timing (crashes strike as requests
+        // happen): its draws come from `noise`, never from the purchases' own stream.
+        generation = Generation(number: generation.number + 1, seed: noise.next(), crashRate: faults.crash / 10)
         continuation?.finish()
         continuation = nil
         let gate = generation
@@ -172,23 +189,38 @@ public actor SimulatedDevice {
     /// One tap on "buy" (sometimes two). Returns once the app has an answer or crashed (then
     /// relaunched).
     public func buy(productId: String, quantity: Int) async throws {
-        guard let coordinator else { return try await launch() }
-        if random.chance(faults.clockJump) {
-            let jump = (random.unit() * 2 - 1) * 86_400
-            clockOffset.withValue { $0 += jump }
+        // The app died between purchases (a crash while it worked in the background): the user
+        // opens it again before tapping.
+        // Every choice of this purchase, drawn now and always the same number of draws.
+        let jumps = random.chance(faults.clockJump)
+        let jump = (random.unit() * 2 - 1) * 86_400
+        let switches = random.chance(faults.switchAccount)
+        let switchPick = random.below(max(1, accounts.count - 1))
+        let tokenless = random.chance(faults.tokenless)
+        let doubleTap = random.chance(faults.doubleTap)
+        let diesBeforePaying = random.chance(faults.crash / 10)
+        // From here to the charge no unplanned fault strikes; the window opens on a live app
+        // (atomically: a crash on another task may have just killed it).
+        while coordinator == nil || !generation.openPaymentWindow(dies: diesBeforePaying) { try await relaunch() }
+        beforePayment = true
+        let windowGate = generation
+        defer {
+            beforePayment = false
+            windowGate.closePaymentWindow()
         }
-        if accounts.count > 1, random.chance(faults.switchAccount), await mayHandOver(coordinator) {
+        guard let coordinator else { return }
+        if jumps { clockOffset.withValue { $0 += jump } }
+        if accounts.count > 1, switches, await mayHandOver(coordinator) {
             // Another user of the device: log out, log in as them (purchases may be pending).
             let others = accounts.filter { $0 != currentAccount }
-            currentAccount = others[random.below(others.count)]
+            currentAccount = others[switchPick % others.count]
             await coordinator.logout()
             await coordinator.login(currentAccount)
         }
-        if random.chance(faults.tokenless) { try await buyOutsideTheApp() }
+        if tokenless { try await buyOutsideTheApp() }
         purchasesStarted += 1
         trace("\(appleId) buy \(purchasesStarted) \(productId) gen \(generation.number)")
         defer { trace("\(appleId) buy \(purchasesStarted) done") }
-        let paymentsBefore = payments
         let gate = generation
         let bound = stuckBound
         let watchdog = Task {
@@ -198,15 +230,21 @@ public actor SimulatedDevice {
             gate.dead = true
             await coordinator.shutdown()
         }
-        if random.chance(faults.doubleTap) {
-            async let first = try? coordinator.purchase(productId: productId, quantity: quantity)
-            try? await Task.sleep(nanoseconds: 1_000_000)
-            let second = try? await coordinator.purchase(productId: productId, quantity: quantity)
-            _ = await first
-            // Two taps, one payment: a second one would be a double charge.
-            if second != nil && payments - paymentsBefore > 1 { doubleCharges += 1 }
-        } else {
-            _ = try? await coordinator.purchase(productId: productId, quantity: quantity)
+        // A double tap: the second tap lands while StoreKit shows the first one's payment sheet
+        // (`purchase(productId:quantity:token:gate:)`), so the SDK must refuse it — never after
+        // the first purchase ended, where it would be a new purchase the seed did not plan.
+        secondTap = doubleTap ? (productId, quantity) : nil
+        defer { secondTap = nil }
+        // The server could not make the order (busy, a timeout on a loaded machine): nothing was
+        // charged, and the player taps again — so what is paid stays the seed's.
+        for attempt in 1...8 {
+            do {
+                _ = try await coordinator.purchase(productId: productId, quantity: quantity)
+            } catch PurchaseError.order(_) where attempt < 8 && !gate.dead {
+                try? await Task.sleep(nanoseconds: UInt64(attempt) * 200_000_000)
+                continue
+            } catch {}
+            break
         }
         watchdog.cancel()
         if gate.dead { try await relaunch() }
@@ -238,6 +276,7 @@ public actor SimulatedDevice {
         let payment = try await control.pay(
             appleId: appleId, items: [(product, 1)], appAccountToken: nil, askToBuy: false)
         payments += 1
+        trace("\(appleId) OUTSIDE \(product)")
         let transactions = map(payment, owner: currentAccount)
         for transaction in transactions { report(transaction) }
         guard let coordinator else { return }
@@ -256,6 +295,7 @@ public actor SimulatedDevice {
             let pendingId = askToBuy.removeFirst()
             guard let payment = try? await control.approve(pendingId) else { continue }
             payments += 1
+            trace("\(appleId) APPROVED \(pendingId)")
             let transactions = map(payment, owner: askToBuyOwner[pendingId] ?? currentAccount)
             for transaction in transactions { report(transaction) }
             if !all { break }
@@ -398,204 +438,18 @@ public actor SimulatedDevice {
         continuation?.finish()
     }
 
-    // MARK: StoreKit's side
-
-    func map(_ payment: LocalStoreControl.Payment, owner: String, receiptOnly: Bool = false) -> [StoreTransaction] {
-        let merged = receiptOnly || payment.transactions.count > 1
-        var result: [StoreTransaction] = []
-        for (index, transaction) in payment.transactions.enumerated() {
-            // StoreKit 1 has no JWS: its proof is the app receipt.
-            let signed = merged || storeKit == .one ? nil : payment.signedTransactions[index]
-            if signed == nil { receiptProofs.insert(transaction.transactionId) }
-            let mapped = StoreTransaction(
-                id: transaction.transactionId, originalId: transaction.originalTransactionId,
-                productId: transaction.productId, quantity: transaction.quantity ?? 1,
-                appAccountToken: transaction.appAccountToken.flatMap(UUID.init(uuidString:)),
-                purchaseDate: Date(timeIntervalSince1970: Double(transaction.purchaseDate ?? 0) / 1000),
-                signedTransaction: signed)
-            paidBy[mapped.id] = owner
-            if let token = mapped.appAccountToken { tokenOfTransaction[mapped.id] = token }
-            unfinished.append(mapped)
-            result.append(mapped)
-        }
-        return result
-    }
-
-    /// StoreKit 1 hands the callback back without `applicationUsername` at this rate.
-    func dropTokenInCallback(_ transaction: StoreTransaction) -> StoreTransaction {
-        guard storeKit == .one, random.chance(faults.dropToken) else { return transaction }
-        var dropped = transaction
-        dropped.appAccountToken = nil
-        return dropped
-    }
-
-    /// StoreKit tells the app (when the app is running).
-    func report(_ transaction: StoreTransaction) {
-        continuation?.yield(.transaction(transaction))
-    }
-
-    func purchase(productId: String, quantity: Int, token: UUID, gate: Generation) async throws -> PaymentResult {
-        trace("\(appleId) pay")
-        defer { trace("\(appleId) pay done") }
-        try maybeCrash(gate)
-        let items = [(productId: productId, quantity: quantity)]
-        // A merged payment (seed 001: 6 + 30 charged as 36, one callback, both in the receipt):
-        // another payment the customer made rides along, without this order's token.
-        let mergedWith = random.chance(faults.merge) ? otherConsumable(than: productId) : nil
-        if random.chance(faults.staleCallback) {
-            // No charge: StoreKit answers with an old transaction (P11: an unfinished one; StoreKit
-            // 1: one finished before, "restored for free").
-            if let stale = unfinished.first {
-                if storeKit == .two { return .purchased(stale) }
-                reportLater(stale, gate: gate, late: false)
-                return .enqueued
-            }
-            if storeKit == .one, let old = finishedHistory.last(where: { $0.productId == productId }) {
-                var restored = old
-                restored.appAccountToken = nil
-                reportLater(restored, gate: gate, late: false)
-                return .enqueued
-            }
-        }
-        // StoreKit 2 signs the token into the transaction: it never comes back without it (its
-        // token-less transactions are purchases made outside the app, `tokenless`). StoreKit 1
-        // keeps it in the payment and may drop it in the callback (`applicationUsername` nil).
-        let dropToken = false
-        if random.chance(faults.askToBuy) {
-            let payment = try await control.pay(
-                appleId: appleId, items: items, appAccountToken: dropToken ? nil : token, askToBuy: true)
-            if let id = payment.pendingId {
-                askToBuy.append(id)
-                askToBuyOwner[id] = currentAccount
-            }
-            if storeKit == .one {
-                continuation?.yield(.deferred(productId: productId))
-                return .enqueued
-            }
-            return .deferred
-        }
-        let payment = try await control.pay(
-            appleId: appleId, items: items, appAccountToken: dropToken ? nil : token, askToBuy: false)
-        payments += 1
-        var transactions = map(payment, owner: currentAccount, receiptOnly: mergedWith != nil)
-        if let other = mergedWith {
-            let extra = try await control.pay(
-                appleId: appleId, items: [(other, 1)], appAccountToken: nil, askToBuy: false)
-            transactions += map(extra, owner: currentAccount, receiptOnly: true)
-        }
-        // The app may die right after paying, before hearing of it.
-        try maybeCrash(gate)
-        if random.chance(faults.dropCallback) { return .enqueued }
-        if mergedWith != nil, transactions.count == 2 {
-            let second = transactions.removeLast()
-            let reorder = random.chance(0.5)
-            if reorder { report(dropTokenInCallback(second)) }
-            defer { if !reorder { report(dropTokenInCallback(second)) } }
-        }
-        let first = transactions[0]
-        if random.chance(faults.duplicate) { report(dropTokenInCallback(first)) }
-        if storeKit == .one {
-            reportLater(dropTokenInCallback(first), gate: gate, late: random.chance(faults.lateCallback))
-            return .enqueued
-        }
-        if random.chance(faults.delay) {
-            reportLater(first, gate: gate, late: false)
-            return .enqueued
-        }
-        return .purchased(first)
-    }
-
-    /// The observer's callback, soon — or late: after the purchase call gave up waiting, so
-    /// that the next payment's callback may come first.
-    func reportLater(_ transaction: StoreTransaction, gate: Generation, late: Bool) {
-        let delay =
-            late
-            ? UInt64((purchaseTimeout + random.unit() * 1.5) * 1_000_000_000)
-            : UInt64(random.below(200)) * 1_000_000
-        callbacksOnTheWay += 1
-        Task {
-            try? await Task.sleep(nanoseconds: delay)
-            await self.reportIfRunning(transaction, gate: gate)
-            await self.callbackArrived()
-        }
-    }
-
-    func callbackArrived() { callbacksOnTheWay -= 1 }
-
-    func reportIfRunning(_ transaction: StoreTransaction, gate: Generation) {
-        guard !gate.dead, gate === generation else { return }
-        report(transaction)
-    }
-
-    var consumables: [String] = []
-    public func setConsumables(_ ids: [String]) { consumables = ids }
-    func otherConsumable(than productId: String) -> String? {
-        let others = consumables.filter { $0 != productId }
-        return others.isEmpty ? nil : others[random.below(others.count)]
-    }
-
-    func finish(_ transactionId: String, gate: Generation) async {
-        guard !gate.dead else { return }
-        // Finishing what StoreKit no longer holds (a replayed, finished one) does nothing, and
-        // is no point at which the app dies.
-        guard unfinished.contains(where: { $0.id == transactionId }), (try? gate.maybeCrash()) != nil else { return }
-        if !acknowledged.contains(transactionId) { finishedBeforeAck += 1 }
-        if let done = unfinished.first(where: { $0.id == transactionId }) { finishedHistory.append(done) }
-        unfinished.removeAll { $0.id == transactionId }
-        try? await control.finish(transactionId)
-    }
-
-    func updates(gate: Generation) -> AsyncStream<PaymentUpdate> {
-        let (stream, continuation) = AsyncStream<PaymentUpdate>.makeStream()
-        if gate === generation && !gate.dead {
-            self.continuation = continuation
-            // StoreKit 2 replays history through `Transaction.updates` at launch (July 2025).
-            for old in history { continuation.yield(.transaction(old)) }
-        } else {
-            continuation.finish()
-        }
-        return stream
-    }
-
-    func unfinishedTransactions() -> [StoreTransaction] { unfinished }
-
-    func proof(for transaction: StoreTransaction, refresh: Bool) async throws -> Proof {
-        if let jws = transaction.signedTransaction { return .signedTransaction(jws) }
-        if receiptProofs.contains(transaction.id) { return .receipt(try await receipt(refresh: refresh)) }
-        return .transactionId(transaction.id)
-    }
-
-    /// The app receipt: the one last read (stale: it may lack the newest purchase) unless
-    /// refreshed, or at random as often as a device reads it anew.
-    func receipt(refresh: Bool) async throws -> String {
-        if !refresh, let cached = cachedReceipt, random.chance(faults.staleReceipt) { return cached }
-        let fresh = try await control.receipt(appleId: appleId)
-        cachedReceipt = fresh
-        return fresh
-    }
-
-    /// A proxy's answer instead of the server's, at the fault's rate: before the request got
-    /// through, or after the server answered.
-    func middlebox() -> (before: Int?, after: Int?) {
-        requests += 1
-        guard random.chance(faults.middlebox) else { return (nil, nil) }
-        middleboxErrors += 1
-        let status = [400, 404, 413, 502][random.below(4)]
-        return random.chance(0.5) ? (status, nil) : (nil, status)
-    }
-
     // MARK: The network
 
     func submissionFails() -> Bool {
-        guard random.chance(faults.submissionFailure) else { return false }
+        guard !beforePayment, noise.chance(faults.submissionFailure) else { return false }
         networkFailures += 1
         return true
     }
 
     func networkFails() -> (before: Bool, after: Bool) {
-        guard random.chance(faults.network) else { return (false, false) }
+        guard !beforePayment, noise.chance(faults.network) else { return (false, false) }
         networkFailures += 1
-        return random.chance(0.5) ? (true, false) : (false, true)
+        return noise.chance(0.5) ? (true, false) : (false, true)
     }
 
     /// Records what the server answered: a final verdict acknowledges the transaction(s).

@@ -14,7 +14,7 @@ public struct AccountNote: Sendable, Hashable {
     public var createdAt: Date
 }
 
-extension PurchaseStore {
+extension AccountStore {
     public func addNote(accountId: String, text: String, ticket: String?, author: String, now: Date) async throws
         -> AccountNote
     {
@@ -29,7 +29,7 @@ extension PurchaseStore {
                         \(bind: now.milliseconds))
                 """
             ).run()
-            try await Self.audit(
+            try await PurchaseStore.audit(
                 sql, actor: author, action: "account_note", subject: accountId,
                 detail: "note\(ticket.map { " (ticket \($0))" } ?? ""): \(text.prefix(300))", at: now.milliseconds)
         }

@@ -5,24 +5,35 @@ import StoreKeeperCatalog
 import StoreKeeperCore
 import StoreKeeperSupport
 
+/// An account's balances, entitlements, deliveries, debits and credits, notes and consent.
+public struct AccountStore: Sendable {
+    public let database: Database
+
+    public init(database: Database) {
+        self.database = database
+    }
+}
+
 /// What an account holds: balances, entitlements, deliveries.
-extension PurchaseStore {
+extension AccountStore {
     public func balances(of accountId: String) async throws -> [String: Int64] {
         try await account(accountId).balances
     }
 
     /// Balances and entitlements of an account, read together.
-    public func account(_ accountId: String) async throws -> AccountState {
+    public func account(_ accountId: String) async throws -> PurchaseStore.AccountState {
         try await database.read { sql in
-            try await Self.accountStates([accountId], sql: sql)[accountId] ?? AccountState()
+            try await Self.accountStates([accountId], sql: sql)[accountId] ?? PurchaseStore.AccountState()
         }
     }
 
     /// Balances and entitlements of several accounts in one statement (one round trip on
     /// PostgreSQL); accounts with neither are absent.
-    static func accountStates(_ accounts: [String], sql: any SQLDatabase) async throws -> [String: AccountState] {
+    static func accountStates(_ accounts: [String], sql: any SQLDatabase) async throws -> [String: PurchaseStore
+        .AccountState]
+    {
         guard !accounts.isEmpty else { return [:] }
-        var states: [String: AccountState] = [:]
+        var states: [String: PurchaseStore.AccountState] = [:]
         var commitments: [String: [String: PurchaseStore.SubscriptionRow.Commitment]] = [:]
         for row in try await sql.raw(
             """
@@ -53,8 +64,8 @@ extension PurchaseStore {
             let name = try row.decode(column: "name", as: String.self)
             let kind = try row.decode(column: "kind", as: String.self)
             if kind == "s" {
-                states[account, default: AccountState()].subscriptions.append(
-                    SubscriptionRow(
+                states[account, default: PurchaseStore.AccountState()].subscriptions.append(
+                    PurchaseStore.SubscriptionRow(
                         originalTransactionId: try row.decode(column: "original_transaction_id", as: String.self),
                         productId: try row.decode(column: "product_id", as: String.self), status: name,
                         expiresAt: try row.decode(column: "expires_at", as: Int64?.self).map(Date.init(milliseconds:)),
@@ -70,17 +81,19 @@ extension PurchaseStore {
                         expiresAt: try row.decode(column: "expires_at", as: Int64?.self).map(Date.init(milliseconds:)),
                         renews: name == "-1" ? nil : name == "1")
             } else if kind == "b" {
-                states[account, default: AccountState()].balances[name] = try row.decode(
+                states[account, default: PurchaseStore.AccountState()].balances[name] = try row.decode(
                     column: "amount", as: Int64.self)
             } else if kind == "g" {
-                states[account, default: AccountState()].entitlements.append(
+                states[account, default: PurchaseStore.AccountState()].entitlements.append(
                     EntitlementRow(
                         entitlementId: name, productId: nil,
                         originalTransactionId: nil,
-                        expiresAt: try row.decode(column: "expires_at", as: Int64?.self).map(Date.init(milliseconds:)),
+                        // A grant for good never ends.
+                        expiresAt: try row.decode(column: "expires_at", as: Int64?.self).map(Date.init(milliseconds:))
+                            .flatMap { $0 >= SupportStore.grantForGood ? nil : $0 },
                         grantId: try row.decode(column: "original_transaction_id", as: String.self)))
             } else {
-                states[account, default: AccountState()].entitlements.append(
+                states[account, default: PurchaseStore.AccountState()].entitlements.append(
                     EntitlementRow(
                         entitlementId: name, productId: try row.decode(column: "product_id", as: String.self),
                         originalTransactionId: try row.decode(column: "original_transaction_id", as: String.self),
@@ -127,7 +140,7 @@ extension PurchaseStore {
     }
 }
 
-extension PurchaseStore {
+extension AccountStore {
     /// What a delivery credited: its ledger entry `purchase:<transactionId>:<currency>`.
     static func credit(of transactionId: String, sql: any SQLDatabase) async throws -> RefundPlanner.Credit? {
         try await sql.raw(

@@ -31,8 +31,17 @@ public struct AnalyticsFilter: Sendable, Equatable {
         return text
     }
 }
+/// What operators read across accounts: analytics, revenue, exports, the dashboard's
+/// overview, search and account records.
+public struct ReportStore: Sendable {
+    public let database: Database
 
-extension PurchaseStore {
+    public init(database: Database) {
+        self.database = database
+    }
+}
+
+extension ReportStore {
     /// One tally per bucket for `metric` (docs/analytics.md): the database sums per quarter hour
     /// (or per cohort); `Analytics` places the sums in the buckets. `now` caps the stock
     /// metrics' instants and what counts as ended.

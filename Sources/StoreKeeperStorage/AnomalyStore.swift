@@ -5,8 +5,18 @@ import StoreKeeperCatalog
 import StoreKeeperCore
 import StoreKeeperSupport
 
+/// Anomalies and the audit log: raised, resolved by an operator or by a later delivery,
+/// and every operator action.
+public struct AnomalyStore: Sendable {
+    public let database: Database
+
+    public init(database: Database) {
+        self.database = database
+    }
+}
+
 /// The anomaly queue and the audit trail.
-extension PurchaseStore {
+extension AnomalyStore {
     public struct StoredAnomaly: Sendable, Hashable {
         public var id: String
         public var kind: String
@@ -113,7 +123,7 @@ extension PurchaseStore {
             WHERE id = \(bind: current.id) AND status = 'open'
             """
         ).run()
-        try await Self.audit(
+        try await PurchaseStore.audit(
             sql, actor: actor, action: "anomaly_\(resolution)", subject: current.id, detail: note, at: now.milliseconds)
         var draft = AnomalyDraft(
             kind: AnomalyDraft.Kind(rawValue: current.kind) ?? .verificationStuck,
@@ -246,7 +256,7 @@ extension PurchaseStore {
 
     public func recordAudit(actor: String, action: String, subject: String?, detail: String, now: Date) async throws {
         try await database.transaction { sql in
-            try await Self.audit(
+            try await PurchaseStore.audit(
                 sql, actor: actor, action: action, subject: subject, detail: detail, at: now.milliseconds)
         }
     }

@@ -3,9 +3,19 @@ import SQLKit
 import StoreKeeperCore
 import StoreKeeperSupport
 
+/// Apple Accounts: the appAccountToken each account's purchases carry (Set App Account
+/// Token claims), and Finish Transaction reports.
+public struct AppleAccountStore: Sendable {
+    public let database: Database
+
+    public init(database: Database) {
+        self.database = database
+    }
+}
+
 /// Each account's own appAccountToken, for purchases made outside the app (Set App Account
 /// Token): created once, random, stored — stable for the account's life.
-extension PurchaseStore {
+extension AppleAccountStore {
     public static let setTokenJobKind = "set_app_account_token"
 
     /// The job's payload.
@@ -49,7 +59,7 @@ extension PurchaseStore {
         var insert = sql.insert(into: "account_tokens").columns("account_id", "app_account_token", "created_at")
         var seen = Set<String>()
         for claim in claims where seen.insert(claim.account).inserted {
-            insert = insert.values([claim.account, UUID().uuidString.lowercased(), claim.at.milliseconds])
+            insert = insert.values([claim.account, RowIdentifiers.randomUUIDString(), claim.at.milliseconds])
         }
         return insert.ignoringConflicts(with: ["account_id"]).insert
     }
@@ -100,7 +110,7 @@ extension PurchaseStore {
     }
 }
 
-extension PurchaseStore {
+extension AppleAccountStore {
     public static let finishJobKind = "finish_transaction"
 
     /// Queues Finish Transaction for deliveries made at least `delay` ago (and at most a week

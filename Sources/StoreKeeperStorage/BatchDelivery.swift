@@ -63,9 +63,14 @@ struct BatchDelivery {
         }
         try await NotificationStore.lock(
             subjects, sql: sql, kind: sql.dialect.name == "postgresql" ? .postgres : .sqlite)
-        for (index, item) in items.enumerated() {
-            guard let writes = item.sideWrites else { continue }
-            held[index] = try await writes.beforeDelivery(transaction: item.transaction, sql: sql, now: item.now)
+        // Each store's side writes as a batch (a few multi-row statements for the whole batch
+        // where the store can, one round trip each on PostgreSQL), stores in turn.
+        for indices in sideWriteGroups(items.indices) {
+            let batch = indices.map {
+                (writes: items[$0].sideWrites!, transaction: items[$0].transaction, now: items[$0].now)
+            }
+            let answers = try await batch[0].writes.beforeDeliveries(batch, sql: sql)
+            for (index, answer) in zip(indices, answers) { held[index] = answer }
         }
         let planned = items.indices.filter { held[$0] == nil }
         let results = try await runPlanned(planned.map { items[$0] }, sql: sql, combineWrites: combineWrites)
@@ -73,13 +78,27 @@ struct BatchDelivery {
             PurchaseStore.DeliveryResult(
                 plan: .notPlanned, held: held[index])
         }
-        for (index, result) in zip(planned, results) {
-            all[index] = result
-            if let writes = items[index].sideWrites {
-                try await writes.afterDelivery(result: result, sql: sql, now: items[index].now)
-            }
+        for (index, result) in zip(planned, results) { all[index] = result }
+        for indices in sideWriteGroups(planned) {
+            let batch = indices.map { (writes: items[$0].sideWrites!, result: all[$0], now: items[$0].now) }
+            try await batch[0].writes.afterDeliveries(batch, sql: sql)
         }
         return all
+
+        /// The indices with side writes, grouped by their type (one store's each), in order.
+        func sideWriteGroups(_ indices: some Collection<Int>) -> [[Int]] {
+            var groups: [(type: ObjectIdentifier, indices: [Int])] = []
+            for index in indices {
+                guard let writes = items[index].sideWrites else { continue }
+                let type = ObjectIdentifier(Swift.type(of: writes))
+                if let at = groups.firstIndex(where: { $0.type == type }) {
+                    groups[at].indices.append(index)
+                } else {
+                    groups.append((type, [index]))
+                }
+            }
+            return groups.map(\.indices)
+        }
     }
 
     static func runPlanned(_ items: [Item], sql: any SQLDatabase, combineWrites: Bool) async throws
@@ -124,19 +143,14 @@ struct BatchDelivery {
         // A refund recorded before a delivery that exists now (another path delivered it
         // meanwhile) is the refund path's: only undelivered ones count here.
         refundedEarlier = refundedEarlier.filter { deliveries[$0.key] == nil }
-        // Every order an item could be attributed to, with one query: by token, by the order
-        // id in the request, and — for a token that matches no order, as in one-by-one
-        // delivery — the oldest open orders of the submitting account for the product, through
-        // the orders_open index and no more of them than the batch could pay (an account's
-        // open orders never all enter the write transaction).
+        // Every order an item could be attributed to: by token and by the order id in the
+        // request, with one query; then — for what names no order, as in one-by-one delivery —
+        // the oldest open orders of the submitting account for the product, through the
+        // orders_open index and no more of them than the batch could pay (an account's open
+        // orders never all enter the write transaction).
         var orders: [String: Order] = [:]
         let tokens = Array(Set(items.compactMap { $0.transaction.appAccountToken?.lowercased() }))
         let requestedIds = Array(Set(items.compactMap(\.requestedOrderId)))
-        var wanted: [OpenOrderKey: Int] = [:]
-        for item in items where item.requestedOrderId == nil {
-            guard let account = item.submittingAccount else { continue }
-            wanted[OpenOrderKey(account: account, product: item.transaction.productId ?? ""), default: 0] += 1
-        }
         var selects: [any SQLExpression] = []
         if !tokens.isEmpty {
             selects.append(SQLQueryString("SELECT * FROM orders WHERE app_account_token IN (\(binds: tokens))"))
@@ -144,19 +158,52 @@ struct BatchDelivery {
         if !requestedIds.isEmpty {
             selects.append(SQLQueryString("SELECT * FROM orders WHERE order_id IN (\(binds: requestedIds))"))
         }
-        for (key, count) in wanted.sorted(by: { ($0.key.account, $0.key.product) < ($1.key.account, $1.key.product) }) {
-            selects.append(
+        if !selects.isEmpty {
+            let union = SQLList(selects, separator: SQLRaw(" UNION ALL "))
+            for row in try await sql.raw("\(union)").all() {
+                let order = try OrderStore.decodeOrder(row)
+                orders[order.orderId] = order
+            }
+        }
+        // The FIFO rule's candidates, only for what names no order: no order id in the request
+        // and a token that is no order's (or none). First which of those accounts have open
+        // orders of those products at all (one small indexed read; usually none, as for
+        // purchases made outside the app), then each such pair's oldest ones.
+        let tokensOfOrders = Set(orders.values.map { $0.appAccountToken.uuidString.lowercased() })
+        var wanted: [OpenOrderKey: Int] = [:]
+        for item in items where item.requestedOrderId == nil {
+            guard let account = item.submittingAccount,
+                item.transaction.appAccountToken.map({ !tokensOfOrders.contains($0.lowercased()) }) ?? true
+            else { continue }
+            wanted[OpenOrderKey(account: account, product: item.transaction.productId ?? ""), default: 0] += 1
+        }
+        if !wanted.isEmpty {
+            var open = Set<OpenOrderKey>()
+            for row in try await sql.raw(
+                """
+                SELECT DISTINCT account_id, product_id FROM orders
+                WHERE account_id IN (\(binds: Array(Set(wanted.keys.map(\.account))))) AND status IN ('created', 'pending')
+                """
+            ).all() {
+                open.insert(
+                    OpenOrderKey(
+                        account: try row.decode(column: "account_id", as: String.self),
+                        product: try row.decode(column: "product_id", as: String.self)))
+            }
+            let oldest = wanted.filter { open.contains($0.key) }.sorted {
+                ($0.key.account, $0.key.product) < ($1.key.account, $1.key.product)
+            }.map { key, count -> any SQLExpression in
                 SQLQueryString(
                     """
                     SELECT * FROM (SELECT * FROM orders WHERE account_id = \(bind: key.account) AND product_id = \(bind: key.product)
                     AND status IN ('created', 'pending') ORDER BY created_at, order_id LIMIT \(unsafeRaw: String(count))) AS o
-                    """))
-        }
-        if !selects.isEmpty {
-            let union = SQLList(selects, separator: SQLRaw(" UNION ALL "))
-            for row in try await sql.raw("\(union)").all() {
-                let order = try PurchaseStore.decodeOrder(row)
-                orders[order.orderId] = order
+                    """)
+            }
+            if !oldest.isEmpty {
+                for row in try await sql.raw("\(SQLList(oldest, separator: SQLRaw(" UNION ALL ")))").all() {
+                    let order = try OrderStore.decodeOrder(row)
+                    orders[order.orderId] = order
+                }
             }
         }
         // A token that is no order's may be an account's own (Set App Account Token gave it to
@@ -408,8 +455,8 @@ struct BatchDelivery {
             }
             inserts.append(insert.insert)
         }
-        if let jobs = try PurchaseStore.claimJobs(claims, sql: sql) { inserts.append(jobs) }
-        if let tokens = PurchaseStore.claimTokens(claims, sql: sql) { inserts.append(tokens) }
+        if let jobs = try AppleAccountStore.claimJobs(claims, sql: sql) { inserts.append(jobs) }
+        if let tokens = AppleAccountStore.claimTokens(claims, sql: sql) { inserts.append(tokens) }
         if combineWrites && inserts.count > 1 {
             // PostgreSQL: one statement (data-modifying WITH), one round trip for all of them.
             try await sql.execute(sql: CombinedWrites(writes: inserts)) { _ in }
@@ -427,7 +474,7 @@ struct BatchDelivery {
             try await PurchaseStore.apply(plan, transaction: transaction, context: context, sql: sql, now: now)
         }
         // Open anomalies about what was just delivered close themselves (`delivered_later`).
-        try await PurchaseStore.resolveDeliveredLater(
+        try await AnomalyStore.resolveDeliveredLater(
             newDeliveries.map { ($0.0.transactionId, $0.0.accountId) }, sql: sql, now: items[0].now)
         try await SubscriptionStore.apply(subscriptionWrites, sql: sql)
         try await OfferStore.record(offerFacts, sql: sql)
@@ -450,7 +497,7 @@ struct BatchDelivery {
             }
         }
         // The submitting accounts as committed, for the answers.
-        let states = try await PurchaseStore.accountStates(
+        let states = try await AccountStore.accountStates(
             Array(Set(items.compactMap(\.submittingAccount))), sql: sql)
         for (index, item) in items.enumerated() {
             results[index].account = item.submittingAccount.map { states[$0] ?? PurchaseStore.AccountState() }
@@ -485,4 +532,33 @@ public protocol StoreSideWrites: Sendable {
         -> PurchaseStore.DeliveryResult.Held?
     /// After planning, with what the delivery did.
     func afterDelivery(result: PurchaseStore.DeliveryResult, sql: any SQLDatabase, now: Date) async throws
+    /// `beforeDelivery` for a batch's writes of this type (`self` is the first of them), in
+    /// order; a store may write them as a few multi-row statements.
+    func beforeDeliveries(
+        _ batch: [(writes: any StoreSideWrites, transaction: StoreTransaction, now: Date)], sql: any SQLDatabase
+    ) async throws -> [PurchaseStore.DeliveryResult.Held?]
+    /// `afterDelivery` for a batch's planned writes of this type (`self` is the first of them).
+    func afterDeliveries(
+        _ batch: [(writes: any StoreSideWrites, result: PurchaseStore.DeliveryResult, now: Date)], sql: any SQLDatabase
+    ) async throws
+}
+
+extension StoreSideWrites {
+    /// One after the other.
+    public func beforeDeliveries(
+        _ batch: [(writes: any StoreSideWrites, transaction: StoreTransaction, now: Date)], sql: any SQLDatabase
+    ) async throws -> [PurchaseStore.DeliveryResult.Held?] {
+        var held: [PurchaseStore.DeliveryResult.Held?] = []
+        for item in batch {
+            held.append(try await item.writes.beforeDelivery(transaction: item.transaction, sql: sql, now: item.now))
+        }
+        return held
+    }
+
+    /// One after the other.
+    public func afterDeliveries(
+        _ batch: [(writes: any StoreSideWrites, result: PurchaseStore.DeliveryResult, now: Date)], sql: any SQLDatabase
+    ) async throws {
+        for item in batch { try await item.writes.afterDelivery(result: item.result, sql: sql, now: item.now) }
+    }
 }

@@ -33,7 +33,7 @@ public struct ConsentRescission: Sendable, Hashable {
     public var receivedAt: Date
 }
 
-extension PurchaseStore {
+extension AccountStore {
     public func consent(of accountId: String) async throws -> Consent {
         try await database.read { sql in try await Self.consent(of: accountId, sql: sql) }
     }
@@ -68,7 +68,7 @@ extension PurchaseStore {
             }
             try await Self.writeConsent(
                 accountId, consented: consumptionData, source: source, sql: sql, at: now.milliseconds)
-            try await Self.audit(
+            try await PurchaseStore.audit(
                 sql, actor: source, action: consumptionData ? "consent_given" : "consent_withdrawn",
                 subject: accountId,
                 detail:
@@ -160,7 +160,7 @@ extension NotificationApplier {
         let at = now.milliseconds
         let accounts =
             if let id = record.appTransactionId {
-                try await PurchaseStore.accounts(ofAppTransaction: id, sql: sql)
+                try await AccountStore.accounts(ofAppTransaction: id, sql: sql)
             } else { [String]() }
         try await sql.raw(
             """
@@ -172,7 +172,7 @@ extension NotificationApplier {
             """
         ).run()
         for account in accounts {
-            try await PurchaseStore.writeConsent(account, consented: false, source: "rescind_consent", sql: sql, at: at)
+            try await AccountStore.writeConsent(account, consented: false, source: "rescind_consent", sql: sql, at: at)
             try await sql.raw("UPDATE consents SET rescinded_at = \(bind: at) WHERE account_id = \(bind: account)")
                 .run()
         }

@@ -25,11 +25,17 @@ public struct DashboardOverview: Sendable, Equatable {
     public var deadLetters: Int
 }
 
-extension PurchaseStore {
+extension ReportStore {
     static let millisecondsPerDay: Int64 = 86_400_000
 
     /// The overview: the last `days` days (UTC) up to `now`.
-    public func dashboardOverview(days: Int, now: Date, smallBusinessProgram: Bool) async throws -> DashboardOverview {
+    /// `apps`: only those apps' rows (a key limited to some apps); nil: every app.
+    public func dashboardOverview(days: Int, now: Date, smallBusinessProgram: Bool, apps: Set<String>? = nil)
+        async throws -> DashboardOverview
+    {
+        // Bound, never spliced: ` AND app_id IN (…)` for a limited view.
+        let only: SQLQueryString =
+            apps.map { " AND app_id IN (\(binds: $0.sorted()))" } ?? ""
         let today = now.milliseconds / Self.millisecondsPerDay
         let firstDay = today - Int64(max(days, 1) - 1)
         let from = firstDay * Self.millisecondsPerDay
@@ -43,7 +49,7 @@ extension PurchaseStore {
             let delivered = try await sql.raw(
                 """
                 SELECT delivered_at / 86400000 AS d, COUNT(*) AS n FROM deliveries
-                WHERE delivered_at >= \(bind: from) GROUP BY 1
+                WHERE delivered_at >= \(bind: from)\(only) GROUP BY 1
                 """
             ).all()
             for row in delivered {
@@ -56,7 +62,7 @@ extension PurchaseStore {
                        CAST(SUM(\(kept)) AS BIGINT) AS kept
                 FROM deliveries
                 WHERE delivered_at >= \(bind: from) AND price_milli IS NOT NULL AND proceeds_percent IS NOT NULL
-                      AND environment NOT IN ('Sandbox', 'Xcode')
+                      AND environment NOT IN ('Sandbox', 'Xcode')\(only)
                 GROUP BY 1, 2
                 """
             ).all()
@@ -71,7 +77,7 @@ extension PurchaseStore {
                        CAST(SUM(CASE WHEN price_milli IS NULL OR proceeds_percent IS NULL
                                      OR environment IN ('Sandbox', 'Xcode') THEN 0
                                      ELSE \(kept) * COALESCE(refund_share, 100000) / 100000 END) AS BIGINT) AS kept
-                FROM deliveries WHERE refunded_at >= \(bind: from) GROUP BY 1, 2
+                FROM deliveries WHERE refunded_at >= \(bind: from)\(only) GROUP BY 1, 2
                 """
             ).all()
             for row in refunds {
@@ -83,12 +89,15 @@ extension PurchaseStore {
                 }
             }
             var statuses: [String: Int] = [:]
-            for row in try await sql.raw("SELECT status, COUNT(*) AS n FROM subscriptions GROUP BY status").all() {
+            for row in try await sql.raw(
+                "SELECT status, COUNT(*) AS n FROM subscriptions WHERE 1 = 1\(only) GROUP BY status"
+            )
+            .all() {
                 statuses[try row.decode(column: "status", as: String.self)] = try row.decode(column: "n", as: Int.self)
             }
             let counts = try await sql.raw(
                 """
-                SELECT (SELECT COUNT(*) FROM anomalies WHERE status = 'open') AS anomalies,
+                SELECT (SELECT COUNT(*) FROM anomalies WHERE status = 'open'\(only)) AS anomalies,
                        (SELECT COUNT(*) FROM jobs WHERE status = 'pending') AS jobs,
                        (SELECT COUNT(*) FROM notifications WHERE status = 'pending') AS notifications,
                        (SELECT COUNT(*) FROM outbox WHERE sent_at IS NULL AND dead_at IS NULL) AS webhooks,
@@ -145,7 +154,7 @@ extension PurchaseStore {
             }
             // A transaction by any id support is quoted: the store's transaction id, a Google
             // order id as printed (`GPA.…`, with or without `gp:`), a purchase token, a web payment.
-            let ids = try await Self.transactionIds(naming: term, sql: sql)
+            let ids = try await TransactionStore.transactionIds(naming: term, sql: sql)
             if let row = try await sql.raw(
                 "SELECT account_id FROM deliveries WHERE transaction_id IN (\(binds: ids)) LIMIT 1"
             ).first() {
@@ -182,6 +191,8 @@ extension PurchaseStore {
         public var currency: String
         public var amount: Int64
         public var createdAt: Date
+        /// Support's reason, for a credit or a debit given one.
+        public var reason: String? = nil
     }
 
     public struct OrderRow: Sendable, Hashable {
@@ -200,7 +211,7 @@ extension PurchaseStore {
     public struct AccountRecords: Sendable {
         public var ledger: [LedgerRow]
         public var orders: [OrderRow]
-        public var audit: [AuditEntry]
+        public var audit: [AnomalyStore.AuditEntry]
     }
 
     /// The store each of `ids` (transaction or original transaction ids) was bought in, as its
@@ -228,7 +239,7 @@ extension PurchaseStore {
         try await database.read { sql in
             let ledger = try await sql.raw(
                 """
-                SELECT entry_key, currency, amount, created_at FROM ledger WHERE account_id = \(bind: accountId)
+                SELECT entry_key, currency, amount, created_at, reason FROM ledger WHERE account_id = \(bind: accountId)
                 ORDER BY created_at DESC, entry_key LIMIT \(unsafeRaw: String(limit))
                 """
             ).all().map {
@@ -236,7 +247,8 @@ extension PurchaseStore {
                     entryKey: try $0.decode(column: "entry_key", as: String.self),
                     currency: try $0.decode(column: "currency", as: String.self),
                     amount: try $0.decode(column: "amount", as: Int64.self),
-                    createdAt: Date(milliseconds: try $0.decode(column: "created_at", as: Int64.self)))
+                    createdAt: Date(milliseconds: try $0.decode(column: "created_at", as: Int64.self)),
+                    reason: try $0.decode(column: "reason", as: String?.self))
             }
             let orders = try await sql.raw(
                 """
@@ -262,7 +274,7 @@ extension PurchaseStore {
                    OR subject IN (SELECT grant_id FROM grants WHERE account_id = \(bind: accountId))
                 ORDER BY created_at DESC, id LIMIT \(unsafeRaw: String(limit))
                 """
-            ).all().map(Self.decodeAudit)
+            ).all().map(AnomalyStore.decodeAudit)
             return AccountRecords(ledger: ledger, orders: orders, audit: audit)
         }
     }
@@ -270,7 +282,7 @@ extension PurchaseStore {
 
 // MARK: Refunds, as the stores report them
 
-extension PurchaseStore {
+extension ReportStore {
     /// One line of an account's refund history: a refund applied to one of its purchases, or an
     /// App Store refund request and its outcome as Apple's notifications report them.
     public struct RefundHistoryRow: Sendable, Hashable {

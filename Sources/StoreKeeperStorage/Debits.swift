@@ -6,7 +6,7 @@ import StoreKeeperCore
 import StoreKeeperSupport
 
 /// Debits: one conditional UPDATE of the balance, idempotent per key.
-extension PurchaseStore {
+extension AccountStore {
     public enum DebitResult: Sendable, Hashable {
         case debited(balance: Int64)
         case insufficient(balance: Int64)
@@ -78,13 +78,13 @@ extension PurchaseStore {
                     ).run()
                     try await sql.raw(
                         """
-                        INSERT INTO ledger (entry_key, account_id, currency, amount, created_at)
+                        INSERT INTO ledger (entry_key, account_id, currency, amount, created_at, reason)
                         VALUES (\(bind: "debit:v2:" + idempotencyKey), \(bind: accountId), \(bind: currency),
-                                \(bind: -amount), \(bind: now.milliseconds))
+                                \(bind: -amount), \(bind: now.milliseconds), \(bind: reason))
                         """
                     ).run()
                     if let reason {
-                        try await Self.audit(
+                        try await PurchaseStore.audit(
                             sql, actor: "operator", action: "balance_debited", subject: accountId,
                             detail: "debited \(amount) \(currency) (balance \(after)): \(reason)", at: now.milliseconds)
                     }
@@ -158,12 +158,12 @@ extension PurchaseStore {
                     ).run()
                     try await sql.raw(
                         """
-                        INSERT INTO ledger (entry_key, account_id, currency, amount, created_at)
+                        INSERT INTO ledger (entry_key, account_id, currency, amount, created_at, reason)
                         VALUES (\(bind: "credit:" + idempotencyKey), \(bind: accountId), \(bind: currency),
-                                \(bind: amount), \(bind: now.milliseconds))
+                                \(bind: amount), \(bind: now.milliseconds), \(bind: reason))
                         """
                     ).run()
-                    try await Self.audit(
+                    try await PurchaseStore.audit(
                         sql, actor: actor, action: "balance_credited", subject: accountId,
                         detail: "credited \(amount) \(currency) (balance \(after)): \(reason)", at: now.milliseconds)
                     return .credited(balance: after)

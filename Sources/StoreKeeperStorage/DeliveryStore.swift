@@ -120,8 +120,9 @@ extension PurchaseStore {
         }
         let held = String(decoding: try JSONEncoder().encode(transaction), as: UTF8.self)
         for anomaly in plan.anomalies {
-            let key = dedupeKey(anomaly.kind.rawValue, anomaly.transactionId, anomaly.orderId, anomaly.accountId)
-            try await insertAnomaly(anomaly, dedupeKey: key, payload: held, sql: sql, at: at)
+            let key = AnomalyStore.dedupeKey(
+                anomaly.kind.rawValue, anomaly.transactionId, anomaly.orderId, anomaly.accountId)
+            try await AnomalyStore.insertAnomaly(anomaly, dedupeKey: key, payload: held, sql: sql, at: at)
         }
         if let delivery = plan.delivery {
             try await sql.raw(

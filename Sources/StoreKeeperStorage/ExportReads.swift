@@ -5,7 +5,7 @@ import SQLKit
 /// order (time, then a key), resumable from the last row's cursor. docs/analytics.md lists the
 /// columns.
 public enum ExportKind: String, Sendable, CaseIterable {
-    case events, transactions, subscriptions
+    case events, transactions, subscriptions, orders
 }
 
 public struct ExportCursor: Sendable, Equatable {
@@ -60,7 +60,7 @@ public struct ExportPage: Sendable {
     }
 }
 
-extension PurchaseStore {
+extension ReportStore {
     enum ColumnType { case text, integer, time }
 
     static let exportColumns: [ExportKind: [(String, ColumnType)]] = [
@@ -78,6 +78,11 @@ extension PurchaseStore {
             ("product_id", .text), ("status", .text), ("expires_at", .time), ("auto_renew", .integer),
             ("next_product_id", .text), ("grace_ends_at", .time), ("latest_transaction_id", .text),
             ("billing_plan", .text), ("signed_at", .time), ("updated_at", .time),
+        ],
+        .orders: [
+            ("order_id", .text), ("account_id", .text), ("app_id", .text), ("product_id", .text),
+            ("quantity", .integer), ("status", .text), ("created_at", .time), ("transaction_id", .text),
+            ("delivered_at", .time), ("offer_id", .text),
         ],
         .events: [
             ("type", .text), ("id", .text), ("at", .time), ("account_id", .text), ("app_id", .text), ("store", .text),
@@ -142,6 +147,14 @@ extension PurchaseStore {
                     SELECT *, updated_at AS cursor_at, 0 AS cursor_rank, original_transaction_id AS cursor_key
                     FROM storekeeper_subscriptions WHERE \(after("updated_at", "original_transaction_id", rank: 0))
                     ORDER BY updated_at, original_transaction_id LIMIT \(unsafeRaw: String(limit + 1))
+                    """)
+            case .orders:
+                found = try await rows(
+                    """
+                    SELECT order_id, account_id, app_id, product_id, quantity, status, created_at, transaction_id,
+                           delivered_at, offer_id, created_at AS cursor_at, 0 AS cursor_rank, order_id AS cursor_key
+                    FROM orders WHERE \(after("created_at", "order_id", rank: 0))
+                    ORDER BY created_at, order_id LIMIT \(unsafeRaw: String(limit + 1))
                     """)
             case .events:
                 // Each source read in its own index order, then merged: a page never sorts the

@@ -131,18 +131,37 @@ public struct GooglePlayStore: Sendable {
     }
 
     static func record(_ purchase: Purchase, acknowledge: Bool, sql: any SQLDatabase, now: Date) async throws -> Bool {
-        try await sql.raw(
+        let retired = try await upsert([(purchase, now)], sql: sql)
+        try await JobStore.insertMany(
+            (acknowledge ? [acknowledgeJob(purchase.purchaseToken)] : [])
+                + [orderPriceJob(purchase, now: now)].compactMap { $0 },
+            sql: sql, now: now)
+        return retired.contains(purchase.purchaseToken)
+    }
+
+    /// Purchases as read, in one statement (each token at most once: a token twice in one
+    /// `ON CONFLICT DO UPDATE` is an error on PostgreSQL); what is already known is kept where the
+    /// new reading says nothing. Returns the tokens that are retired (a replacement retired them).
+    static func upsert(_ purchases: [(purchase: Purchase, now: Date)], sql: any SQLDatabase) async throws -> Set<String>
+    {
+        guard !purchases.isEmpty else { return [] }
+        let rows = purchases.map { purchase, now -> SQLQueryString in
+            """
+            (\(bind: purchase.purchaseToken), \(bind: purchase.appId), \(bind: purchase.kind),
+             \(bind: purchase.productId), \(bind: purchase.catalogProductId), \(bind: purchase.accountId),
+             \(bind: purchase.orderId), \(bind: purchase.quantity), \(bind: purchase.state),
+             \(bind: purchase.test ? 1 : 0), \(bind: purchase.paidAt?.milliseconds),
+             \(bind: purchase.acknowledgedAt?.milliseconds), \(bind: purchase.linkedPurchaseToken),
+             \(bind: purchase.originalTransactionId), \(bind: purchase.expiresAt?.milliseconds),
+             \(bind: now.milliseconds))
+            """
+        }
+        let upsert: SQLQueryString =
             """
             INSERT INTO google_purchases (purchase_token, app_id, kind, product_id, catalog_product_id, account_id,
                 order_id, quantity, state, test, paid_at, acknowledged_at, linked_purchase_token,
                 original_transaction_id, expires_at, updated_at)
-            VALUES (\(bind: purchase.purchaseToken), \(bind: purchase.appId), \(bind: purchase.kind),
-                \(bind: purchase.productId), \(bind: purchase.catalogProductId), \(bind: purchase.accountId),
-                \(bind: purchase.orderId), \(bind: purchase.quantity), \(bind: purchase.state),
-                \(bind: purchase.test ? 1 : 0), \(bind: purchase.paidAt?.milliseconds),
-                \(bind: purchase.acknowledgedAt?.milliseconds), \(bind: purchase.linkedPurchaseToken),
-                \(bind: purchase.originalTransactionId), \(bind: purchase.expiresAt?.milliseconds),
-                \(bind: now.milliseconds))
+            VALUES \(rows.joined(separator: ", "))
             ON CONFLICT (purchase_token) DO UPDATE SET
                 account_id = COALESCE(google_purchases.account_id, excluded.account_id),
                 order_id = COALESCE(excluded.order_id, google_purchases.order_id),
@@ -153,24 +172,28 @@ public struct GooglePlayStore: Sendable {
                 original_transaction_id = COALESCE(google_purchases.original_transaction_id, excluded.original_transaction_id),
                 expires_at = COALESCE(excluded.expires_at, google_purchases.expires_at),
                 updated_at = excluded.updated_at
+            RETURNING purchase_token, retired
             """
-        ).run()
-        if acknowledge {
-            try await JobStore.insert(
-                kind: Self.acknowledgeJobKind,
-                dedupeKey: "\(Self.acknowledgeJobKind)|\(Self.tokenDigest(purchase.purchaseToken))",
-                payload: purchase.purchaseToken, sql: sql, now: now)
+        var retired = Set<String>()
+        for row in try await sql.raw(upsert).all() where try row.decode(column: "retired", as: Int.self) == 1 {
+            retired.insert(try row.decode(column: "purchase_token", as: String.self))
         }
-        // Once per paid one-time order (a test purchase earns nothing): its price, read from
-        // the Orders API after it is delivered.
-        if purchase.kind == "one_time", !purchase.test, purchase.paidAt != nil, let orderId = purchase.orderId {
-            try await JobStore.insert(
-                kind: Self.orderPriceJobKind, dedupeKey: "\(Self.orderPriceJobKind)|\(orderId)",
-                payload: purchase.purchaseToken, sql: sql, now: now, runAt: now.addingTimeInterval(5))
-        }
-        return try await sql.raw(
-            "SELECT retired FROM google_purchases WHERE purchase_token = \(bind: purchase.purchaseToken)"
-        ).first()?.decode(column: "retired", as: Int.self) == 1
+        return retired
+    }
+
+    /// The acknowledgement Google waits for, as a job (one per token).
+    static func acknowledgeJob(_ token: String) -> (kind: String, dedupeKey: String, payload: String, runAt: Date?) {
+        (acknowledgeJobKind, "\(acknowledgeJobKind)|\(tokenDigest(token))", token, nil)
+    }
+
+    /// Once per paid one-time order (a test purchase earns nothing): its price, read from the
+    /// Orders API after it is delivered.
+    static func orderPriceJob(_ purchase: Purchase, now: Date)
+        -> (kind: String, dedupeKey: String, payload: String, runAt: Date?)?
+    {
+        guard purchase.kind == "one_time", !purchase.test, purchase.paidAt != nil, let orderId = purchase.orderId
+        else { return nil }
+        return (orderPriceJobKind, "\(orderPriceJobKind)|\(orderId)", purchase.purchaseToken, now.addingTimeInterval(5))
     }
 
     /// A purchase token's digest: what the audit log, job keys and stored ids hold in place of
@@ -220,6 +243,31 @@ public struct GooglePlayStore: Sendable {
                 WHERE transaction_id = \(bind: transactionId) AND price_milli IS NULL
                 """
             ).run()
+        }
+    }
+
+    /// Several purchases acknowledged at Google, each with its audit entry, and their jobs done —
+    /// one database transaction for a batch (three writes a purchase were one each).
+    public func completeAcknowledgements(
+        _ done: [(
+            token: String, jobId: String, audit: (actor: String, action: String, subject: String?, detail: String)
+        )],
+        now: Date
+    ) async throws {
+        guard !done.isEmpty else { return }
+        try await database.transaction { sql in
+            try await sql.raw(
+                """
+                UPDATE google_purchases SET acknowledged_at = \(bind: now.milliseconds)
+                WHERE purchase_token IN (\(binds: done.map(\.token))) AND acknowledged_at IS NULL
+                """
+            ).run()
+            for entry in done {
+                try await PurchaseStore.audit(
+                    sql, actor: entry.audit.actor, action: entry.audit.action, subject: entry.audit.subject,
+                    detail: entry.audit.detail, at: now.milliseconds)
+            }
+            try await sql.raw("UPDATE jobs SET status = 'done' WHERE id IN (\(binds: done.map(\.jobId)))").run()
         }
     }
 
@@ -358,7 +406,7 @@ public struct GooglePlayStore: Sendable {
     public func voided(purchaseToken: String, orderId: String?, voidedQuantity: Int?, voidedAt: Int64?)
         async throws -> Voided
     {
-        let key = PurchaseStore.dedupeKey(
+        let key = AnomalyStore.dedupeKey(
             purchaseToken, orderId, voidedQuantity.map(String.init), voidedAt.map(String.init))
         return try await database.read { sql in
             let rows = try await sql.raw(
@@ -512,6 +560,80 @@ extension GooglePlayStore.Writes {
         return nil
     }
 
+    /// A batch's readings at once: the common purchase (a token once in the batch, replacing
+    /// none, no refund Google made before anyone claimed it) recorded by one multi-row upsert
+    /// that answers whether each token was retired, and their order-price jobs by one insert;
+    /// the others one by one first, as `beforeDelivery`.
+    public func beforeDeliveries(
+        _ batch: [(writes: any StoreSideWrites, transaction: StoreTransaction, now: Date)], sql: any SQLDatabase
+    ) async throws -> [PurchaseStore.DeliveryResult.Held?] {
+        var held = [PurchaseStore.DeliveryResult.Held?](repeating: nil, count: batch.count)
+        var tokens: [String: Int] = [:]
+        for item in batch {
+            if let writes = item.writes as? Self { tokens[writes.purchase.purchaseToken, default: 0] += 1 }
+        }
+        var common: [(index: Int, writes: Self, now: Date)] = []
+        for (index, item) in batch.enumerated() {
+            if let writes = item.writes as? Self, writes.retires == nil, writes.refundedBeforeDelivery == nil,
+                tokens[writes.purchase.purchaseToken] == 1
+            {
+                common.append((index, writes, item.now))
+            } else {
+                held[index] = try await item.writes.beforeDelivery(
+                    transaction: item.transaction, sql: sql, now: item.now)
+            }
+        }
+        guard !common.isEmpty else { return held }
+        let retired = try await GooglePlayStore.upsert(common.map { ($0.writes.purchase, $0.now) }, sql: sql)
+        try await JobStore.insertMany(
+            common.compactMap { item in
+                GooglePlayStore.orderPriceJob(item.writes.purchase, now: item.now)
+            }, sql: sql, now: common[0].now)
+        for item in common {
+            if !item.writes.paid {
+                held[item.index] = .unpaid
+            } else if retired.contains(item.writes.purchase.purchaseToken) {
+                held[item.index] = .retired
+            }
+        }
+        return held
+    }
+
+    /// A batch's deliveries at once: each purchase's account in one UPDATE, the acknowledgements
+    /// Google waits for in one insert.
+    public func afterDeliveries(
+        _ batch: [(writes: any StoreSideWrites, result: PurchaseStore.DeliveryResult, now: Date)], sql: any SQLDatabase
+    ) async throws {
+        var accounts: [(token: String, account: String)] = []
+        var acknowledgements: [(kind: String, dedupeKey: String, payload: String, runAt: Date?)] = []
+        for item in batch {
+            guard let writes = item.writes as? Self else {
+                try await item.writes.afterDelivery(result: item.result, sql: sql, now: item.now)
+                continue
+            }
+            guard let account = item.result.plan.accountId ?? item.result.plan.delivery?.accountId else { continue }
+            accounts.append((writes.purchase.purchaseToken, account))
+            if writes.needsAcknowledgement {
+                acknowledgements.append(GooglePlayStore.acknowledgeJob(writes.purchase.purchaseToken))
+            }
+        }
+        if !accounts.isEmpty {
+            // The rows were written before planning: only their accounts are new (a token
+            // twice in the batch: the first account, as one after the other would keep).
+            var seen = Set<String>()
+            let unique = accounts.filter { seen.insert($0.token).inserted }
+            let cases = unique.map { "WHEN \(bind: $0.token) THEN \(bind: $0.account)" as SQLQueryString }
+            try await sql.raw(
+                """
+                UPDATE google_purchases
+                SET account_id = COALESCE(account_id, CASE purchase_token \(cases.joined(separator: " ")) END)
+                WHERE purchase_token IN (\(binds: unique.map(\.token)))
+                """
+            ).run()
+        }
+        try await JobStore.insertMany(acknowledgements, sql: sql, now: batch[0].now)
+    }
+
     /// After planning: the account it went to, and the acknowledgement Google waits for.
     public func afterDelivery(result: PurchaseStore.DeliveryResult, sql: any SQLDatabase, now: Date) async throws {
         let writes = self
@@ -524,11 +646,8 @@ extension GooglePlayStore.Writes {
             """
         ).run()
         if writes.needsAcknowledgement {
-            _ = try await JobStore.insert(
-                kind: GooglePlayStore.acknowledgeJobKind,
-                dedupeKey:
-                    "\(GooglePlayStore.acknowledgeJobKind)|\(GooglePlayStore.tokenDigest(writes.purchase.purchaseToken))",
-                payload: writes.purchase.purchaseToken, sql: sql, now: now)
+            try await JobStore.insertMany(
+                [GooglePlayStore.acknowledgeJob(writes.purchase.purchaseToken)], sql: sql, now: now)
         }
     }
 }

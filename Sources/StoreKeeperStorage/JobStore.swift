@@ -48,23 +48,45 @@ public struct JobStore: Sendable {
             .decode(column: "id", as: String.self) ?? id
     }
 
+    /// Jobs as one multi-row insert (a job already queued under the same key is left as it
+    /// is): a batch's duties in one round trip.
+    static func insertMany(
+        _ jobs: [(kind: String, dedupeKey: String, payload: String, runAt: Date?)], sql: any SQLDatabase, now: Date
+    ) async throws {
+        guard !jobs.isEmpty else { return }
+        var insert = sql.insert(into: "jobs").columns(
+            "id", "kind", "dedupe_key", "payload", "status", "attempts", "run_at", "created_at", "stuck_reported")
+        var seen = Set<String>()
+        for job in jobs where seen.insert(job.dedupeKey).inserted {
+            insert = insert.values([
+                RowIdentifiers.uuidString(), job.kind, job.dedupeKey, job.payload, "pending", 0,
+                (job.runAt ?? now).milliseconds, now.milliseconds, 0,
+            ])
+        }
+        try await insert.ignoringConflicts(with: ["dedupe_key"]).run()
+    }
+
     /// Claims up to `limit` due jobs for `lease`: they are not due again until the lease runs
     /// out, so a runner that dies mid-job only delays it.
-    public func claimDue(now: Date, limit: Int = 64, lease: TimeInterval = 60) async throws -> [Job] {
+    /// `excluding`: kinds left pending for now (a store's call rate is spent).
+    public func claimDue(now: Date, limit: Int = 64, lease: TimeInterval = 60, excluding: [String] = []) async throws
+        -> [Job]
+    {
         let kind = database.kind
         return try await database.transaction { sql in
             let due = now.milliseconds
+            let skip: SQLQueryString = excluding.isEmpty ? "" : " AND kind NOT IN (\(binds: excluding))"
             let rows =
                 if kind == .postgres {
                     try await sql.raw(
                         """
-                        SELECT * FROM jobs WHERE status = 'pending' AND run_at <= \(bind: due)
+                        SELECT * FROM jobs WHERE status = 'pending' AND run_at <= \(bind: due)\(skip)
                         ORDER BY run_at LIMIT \(bind: limit) FOR UPDATE SKIP LOCKED
                         """
                     ).all()
                 } else {
                     try await sql.raw(
-                        "SELECT * FROM jobs WHERE status = 'pending' AND run_at <= \(bind: due) ORDER BY run_at LIMIT \(bind: limit)"
+                        "SELECT * FROM jobs WHERE status = 'pending' AND run_at <= \(bind: due)\(skip) ORDER BY run_at LIMIT \(bind: limit)"
                     ).all()
                 }
             var jobs: [Job] = []
@@ -110,20 +132,32 @@ public struct JobStore: Sendable {
         }
     }
 
-    /// Several jobs done, each with its audit entry, in one database transaction (a batch of
-    /// Set App Account Token calls costs the writer one turn, not one per purchase).
+    /// Several jobs done, each with its audit entry, and several refused for good, each with its
+    /// audit entry and error, in one database transaction (a batch of Set App Account Token calls
+    /// costs the writer one turn, not one or two per purchase).
     public func complete(
-        _ done: [(id: String, audit: (actor: String, action: String, subject: String?, detail: String)?)], now: Date
+        _ done: [(id: String, audit: (actor: String, action: String, subject: String?, detail: String)?)], now: Date,
+        failed: [(
+            id: String, audit: (actor: String, action: String, subject: String?, detail: String), error: String
+        )] =
+            []
     ) async throws {
-        guard !done.isEmpty else { return }
+        guard !done.isEmpty || !failed.isEmpty else { return }
         try await database.transaction { sql in
-            for entry in done {
-                guard let audit = entry.audit else { continue }
+            for audit in done.compactMap(\.audit) + failed.map(\.audit) {
                 try await PurchaseStore.audit(
                     sql, actor: audit.actor, action: audit.action, subject: audit.subject, detail: audit.detail,
                     at: now.milliseconds)
             }
-            try await sql.raw("UPDATE jobs SET status = 'done' WHERE id IN (\(binds: done.map(\.id)))").run()
+            if !done.isEmpty {
+                try await sql.raw("UPDATE jobs SET status = 'done' WHERE id IN (\(binds: done.map(\.id)))").run()
+            }
+            // Refused for good (Apple's final answer), each with its own error.
+            for failure in failed {
+                try await sql.raw(
+                    "UPDATE jobs SET status = 'failed', last_error = \(bind: failure.error) WHERE id = \(bind: failure.id)"
+                ).run()
+            }
         }
     }
 
@@ -141,6 +175,14 @@ public struct JobStore: Sendable {
         try await database.transaction { sql in
             try await sql.raw("UPDATE jobs SET status = 'failed', last_error = \(bind: error) WHERE id = \(bind: id)")
                 .run()
+        }
+    }
+
+    /// Due again at `runAt`, without counting an attempt (nothing was tried: a call rate spent).
+    public func postpone(_ ids: [String], until runAt: Date) async throws {
+        guard !ids.isEmpty else { return }
+        try await database.transaction { sql in
+            try await sql.raw("UPDATE jobs SET run_at = \(bind: runAt.milliseconds) WHERE id IN (\(binds: ids))").run()
         }
     }
 

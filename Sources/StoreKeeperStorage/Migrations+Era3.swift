@@ -274,5 +274,27 @@ extension Migrations {
                 "CREATE INDEX account_notes_account ON account_notes (account_id, created_at)",
             ]
         ),
+        (
+            31,
+            [
+                // The orders export and the dashboard's orders list read them in creation order.
+                "CREATE INDEX orders_created ON orders (created_at, order_id)"
+            ]
+        ),
+        (
+            32,
+            [
+                // Support's reason on a credit or debit, shown with the ledger entry.
+                "ALTER TABLE ledger ADD COLUMN reason TEXT"
+            ]
+        ),
+        (
+            33,
+            [
+                // deliveries_account_offer (account_id, offer_type) serves every read by account:
+                // the plain account index was one more B-tree written on every delivery.
+                "DROP INDEX IF EXISTS deliveries_account"
+            ]
+        ),
     ]
 }

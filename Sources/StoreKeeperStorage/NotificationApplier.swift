@@ -34,7 +34,7 @@ enum NotificationApplier {
             let owner = try await sql.raw(
                 "SELECT account_id FROM deliveries WHERE transaction_id = \(bind: transactionId)"
             ).first()?.decode(column: "account_id", as: String.self)
-            let consent: Consent? = if let owner { try await PurchaseStore.consent(of: owner, sql: sql) } else { nil }
+            let consent: Consent? = if let owner { try await AccountStore.consent(of: owner, sql: sql) } else { nil }
             guard owner != nil, consent?.consumptionData == true else {
                 let reason =
                     owner == nil
@@ -132,9 +132,9 @@ enum NotificationApplier {
         let product = settings.catalog.product(delivery?.productId ?? event.productId ?? "")
         var credit: RefundPlanner.Credit?
         var balance: Int64 = 0
-        if let delivery, let credited = try await PurchaseStore.credit(of: transactionId, sql: sql) {
+        if let delivery, let credited = try await AccountStore.credit(of: transactionId, sql: sql) {
             credit = credited
-            balance = try await PurchaseStore.balance(delivery.accountId, credited.currency, sql: sql)
+            balance = try await AccountStore.balance(delivery.accountId, credited.currency, sql: sql)
         }
         let context = RefundPlanner.Context(
             delivery: delivery, refunded: delivery?.refunded == true, credited: credit, balance: balance,
@@ -344,9 +344,9 @@ enum NotificationApplier {
                 .run()
         }
         for anomaly in plan.anomalies {
-            try await PurchaseStore.insertAnomaly(
+            try await AnomalyStore.insertAnomaly(
                 anomaly,
-                dedupeKey: PurchaseStore.dedupeKey(anomaly.kind.rawValue, transactionId, event.key),
+                dedupeKey: AnomalyStore.dedupeKey(anomaly.kind.rawValue, transactionId, event.key),
                 payload: nil, sql: sql, at: at)
         }
         let amount = plan.ledger.first

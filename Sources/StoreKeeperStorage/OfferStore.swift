@@ -6,8 +6,17 @@ import StoreKeeperSupport
 
 /// Offers on the database: what Apple signed about each delivered transaction's offer, the
 /// order a signed offer was for, and which Apple Accounts (appTransactionId) each account used.
-public enum OfferStore {
+public struct OfferStore: Sendable {
+    public let database: Database
     /// More app accounts than this on one Apple Account raise `shared_apple_id`.
+    public let sharedAppleIdLimit: Int
+
+    public init(database: Database, sharedAppleIdLimit: Int = Self.defaultSharedAppleIdLimit) {
+        self.database = database
+        self.sharedAppleIdLimit = sharedAppleIdLimit
+    }
+
+    /// More app accounts than this on one Apple Account raise `shared_apple_id`, unless configured.
     public static let defaultSharedAppleIdLimit = 3
 
     /// A transaction delivered in this database transaction, for the offer and Apple Account facts.
@@ -68,13 +77,13 @@ public enum OfferStore {
                     """
                 ).first()?.decode(column: "n", as: Int.self) ?? 0
             guard OfferEligibility.overLimit(fact.redemptionLimit, redemptions: redemptions) else { continue }
-            try await PurchaseStore.insertAnomaly(
+            try await AnomalyStore.insertAnomaly(
                 AnomalyDraft(
                     kind: .offerLimitExceeded, transactionId: fact.delivery.transactionId,
                     orderId: fact.delivery.orderId, accountId: fact.delivery.accountId,
                     detail:
                         "\(type == .winBack ? "win-back offer" : "offer code") \(Identifiers.quoted(id)) redeemed \(redemptions) times by account \(Identifiers.quoted(fact.delivery.accountId)) (catalog maxPerAccount \(fact.redemptionLimit ?? 0)); delivered"
-                ), dedupeKey: PurchaseStore.dedupeKey("offer_limit_exceeded", fact.delivery.transactionId),
+                ), dedupeKey: AnomalyStore.dedupeKey("offer_limit_exceeded", fact.delivery.transactionId),
                 payload: nil, sql: sql, at: fact.at)
         }
         // The Apple Accounts seen: one multi-row insert for the batch; only pairs seen for the
@@ -117,12 +126,12 @@ public enum OfferStore {
                 ORDER BY first_seen_at, account_id LIMIT 50
                 """
             ).all().map { try $0.decode(column: "account_id", as: String.self) }
-            try await PurchaseStore.insertAnomaly(
+            try await AnomalyStore.insertAnomaly(
                 AnomalyDraft(
                     kind: .sharedAppleId, transactionId: nil, orderId: nil, accountId: accounts.last,
                     detail:
                         "Apple Account (appTransactionId \(Identifiers.quoted(appTransactionId))) used by \(accounts.count)\(accounts.count == 50 ? "+" : "") accounts, more than \(limit): \(accounts.prefix(10).map(Identifiers.quoted).joined(separator: ", "))"
-                ), dedupeKey: PurchaseStore.dedupeKey("shared_apple_id", appTransactionId), payload: nil, sql: sql,
+                ), dedupeKey: AnomalyStore.dedupeKey("shared_apple_id", appTransactionId), payload: nil, sql: sql,
                 at: at)
         }
     }
@@ -136,7 +145,7 @@ public enum OfferStore {
     }
 }
 
-extension PurchaseStore {
+extension OfferStore {
     /// What offer eligibility reads about an account in a subscription group.
     public struct OfferHistory: Sendable {
         public var subscriptions: [SubscriptionState]

@@ -5,8 +5,21 @@ import StoreKeeperCatalog
 import StoreKeeperCore
 import StoreKeeperSupport
 
+/// Orders: made before payment (the account token the app passes to the store), matched
+/// to the store's transaction on delivery, cancelled, expired when unpaid.
+public struct OrderStore: Sendable {
+    public let database: Database
+    /// More accounts than this on one Apple Account (appTransactionId) raise `shared_apple_id`.
+    public let sharedAppleIdLimit: Int
+
+    public init(database: Database, sharedAppleIdLimit: Int = OfferStore.defaultSharedAppleIdLimit) {
+        self.database = database
+        self.sharedAppleIdLimit = sharedAppleIdLimit
+    }
+}
+
 /// Orders before payment: created with their appAccountToken, read, expired.
-extension PurchaseStore {
+extension OrderStore {
     /// The account already has `limit` unpaid, unexpired orders (`too_many_open_orders`).
     public struct TooManyOpenOrders: Error, Sendable {
         public var limit: Int
@@ -74,7 +87,7 @@ extension PurchaseStore {
                 if today >= maxPerDay { throw TooManyOrdersToday(limit: maxPerDay) }
             }
             if let offerId, let offerLimit {
-                let since = now.addingTimeInterval(-Self.signedOfferLifetime).milliseconds
+                let since = now.addingTimeInterval(-OfferStore.signedOfferLifetime).milliseconds
                 let outstanding =
                     try await sql.raw(
                         """

@@ -81,13 +81,14 @@ final class PostgresBackend: Backend {
         }
     }
 
-    /// Connections per pool: twice this machine's cores plus two, at least four (PostgresNIO's
-    /// default is 20). Connections beyond what this process's cores can keep busy only hold
+    /// Connections per pool: twice this machine's cores plus two, at least four and at most
+    /// PostgresNIO's default of 20 (on a many-core machine, 2 × cores + 2 would be a hundred and
+    /// more per instance). Connections beyond what this process's cores can keep busy only hold
     /// PostgreSQL backends, and several instances on one database add up: four at 20 each came
     /// near PostgreSQL's default `max_connections` of 100. On the 2-core bench host (6
     /// connections) alternating runs showed no throughput difference beyond the host's noise
     /// (BENCHMARKS.md). A request waiting for a connection is still bounded by its deadline.
-    static let maximumConnections = max(4, 2 * ProcessInfo.processInfo.activeProcessorCount + 2)
+    static let maximumConnections = min(20, max(4, 2 * ProcessInfo.processInfo.activeProcessorCount + 2))
 
     /// The `sslmode` of `database.url`, as libpq names them.
     public enum SSLMode: String, Sendable, CaseIterable {
@@ -162,17 +163,24 @@ final class PostgresBackend: Backend {
     let deadline: Duration = .seconds(30)
 
     /// A call still waiting for a connection after this, while the restart watch's own
-    /// connection attempt has just failed (the server is down, restarting or unreachable), is
-    /// answered 503 then rather than at `deadline`. A pool that is merely busy, or a server at
-    /// `max_connections` that still accepts the probe, is waited for up to `deadline`.
+    /// connection attempt has just found the server down (`Reachability`), is answered 503 then
+    /// rather than at `deadline`. A pool that is merely busy, a server at `max_connections`, or
+    /// one too loaded to take the probe's connection within 5 s, is waited for up to `deadline`.
     let leaseDeadline: Duration = .seconds(3)
 
-    /// The last probe's verdict (`watchForRestarts`): unreachable when it could not connect.
+    /// The last probe's verdict (`watchForRestarts`): unreachable when its connection was
+    /// refused or dropped, or PostgreSQL answered that it is shutting down or starting up
+    /// (`ProbeResult.down`). A probe that merely took longer than its 5 s, or was refused for
+    /// being at `max_connections`, proves nothing: calls keep waiting, up to their deadline (a
+    /// burst of new connections on a loaded host was once slower than that on CI, and three tests
+    /// were answered "unreachable" by a server that was up).
     final class Reachability: Sendable {
-        private let failedAt = Mutex<ContinuousClock.Instant?>(nil)
-        func record(reachable: Bool) { failedAt.withLock { $0 = reachable ? nil : .now } }
-        /// The last probe, within 5 s, could not connect.
-        var unreachable: Bool { failedAt.withLock { $0.map { ContinuousClock.now - $0 < .seconds(5) } ?? false } }
+        private let failed = Mutex<(at: ContinuousClock.Instant, why: String)?>(nil)
+        func record(down reason: String?) { failed.withLock { $0 = reason.map { (.now, $0) } } }
+        /// Why the last probe, within 5 s, found PostgreSQL down; nil when it did not.
+        var down: String? {
+            failed.withLock { failed in failed.flatMap { ContinuousClock.now - $0.at < .seconds(5) ? $0.why : nil } }
+        }
     }
     let reachability = Reachability()
 
@@ -261,7 +269,7 @@ final class PostgresBackend: Backend {
             early: EarlyDeadline(
                 after: leaseDeadline, what: "PostgreSQL unreachable: no connection",
                 stillWaiting: { [reachability] in
-                    held.connection.withLock { $0 == nil } && reachability.unreachable
+                    held.connection.withLock { $0 == nil } ? reachability.down : nil
                 }),
             handle: handle,
             onTimeout: { [weak self] in
@@ -321,10 +329,10 @@ final class PostgresBackend: Backend {
             guard let oldest = inFlight.oldest, ContinuousClock.now - oldest > .seconds(2) else { continue }
             let client = self.client
             let asked = ContinuousClock.now
-            let uptime = await probeUptime()
-            reachability.record(reachable: uptime != nil)
+            let probe = await probeUptime()
+            reachability.record(down: probe.down)
             var restarted: ContinuousClock.Instant?
-            if let uptime {
+            if case .up(let uptime) = probe {
                 let instant = asked - .milliseconds(Int64(uptime * 1000))
                 if pool.withLock({ $0.createdAt }) < instant {
                     restarted = instant
@@ -344,21 +352,59 @@ final class PostgresBackend: Backend {
 
     private let inFlight = InFlight()
 
-    /// PostgreSQL's uptime by its own clock, asked on a connection of the probe's own (never
-    /// the pool's: its connections may be the ones that hang); nil when none could be made
-    /// and used within 5 s.
-    func probeUptime() async -> Double? {
+    /// What the restart watch's probe found.
+    enum ProbeResult: Equatable {
+        /// PostgreSQL's uptime by its own clock, in seconds.
+        case up(Double)
+        /// Down: why (the connection refused or dropped, or PostgreSQL shutting down or starting).
+        case down(String)
+        /// Nothing certain: the probe took longer than its 5 s, or PostgreSQL answered but
+        /// refused it for another reason (at `max_connections`: up and busy).
+        case unknown
+
+        var down: String? { if case .down(let why) = self { why } else { nil } }
+    }
+
+    /// PostgreSQL's uptime, asked on a connection of the probe's own (never the pool's: its
+    /// connections may be the ones that hang), within 5 s.
+    func probeUptime() async -> ProbeResult {
         let configuration = probeConfiguration
         let logger = self.logger
-        let uptime: Double?? = try? await raceDeadline(.seconds(5), what: "a PostgreSQL probe") {
-            let connection = try await PostgresConnection.connect(
-                configuration: configuration, id: 0, logger: logger)
-            defer { Task { try? await connection.close() } }
-            return try await connection.sql().raw(
-                "SELECT EXTRACT(EPOCH FROM now() - pg_postmaster_start_time())::float8 AS uptime"
-            ).first()?.decode(column: "uptime", as: Double.self)
+        // The probe's own failure is read inside the race (`raceDeadline` rethrows it classified).
+        let result = try? await raceDeadline(.seconds(5), what: "a PostgreSQL probe") { () async -> ProbeResult in
+            do {
+                let connection = try await PostgresConnection.connect(
+                    configuration: configuration, id: 0, logger: logger)
+                defer { Task { try? await connection.close() } }
+                let uptime = try await connection.sql().raw(
+                    "SELECT EXTRACT(EPOCH FROM now() - pg_postmaster_start_time())::float8 AS uptime"
+                ).first()?.decode(column: "uptime", as: Double.self)
+                return uptime.map(ProbeResult.up) ?? .unknown
+            } catch {
+                return Self.probeFailure(error)
+            }
         }
-        return uptime ?? nil
+        return result ?? .unknown
+    }
+
+    /// Down only on what says so: a connection refused, reset or closed by the server, or
+    /// SQLSTATE class 57P (admin or crash shutdown, "the database system is starting up").
+    /// Anything else — a deadline, "too many clients" (53300), an error after connecting — is
+    /// `unknown`.
+    static func probeFailure(_ error: any Error) -> ProbeResult {
+        guard let error = error as? PSQLError else { return .unknown }
+        switch error.code {
+        case .connectionError:
+            if case .connectTimeout = error.underlying as? ChannelError { return .unknown }
+            return .down("connection failed: \(error.underlying.map { String(describing: $0) } ?? "no detail")")
+        case .serverClosedConnection, .uncleanShutdown:
+            return .down("the server closed the connection")
+        case .server:
+            guard let state = error.serverInfo?[.sqlState], state.hasPrefix("57P") else { return .unknown }
+            return .down("\(state): \(error.serverInfo?[.message] ?? "")")
+        default:
+            return .unknown
+        }
     }
 
     func close() async throws {

@@ -5,15 +5,25 @@ import StoreKeeperCatalog
 import StoreKeeperCore
 import StoreKeeperSupport
 
-/// Orders and deliveries on the database: every delivery is planned and committed inside one
-/// database transaction, keyed by transactionId, so concurrent and repeated submissions —
-/// from one or many server instances — deliver exactly once (docs/architecture.md invariant 1).
+/// Purchases on the database: deliveries — every one planned and committed inside one database
+/// transaction, keyed by transactionId, so concurrent and repeated submissions, from one or many
+/// server instances, deliver exactly once (docs/architecture.md invariant 1) — and the
+/// aggregates around them, each its own store over the same database: orders, accounts,
+/// anomalies and the audit log, Apple Accounts, offers, support, reports, transactions and
+/// reconciliation.
 public struct PurchaseStore: Sendable {
     public let database: Database
     let batcher: DeliveryBatcher
 
-    /// Retention requests, group committed: concurrent answers share one commit.
-    let retentionCommitter: GroupCommit<RetentionRecord>
+    public let orders: OrderStore
+    public let accounts: AccountStore
+    public let anomalies: AnomalyStore
+    public let appleAccounts: AppleAccountStore
+    public let offers: OfferStore
+    public let support: SupportStore
+    public let reports: ReportStore
+    public let transactions: TransactionStore
+    public let reconciliation: ReconcileStore
 
     public init(
         database: Database, sharedAppleIdLimit: Int = OfferStore.defaultSharedAppleIdLimit,
@@ -21,9 +31,15 @@ public struct PurchaseStore: Sendable {
     ) {
         self.database = database
         self.batcher = DeliveryBatcher(database: database, sharedAppleIdLimit: sharedAppleIdLimit, apps: apps)
-        self.retentionCommitter = GroupCommit(database: database) { items, sql in
-            try await Self.insertRetention(items, sql: sql)
-        }
+        orders = OrderStore(database: database, sharedAppleIdLimit: sharedAppleIdLimit)
+        accounts = AccountStore(database: database)
+        anomalies = AnomalyStore(database: database)
+        appleAccounts = AppleAccountStore(database: database)
+        offers = OfferStore(database: database, sharedAppleIdLimit: sharedAppleIdLimit)
+        support = SupportStore(database: database)
+        reports = ReportStore(database: database)
+        transactions = TransactionStore(database: database)
+        reconciliation = ReconcileStore(database: database, sharedAppleIdLimit: sharedAppleIdLimit, apps: apps)
     }
 
     /// More accounts than this on one Apple Account (appTransactionId) raise `shared_apple_id`.
@@ -53,7 +69,7 @@ public struct PurchaseStore: Sendable {
     /// An account's consumable balances and entitlements.
     public struct AccountState: Sendable, Hashable {
         public var balances: [String: Int64] = [:]
-        public var entitlements: [EntitlementRow] = []
+        public var entitlements: [AccountStore.EntitlementRow] = []
         public var subscriptions: [SubscriptionRow] = []
     }
 

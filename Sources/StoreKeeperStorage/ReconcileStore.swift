@@ -4,8 +4,27 @@ import StoreKeeperCatalog
 import StoreKeeperCore
 import StoreKeeperSupport
 
+/// What reconciliation reads and applies besides notifications: overdue and silent
+/// subscriptions, Apple's statuses, web lapses.
+public struct ReconcileStore: Sendable {
+    public let database: Database
+    /// More accounts than this on one Apple Account (appTransactionId) raise `shared_apple_id`.
+    public let sharedAppleIdLimit: Int
+    /// The deployment's apps.
+    public let apps: AppDirectory
+
+    public init(
+        database: Database, sharedAppleIdLimit: Int = OfferStore.defaultSharedAppleIdLimit,
+        apps: AppDirectory = AppDirectory()
+    ) {
+        self.database = database
+        self.sharedAppleIdLimit = sharedAppleIdLimit
+        self.apps = apps
+    }
+}
+
 /// What reconciliation reads and applies besides notifications.
-extension PurchaseStore {
+extension ReconcileStore {
     /// Subscriptions that still entitle although their period (or grace) ended before `now`:
     /// Apple's news about them was missed. (Billing retry, which lasts up to 60 days, is not
     /// asked about every hour: its end arrives as a notification, and a missed one is in
@@ -52,7 +71,7 @@ extension PurchaseStore {
     public func applyAppleStatus(
         _ status: Int, transaction: StoreTransaction, renewalInfo: StoreRenewal?,
         catalog: Catalog, policy: OwnershipPolicy, now: Date
-    ) async throws -> DeliveryResult {
+    ) async throws -> PurchaseStore.DeliveryResult {
         let kind = database.kind
         let subject = transaction.originalTransactionId ?? transaction.transactionId ?? ""
         let signed = max(transaction.signedDate ?? 0, renewalInfo?.signedDate ?? 0)

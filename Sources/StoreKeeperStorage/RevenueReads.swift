@@ -23,7 +23,7 @@ public struct RevenueSummary: Codable, Sendable, Equatable {
     public var smallBusinessProgram: Bool
 }
 
-extension PurchaseStore {
+extension ReportStore {
     /// A delivery's price less what a refund gave back (its share, rounded down), milliunits.
     static let netPrice =
         "(price_milli - CASE WHEN refunded_at IS NULL THEN 0 ELSE price_milli * COALESCE(refund_share, 100000) / 100000 END)"

@@ -72,14 +72,14 @@ final class FirstClaim: Sendable {
 }
 
 /// A check part-way to a deadline: from `after` on (every second), give up already when
-/// `stillWaiting()` (say, no database connection and the database unreachable) instead of
-/// waiting for the whole deadline.
+/// `stillWaiting()` answers why (say, no database connection and the database refusing
+/// connections) instead of waiting for the whole deadline; nil goes on waiting.
 public struct EarlyDeadline: Sendable {
     public var after: Duration
     public var what: String
-    public var stillWaiting: @Sendable () -> Bool
+    public var stillWaiting: @Sendable () -> String?
 
-    public init(after: Duration, what: String, stillWaiting: @escaping @Sendable () -> Bool) {
+    public init(after: Duration, what: String, stillWaiting: @escaping @Sendable () -> String?) {
         self.after = after
         self.what = what
         self.stillWaiting = stillWaiting
@@ -126,8 +126,8 @@ public func raceDeadline<T: Sendable>(
                         let start = ContinuousClock.now
                         try? await Task.sleep(for: early.after)
                         while !Task.isCancelled, ContinuousClock.now - start < deadline {
-                            if early.stillWaiting() {
-                                failure = "\(early.what) within \(ContinuousClock.now - start)"
+                            if let why = early.stillWaiting() {
+                                failure = "\(early.what) within \(ContinuousClock.now - start) (\(why))"
                                 break
                             }
                             try? await Task.sleep(for: min(.seconds(1), deadline - (ContinuousClock.now - start)))

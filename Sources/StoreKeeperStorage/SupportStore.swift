@@ -4,9 +4,24 @@ import StoreKeeperCatalog
 import StoreKeeperCore
 import StoreKeeperSupport
 
+/// Customer support: operator grants, renewal-date extensions asked of the stores (through
+/// the job queue), and Apple's retention requests with the answers given.
+public struct SupportStore: Sendable {
+    public let database: Database
+    /// Retention requests, group committed: concurrent answers share one commit.
+    let retentionCommitter: GroupCommit<RetentionRecord>
+
+    public init(database: Database) {
+        self.database = database
+        self.retentionCommitter = GroupCommit(database: database) { items, sql in
+            try await Self.insertRetention(items, sql: sql)
+        }
+    }
+}
+
 /// Customer support on the database: operator grants, renewal-date extensions asked of
 /// Apple (through the job queue), and Apple's retention requests with the answers given.
-extension PurchaseStore {
+extension SupportStore {
     // MARK: Grants
 
     public struct GrantRow: Sendable, Hashable {
@@ -17,7 +32,13 @@ extension PurchaseStore {
         public var createdAt: Date
         public var endedAt: Date?
         public var note: String
+
+        /// A grant for good: stored with `SupportStore.grantForGood` as its end.
+        public var forGood: Bool { expiresAt >= SupportStore.grantForGood }
     }
+
+    /// The end a grant for good is stored with (9999-12-31): entitlements read it as "never".
+    public static let grantForGood = Date(milliseconds: 253_402_214_400_000)
 
     /// Gives `account` the entitlement until `expiresAt`; audited. Nothing ends it but the
     /// clock (entitlement is derived when read) or `endGrant`.
@@ -35,10 +56,10 @@ extension PurchaseStore {
                         \(bind: now.milliseconds), \(bind: note))
                 """
             ).run()
-            try await Self.audit(
+            try await PurchaseStore.audit(
                 sql, actor: actor, action: "grant", subject: account,
                 detail:
-                    "granted '\(entitlement)' until \(SubscriptionStore.iso8601(expiresAt)) (grant \(grant.grantId)): \(note)",
+                    "granted '\(entitlement)' \(grant.forGood ? "for good" : "until \(SubscriptionStore.iso8601(expiresAt))") (grant \(grant.grantId)): \(note)",
                 at: now.milliseconds)
         }
         return grant
@@ -76,7 +97,7 @@ extension PurchaseStore {
                 """
             ).first()
             guard let ended else { return false }
-            try await Self.audit(
+            try await PurchaseStore.audit(
                 sql, actor: actor, action: "grant_ended", subject: account,
                 detail:
                     "ended grant \(grantId) of '\(try ended.decode(column: "entitlement_id", as: String.self))'",
@@ -144,7 +165,7 @@ extension PurchaseStore {
             try await JobStore.insert(
                 kind: Self.extendJobKind, dedupeKey: "\(Self.extendJobKind)|\(row.requestId)", payload: row.requestId,
                 sql: sql, now: now)
-            try await Self.audit(
+            try await PurchaseStore.audit(
                 sql, actor: actor, action: "extension_requested", subject: originalTransactionId,
                 detail: "extend by \(days) days (\(reason)), request \(row.requestId): \(note)", at: now.milliseconds)
             return row
@@ -163,7 +184,7 @@ extension PurchaseStore {
             try await JobStore.insert(
                 kind: Self.massExtendJobKind, dedupeKey: "\(Self.massExtendJobKind)|\(row.requestId)",
                 payload: row.requestId, sql: sql, now: now)
-            try await Self.audit(
+            try await PurchaseStore.audit(
                 sql, actor: actor, action: "mass_extension_requested", subject: productId,
                 detail:
                     "extend every active \(productId) by \(days) days (\(reason)), request \(row.requestId): \(note)",
@@ -231,7 +252,7 @@ extension PurchaseStore {
             if let effectiveDate { detail += ", renews \(SubscriptionStore.iso8601(effectiveDate))" }
             if let succeeded { detail += ", \(succeeded) extended, \(failed ?? 0) failed" }
             if let error { detail += ": \(error)" }
-            try await Self.audit(
+            try await PurchaseStore.audit(
                 sql, actor: "apple", action: "extension_\(status)", subject: subject, detail: detail,
                 at: now.milliseconds)
         }
@@ -265,7 +286,7 @@ extension PurchaseStore {
         public var paidTenure: TimeInterval
         public var priorAnswer: String?
         /// The account's offer history in the group, when asked for (`historyOf`).
-        public var history: OfferHistory?
+        public var history: OfferStore.OfferHistory?
     }
 
     /// `historyOf`: the subscription group's products, when an offer rule may be reached, with
@@ -314,17 +335,17 @@ extension PurchaseStore {
                 state = try SubscriptionStore.decodeState(row)
                 account = try row.decode(column: "account_id", as: String.self)
             }
-            var history: OfferHistory?
+            var history: OfferStore.OfferHistory?
             if prior == nil, let account, let state, let groupProducts, !groupProducts.isEmpty {
                 if try row.decode(column: "others", as: Int?.self) ?? 0 > 0 {
-                    history = try await Self.offerHistory(
+                    history = try await OfferStore.offerHistory(
                         account: account, groupProducts: groupProducts, latestTransaction: false, sql: sql)
                 } else {
                     var redemptions: [String: Int] = [:]
                     for (index, offerId) in offerIds.enumerated() {
                         redemptions[offerId] = try row.decode(column: "r\(index)", as: Int?.self) ?? 0
                     }
-                    history = OfferHistory(
+                    history = OfferStore.OfferHistory(
                         subscriptions: [state], redemptions: redemptions, hadIntroductoryOffer: false)
                 }
             }
@@ -457,7 +478,7 @@ extension PurchaseStore {
     }
 }
 
-extension PurchaseStore {
+extension SupportStore {
     /// Where a subscription was bought (`Production`, `Sandbox`) and its latest transaction.
     public func subscriptionFacts(_ originalTransactionId: String) async throws -> (
         environment: String?, latestTransactionId: String?

@@ -2,11 +2,21 @@ import Foundation
 import SQLKit
 import StoreKeeperCore
 
+/// One transaction by any of its ids, with its account, order, refunds and anomalies; and
+/// transfers of a purchase between accounts.
+public struct TransactionStore: Sendable {
+    public let database: Database
+
+    public init(database: Database) {
+        self.database = database
+    }
+}
+
 /// Support's look-up: any id a player or a store quotes — an App Store transaction or original
 /// transaction id, a Google order id as Google prints it (`GPA.…`, with or without `gp:`), a
 /// Google purchase token, a web payment id — to the transaction this server recorded, with its
 /// account, order, refunds and anomalies. Exact matches only, each by an index or a key.
-extension PurchaseStore {
+extension TransactionStore {
     public struct TransactionRecord: Sendable, Hashable {
         public var transactionId: String
         public var originalTransactionId: String
@@ -26,7 +36,7 @@ extension PurchaseStore {
         /// Whether it was delivered (nil `deliveredAt`: refunded before anyone claimed it).
         public var delivered: Bool
         public var refunds: [Refund]
-        public var anomalies: [StoredAnomaly]
+        public var anomalies: [AnomalyStore.StoredAnomaly]
     }
 
     public struct Refund: Sendable, Hashable {
@@ -161,14 +171,14 @@ extension PurchaseStore {
             anomalies: try await anomalies(of: transactionId, sql: sql))
     }
 
-    static func anomalies(of transactionId: String, sql: any SQLDatabase) async throws -> [StoredAnomaly] {
+    static func anomalies(of transactionId: String, sql: any SQLDatabase) async throws -> [AnomalyStore.StoredAnomaly] {
         try await sql.raw(
             "SELECT * FROM anomalies WHERE transaction_id = \(bind: transactionId) ORDER BY created_at DESC LIMIT 50"
-        ).all().map(Self.decodeAnomaly)
+        ).all().map(AnomalyStore.decodeAnomaly)
     }
 }
 
-extension PurchaseStore {
+extension TransactionStore {
     public enum TransferOutcome: Sendable, Hashable {
         /// Moved: `from` held it, `to` does now.
         case transferred(from: String)
@@ -223,7 +233,7 @@ extension PurchaseStore {
                 WHERE original_transaction_id = \(bind: original) AND account_id = \(bind: owner)
                 """
             ).run()
-            try await Self.audit(
+            try await PurchaseStore.audit(
                 sql, actor: actor, action: "ownership_transfer", subject: original,
                 detail:
                     "moved from account \(Identifiers.quoted(owner)) to \(Identifiers.quoted(account)) by support\(note.isEmpty ? "" : ": \(note)")",

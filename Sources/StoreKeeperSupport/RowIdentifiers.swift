@@ -43,6 +43,11 @@ public enum RowIdentifiers {
     /// A fresh version 4 UUID's 16 bytes.
     public static func uuidBytes() -> [UInt8] {
         let (high, low) = nextWords()
+        return uuidBytes(high, low)
+    }
+
+    /// A version 4 UUID's 16 bytes from two 64-bit words (their version and variant bits set).
+    static func uuidBytes(_ high: UInt64, _ low: UInt64) -> [UInt8] {
         var bytes = [UInt8](repeating: 0, count: 16)
         for index in 0..<8 {
             bytes[index] = UInt8(truncatingIfNeeded: high >> (56 - 8 * UInt64(index)))
@@ -56,5 +61,14 @@ public enum RowIdentifiers {
     /// A fresh version 4 UUID in lower-case text, as `UUID().uuidString.lowercased()` writes it.
     public static func uuidString() -> String {
         uuidBytes().uuidText
+    }
+
+    /// A version 4 UUID from the system's cryptographic generator (`getrandom`), in lower-case
+    /// text: for what must not be guessable from other ids (an account's appAccountToken), unlike
+    /// `uuidString`. `UUID().uuidString.lowercased()` gives the same, but formats each with
+    /// `snprintf` — on the SQLite writer's thread, for every purchase a batch claims.
+    public static func randomUUIDString() -> String {
+        var system = SystemRandomNumberGenerator()
+        return uuidBytes(system.next(), system.next()).uuidText
     }
 }

@@ -37,4 +37,17 @@ import Testing
         #expect(ones[48] == 0 && ones[49] == count && ones[50] == 0 && ones[51] == 0)
         #expect(ones[64] == count && ones[65] == 0)
     }
+
+    /// Account tokens: version 4 UUIDs in lower case, from the system's generator — not the
+    /// process's sequence, whose next ids follow from any one seen.
+    @Test func randomUUIDStringsAreWellFormedVersion4() {
+        let ids = (0..<2_000).map { _ in RowIdentifiers.randomUUIDString() }
+        #expect(Set(ids).count == ids.count)
+        for id in ids {
+            #expect(UUID(uuidString: id)?.uuidString.lowercased() == id)
+            let bytes = Array(id.utf8)
+            #expect(bytes[14] == UInt8(ascii: "4"))
+            #expect([UInt8(ascii: "8"), UInt8(ascii: "9"), UInt8(ascii: "a"), UInt8(ascii: "b")].contains(bytes[19]))
+        }
+    }
 }

@@ -236,6 +236,46 @@ def main():
         check(driver.execute_script("return document.documentElement.scrollWidth <= window.innerWidth + 1"),
               "the account page fits a 390 px screen")
         shot(driver, "account-390")
+
+        # Support at a desktop's width: a grant with its note, a note for the next agent, then
+        # the grant ended — each shown on the account page as the API then sees it.
+        driver.set_window_size(1400, 1600)
+        grant = driver.find_element(By.ID, "grant-form")
+        Select(grant.find_element(By.NAME, "entitlement")).select_by_visible_text("pro")
+        days = grant.find_element(By.NAME, "days")
+        days.clear()
+        days.send_keys("3")
+        grant.find_element(By.NAME, "note").send_keys("ticket 4713: outage")
+        before = driver.current_url
+        grant.find_element(By.XPATH, ".//button[text()='Grant']").click()
+        check(arrive(driver, f"/dashboard/accounts/{account}", leaving=before), "granting returns to the account page")
+        grants = driver.find_element(By.ID, "grants").text
+        check("pro" in grants and "ticket 4713: outage" in grants, "the grant and its note show on the account page")
+        status, text = api(server, key, "GET", f"/v1/accounts/{account}")
+        check(any(e["id"] == "pro" and e.get("source") == "grant" for e in json.loads(text)["entitlements"]),
+              "the API shows the granted entitlement")
+        note = driver.find_element(By.ID, "note-form")
+        note.find_element(By.NAME, "text").send_keys("promised 100 coins if it happens again")
+        note.find_element(By.NAME, "ticket").send_keys("ZD-4713")
+        before = driver.current_url
+        note.find_element(By.XPATH, ".//button[text()='Add note']").click()
+        check(arrive(driver, f"/dashboard/accounts/{account}", leaving=before), "a note returns to the account page")
+        notes = driver.find_element(By.ID, "notes").text
+        check("promised 100 coins" in notes and "ZD-4713" in notes, "the note shows with its ticket")
+        check(driver.execute_script("return document.documentElement.scrollWidth <= window.innerWidth + 1"),
+              "the account page fits 1400 px")
+        shot(driver, "account-1400")
+        end = driver.find_element(By.CSS_SELECTOR, "#grants form button")
+        before = driver.current_url
+        end.click()
+        check(arrive(driver, f"/dashboard/accounts/{account}", leaving=before), "ending a grant returns to the account")
+        status, text = api(server, key, "GET", f"/v1/accounts/{account}")
+        check(not any(e["id"] == "pro" and e.get("source") == "grant" and e.get("active")
+                      for e in json.loads(text)["entitlements"]), "the ended grant no longer entitles")
+        driver.set_window_size(390, 1400)
+        check(driver.execute_script("return document.documentElement.scrollWidth <= window.innerWidth + 1"),
+              "the account page with grants and notes fits a 390 px screen")
+        shot(driver, "account-support-390")
         driver.set_window_size(1280, 1600)
         status, text = api(server, key, "GET", f"/v1/accounts/{account}")
         check(status == 200 and json.loads(text)["balances"].get("coins") == 100, "the API agrees: 100 coins")

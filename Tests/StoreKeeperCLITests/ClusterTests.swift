@@ -45,7 +45,7 @@ import Testing
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/bin/bash")
         process.arguments = [root.appendingPathComponent("scripts/cluster").path] + arguments
-        process.currentDirectoryURL = root
+        process.runIn(root)
         process.standardOutput = handle
         process.standardError = handle
         try process.run()

@@ -128,7 +128,7 @@ final class ServerProcess: @unchecked Sendable {
     init(directory: URL, databaseURL: String? = nil, environment extra: [String: String] = [:]) throws {
         process.executableURL = VerifyCommandTests.binary
         process.arguments = ["serve"]
-        process.currentDirectoryURL = directory
+        process.runIn(directory)
         var environment = ProcessInfo.processInfo.environment.filter {
             !$0.key.hasPrefix("APPLE_") && !$0.key.hasPrefix("AUTH_") && !$0.key.hasPrefix("DATABASE_")
         }
@@ -212,4 +212,15 @@ struct ServerDidNotStart: Error, CustomStringConvertible {
 /// Indices of acknowledged deliveries, shared by the load workers.
 final class Acknowledged: Sendable {
     let indices = Mutex<Set<Int>>([])
+}
+
+extension Process {
+    /// Runs the process (executable and arguments already set) in `directory`, through
+    /// coreutils' `env -C`: setting Foundation's `currentDirectoryURL` made `run()` crash now and
+    /// then (a `memcpy` on a bad pointer inside Foundation) while other tests launched children.
+    func runIn(_ directory: URL) {
+        let executable = executableURL?.path ?? "/bin/sh"
+        executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        arguments = ["-C", directory.path, executable] + (arguments ?? [])
+    }
 }

@@ -126,12 +126,12 @@ import Testing
         // his subscription, mallory nothing, and an ownership_conflict anomaly naming mallory.
         let database = try await Database.open(url: "sqlite:\(directory.path)/import.sqlite")
         let purchases = PurchaseStore(database: database)
-        let alice = try await purchases.account("alice")
+        let alice = try await purchases.accounts.account("alice")
         #expect(alice.balances == ["coins": 300])
         #expect(alice.entitlements.map(\.entitlementId) == ["no_ads"])
-        #expect(try await purchases.account("bob").subscriptions.map(\.productId) == ["pro_monthly"])
-        #expect(try await purchases.account("mallory").entitlements.isEmpty)
-        let anomalies = try await purchases.anomalies(status: "open")
+        #expect(try await purchases.accounts.account("bob").subscriptions.map(\.productId) == ["pro_monthly"])
+        #expect(try await purchases.accounts.account("mallory").entitlements.isEmpty)
+        let anomalies = try await purchases.anomalies.anomalies(status: "open")
         #expect(anomalies.map(\.kind) == ["ownership_conflict"] && anomalies.first?.accountId == "mallory")
         try await database.close()
 
@@ -176,7 +176,7 @@ import Testing
             imported["skippedRows"] as? [String: Int]
                 == ["play_store": 1, "stripe": 1, "sandbox": 1, "anonymous customer": 1])
         let reopened = try await Database.open(url: "sqlite:\(directory.path)/import.sqlite")
-        #expect(try await PurchaseStore(database: reopened).account("dave").balances == ["coins": 60])
+        #expect(try await PurchaseStore(database: reopened).accounts.account("dave").balances == ["coins": 60])
         try await reopened.close()
 
         // Not a RevenueCat export: said, exit 1, nothing imported.

@@ -20,7 +20,7 @@ import Testing
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/bin/sh")
         process.arguments = ["-c", script]
-        process.currentDirectoryURL = directory
+        process.runIn(directory)
         let pipe = Pipe()
         process.standardOutput = pipe
         process.standardError = pipe

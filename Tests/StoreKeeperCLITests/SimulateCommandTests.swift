@@ -54,6 +54,45 @@ import Testing
         }
     }
 
+    /// The same seed makes the same purchases and the same payments, whatever the run's timing:
+    /// every choice of a purchase is drawn with its tap or its payment (always as many draws),
+    /// relaunches draw from the noise stream, nothing unplanned strikes between tap and charge, a
+    /// double tap's second tap lands on the first one's payment sheet, and a busy server's
+    /// refused order is tapped again.
+    @Test func theSameSeedPaysTheSame() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("simulate-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let server = try ServerProcess(directory: directory)
+        defer { server.kill() }
+        try await server.waitUntilListening()
+        let key = try String(
+            contentsOf: directory.appendingPathComponent("storekeeper-data/dev-secret-key"), encoding: .utf8
+        ).trimmingCharacters(in: .whitespacesAndNewlines)
+        // Two runs of one seed at once, against one server: each one's timing is disturbed by
+        // the other's (crashes, retries and callbacks land differently), its payments must not be.
+        @Sendable func simulate() async throws -> (paid: Int, accounts: [String]) {
+            let run = try await VerifyCommandTests.run([
+                "simulate", "--server", "http://127.0.0.1:\(server.port)", "--key", key, "--devices", "4",
+                "--purchases", "40", "--crash-rate", "0.3", "--network-failure-rate", "0.3", "--seed", "5",
+                "--storekit", "mixed", "--json",
+            ])
+            #expect(run.status == 0, "\(run.stderr)")
+            let report = try #require(run.json, "\(run.stdout)")
+            let accounts = try #require(report["accounts"] as? [[String: Any]])
+            let paid = try accounts.map {
+                String(
+                    decoding: try JSONSerialization.data(withJSONObject: $0["paid"] ?? [:], options: .sortedKeys),
+                    as: UTF8.self)
+            }
+            return (try #require(report["paid"] as? Int), paid)
+        }
+        async let first = simulate()
+        async let second = simulate()
+        let runs = try await [first, second]
+        #expect(runs[0].paid == runs[1].paid && runs[0].accounts == runs[1].accounts, "\(runs)")
+    }
+
     /// Android devices with Play Billing's behaviour against demo mode's local Google Play:
     /// killed before submitting, requests lost both ways, pending purchases paid later — then
     /// Google's clock past its 3-day refund. Nothing lost, doubled or refunded by Google.

@@ -48,7 +48,7 @@ import Testing
         let process = Process()
         process.executableURL = binary
         process.arguments = arguments
-        if let directory { process.currentDirectoryURL = directory }
+        if let directory { process.runIn(directory) }
         let out = Pipe()
         let err = Pipe()
         let input = Pipe()

@@ -38,13 +38,13 @@ import Testing
             let closed = try #require((all.json["anomalies"] as? [[String: Any]])?.first { $0["id"] as? String == id })
             #expect(closed["status"] as? String == "resolved")
             #expect(closed["resolution"] as? String == "delivered_later")
-            let audit = try await app.store.audit().filter { $0.action == "anomaly_delivered_later" }
+            let audit = try await app.store.anomalies.audit().filter { $0.action == "anomaly_delivered_later" }
             #expect(audit.count == 1 && audit.first?.detail.contains("late") == true)
             // An operator who still acts on it gets the anomaly as it is: nothing delivered again.
             let again = try await API.call(
                 client, .post, "/v1/anomalies/\(id)/resolve", body: #"{"action":"deliver","accountId":"other"}"#)
             #expect(again.json["status"] as? String == "resolved")
-            #expect(try await app.store.deliveries(of: "other").isEmpty)
+            #expect(try await app.store.accounts.deliveries(of: "other").isEmpty)
         }
     }
 
@@ -69,7 +69,7 @@ import Testing
             #expect(outcome["outcome"] as? String == "already_delivered")
             #expect(outcome["accountId"] as? String == "alice")
             #expect(stale.json["resolution"] as? String == "already_delivered")
-            let manual = try await app.store.audit().filter { $0.action == "manual_delivery" }
+            let manual = try await app.store.anomalies.audit().filter { $0.action == "manual_delivery" }
             #expect(manual.first?.detail.contains("already_delivered") == true)
             #expect(manual.first?.detail.contains(": delivered") == false)
         }
@@ -95,7 +95,7 @@ import Testing
             #expect(outcome["outcome"] as? String == "refused", "\(refused.json)")
             #expect(outcome["code"] as? String == "revoked", "\(refused.json)")
             #expect(refused.json["status"] as? String == "open")
-            #expect(try await app.store.deliveries(of: "carol").isEmpty)
+            #expect(try await app.store.accounts.deliveries(of: "carol").isEmpty)
         }
     }
 }

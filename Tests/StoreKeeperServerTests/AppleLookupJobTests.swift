@@ -180,7 +180,7 @@ import Testing
             for minutes in [1, 5, 11, 30, 60] {
                 await runner.runDue(now: Date().addingTimeInterval(Double(minutes) * 60 * 60))
             }
-            let anomalies = try await app.store.anomalies(status: "open")
+            let anomalies = try await app.store.anomalies.anomalies(status: "open")
             #expect(anomalies.map(\.kind) == ["verification_stuck"])  // once, not per attempt
             #expect(anomalies.first?.transactionId == id)
             await apple.setFaults(Faults())

@@ -141,7 +141,7 @@ import Testing
             // Purchases stay: Apple says nothing about refunding them.
             #expect(try await Self.balance(relay, "kid") == 60)
             #expect(try await relay.entitlements("kid-alt").count == 1)
-            let rescissions = try await relay.app.store.consentRescissions()
+            let rescissions = try await relay.app.store.accounts.consentRescissions()
             #expect(rescissions.map(\.accountIds) == [["kid", "kid-alt"]])
             // The stranger's consent is untouched.
             #expect(
@@ -152,7 +152,7 @@ import Testing
             let forged = try Self.forgedRescind(relay)
             let reply = try await relay.post(forged)
             #expect(reply.status == .badRequest)
-            #expect(try await relay.app.store.consentRescissions().count == 1)
+            #expect(try await relay.app.store.accounts.consentRescissions().count == 1)
         }
     }
 
@@ -188,7 +188,7 @@ import Testing
             let withdrawn = try await API.call(
                 client, .put, "/v1/accounts/maria/consent", token: token, body: #"{"consumptionData":false}"#)
             #expect(withdrawn.json["consumptionData"] as? Bool == false)
-            let audit = try await app.store.audit().map(\.action)
+            let audit = try await app.store.anomalies.audit().map(\.action)
             #expect(audit.filter { $0 == "consent_given" || $0 == "consent_withdrawn" }.count == 2)
         }
     }
@@ -221,7 +221,7 @@ import Testing
             let recorded = try await relay.app.notifications.notifications(subject: silent.originalTransactionId!)
             #expect(recorded.first { $0.type == "CONSUMPTION_REQUEST" }?.status == "ignored")
             #expect(recorded.first { $0.type == "CONSUMPTION_REQUEST" }?.outcome?.contains("never consented") == true)
-            #expect(try await relay.app.store.audit().contains { $0.action == "consumption_withheld" })
+            #expect(try await relay.app.store.anomalies.audit().contains { $0.action == "consumption_withheld" })
 
             // Consented: the first purchase, unspent → GRANT_FULL by rule unspent_first.
             _ = try await API.call(relay.client, .put, "/v1/accounts/gamer/consent", body: #"{"consumptionData":true}"#)
@@ -243,7 +243,8 @@ import Testing
             let secondAnswer = try #require(await store.transaction(second.transactionId!)?.consumptionReceived.first)
             #expect(secondAnswer.refundPreference == .decline)
             #expect(secondAnswer.consumptionPercentage == 75_000)
-            let sent = try await relay.app.store.audit().filter { $0.action == "consumption_sent" }.map(\.detail)
+            let sent = try await relay.app.store.anomalies.audit().filter { $0.action == "consumption_sent" }.map(
+                \.detail)
             #expect(sent.contains { $0.contains("rule 'spent_coins'") })
             #expect(sent.contains { $0.contains("rule 'unspent_first'") })
 
@@ -290,13 +291,16 @@ import Testing
             }
             await relay.apply()
             #expect(try await Self.balance(relay, "redeemer") == 60)
-            let token = try await relay.app.store.accountToken("redeemer", now: Date()).uuidString.lowercased()
+            let token = try await relay.app.store.appleAccounts.accountToken("redeemer", now: Date()).uuidString
+                .lowercased()
             // Apple now holds the account's token on both; the next renewal carries it.
             #expect(await store.transaction(coins.transactions[0].transactionId!)?.payload.appAccountToken == token)
             #expect(await store.subscription(pro.transactions[0].originalTransactionId!)?.appAccountToken == token)
             // Stable: the same token for the account's next claim.
-            #expect(try await relay.app.store.accountToken("redeemer", now: Date()).uuidString.lowercased() == token)
-            let audit = try await relay.app.store.audit().filter { $0.action == "app_account_token_set" }
+            #expect(
+                try await relay.app.store.appleAccounts.accountToken("redeemer", now: Date()).uuidString.lowercased()
+                    == token)
+            let audit = try await relay.app.store.anomalies.audit().filter { $0.action == "app_account_token_set" }
             #expect(audit.count == 2)
 
             await store.advance(by: 32 * 86_400)
@@ -308,11 +312,128 @@ import Testing
             // A purchase with the order's token needs no call.
             _ = try await relay.buy("redeemer", "coins_300")
             await relay.apply()
-            #expect(try await relay.app.store.audit().filter { $0.action == "app_account_token_set" }.count == 2)
+            #expect(
+                try await relay.app.store.anomalies.audit().filter { $0.action == "app_account_token_set" }.count == 2)
 
             // Revenue counts the discounted price Apple charged, not the catalog's.
             let revenue = try await API.call(relay.client, .get, "/v1/revenue?since=2000-01-01").json
             #expect(revenue["sandboxTransactions"] != nil)
+        }
+    }
+
+    /// Claims run as a batch: Apple's final refusal of one (a transaction it does not know) is
+    /// audited and fails that job only, in the same database transaction as the others' success.
+    @Test(arguments: ServerAPITests.databases)
+    func aBatchOfClaimsRecordsAppleRefusingOneBesideTheOthers(kind: String) async throws {
+        try await NotificationTests.withRelay(kind) { relay in
+            let redeemed = try await relay.store.buy(
+                "apple-claimer", items: [.init(productId: "coins_60")],
+                offers: .init(offerCode: .init(code: "SPRING_COINS", price: 0.49)))
+            // Signed with the store's key but never bought there: Apple answers "not found".
+            let unknown = TransactionIssuer().transaction(
+                for: .init(bundleId: "com.example.app", productId: "coins_60"), at: Date(),
+                id: String(4_100_000_000_000_000 + UInt64.random(in: 0..<1_000_000)))
+            for signed in redeemed.signedTransactions + [try relay.store.pki.jwsSigner.sign(unknown)] {
+                let reply = try await API.submit(relay.client, account: "claimer", signedTransaction: signed)
+                #expect(reply.status == .ok, "\(reply.json)")
+            }
+            let claims = try await relay.app.jobs.claimDue(now: Date(), limit: 100).filter {
+                $0.kind == AppleAccountStore.setTokenJobKind
+            }
+            #expect(claims.count == 2)
+            await JobRunner(app: relay.app).setAppAccountTokens(claims, now: Date())
+            let audit = try await relay.app.store.anomalies.audit()
+            #expect(audit.filter { $0.action == "app_account_token_set" }.count == 1)
+            let refused = audit.filter { $0.action == "app_account_token_set_refused" }
+            #expect(refused.count == 1 && refused.first?.subject == unknown.originalTransactionId, "\(refused)")
+            let statuses = try await relay.app.database.read { sql in
+                try await sql.raw(
+                    "SELECT status, last_error FROM jobs WHERE kind = \(bind: AppleAccountStore.setTokenJobKind)"
+                )
+                .all().map {
+                    (
+                        try $0.decode(column: "status", as: String.self),
+                        try $0.decode(column: "last_error", as: String?.self)
+                    )
+                }
+            }
+            #expect(statuses.map(\.0).sorted() == ["done", "failed"], "\(statuses)")
+            #expect(statuses.first { $0.0 == "failed" }?.1?.isEmpty == false)
+            // Both delivered all the same.
+            #expect(try await Self.balance(relay, "claimer") == 120)
+        }
+    }
+
+    /// The bucket: `burst` calls at once, then `perSecond`; each environment its own.
+    @Test func applesCallRateIsABucketPerEnvironment() {
+        let rate = AppleCallRate(
+            production: .init(perSecond: 0.001, burst: 3), sandbox: .init(perSecond: 0.001, burst: 1))
+        #expect(!rate.spent)
+        #expect(rate.take(5, sandbox: false) == 3)
+        #expect(rate.take(1, sandbox: false) == 0)
+        #expect(rate.spent)
+        #expect(rate.take(2, sandbox: true) == 1)
+        #expect(rate.take(1, sandbox: true) == 0)
+        #expect(rate.spent)
+        // Set App Account Token: 20 a second, the sandbox 10 % of it.
+        let apple = AppleCallRate()
+        #expect(apple.limit(sandbox: false).perSecond == 20 && apple.limit(sandbox: true).perSecond == 2)
+    }
+
+    /// Claims keep to Apple's rate for Set App Account Token: a burst over it waits pending (no
+    /// attempt counted) and is sent as the rate allows; every purchase was delivered already.
+    @Test(arguments: ServerAPITests.databases)
+    func claimsKeepToApplesRateAndTheRestWaitTheirTurn(kind: String) async throws {
+        try await NotificationTests.withRelay(kind) { relay in
+            let count = Int(relay.app.setAppAccountTokenRate.limit(sandbox: false).burst) + 3
+            for index in 0..<count {
+                let redeemed = try await relay.store.buy(
+                    "apple-burst", items: [.init(productId: "coins_60")],
+                    offers: .init(offerCode: .init(code: "SPRING_COINS", price: 0.49)))
+                let reply = try await API.submit(
+                    relay.client, account: "burst\(index % 2)", signedTransaction: redeemed.signedTransactions[0])
+                #expect(reply.status == .ok, "\(reply.json)")
+            }
+            let first = try await Self.balance(relay, "burst0") ?? 0
+            let second = try await Self.balance(relay, "burst1") ?? 0
+            let balances = first + second
+            #expect(balances == 60 * count)
+            let environment = try await relay.app.database.read { sql in
+                try await sql.raw("SELECT payload FROM jobs WHERE kind = \(bind: AppleAccountStore.setTokenJobKind)")
+                    .first()?
+                    .decode(column: "payload", as: String.self)
+            }.flatMap { try? JSONDecoder().decode(AppleAccountStore.ClaimJob.self, from: Data($0.utf8)).environment }
+            let burst = Int(relay.app.setAppAccountTokenRate.limit(sandbox: environment == "Sandbox").burst)
+            let runner = JobRunner(app: relay.app)
+            _ = await runner.runDueCounting(now: Date())
+            func claims() async throws -> [(status: String, attempts: Int)] {
+                try await relay.app.database.read { sql in
+                    try await sql.raw(
+                        "SELECT status, attempts FROM jobs WHERE kind = \(bind: AppleAccountStore.setTokenJobKind)"
+                    ).all().map {
+                        (
+                            try $0.decode(column: "status", as: String.self),
+                            try $0.decode(column: "attempts", as: Int.self)
+                        )
+                    }
+                }
+            }
+            let sent = try await claims()
+            #expect(sent.filter { $0.status == "done" }.count == burst, "\(sent)")
+            #expect(sent.filter { $0.status == "pending" && $0.attempts == 0 }.count == count - burst, "\(sent)")
+            #expect(
+                try await relay.app.store.anomalies.audit().filter { $0.action == "app_account_token_set" }.count
+                    == burst)
+            // As the rate allows (the sandbox's 2 a second), the rest go too.
+            let deadline = Date().addingTimeInterval(60)
+            while try await claims().contains(where: { $0.status == "pending" }), Date() < deadline {
+                try await Task.sleep(for: .milliseconds(300))
+                _ = await runner.runDueCounting(now: Date())
+            }
+            #expect(try await claims().allSatisfy { $0.status == "done" })
+            #expect(
+                try await relay.app.store.anomalies.audit().filter { $0.action == "app_account_token_set" }.count
+                    == count)
         }
     }
 
@@ -338,9 +459,12 @@ import Testing
             try await NotificationTests.withRelay(kind, configure: { $0.finishTransactions = enabled }) { relay in
                 let (_, coins) = try await relay.buy("finisher", "coins_60")
                 if enabled {
-                    let queued = try await relay.app.store.queueFinishes(delay: 0, now: Date().addingTimeInterval(1))
+                    let queued = try await relay.app.store.appleAccounts.queueFinishes(
+                        delay: 0, now: Date().addingTimeInterval(1))
                     #expect(queued == 1)
-                    #expect(try await relay.app.store.queueFinishes(delay: 0, now: Date().addingTimeInterval(2)) == 0)
+                    #expect(
+                        try await relay.app.store.appleAccounts.queueFinishes(
+                            delay: 0, now: Date().addingTimeInterval(2)) == 0)
                 }
                 _ = await JobRunner(app: relay.app).runDueCounting(now: Date().addingTimeInterval(10))
                 let finished = await relay.store.isFinished(coins.transactionId!)
@@ -523,9 +647,15 @@ import Testing
 
             // No payment for the next period: the minute's sweep lapses it, once.
             let later = now.addingTimeInterval(61 * 86_400)
-            #expect(try await relay.app.store.lapseWebSubscriptions(catalog: relay.app.catalog, now: now) == 0)
-            #expect(try await relay.app.store.lapseWebSubscriptions(catalog: relay.app.catalog, now: later) == 2)
-            #expect(try await relay.app.store.lapseWebSubscriptions(catalog: relay.app.catalog, now: later) == 0)
+            #expect(
+                try await relay.app.store.reconciliation.lapseWebSubscriptions(catalog: relay.app.catalog, now: now)
+                    == 0)
+            #expect(
+                try await relay.app.store.reconciliation.lapseWebSubscriptions(catalog: relay.app.catalog, now: later)
+                    == 2)
+            #expect(
+                try await relay.app.store.reconciliation.lapseWebSubscriptions(catalog: relay.app.catalog, now: later)
+                    == 0)
             #expect(try await relay.subscription("subscriber")?["status"] as? String == "expired")
             #expect(try await relay.entitlements("subscriber").isEmpty)
         }
@@ -651,7 +781,7 @@ import Testing
             #expect(try await relay.subscription("committed")?["status"] as? String == "expired")
             #expect(try await relay.entitlements("committed").allSatisfy { $0["active"] as? Bool == false })
             // Twelve monthly deliveries, each booked at the monthly price (not the commitment's).
-            let deliveries = try await relay.app.store.deliveries(of: "committed")
+            let deliveries = try await relay.app.store.accounts.deliveries(of: "committed")
             #expect(deliveries.count == 12)
             let revenue = try await API.call(relay.client, .get, "/v1/revenue?since=2000-01-01").json
             let usd = (revenue["currencies"] as? [[String: Any]])?.first { $0["currency"] as? String == "USD" }

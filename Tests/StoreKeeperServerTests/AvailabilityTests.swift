@@ -365,7 +365,7 @@ import Testing
             try intruder.execute("ROLLBACK", binds: []) { _ in }
             #expect(try await app.jobs.status(claimed.id) == "pending")
             #expect(try await app.jobs.pendingCount() == 1)
-            #expect(try await app.store.anomalies(status: "open").isEmpty)
+            #expect(try await app.store.anomalies.anomalies(status: "open").isEmpty)
             #expect(await runner.runDue(now: Date().addingTimeInterval(7200)) == 1)
             #expect(try await AppleLookupJobTests.coins(client, "j1") == 60)
             try await Self.checkNothingLostOrDoubled(app, acknowledged: [id])

@@ -308,10 +308,10 @@ import Testing
             let coordinator = try #require(await device.coordinator)
             let account = device.accountId
             try await coordinator.setConsumptionDataConsent(true)
-            #expect(try await app.store.consent(of: account).consumptionData == true)
-            #expect(try await app.store.consent(of: account).source == "app")
+            #expect(try await app.store.accounts.consent(of: account).consumptionData == true)
+            #expect(try await app.store.accounts.consent(of: account).source == "app")
             try await coordinator.setConsumptionDataConsent(false)
-            #expect(try await app.store.consent(of: account).consumptionData == false)
+            #expect(try await app.store.accounts.consent(of: account).consumptionData == false)
             await device.stop()
         }
     }

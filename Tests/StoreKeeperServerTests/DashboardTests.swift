@@ -164,7 +164,7 @@ import Testing
                 StoreTransaction(apple: bought.transactions[0]), submittingAccount: nil, catalog: app.catalog,
                 now: Date())
             #expect(orphan.plan.outcome == .unattributed)
-            let anomaly = try #require(try await app.store.anomalies(status: "open").first)
+            let anomaly = try #require(try await app.store.anomalies.anomalies(status: "open").first)
 
             let overview = try await browser.get("/dashboard")
             #expect(overview.status == .ok)
@@ -198,8 +198,8 @@ import Testing
             #expect(try await stale.get("/dashboard").location == "/dashboard/login?expired=1")
             let stalePost = try await stale.post(resolve, deliver.merging(["_csrf": csrf]) { $1 })
             #expect(stalePost.status == .unauthorized)
-            #expect(try await app.store.anomaly(anomaly.id)?.status == "open")
-            #expect(try await app.store.balances(of: "dana").isEmpty)
+            #expect(try await app.store.anomalies.anomaly(anomaly.id)?.status == "open")
+            #expect(try await app.store.accounts.balances(of: "dana").isEmpty)
 
             // The real form: delivered once, audited, shown on the account page.
             let done = try await browser.post(resolve, deliver.merging(["_csrf": csrf]) { $1 })
@@ -207,15 +207,15 @@ import Testing
             #expect(done.location == "/dashboard/accounts/dana?done=delivered")
             let again = try await browser.post(resolve, deliver.merging(["_csrf": csrf]) { $1 })
             #expect(again.status == .seeOther)
-            #expect(try await app.store.balances(of: "dana") == ["coins": 60])
-            #expect(try await app.store.anomaly(anomaly.id)?.status == "resolved")
+            #expect(try await app.store.accounts.balances(of: "dana") == ["coins": 60])
+            #expect(try await app.store.anomalies.anomaly(anomaly.id)?.status == "resolved")
             let account = try await browser.get(try #require(done.location))
             #expect(account.body.contains(#"<td class="num balance">60</td>"#))
             #expect(account.body.contains(#"data-action="manual_delivery""#))
             #expect(account.body.contains("ticket 7 (dashboard)"))
             #expect(account.body.contains("Delivered."))
             #expect(account.body.contains("Consent to share consumption data with Apple: <strong>not asked</strong>"))
-            _ = try await app.store.setConsent("dana", consumptionData: true, source: "app", now: Date())
+            _ = try await app.store.accounts.setConsent("dana", consumptionData: true, source: "app", now: Date())
             #expect(
                 try await browser.get("/dashboard/accounts/dana").body.contains(
                     "Consent to share consumption data with Apple: <strong>yes</strong> (app)"))
@@ -243,7 +243,8 @@ import Testing
             #expect(style.headers[.contentType] == "text/css; charset=utf-8")
 
             // The figures behind the overview, from the database.
-            let figures = try await app.store.dashboardOverview(days: 14, now: Date(), smallBusinessProgram: false)
+            let figures = try await app.store.reports.dashboardOverview(
+                days: 14, now: Date(), smallBusinessProgram: false)
             #expect(figures.days.count == 14)
             #expect(figures.days.last?.deliveries == 1)
             #expect(figures.days.last?.proceedsMilli.values.reduce(0, +) ?? 0 > 0)
@@ -347,6 +348,13 @@ import Testing
                 "/dashboard/accounts/player%201/debit",
                 ["_csrf": csrf, "idempotencyKey": "k-debit", "currency": "coins", "amount": "50", "reason": "ticket 6"])
             #expect(debited.location?.contains("done=debited") == true)
+            // Each reason is on the ledger, beside its entry.
+            let ledger = try await browser.get("/dashboard/accounts/player%201")
+            let rows = ledger.body.components(separatedBy: "<tr>").filter {
+                $0.contains("credit:") || $0.contains("debit:")
+            }
+            #expect(rows.contains { $0.contains("credit:") && $0.contains("ticket 5") }, "\(rows)")
+            #expect(rows.contains { $0.contains("debit:") && $0.contains("ticket 6") }, "\(rows)")
             let typo = try await browser.post(
                 "/dashboard/accounts/player%201/credit",
                 ["_csrf": csrf, "idempotencyKey": "k-typo", "currency": "coin", "amount": "5", "reason": "r"])
@@ -359,7 +367,7 @@ import Testing
             #expect((account.json["balances"] as? [String: Int])?["coins"] == 100)
             #expect(
                 (account.json["entitlements"] as? [[String: Any]])?.contains { $0["id"] as? String == "pro" } == true)
-            let audit = try await app.store.audit()
+            let audit = try await app.store.anomalies.audit()
             #expect(audit.contains { $0.action == "balance_credited" && $0.detail.contains("ticket 5") })
             // Without the session's CSRF token: refused.
             let forged = try await browser.post(

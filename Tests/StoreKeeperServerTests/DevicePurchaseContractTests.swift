@@ -118,7 +118,7 @@ import Testing
             let again = try await API.call(
                 client, .post, "/v1/purchases", body: try Self.json(["accountId": "bea", "signedTransactions": batch]))
             #expect(again.json["status"] as? String == "already_delivered")
-            #expect(try await app.store.balances(of: "bea") == ["coins": 120])
+            #expect(try await app.store.accounts.balances(of: "bea") == ["coins": 120])
             // Bounds and combinations.
             for body: [String: Any] in [
                 ["accountId": "bea", "signedTransactions": [String]()],
@@ -157,7 +157,7 @@ import Testing
             #expect(stale.status == .unprocessableContent)
             #expect(stale.errorCode == "transaction_not_in_proof")
             #expect((stale.json["error"] as? [String: Any])?["retryable"] as? Bool == true)
-            #expect(try await app.store.balances(of: "rex").isEmpty)
+            #expect(try await app.store.accounts.balances(of: "rex").isEmpty)
             // The refreshed receipt holds it: delivered, and the answer lists it.
             let fresh = Data(new.receipt).base64EncodedString()
             let reply = try await API.call(
@@ -196,7 +196,7 @@ import Testing
                 $0["transactionId"] as? String
             }
             #expect(listed == [bobId], "only the reported transaction")
-            #expect(try await app.store.balances(of: "bob") == ["coins": 300])
+            #expect(try await app.store.accounts.balances(of: "bob") == ["coins": 300])
             let alice = try await API.call(
                 client, .post, "/v1/purchases",
                 body: try Self.json(["accountId": "alice", "receipt": receipt, "transactionId": aliceId]))
@@ -205,7 +205,7 @@ import Testing
                 $0["transactionId"] as? String
             }
             #expect(aliceListed == [aliceId], "Bob's entry, delivered to Bob, is not listed to Alice")
-            #expect(try await app.store.balances(of: "alice") == ["coins": 60])
+            #expect(try await app.store.accounts.balances(of: "alice") == ["coins": 60])
             let anomalies = try await API.call(client, .get, "/v1/anomalies")
             #expect((anomalies.json["anomalies"] as? [[String: Any]] ?? []).isEmpty, "\(anomalies.json)")
             // A restore (no transactionId) still delivers every entry of the receipt: both are
@@ -213,7 +213,7 @@ import Testing
             let restore = try await API.call(
                 client, .post, "/v1/purchases", body: try Self.json(["accountId": "alice", "receipt": receipt]))
             #expect(restore.status == .ok, "\(restore.json)")
-            #expect(try await app.store.balances(of: "alice") == ["coins": 60])
+            #expect(try await app.store.accounts.balances(of: "alice") == ["coins": 60])
         }
     }
 }

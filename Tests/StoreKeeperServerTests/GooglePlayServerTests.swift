@@ -94,6 +94,7 @@ import Testing
     static func withPlay(
         _ kind: String, testPurchases: Bool = false,
         environments: Set<AppStoreEnvironment> = [.production, .sandbox], secondApp: Bool = false,
+        configure extra: @Sendable @escaping (inout ServerConfiguration) -> Void = { _ in },
         _ body: @Sendable (Play) async throws -> Void
     ) async throws {
         var storeConfiguration = LocalGooglePlay.Configuration(packageName: "com.example.android", catalog: .demo)
@@ -119,6 +120,7 @@ import Testing
                         other.pushAudience = audience + "/other"
                         configuration.googlePlayApps.append(other)
                     }
+                    extra(&configuration)
                 }
             ) { app, client in
                 try await body(Play(app: app, client: client, store: store, server: server))
@@ -198,6 +200,123 @@ import Testing
     /// in alpha-2: the server reads each paid order's total from the Orders API (after the
     /// delivery, never in its way) and records the country as the App Store's alpha-3, so
     /// proceeds and the `country` filter count Android purchases like iOS ones.
+    /// Acknowledgements run as a batch: each purchase acknowledged (a consumable consumed) at
+    /// Google once, each audited once, and a purchase Google cannot find fails its own job only.
+    @Test(arguments: API.databases)
+    func acknowledgementsOfABatchAreEachRecordedOnce(kind: String) async throws {
+        try await Self.withPlay(kind) { play in
+            var tokens: [String] = []
+            for (index, product) in ["coins_60", "remove_ads", "coins_300"].enumerated() {
+                let order = try await play.order("batch\(index)", product)
+                let token = try await play.store.buy(product, obfuscatedAccountId: order.token)
+                #expect(try await play.submit("batch\(index)", product, token, orderId: order.id).status == .ok)
+                tokens.append(token)
+            }
+            await play.runJobs(now: Date().addingTimeInterval(60))
+            for (index, token) in tokens.enumerated() {
+                let purchase = try #require(await play.store.purchase(token))
+                #expect(purchase.acknowledged && purchase.consumed == (index != 1), "\(index)")
+            }
+            let audits = try await play.app.store.anomalies.audit().filter { $0.action == "google_acknowledged" }
+            #expect(audits.count == 3)
+            let (acknowledged, pending) = try await play.app.database.read { sql in
+                (
+                    try await sql.raw("SELECT COUNT(*) AS n FROM google_purchases WHERE acknowledged_at IS NOT NULL")
+                        .first()?.decode(column: "n", as: Int.self) ?? 0,
+                    try await sql.raw(
+                        "SELECT COUNT(*) AS n FROM jobs WHERE kind = 'google_acknowledge' AND status <> 'done'"
+                    )
+                    .first()?.decode(column: "n", as: Int.self) ?? -1
+                )
+            }
+            #expect(acknowledged == 3 && pending == 0)
+            // Again: nothing more is acknowledged or audited.
+            await play.runJobs(now: Date().addingTimeInterval(7200))
+            #expect(try await play.app.store.anomalies.audit().filter { $0.action == "google_acknowledged" }.count == 3)
+        }
+    }
+
+    /// Purchases submitted at once share group-commit batches, whose Google records, accounts
+    /// and jobs are written as multi-row statements: each purchase is still delivered once to
+    /// its own account, recorded with it, acknowledged once and priced once; a token submitted
+    /// twice at once is delivered once; a token a paid replacement retired grants nothing.
+    @Test(arguments: API.databases)
+    func purchasesSubmittedAtOnceAreEachRecordedDeliveredAndAcknowledgedOnce(kind: String) async throws {
+        try await Self.withPlay(kind) { play in
+            let monthly = try await play.store.buy("pro_monthly", obfuscatedAccountId: nil)
+            #expect(try await play.submit("old", "pro_monthly", monthly).status == .ok)
+            let yearly = try await play.store.buy(
+                "pro_yearly", obfuscatedAccountId: nil, linkedPurchaseToken: monthly)
+            #expect(try await play.submit("old", "pro_yearly", yearly).status == .ok)
+            var purchases: [(account: String, order: String, token: String)] = []
+            for index in 0..<12 {
+                let order = try await play.order("at-once\(index)", "coins_60")
+                let token = try await play.store.buy("coins_60", obfuscatedAccountId: order.token)
+                purchases.append(("at-once\(index)", order.id, token))
+            }
+            let twice = purchases[0]
+            // What each submission answered: its status and its transaction's outcome.
+            @Sendable func submit(_ account: String, _ product: String, _ token: String, _ order: String?)
+                async throws -> (status: Int, outcome: String?)
+            {
+                let reply = try await play.submit(account, product, token, orderId: order)
+                return (
+                    Int(reply.status.code),
+                    (reply.json["transactions"] as? [[String: Any]])?.first?["outcome"] as? String
+                )
+            }
+            let replies = try await withThrowingTaskGroup(of: (Int, (status: Int, outcome: String?)).self) { group in
+                for (index, purchase) in (purchases + [twice]).enumerated() {
+                    group.addTask {
+                        (index, try await submit(purchase.account, "coins_60", purchase.token, purchase.order))
+                    }
+                }
+                // The retired token again, inside the same burst.
+                group.addTask { (-1, try await submit("thief", "pro_monthly", monthly, nil)) }
+                var replies: [Int: (status: Int, outcome: String?)] = [:]
+                for try await (index, reply) in group { replies[index] = reply }
+                return replies
+            }
+            for index in 0..<12 {
+                #expect(replies[index]?.status == 200, "\(String(describing: replies[index]))")
+                #expect(try await play.balance(purchases[index].account) == 60, "\(index)")
+            }
+            let outcomes = [replies[0], replies[12]].compactMap { $0?.outcome }
+            #expect(outcomes.sorted() == ["already_delivered", "delivered"], "\(outcomes)")
+            #expect(try await play.balance("thief") == 0)
+            let entitlements = try await API.call(play.client, .get, "/v1/accounts/thief").json["entitlements"]
+            #expect((entitlements as? [Any])?.isEmpty ?? true, "\(entitlements ?? "")")
+            let (owners, acknowledgements, prices, deliveries) = try await play.app.database.read { sql in
+                (
+                    try await sql.raw(
+                        "SELECT purchase_token, account_id FROM google_purchases WHERE product_id = 'coins_60'"
+                    ).all().map {
+                        (
+                            try $0.decode(column: "purchase_token", as: String.self),
+                            try $0.decode(column: "account_id", as: String?.self)
+                        )
+                    },
+                    try await sql.raw("SELECT COUNT(*) AS n FROM jobs WHERE kind = 'google_acknowledge'")
+                        .first()?.decode(column: "n", as: Int.self) ?? -1,
+                    try await sql.raw("SELECT COUNT(*) AS n FROM jobs WHERE kind = 'google_order_price'")
+                        .first()?.decode(column: "n", as: Int.self) ?? -1,
+                    try await sql.raw("SELECT COUNT(*) AS n FROM deliveries WHERE product_id = 'coins_60'")
+                        .first()?.decode(column: "n", as: Int.self) ?? -1
+                )
+            }
+            let ownerOf = Dictionary(uniqueKeysWithValues: owners)
+            for purchase in purchases { #expect(ownerOf[purchase.token] == purchase.account) }
+            // One acknowledgement per token (the 12 coins and the two subscriptions' tokens that
+            // were delivered), one price per paid one-time order, one delivery per purchase.
+            #expect(
+                acknowledgements == 14 && prices == 12 && deliveries == 12, "\((acknowledgements, prices, deliveries))")
+            await play.runJobs(now: Date().addingTimeInterval(60))
+            for purchase in purchases {
+                #expect(await play.store.purchase(purchase.token)?.consumed == true)
+            }
+        }
+    }
+
     @Test(arguments: API.databases)
     func googlePurchasesCountInAnalyticsWithTheirOrdersPriceAndCountry(kind: String) async throws {
         try await Self.withPlay(kind) { play in
@@ -217,14 +336,14 @@ import Testing
             // Before the price job: the coins count without money (the subscription's recurring
             // price is in its resource).
             var proceeds = try await metric("proceeds", "")
-            #expect(proceeds["byCurrency"] as? [String: Double] == ["USD": 4.241])
+            #expect(proceeds["byCurrency"] as? [String: Double] == ["EUR": 4.666])
             // The job waits a few seconds after the record, then prices the delivery once.
             await play.runJobs(now: Date().addingTimeInterval(10))
             proceeds = try await metric("proceeds", "")
-            #expect(proceeds["byCurrency"] as? [String: Double] == ["USD": 4.241, "JPY": 224])
+            #expect(proceeds["byCurrency"] as? [String: Double] == ["EUR": 4.666, "JPY": 224])
             await play.runJobs(now: Date().addingTimeInterval(3600))
             #expect(try await metric("proceeds", "&country=JPN")["byCurrency"] as? [String: Double] == ["JPY": 224])
-            #expect(try await metric("proceeds", "&country=DEU")["byCurrency"] as? [String: Double] == ["USD": 4.241])
+            #expect(try await metric("proceeds", "&country=DEU")["byCurrency"] as? [String: Double] == ["EUR": 4.666])
             #expect(try await metric("active_subscriptions", "&country=DEU")["value"] as? Int == 1)
             #expect(try await metric("active_subscriptions", "&country=JPN")["value"] as? Int == 0)
             let refunds = try await metric("refund_rate", "")
@@ -248,7 +367,7 @@ import Testing
                     ]
                 }
             }
-            #expect(rows == [["coins_60", "JPN", "320000", "JPY"], ["pro_monthly", "DEU", "4990", "USD"]])
+            #expect(rows == [["coins_60", "JPN", "320000", "JPY"], ["pro_monthly", "DEU", "5490", "EUR"]])
 
             // A purchase delivered before prices were read (no job for it): migration 22 queues
             // one, once however often it runs, and the job prices it.
@@ -512,9 +631,10 @@ import Testing
             // Apple's reconciliation never asks Apple about Google's subscriptions or charges
             // (found by the chaos run: 'gp:' ids sort after digits).
             let far = Date().addingTimeInterval(400 * 86_400)
-            #expect(try await play.app.store.overdueSubscriptions(now: far).allSatisfy { !$0.contains(":") })
             #expect(
-                try await play.app.store.recentAccounts(since: .distantPast).allSatisfy {
+                try await play.app.store.reconciliation.overdueSubscriptions(now: far).allSatisfy { !$0.contains(":") })
+            #expect(
+                try await play.app.store.reconciliation.recentAccounts(since: .distantPast).allSatisfy {
                     !$0.transactionId.contains(":")
                 })
         }
@@ -540,7 +660,7 @@ import Testing
             #expect(answer.consumptionPercentageMilliunits == 75_000)
             #expect(answer.refundPreference == "NEUTRAL")
             #expect(answer.sampleContentProvided == false)
-            let audit = try await play.app.store.audit().filter { $0.action == "google_refund_review" }
+            let audit = try await play.app.store.anomalies.audit().filter { $0.action == "google_refund_review" }
             #expect(audit.count == 1)
         }
     }

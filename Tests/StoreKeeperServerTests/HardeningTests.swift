@@ -220,7 +220,7 @@ import _CryptoExtras
             let other = #"{"accountId":"someone","productId":"coins_60"}"#
             #expect(try await API.call(client, .post, "/v1/orders", body: other).status == .created)
             // Expired (cancelled) orders are not open.
-            #expect(try await app.store.cancelExpiredOrders(olderThan: -60, now: Date()) == 4)
+            #expect(try await app.store.orders.cancelExpiredOrders(olderThan: -60, now: Date()) == 4)
             let afterExpiry = try await API.call(client, .post, "/v1/orders", body: body)
             #expect(afterExpiry.status == .created)
             // ...and a token-less purchase does not fall back to a cancelled order.
@@ -377,7 +377,7 @@ import _CryptoExtras
             let claimed = try await debit("dave", "coins", 1, "backend-key-7", token: token)
             #expect(claimed.status == .forbidden)
             #expect(try await debit("dave", "coins", 100, "backend-key-7").json["balance"] as? Int == 190)
-            #expect(try await app.store.balances(of: "dave") == ["coins": 190])
+            #expect(try await app.store.accounts.balances(of: "dave") == ["coins": 190])
             // Control characters in a key are refused.
             #expect(try await debit("dave", "coins", 1, #"a\u0000b"#).status == .badRequest)
         }

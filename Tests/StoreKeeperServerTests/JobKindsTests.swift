@@ -10,9 +10,9 @@ import Testing
         let names = JobKinds.all.map(\.name)
         #expect(Set(names).count == names.count, "a kind registered twice: \(names)")
         for kind in [
-            NotificationStore.jobKind, NotificationStore.consumptionJobKind, PurchaseStore.setTokenJobKind,
-            PurchaseStore.finishJobKind, ExternalPurchaseStore.reportJobKind, PurchaseStore.extendJobKind,
-            PurchaseStore.massExtendJobKind, JobRunner.massStatusJobKind, GooglePlayStore.syncJobKind,
+            NotificationStore.jobKind, NotificationStore.consumptionJobKind, AppleAccountStore.setTokenJobKind,
+            AppleAccountStore.finishJobKind, ExternalPurchaseStore.reportJobKind, SupportStore.extendJobKind,
+            SupportStore.massExtendJobKind, JobRunner.massStatusJobKind, GooglePlayStore.syncJobKind,
             GooglePlayStore.acknowledgeJobKind, GooglePlayStore.orderPriceJobKind, JobRunner.googleVoidedJobKind,
             "lookup_transaction",
         ] {

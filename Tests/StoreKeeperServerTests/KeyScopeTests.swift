@@ -25,8 +25,8 @@ import Testing
             configure: {
                 $0.operatorKeys = [
                     OperatorKey(label: "bi-dashboard", scope: .read, secret: reader),
-                    OperatorKey(label: "support-desk", scope: .support, secret: desk),
-                    OperatorKey(label: "android-team", scope: .support, apps: ["android"], secret: otherApp),
+                    OperatorKey(label: "support-desk", scope: .support, secret: Self.desk),
+                    OperatorKey(label: "android-team", scope: .support, apps: ["android"], secret: Self.otherApp),
                 ]
             }, body)
     }
@@ -72,7 +72,7 @@ import Testing
                 client, .post, "/v1/accounts/u2/balances/coins/credit", token: Self.desk,
                 body: #"{"amount":50,"idempotencyKey":"t-7","reason":"ticket 7"}"#)
             #expect(credit.status == .ok, "\(credit.json)")
-            let audit = try await app.store.audit().first { $0.action == "balance_credited" }
+            let audit = try await app.store.anomalies.audit().first { $0.action == "balance_credited" }
             #expect(audit?.actor == "operator:support-desk (support)")
             // Orders and purchases on an account's behalf are the backend's (admin).
             let order = try await API.call(
@@ -93,6 +93,44 @@ import Testing
             #expect(hidden.status == .notFound)
             let shown = try await API.call(client, .get, "/v1/transactions/\(id)", token: Self.desk)
             #expect(shown.status == .ok)
+        }
+    }
+
+    /// A key limited to some apps exports those apps' rows only; a key of every app all of them.
+    @Test(arguments: API.databases)
+    func aKeyOfOtherAppsExportsItsAppsRowsOnly(kind: String) async throws {
+        try await API.withServer(
+            kind,
+            configure: {
+                $0.operatorKeys = [
+                    OperatorKey(label: "support-desk", scope: .support, secret: Self.desk),
+                    OperatorKey(label: "android-team", scope: .support, apps: ["android"], secret: Self.otherApp),
+                ]
+            }, prepare: { $0.exportSettleSeconds = 0 }
+        ) { app, client in
+            let bought = try await app.localAppStore!.buy("p", items: [.init(productId: "coins_60")])
+            #expect(
+                try await API.submit(client, account: "u3", signedTransaction: bought.signedTransactions[0]).status
+                    == .ok)
+            let id = try #require(bought.transactions.first?.transactionId)
+            _ = try await API.call(client, .post, "/v1/orders", body: #"{"accountId":"u3","productId":"coins_60"}"#)
+            for export in ["transactions", "orders", "events"] {
+                let all = try await Self.text(client, "/v1/export/\(export)", Self.desk)
+                let limited = try await Self.text(client, "/v1/export/\(export)", Self.otherApp)
+                #expect(all.contains("u3"), "\(export): \(all)")
+                // The same columns, no row of another app.
+                #expect(
+                    !limited.contains("u3")
+                        && limited.split(separator: "\r\n").first == all.split(separator: "\r\n").first,
+                    "\(export)")
+            }
+            #expect(try await Self.text(client, "/v1/export/transactions", Self.desk).contains(id))
+        }
+    }
+
+    static func text(_ client: any TestClientProtocol, _ path: String, _ key: String) async throws -> String {
+        try await client.execute(uri: path, method: .get, headers: [.authorization: "Bearer \(key)"]) {
+            String(buffer: $0.body)
         }
     }
 
@@ -217,8 +255,8 @@ import Testing
                     client, .post, "/v1/accounts/u7/notes", token: KeyScopeTests.desk, body: bad)
                 #expect(reply.status == .badRequest, "\(bad.prefix(60))")
             }
-            #expect(try await app.store.notes(of: "u7").count == 2)
-            let audit = try await app.store.audit().filter { $0.action == "account_note" }
+            #expect(try await app.store.accounts.notes(of: "u7").count == 2)
+            let audit = try await app.store.anomalies.audit().filter { $0.action == "account_note" }
             #expect(audit.count == 2 && audit.allSatisfy { $0.actor.contains("support-desk") })
         }
     }
@@ -238,7 +276,7 @@ import Testing
             #expect(after.body.contains("T-9"))
             let empty = try await browser.post("/dashboard/accounts/u8/note", ["_csrf": csrf, "text": " "])
             #expect(empty.status == .badRequest)
-            #expect(try await app.store.notes(of: "u8").count == 1)
+            #expect(try await app.store.accounts.notes(of: "u8").count == 1)
         }
     }
 }
@@ -261,7 +299,7 @@ import Testing
             let shown = try await browser.get("/dashboard/accounts/g1")
             #expect(shown.body.contains(#"id="grants-table""#) && shown.body.contains("ticket 77: outage"))
             #expect(shown.body.contains("running"))
-            let grantId = try #require(try await app.store.grants(of: "g1").first?.grantId)
+            let grantId = try #require(try await app.store.support.grants(of: "g1").first?.grantId)
             #expect(shown.body.contains("/dashboard/accounts/g1/grants/\(grantId)/end"))
             let account = try await ServerAPITests.call(client, .get, "/v1/accounts/g1")
             #expect(
@@ -275,7 +313,15 @@ import Testing
             #expect(again.location?.contains("done=grant_not_running") == true)
             let final = try await browser.get("/dashboard/accounts/g1")
             #expect(final.body.contains("ended ") && !final.body.contains("/grants/\(grantId)/end"))
-            #expect(try await app.store.audit().filter { $0.action == "grant_ended" }.count == 1)
+            #expect(try await app.store.anomalies.audit().filter { $0.action == "grant_ended" }.count == 1)
+            // For good: the box ticked, no days needed; the page says so, the API shows no end.
+            let forever = try await browser.post(
+                "/dashboard/accounts/g1/grant", ["_csrf": csrf, "entitlement": "pro", "forever": "1", "note": "VIP"])
+            #expect(forever.status == .seeOther && forever.location?.contains("done=granted") == true)
+            #expect(try await browser.get("/dashboard/accounts/g1").body.contains("for good"))
+            let view = try await ServerAPITests.call(client, .get, "/v1/accounts/g1")
+            let pro = (view.json["entitlements"] as? [[String: Any]])?.first { $0["id"] as? String == "pro" }
+            #expect(pro?["active"] as? Bool == true && pro?["expiresAt"] == nil)
         }
     }
 }
@@ -308,15 +354,16 @@ import Testing
                 #expect(page.contains("<td>\(event)</td>"), "\(event)")
             }
             #expect(page.contains("% refunded"))
-            let history = try await relay.app.store.refundHistory(of: "asker")
+            let history = try await relay.app.store.reports.refundHistory(of: "asker")
             #expect(history.filter { $0.event == "CONSUMPTION_REQUEST" }.count == 2)
             #expect(history.filter { $0.event == "refunded" }.map(\.transactionId) == [coins.transactionId!])
         }
     }
 }
 
-/// The dashboard signs in with any operator key not limited to some apps, shows its forms only
-/// to a key that may use them, refuses a read key's form post, and names the key in the audit.
+/// The dashboard signs in with any operator key, shows its forms only to a key that may use
+/// them, refuses a read key's form post, names the key in the audit, and shows a key limited to
+/// some apps those apps' rows only.
 @Suite struct DashboardRoleTests {
     @Test(arguments: ServerAPITests.databases)
     func aReadKeyReadsTheDashboardAndASupportKeyActsUnderItsOwnName(kind: String) async throws {
@@ -351,14 +398,74 @@ import Testing
                 "/dashboard/accounts/r1/credit",
                 ["_csrf": deskCsrf, "idempotencyKey": "k2", "currency": "coins", "amount": "5", "reason": "ticket 1"])
             #expect(credited.status == .seeOther)
-            let audit = try await app.store.audit().filter { $0.action.contains("credit") }
+            let audit = try await app.store.anomalies.audit().filter { $0.action.contains("credit") }
             #expect(audit.first?.actor.contains("support-desk") == true, "\(audit.map(\.actor))")
 
-            // A key limited to some apps: told to use the API, no session.
+        }
+    }
+
+    /// A key limited to some apps signs in and sees its apps' rows only: another app's
+    /// purchases, anomalies and data rows are as if they did not exist, its analytics offer its
+    /// apps only, and the server-wide webhooks are refused.
+    @Test(arguments: ServerAPITests.databases)
+    func aKeyLimitedToSomeAppsSeesItsAppsOnly(kind: String) async throws {
+        try await GooglePlayServerTests.withPlay(
+            kind,
+            configure: {
+                $0.operatorKeys = [
+                    OperatorKey(label: "support-desk", scope: .support, secret: KeyScopeTests.desk),
+                    OperatorKey(
+                        label: "android-team", scope: .support, apps: ["android"], secret: KeyScopeTests.otherApp),
+                ]
+            }
+        ) { play in
+            let (app, client) = (play.app, play.client)
+            // An App Store purchase, and an App Store anomaly (the same purchase claimed by another
+            // account).
+            let bought = try await app.localAppStore!.buy("p", items: [.init(productId: "remove_ads")])
+            let jws = bought.signedTransactions[0]
+            let id = try #require(bought.transactions.first?.transactionId)
+            #expect(try await ServerAPITests.submit(client, account: "r2", signedTransaction: jws).status == .ok)
+            #expect(try await ServerAPITests.submit(client, account: "r3", signedTransaction: jws).status == .conflict)
+            let anomaly = try #require(try await app.store.anomalies.anomalies(status: "open", limit: 10).first)
+
+            let desk = DashboardTests.Browser(client)
+            _ = try await desk.post("/dashboard/login", ["key": KeyScopeTests.desk])
+            #expect(try await desk.get("/dashboard/anomalies").body.contains(anomaly.id))
+
             let limited = DashboardTests.Browser(client)
-            let refused = try await limited.post("/dashboard/login", ["key": KeyScopeTests.otherApp])
-            #expect(refused.status == .forbidden && refused.body.contains("limited to some apps"))
-            #expect(limited.cookie == nil)
+            let signedIn = try await limited.post("/dashboard/login", ["key": KeyScopeTests.otherApp])
+            #expect(signedIn.status == .seeOther && limited.cookie != nil)
+            let overview = try await limited.get("/dashboard")
+            #expect(
+                overview.status == .ok && overview.body.contains("android-team (support; apps: android)"),
+                "\(overview.status) \(overview.body.suffix(600))")
+            #expect(!overview.body.contains(#">Webhooks</a>"#))
+            // Anomalies, search, data: the App Store's rows are not there.
+            let anomalies = try await limited.get("/dashboard/anomalies")
+            #expect(anomalies.status == .ok && !anomalies.body.contains(anomaly.id))
+            let search = try await limited.get("/dashboard/search?q=\(id)")
+            #expect(search.status == .ok && !search.body.contains("r2"), "\(search.body)")
+            let today = String(StoreKeeperApp.iso(Date()).prefix(10))
+            let data = try await limited.get("/dashboard/data?kind=transactions&since=\(today)")
+            #expect(data.status == .ok && !data.body.contains(id))
+            let csv = try await limited.get("/dashboard/data/transactions.csv?since=\(today)")
+            #expect(csv.status == .ok && !csv.body.contains(id))
+            // Analytics: its apps only, never "all".
+            let analytics = try await limited.get("/dashboard/analytics")
+            #expect(
+                analytics.status == .ok && analytics.body.contains(#"<option value="android" selected>"#),
+                "\(analytics.body.components(separatedBy: "appId").dropFirst().first?.prefix(400) ?? "")")
+            #expect(
+                analytics.body.contains(
+                    #"<select name="appId"><option value="android" selected>android</option></select>"#))
+            // Another app's anomaly cannot be resolved; webhooks are the whole server's.
+            let csrf = try #require(anomalies.csrf)
+            let resolve = try await limited.post(
+                "/dashboard/anomalies/\(anomaly.id)/resolve", ["_csrf": csrf, "action": "dismiss"])
+            #expect(resolve.status == .notFound)
+            #expect(try await app.store.anomalies.anomaly(anomaly.id)?.status == "open")
+            #expect(try await limited.get("/dashboard/webhooks").status == .forbidden)
         }
     }
 }
@@ -390,7 +497,21 @@ import Testing
             let empty = try await browser.get("/dashboard/data?kind=transactions&since=2020-01-01&until=2020-01-02")
             #expect(empty.body.contains("No transactions in this range yet."))
             #expect(try await browser.get("/dashboard/data?since=yesterday").status == .badRequest)
-            #expect(try await browser.get("/dashboard/data?kind=orders").status == .badRequest)
+            #expect(try await browser.get("/dashboard/data?kind=refunds").status == .badRequest)
+            // Orders: the list and its CSV, in creation order.
+            var orders: [String] = []
+            for index in 0..<2 {
+                let order = try await ServerAPITests.call(
+                    client, .post, "/v1/orders", body: #"{"accountId":"data-\#(index)","productId":"coins_60"}"#)
+                orders.append(try #require(order.json["orderId"] as? String))
+            }
+            let orderPage = try await browser.get("/dashboard/data?kind=orders&since=\(today)&until=\(tomorrow)")
+            #expect(orderPage.status == .ok && orders.allSatisfy { orderPage.body.contains($0) })
+            let orderCSV = try await browser.get("/dashboard/data/orders.csv?since=\(today)")
+            #expect(orderCSV.body.hasPrefix("order_id,account_id,app_id,product_id,quantity,status,created_at"))
+            let lines = orderCSV.body.split(separator: "\r\n")
+            #expect(
+                lines.count == 3 && lines[1].contains(orders[0]) && lines[2].contains(orders[1]), "\(orderCSV.body)")
             // The CSV: every row of the range, as the export writes it, as an attachment.
             let csv = try await browser.get("/dashboard/data/transactions.csv?since=\(today)&until=\(tomorrow)")
             #expect(csv.status == .ok && csv.headers[.contentType] == "text/csv; charset=utf-8")

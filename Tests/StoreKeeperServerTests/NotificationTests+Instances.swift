@@ -59,7 +59,7 @@ extension NotificationTests {
                 #expect(recorded.allSatisfy { $0.status == "applied" }, "\(recorded.map { ($0.type, $0.status) })")
                 #expect(try await relay.subscription("twin")?["status"] as? String == "expired")
                 #expect(try await relay.entitlements("twin").isEmpty)
-                #expect(try await app.store.deliveries(of: "twin").count == 4)
+                #expect(try await app.store.accounts.deliveries(of: "twin").count == 4)
                 // In order, once: active once, then expired once — no step back and forth.
                 let changes = try await OutboxStore(database: app.database).all().map(\.event)
                     .filter { $0.type == "subscription_status_changed" }.map(\.payload)

@@ -217,7 +217,7 @@ import Testing
             #expect(stale.map(\.status) == ["stale"])
             // The refunded period was never delivered: it is recorded as refunded with nothing,
             // so neither the late renewal nor the app's submission of it delivers it.
-            let marker = try await relay.app.store.deliveries(of: "ola").filter { $0.transactionId == renewal }
+            let marker = try await relay.app.store.accounts.deliveries(of: "ola").filter { $0.transactionId == renewal }
             #expect(marker.map(\.quantity) == [0])
             #expect(marker.first?.refunded == true)
             let resubmitted = try await API.submit(
@@ -291,7 +291,7 @@ import Testing
             #expect(opened.count == 1)
             #expect(opened.first?["status"] as? String == "open" && opened.first?["resolution"] is NSNull)
             #expect(opened.first?["accountId"] as? String == "spender")
-            let audit = try await relay.app.store.audit().map(\.action)
+            let audit = try await relay.app.store.anomalies.audit().map(\.action)
             #expect(audit.filter { $0 == "refund" }.count == 2)
             #expect(audit.filter { $0 == "refund_reversed" }.count == 2)
         }
@@ -338,7 +338,7 @@ import Testing
             #expect(received.first?.deliveryStatus == .delivered)
             #expect(received.first?.consumptionPercentage == 25_000)
             #expect(received.first?.customerConsented == true)
-            #expect(try await relay.app.store.audit().contains { $0.action == "consumption_sent" })
+            #expect(try await relay.app.store.anomalies.audit().contains { $0.action == "consumption_sent" })
         }
     }
 
@@ -383,7 +383,7 @@ import Testing
             await store.advance(by: 32 * 86_400)
             #expect(try await relay.deliver() == ["DID_RENEW"])
             let renewal = try #require(await store.subscription(first.originalTransactionId!)?.lastTransactionId)
-            #expect(try await relay.app.store.deliveries(of: "alice").map(\.transactionId).contains(renewal))
+            #expect(try await relay.app.store.accounts.deliveries(of: "alice").map(\.transactionId).contains(renewal))
             // Bob logs in on the same device and Apple ID: the app submits the renewal.
             let signed = try await store.signTransaction(renewal)
             let bob = try await API.submit(relay.client, account: "bob", signedTransaction: signed)
@@ -429,7 +429,7 @@ import Testing
             let subscription = try #require(try await relay.subscription("claire"))
             #expect(subscription["status"] as? String == "active")
             let renewal = try #require(await store.subscription(original)?.lastTransactionId)
-            #expect(try await relay.app.store.deliveries(of: "claire").map(\.transactionId).contains(renewal))
+            #expect(try await relay.app.store.accounts.deliveries(of: "claire").map(\.transactionId).contains(renewal))
             // The unattributed anomaly closed itself: its purchase is delivered now.
             anomalies =
                 try await API.call(relay.client, .get, "/v1/anomalies?status=open").json["anomalies"]

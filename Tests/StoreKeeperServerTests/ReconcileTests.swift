@@ -49,8 +49,8 @@ import Testing
             let sue = try #require(try await SubscriptionAccountTests.subscriptions(client, "sue").first)
             #expect(sue["originalTransactionId"] as? String == subscription.originalTransactionId)
             #expect(sue["status"] as? String == "grace_period")
-            #expect(try await app.store.deliveries(of: "sue").count == 3)
-            #expect(try await app.store.entitlements(of: "sue").count == 1)
+            #expect(try await app.store.accounts.deliveries(of: "sue").count == 3)
+            #expect(try await app.store.accounts.entitlements(of: "sue").count == 1)
             #expect(try await AppleLookupJobTests.coins(client, "cat") == 0)
             let counts = try await app.notifications.counts()
             #expect(counts["pending"] == nil && counts["unattributed"] == nil, "\(counts)")
@@ -62,7 +62,7 @@ import Testing
             #expect(again.transactionsDelivered == 0)
             #expect(again.subscriptionsChanged == 0)
             #expect(try await OutboxStore(database: app.database).all().count == outbox)
-            #expect(try await app.store.deliveries(of: "sue").count == 3)
+            #expect(try await app.store.accounts.deliveries(of: "sue").count == 3)
             #expect(try await AppleLookupJobTests.coins(client, "cat") == 0)
 
             // Past the grace period with Apple silent: Get All Subscription Statuses says
@@ -74,7 +74,7 @@ import Testing
             #expect(
                 try await SubscriptionAccountTests.subscriptions(client, "sue").first?["status"] as? String
                     == "billing_retry")
-            #expect(try await app.store.entitlements(of: "sue").isEmpty)
+            #expect(try await app.store.accounts.entitlements(of: "sue").isEmpty)
         }
     }
 }

@@ -27,7 +27,7 @@ import Testing
             let claim = try await play.submit("finder", "coins_60", token)
             #expect(claim.errorCode == "revoked", "\(claim.json)")
             #expect(try await play.balance("finder") == 0)
-            #expect(try await play.app.store.deliveries(of: "finder").isEmpty)
+            #expect(try await play.app.store.accounts.deliveries(of: "finder").isEmpty)
         }
     }
 

@@ -37,7 +37,8 @@ import Testing
             #expect(asked.signedTransactions.isEmpty)  // nothing charged yet, nothing to submit
             #expect(try await Self.status(client, order: orderId) == "created")
             // Hours pass: the order outlives its TTL and is cancelled.
-            #expect(try await app.store.cancelExpiredOrders(olderThan: 0, now: Date().addingTimeInterval(1)) == 1)
+            #expect(
+                try await app.store.orders.cancelExpiredOrders(olderThan: 0, now: Date().addingTimeInterval(1)) == 1)
             #expect(try await Self.status(client, order: orderId) == "cancelled")
             let approved = try await store.approve(try #require(asked.pendingId))
             let reply = try await ServerAPITests.submit(
@@ -47,7 +48,7 @@ import Testing
             #expect(transaction["orderId"] as? String == orderId)
             #expect(transaction["outcome"] as? String == "delivered")
             #expect(try await Self.status(client, order: orderId) == "delivered")
-            #expect(try await app.store.balances(of: "kid") == ["coins": 300])
+            #expect(try await app.store.accounts.balances(of: "kid") == ["coins": 300])
         }
     }
 
@@ -69,14 +70,14 @@ import Testing
             #expect(transaction["orderId"] as? String == old.id)
             #expect(try await Self.status(client, order: old.id) == "delivered")
             #expect(try await Self.status(client, order: new.id) == "created")  // not paid by it
-            #expect(try await app.store.balances(of: "p11") == ["coins": 60])
+            #expect(try await app.store.accounts.balances(of: "p11") == ["coins": 60])
             // The new order's own payment then pays it.
             let second = try await store.buy(
                 "p11-apple-id", items: [.init(productId: "coins_60")], appAccountToken: new.token)
             _ = try await ServerAPITests.submit(
                 client, account: "p11", signedTransaction: second.signedTransactions[0], orderId: new.id)
             #expect(try await Self.status(client, order: new.id) == "delivered")
-            #expect(try await app.store.balances(of: "p11") == ["coins": 120])
+            #expect(try await app.store.accounts.balances(of: "p11") == ["coins": 120])
         }
     }
 
@@ -93,7 +94,7 @@ import Testing
             #expect(reply.status == .ok)
             let transaction = try #require((reply.json["transactions"] as? [[String: Any]])?.first)
             #expect(transaction["productId"] as? String == "coins_60")
-            #expect(try await app.store.balances(of: "p12") == ["coins": 60])
+            #expect(try await app.store.accounts.balances(of: "p12") == ["coins": 60])
             #expect(try await Self.status(client, order: expensive.id) == "created")  // stays unpaid
             let anomalies = try await ServerAPITests.call(client, .get, "/v1/anomalies?status=open")
             let kinds = (anomalies.json["anomalies"] as? [[String: Any]])?.compactMap { $0["kind"] as? String }

@@ -216,7 +216,9 @@ import Testing
                     client, .post, "/v1/orders", body: String(decoding: body, as: UTF8.self))
                 #expect(reply.status == .created, "\(reply.json)")
             }
-            let anomalies = try await app.store.anomalies(status: "open").filter { $0.kind == "shared_apple_id" }
+            let anomalies = try await app.store.anomalies.anomalies(status: "open").filter {
+                $0.kind == "shared_apple_id"
+            }
             let detail = try #require(anomalies.first?.detail)
             #expect(anomalies.count == 1)
             #expect(detail.unicodeScalars.allSatisfy { (0x20...0x7E).contains($0.value) }, "\(detail)")
@@ -279,8 +281,8 @@ import Testing
             // The owner's own token still works, and Kate has exactly her one order.
             let kate = try await API.clientToken("Kate")
             #expect(try await API.call(client, .get, "/v1/orders/\(kateOrder)", token: kate).status == .ok)
-            #expect(try await app.store.accountRecords("Kate").orders.count == 1)
-            #expect(try await app.store.accountRecords("\u{212A}ate").orders.isEmpty)
+            #expect(try await app.store.reports.accountRecords("Kate").orders.count == 1)
+            #expect(try await app.store.reports.accountRecords("\u{212A}ate").orders.isEmpty)
         }
     }
 
@@ -477,10 +479,10 @@ import Testing
     func anomalyListsArePaginated(kind: String) async throws {
         try await API.withServer(kind) { app, client in
             for index in 0..<7 {
-                try await app.store.raiseAnomaly(
+                try await app.store.anomalies.raiseAnomaly(
                     .init(
                         kind: .verificationStuck, transactionId: "\(index)", orderId: nil, accountId: "a", detail: "d"),
-                    dedupeKey: PurchaseStore.dedupeKey("test", "\(index)"),
+                    dedupeKey: AnomalyStore.dedupeKey("test", "\(index)"),
                     now: Date(timeIntervalSince1970: 1_800_000_000 + Double(index % 3)))
             }
             var seen: [String] = []
@@ -499,8 +501,8 @@ import Testing
                 #expect(try await API.call(client, .get, "/v1/anomalies?\(bad)").status == .badRequest, "\(bad)")
             }
             // The same parts, joined with `|` before, are two keys now.
-            #expect(PurchaseStore.dedupeKey("k", "a|b", "c") != PurchaseStore.dedupeKey("k", "a", "b|c"))
-            let parsed = try JSONSerialization.jsonObject(with: Data(PurchaseStore.dedupeKey("k", nil, "x\"\n").utf8))
+            #expect(AnomalyStore.dedupeKey("k", "a|b", "c") != AnomalyStore.dedupeKey("k", "a", "b|c"))
+            let parsed = try JSONSerialization.jsonObject(with: Data(AnomalyStore.dedupeKey("k", nil, "x\"\n").utf8))
             let parts = try #require(parsed as? [Any])
             #expect(
                 parts.count == 3 && parts[0] as? String == "k" && parts[1] is NSNull && parts[2] as? String == "x\"\n")

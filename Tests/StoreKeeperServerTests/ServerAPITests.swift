@@ -379,7 +379,7 @@ import Testing
                 guard environments.contains(.sandbox) else {
                     #expect(reply.status == .unprocessableContent)
                     #expect(reply.errorCode == "wrong_environment")
-                    #expect(try await app.store.balances(of: "review").isEmpty)
+                    #expect(try await app.store.accounts.balances(of: "review").isEmpty)
                     return
                 }
                 #expect(reply.status == .ok)

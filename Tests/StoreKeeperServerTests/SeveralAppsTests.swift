@@ -101,7 +101,7 @@ import Testing
             let subscription = try #require(try await relay.subscription("kim"))
             #expect(subscription["appId"] as? String == "ipad")
             #expect(subscription["store"] as? String == "app_store")
-            #expect(try await app.store.deliveries(of: "kim").count == 4)
+            #expect(try await app.store.accounts.deliveries(of: "kim").count == 4)
             #expect(
                 try await relay.entitlements("kim").contains {
                     $0["id"] as? String == "pro" && $0["active"] as? Bool == true
@@ -187,7 +187,7 @@ import Testing
             #expect("\(wrongApp.json)".contains("wrong_app"))
             _ = swapped
             #expect((try await relay.account("lee")["balances"] as? [String: Int])?["coins"] == nil)
-            #expect(try await app.store.deliveries(of: "lee").isEmpty)
+            #expect(try await app.store.accounts.deliveries(of: "lee").isEmpty)
         }
     }
 

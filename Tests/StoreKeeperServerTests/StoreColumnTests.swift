@@ -81,8 +81,10 @@ import Testing
             // The minute's pass writes it: the stored state and the views say the same.
             let later = Date().addingTimeInterval(offset.withLock { $0 })
             let store = relay.app.store
-            #expect(try await store.expireSilentSubscriptions(catalog: relay.app.catalog, now: later) == 1)
-            #expect(try await store.expireSilentSubscriptions(catalog: relay.app.catalog, now: later) == 0)
+            #expect(
+                try await store.reconciliation.expireSilentSubscriptions(catalog: relay.app.catalog, now: later) == 1)
+            #expect(
+                try await store.reconciliation.expireSilentSubscriptions(catalog: relay.app.catalog, now: later) == 0)
             let stored = try await relay.app.database.read { sql in
                 try await sql.raw("SELECT status FROM storekeeper_subscriptions").first()?.decode(
                     column: "status", as: String.self)

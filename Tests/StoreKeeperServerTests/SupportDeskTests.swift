@@ -33,12 +33,12 @@ import Testing
                 client, .post, "/v1/accounts/desk/balances/coins/debit",
                 body: #"{"amount":20,"idempotencyKey":"spend-1","reason":"ticket 43: credited twice"}"#)
             #expect(spent.json["balance"] as? Int == 100)
-            let debited = try await app.store.audit().filter { $0.action == "balance_debited" }
+            let debited = try await app.store.anomalies.audit().filter { $0.action == "balance_debited" }
             #expect(debited.first?.detail.contains("ticket 43: credited twice") == true)
             let view = try await API.call(client, .get, "/v1/accounts/desk")
             #expect((view.json["balances"] as? [String: Any])?["coins"] as? Int == 100)
             // Audited with its reason.
-            let audit = try await app.store.audit().filter { $0.action == "balance_credited" }
+            let audit = try await app.store.anomalies.audit().filter { $0.action == "balance_credited" }
             #expect(audit.count == 1)
             #expect(audit.first?.detail.contains("ticket 42: lost coins") == true)
             // A typo in the currency, a missing reason, a client token: refused, nothing written.
@@ -70,6 +70,47 @@ import Testing
             let granted = try await API.call(
                 client, .post, "/v1/accounts/desk/grants", body: #"{"entitlement":"pro","expiresAt":"\#(expires)"}"#)
             #expect(granted.status == .created, "\(granted.json)")
+        }
+    }
+
+    /// A grant for some days, until a date, or for good — exactly one; a grant for good never
+    /// ends by itself (the account shows no end) and ends when support ends it.
+    @Test(arguments: API.databases)
+    func aGrantRunsForSomeDaysUntilADateOrForGood(kind: String) async throws {
+        try await API.withServer(kind) { app, client in
+            let forGood = try await API.call(
+                client, .post, "/v1/accounts/vip/grants", body: #"{"entitlement":"pro","forever":true,"note":"VIP"}"#)
+            #expect(forGood.status == .created, "\(forGood.json)")
+            #expect(forGood.json["forGood"] as? Bool == true && forGood.json["expiresAt"] is NSNull)
+            let account = try await API.call(client, .get, "/v1/accounts/vip")
+            let pro = (account.json["entitlements"] as? [[String: Any]])?.first { $0["id"] as? String == "pro" }
+            #expect(pro?["active"] as? Bool == true && pro?["expiresAt"] == nil, "\(account.json)")
+            #expect(
+                try await app.store.anomalies.audit().contains {
+                    $0.action == "grant" && $0.detail.contains("for good")
+                })
+
+            let days = try await API.call(
+                client, .post, "/v1/accounts/vip/grants", body: #"{"entitlement":"no_ads","days":3}"#)
+            #expect(days.status == .created && days.json["forGood"] as? Bool == false)
+            let until = try #require(StoreKeeperApp.parseDate(days.json["expiresAt"] as? String ?? ""))
+            #expect(abs(until.timeIntervalSinceNow - 3 * 86_400) < 600)
+            for body in [
+                #"{"entitlement":"pro"}"#, #"{"entitlement":"pro","days":3,"forever":true}"#,
+                #"{"entitlement":"pro","days":0}"#, #"{"entitlement":"pro","forever":false}"#,
+                #"{"entitlement":"pro","days":3,"expiresAt":"2099-01-01T00:00:00Z"}"#,
+            ] {
+                let refused = try await API.call(client, .post, "/v1/accounts/vip/grants", body: body)
+                #expect(refused.status == .badRequest, "\(body): \(refused.json)")
+            }
+
+            let grantId = try #require(forGood.json["grantId"] as? String)
+            #expect(try await API.call(client, .delete, "/v1/accounts/vip/grants/\(grantId)").status == .ok)
+            let after = try await API.call(client, .get, "/v1/accounts/vip")
+            #expect(
+                !((after.json["entitlements"] as? [[String: Any]]) ?? []).contains {
+                    $0["id"] as? String == "pro" && $0["active"] as? Bool == true
+                })
         }
     }
 }

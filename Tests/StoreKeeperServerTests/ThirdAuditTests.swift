@@ -57,8 +57,8 @@ import Testing
             #expect(try await housekeeping.runOnce(now: Date().addingTimeInterval(86_400)).orders == 0)
             #expect(try await housekeeping.runOnce(now: Date().addingTimeInterval(31 * 86_400)).orders == 5)
             #expect(try await Self.count(app, "SELECT COUNT(*) AS n FROM orders") == 1)
-            #expect(try await app.store.order(paid.id)?.status == .delivered)
-            #expect(try await app.store.order(open.id) == nil)
+            #expect(try await app.store.orders.order(paid.id)?.status == .delivered)
+            #expect(try await app.store.orders.order(open.id) == nil)
         }
     }
 

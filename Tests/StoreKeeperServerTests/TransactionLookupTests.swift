@@ -32,7 +32,7 @@ import Testing
                 #expect((found.json["refunds"] as? [Any])?.isEmpty == true)
             }
             // The dashboard's search finds the account by the order id as printed.
-            let hits = try await play.app.store.search(googleOrder)
+            let hits = try await play.app.store.reports.search(googleOrder)
             #expect(hits.contains { $0.kind == .transaction && $0.accountId == "quoted" })
         }
     }
@@ -126,7 +126,7 @@ import Testing
             #expect(again.json["status"] as? String == "already_refunded", "\(again.json)")
             let looked = try await API.call(play.client, .get, "/v1/transactions/\(googleOrder)")
             #expect((looked.json["transaction"] as? [String: Any])?["status"] as? String == "refunded")
-            let audit = try await play.app.store.audit().filter { $0.action == "support_refund" }
+            let audit = try await play.app.store.anomalies.audit().filter { $0.action == "support_refund" }
             #expect(audit.count == 1 && audit.first?.detail.contains("ticket 9: charged twice") == true)
         }
     }
@@ -159,7 +159,7 @@ import Testing
             #expect(await play.store.purchase(token)?.voided == true)
             let done = try await API.call(play.client, .post, "/v1/transactions/\(googleOrder)/refund", body: body)
             #expect(done.status == .ok && done.json["status"] as? String == "already_refunded", "\(done.json)")
-            let actions = try await play.app.store.audit().map(\.action)
+            let actions = try await play.app.store.anomalies.audit().map(\.action)
             #expect(actions.filter { $0 == "support_refund_pending" }.count == 1)
             #expect(actions.filter { $0 == "support_refund" }.count == 1)
         }
@@ -268,7 +268,7 @@ import Testing
             // The old account submitting it now is refused: the purchase is new's (first binder).
             let old = try await API.submit(client, account: "old", signedTransaction: bought.signedTransactions[0])
             #expect(old.errorCode == "owned_by_other_account", "\(old.json)")
-            let audit = try await app.store.audit().filter { $0.action == "ownership_transfer" }
+            let audit = try await app.store.anomalies.audit().filter { $0.action == "ownership_transfer" }
             #expect(audit.first?.detail.contains("ticket 12") == true)
 
             let coins = try await app.localAppStore!.buy("p", items: [.init(productId: "coins_60")])
@@ -319,7 +319,7 @@ import Testing
             #expect(try await play.push().allSatisfy { $0 == .noContent })
             await play.runJobs()
             #expect(try await play.subscriptions("late").first?["expiresAt"] as? String == after)
-            let audit = try await play.app.store.audit().filter { $0.action == "subscription_deferred" }
+            let audit = try await play.app.store.anomalies.audit().filter { $0.action == "subscription_deferred" }
             #expect(audit.count == 1 && audit.first?.detail.contains("ticket 44") == true)
             // A read key may not; an unknown subscription is 422; an expired one Google refuses.
             let unknown = try await API.call(

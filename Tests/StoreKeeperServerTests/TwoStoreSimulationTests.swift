@@ -65,7 +65,11 @@ import Testing
                 options.seed =
                     ProcessInfo.processInfo.environment["STOREKEEPER_TEST_SEED"].flatMap { UInt64($0) }
                     ?? UInt64.random(in: 1...UInt64.max)
-                let report = try await Simulation(options: options).run()
+                // What a failing run found (a problem line per transaction), printed with the seed.
+                let seed = options.seed
+                let report = try await Simulation(options: options).run { line in
+                    if line.hasPrefix("problem:") { print("seed \(seed) \(line)") }
+                }
                 #expect(report.clean, "seed \(options.seed): \(report)")
                 #expect(report.keyRotation?.rotated == true)
                 #expect(report.keyRotation?.to == ResponseSigner(key: next).keyId)

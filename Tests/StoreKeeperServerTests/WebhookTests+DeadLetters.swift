@@ -65,7 +65,7 @@ extension WebhookTests {
                 #expect(
                     (try await ServerAPITests.call(client, .get, "/v1/webhooks/dead-letters").json["deadLetters"]
                         as? [Any])?.isEmpty == true)
-                #expect(try await app.store.audit().contains { $0.action == "webhook_replay" })
+                #expect(try await app.store.anomalies.audit().contains { $0.action == "webhook_replay" })
             }
         }
     }

@@ -41,10 +41,10 @@ import Testing
             let store = PurchaseStore(database: database)
             try await Self.fund(store, account: "spender", times: 4, base: 0)  // 1,200 coins
             // 64 debits of 100 at once, each with its own key: exactly 12 can be paid.
-            let results = try await withThrowingTaskGroup(of: PurchaseStore.DebitResult.self) { group in
+            let results = try await withThrowingTaskGroup(of: AccountStore.DebitResult.self) { group in
                 for index in 0..<64 {
                     group.addTask {
-                        try await store.debit(
+                        try await store.accounts.debit(
                             accountId: "spender", currency: "coins", amount: 100, idempotencyKey: "spend-\(index)",
                             now: Self.now)
                     }
@@ -55,7 +55,7 @@ import Testing
             #expect(paid.count == 12)
             #expect(Set(paid) == Set(stride(from: 0, to: 1_200, by: 100).map(Int64.init)))  // each balance once
             #expect(results.allSatisfy { if case .insufficient(let balance) = $0 { balance < 100 } else { true } })
-            #expect(try await store.balances(of: "spender") == ["coins": 0])
+            #expect(try await store.accounts.balances(of: "spender") == ["coins": 0])
             try await Self.expectBalancesMatchLedger(database)
         }
     }
@@ -65,10 +65,10 @@ import Testing
         try await TestDatabase.with(kind) { database in
             let store = PurchaseStore(database: database)
             try await Self.fund(store, account: "twin", times: 1, base: 100)  // 300 coins
-            let results = try await withThrowingTaskGroup(of: PurchaseStore.DebitResult.self) { group in
+            let results = try await withThrowingTaskGroup(of: AccountStore.DebitResult.self) { group in
                 for _ in 0..<32 {
                     group.addTask {
-                        try await store.debit(
+                        try await store.accounts.debit(
                             accountId: "twin", currency: "coins", amount: 120, idempotencyKey: "same-key", now: Self.now
                         )
                     }
@@ -76,7 +76,7 @@ import Testing
                 return try await group.reduce(into: []) { $0.append($1) }
             }
             #expect(results.allSatisfy { $0 == .debited(balance: 180) })
-            #expect(try await store.balances(of: "twin") == ["coins": 180])
+            #expect(try await store.accounts.balances(of: "twin") == ["coins": 180])
             try await Self.expectBalancesMatchLedger(database)
         }
     }
@@ -95,7 +95,7 @@ import Testing
                             submittingAccount: account, catalog: PurchaseStoreTests.catalog, now: Self.now)
                     }
                     group.addTask {
-                        _ = try await store.debit(
+                        _ = try await store.accounts.debit(
                             accountId: account, currency: "coins", amount: 50, idempotencyKey: "mix-\(index)",
                             now: Self.now)
                     }
@@ -104,7 +104,7 @@ import Testing
             }
             try await Self.expectBalancesMatchLedger(database)
             for index in 0..<5 {
-                #expect((try await store.balances(of: "mix-\(index)")["coins"] ?? 0) >= 0)
+                #expect((try await store.accounts.balances(of: "mix-\(index)")["coins"] ?? 0) >= 0)
             }
         }
     }
@@ -115,7 +115,7 @@ import Testing
             let store = PurchaseStore(database: database)
             try await Self.fund(store, account: "old-a", times: 3, base: 200)
             try await Self.fund(store, account: "old-b", times: 1, base: 300)
-            _ = try await store.debit(
+            _ = try await store.accounts.debit(
                 accountId: "old-a", currency: "coins", amount: 250, idempotencyKey: "before-upgrade", now: Self.now)
             // A database from before version 4: no balances table, only the ledger.
             try await database.transaction { sql in
@@ -123,8 +123,8 @@ import Testing
                 try await sql.raw("DELETE FROM schema_migrations WHERE version = 4").run()
             }
             try await Migrations.run(on: database)
-            #expect(try await store.balances(of: "old-a") == ["coins": 650])
-            #expect(try await store.balances(of: "old-b") == ["coins": 300])
+            #expect(try await store.accounts.balances(of: "old-a") == ["coins": 650])
+            #expect(try await store.accounts.balances(of: "old-b") == ["coins": 300])
             try await Self.expectBalancesMatchLedger(database)
             #expect(try await Migrations.appliedVersions(on: database) == Migrations.all.map(\.version))
         }
@@ -141,7 +141,7 @@ import Testing
                     catalog: PurchaseStoreTests.catalog, now: Self.now)
             }
             let states = try await database.read { sql in
-                try await PurchaseStore.accountStates(["both", "ads-only", "nobody"], sql: sql)
+                try await AccountStore.accountStates(["both", "ads-only", "nobody"], sql: sql)
             }
             #expect(states["both"]?.balances == ["coins": 600])
             #expect(states["both"]?.entitlements.map(\.entitlementId) == ["no_ads"])
@@ -150,7 +150,7 @@ import Testing
             #expect(states["ads-only"]?.entitlements.map(\.productId) == ["remove_ads"])
             #expect(states["ads-only"]?.entitlements.first?.expiresAt == nil)
             #expect(states["nobody"] == nil)
-            #expect(try await store.account("nobody") == PurchaseStore.AccountState())
+            #expect(try await store.accounts.account("nobody") == PurchaseStore.AccountState())
         }
     }
 }

@@ -36,19 +36,20 @@ import Testing
     func happyPathAndRepeatsDeliverOnce(kind: Database.Kind) async throws {
         try await TestDatabase.with(kind) { database in
             let store = PurchaseStore(database: database)
-            let order = try await store.createOrder(accountId: "u42", productId: "coins_60", quantity: 2, now: Self.now)
+            let order = try await store.orders.createOrder(
+                accountId: "u42", productId: "coins_60", quantity: 2, now: Self.now)
             let transaction = Self.transaction(quantity: 2, token: order.appAccountToken)
             let first = try await store.deliver(
                 transaction, submittingAccount: "u42", catalog: Self.catalog, now: Self.now)
             #expect(first.plan.outcome == .delivered)
-            #expect(try await store.order(order.orderId)?.status == .delivered)
-            #expect(try await store.order(order.orderId)?.transactionId == "2000000000000001")
+            #expect(try await store.orders.order(order.orderId)?.status == .delivered)
+            #expect(try await store.orders.order(order.orderId)?.transactionId == "2000000000000001")
             let again = try await store.deliver(
                 transaction, submittingAccount: "u42", catalog: Self.catalog, now: Self.now)
             #expect(again.plan.outcome == .alreadyDelivered)
             #expect(again.existing?.orderId == order.orderId)
-            #expect(try await store.balances(of: "u42") == ["coins": 120])
-            #expect(try await store.deliveries(of: "u42").count == 1)
+            #expect(try await store.accounts.balances(of: "u42") == ["coins": 120])
+            #expect(try await store.accounts.deliveries(of: "u42").count == 1)
         }
     }
 
@@ -56,7 +57,8 @@ import Testing
     func sixtyFourConcurrentSubmissionsDeliverOnce(kind: Database.Kind) async throws {
         try await TestDatabase.with(kind) { database in
             let store = PurchaseStore(database: database)
-            let order = try await store.createOrder(accountId: "u1", productId: "coins_60", quantity: 1, now: Self.now)
+            let order = try await store.orders.createOrder(
+                accountId: "u1", productId: "coins_60", quantity: 1, now: Self.now)
             let transaction = Self.transaction(token: order.appAccountToken)
             let outcomes = try await withThrowingTaskGroup(of: DeliveryPlanner.Outcome.self) { group in
                 for _ in 0..<64 {
@@ -71,7 +73,7 @@ import Testing
             }
             #expect(outcomes.filter { $0 == .delivered }.count == 1)
             #expect(outcomes.filter { $0 == .alreadyDelivered }.count == 63)
-            #expect(try await store.balances(of: "u1") == ["coins": 60])
+            #expect(try await store.accounts.balances(of: "u1") == ["coins": 60])
         }
     }
 
@@ -94,8 +96,8 @@ import Testing
             }
             #expect(outcomes.filter { $0 == .delivered }.count == 150)
             #expect(outcomes.filter { $0 == .alreadyDelivered }.count == 150)
-            #expect(try await store.balances(of: "bulk") == ["coins": 150 * 60])
-            #expect(try await store.deliveries(of: "bulk").count == 150)
+            #expect(try await store.accounts.balances(of: "bulk") == ["coins": 150 * 60])
+            #expect(try await store.accounts.deliveries(of: "bulk").count == 150)
         }
     }
 
@@ -103,9 +105,9 @@ import Testing
     func batchedDeliveriesConsumeEachOpenOrderOnce(kind: Database.Kind) async throws {
         try await TestDatabase.with(kind) { database in
             let store = PurchaseStore(database: database)
-            let older = try await store.createOrder(
+            let older = try await store.orders.createOrder(
                 accountId: "fifo", productId: "coins_60", quantity: 1, now: Self.now)
-            let newer = try await store.createOrder(
+            let newer = try await store.orders.createOrder(
                 accountId: "fifo", productId: "coins_60", quantity: 1, now: Self.now.addingTimeInterval(10))
             let ids = (0..<5).map { String(2_200_000_000_000_000 + $0) }
             // Five payments without a token, at once: two pay the open orders (oldest first),
@@ -124,11 +126,11 @@ import Testing
             #expect(Set(paid) == [older.orderId, newer.orderId])
             #expect(paid.count == 2)
             #expect(results.filter { $0.outcome == .delivered && $0.order == nil }.count == 3)
-            #expect(try await store.order(older.orderId)?.status == .delivered)
-            #expect(try await store.order(newer.orderId)?.status == .delivered)
-            #expect(try await store.balances(of: "fifo") == ["coins": 300])
+            #expect(try await store.orders.order(older.orderId)?.status == .delivered)
+            #expect(try await store.orders.order(newer.orderId)?.status == .delivered)
+            #expect(try await store.accounts.balances(of: "fifo") == ["coins": 300])
             // A token that matches no order still pays the oldest open order.
-            let third = try await store.createOrder(
+            let third = try await store.orders.createOrder(
                 accountId: "fifo", productId: "coins_60", quantity: 1, now: Self.now)
             async let strayToken = store.deliver(
                 Self.transaction(id: "2200000000000050", token: UUID()), submittingAccount: "fifo",
@@ -151,7 +153,7 @@ import Testing
             let (a, b) = try await (first, second)
             let refusals = [a.plan.refusal, b.plan.refusal].compactMap { $0 }
             #expect(refusals.count == 1)
-            #expect(try await store.anomalies(status: "open").map(\.kind) == ["ownership_conflict"])
+            #expect(try await store.anomalies.anomalies(status: "open").map(\.kind) == ["ownership_conflict"])
         }
     }
 
@@ -173,7 +175,7 @@ import Testing
                 return try await group.reduce(into: []) { $0.append($1) }
             }
             #expect(outcomes.filter { $0 == .delivered || $0 == .unattributed }.count == 1)
-            #expect(try await stores[1].balances(of: "u9") == ["coins": 60])
+            #expect(try await stores[1].accounts.balances(of: "u9") == ["coins": 60])
         }
     }
 
@@ -202,22 +204,22 @@ import Testing
                     restore, submittingAccount: "bob", catalog: Self.catalog, now: Self.now)
                 #expect(conflict.plan.refusal == .ownedByOtherAccount(owner: "alice"))
             }
-            let anomalies = try await store.anomalies(status: "open")
+            let anomalies = try await store.anomalies.anomalies(status: "open")
             // One per conflicting transaction, not one per attempt.
             #expect(anomalies.map(\.kind) == ["ownership_conflict", "ownership_conflict"])
-            #expect(try await store.deliveries(of: "bob").isEmpty)
+            #expect(try await store.accounts.deliveries(of: "bob").isEmpty)
 
-            let order = try await store.createOrder(
+            let order = try await store.orders.createOrder(
                 accountId: "carl", productId: "coins_300", quantity: 1, now: Self.now)
             let mismatch = try await store.deliver(
                 Self.transaction("coins_60", id: "2000000000000020", token: order.appAccountToken),
                 submittingAccount: "carl",
                 catalog: Self.catalog, now: Self.now)
             #expect(mismatch.plan.outcome == .delivered)
-            #expect(try await store.order(order.orderId)?.status == .created)
-            #expect(try await store.balances(of: "carl") == ["coins": 60])
+            #expect(try await store.orders.order(order.orderId)?.status == .created)
+            #expect(try await store.accounts.balances(of: "carl") == ["coins": 60])
             #expect(
-                try await store.anomalies().map(\.kind).sorted() == [
+                try await store.anomalies.anomalies().map(\.kind).sorted() == [
                     "ownership_conflict", "ownership_conflict", "product_mismatch",
                 ])
         }
@@ -227,10 +229,12 @@ import Testing
     func expiredOrdersStillTakeLatePayments(kind: Database.Kind) async throws {
         try await TestDatabase.with(kind) { database in
             let store = PurchaseStore(database: database)
-            let order = try await store.createOrder(
+            let order = try await store.orders.createOrder(
                 accountId: "dora", productId: "coins_60", quantity: 1, now: Self.now)
-            #expect(try await store.cancelExpiredOrders(olderThan: 3600, now: Self.now.addingTimeInterval(7200)) == 1)
-            #expect(try await store.order(order.orderId)?.status == .cancelled)
+            #expect(
+                try await store.orders.cancelExpiredOrders(olderThan: 3600, now: Self.now.addingTimeInterval(7200)) == 1
+            )
+            #expect(try await store.orders.order(order.orderId)?.status == .cancelled)
             // Without a token, a cancelled (expired) order is not open: nothing to fall back to,
             // and the payment still reaches the submitting account.
             let tokenless = try await store.deliver(
@@ -243,7 +247,7 @@ import Testing
                 Self.transaction(id: "2000000000000030", token: order.appAccountToken), submittingAccount: "dora",
                 catalog: Self.catalog, now: Self.now)
             #expect(late.plan.order?.orderId == order.orderId)
-            #expect(try await store.order(order.orderId)?.status == .delivered)
+            #expect(try await store.orders.order(order.orderId)?.status == .delivered)
         }
     }
 
@@ -260,7 +264,7 @@ import Testing
                     Self.transaction("season_pass", id: id), submittingAccount: "pass", catalog: catalog, now: Self.now)
                 #expect(result.plan.outcome == .delivered, "pass \(index)")
             }
-            let rows = try await store.entitlements(of: "pass")
+            let rows = try await store.accounts.entitlements(of: "pass")
             let latest = try #require(rows.compactMap(\.expiresAt).max())
             // The second pass starts when the first ends: 60 days of access in all.
             #expect(latest == Self.now.addingTimeInterval(60 * 86_400))
@@ -288,7 +292,7 @@ import Testing
                 }
                 try await group.waitForAll()
             }
-            let latest = try #require(try await store.entitlements(of: "passes").compactMap(\.expiresAt).max())
+            let latest = try #require(try await store.accounts.entitlements(of: "passes").compactMap(\.expiresAt).max())
             #expect(latest == Self.now.addingTimeInterval(5 * 30 * 86_400))
         }
     }

@@ -18,7 +18,7 @@ extension StoreKeeperApp {
     /// The account as docs/api.md shows it; `state` when the caller already read it.
     func account(_ accountId: String, state: PurchaseStore.AccountState? = nil) async throws -> AccountJSON {
         let now = readClock()
-        let state = if let state { state } else { try await store.account(accountId) }
+        let state = if let state { state } else { try await store.accounts.account(accountId) }
         let entitlements = state.entitlements.map { row in
             let source =
                 row.grantId != nil
@@ -106,7 +106,7 @@ extension StoreKeeperApp {
 
     func debit(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         let (accountId, currency, body) = try await balanceRequest(request, context, action: "debits")
-        switch try await store.debit(
+        switch try await store.accounts.debit(
             accountId: accountId, currency: currency, amount: body.amount, idempotencyKey: body.idempotencyKey,
             reason: body.reason.flatMap { $0.trimmingCharacters(in: .whitespaces).isEmpty ? nil : $0 }, now: Date())
         {
@@ -126,12 +126,12 @@ extension StoreKeeperApp {
     /// (shown on the account's audit), idempotent by key.
     func supportCredit(
         accountId: String, currency: String, amount: Int64, idempotencyKey: String, reason: String?, actor: String
-    ) async throws -> PurchaseStore.CreditResult {
+    ) async throws -> AccountStore.CreditResult {
         guard let reason, !reason.trimmingCharacters(in: .whitespaces).isEmpty else {
             throw APIError.badRequest("field 'reason' is required: it is shown on the account's audit")
         }
         try requireCatalogCurrency(currency)
-        return try await store.credit(
+        return try await store.accounts.credit(
             accountId: accountId, currency: currency, amount: amount, idempotencyKey: idempotencyKey, reason: reason,
             actor: actor, now: Date())
     }
@@ -207,7 +207,7 @@ extension StoreKeeperApp {
         try caller.require(accountId)
         let body = try await decode(ConsentBody.self, request)
         do {
-            let consent = try await store.setConsent(
+            let consent = try await store.accounts.setConsent(
                 accountId, consumptionData: body.consumptionData, source: caller.isKey ? "backend" : "app",
                 now: Date())
             return try Self.consentJSON(consent)
@@ -242,7 +242,7 @@ struct AccountsController {
             let accountId = try StoreKeeperApp.parameter(context, "accountId")
             try StoreKeeperApp.validateAccountId(accountId)
             try caller.require(accountId, scope: .read)
-            return try StoreKeeperApp.consentJSON(try await app.store.consent(of: accountId))
+            return try StoreKeeperApp.consentJSON(try await app.store.accounts.consent(of: accountId))
         }
         v1.put("accounts/:accountId/consent") { request, context in
             try await app.setConsent(request, context)

@@ -18,7 +18,7 @@ struct AnalyticsController {
             let query = try AnalyticsRequest(metric: metric, app: app, now: now) { parameters.get($0) }
             return try StoreKeeperApp.json(try await app.analyticsReport(query, now: now))
         }
-        ExportController(app: app).addRoutes(to: v1)
+        app.exportController.addRoutes(to: v1)
     }
 }
 
@@ -179,7 +179,7 @@ extension StoreKeeperApp {
     func analyticsReport(_ query: AnalyticsRequest, now: Date) async throws -> AnalyticsReportJSON {
         let calendar = AnalyticsCalendar(timeZone: query.timeZone)
         let buckets = calendar.buckets(from: query.from, to: query.to, interval: query.interval)
-        let tallies = try await store.analytics(
+        let tallies = try await store.reports.analytics(
             query.metric, filter: query.filter, buckets: buckets, now: now,
             smallBusinessProgram: configuration.smallBusinessProgram, policy: analyticsScan())
         let rates = analyticsRates.current()

@@ -6,7 +6,10 @@ import StoreKeeperStorage
 /// `GET /v1/export/{events|transactions|subscriptions}?since=…&cursor=…&format=csv|ndjson&limit=…`:
 /// a page of rows and, while more follow, `Next-Cursor` (docs/api.md).
 struct ExportController {
-    let app: StoreKeeperApp
+    let reports: ReportStore
+    /// How far back rows are held as possibly still committing: a request's deadline plus 5 s
+    /// (`limits.requestTimeoutSeconds`), or what a read replica may lag, plus 5 s.
+    let settleSeconds: Double
     static let defaultLimit = 1_000
     static let maximumLimit = 10_000
 
@@ -17,7 +20,7 @@ struct ExportController {
             guard let kind = ExportKind(rawValue: name) else {
                 throw APIError(
                     .notFound, "unknown_export",
-                    "no export '\(name.prefix(64))'; one of events, transactions, subscriptions")
+                    "no export '\(name.prefix(64))'; one of events, transactions, subscriptions, orders")
             }
             let parameters = request.uri.queryParameters
             let format = parameters.get("format") ?? "csv"
@@ -56,7 +59,16 @@ struct ExportController {
                 }
                 limit = value
             }
-            let page = try await app.exportPage(kind, since: since, until: until, cursor: cursor, limit: limit)
+            var page = try await exportPage(kind, since: since, until: until, cursor: cursor, limit: limit)
+            // A key limited to some apps exports those apps' rows only (a page may then hold
+            // fewer than `limit`; the cursor goes on as before).
+            let caller = try context.caller()
+            if let column = page.columns.firstIndex(of: "app_id"), !caller.covers(app: nil) {
+                page.rows = page.rows.filter { row in
+                    if case .text(let appId) = row[column] { return caller.covers(app: appId) }
+                    return false
+                }
+            }
             var headers: HTTPFields = [
                 .contentType: format == "csv" ? "text/csv; charset=utf-8" : "application/x-ndjson",
                 .cacheControl: "no-store",
@@ -71,18 +83,26 @@ struct ExportController {
     }
 }
 
-extension StoreKeeperApp {
+extension ExportController {
     /// One page of an export — the API's and the dashboard's. Rows still being committed are held
     /// back; on a replica, also what it may lag behind; `until` is exclusive.
     func exportPage(_ kind: ExportKind, since: Date?, until: Date?, cursor: ExportCursor?, limit: Int) async throws
         -> ExportPage
     {
-        let settle = max(
-            exportSettleSeconds ?? Double(configuration.requestTimeoutSeconds + 5),
-            database.readReplica.map { $0.maxLag + 5 } ?? 0)
-        var settled = Date().addingTimeInterval(-settle)
+        var settled = Date().addingTimeInterval(-settleSeconds)
         if let until { settled = min(settled, until) }
-        return try await store.export(kind, since: since, cursor: cursor, limit: limit, settled: settled)
+        return try await reports.export(kind, since: since, cursor: cursor, limit: limit, settled: settled)
+    }
+}
+
+extension StoreKeeperApp {
+    /// Exports: the API's route and the dashboard's downloads.
+    var exportController: ExportController {
+        ExportController(
+            reports: store.reports,
+            settleSeconds: max(
+                exportSettleSeconds ?? Double(configuration.requestTimeoutSeconds + 5),
+                database.readReplica.map { $0.maxLag + 5 } ?? 0))
     }
 }
 

@@ -13,8 +13,18 @@ import StoreKeeperCore
 import StoreKeeperStorage
 import Synchronization
 
-/// The anomaly queue: list and resolve (with an audit entry).
-extension StoreKeeperApp {
+/// The anomaly queue: list and resolve (with an audit entry). The dashboard resolves through
+/// the same `resolve(anomaly:…)`.
+struct AnomaliesController: RequestHandling {
+    let store: PurchaseStore
+    let catalog: Catalog
+    let maxBodyBytes: Int
+
+    func addRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
+        v1.get("anomalies") { request, context in try await listAnomalies(request, context) }
+        v1.post("anomalies/:id/resolve") { request, context in try await resolveAnomaly(request, context) }
+    }
+
     func listAnomalies(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         let caller = try context.caller()
         try caller.requireScope(.read)
@@ -42,7 +52,7 @@ extension StoreKeeperApp {
             }
             after = (at, String(parts[1]))
         }
-        let page = try await store.anomalies(status: status, limit: limit + 1, after: after)
+        let page = try await store.anomalies.anomalies(status: status, limit: limit + 1, after: after)
         struct Page: Encodable {
             var anomalies: [AnomalyJSON]
             var nextCursor: String?
@@ -63,7 +73,7 @@ extension StoreKeeperApp {
 
         func validate() throws {
             // The action is checked after the anomaly is found: an unknown id is 404 whatever the body.
-            if let accountId { try StoreKeeperApp.validateAccountId(accountId) }
+            if let accountId { try AnomaliesController.validateAccountId(accountId) }
             guard (note ?? "").unicodeScalars.count <= 2_000 else {
                 throw APIError.badRequest("field 'note' must be at most 2000 characters")
             }
@@ -75,7 +85,7 @@ extension StoreKeeperApp {
         try caller.requireScope(.support)
         let id = try Self.parameter(context, "id")
         let body = try await decode(ResolveBody.self, request)
-        if let existing = try await store.anomaly(id) {
+        if let existing = try await store.anomalies.anomaly(id) {
             try caller.requireApp(existing.appId, notFound: APIError.notFound("no anomaly '\(id.prefix(64))'"))
         }
         let (anomaly, outcome) = try await resolve(
@@ -100,8 +110,8 @@ extension StoreKeeperApp {
     /// audit entry), `dismiss` closes it. An anomaly already resolved is answered as it is.
     func resolve(
         anomaly id: String, action: String, accountId: String?, note: String?, actor: String = "operator"
-    ) async throws -> (PurchaseStore.StoredAnomaly, ResolveOutcome?) {
-        guard let anomaly = try await store.anomaly(id) else {
+    ) async throws -> (AnomalyStore.StoredAnomaly, ResolveOutcome?) {
+        guard let anomaly = try await store.anomalies.anomaly(id) else {
             throw APIError.notFound("no anomaly '\(id.prefix(64))'")
         }
         let note = note ?? ""
@@ -146,7 +156,7 @@ extension StoreKeeperApp {
                         message: "nothing was delivered: \(result.plan.outcome.rawValue)")
                 }
             }
-            try await store.recordAudit(
+            try await store.anomalies.recordAudit(
                 actor: actor, action: "manual_delivery", subject: transaction.transactionId,
                 detail:
                     "anomaly \(id), delivery to \(Identifiers.quoted(accountId)): \(outcome?.outcome ?? "?")\(outcome?.code.map { " (\($0))" } ?? ""). \(note)",
@@ -154,24 +164,15 @@ extension StoreKeeperApp {
             )
             // Refused: nothing changed, the anomaly stays open for another decision.
             if outcome?.outcome == "refused" {
-                return (try await store.anomaly(id) ?? anomaly, outcome)
+                return (try await store.anomalies.anomaly(id) ?? anomaly, outcome)
             }
         default:
             throw APIError.badRequest("field 'action' must be deliver or dismiss")
         }
         guard
-            let resolved = try await store.resolveAnomaly(
+            let resolved = try await store.anomalies.resolveAnomaly(
                 id, resolution: resolution, actor: actor, note: note, now: Date())
         else { throw APIError.notFound("no anomaly '\(id.prefix(64))'") }
         return (resolved, outcome)
-    }
-}
-
-struct AnomaliesController {
-    let app: StoreKeeperApp
-
-    func addRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
-        v1.get("anomalies") { request, context in try await app.listAnomalies(request, context) }
-        v1.post("anomalies/:id/resolve") { request, context in try await app.resolveAnomaly(request, context) }
     }
 }

@@ -21,9 +21,9 @@ struct AnomalyJSON: Encodable {
     /// The app of its delivery or order (when one was recorded).
     var appId: String?
     /// A manual delivery's answer (`POST /v1/anomalies/{id}/resolve` with `deliver`).
-    var outcome: StoreKeeperApp.ResolveOutcome?
+    var outcome: AnomaliesController.ResolveOutcome?
 
-    init(_ anomaly: PurchaseStore.StoredAnomaly) {
+    init(_ anomaly: AnomalyStore.StoredAnomaly) {
         id = anomaly.id
         kind = anomaly.kind
         status = anomaly.status
@@ -47,7 +47,7 @@ struct AuditJSON: Encodable {
     var detail: String
     var createdAt: String
 
-    init(_ entry: PurchaseStore.AuditEntry) {
+    init(_ entry: AnomalyStore.AuditEntry) {
         id = entry.id
         actor = entry.actor
         action = entry.action

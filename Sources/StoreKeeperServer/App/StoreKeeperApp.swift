@@ -47,6 +47,8 @@ public struct StoreKeeperApp: Sendable {
     let offerSigner: OfferSigner?
     let logger: Logger
     public let metrics = ServerMetrics()
+    /// Apple's rate for Set App Account Token, kept on our side (the job runner spends it).
+    public let setAppAccountTokenRate = AppleCallRate()
 
     /// The trust set every verifier of this server was built from.
     public let trust: TrustPolicy
@@ -411,6 +413,11 @@ public struct StoreKeeperApp: Sendable {
             maxInFlight: configuration.maxInFlightRequests, metrics: metrics)
     }
 
+    /// The anomaly queue's handlers (the API's and the dashboard's).
+    var anomaliesController: AnomaliesController {
+        AnomaliesController(store: store, catalog: catalog, maxBodyBytes: maxBodyBytes)
+    }
+
     func routes() -> Router<StoreKeeperContext> {
         let router = Router(context: StoreKeeperContext.self)
         router.add(middleware: RequestObservation(metrics: metrics))
@@ -421,7 +428,7 @@ public struct StoreKeeperApp: Sendable {
         NotificationsController(app: self).addRoutes(to: router)
         GoogleNotificationsController(app: self).addRoutes(to: router)
         StripeController(app: self).addWebhook(to: router)
-        RetentionController(app: self).addRoutes(to: router)
+        retentionController.addRoutes(to: router)
         let authenticate = Authenticate(authenticator: authenticator, limiter: limiter)
         let v1 = router.group("v1").add(middleware: authenticate).add(
             middleware: KnownQueryParameters<StoreKeeperContext>())
@@ -438,13 +445,15 @@ public struct StoreKeeperApp: Sendable {
         OrdersController(app: self).addRoutes(to: v1)
         PurchasesController(app: self).addRoutes(to: signed)
         AccountsController(app: self).addRoutes(to: signed)
-        AnomaliesController(app: self).addRoutes(to: v1)
+        anomaliesController.addRoutes(to: v1)
         RejectedProofsController(app: self).addRoutes(to: v1)
-        WebhooksController(app: self).addRoutes(to: v1)
+        WebhooksController(
+            outbox: OutboxStore(database: database), audit: store.anomalies, maxBodyBytes: maxBodyBytes
+        ).addRoutes(to: v1)
         SupportController(app: self).addRoutes(to: v1)
         TransactionsController(app: self).addRoutes(to: v1)
         StripeController(app: self).addRoutes(to: v1)
-        RetentionController(app: self).addAPIRoutes(to: v1)
+        retentionController.addAPIRoutes(to: v1)
         AnalyticsController(app: self).addRoutes(to: v1)
         if configuration.dashboardEnabled { DashboardController(app: self).addRoutes(to: router) }
         if let localAppStore {

@@ -65,7 +65,7 @@ struct DashboardController {
             try await withSession(request, context, form: true, renew: false, needs: .read) { session, _ in
                 try await sessionStore.endAll(keyId: app.dashboardSessions.keyIds[session.keyIndex], now: Date())
                 context.logger.notice("dashboard: every session of this secret key signed out")
-                try await app.store.recordAudit(
+                try await app.store.anomalies.recordAudit(
                     actor: "operator", action: "dashboard_sign_out_everywhere", subject: nil,
                     detail: "every dashboard session of this secret key ended", now: Date())
                 var response = Self.redirect("/dashboard/login")
@@ -83,11 +83,16 @@ struct DashboardController {
             try await withSession(request, context) { session, _ in try await anomalies(request, session) }
         }
         group.post("anomalies/:id/resolve") { request, context in
-            try await withSession(request, context, form: true) { _, form in
+            try await withSession(request, context, form: true) { session, form in
                 let id = try StoreKeeperApp.parameter(context, "id")
+                // Another app's anomaly is as if it did not exist for a key limited to some apps.
+                let role = app.dashboardSessions.role(session)
+                if role.apps != nil, !role.covers(app: try await app.store.anomalies.anomaly(id)?.appId) {
+                    throw APIError.notFound("no anomaly '\(id.prefix(64))'")
+                }
                 let action = form["action"] ?? ""
                 let account = form["accountId"].flatMap { $0.isEmpty ? nil : $0 }
-                let (resolved, outcome) = try await app.resolve(
+                let (resolved, outcome) = try await app.anomaliesController.resolve(
                     anomaly: id, action: action, accountId: account, note: (form["note"] ?? "") + " (dashboard)")
                 context.logger.notice(
                     "dashboard: anomaly resolved",
@@ -131,12 +136,15 @@ struct DashboardController {
                 ], session: nil, status: .notFound)
         }
         group.post("webhooks/dead-letters/:id/replay") { request, context in
-            try await withSession(request, context, form: true) { _, _ in
+            try await withSession(request, context, form: true) { session, _ in
+                guard app.dashboardSessions.role(session).apps == nil else {
+                    return forbidden("Webhooks are the whole server's: this key is limited to some apps.")
+                }
                 let id = try StoreKeeperApp.parameter(context, "id")
                 guard try await OutboxStore(database: app.database).replay(id, now: Date()) else {
                     throw APIError.notFound("no dead letter '\(id.prefix(64))'")
                 }
-                try await app.store.recordAudit(
+                try await app.store.anomalies.recordAudit(
                     actor: "operator", action: "webhook_replay", subject: id,
                     detail: "dead letter queued again (dashboard)", now: Date())
                 return Self.redirect("/dashboard/webhooks?done=replayed")
@@ -160,16 +168,6 @@ struct DashboardController {
             return response
         }
         let form = try await Self.form(request)
-        if let key = form["key"], app.dashboardSessions.keyIndex(of: key) == nil,
-            app.authenticator.operatorKey(key)?.apps != nil
-        {
-            return page(
-                "login", title: "Sign in",
-                values: [
-                    "error":
-                        "This key is limited to some apps: use it with the API. The dashboard shows every app's rows, so it takes keys that are not limited."
-                ], session: nil, status: .forbidden)
-        }
         guard let key = form["key"], let index = app.dashboardSessions.keyIndex(of: key) else {
             context.logger.warning("dashboard: sign-in refused (wrong key)")
             // A moment's pause per refused key: guessing is slow, a typo is not.
@@ -294,18 +292,23 @@ struct DashboardController {
         func field(_ name: String) -> String? { parameters.get(name).map { String($0.prefix(200)) } }
         let now = app.analyticsClock()
         let interval = field("interval") ?? "day"
+        // A key limited to some apps sees one of them at a time (the first unless it picks).
+        let role = app.dashboardSessions.role(session)
+        let shownApps = app.configuration.allApps.map(\.id).filter { role.covers(app: $0) }
+        var appId = field("appId").flatMap { $0.isEmpty ? nil : $0 }
+        if role.apps != nil, appId.map({ !shownApps.contains($0) }) ?? true { appId = shownApps.first }
         var values: [String: Any] = [
             "from": field("from") ?? "", "to": field("to") ?? "", "productId": field("productId") ?? "",
-            "country": field("country") ?? "",
+            "country": field("country") ?? "", "limited": role.apps != nil,
             "intervals": ["day", "week", "month"].map { ["value": $0, "selected": $0 == interval] },
-            "apps": app.configuration.allApps.map { ["value": $0.id, "selected": $0.id == field("appId")] },
+            "apps": shownApps.map { ["value": $0, "selected": $0 == appId] },
             "stores": ["app_store", "google_play"].map { ["value": $0, "selected": $0 == field("store")] },
         ]
         var charts: [[String: Any]] = []
         var status = HTTPResponse.Status.ok
         do {
             let reports = try await app.analyticsReports(now: now) { name in
-                name == "interval" ? interval : field(name)
+                name == "interval" ? interval : name == "appId" ? appId : field(name)
             }
             for (metric, report) in zip(AnalyticsMetric.allCases, reports) {
                 if values["timeZone"] == nil {
@@ -397,7 +400,9 @@ struct DashboardController {
         let status = request.uri.queryParameters.get("status") ?? "open"
         let filter: String? = ["open", "resolved"].contains(status) ? status : nil
         let csrf = app.dashboardSessions.csrfToken(session)
-        let listed = try await app.store.anomalies(status: filter, limit: 500, newestFirst: true)
+        let role = app.dashboardSessions.role(session)
+        let listed = try await app.store.anomalies.anomalies(status: filter, limit: 500, newestFirst: true)
+            .filter { role.covers(app: $0.appId) }
         let items: [[String: Any]] = listed.map { anomaly in
             var item: [String: Any] = [
                 "id": anomaly.id, "kind": anomaly.kind, "detail": anomaly.detail,
@@ -433,10 +438,29 @@ struct DashboardController {
         guard !query.isEmpty else { return Self.redirect("/dashboard") }
         guard query.unicodeScalars.count <= 200 else { throw APIError.badRequest("a search is at most 200 characters") }
         try StoreKeeperApp.validateText(query, field: "q", requireNFC: false)
-        let hits = try await app.store.search(query)
+        var hits = try await app.store.reports.search(query)
+        // A key limited to some apps finds its apps' purchases, orders and anomalies only.
+        let role = app.dashboardSessions.role(session)
+        if role.apps != nil {
+            let transactionApp = try await app.store.transactions.transaction(named: query)?.appId
+            let orderApp = try await app.store.orders.order(query)?.appId
+            var kept: [ReportStore.SearchHit] = []
+            for hit in hits {
+                switch hit.kind {
+                case .account: kept.append(hit)
+                case .transaction, .originalTransaction: if role.covers(app: transactionApp) { kept.append(hit) }
+                case .order: if role.covers(app: orderApp ?? transactionApp) { kept.append(hit) }
+                case .anomaly:
+                    if let id = hit.anomalyId, role.covers(app: try await app.store.anomalies.anomaly(id)?.appId) {
+                        kept.append(hit)
+                    }
+                }
+            }
+            hits = kept
+        }
         // One account and nothing open to look at: straight to that account.
         let accounts = Set(
-            hits.filter { (hit: PurchaseStore.SearchHit) in hit.kind != .anomaly }.compactMap(\.accountId))
+            hits.filter { (hit: ReportStore.SearchHit) in hit.kind != .anomaly }.compactMap(\.accountId))
         if accounts.count == 1, let only = accounts.first, !hits.contains(where: \.open) {
             return Self.redirect("/dashboard/accounts/\(Self.pathComponent(only))")
         }
@@ -466,11 +490,12 @@ struct DashboardController {
 
     func account(_ accountId: String, request: Request, session: DashboardSessions.Session) async throws -> Response {
         let shown = try await app.account(accountId)
-        let records = try await app.store.accountRecords(accountId)
-        let stores = try await app.store.stores(
+        let records = try await app.store.reports.accountRecords(accountId)
+        let stores = try await app.store.reports.stores(
             of: shown.entitlements.compactMap(\.originalTransactionId) + records.orders.compactMap(\.transactionId))
         var subscriptions: [[String: Any]] = []
-        for subscription in shown.subscriptions {
+        let role = app.dashboardSessions.role(session)
+        for subscription in shown.subscriptions where role.covers(app: subscription.appId) {
             let events = try await app.notifications.notifications(subject: subscription.originalTransactionId)
                 .suffix(100)
                 .map { event -> [String: Any] in
@@ -500,10 +525,10 @@ struct DashboardController {
         let ledger: [[String: Any]] = records.ledger.map {
             [
                 "createdAt": StoreKeeperApp.iso($0.createdAt), "entryKey": $0.entryKey, "currency": $0.currency,
-                "amount": $0.amount,
+                "amount": $0.amount, "reason": $0.reason ?? "",
             ]
         }
-        let orders: [[String: Any]] = records.orders.map {
+        let orders: [[String: Any]] = records.orders.filter { role.covers(app: $0.appId) }.map {
             [
                 "createdAt": StoreKeeperApp.iso($0.createdAt), "orderId": $0.orderId, "productId": $0.productId,
                 "quantity": $0.quantity, "status": $0.status, "transactionId": $0.transactionId ?? "",
@@ -517,15 +542,17 @@ struct DashboardController {
                 "subject": $0.subject ?? "", "detail": $0.detail,
             ]
         }
-        let consent = try await app.store.consent(of: accountId)
-        let appleAccounts = try await app.store.appTransactionIds(of: accountId)
-        let rescissions: [[String: Any]] = try await app.store.consentRescissions(appTransactionIds: appleAccounts)
-            .map {
-                [
-                    "receivedAt": StoreKeeperApp.iso($0.receivedAt), "appTransactionId": $0.appTransactionId ?? "—",
-                    "environment": $0.environment ?? "—",
-                ]
-            }
+        let consent = try await app.store.accounts.consent(of: accountId)
+        let appleAccounts = try await app.store.accounts.appTransactionIds(of: accountId)
+        let rescissions: [[String: Any]] = try await app.store.accounts.consentRescissions(
+            appTransactionIds: appleAccounts
+        )
+        .map {
+            [
+                "receivedAt": StoreKeeperApp.iso($0.receivedAt), "appTransactionId": $0.appTransactionId ?? "—",
+                "environment": $0.environment ?? "—",
+            ]
+        }
         var appTransaction: [String: Any]?
         var appTransactionError: String?
         if let wanted = request.uri.queryParameters.get("appTransaction").map({ String($0) }),
@@ -566,6 +593,10 @@ struct DashboardController {
     }
 
     func webhooks(_ request: Request, _ session: DashboardSessions.Session) async throws -> Response {
+        guard app.dashboardSessions.role(session).apps == nil else {
+            return forbidden(
+                "Webhooks are the whole server's: the key you signed in with is limited to some apps.")
+        }
         let outbox = OutboxStore(database: app.database)
         let csrf = app.dashboardSessions.csrfToken(session)
         let letters: [[String: Any]] = try await outbox.deadLetters().map {
@@ -619,7 +650,9 @@ struct DashboardController {
             let role = app.dashboardSessions.role(session)
             layout["signedIn"] = true
             layout["csrf"] = app.dashboardSessions.csrfToken(session)
-            layout["signedInAs"] = "\(role.label) (\(role.scope.rawValue))"
+            layout["signedInAs"] =
+                "\(role.label) (\(role.scope.rawValue)\(role.apps.map { "; apps: " + $0.sorted().joined(separator: ", ") } ?? ""))"
+            layout["limited"] = role.apps != nil
         }
         if let nav { layout[nav] = true }
         if let query = values["query"] as? String { layout["query"] = query }

@@ -17,7 +17,7 @@ extension DashboardController {
             try await withSession(request, context) { session, _ in try await dataPage(request, session) }
         }
         group.get("data/:file") { request, context in
-            try await withSession(request, context) { _, _ in try await dataDownload(request, context) }
+            try await withSession(request, context) { session, _ in try await dataDownload(request, context, session) }
         }
     }
 
@@ -32,7 +32,7 @@ extension DashboardController {
             let parameters = request.uri.queryParameters
             let kindName = name ?? parameters.get("kind").map { String($0) } ?? "transactions"
             guard let kind = ExportKind(rawValue: kindName) else {
-                throw APIError.badRequest("kind must be transactions, subscriptions or events")
+                throw APIError.badRequest("kind must be transactions, subscriptions, orders or events")
             }
             self.kind = kind
             func date(_ field: String) throws -> (Date?, String) {
@@ -77,8 +77,9 @@ extension DashboardController {
             }
             cursor = parsed
         }
-        let rows = try await app.exportPage(
+        var rows = try await app.exportController.exportPage(
             query.kind, since: query.since, until: query.until, cursor: cursor, limit: Self.dataPageSize)
+        rows.rows = Self.covered(rows, by: app.dashboardSessions.role(session))
         let base = query.queryString
         var next: String?
         if let token = rows.next?.token {
@@ -96,7 +97,18 @@ extension DashboardController {
         return page("data", title: "Data", values: values, session: session, nav: "navData", request: request)
     }
 
-    func dataDownload(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+    /// The rows a key limited to some apps may see (a row of no app: only a key of every app).
+    static func covered(_ page: ExportPage, by role: DashboardSessions.Role) -> [[ExportValue]] {
+        guard role.apps != nil, let column = page.columns.firstIndex(of: "app_id") else { return page.rows }
+        return page.rows.filter { row in
+            if case .text(let appId) = row[column] { return role.covers(app: appId) }
+            return false
+        }
+    }
+
+    func dataDownload(
+        _ request: Request, _ context: StoreKeeperContext, _ session: DashboardSessions.Session
+    ) async throws -> Response {
         let file = try StoreKeeperApp.parameter(context, "file")
         guard file.hasSuffix(".csv") else { throw APIError.notFound("no download '\(file.prefix(64))'") }
         let query = try DataQuery(request, kind: String(file.dropLast(4)))
@@ -104,11 +116,11 @@ extension DashboardController {
         var columns: [String] = []
         var cursor: ExportCursor?
         repeat {
-            let page = try await app.exportPage(
+            let page = try await app.exportController.exportPage(
                 query.kind, since: query.since, until: query.until, cursor: cursor, limit: ExportController.maximumLimit
             )
             columns = page.columns
-            rows += page.rows
+            rows += Self.covered(page, by: app.dashboardSessions.role(session))
             cursor = page.next
         } while cursor != nil && rows.count < Self.dataDownloadLimit
         var headers = Self.securityHeaders

@@ -12,8 +12,9 @@ import StoreKeeperStorage
 extension DashboardController {
     func overview(_ session: DashboardSessions.Session) async throws -> Response {
         let days = 14
-        let figures = try await app.store.dashboardOverview(
-            days: days, now: Date(), smallBusinessProgram: app.configuration.smallBusinessProgram)
+        let role = app.dashboardSessions.role(session)
+        let figures = try await app.store.reports.dashboardOverview(
+            days: days, now: Date(), smallBusinessProgram: app.configuration.smallBusinessProgram, apps: role.apps)
         let labels = figures.days.map { Self.dayLabel($0.day) }
         var charts: [[String: Any]] = []
         let deliveries = figures.days.map { Double($0.deliveries) }
@@ -69,13 +70,21 @@ extension DashboardController {
         let now = app.analyticsClock()
         let calendar = AnalyticsCalendar(timeZone: app.configuration.analyticsTimeZone)
         let today = calendar.day(of: now)
+        // A key limited to some apps: the sum of its apps' figures (each converted alike).
+        let apps: [String?] = role.apps.map { $0.sorted().map { Optional($0) } } ?? [nil]
         func figure(_ metric: AnalyticsMetric, interval: String, from: CalendarDay) async throws -> String {
-            let parameters = ["from": from.description, "to": today.description, "interval": interval]
-            let query = try AnalyticsRequest(
-                metric: metric.rawValue, app: app, now: now, parameter: { parameters[$0] })
-            let report = try await app.analyticsReport(query, now: now)
-            let value = report.points.last?.value ?? 0
-            return "\(Self.money(value)) \(report.currency ?? "")"
+            var parameters = ["from": from.description, "to": today.description, "interval": interval]
+            var total: Decimal = 0
+            var currency = ""
+            for appId in apps {
+                parameters["appId"] = appId
+                let query = try AnalyticsRequest(
+                    metric: metric.rawValue, app: app, now: now, parameter: { parameters[$0] })
+                let report = try await app.analyticsReport(query, now: now)
+                total += report.points.last?.value ?? 0
+                currency = report.currency ?? currency
+            }
+            return "\(Self.money(total)) \(currency)"
         }
         let monthStart = CalendarDay(year: today.year, month: today.month, day: 1)
         let headline: [String: Any] = [

@@ -41,11 +41,18 @@ struct DashboardSessions: Sendable {
     let signIns: SignInLimiter
 
     /// Who each key is: a secret key of `auth.secretKeys` (admin), or an `auth.keys` entry with
-    /// its label and scope. Keys limited to some apps do not sign in (the dashboard shows every
-    /// app's rows).
+    /// its label, scope and the apps it is limited to (nil: every app) — the dashboard then
+    /// shows those apps' rows only.
     struct Role: Sendable, Equatable {
         var label: String
         var scope: KeyScope
+        var apps: Set<String>? = nil
+
+        /// Whether a row of `appId` is shown (a row with no app: only to a key of every app).
+        func covers(app appId: String?) -> Bool {
+            guard let apps else { return true }
+            return appId.map(apps.contains) ?? false
+        }
     }
 
     let roles: [Role]
@@ -57,11 +64,11 @@ struct DashboardSessions: Sendable {
         signIns: SignInLimiter = SignInLimiter()
     ) {
         let secrets = secretKeys.filter { !$0.isEmpty }
-        let scoped = operatorKeys.filter { $0.apps == nil && !$0.secret.isEmpty }
+        let scoped = operatorKeys.filter { !$0.secret.isEmpty }
         let all = secrets + scoped.map(\.secret)
         roles =
             secrets.indices.map { Role(label: "secret key \($0 + 1)", scope: .admin) }
-            + scoped.map { Role(label: $0.label, scope: $0.scope) }
+            + scoped.map { Role(label: $0.label, scope: $0.scope, apps: $0.apps) }
         digests = all.map { SHA256.hash(data: Data($0.utf8)) }
         keys = all.map {
             SymmetricKey(

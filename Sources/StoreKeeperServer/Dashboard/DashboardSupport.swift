@@ -24,12 +24,16 @@ extension DashboardController {
             try await withSession(request, context, form: true) { session, form in
                 let accountId = try StoreKeeperApp.parameter(context, "accountId")
                 try StoreKeeperApp.validateAccountId(accountId)
-                guard let days = Int(form["days"] ?? ""), (1...3_650).contains(days) else {
-                    throw APIError.badRequest("days must be 1…3650")
+                // For some days, or for good (the box ticked).
+                var until: Date?
+                if form["forever"] == nil {
+                    guard let days = Int(form["days"] ?? ""), (1...3_650).contains(days) else {
+                        throw APIError.badRequest("days must be 1…3650 (or tick “for good”)")
+                    }
+                    until = Date().addingTimeInterval(TimeInterval(days) * 86_400)
                 }
                 _ = try await app.grant(
-                    account: accountId, entitlement: form["entitlement"] ?? "",
-                    expiresAt: Date().addingTimeInterval(TimeInterval(days) * 86_400),
+                    account: accountId, entitlement: form["entitlement"] ?? "", expiresAt: until,
                     note: (form["note"] ?? "") + " (dashboard)", actor: actor(session))
                 return Self.redirect("/dashboard/accounts/\(Self.pathComponent(accountId))?done=granted")
             }
@@ -53,7 +57,7 @@ extension DashboardController {
                     }
                     try StoreKeeperApp.validateText(ticket, field: "ticket", requireNFC: false)
                 }
-                _ = try await app.store.addNote(
+                _ = try await app.store.accounts.addNote(
                     accountId: accountId, text: text, ticket: ticket.isEmpty ? nil : ticket,
                     author: actor(session), now: Date())
                 return Self.redirect("/dashboard/accounts/\(Self.pathComponent(accountId))?done=noted#notes")
@@ -71,7 +75,7 @@ extension DashboardController {
                 let path = "/dashboard/accounts/\(Self.pathComponent(accountId))"
                 // Says what happened: ended now, or nothing to end (ended or run out already).
                 guard
-                    try await app.store.endGrant(
+                    try await app.store.support.endGrant(
                         account: accountId, grantId: grantId, actor: actor(session), now: Date())
                 else { return Self.redirect(path + "?done=grant_not_running#grants") }
                 return Self.redirect(path + "?done=grant_ended#grants")
@@ -82,11 +86,12 @@ extension DashboardController {
     /// The account page's grants (with their notes, whether each still runs) and notes.
     func grantValues(_ accountId: String) async throws -> [String: Any] {
         let now = Date()
-        let grants: [[String: Any]] = try await app.store.grants(of: accountId).map {
+        let grants: [[String: Any]] = try await app.store.support.grants(of: accountId).map {
             let running = $0.endedAt == nil && $0.expiresAt > now
             return [
                 "grantId": $0.grantId, "entitlement": $0.entitlementId, "note": $0.note,
-                "createdAt": StoreKeeperApp.iso($0.createdAt), "expiresAt": StoreKeeperApp.iso($0.expiresAt),
+                "createdAt": StoreKeeperApp.iso($0.createdAt),
+                "expiresAt": $0.forGood ? "for good" : StoreKeeperApp.iso($0.expiresAt),
                 "state": running ? "running" : $0.endedAt.map { "ended \(StoreKeeperApp.iso($0))" } ?? "run out",
                 "running": running,
             ]
@@ -96,7 +101,7 @@ extension DashboardController {
 
     /// The account page's refunds and App Store refund requests, as the stores report them.
     func refundValues(_ accountId: String) async throws -> [String: Any] {
-        let refunds: [[String: Any]] = try await app.store.refundHistory(of: accountId).map {
+        let refunds: [[String: Any]] = try await app.store.reports.refundHistory(of: accountId).map {
             [
                 "at": StoreKeeperApp.iso($0.at),
                 "store": Store(rawValue: $0.store).map(Self.storeName) ?? $0.store,
@@ -109,7 +114,7 @@ extension DashboardController {
 
     /// The account page's notes, newest first.
     func noteValues(_ accountId: String) async throws -> [String: Any] {
-        let notes: [[String: Any]] = try await app.store.notes(of: accountId).map {
+        let notes: [[String: Any]] = try await app.store.accounts.notes(of: accountId).map {
             [
                 "createdAt": StoreKeeperApp.iso($0.createdAt), "text": $0.text, "ticket": $0.ticket ?? "",
                 "author": $0.author,
@@ -146,7 +151,7 @@ extension DashboardController {
             case .idempotencyConflict: return Self.redirect(path + "?done=resubmitted")
             }
         }
-        switch try await app.store.debit(
+        switch try await app.store.accounts.debit(
             accountId: accountId, currency: currency, amount: amount, idempotencyKey: key,
             reason: reason + " (dashboard)", now: Date())
         {

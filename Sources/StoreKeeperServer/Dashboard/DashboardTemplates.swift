@@ -42,7 +42,7 @@ enum DashboardTemplates {
         <a href="/dashboard/analytics"{{#navAnalytics}} aria-current="page"{{/navAnalytics}}>Analytics</a>
         <a href="/dashboard/anomalies"{{#navAnomalies}} aria-current="page"{{/navAnomalies}}>Anomalies</a>
         <a href="/dashboard/data"{{#navData}} aria-current="page"{{/navData}}>Data</a>
-        <a href="/dashboard/webhooks"{{#navWebhooks}} aria-current="page"{{/navWebhooks}}>Webhooks</a>
+        {{^limited}}<a href="/dashboard/webhooks"{{#navWebhooks}} aria-current="page"{{/navWebhooks}}>Webhooks</a>{{/limited}}
         </nav>
         <form class="search" method="get" action="/dashboard/search" role="search">
         <input type="search" name="q" placeholder="account, order, transaction id, GPA order id, purchase token, payment id" aria-label="Search" value="{{query}}">
@@ -69,7 +69,7 @@ enum DashboardTemplates {
         <input id="key" type="password" name="key" autocomplete="current-password" required autofocus>
         <button type="submit">Sign in</button>
         </form>
-        <p class="hint">Any key of <code>auth.secretKeys</code>, or of <code>auth.keys</code> not limited to some apps (a <code>read</code> key sees, a <code>support</code> key acts). In demo mode: <code>storekeeper-data/dev-secret-key</code>.</p>
+        <p class="hint">Any key of <code>auth.secretKeys</code> or <code>auth.keys</code> (a <code>read</code> key sees, a <code>support</code> key acts; a key limited to some apps sees their rows only). In demo mode: <code>storekeeper-data/dev-secret-key</code>.</p>
         """
 
     static let overview = """
@@ -112,7 +112,7 @@ enum DashboardTemplates {
         <label>From <input type="date" name="from" value="{{from}}"></label>
         <label>To <input type="date" name="to" value="{{to}}"></label>
         <label>Interval <select name="interval">{{#intervals}}<option value="{{value}}"{{#selected}} selected{{/selected}}>{{value}}</option>{{/intervals}}</select></label>
-        <label>App <select name="appId"><option value="">all</option>{{#apps}}<option value="{{value}}"{{#selected}} selected{{/selected}}>{{value}}</option>{{/apps}}</select></label>
+        <label>App <select name="appId">{{^limited}}<option value="">all</option>{{/limited}}{{#apps}}<option value="{{value}}"{{#selected}} selected{{/selected}}>{{value}}</option>{{/apps}}</select></label>
         <label>Store <select name="store"><option value="">all</option>{{#stores}}<option value="{{value}}"{{#selected}} selected{{/selected}}>{{value}}</option>{{/stores}}</select></label>
         <label>Product <input type="text" name="productId" value="{{productId}}" maxlength="200"></label>
         <label>Country <input type="text" name="country" value="{{country}}" maxlength="3" placeholder="USA"></label>
@@ -204,7 +204,8 @@ enum DashboardTemplates {
         <form class="support" id="grant-form" method="post" action="/dashboard/accounts/{{accountPath}}/grant">
         <input type="hidden" name="_csrf" value="{{csrf}}">
         <label>Entitlement <select name="entitlement">{{#grantable}}<option>{{entitlement}}</option>{{/grantable}}</select></label>
-        <label>Days <input name="days" type="number" min="1" max="3650" value="7" required></label>
+        <label>Days <input name="days" type="number" min="1" max="3650" value="7"></label>
+        <label><input name="forever" type="checkbox" value="1"> for good</label>
         <label>Note <input name="note" maxlength="500" placeholder="ticket 123: outage compensation"></label>
         <button type="submit">Grant</button>
         </form>
@@ -260,8 +261,8 @@ enum DashboardTemplates {
         <section>
         <h2>Ledger</h2>
         {{^ledger}}<p class="empty">No ledger entries.</p>{{/ledger}}
-        {{#hasLedger}}<table id="ledger"><thead><tr><th>When</th><th>Entry</th><th>Currency</th><th class="num">Amount</th></tr></thead>
-        <tbody>{{#ledger}}<tr><td>{{createdAt}}</td><td>{{entryKey}}</td><td>{{currency}}</td><td class="num">{{amount}}</td></tr>{{/ledger}}</tbody></table>{{/hasLedger}}
+        {{#hasLedger}}<table id="ledger"><thead><tr><th>When</th><th>Entry</th><th>Currency</th><th class="num">Amount</th><th>Reason</th></tr></thead>
+        <tbody>{{#ledger}}<tr><td>{{createdAt}}</td><td>{{entryKey}}</td><td>{{currency}}</td><td class="num">{{amount}}</td><td>{{reason}}</td></tr>{{/ledger}}</tbody></table>{{/hasLedger}}
         </section>
         <section>
         <h2>Audit</h2>

@@ -71,21 +71,50 @@ extension JobRunner {
 
     /// Acknowledges (a consumable: consumes) a paid purchase Google still waits for.
     func acknowledgeGoogle(_ job: JobStore.Job, now: Date) async {
+        await acknowledgeGoogle([job], now: now)
+    }
+
+    /// Acknowledges each purchase at Google in turn; those Google took are recorded (the purchase
+    /// acknowledged, its audit entry, its job done) in one database transaction for the batch.
+    /// A refusal or an error is handled per job. `current`: whether a job's lease still holds.
+    func acknowledgeGoogle(
+        _ jobs: [JobStore.Job], now: Date, current: (JobStore.Job) -> Bool = { _ in true }
+    ) async {
+        var done:
+            [(token: String, jobId: String, audit: (actor: String, action: String, subject: String?, detail: String))] =
+                []
+        for job in jobs where current(job) {
+            if let acknowledged = await acknowledgeOneAtGoogle(job, now: now) { done.append(acknowledged) }
+        }
+        do {
+            try await GooglePlayStore(database: app.database).completeAcknowledgements(done, now: now)
+        } catch {
+            // Not recorded: each runs again once its lease ends (acknowledging twice is harmless:
+            // Google answers the second as already acknowledged).
+            app.logger.warning("cannot record Google acknowledgements", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// One purchase acknowledged at Google: what to record, or nil when the job was finished
+    /// otherwise (failed, rescheduled, backed off, nothing to do).
+    func acknowledgeOneAtGoogle(_ job: JobStore.Job, now: Date) async
+        -> (token: String, jobId: String, audit: (actor: String, action: String, subject: String?, detail: String))?
+    {
         let store = GooglePlayStore(database: app.database)
         do {
             guard let purchase = try await store.purchase(job.payload), let google = app.google[purchase.appId]
             else {
                 try await app.jobs.fail(job.id, error: "unknown purchase token or app")
-                return
+                return nil
             }
             guard purchase.acknowledgedAt == nil, !purchase.retired else {
                 try await app.jobs.complete(job.id)
-                return
+                return nil
             }
             // Past Google's window the purchase is refunded: a job never retries it forever.
             if let paid = purchase.paidAt, now.timeIntervalSince(paid) > GooglePlayPlanner.acknowledgeUntil {
                 try await app.jobs.fail(job.id, error: "past Google's acknowledgement window: refunded by Google")
-                return
+                return nil
             }
             // Only what an account has: an unattributed purchase waits for its claim (the
             // device's submission or the operator's resolution); the 48-hour alert shows it.
@@ -95,7 +124,7 @@ extension JobRunner {
                 guard try await app.store.deliveryAccount(id) != nil else {
                     try await app.jobs.reschedule(
                         job.id, runAt: now.addingTimeInterval(3600), error: "not delivered to an account yet")
-                    return
+                    return nil
                 }
             }
             do {
@@ -113,19 +142,19 @@ extension JobRunner {
                 let reading = try await app.readGoogle(google, token: purchase.purchaseToken, productId: nil)
                 guard reading.acknowledged || reading.readiness != .paid else { throw error }
             }
-            try await store.markAcknowledged(purchase.purchaseToken, now: now)
-            try await app.store.recordAudit(
-                actor: "storekeeper", action: "google_acknowledged",
-                subject: GoogleReading.digest(purchase.purchaseToken),
-                detail:
-                    "\(purchase.kind == "subscription" ? "subscription" : "purchase") of '\(purchase.productId)' acknowledged at Google (app \(purchase.appId))",
-                now: now)
-            try await app.jobs.complete(job.id)
+            return (
+                purchase.purchaseToken, job.id,
+                (
+                    "storekeeper", "google_acknowledged", GoogleReading.digest(purchase.purchaseToken),
+                    "\(purchase.kind == "subscription" ? "subscription" : "purchase") of '\(purchase.productId)' acknowledged at Google (app \(purchase.appId))"
+                )
+            )
         } catch let error as GooglePlayError where error.kind == .notFound {
             try? await app.jobs.fail(job.id, error: error.message)
         } catch {
             await backoff(job, now: now, error: error)
         }
+        return nil
     }
 
     /// A paid one-time purchase's price, from its order (`orders.get`), onto its delivery: what
@@ -247,7 +276,7 @@ extension JobRunner {
     /// A pending refund review, answered once from the ledger by the catalog's rules.
     func answerReview(_ google: GooglePlayApp, orderId: String, reviewToken: String, now: Date) async throws -> String {
         let transactionId = GooglePlayPlanner.prefix + orderId
-        let (facts, _, _) = try await app.store.consumptionFacts(transactionId, catalog: app.catalog)
+        let (facts, _, _) = try await app.store.accounts.consumptionFacts(transactionId, catalog: app.catalog)
         let answer = GooglePlayPlanner.reviewAnswer(
             facts, policy: app.catalog.refunds,
             sampleContentProvided: app.catalog.refunds.sampleContentProvided ?? false, now: now)
@@ -259,7 +288,7 @@ extension JobRunner {
                 consumptionPercentageMilliunits: answer.consumptionPercentageMilliunits))
         let detail =
             "refund review of order \(orderId): \(answer.refundPreference)\(answer.consumptionPercentageMilliunits.map { ", consumed \(RefundPlanner.percent(Int32($0)))" } ?? "")\(answer.rule.map { " (rule '\($0)')" } ?? " (no rule matched)")"
-        try await app.store.recordAudit(
+        try await app.store.anomalies.recordAudit(
             actor: "storekeeper", action: "google_refund_review", subject: transactionId, detail: detail, now: now)
         return detail
     }
@@ -277,12 +306,12 @@ extension JobRunner {
                 app.logger.error(
                     "Google purchase unacknowledged for 48 hours: Google refunds it at 72",
                     metadata: ["app": "\(purchase.appId)", "product": "\(purchase.productId)"])
-                try await app.store.raiseAnomaly(
+                try await app.store.anomalies.raiseAnomaly(
                     AnomalyDraft(
                         kind: .acknowledgementOverdue, transactionId: nil, orderId: nil, accountId: purchase.accountId,
                         detail:
                             "Google Play purchase of '\(purchase.productId)' (app \(purchase.appId), order \(purchase.orderId ?? "-")) still unacknowledged \(Int(now.timeIntervalSince(purchase.paidAt ?? now) / 3600)) h after payment; Google refunds it at 72 h. Check the Google service account's permissions."
-                    ), dedupeKey: PurchaseStore.dedupeKey("acknowledgement_overdue", purchase.purchaseToken), now: now)
+                    ), dedupeKey: AnomalyStore.dedupeKey("acknowledgement_overdue", purchase.purchaseToken), now: now)
             }
             let hour = Int64((now.timeIntervalSince1970 * 1000).rounded(.down)) / 3_600_000
             for appId in app.google.keys {

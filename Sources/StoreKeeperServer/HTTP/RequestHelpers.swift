@@ -13,16 +13,24 @@ import StoreKeeperCore
 import StoreKeeperStorage
 import Synchronization
 
-/// What every handler shares: the caller (authenticated, rate limited), bodies, path
-/// parameters, text checks and JSON answers.
-extension StoreKeeperApp {
+/// What every controller's handlers share: bodies (up to `maxBodyBytes`), path parameters, text
+/// checks and JSON answers. Each controller holds its own dependencies and conforms.
+protocol RequestHandling {
+    /// `limits.maxBodyBytes`: a longer body is refused 413 before it is read.
+    var maxBodyBytes: Int { get }
+}
+
+extension StoreKeeperApp: RequestHandling {
+    var maxBodyBytes: Int { configuration.maxBodyBytes }
+}
+
+extension RequestHandling {
     func decode<T: RequestBody>(_ type: T.Type, _ request: Request) async throws -> T {
-        if let length = request.headers[.contentLength].flatMap(Int.init), length > configuration.maxBodyBytes {
-            throw APIError(
-                .contentTooLarge, "payload_too_large", "request body is over \(configuration.maxBodyBytes) bytes")
+        if let length = request.headers[.contentLength].flatMap(Int.init), length > maxBodyBytes {
+            throw APIError(.contentTooLarge, "payload_too_large", "request body is over \(maxBodyBytes) bytes")
         }
         var request = request
-        let buffer = try await request.collectBody(upTo: configuration.maxBodyBytes)
+        let buffer = try await request.collectBody(upTo: maxBodyBytes)
         return try Self.decodeBody(T.self, Data(buffer: buffer))
     }
 
@@ -144,7 +152,7 @@ public enum RequestBodies {
         case "purchase": _ = try App.decodeBody(App.PurchaseBody.self, data)
         case "debit": _ = try App.decodeBody(App.DebitBody.self, data)
         case "notification": _ = try App.decodeBody(App.NotificationBody.self, data)
-        case "resolve": _ = try App.decodeBody(App.ResolveBody.self, data)
+        case "resolve": _ = try App.decodeBody(AnomaliesController.ResolveBody.self, data)
         case "retention": _ = try App.decodeBody(RealtimeRequestBody.self, data)
         case "extend": _ = try App.decodeBody(App.ExtendBody.self, data)
         case "massExtend": _ = try App.decodeBody(App.MassExtendBody.self, data)

@@ -22,8 +22,11 @@ extension JobRunner {
         _ jobs: [JobStore.Job], now: Date, current: (JobStore.Job) -> Bool = { _ in true }
     ) async {
         var done: [(id: String, audit: (actor: String, action: String, subject: String?, detail: String)?)] = []
+        var refused:
+            [(id: String, audit: (actor: String, action: String, subject: String?, detail: String), error: String)] =
+                []
         for job in jobs where current(job) {
-            guard let claim = try? JSONDecoder().decode(PurchaseStore.ClaimJob.self, from: Data(job.payload.utf8))
+            guard let claim = try? JSONDecoder().decode(AppleAccountStore.ClaimJob.self, from: Data(job.payload.utf8))
             else {
                 try? await app.jobs.fail(job.id, error: "malformed payload")
                 continue
@@ -34,15 +37,17 @@ extension JobRunner {
             }
             await callApple(
                 job, now: now, action: "app_account_token_set", subject: claim.originalTransactionId,
-                completing: { done.append(($0, $1)) }
+                completing: { done.append(($0, $1)) }, refusing: { refused.append(($0, $1, $2)) }
             ) {
                 // Only while the account still owns it: a transfer since made another account's claim.
-                guard try await app.store.owns(claim.accountId, originalTransactionId: claim.originalTransactionId)
+                guard
+                    try await app.store.appleAccounts.owns(
+                        claim.accountId, originalTransactionId: claim.originalTransactionId)
                 else {
                     return
                         "not sent: transaction \(claim.originalTransactionId) is no longer account \(Identifiers.quoted(claim.accountId))'s"
                 }
-                let token = try await app.store.accountToken(claim.accountId, now: now)
+                let token = try await app.store.appleAccounts.accountToken(claim.accountId, now: now)
                 try await source.setAppAccountToken(
                     claim.originalTransactionId, environment: claim.environment, token: token)
                 return
@@ -50,7 +55,7 @@ extension JobRunner {
             }
         }
         do {
-            try await app.jobs.complete(done, now: now)
+            try await app.jobs.complete(done, now: now, failed: refused)
         } catch {
             // Not recorded as done: each runs again once its lease ends (Apple's call is idempotent).
             app.logger.warning("cannot complete Set App Account Token jobs", metadata: ["error": "\(error)"])
@@ -65,7 +70,7 @@ extension JobRunner {
         }
         await callApple(job, now: now, action: "transaction_finished", subject: parts[1]) {
             try await source.finishTransaction(parts[1], environment: parts[0])
-            try await app.store.markFinished(parts[1], now: now)
+            try await app.store.appleAccounts.markFinished(parts[1], now: now)
             return "Finish Transaction: \(parts[1]) finished on the server"
         }
     }
@@ -75,6 +80,7 @@ extension JobRunner {
     func callApple(
         _ job: JobStore.Job, now: Date, action: String, subject: String,
         completing: ((String, (actor: String, action: String, subject: String?, detail: String)) -> Void)? = nil,
+        refusing: ((String, (actor: String, action: String, subject: String?, detail: String), String) -> Void)? = nil,
         _ body: () async throws -> String
     ) async {
         do {
@@ -86,7 +92,17 @@ extension JobRunner {
             }
             try await app.jobs.complete(job.id, audit: audit, now: now)
         } catch let error where Self.isFinal(error) {
-            try? await app.store.recordAudit(
+            if let refusing {
+                refusing(
+                    job.id,
+                    (
+                        actor: "storekeeper", action: action + "_refused", subject: subject,
+                        detail: "Apple refused: \(error)"
+                    ),
+                    "\(error)")
+                return
+            }
+            try? await app.store.anomalies.recordAudit(
                 actor: "storekeeper", action: action + "_refused", subject: subject, detail: "Apple refused: \(error)",
                 now: now)
             try? await app.jobs.fail(job.id, error: "\(error)")
@@ -105,7 +121,7 @@ extension JobRunner {
     func sendExternalReport(_ job: JobStore.Job, now: Date) async {
         let token = job.payload
         guard app.configuration.externalPurchaseReporting, let source = app.transactionSource else {
-            try? await app.store.recordAudit(
+            try? await app.store.anomalies.recordAudit(
                 actor: "storekeeper", action: "external_report_skipped", subject: token,
                 detail: "not reported: apple.externalPurchase.reporting is off or no Server API key is configured",
                 now: now)

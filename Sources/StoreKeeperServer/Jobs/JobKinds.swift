@@ -39,8 +39,8 @@ extension JobRunner {
         },
         JobKind(name: "lookup_transaction") { runner, job, now in await runner.lookUpTransaction(job, now: now) },
         .duty(NotificationStore.consumptionJobKind) { $0.sendConsumption },
-        .duty(PurchaseStore.setTokenJobKind) { $0.setAppAccountToken },
-        .duty(PurchaseStore.finishJobKind) { $0.finishTransaction },
+        .duty(AppleAccountStore.setTokenJobKind) { $0.setAppAccountToken },
+        .duty(AppleAccountStore.finishJobKind) { $0.finishTransaction },
         .duty(ExternalPurchaseStore.reportJobKind) { $0.sendExternalReport },
     ]
 
@@ -54,8 +54,8 @@ extension JobRunner {
 
     /// The support desk's: subscription extensions, one and mass, and the mass extension's status.
     static let supportKinds: [JobKind] = [
-        .duty(PurchaseStore.extendJobKind) { $0.sendExtension },
-        .duty(PurchaseStore.massExtendJobKind) { $0.sendMassExtension },
+        .duty(SupportStore.extendJobKind) { $0.sendExtension },
+        .duty(SupportStore.massExtendJobKind) { $0.sendMassExtension },
         .duty(massStatusJobKind) { $0.pollMassExtension },
         .duty(StoreKeeperApp.googleRefundJobKind) { $0.retryGoogleRefund },
     ]

@@ -57,8 +57,12 @@ public struct JobRunner: Service {
 
     func runDueCounting(now: Date) async -> (claimed: Int, delivered: Int) {
         let jobs: [JobStore.Job]
+        // Set App Account Token claims wait, unread, while Apple's rate is spent.
+        let rated = app.configuration.setAppAccountToken && app.transactionSource != nil
         do {
-            jobs = try await app.jobs.claimDue(now: now, limit: claimLimit)
+            jobs = try await app.jobs.claimDue(
+                now: now, limit: claimLimit,
+                excluding: rated && app.setAppAccountTokenRate.spent ? [AppleAccountStore.setTokenJobKind] : [])
         } catch {
             app.logger.warning("cannot claim jobs", metadata: ["error": "\(error)"])
             return (0, 0)
@@ -70,14 +74,41 @@ public struct JobRunner: Service {
         // Notifications first, every claimed subject in one transaction.
         await applyNotifications(jobs.filter { $0.kind == NotificationStore.jobKind && current($0) }, now: now)
         // Set App Account Token claims (one per purchase made outside the app): completed together.
-        let claims = jobs.filter { $0.kind == PurchaseStore.setTokenJobKind && current($0) }
+        var claims = jobs.filter { $0.kind == AppleAccountStore.setTokenJobKind && current($0) }
+        var postponed = 0
+        if rated, !claims.isEmpty {
+            // At Apple's rate (per environment): those over it are due again in a second.
+            var later: [String] = []
+            let bySandbox = Dictionary(grouping: claims) { job in
+                (try? JSONDecoder().decode(AppleAccountStore.ClaimJob.self, from: Data(job.payload.utf8)))?.environment
+                    == "Sandbox"
+            }
+            for (sandbox, ofIt) in bySandbox {
+                let allowed = app.setAppAccountTokenRate.take(ofIt.count, sandbox: sandbox)
+                later += ofIt.dropFirst(allowed).map(\.id)
+            }
+            if !later.isEmpty {
+                postponed = later.count
+                let waiting = Set(later)
+                claims.removeAll { waiting.contains($0.id) }
+                try? await app.jobs.postpone(later, until: now.addingTimeInterval(1))
+            }
+        }
         if !claims.isEmpty { await setAppAccountTokens(claims, now: now, current: current) }
+        // Google Play acknowledgements (one per purchase): recorded together.
+        let acknowledgements = jobs.filter { $0.kind == GooglePlayStore.acknowledgeJobKind }
+        if !acknowledgements.isEmpty { await acknowledgeGoogle(acknowledgements, now: now, current: current) }
+        let batched: Set<String> = [
+            NotificationStore.jobKind, AppleAccountStore.setTokenJobKind, GooglePlayStore.acknowledgeJobKind,
+        ]
         var delivered = 0
-        for job in jobs where job.kind != NotificationStore.jobKind && job.kind != PurchaseStore.setTokenJobKind {
+        for job in jobs where !batched.contains(job.kind) {
             guard current(job) else { continue }
             if await run(job, now: now) { delivered += 1 }
         }
-        return (jobs.count, delivered)
+        // Claims postponed for Apple's rate are not work done: a claim full of them is no reason
+        // to go again at once.
+        return (jobs.count - postponed, delivered)
     }
 
     func run(_ job: JobStore.Job, now: Date) async -> Bool {
@@ -123,7 +154,7 @@ public struct JobRunner: Service {
                     orderId: lookup.orderId)
             }
             try? await app.jobs.fail(job.id, error: "\(error)")
-            try? await app.store.raiseAnomaly(
+            try? await app.store.anomalies.raiseAnomaly(
                 AnomalyDraft(
                     kind: .verificationStuck, transactionId: lookup.transactionId, orderId: lookup.orderId,
                     accountId: lookup.accountId, detail: "lookup failed for good: \(error)"),
@@ -182,17 +213,17 @@ public struct JobRunner: Service {
         }
         guard now.timeIntervalSince(job.createdAt) < 12 * 3600 else {
             try? await app.jobs.fail(job.id, error: "Apple's 12-hour window to answer has passed")
-            try? await app.store.recordAudit(
+            try? await app.store.anomalies.recordAudit(
                 actor: "storekeeper", action: "consumption_expired", subject: transactionId,
                 detail: "not answered within Apple's 12 hours: \(job.attempts) attempts", now: now)
             return
         }
         do {
-            let (facts, environment, consent) = try await app.store.consumptionFacts(
+            let (facts, environment, consent) = try await app.store.accounts.consumptionFacts(
                 transactionId, catalog: app.catalog)
             guard consent?.consumptionData == true else {
                 // Withdrawn since the request was queued: Apple gets nothing.
-                try await app.store.recordAudit(
+                try await app.store.anomalies.recordAudit(
                     actor: "storekeeper", action: "consumption_withheld", subject: transactionId,
                     detail:
                         "not sent: account \(consent.map { Identifiers.quoted($0.accountId) } ?? "(unknown)") no longer consents to sharing consumption data",
@@ -216,13 +247,13 @@ public struct JobRunner: Service {
             do {
                 try await source.sendConsumption(transactionId, environment: environment, request)
             } catch let error as AppStoreAPIError where Self.isFinal(error) {
-                try await app.store.recordAudit(
+                try await app.store.anomalies.recordAudit(
                     actor: "storekeeper", action: "consumption_refused", subject: transactionId,
                     detail: "sent \(body); Apple refused: \(error)", now: now)
                 try await app.jobs.fail(job.id, error: "\(error)")
                 return
             }
-            try await app.store.recordAudit(
+            try await app.store.anomalies.recordAudit(
                 actor: "storekeeper", action: "consumption_sent", subject: transactionId,
                 detail: "sent \(body); Apple accepted it", now: now)
             try await app.jobs.complete(job.id)
@@ -251,7 +282,7 @@ public struct JobRunner: Service {
         if let retryAfter, retryAfter > next { next = retryAfter }
         try? await app.jobs.reschedule(job.id, runAt: next, error: reason)
         if !job.stuckReported, now.timeIntervalSince(job.createdAt) >= stuckAfter {
-            try? await app.store.raiseAnomaly(
+            try? await app.store.anomalies.raiseAnomaly(
                 AnomalyDraft(
                     kind: .verificationStuck, transactionId: lookup.transactionId, orderId: lookup.orderId,
                     accountId: lookup.accountId,

@@ -34,7 +34,7 @@ enum MinuteDuties {
     /// cancelled order is still delivered to it).
     static func orderExpiry(_ store: PurchaseStore, ttl: TimeInterval, logger: Logger) -> EveryMinute {
         EveryMinute(name: "order expiry", logger: logger) { now in
-            let cancelled = try await store.cancelExpiredOrders(olderThan: ttl, now: now)
+            let cancelled = try await store.orders.cancelExpiredOrders(olderThan: ttl, now: now)
             if cancelled > 0 { logger.info("cancelled expired orders", metadata: ["count": "\(cancelled)"]) }
         }
     }
@@ -43,7 +43,7 @@ enum MinuteDuties {
     /// tells us: the app's backend reports payments, not their absence).
     static func webLapses(_ store: PurchaseStore, catalog: Catalog, logger: Logger) -> EveryMinute {
         EveryMinute(name: "web subscription lapses", logger: logger) { now in
-            let lapsed = try await store.lapseWebSubscriptions(catalog: catalog, now: now)
+            let lapsed = try await store.reconciliation.lapseWebSubscriptions(catalog: catalog, now: now)
             if lapsed > 0 { logger.info("web subscriptions lapsed", metadata: ["count": "\(lapsed)"]) }
         }
     }
@@ -51,7 +51,7 @@ enum MinuteDuties {
     /// Subscriptions a store went silent about past its retry window expire in the stored state.
     static func silentSubscriptions(_ store: PurchaseStore, catalog: Catalog, logger: Logger) -> EveryMinute {
         EveryMinute(name: "silent subscriptions", logger: logger) { now in
-            let expired = try await store.expireSilentSubscriptions(catalog: catalog, now: now)
+            let expired = try await store.reconciliation.expireSilentSubscriptions(catalog: catalog, now: now)
             if expired > 0 {
                 logger.info("subscriptions the store went silent about expired", metadata: ["count": "\(expired)"])
             }
@@ -61,7 +61,7 @@ enum MinuteDuties {
     /// `apple.finishTransactions`: deliveries this old are finished on the server.
     static func finishTransactions(_ store: PurchaseStore, after delay: TimeInterval, logger: Logger) -> EveryMinute {
         EveryMinute(name: "Finish Transaction", logger: logger) { now in
-            let queued = try await store.queueFinishes(delay: delay, now: now)
+            let queued = try await store.appleAccounts.queueFinishes(delay: delay, now: now)
             if queued > 0 { logger.info("Finish Transaction queued", metadata: ["count": "\(queued)"]) }
         }
     }
@@ -114,7 +114,7 @@ struct Housekeeping: Service {
         let orderCount =
             if let orders {
                 try await Self.inSlices {
-                    try await orders.deleteUnpaidOrders(createdBefore: now.addingTimeInterval(-orderRetention))
+                    try await orders.orders.deleteUnpaidOrders(createdBefore: now.addingTimeInterval(-orderRetention))
                 }
             } else { 0 }
         let tokenCount =

@@ -19,19 +19,19 @@ extension JobRunner {
 
     func sendExtension(_ job: JobStore.Job, now: Date) async {
         do {
-            guard let row = try await app.store.extensionRequest(job.payload),
+            guard let row = try await app.store.support.extensionRequest(job.payload),
                 let original = row.originalTransactionId
             else {
                 try await app.jobs.fail(job.id, error: "no extension \(job.payload)")
                 return
             }
             guard let source = app.transactionSource else {
-                try await app.store.completeExtension(
+                try await app.store.support.completeExtension(
                     row.requestId, status: "failed", error: "no App Store Server API key configured", now: now)
                 try await app.jobs.fail(job.id, error: "no App Store Server API key configured")
                 return
             }
-            let facts = try await app.store.subscriptionFacts(original)
+            let facts = try await app.store.support.subscriptionFacts(original)
             let request = ExtendRenewalDateRequest(
                 extendByDays: Int32(row.days), extendReasonCode: Self.reasonCode(row.reason),
                 requestIdentifier: row.requestId)
@@ -41,17 +41,18 @@ extension JobRunner {
             } catch let error as AppStoreAPIError where Self.isFinal(error) {
                 // Apple's final word (ineligible, two extensions already, unknown): a failed
                 // extension, visible on the subscription and in the audit.
-                try await app.store.completeExtension(row.requestId, status: "failed", error: "\(error)", now: now)
+                try await app.store.support.completeExtension(
+                    row.requestId, status: "failed", error: "\(error)", now: now)
                 try await app.jobs.complete(job.id)
                 return
             }
             guard answer.success != false else {
-                try await app.store.completeExtension(
+                try await app.store.support.completeExtension(
                     row.requestId, status: "failed", error: "Apple answered success: false", now: now)
                 try await app.jobs.complete(job.id)
                 return
             }
-            try await app.store.completeExtension(
+            try await app.store.support.completeExtension(
                 row.requestId, status: "succeeded",
                 effectiveDate: answer.effectiveDate.map { Date(timeIntervalSince1970: Double($0) / 1000) }, now: now)
             try await app.jobs.complete(job.id)
@@ -60,7 +61,7 @@ extension JobRunner {
             if let latest = facts.latestTransactionId,
                 let transaction = try? await app.fetchTransaction(latest)
             {
-                _ = try? await app.store.applyAppleStatus(
+                _ = try? await app.store.reconciliation.applyAppleStatus(
                     1, transaction: transaction, renewalInfo: nil, catalog: app.catalog,
                     policy: app.configuration.ownershipPolicy, now: now)
             }
@@ -71,12 +72,13 @@ extension JobRunner {
 
     func sendMassExtension(_ job: JobStore.Job, now: Date) async {
         do {
-            guard let row = try await app.store.extensionRequest(job.payload), let productId = row.productId else {
+            guard let row = try await app.store.support.extensionRequest(job.payload), let productId = row.productId
+            else {
                 try await app.jobs.fail(job.id, error: "no mass extension \(job.payload)")
                 return
             }
             guard let source = app.transactionSource else {
-                try await app.store.completeExtension(
+                try await app.store.support.completeExtension(
                     row.requestId, status: "failed", error: "no App Store Server API key configured", now: now)
                 try await app.jobs.fail(job.id, error: "no App Store Server API key configured")
                 return
@@ -87,11 +89,12 @@ extension JobRunner {
                         extendByDays: Int32(row.days), extendReasonCode: Self.reasonCode(row.reason),
                         requestIdentifier: row.requestId, productId: productId))
             } catch let error as AppStoreAPIError where Self.isFinal(error) {
-                try await app.store.completeExtension(row.requestId, status: "failed", error: "\(error)", now: now)
+                try await app.store.support.completeExtension(
+                    row.requestId, status: "failed", error: "\(error)", now: now)
                 try await app.jobs.complete(job.id)
                 return
             }
-            try await app.store.completeExtension(row.requestId, status: "sent", now: now)
+            try await app.store.support.completeExtension(row.requestId, status: "sent", now: now)
             try await app.jobs.enqueue(
                 kind: Self.massStatusJobKind, dedupeKey: "\(Self.massStatusJobKind)|\(row.requestId)",
                 payload: row.requestId, runAt: now, now: now)
@@ -104,7 +107,7 @@ extension JobRunner {
     /// Polls Apple's status of a mass extension until it is complete (a minute apart).
     func pollMassExtension(_ job: JobStore.Job, now: Date) async {
         do {
-            guard let row = try await app.store.extensionRequest(job.payload), let productId = row.productId,
+            guard let row = try await app.store.support.extensionRequest(job.payload), let productId = row.productId,
                 let source = app.transactionSource
             else {
                 try await app.jobs.fail(job.id, error: "no mass extension \(job.payload)")
@@ -115,7 +118,7 @@ extension JobRunner {
                 try await app.jobs.reschedule(job.id, runAt: now.addingTimeInterval(60), error: "not complete yet")
                 return
             }
-            try await app.store.completeExtension(
+            try await app.store.support.completeExtension(
                 row.requestId, status: "succeeded", succeeded: status.succeededCount.map(Int.init),
                 failed: status.failedCount.map(Int.init), now: now)
             try await app.jobs.complete(job.id)

@@ -80,13 +80,23 @@ struct OperationsController {
                 return date
             }
             return try StoreKeeperApp.json(
-                try await app.store.revenue(
+                try await app.store.reports.revenue(
                     from: try date("since"), to: try date("until"),
                     smallBusinessProgram: app.configuration.smallBusinessProgram))
         }
         v1.get("audit") { _, context in
             try context.caller().requireScope(.read)
-            return try StoreKeeperApp.json(["entries": try await app.store.audit().map(AuditJSON.init)])
+            return try StoreKeeperApp.json(["entries": try await app.store.anomalies.audit().map(AuditJSON.init)])
+        }
+        // What the presented key is (never the secret): how a tool such as `storekeeper mcp`
+        // learns what it may offer the key's holder.
+        v1.get("keys/current") { _, context in
+            let caller = try context.caller()
+            try caller.requireScope(.read)
+            var apps: [String]?
+            if case .key(let key) = caller { apps = key.apps?.sorted() }
+            return try StoreKeeperApp.json(
+                CurrentKeyJSON(label: caller.label, scope: caller.scope?.rawValue ?? "read", apps: apps))
         }
     }
 }
@@ -96,7 +106,7 @@ extension StoreKeeperApp {
     func metricsText(_ request: Request) async throws -> Response {
         try await authenticator.authenticateMetrics(request)
         metrics.jobsPending.record(try await jobs.pendingCount())
-        metrics.anomaliesOpen.record(try await store.openAnomalyCount())
+        metrics.anomaliesOpen.record(try await store.anomalies.openAnomalyCount())
         metrics.webhooksPending.record(try await OutboxStore(database: database).pendingCount())
         metrics.notificationsPending.record(try await notifications.pendingCount())
         metrics.walBytes.record(database.walBytes ?? 0)
@@ -104,4 +114,11 @@ extension StoreKeeperApp {
             status: .ok, headers: [.contentType: "text/plain; version=0.0.4"],
             body: .init(byteBuffer: ByteBuffer(string: metrics.text())))
     }
+}
+
+/// `GET /v1/keys/current`: the presented key's label, scope and apps (never its secret).
+struct CurrentKeyJSON: Encodable {
+    var label: String
+    var scope: String
+    var apps: [String]?
 }

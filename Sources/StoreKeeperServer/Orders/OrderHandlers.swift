@@ -152,7 +152,7 @@ extension StoreKeeperApp {
         let nonce = UUID()
         let order: Order
         do {
-            order = try await store.createOrder(
+            order = try await store.orders.createOrder(
                 accountId: accountId, productId: body.productId, quantity: quantity,
                 maxOpen: nobody ? Int.max : configuration.maxOpenOrdersPerAccount, ttl: configuration.orderTTL,
                 appAccountToken: token,
@@ -162,19 +162,19 @@ extension StoreKeeperApp {
                 appTransactionId: body.appTransactionId,
                 appId: body.appId ?? configuration.appId(for: "app_store", given: nil),
                 maxPerDay: nobody ? nil : configuration.maxOrdersPerAccountPerDay, now: now)
-        } catch let error as PurchaseStore.OfferLimitReached {
+        } catch let error as OrderStore.OfferLimitReached {
             throw APIError(
                 .forbidden, "offer_not_eligible",
                 "offer '\(offers.offer?.id ?? "")' refused by rule maxPerAccount: \(error.outstanding) signed and still redeemable"
             )
-        } catch let error as PurchaseStore.TooManyOrdersToday {
+        } catch let error as OrderStore.TooManyOrdersToday {
             var refusal = APIError(
                 .tooManyRequests, "too_many_orders",
                 "the account created \(error.limit) orders in the last 24 hours (limits.maxOrdersPerAccountPerDay)",
                 retryable: true)
             refusal.headers[.retryAfter] = "3600"
             throw refusal
-        } catch let error as PurchaseStore.TooManyOpenOrders {
+        } catch let error as OrderStore.TooManyOpenOrders {
             throw APIError(
                 .conflict, "too_many_open_orders",
                 "the account has \(error.limit) unpaid orders; pay or let them expire before creating more")
@@ -238,7 +238,7 @@ extension StoreKeeperApp {
                 .serviceUnavailable, "offers_unavailable",
                 "no In-App Purchase key is configured (apple.offers.* or apple.serverAPI.*): offers cannot be signed")
         }
-        let history = try await store.offerHistory(
+        let history = try await store.offers.offerHistory(
             account: accountId, groupProducts: catalog.group(product.group ?? "").map(\.id), now: now)
         if let offer,
             let refusal = OfferEligibility.refusal(
@@ -270,7 +270,7 @@ extension StoreKeeperApp {
         -> WinBackOffer?
     {
         guard let offerId, let offer = catalog.winBackOffer(offerId, of: product.id) else { return nil }
-        let history = try await store.offerHistory(
+        let history = try await store.offers.offerHistory(
             account: accountId, groupProducts: catalog.group(product.group ?? "").map(\.id), latestTransaction: false)
         if let refusal = OfferEligibility.winBackRefusal(
             offer, subscriptions: history.subscriptions, redemptions: history.winBackRedemptions[offer.id] ?? 0,
@@ -299,7 +299,7 @@ extension StoreKeeperApp {
     func callersOrder(_ context: StoreKeeperContext) async throws -> Order {
         let caller = try context.caller()
         let orderId = try Self.parameter(context, "orderId")
-        guard let order = try await store.order(orderId) else {
+        guard let order = try await store.orders.order(orderId) else {
             throw APIError.notFound("no order '\(orderId.prefix(64))'")
         }
         try caller.require(order.accountId)
@@ -312,7 +312,7 @@ extension StoreKeeperApp {
     /// cancelled order is still delivered, as for an expired one.
     func cancelOrder(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         let order = try await callersOrder(context)
-        switch try await store.cancelOrder(order.orderId) {
+        switch try await store.orders.cancelOrder(order.orderId) {
         case .cancelled(let cancelled):
             return try Self.json(OrderJSON(cancelled, ttl: configuration.orderTTL))
         case .notCancellable(let status):

@@ -393,7 +393,7 @@ extension StoreKeeperApp {
         let now = Date()
         try await jobs.enqueue(
             kind: "lookup_transaction",
-            dedupeKey: PurchaseStore.dedupeKey("lookup_transaction", transactionId, accountId), payload: payload,
+            dedupeKey: AnomalyStore.dedupeKey("lookup_transaction", transactionId, accountId), payload: payload,
             runAt: now.addingTimeInterval(1), now: now)
         logger.info(
             "Apple unavailable; lookup queued", metadata: ["transactionId": "\(transactionId)", "reason": "\(reason)"])

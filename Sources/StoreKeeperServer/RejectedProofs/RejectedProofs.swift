@@ -97,7 +97,7 @@ extension StoreKeeperApp {
                     kept.id, verified: true, code: kept.code, reason: kept.reason, outcome: outcomes, now: Date())
             }
         }
-        try await store.recordAudit(
+        try await store.anomalies.recordAudit(
             actor: actor, action: "reverify", subject: nil,
             detail:
                 "re-verified rejected proofs (code \(code ?? "any"), since \(since.map(Self.iso) ?? "any")): checked \(summary.checked), delivered \(summary.delivered), still rejected \(summary.stillRejected)",

@@ -1,7 +1,9 @@
 import AppStoreModels
+import AppStoreSigning
 import AppStoreVerification
 import Foundation
 import Hummingbird
+import Logging
 import StoreKeeperCatalog
 import StoreKeeperCore
 import StoreKeeperStorage
@@ -10,7 +12,28 @@ import StoreKeeperStorage
 /// from our own records — verify, one indexed read (plus the offer history only when an offer
 /// rule is reached), an optional signature, one insert. `GET /v1/retention/report` measures
 /// what the answers saved against each rule's holdout.
-extension StoreKeeperApp {
+struct RetentionController: RequestHandling {
+    let support: SupportStore
+    let offers: OfferStore
+    let catalog: Catalog
+    /// Verifies Apple's signed requests under the server's trust policy.
+    let verifier: SignedDataVerifier
+    /// Signs a promotional offer an answer makes (nil: no In-App Purchase key).
+    let offerSigner: OfferSigner?
+    let configuration: ServerConfiguration
+    let metrics: ServerMetrics
+    let logger: Logger
+    var maxBodyBytes: Int { configuration.maxBodyBytes }
+
+    /// Outside `/v1`'s authentication: Apple signs the body, it sends no credentials.
+    func addRoutes(to router: some RouterMethods<StoreKeeperContext>) {
+        router.post("v1/retention/apple") { request, context in try await retentionMessage(request, context) }
+    }
+
+    func addAPIRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
+        v1.get("retention/report") { request, context in try await retentionReport(request, context) }
+    }
+
     func retentionMessage(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         let body = try await decode(RealtimeRequestBody.self, request)
         guard let signedPayload = body.signedPayload else {
@@ -53,7 +76,7 @@ extension StoreKeeperApp {
         let offerRuleMayMatch = catalog.retention.contains {
             $0.promotionalOffer != nil && ($0.when?.productId == nil || $0.when?.productId == productId)
         }
-        let stored = try await store.retentionContext(
+        let stored = try await support.retentionContext(
             originalTransactionId: original, requestIdentifier: requestIdentifier,
             historyOf: offerRuleMayMatch ? group.map { catalog.group($0).map(\.id) } : nil,
             offerIds: Array(Set(catalog.retention.compactMap(\.promotionalOffer).map(\.offerId))).sorted())
@@ -114,7 +137,7 @@ extension StoreKeeperApp {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         let json = String(decoding: try encoder.encode(answer), as: UTF8.self)
-        let recorded = try await store.recordRetention(
+        let recorded = try await support.recordRetention(
             .init(
                 requestIdentifier: requestIdentifier, originalTransactionId: original, accountId: stored.accountId,
                 productId: productId, ruleName: ruleName, holdout: holdout, answer: json,
@@ -126,13 +149,13 @@ extension StoreKeeperApp {
     /// The retention rules' offers this account may not have (all of them when the
     /// subscription belongs to no account: eligibility cannot be shown).
     func refusedOffers(
-        productId: String, accountId: String?, history: PurchaseStore.OfferHistory?, now: Date
+        productId: String, accountId: String?, history: OfferStore.OfferHistory?, now: Date
     ) async throws -> Set<String> {
         let offerIds = Set(catalog.retention.compactMap(\.promotionalOffer).map(\.offerId))
         guard let accountId, let group = catalog.product(productId)?.group else { return offerIds }
         var history = history
         if history == nil {
-            history = try await store.offerHistory(
+            history = try await offers.offerHistory(
                 account: accountId, groupProducts: catalog.group(group).map(\.id), latestTransaction: false)
         }
         guard let history else { return offerIds }
@@ -163,7 +186,7 @@ extension StoreKeeperApp {
 
             init() {}
 
-            init(_ figures: PurchaseStore.RetentionFigures?) {
+            init(_ figures: SupportStore.RetentionFigures?) {
                 guard let figures else { return }
                 requests = figures.requests
                 saved = figures.saved
@@ -195,13 +218,13 @@ extension StoreKeeperApp {
         try context.caller().requireScope(.read)
         var since: Date?
         if let text = request.uri.queryParameters["since"].map(String.init) {
-            guard let date = Self.parseDate(text) else {
+            guard let date = StoreKeeperApp.parseDate(text) else {
                 throw APIError.badRequest("'since' must be an ISO 8601 date or date-time")
             }
             since = date
         }
-        let figures = try await store.retentionReport(since: since, now: Date())
-        func find(_ rule: String?, holdout: Bool) -> PurchaseStore.RetentionFigures? {
+        let figures = try await support.retentionReport(since: since, now: Date())
+        func find(_ rule: String?, holdout: Bool) -> SupportStore.RetentionFigures? {
             figures.first { $0.rule == rule && $0.holdout == holdout }
         }
         var rules: [RetentionReportJSON.Rule] = []
@@ -230,15 +253,10 @@ extension StoreKeeperApp {
     }
 }
 
-struct RetentionController {
-    let app: StoreKeeperApp
-
-    /// Outside `/v1`'s authentication: Apple signs the body, it sends no credentials.
-    func addRoutes(to router: some RouterMethods<StoreKeeperContext>) {
-        router.post("v1/retention/apple") { request, context in try await app.retentionMessage(request, context) }
-    }
-
-    func addAPIRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
-        v1.get("retention/report") { request, context in try await app.retentionReport(request, context) }
+extension StoreKeeperApp {
+    var retentionController: RetentionController {
+        RetentionController(
+            support: store.support, offers: store.offers, catalog: catalog, verifier: verifier,
+            offerSigner: offerSigner, configuration: configuration, metrics: metrics, logger: logger)
     }
 }

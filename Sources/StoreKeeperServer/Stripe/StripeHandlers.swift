@@ -170,7 +170,7 @@ extension StoreKeeperApp {
         guard try await stripeStore.renewRedemption(code: code, expiresAt: expires) else {
             throw APIError(.conflict, "already_redeemed", "redemption code '\(code)' was already used")
         }
-        try await store.recordAudit(
+        try await store.anomalies.recordAudit(
             actor: caller.auditActor, action: "renew_redemption", subject: checkout.orderId,
             detail: "redemption code \(code.prefix(4))… valid until \(Self.iso(expires))", now: Date())
         return try Self.json(["code": code, "expiresAt": Self.iso(expires)])
@@ -298,7 +298,7 @@ extension StoreKeeperApp {
                 "Stripe did not answer the refund (\(error)); nothing changed here — ask again")
         }
         let outcome = try await applyStripeRefunds(charge: refund.charge?.id ?? "", app: app, now: Date())
-        try await store.recordAudit(
+        try await store.anomalies.recordAudit(
             actor: caller.auditActor, action: "support_refund", subject: transactionId,
             detail: detail + " — Stripe refund \(refund.id): \(outcome)", now: Date())
         return try Self.json([

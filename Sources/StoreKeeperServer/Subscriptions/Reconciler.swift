@@ -76,7 +76,7 @@ public struct Reconciler: Sendable {
         await drainJobs(now: now)
 
         // 2. Subscriptions whose period passed without news: Apple's status now.
-        for original in try await app.store.overdueSubscriptions(now: now) {
+        for original in try await app.store.reconciliation.overdueSubscriptions(now: now) {
             report.subscriptionsChecked += 1
             do {
                 let statuses = try await withFallback(api) { try await $0.getAllSubscriptionStatuses(original) }
@@ -88,7 +88,7 @@ public struct Reconciler: Sendable {
                     if let info = item.signedRenewalInfo {
                         renewal = StoreRenewal(apple: try await app.verifier.verifyRenewalInfo(info))
                     }
-                    let result = try await app.store.applyAppleStatus(
+                    let result = try await app.store.reconciliation.applyAppleStatus(
                         Int(status.rawValue), transaction: transaction, renewalInfo: renewal, catalog: app.catalog,
                         policy: app.configuration.ownershipPolicy, now: now)
                     if result.subscriptionEffects.contains(where: {
@@ -104,7 +104,8 @@ public struct Reconciler: Sendable {
 
         // 3. Accounts active recently: anything paid and not delivered is delivered now, or
         // becomes an anomaly.
-        for (account, transactionId) in try await app.store.recentAccounts(since: accountsSince ?? since) {
+        for (account, transactionId) in try await app.store.reconciliation.recentAccounts(since: accountsSince ?? since)
+        {
             report.accountsChecked += 1
             do {
                 var filter = TransactionHistoryFilter()

@@ -48,7 +48,7 @@ extension StoreKeeperApp {
         let accountId = try Self.parameter(context, "accountId")
         try Self.validateAccountId(accountId)
         let body = try await decode(NoteBody.self, request)
-        let note = try await store.addNote(
+        let note = try await store.accounts.addNote(
             accountId: accountId, text: body.text, ticket: body.ticket, author: caller.auditActor, now: Date())
         return try Self.json(NoteJSON(note), status: .created)
     }
@@ -58,6 +58,6 @@ extension StoreKeeperApp {
         let accountId = try Self.parameter(context, "accountId")
         try Self.validateAccountId(accountId)
         struct Notes: Encodable { var notes: [NoteJSON] }
-        return try Self.json(Notes(notes: try await store.notes(of: accountId).map(NoteJSON.init)))
+        return try Self.json(Notes(notes: try await store.accounts.notes(of: accountId).map(NoteJSON.init)))
     }
 }

@@ -33,9 +33,13 @@ extension StoreKeeperApp {
         }
     }
 
+    /// A grant until a date (`expiresAt`), for some days (`days`), or for good (`forever: true`):
+    /// exactly one of them.
     struct GrantBody: RequestBody {
         var entitlement: String
-        var expiresAt: String
+        var expiresAt: String?
+        var days: Int?
+        var forever: Bool?
         var note: String?
 
         func validate() throws {
@@ -43,11 +47,49 @@ extension StoreKeeperApp {
                 throw APIError.badRequest("field 'entitlement' must be 1…128 characters")
             }
             try StoreKeeperApp.validateText(entitlement, field: "entitlement")
-            guard StoreKeeperApp.parseDate(expiresAt) != nil else {
-                throw APIError.badRequest("field 'expiresAt' must be an ISO 8601 date-time")
-            }
+            _ = try until(now: Date())
             _ = try StoreKeeperApp.validateNote(note)
         }
+
+        /// When it ends (nil: for good).
+        func until(now: Date) throws -> Date? {
+            switch (expiresAt, days, forever) {
+            case (let text?, nil, nil), (let text?, nil, false?):
+                guard let date = StoreKeeperApp.parseDate(text) else {
+                    throw APIError.badRequest("field 'expiresAt' must be an ISO 8601 date-time")
+                }
+                return date
+            case (nil, let days?, nil), (nil, let days?, false?):
+                guard (1...36_500).contains(days) else { throw APIError.badRequest("field 'days' must be 1…36500") }
+                return now.addingTimeInterval(Double(days) * 86_400)
+            case (nil, nil, true?):
+                return nil
+            default:
+                throw APIError.badRequest("give exactly one of 'expiresAt', 'days' and 'forever': true")
+            }
+        }
+    }
+
+    struct GrantJSON: Encodable {
+        var grantId: String
+        var accountId: String
+        var entitlement: String
+        /// nil (JSON null): for good.
+        var expiresAt: String?
+        var forGood: Bool
+        var createdAt: String
+
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(grantId, forKey: .grantId)
+            try container.encode(accountId, forKey: .accountId)
+            try container.encode(entitlement, forKey: .entitlement)
+            try container.encode(expiresAt, forKey: .expiresAt)
+            try container.encode(forGood, forKey: .forGood)
+            try container.encode(createdAt, forKey: .createdAt)
+        }
+
+        enum CodingKeys: String, CodingKey { case grantId, accountId, entitlement, expiresAt, forGood, createdAt }
     }
 
     struct ExtensionJSON: Encodable {
@@ -66,7 +108,7 @@ extension StoreKeeperApp {
         var failedCount: Int?
         var error: String?
 
-        init(_ row: PurchaseStore.ExtensionRow) {
+        init(_ row: SupportStore.ExtensionRow) {
             requestId = row.requestId
             status = row.status
             originalTransactionId = row.originalTransactionId
@@ -120,14 +162,14 @@ extension StoreKeeperApp {
             )
         }
         do {
-            let row = try await store.requestExtension(
+            let row = try await store.support.requestExtension(
                 originalTransactionId: original, days: body.days, reason: body.reason, note: note,
                 actor: try context.caller().auditActor,
                 now: Date())
             return try Self.json(["requestId": row.requestId, "status": row.status], status: .accepted)
-        } catch is PurchaseStore.UnknownSubscription {
+        } catch is SupportStore.UnknownSubscription {
             throw APIError.notFound("no subscription '\(original.prefix(64))'")
-        } catch let limit as PurchaseStore.ExtensionLimit {
+        } catch let limit as SupportStore.ExtensionLimit {
             throw APIError(
                 .conflict, "extension_limit",
                 "two extensions within 365 days already (\(limit.last.map(Self.iso).joined(separator: ", "))): Apple allows no more"
@@ -159,7 +201,7 @@ extension StoreKeeperApp {
             app, token: purchase.purchaseToken, productId: nil, kind: "subscription")
         _ = try await applyGoogle(reading, submittingAccount: nil, orderId: nil, now: Date())
         let after = reading.transaction.expiresDate.map { Date(storeMilliseconds: $0) }
-        try await store.recordAudit(
+        try await store.anomalies.recordAudit(
             actor: actor, action: "subscription_deferred", subject: purchase.originalTransactionId,
             detail:
                 "Google Play deferred by \(days) days (\(reason)\(note.isEmpty ? "" : " — \(note)")): expires \(after.map(Self.iso) ?? "?") (was \(before.map(Self.iso) ?? "?"))",
@@ -178,7 +220,7 @@ extension StoreKeeperApp {
         try context.caller().requireScope(.read)
         let original = try Self.parameter(context, "originalTransactionId")
         try Self.validateText(original, field: "originalTransactionId")
-        return try Self.json(["extensions": try await store.extensions(of: original).map(ExtensionJSON.init)])
+        return try Self.json(["extensions": try await store.support.extensions(of: original).map(ExtensionJSON.init)])
     }
 
     func massExtend(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
@@ -190,7 +232,7 @@ extension StoreKeeperApp {
                 .notFound, "unknown_product", "no auto-renewable product '\(body.productId.prefix(100))' in the catalog"
             )
         }
-        let row = try await store.requestMassExtension(
+        let row = try await store.support.requestMassExtension(
             productId: body.productId, days: body.days, reason: body.reason, note: note,
             actor: try context.caller().auditActor, now: Date())
         return try Self.json(["requestId": row.requestId, "status": row.status], status: .accepted)
@@ -199,7 +241,7 @@ extension StoreKeeperApp {
     func getExtension(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         try context.caller().requireScope(.read)
         let id = try Self.parameter(context, "requestId")
-        guard let row = try await store.extensionRequest(id) else {
+        guard let row = try await store.support.extensionRequest(id) else {
             throw APIError.notFound("no extension request '\(id.prefix(64))'")
         }
         return try Self.json(ExtensionJSON(row))
@@ -210,23 +252,21 @@ extension StoreKeeperApp {
         let account = try Self.parameter(context, "accountId")
         try Self.validateAccountId(account)
         let body = try await decode(GrantBody.self, request)
-        guard let expiresAt = Self.parseDate(body.expiresAt) else {
-            throw APIError.badRequest("field 'expiresAt' must be an ISO 8601 date-time")
-        }
         let grant = try await grant(
-            account: account, entitlement: body.entitlement, expiresAt: expiresAt, note: body.note,
+            account: account, entitlement: body.entitlement, expiresAt: try body.until(now: Date()), note: body.note,
             actor: try context.caller().auditActor)
         return try Self.json(
-            [
-                "grantId": grant.grantId, "accountId": account, "entitlement": grant.entitlementId,
-                "expiresAt": Self.iso(grant.expiresAt), "createdAt": Self.iso(grant.createdAt),
-            ], status: .created)
+            GrantJSON(
+                grantId: grant.grantId, accountId: account, entitlement: grant.entitlementId,
+                expiresAt: grant.forGood ? nil : Self.iso(grant.expiresAt), forGood: grant.forGood,
+                createdAt: Self.iso(grant.createdAt)), status: .created)
     }
 
-    /// An operator's grant, the one path of the API and the dashboard: an entitlement the catalog
-    /// defines, until a future date within 100 years, audited with its note.
-    func grant(account: String, entitlement: String, expiresAt: Date, note: String?, actor: String) async throws
-        -> PurchaseStore.GrantRow
+    /// An operator's grant, the one path of the API, the dashboard and the MCP desk: an
+    /// entitlement the catalog defines, until a future date within 100 years or (nil) for good,
+    /// audited with its note.
+    func grant(account: String, entitlement: String, expiresAt until: Date?, note: String?, actor: String)
+        async throws -> SupportStore.GrantRow
     {
         let entitlements = Set(catalog.products.compactMap(\.grants.entitlement))
         guard entitlements.contains(entitlement) else {
@@ -236,12 +276,15 @@ extension StoreKeeperApp {
             )
         }
         let now = Date()
-        guard expiresAt > now else { throw APIError.badRequest("field 'expiresAt' must be in the future") }
-        guard expiresAt < now.addingTimeInterval(100 * 365 * 86_400) else {
-            throw APIError.badRequest("field 'expiresAt' must be within 100 years")
+        let expiresAt = until ?? SupportStore.grantForGood
+        if until != nil {
+            guard expiresAt > now else { throw APIError.badRequest("field 'expiresAt' must be in the future") }
+            guard expiresAt < now.addingTimeInterval(100 * 365 * 86_400) else {
+                throw APIError.badRequest("field 'expiresAt' must be within 100 years")
+            }
         }
         let note = try Self.validateNote(note)
-        return try await store.createGrant(
+        return try await store.support.createGrant(
             account: account, entitlement: entitlement, expiresAt: expiresAt, note: note, actor: actor, now: now)
     }
 
@@ -252,7 +295,7 @@ extension StoreKeeperApp {
         let grantId = try Self.parameter(context, "grantId")
         try Self.validateText(grantId, field: "grantId")
         guard
-            try await store.endGrant(
+            try await store.support.endGrant(
                 account: account, grantId: grantId, actor: try context.caller().auditActor, now: Date())
         else {
             throw APIError.notFound("account '\(account.prefix(64))' has no running grant '\(grantId.prefix(64))'")
@@ -297,21 +340,21 @@ extension StoreKeeperApp {
         product: String?, subscription: String?, days: Int, reason: String, note: String, wait: Duration
     ) async throws -> (status: String, json: String) {
         let note = try Self.validateExtension(days: days, reason: reason, note: note)
-        let row: PurchaseStore.ExtensionRow
+        let row: SupportStore.ExtensionRow
         if let product {
             guard catalog.product(product)?.type == .autoRenewable else {
                 throw APIError(.notFound, "unknown_product", "no auto-renewable product '\(product)' in the catalog")
             }
-            row = try await store.requestMassExtension(
+            row = try await store.support.requestMassExtension(
                 productId: product, days: days, reason: reason, note: note, actor: "cli", now: Date())
         } else {
             let original = subscription ?? ""
             do {
-                row = try await store.requestExtension(
+                row = try await store.support.requestExtension(
                     originalTransactionId: original, days: days, reason: reason, note: note, actor: "cli", now: Date())
-            } catch is PurchaseStore.UnknownSubscription {
+            } catch is SupportStore.UnknownSubscription {
                 throw APIError.notFound("no subscription '\(original)'")
-            } catch is PurchaseStore.ExtensionLimit {
+            } catch is SupportStore.ExtensionLimit {
                 throw APIError(.conflict, "extension_limit", "two extensions within 365 days already")
             }
         }
@@ -320,7 +363,7 @@ extension StoreKeeperApp {
         var current = row
         while true {
             _ = await runner.runDueCounting(now: Date())
-            current = try await store.extensionRequest(row.requestId) ?? current
+            current = try await store.support.extensionRequest(row.requestId) ?? current
             if current.status == "succeeded" || current.status == "failed" || ContinuousClock.now >= deadline { break }
             try await Task.sleep(for: .seconds(1))
         }
@@ -371,7 +414,7 @@ extension StoreKeeperApp {
             throw APIError.verification(failure, status: .badGateway)
         }
         func date(_ ms: Int64?) -> String? { ms.map { Self.iso(Date(timeIntervalSince1970: Double($0) / 1000)) } }
-        let accounts = try await store.accounts(ofAppTransaction: app.appTransactionId ?? "")
+        let accounts = try await store.accounts.accounts(ofAppTransaction: app.appTransactionId ?? "")
         return AppTransactionAnswer(
             appTransactionId: app.appTransactionId, bundleId: app.bundleId, environment: app.receiptType?.rawValue,
             originalApplicationVersion: app.originalApplicationVersion,

@@ -41,7 +41,7 @@ struct TransactionRecordJSON: Encodable {
     var refunds: [Refund]
     var anomalies: [AnomalyJSON]
 
-    init(_ record: PurchaseStore.TransactionRecord) {
+    init(_ record: TransactionStore.TransactionRecord) {
         let refundedShare = record.refunds.map(\.share).max() ?? 0
         let status: String =
             if !record.delivered {
@@ -104,7 +104,7 @@ extension StoreKeeperApp {
         let id = try Self.parameter(context, "transactionId")
         try Self.validateText(id, field: "transactionId", requireNFC: false)
         let body = try await decode(SupportRefundBody.self, request)
-        guard let record = try await store.transaction(named: id), caller.covers(app: record.appId) else {
+        guard let record = try await store.transactions.transaction(named: id), caller.covers(app: record.appId) else {
             throw APIError(.notFound, "not_found", "no transaction '\(id.prefix(200))' is recorded here")
         }
         func answer(_ status: String, _ detail: String) throws -> Response {
@@ -132,7 +132,7 @@ extension StoreKeeperApp {
                 let payment = try await ExternalPurchaseStore(database: database).payment(
                     ofTransaction: record.transactionId)
             else { throw APIError(.notFound, "not_found", "no web payment for '\(record.transactionId)'") }
-            try await store.recordAudit(
+            try await store.anomalies.recordAudit(
                 actor: caller.auditActor, action: "support_refund", subject: record.transactionId, detail: detail,
                 now: Date())
             return try await refundWebPurchase(payment.paymentId)
@@ -163,7 +163,7 @@ extension StoreKeeperApp {
                     kind: Self.googleRefundJobKind,
                     dedupeKey: "\(Self.googleRefundJobKind)|\(record.transactionId)|\(UUID().uuidString)",
                     payload: payload, runAt: Date().addingTimeInterval(30), now: Date())
-                try await store.recordAudit(
+                try await store.anomalies.recordAudit(
                     actor: caller.auditActor, action: "support_refund_pending", subject: record.transactionId,
                     detail: detail + " — Google Play did not answer (\(why)); asked again until it does", now: Date())
                 return try pendingAnswer(record, jobId: jobId)
@@ -171,7 +171,7 @@ extension StoreKeeperApp {
         }
     }
 
-    func pendingAnswer(_ record: PurchaseStore.TransactionRecord, jobId: String) throws -> Response {
+    func pendingAnswer(_ record: TransactionStore.TransactionRecord, jobId: String) throws -> Response {
         var response = try Self.json(
             [
                 "transactionId": record.transactionId, "store": record.store.rawValue, "status": "pending",
@@ -206,7 +206,7 @@ extension StoreKeeperApp {
     /// Asks Google Play to refund (and revoke) the order, then takes back what it delivered
     /// through the one refund path, audited with the key that asked.
     func askGoogleRefund(_ request: GoogleRefundRequest, deadline: Duration) async throws -> GoogleRefundOutcome {
-        guard let record = try await store.transaction(named: request.transactionId) else {
+        guard let record = try await store.transactions.transaction(named: request.transactionId) else {
             return .refused("the transaction is no longer recorded here")
         }
         // Google's order id is what this server's id keeps after its prefix.
@@ -237,7 +237,7 @@ extension StoreKeeperApp {
         refund.periodEnd = record.expiresAt.map { Int64($0.timeIntervalSince1970 * 1000) }
         let outcome = try await notifications.applyRefund(
             refund, settings: notificationSettings(), now: Date(), actor: request.actor)
-        try await store.recordAudit(
+        try await store.anomalies.recordAudit(
             actor: request.actor, action: "support_refund", subject: record.transactionId,
             detail: request.detail + " — Google Play refunded order \(orderId): \(outcome.1)"
                 + (request.idempotencyKey.map { " (key \($0.prefix(64)))" } ?? ""),
@@ -259,7 +259,7 @@ extension JobRunner {
             case .refunded:
                 try await app.jobs.complete(job.id)
             case .refused(let why):
-                try await app.store.recordAudit(
+                try await app.store.anomalies.recordAudit(
                     actor: request.actor, action: "support_refund_refused", subject: request.transactionId,
                     detail: request.detail + " — Google Play refused: \(why)", now: now)
                 try await app.jobs.fail(job.id, error: why)
@@ -294,10 +294,10 @@ extension StoreKeeperApp {
         let id = try Self.parameter(context, "transactionId")
         try Self.validateText(id, field: "transactionId", requireNFC: false)
         let body = try await decode(TransferBody.self, request)
-        guard let record = try await store.transaction(named: id), caller.covers(app: record.appId) else {
+        guard let record = try await store.transactions.transaction(named: id), caller.covers(app: record.appId) else {
             throw APIError(.notFound, "not_found", "no transaction '\(id.prefix(200))' is recorded here")
         }
-        let outcome = try await store.transfer(
+        let outcome = try await store.transactions.transfer(
             originalTransactionId: record.originalTransactionId, to: body.toAccountId, actor: caller.auditActor,
             note: body.note ?? "", now: Date())
         var json: [String: String] = [
@@ -332,7 +332,8 @@ struct TransactionsController {
                 throw APIError.badRequest("the id must be 1…4096 characters")
             }
             try StoreKeeperApp.validateText(id, field: "transactionId", requireNFC: false)
-            guard let record = try await app.store.transaction(named: id), caller.covers(app: record.appId) else {
+            guard let record = try await app.store.transactions.transaction(named: id), caller.covers(app: record.appId)
+            else {
                 throw APIError(
                     .notFound, "not_found",
                     "no transaction, original transaction, Google order or purchase token, or web payment '\(id.prefix(200))' is recorded here"

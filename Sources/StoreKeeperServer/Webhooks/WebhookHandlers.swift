@@ -5,10 +5,21 @@ import StoreKeeperStorage
 
 /// The webhook dead letters (secret key): events the backend refused for
 /// `webhooks.maxAttemptHours`, to look at and send again.
-extension StoreKeeperApp {
+struct WebhooksController: RequestHandling {
+    let outbox: OutboxStore
+    let audit: AnomalyStore
+    let maxBodyBytes: Int
+
+    func addRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
+        v1.get("webhooks/dead-letters") { request, context in try await listDeadLetters(request, context) }
+        v1.post("webhooks/dead-letters/:id/replay") { request, context in
+            try await replayDeadLetter(request, context)
+        }
+    }
+
     func listDeadLetters(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         try context.caller().requireScope(.read)
-        let letters = try await OutboxStore(database: database).deadLetters()
+        let letters = try await outbox.deadLetters()
         let items: [[String: Any]] = letters.map { letter in
             [
                 "id": letter.event.id, "type": letter.event.type, "createdAt": Self.iso(letter.event.createdAt),
@@ -26,23 +37,12 @@ extension StoreKeeperApp {
     func replayDeadLetter(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         try context.caller().requireSecretKey()
         let id = try Self.parameter(context, "id")
-        guard try await OutboxStore(database: database).replay(id, now: Date()) else {
+        guard try await outbox.replay(id, now: Date()) else {
             throw APIError.notFound("no dead letter '\(id.prefix(64))'")
         }
-        try await store.recordAudit(
+        try await audit.recordAudit(
             actor: try context.caller().auditActor, action: "webhook_replay", subject: id,
             detail: "dead letter queued again", now: Date())
         return try Self.json(["id": id, "status": "pending"], status: .accepted)
-    }
-}
-
-struct WebhooksController {
-    let app: StoreKeeperApp
-
-    func addRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
-        v1.get("webhooks/dead-letters") { request, context in try await app.listDeadLetters(request, context) }
-        v1.post("webhooks/dead-letters/:id/replay") { request, context in
-            try await app.replayDeadLetter(request, context)
-        }
     }
 }
