@@ -118,6 +118,7 @@ struct GatedBackend: Backend {
         await device.created(order)
         if after { throw BackendError.network("simulated: connection lost before the answer") }
         try gate.maybeCrash()
+        await device.handedToApp(order)
         return order
     }
 

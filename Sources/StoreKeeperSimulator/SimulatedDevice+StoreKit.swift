@@ -47,7 +47,14 @@ extension SimulatedDevice {
 
     func purchase(productId: String, quantity: Int, token: UUID, gate: Generation) async throws -> PaymentResult {
         trace("\(appleId) pay")
-        defer { trace("\(appleId) pay done") }
+        defer {
+            trace("\(appleId) pay done")
+            sheetsClosed.insert(token)
+        }
+        // Whose purchase call this payment is: the account of the order whose token it carries
+        // (the sheet may come up after the purchase call gave up waiting for it, and a switch of
+        // accounts since does not make it the new account's).
+        let owner = account(ofToken: token)
         // The one death that may come before StoreKit charges: drawn with the tap.
         try gate.dieIfPlannedBeforePaying()
         if let tap = secondTap, let coordinator {
@@ -107,7 +114,7 @@ extension SimulatedDevice {
                 appleId: appleId, items: items, appAccountToken: dropToken ? nil : token, askToBuy: true)
             if let id = payment.pendingId {
                 askToBuy.append(id)
-                askToBuyOwner[id] = currentAccount
+                askToBuyOwner[id] = owner
             }
             if storeKit == .one {
                 continuation?.yield(.deferred(productId: productId))
@@ -119,7 +126,7 @@ extension SimulatedDevice {
             appleId: appleId, items: items, appAccountToken: dropToken ? nil : token, askToBuy: false)
         payments += 1
         trace("\(appleId) PAID \(productId)x\(quantity) merged \(mergedWith ?? "-")")
-        var transactions = map(payment, owner: currentAccount, receiptOnly: mergedWith != nil)
+        var transactions = map(payment, owner: owner, receiptOnly: mergedWith != nil)
         if let other = mergedWith {
             let extra = try await control.pay(
                 appleId: appleId, items: [(other, 1)], appAccountToken: nil, askToBuy: false)

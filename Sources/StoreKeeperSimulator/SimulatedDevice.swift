@@ -235,6 +235,7 @@ public actor SimulatedDevice {
         // the first purchase ended, where it would be a new purchase the seed did not plan.
         secondTap = doubleTap ? (productId, quantity) : nil
         defer { secondTap = nil }
+        let handedBefore = ordersHanded.count
         // The server could not make the order (busy, a timeout on a loaded machine): nothing was
         // charged, and the player taps again — so what is paid stays the seed's.
         for attempt in 1...8 {
@@ -247,6 +248,14 @@ public actor SimulatedDevice {
             break
         }
         watchdog.cancel()
+        // The purchase call may give up waiting (`purchaseTimeout`) before its payment sheet
+        // came up on a loaded machine; a person does not hand the device over or tap again while
+        // the sheet is still to come. Bounded: the app may have died before showing it.
+        let sheets = ordersHanded[handedBefore...]
+        let sheetDeadline = Date().addingTimeInterval(Self.requestTimeout + purchaseTimeout)
+        while !gate.dead, Date() < sheetDeadline, !sheets.allSatisfy(sheetsClosed.contains) {
+            try await Task.sleep(nanoseconds: 5_000_000)
+        }
         if gate.dead { try await relaunch() }
         await maybeApprove()
     }
@@ -378,6 +387,15 @@ public actor SimulatedDevice {
         orderOfToken[order.appAccountToken] = order.orderId
     }
     var orderOfToken: [UUID: String] = [:]
+    /// The account whose order carries `token` (the device's own orders), else the one logged in.
+    func account(ofToken token: UUID) -> String {
+        orderOfToken[token].flatMap { orderAccounts[$0] } ?? currentAccount
+    }
+    /// Orders the app received (their tokens, in order): each one's payment sheet comes up next.
+    var ordersHanded: [UUID] = []
+    func handedToApp(_ order: ServerOrder) { ordersHanded.append(order.appAccountToken) }
+    /// Tokens whose StoreKit step (the payment sheet) has ended: paid, deferred or refused.
+    var sheetsClosed: Set<UUID> = []
     /// The token each payment carried (StoreKit's record, whatever the callback said).
     var tokenOfTransaction: [String: UUID] = [:]
 

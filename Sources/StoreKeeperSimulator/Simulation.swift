@@ -359,6 +359,18 @@ public struct Simulation: Sendable {
                 report.lost += lost
                 report.misattributed += misattributed
                 for line in problems { progress("problem: \(line)") }
+                // The server's record of each of the device's transactions whose account is not
+                // the payer's: what a failing run needs to be understood without a rerun.
+                for transaction in record.transactions where !transaction.revoked {
+                    let payer = paidBy[transaction.transactionId] ?? device.accountId
+                    let (account, raw) = try await serverRecord(transaction.transactionId)
+                    if account != payer {
+                        let heard = (deliveredTo[transaction.transactionId] ?? []).sorted()
+                        progress(
+                            "problem: transaction \(transaction.transactionId) \(transaction.productId) paid by \(payer), the device heard delivered to \(heard), the server holds: \(raw)"
+                        )
+                    }
+                }
             }
 
             // Per Apple ID, as the server holds it: the device's accounts' balances and
@@ -445,6 +457,24 @@ public struct Simulation: Sendable {
             after = page.nextCursor
         } while after != nil
         return count
+    }
+
+    /// `GET /v1/transactions/{id}`: the account the server delivered it to, and the answer's
+    /// text (at most 1,500 characters) or its status.
+    func serverRecord(_ transactionId: String) async throws -> (accountId: String?, raw: String) {
+        var base = options.server.absoluteString
+        while base.hasSuffix("/") { base.removeLast() }
+        guard let url = URL(string: base + "/v1/transactions/" + LocalStoreControl.path(transactionId)) else {
+            return (nil, "bad id")
+        }
+        var request = URLRequest(url: url, timeoutInterval: 30)
+        request.setValue("Bearer \(options.key)", forHTTPHeaderField: "Authorization")
+        let (data, response) = try await AsyncHTTPTransport().send(request)
+        let raw = "\(response.statusCode) " + String(decoding: data.prefix(1500), as: UTF8.self)
+        guard response.statusCode == 200, let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+        else { return (nil, raw) }
+        let account = (object["account"] as? [String: Any])?["accountId"] as? String ?? object["accountId"] as? String
+        return (account, raw)
     }
 
     func accountView(_ accountId: String) async throws -> CustomerInfo {
