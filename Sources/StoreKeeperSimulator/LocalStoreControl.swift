@@ -47,6 +47,9 @@ public struct LocalStoreControl: Sendable {
             public var quantity: Int
             public var appAccountToken: String?
             public var revoked: Bool
+            /// Finished by the app (StoreKit holds it no longer).
+            public var finished: Bool?
+            public var purchaseDate: Int64?
         }
         public var appleId: String
         public var transactions: [Transaction]

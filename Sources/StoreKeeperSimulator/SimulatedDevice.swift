@@ -317,6 +317,7 @@ public actor SimulatedDevice {
         faults = .none
         clockOffset.withValue { $0 = 0 }
         await maybeApprove(all: true)
+        try await adoptPaidButUnheard()
         try await relaunch()
         var quiet = 0
         while Date() < deadline {
@@ -340,6 +341,29 @@ public actor SimulatedDevice {
             }
         }
         return false
+    }
+
+    /// StoreKit's queue is the store's record: a payment the store took whose answer never
+    /// reached this simulated StoreKit (the control call failed after the store recorded it: a
+    /// deadline on a loaded machine) is still the device's unfinished transaction, as on a
+    /// phone. Owned by the account its token names, else the one logged in.
+    func adoptPaidButUnheard() async throws {
+        let record = try await control.paid(appleId: appleId)
+        for paid in record.transactions where !paid.revoked && paid.finished != true {
+            guard paidBy[paid.transactionId] == nil else { continue }
+            let token = paid.appAccountToken.flatMap(UUID.init(uuidString:))
+            let transaction = StoreTransaction(
+                id: paid.transactionId, originalId: paid.transactionId, productId: paid.productId,
+                quantity: paid.quantity,
+                appAccountToken: token,
+                purchaseDate: Date(timeIntervalSince1970: Double(paid.purchaseDate ?? 0) / 1000),
+                signedTransaction: nil)
+            receiptProofs.insert(transaction.id)
+            paidBy[transaction.id] = token.map(account(ofToken:)) ?? currentAccount
+            if let token { tokenOfTransaction[transaction.id] = token }
+            unfinished.append(transaction)
+            trace("\(appleId) ADOPTED \(transaction.id) \(transaction.productId) (paid, never heard)")
+        }
     }
 
     /// What the app still holds (reported as `held` when the run could not settle it).
