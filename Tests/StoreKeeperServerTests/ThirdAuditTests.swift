@@ -221,9 +221,13 @@ import Testing
             // The first entry of the index: no scan of the backlog, no sort.
             #expect(plan.contains("jobs_pending_age"), "\(plan)")
             #expect(!plan.contains("TEMP B-TREE") && !plan.contains("Sort"), "\(plan)")
-            #expect(try await API.becomesHealthy(client))
-            let health = try await API.call(client, .get, "/healthz", token: nil).json
-            #expect((health["oldestPendingJobSeconds"] as? Double ?? -1) >= 0)
+            // The first 200 (a loaded machine may take the 2 s deadline's 503 first).
+            var health: [String: Any]?
+            for _ in 0..<30 where health == nil {
+                let answer = try await API.call(client, .get, "/healthz", token: nil)
+                if answer.status == .ok { health = answer.json } else { try await Task.sleep(for: .milliseconds(300)) }
+            }
+            #expect((health?["oldestPendingJobSeconds"] as? Double ?? -1) >= 0, "\(String(describing: health))")
         }
     }
 
