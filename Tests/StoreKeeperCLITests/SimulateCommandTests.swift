@@ -9,16 +9,32 @@ import Testing
 /// `storekeeper simulate` as a team runs it: the real binary against a real `storekeeper
 /// serve` in demo mode; the JSON report's fields, checked against the server's accounts.
 @Suite struct SimulateCommandTests {
-    @Test func reportsPaidAgainstDeliveredAndExitsZeroWhenClean() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("simulate-\(UUID())")
+    /// `storekeeper serve` in demo mode in a directory of its own, listening, and its secret key.
+    static func demoServer(_ name: String, environment: [String: String] = [:]) async throws -> (
+        directory: URL, server: ServerProcess, key: String
+    ) {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("\(name)-\(UUID())")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let server = try ServerProcess(directory: directory)
-        defer { server.kill() }
-        try await server.waitUntilListening()
-        let key = try String(
-            contentsOf: directory.appendingPathComponent("storekeeper-data/dev-secret-key"), encoding: .utf8
-        ).trimmingCharacters(in: .whitespacesAndNewlines)
+        let server = try ServerProcess(directory: directory, environment: environment)
+        do {
+            try await server.waitUntilListening()
+            let key = try String(
+                contentsOf: directory.appendingPathComponent("storekeeper-data/dev-secret-key"), encoding: .utf8
+            ).trimmingCharacters(in: .whitespacesAndNewlines)
+            return (directory, server, key)
+        } catch {
+            server.kill()
+            try? FileManager.default.removeItem(at: directory)
+            throw error
+        }
+    }
+
+    @Test func reportsPaidAgainstDeliveredAndExitsZeroWhenClean() async throws {
+        let (directory, server, key) = try await Self.demoServer("simulate")
+        defer {
+            server.kill()
+            try? FileManager.default.removeItem(at: directory)
+        }
 
         let run = try await VerifyCommandTests.run([
             "simulate", "--server", "http://127.0.0.1:\(server.port)", "--key", key, "--devices", "4", "--purchases",
@@ -60,15 +76,11 @@ import Testing
     /// double tap's second tap lands on the first one's payment sheet, and a busy server's
     /// refused order is tapped again.
     @Test func theSameSeedPaysTheSame() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("simulate-\(UUID())")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let server = try ServerProcess(directory: directory)
-        defer { server.kill() }
-        try await server.waitUntilListening()
-        let key = try String(
-            contentsOf: directory.appendingPathComponent("storekeeper-data/dev-secret-key"), encoding: .utf8
-        ).trimmingCharacters(in: .whitespacesAndNewlines)
+        let (directory, server, key) = try await Self.demoServer("simulate")
+        defer {
+            server.kill()
+            try? FileManager.default.removeItem(at: directory)
+        }
         // Two runs of one seed at once, against one server: each one's timing is disturbed by
         // the other's (crashes, retries and callbacks land differently), its payments must not be.
         @Sendable func simulate() async throws -> (paid: Int, accounts: [String]) {
@@ -97,16 +109,13 @@ import Testing
     /// killed before submitting, requests lost both ways, pending purchases paid later — then
     /// Google's clock past its 3-day refund. Nothing lost, doubled or refunded by Google.
     @Test func androidDevicesAgainstTheLocalGooglePlayLoseNothing() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("simulate-gp-\(UUID())")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
         // A fixed port: the local Google Play is reached over HTTP like Google.
-        let server = try ServerProcess(directory: directory, environment: ["HTTP_PORT": String(try FreePort.pick())])
-        defer { server.kill() }
-        try await server.waitUntilListening()
-        let key = try String(
-            contentsOf: directory.appendingPathComponent("storekeeper-data/dev-secret-key"), encoding: .utf8
-        ).trimmingCharacters(in: .whitespacesAndNewlines)
+        let (directory, server, key) = try await Self.demoServer(
+            "simulate-gp", environment: ["HTTP_PORT": String(try FreePort.pick())])
+        defer {
+            server.kill()
+            try? FileManager.default.removeItem(at: directory)
+        }
         let run = try await VerifyCommandTests.run([
             "simulate", "--store", "google_play", "--server", "http://127.0.0.1:\(server.port)", "--key", key,
             "--devices", "3", "--purchases", "30", "--crash-rate", "0.3", "--network-failure-rate", "0.3",

@@ -104,7 +104,7 @@ import Testing
                 }
             }
             await store.advance(by: 86_400)
-            try await relay.deliver()
+            try await relay.deliver(settled: true)
         }
         return customers
     }

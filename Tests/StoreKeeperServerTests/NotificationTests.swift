@@ -47,7 +47,11 @@ import Testing
         /// Sends everything new (each `times` times, newest first when `reversed`) and applies
         /// it — all together, or each as it arrives (`applyEach`).
         @discardableResult
-        func deliver(times: Int = 1, reversed: Bool = false, applyEach: Bool = false) async throws -> [String] {
+        /// `settled`: until no notification job is left pending (a loaded machine's storage
+        /// deadline reschedules a job for seconds later; a long history must not lose one).
+        func deliver(times: Int = 1, reversed: Bool = false, applyEach: Bool = false, settled: Bool = false)
+            async throws -> [String]
+        {
             var due = await take()
             if reversed { due.reverse() }
             for notification in due {
@@ -57,13 +61,20 @@ import Testing
                 }
                 if applyEach { await apply() }
             }
-            await apply()
+            await apply(settled: settled)
             return due.compactMap { $0.payload.notificationType?.rawValue }
         }
 
-        func apply() async {
+        func apply(settled: Bool = false) async {
             let runner = JobRunner(app: app)
-            while await runner.runDueCounting(now: Date()).claimed > 0 {}
+            let bound = Date().addingTimeInterval(120)
+            repeat {
+                while await runner.runDueCounting(now: Date()).claimed > 0 {}
+                guard settled else { return }
+                let left = (try? await app.jobs.pending(kind: NotificationStore.jobKind, limit: 1).count) ?? 1
+                if left == 0 { return }
+                try? await Task.sleep(for: .milliseconds(250))
+            } while Date() < bound
         }
 
         func account(_ id: String) async throws -> [String: Any] {
