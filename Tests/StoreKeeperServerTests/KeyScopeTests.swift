@@ -459,6 +459,10 @@ import Testing
             #expect(
                 analytics.body.contains(
                     #"<select name="appId"><option value="android" selected>android</option></select>"#))
+            // Every store's figures can be picked, web payments' too.
+            for store in ["app_store", "google_play", "web"] {
+                #expect(analytics.body.contains(#"<option value="\#(store)">"#), "\(store)")
+            }
             // Another app's anomaly cannot be resolved; webhooks are the whole server's.
             let csrf = try #require(anomalies.csrf)
             let resolve = try await limited.post(

@@ -5,20 +5,62 @@ import StoreKeeperCore
 import StoreKeeperStorage
 import Synchronization
 
-/// `GET /v1/analytics/{metric}` (docs/api.md, "Analytics and exports"; docs/analytics.md).
+/// `GET /v1/analytics/{metric}` (docs/api.md, "Analytics and exports"; docs/analytics.md) and
+/// the one computation behind it and the dashboard: built with only what analytics read.
 struct AnalyticsController {
-    let app: StoreKeeperApp
+    let reports: ReportStore
+    /// Analytics' "now" (the server's clock; the local App Store's in tests and the demo).
+    let clock: @Sendable () -> Date
+    /// `analytics.timeZone`, the zone a query without `timeZone` counts days in.
+    let timeZone: TimeZone
+    /// The configured apps' ids (`appId` must name one).
+    let appIds: Set<String>
+    let smallBusinessProgram: Bool
+    let scan: @Sendable () -> AnalyticsScanPolicy
+    let rates: AnalyticsRatesSource
+    let exports: ExportController
 
     func addRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
         v1.get("analytics/:metric") { request, context in
             try context.caller().requireScope(.read)
             let metric = try context.parameters.require("metric")
             let parameters = request.uri.queryParameters
-            let now = app.analyticsClock()
-            let query = try AnalyticsRequest(metric: metric, app: app, now: now) { parameters.get($0) }
-            return try StoreKeeperApp.json(try await app.analyticsReport(query, now: now))
+            let now = clock()
+            let query = try self.query(metric, now: now) { parameters.get($0) }
+            return try StoreKeeperApp.json(try await report(query, now: now))
         }
-        app.exportController.addRoutes(to: v1)
+        exports.addRoutes(to: v1)
+    }
+
+    /// A query checked against this server's zone and apps.
+    func query(_ metric: String, now: Date, parameter: (String) -> String?) throws -> AnalyticsRequest {
+        try AnalyticsRequest(metric: metric, timeZone: timeZone, appIds: appIds, now: now, parameter: parameter)
+    }
+
+    /// Every metric for one set of query parameters (the dashboard's analytics page), in
+    /// `AnalyticsMetric.allCases` order, two computed at a time: a metric's statement mostly
+    /// waits on the database, and a long window on SQLite is already read in parts on both cores.
+    func reports(now: Date, parameter: (String) -> String?) async throws -> [AnalyticsReportJSON] {
+        let queries = try AnalyticsMetric.allCases.map { metric in
+            try query(metric.rawValue, now: now, parameter: parameter)
+        }
+        return try await withThrowingTaskGroup(of: (Int, AnalyticsReportJSON).self) { group in
+            var reports = [AnalyticsReportJSON?](repeating: nil, count: queries.count)
+            var next = 0
+            func start() {
+                guard next < queries.count else { return }
+                let (index, query) = (next, queries[next])
+                group.addTask { (index, try await self.report(query, now: now)) }
+                next += 1
+            }
+            start()
+            start()
+            for try await (index, report) in group {
+                reports[index] = report
+                start()
+            }
+            return reports.map { $0! }
+        }
     }
 }
 
@@ -33,7 +75,10 @@ struct AnalyticsRequest: Sendable {
     var to: CalendarDay
     var filter: AnalyticsFilter
 
-    init(metric name: String, app: StoreKeeperApp, now: Date, parameter: (String) -> String?) throws {
+    init(
+        metric name: String, timeZone defaultZone: TimeZone, appIds: Set<String>, now: Date,
+        parameter: (String) -> String?
+    ) throws {
         guard let metric = AnalyticsMetric(rawValue: name) else {
             throw APIError(
                 .notFound, "unknown_metric",
@@ -47,7 +92,7 @@ struct AnalyticsRequest: Sendable {
             return value
         }
         // `timeZone` (an extension of docs/api.md's query): another zone than analytics.timeZone.
-        var timeZone = app.configuration.analyticsTimeZone
+        var timeZone = defaultZone
         if let zone = try text("timeZone") {
             guard let named = TimeZone(identifier: zone), zone.contains("/") || zone == "UTC" else {
                 throw APIError.badRequest("'timeZone' must be an IANA time zone such as Europe/Paris or UTC")
@@ -84,7 +129,7 @@ struct AnalyticsRequest: Sendable {
         self.to = to
         var filter = AnalyticsFilter()
         if let appId = try text("appId") {
-            guard app.configuration.allApps.contains(where: { $0.id == appId }) else {
+            guard appIds.contains(appId) else {
                 throw APIError(.badRequest, "unknown_app", "no app '\(appId.prefix(64))' is configured")
             }
             filter.appId = appId
@@ -149,40 +194,29 @@ public struct AnalyticsReportJSON: Encodable, Sendable {
 }
 
 extension StoreKeeperApp {
-    /// The one computation behind the API and the dashboard.
-    /// Every metric for one set of query parameters (the dashboard's analytics page), in
-    /// `AnalyticsMetric.allCases` order, two computed at a time: a metric's statement mostly
-    /// waits on the database, and a long window on SQLite is already read in parts on both cores.
-    public func analyticsReports(now: Date, parameter: (String) -> String?) async throws -> [AnalyticsReportJSON] {
-        let queries = try AnalyticsMetric.allCases.map { metric in
-            try AnalyticsRequest(metric: metric.rawValue, app: self, now: now, parameter: parameter)
-        }
-        return try await withThrowingTaskGroup(of: (Int, AnalyticsReportJSON).self) { group in
-            var reports = [AnalyticsReportJSON?](repeating: nil, count: queries.count)
-            var next = 0
-            func start() {
-                guard next < queries.count else { return }
-                let (index, query) = (next, queries[next])
-                group.addTask { (index, try await self.analyticsReport(query, now: now)) }
-                next += 1
-            }
-            start()
-            start()
-            for try await (index, report) in group {
-                reports[index] = report
-                start()
-            }
-            return reports.map { $0! }
-        }
+    /// Analytics, for the API, the dashboard and `storekeeper bench --analytics`.
+    var analyticsController: AnalyticsController {
+        AnalyticsController(
+            reports: store.reports, clock: analyticsClock, timeZone: configuration.analyticsTimeZone,
+            appIds: Set(configuration.allApps.map(\.id)), smallBusinessProgram: configuration.smallBusinessProgram,
+            scan: analyticsScan, rates: analyticsRates, exports: exportController)
     }
 
-    func analyticsReport(_ query: AnalyticsRequest, now: Date) async throws -> AnalyticsReportJSON {
+    /// Every metric for one set of query parameters (`AnalyticsController.reports`).
+    public func analyticsReports(now: Date, parameter: (String) -> String?) async throws -> [AnalyticsReportJSON] {
+        try await analyticsController.reports(now: now, parameter: parameter)
+    }
+}
+
+extension AnalyticsController {
+    /// The one computation behind the API and the dashboard.
+    func report(_ query: AnalyticsRequest, now: Date) async throws -> AnalyticsReportJSON {
         let calendar = AnalyticsCalendar(timeZone: query.timeZone)
         let buckets = calendar.buckets(from: query.from, to: query.to, interval: query.interval)
-        let tallies = try await store.reports.analytics(
+        let tallies = try await reports.analytics(
             query.metric, filter: query.filter, buckets: buckets, now: now,
-            smallBusinessProgram: configuration.smallBusinessProgram, policy: analyticsScan())
-        let rates = analyticsRates.current()
+            smallBusinessProgram: smallBusinessProgram, policy: scan())
+        let rates = self.rates.current()
         var unconverted = Set<String>()
         let points = zip(buckets, tallies).map { bucket, tally in
             let point = Analytics.point(

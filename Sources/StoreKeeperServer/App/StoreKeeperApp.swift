@@ -454,7 +454,7 @@ public struct StoreKeeperApp: Sendable {
         TransactionsController(app: self).addRoutes(to: v1)
         StripeController(app: self).addRoutes(to: v1)
         retentionController.addAPIRoutes(to: v1)
-        AnalyticsController(app: self).addRoutes(to: v1)
+        analyticsController.addRoutes(to: v1)
         if configuration.dashboardEnabled { DashboardController(app: self).addRoutes(to: router) }
         if let localAppStore {
             // Demo mode: open, for curl and the quick start. Beside a configuration

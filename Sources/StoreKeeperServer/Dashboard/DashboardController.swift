@@ -290,7 +290,8 @@ struct DashboardController {
     func analytics(_ request: Request, _ session: DashboardSessions.Session) async throws -> Response {
         let parameters = request.uri.queryParameters
         func field(_ name: String) -> String? { parameters.get(name).map { String($0.prefix(200)) } }
-        let now = app.analyticsClock()
+        let analytics = app.analyticsController
+        let now = analytics.clock()
         let interval = field("interval") ?? "day"
         // A key limited to some apps sees one of them at a time (the first unless it picks).
         let role = app.dashboardSessions.role(session)
@@ -302,12 +303,12 @@ struct DashboardController {
             "country": field("country") ?? "", "limited": role.apps != nil,
             "intervals": ["day", "week", "month"].map { ["value": $0, "selected": $0 == interval] },
             "apps": shownApps.map { ["value": $0, "selected": $0 == appId] },
-            "stores": ["app_store", "google_play"].map { ["value": $0, "selected": $0 == field("store")] },
+            "stores": Store.allCases.map(\.rawValue).map { ["value": $0, "selected": $0 == field("store")] },
         ]
         var charts: [[String: Any]] = []
         var status = HTTPResponse.Status.ok
         do {
-            let reports = try await app.analyticsReports(now: now) { name in
+            let reports = try await analytics.reports(now: now) { name in
                 name == "interval" ? interval : name == "appId" ? appId : field(name)
             }
             for (metric, report) in zip(AnalyticsMetric.allCases, reports) {

@@ -67,8 +67,9 @@ extension DashboardController {
         let deliveriesTotal = figures.days.reduce(0) { $0 + $1.deliveries }
         // The headline money figures: the analytics computation itself (one code path), by the
         // analytics time zone's day and month, converted into its currency.
-        let now = app.analyticsClock()
-        let calendar = AnalyticsCalendar(timeZone: app.configuration.analyticsTimeZone)
+        let analytics = app.analyticsController
+        let now = analytics.clock()
+        let calendar = AnalyticsCalendar(timeZone: analytics.timeZone)
         let today = calendar.day(of: now)
         // A key limited to some apps: the sum of its apps' figures (each converted alike).
         let apps: [String?] = role.apps.map { $0.sorted().map { Optional($0) } } ?? [nil]
@@ -78,9 +79,8 @@ extension DashboardController {
             var currency = ""
             for appId in apps {
                 parameters["appId"] = appId
-                let query = try AnalyticsRequest(
-                    metric: metric.rawValue, app: app, now: now, parameter: { parameters[$0] })
-                let report = try await app.analyticsReport(query, now: now)
+                let query = try analytics.query(metric.rawValue, now: now) { parameters[$0] }
+                let report = try await analytics.report(query, now: now)
                 total += report.points.last?.value ?? 0
                 currency = report.currency ?? currency
             }
