@@ -239,7 +239,7 @@ let package = Package(
         .executableTarget(
             name: "StoreKeeperCLI",
             dependencies: [
-                "StoreKeeperSimulator", "StoreKeeperMCP",
+                "StoreKeeperSimulator", "StoreKeeperMCP", "StoreKeeperSupport",
                 "AppStoreModels",
                 "AppStoreVerification",
                 "AppStoreSigning",
@@ -344,7 +344,7 @@ let package = Package(
                 "StoreKeeperServer", "StoreKeeperStorage", "StoreKeeperCatalog", "AppStoreModels", "AppStoreAdapter",
                 "AppStoreSigning",
                 "LocalAppStore", "AppStoreClient", "StoreKeeperSimulator", "GooglePlay", "LocalGooglePlay", "KeyFiles",
-                "StoreKeeperMCP",
+                "StoreKeeperMCP", "StoreKeeperSupport",
                 .product(name: "MCP", package: "swift-sdk"),
                 .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "StoreKeeperKitCore", package: "StoreKeeperKit"),
@@ -368,7 +368,7 @@ let package = Package(
                 "StoreKeeperStorage", .product(name: "SQLKit", package: "sql-kit"),
                 "StoreKeeperCLI", "StoreKeeperSimulator", "AppStoreSigning", "AppStoreVerification", "AppStoreClient",
                 "AppStoreModels",
-                "LocalAppStore",
+                "LocalAppStore", "StoreKeeperSupport",
             ]
         ),
     ]

@@ -11,6 +11,7 @@ import SQLKit
 import ServiceLifecycle
 import StoreKeeperServer
 import StoreKeeperSimulator
+import StoreKeeperSupport
 import Synchronization
 
 /// End-to-end `POST /v1/purchases` load: the real server (HTTP, verification, group commit,
@@ -401,7 +402,7 @@ extension PurchaseBench {
             """
         let file = directory.appendingPathComponent("nginx.conf")
         try config.write(to: file, atomically: true, encoding: .utf8)
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = ["-c", file.path, "-p", directory.path]
         process.standardOutput = FileHandle.nullDevice

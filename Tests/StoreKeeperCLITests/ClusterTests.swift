@@ -2,6 +2,7 @@ import Foundation
 import SQLKit
 import StoreKeeperSimulator
 import StoreKeeperStorage
+import StoreKeeperSupport
 import Testing
 
 #if canImport(FoundationNetworking)
@@ -42,7 +43,7 @@ import Testing
         FileManager.default.createFile(atPath: log.path, contents: nil)
         defer { try? FileManager.default.removeItem(at: log) }
         let handle = try FileHandle(forWritingTo: log)
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/bin/bash")
         process.arguments = [root.appendingPathComponent("scripts/cluster").path] + arguments
         process.runIn(root)
@@ -85,7 +86,7 @@ import Testing
             _ = try await Self.script(["stop", "--dir", directory.path])
         }
         defer {
-            let stop = Process()
+            let stop = ChildProcess()
             stop.executableURL = URL(fileURLWithPath: "/bin/bash")
             stop.arguments = [
                 Self.root.appendingPathComponent("scripts/cluster").path, "stop", "--dir", directory.path,
@@ -97,7 +98,7 @@ import Testing
         try #require(started.status == 0, Comment(rawValue: started.output))
         #expect(started.output.contains("https://127.0.0.1:\(port)"))
         func curl(_ arguments: [String]) throws -> (status: Int32, output: String) {
-            let process = Process()
+            let process = ChildProcess()
             let pipe = Pipe()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
             process.arguments = ["-s", "--max-time", "10"] + arguments
@@ -156,7 +157,7 @@ import Testing
             _ = try await Self.script(["stop", "--dir", directory.path])
         }
         defer {
-            let stop = Process()
+            let stop = ChildProcess()
             stop.executableURL = URL(fileURLWithPath: "/bin/bash")
             stop.arguments = [
                 Self.root.appendingPathComponent("scripts/cluster").path, "stop", "--dir", directory.path,

@@ -1,6 +1,7 @@
 import Foundation
 import SQLKit
 import StoreKeeperStorage
+import StoreKeeperSupport
 import Testing
 
 /// Configuration is checked, loudly: every problem stops `serve` with exit code 2 naming the
@@ -251,7 +252,7 @@ extension ConfigCommandTests {
         let directory = try Config.directory()
         defer { try? FileManager.default.removeItem(at: directory) }
         let key = directory.appendingPathComponent("AuthKey_TEST.p8").path
-        let openssl = Process()
+        let openssl = ChildProcess()
         openssl.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
         openssl.arguments = ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", key]
         try openssl.run()
@@ -283,7 +284,7 @@ extension ConfigCommandTests {
         #expect(run.stdout.contains("every connection answered"))
         // Key files: each is checked to be its owner's alone (an exposed one stops the load, exit 2).
         let key = directory.appendingPathComponent("signing.pem").path
-        let openssl = Process()
+        let openssl = ChildProcess()
         openssl.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
         openssl.arguments = ["genpkey", "-algorithm", "ed25519", "-out", key]
         try openssl.run()

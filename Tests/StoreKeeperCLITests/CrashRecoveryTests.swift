@@ -1,6 +1,7 @@
 import Foundation
 import SQLKit
 import StoreKeeperStorage
+import StoreKeeperSupport
 import Synchronization
 import Testing
 
@@ -117,7 +118,7 @@ import Testing
 
 /// A `storekeeper serve` child process.
 final class ServerProcess: @unchecked Sendable {
-    let process = Process()
+    let process = ChildProcess()
     let output = Pipe()
     /// Reads the server's log as it comes, for its whole life: unread, the pipe would fill up
     /// and the server would block on its next log line.
@@ -214,10 +215,10 @@ final class Acknowledged: Sendable {
     let indices = Mutex<Set<Int>>([])
 }
 
-extension Process {
+extension ChildProcess {
     /// Runs the process (executable and arguments already set) in `directory`, through
-    /// coreutils' `env -C`: setting Foundation's `currentDirectoryURL` made `run()` crash now and
-    /// then (a `memcpy` on a bad pointer inside Foundation) while other tests launched children.
+    /// coreutils' `env -C` (posix_spawn's change of directory is a glibc extension the C module
+    /// does not import).
     func runIn(_ directory: URL) {
         let executable = executableURL?.path ?? "/bin/sh"
         executableURL = URL(fileURLWithPath: "/usr/bin/env")

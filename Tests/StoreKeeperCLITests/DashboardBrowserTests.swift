@@ -1,5 +1,6 @@
 import Foundation
 import StoreKeeperSimulator
+import StoreKeeperSupport
 import Testing
 
 /// The operator dashboard in a real headless browser: `Tests/Browser/dashboard_test.py`
@@ -32,7 +33,7 @@ import Testing
         ).trimmingCharacters(in: .whitespacesAndNewlines)
         let artefacts = Self.root.appendingPathComponent("test-artefacts/dashboard")
 
-        let python = Process()
+        let python = ChildProcess()
         python.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         python.arguments = [
             "python3", Self.root.appendingPathComponent("Tests/Browser/dashboard_test.py").path,

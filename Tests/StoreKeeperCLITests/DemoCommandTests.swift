@@ -1,5 +1,6 @@
 import Foundation
 import StoreKeeperSimulator
+import StoreKeeperSupport
 import Testing
 
 #if canImport(FoundationNetworking)
@@ -43,7 +44,7 @@ import Testing
 
     func keepLeavesMonthsOfHistoryAlone() async throws {
         let port = try FreePort.pick()
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = VerifyCommandTests.binary
         process.arguments = [
             "demo", "--keep", "--plain", "--purchases", "0", "--history-months", "3", "--port", "\(port)",
@@ -102,7 +103,7 @@ import Testing
     }
 
     static func run(_ arguments: [String]) async throws -> (status: Int32, output: String) {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = VerifyCommandTests.binary
         process.arguments = arguments
         process.runIn(FileManager.default.temporaryDirectory)

@@ -1,5 +1,6 @@
 import Foundation
 import StoreKeeperStorage
+import StoreKeeperSupport
 import Testing
 
 #if canImport(FoundationNetworking)
@@ -19,7 +20,7 @@ import Testing
     func backfillsPerAccountThroughRateLimitsAndOutagesAndResumesAlone() async throws {
         let data = LocalStoreCommandTests.dataDirectory()
         defer { try? FileManager.default.removeItem(atPath: data) }
-        let store = Process()
+        let store = ChildProcess()
         store.executableURL = VerifyCommandTests.binary
         store.arguments = ["local-store", "serve", "--data-dir", data, "--port", "0", "--clock-scale", "0"]
         let errors = Pipe()

@@ -2,6 +2,7 @@ import AppStoreClient
 import AppStoreModels
 import AppStoreVerification
 import Foundation
+import StoreKeeperSupport
 import Synchronization
 import Testing
 
@@ -14,7 +15,7 @@ import Testing
     @Test func servesTheControlAndServerAPIsAndStopsOnSIGTERM() async throws {
         let data = LocalStoreCommandTests.dataDirectory()
         defer { try? FileManager.default.removeItem(atPath: data) }
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = VerifyCommandTests.binary
         process.arguments = ["local-store", "serve", "--data-dir", data, "--port", "0", "--clock-scale", "0"]
         let errors = Pipe()

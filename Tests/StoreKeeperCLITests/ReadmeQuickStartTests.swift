@@ -1,4 +1,5 @@
 import Foundation
+import StoreKeeperSupport
 import Testing
 
 /// The README's first screen, as a newcomer follows it: `storekeeper serve` in an empty
@@ -17,7 +18,7 @@ import Testing
     }
 
     static func shell(_ script: String, in directory: URL) async throws -> (status: Int32, output: String) {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/bin/sh")
         process.arguments = ["-c", script]
         process.runIn(directory)

@@ -1,6 +1,7 @@
 import AppStoreModels
 import AppStoreSigning
 import Foundation
+import StoreKeeperSupport
 import Testing
 
 /// `storekeeper verify` as a support engineer runs it: the real binary, real files.
@@ -45,7 +46,7 @@ import Testing
     }
 
     static func runBlocking(_ arguments: [String], stdin: Data?, directory: URL? = nil) throws -> Run {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = binary
         process.arguments = arguments
         if let directory { process.runIn(directory) }

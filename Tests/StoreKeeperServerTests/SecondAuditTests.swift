@@ -9,6 +9,7 @@ import Mustache
 import NIOCore
 import StoreKeeperCore
 import StoreKeeperStorage
+import StoreKeeperSupport
 import Synchronization
 import Testing
 
@@ -166,7 +167,7 @@ import Testing
         try JSONSerialization.data(withJSONObject: manifest).write(to: directory.appendingPathComponent("pages.json"))
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent()
-        let python = Process()
+        let python = ChildProcess()
         python.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         python.arguments = [
             "python3", root.appendingPathComponent("Tests/Browser/escaping_test.py").path, "--pages", directory.path,
