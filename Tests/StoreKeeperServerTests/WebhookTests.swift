@@ -127,9 +127,11 @@ import Testing
                 try await Self.deliver(app, client, account: "retry-1")
                 try await Self.deliver(app, client, account: "retry-2")
                 let outbox = OutboxStore(database: app.database)
+                // Backoffs of minutes: a sender never schedules before the wall clock, and a loaded
+                // machine's PostgreSQL may take seconds between two calls.
                 let sender = WebhookSender(
                     outbox: outbox, url: url, secret: Self.secret, logger: app.logger, timeout: .seconds(60),
-                    firstBackoff: 5)
+                    firstBackoff: 600)
                 let start = Date()
                 #expect(await sender.sendDue(now: start) == 0)  // 500: stop, keep the rest for later
                 let first = try await outbox.all()
@@ -138,8 +140,9 @@ import Testing
                 #expect(first.allSatisfy { $0.sentAt == nil })
                 #expect(await sender.sendDue(now: start.addingTimeInterval(1)) == 0)  // backing off, leased
                 #expect(receiver.received.withLock { $0.count } == 1)
-                #expect(await sender.sendDue(now: start.addingTimeInterval(61)) == 0)  // 503
-                #expect(await sender.sendDue(now: start.addingTimeInterval(200)) == 2)
+                #expect(await sender.sendDue(now: start.addingTimeInterval(601)) == 0)  // 503
+                #expect(receiver.received.withLock { $0.count } == 2)
+                #expect(await sender.sendDue(now: start.addingTimeInterval(601 + 1_201)) == 2)
                 // Every attempt carried the same event first: order is kept through failures.
                 let accounts = receiver.bodies.map { ($0["data"] as? [String: Any])?["accountId"] as? String }
                 #expect(accounts == ["retry-1", "retry-1", "retry-1", "retry-2"])
