@@ -367,11 +367,12 @@ final class PostgresBackend: Backend {
 
     /// PostgreSQL's uptime, asked on a connection of the probe's own (never the pool's: its
     /// connections may be the ones that hang), within 5 s.
-    func probeUptime() async -> ProbeResult {
+    /// `deadline`: 5 s for the restart watch; the tests give a saturated machine longer.
+    func probeUptime(deadline: Duration = .seconds(5)) async -> ProbeResult {
         let configuration = probeConfiguration
         let logger = self.logger
         // The probe's own failure is read inside the race (`raceDeadline` rethrows it classified).
-        let result = try? await raceDeadline(.seconds(5), what: "a PostgreSQL probe") { () async -> ProbeResult in
+        let result = try? await raceDeadline(deadline, what: "a PostgreSQL probe") { () async -> ProbeResult in
             do {
                 let connection = try await PostgresConnection.connect(
                     configuration: configuration, id: 0, logger: logger)
