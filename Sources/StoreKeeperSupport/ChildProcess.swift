@@ -155,8 +155,15 @@ public final class ChildProcess: @unchecked Sendable {
             }
             if reaped == 0 { return false }
             if errno == EINTR { continue }
-            // ECHILD: another caller reaped it; its status is about to be recorded.
-            while block && lock.withLock({ waitStatus == nil }) { usleep(1_000) }
+            // ECHILD: another caller of ours reaped it and is about to record its status, or
+            // something outside this type (a `waitpid(-1)`, SIGCHLD ignored) took it and its
+            // status is gone. Wait a bounded while for the first; then record it as exit 255.
+            var waited = 0
+            while block && lock.withLock({ waitStatus == nil }) && waited < 2_000 {
+                usleep(1_000)
+                waited += 1
+            }
+            if block { lock.withLock { if waitStatus == nil { waitStatus = 255 << 8 } } }
             return lock.withLock { waitStatus != nil }
         }
     }

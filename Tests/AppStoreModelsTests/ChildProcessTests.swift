@@ -67,6 +67,22 @@ import Testing
         process.terminate()
     }
 
+    #if canImport(Glibc)
+        /// A child something else reaped (a `waitpid` outside this type) does not hang the wait:
+        /// its status is gone, so it reads as exit 255 within a bounded time.
+        @Test func aChildReapedElsewhereEndsTheWaitWithAnUnknownStatus() throws {
+            let process = ChildProcess()
+            process.executableURL = URL(fileURLWithPath: "/bin/sh")
+            process.arguments = ["-c", "exit 3"]
+            process.standardOutput = FileHandle.nullDevice
+            try process.run()
+            var status: Int32 = 0
+            #expect(waitpid(process.processIdentifier, &status, 0) == process.processIdentifier)
+            process.waitUntilExit()
+            #expect(!process.isRunning && process.terminationStatus == 255)
+        }
+    #endif
+
     @Test func aMissingExecutableIsAnError() {
         let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/nonexistent/storekeeper-child")
