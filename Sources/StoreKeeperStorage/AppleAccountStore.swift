@@ -31,23 +31,30 @@ extension AppleAccountStore {
         _ claims: [(originalId: String, account: String, environment: String, at: Date)], sql: any SQLDatabase
     ) throws -> (any SQLExpression)? {
         guard !claims.isEmpty else { return nil }
-        var insert = sql.insert(into: "jobs").columns(
-            "id", "kind", "dedupe_key", "payload", "status", "attempts", "run_at", "created_at", "stuck_reported")
+        var insert = RowsInsert(
+            into: "jobs",
+            columns: [
+                "id", "kind", "dedupe_key", "payload", "status", "attempts", "run_at", "created_at", "stuck_reported",
+            ],
+            suffix: "ON CONFLICT (dedupe_key) DO NOTHING")
         var seen = Set<String>()
         for claim in claims where seen.insert("\(claim.originalId)|\(claim.account)").inserted {
-            let payload = String(
-                decoding: try JSONEncoder().encode(
-                    ClaimJob(
-                        originalTransactionId: claim.originalId, accountId: claim.account,
-                        environment: claim.environment)),
-                as: UTF8.self)
+            // ClaimJob's JSON, written by hand (one per delivery of a purchase made outside the app).
+            var payload = #"{"accountId":"#
+            PurchaseStore.appendJSONString(claim.account, to: &payload)
+            payload += #","environment":"#
+            PurchaseStore.appendJSONString(claim.environment, to: &payload)
+            payload += #","originalTransactionId":"#
+            PurchaseStore.appendJSONString(claim.originalId, to: &payload)
+            payload += "}"
             let at = claim.at.milliseconds
-            insert = insert.values([
-                RowIdentifiers.uuidString(), setTokenJobKind, "\(setTokenJobKind)|\(claim.originalId)|\(claim.account)",
-                payload, "pending", 0, at, at, 0,
+            insert.append([
+                .text(RowIdentifiers.uuidString()), .text(setTokenJobKind),
+                .text("\(setTokenJobKind)|\(claim.originalId)|\(claim.account)"), .text(payload), .text("pending"),
+                .integer(0), .integer(at), .integer(at), .integer(0),
             ])
         }
-        return insert.ignoringConflicts(with: ["dedupe_key"]).insert
+        return insert
     }
 
     /// The claiming accounts' own tokens, created beside their claims when they have none yet
@@ -56,12 +63,16 @@ extension AppleAccountStore {
         _ claims: [(originalId: String, account: String, environment: String, at: Date)], sql: any SQLDatabase
     ) -> (any SQLExpression)? {
         guard !claims.isEmpty else { return nil }
-        var insert = sql.insert(into: "account_tokens").columns("account_id", "app_account_token", "created_at")
+        var insert = RowsInsert(
+            into: "account_tokens", columns: ["account_id", "app_account_token", "created_at"],
+            suffix: "ON CONFLICT (account_id) DO NOTHING")
         var seen = Set<String>()
         for claim in claims where seen.insert(claim.account).inserted {
-            insert = insert.values([claim.account, RowIdentifiers.randomUUIDString(), claim.at.milliseconds])
+            insert.append([
+                .text(claim.account), .text(RowIdentifiers.randomUUIDString()), .integer(claim.at.milliseconds),
+            ])
         }
-        return insert.ignoringConflicts(with: ["account_id"]).insert
+        return insert
     }
 
     /// The account's token, created on first use.

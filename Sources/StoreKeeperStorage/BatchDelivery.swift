@@ -422,38 +422,45 @@ struct BatchDelivery {
         // MARK: Write.
         var inserts: [any SQLExpression] = []
         if !newDeliveries.isEmpty {
-            var insert = sql.insert(into: "deliveries").columns(
-                "transaction_id", "original_transaction_id", "account_id", "order_id", "product_id", "quantity",
-                "environment", "delivered_at", "price_milli", "currency", "proceeds_percent", "period_start",
-                "period_end", "offer_type", "offer_identifier", "offer_source", "app_transaction_id", "app_id",
-                "purchased_at", "storefront", "trial", "family_shared", "store", "stated_proceeds_milli")
+            var insert = RowsInsert(
+                into: "deliveries",
+                columns: [
+                    "transaction_id", "original_transaction_id", "account_id", "order_id", "product_id", "quantity",
+                    "environment", "delivered_at", "price_milli", "currency", "proceeds_percent", "period_start",
+                    "period_end", "offer_type", "offer_identifier", "offer_source", "app_transaction_id", "app_id",
+                    "purchased_at", "storefront", "trial", "family_shared", "store", "stated_proceeds_milli",
+                ])
             for (((delivery, originalId, environment, at, appId, store), money), facts) in zip(
                 zip(newDeliveries, revenue), offerFacts)
             {
                 let offer = OfferStore.offerColumns(facts.transaction)
-                insert = insert.values(
-                    [
-                        delivery.transactionId, originalId, delivery.accountId, delivery.orderId, delivery.productId,
-                        delivery.quantity, environment, at, money.price, money.currency, money.percent,
-                        money.periodStart,
-                        money.periodEnd, offer.type, offer.identifier, offer.source, facts.transaction.appTransactionId,
-                        appId,
-                    ] + money.analyticsValues + [store.rawValue, money.stated])
+                insert.append([
+                    .text(delivery.transactionId), .text(originalId), .text(delivery.accountId),
+                    .text(delivery.orderId),
+                    .text(delivery.productId), .int(delivery.quantity), .text(environment), .integer(at),
+                    .integer(money.price), .text(money.currency), .int(money.percent), .integer(money.periodStart),
+                    .integer(money.periodEnd), .int(offer.type), .text(offer.identifier), .text(offer.source),
+                    .text(facts.transaction.appTransactionId), .text(appId), .integer(money.purchasedAt),
+                    .text(money.storefront), .bool(money.trial), .bool(money.familyShared), .text(store.rawValue),
+                    .integer(money.stated),
+                ])
             }
-            inserts.append(insert.insert)
+            inserts.append(insert)
         }
         inserts += PurchaseStore.ledgerWrites(ledger)
         if !newBindings.isEmpty {
-            var insert = sql.insert(into: "ownership").columns("original_transaction_id", "account_id", "bound_at")
-            for (originalId, account, at) in newBindings { insert = insert.values([originalId, account, at]) }
-            inserts.append(insert.insert)
+            var insert = RowsInsert(into: "ownership", columns: ["original_transaction_id", "account_id", "bound_at"])
+            for (originalId, account, at) in newBindings {
+                insert.append([.text(originalId), .text(account), .integer(at)])
+            }
+            inserts.append(insert)
         }
         if !outbox.isEmpty {
-            var insert = sql.insert(into: "outbox").columns("id", "event", "payload", "created_at")
+            var insert = RowsInsert(into: "outbox", columns: ["id", "event", "payload", "created_at"])
             for (payload, at) in outbox {
-                insert = insert.values([OutboxStore.newEventId(), "delivery", payload, at])
+                insert.append([.text(OutboxStore.newEventId()), .text("delivery"), .text(payload), .integer(at)])
             }
-            inserts.append(insert.insert)
+            inserts.append(insert)
         }
         if let jobs = try AppleAccountStore.claimJobs(claims, sql: sql) { inserts.append(jobs) }
         if let tokens = AppleAccountStore.claimTokens(claims, sql: sql) { inserts.append(tokens) }

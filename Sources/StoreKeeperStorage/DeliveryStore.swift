@@ -152,10 +152,12 @@ extension PurchaseStore {
     /// transactions lock balance rows in the same order). Run in the caller's transaction.
     static func ledgerWrites(_ entries: [(LedgerEntry, Int64)]) -> [any SQLExpression] {
         guard !entries.isEmpty else { return [] }
-        var ledger = SQLInsert(table: SQLIdentifier("ledger"))
-        ledger.columns = ["entry_key", "account_id", "currency", "amount", "created_at"].map { SQLIdentifier($0) }
-        ledger.values = entries.map { entry, at in
-            [SQLBind(entry.key), SQLBind(entry.accountId), SQLBind(entry.currency), SQLBind(entry.amount), SQLBind(at)]
+        var ledger = RowsInsert(
+            into: "ledger", columns: ["entry_key", "account_id", "currency", "amount", "created_at"])
+        for (entry, at) in entries {
+            ledger.append([
+                .text(entry.key), .text(entry.accountId), .text(entry.currency), .integer(entry.amount), .integer(at),
+            ])
         }
         struct Key: Hashable, Comparable {
             var account: String
@@ -166,14 +168,12 @@ extension PurchaseStore {
         for (entry, _) in entries {
             changes[Key(account: entry.accountId, currency: entry.currency), default: 0] += entry.amount
         }
-        let rows = changes.sorted { $0.key < $1.key }.map { key, amount in
-            SQLGroupExpression([SQLBind(key.account), SQLBind(key.currency), SQLBind(amount)] as [any SQLExpression])
+        var balances = RowsInsert(
+            into: "balances", columns: ["account_id", "currency", "amount"],
+            suffix: "ON CONFLICT (account_id, currency) DO UPDATE SET amount = balances.amount + excluded.amount")
+        for (key, amount) in changes.sorted(by: { $0.key < $1.key }) {
+            balances.append([.text(key.account), .text(key.currency), .integer(amount)])
         }
-        let balances = SQLQueryString(
-            """
-            INSERT INTO balances (account_id, currency, amount) VALUES \(SQLList(rows))
-            ON CONFLICT (account_id, currency) DO UPDATE SET amount = balances.amount + excluded.amount
-            """)
         return [ledger, balances]
     }
 

@@ -105,9 +105,4 @@ struct Revenue {
             """
         ).run()
     }
-
-    /// The analytics columns' values of an insert: purchased_at, storefront, trial, family_shared.
-    var analyticsValues: [any Encodable & Sendable] {
-        [purchasedAt, storefront, trial ? 1 : 0, familyShared ? 1 : 0]
-    }
 }

@@ -48,10 +48,17 @@ final class SQLiteHandle: @unchecked Sendable {
 
     /// Runs one statement, handing each row to `onRow`.
     func execute(_ sql: String, binds: [SQLiteValue], onRow: (SQLiteResultRow) -> Void) throws {
+        try execute(cacheKey: sql, sql: { sql }, binds: binds, onRow: onRow)
+    }
+
+    /// Runs one statement cached under `cacheKey` (which must name exactly one SQL text): `sql`
+    /// is built only when the statement is not prepared yet. A multi-row insert's text is
+    /// kilobytes of placeholders; its shape (table, columns, rows) is a key a tenth as long.
+    func execute(cacheKey: String, sql: () -> String, binds: [SQLiteValue], onRow: (SQLiteResultRow) -> Void) throws {
         lock.lock()
         defer { lock.unlock() }
         guard let handle else { throw Failure(code: SQLITE_MISUSE, message: "the connection is closed") }
-        let statement = try prepared(sql, handle: handle)
+        let statement = try prepared(cacheKey, sql: sql, handle: handle)
         defer {
             sqlite_nio_sqlite3_reset(statement)
             sqlite_nio_sqlite3_clear_bindings(statement)
@@ -115,8 +122,9 @@ final class SQLiteHandle: @unchecked Sendable {
 
     deinit { close() }
 
-    private func prepared(_ sql: String, handle: OpaquePointer) throws -> OpaquePointer {
-        if let statement = statements[sql] { return statement }
+    private func prepared(_ key: String, sql: () -> String, handle: OpaquePointer) throws -> OpaquePointer {
+        if let statement = statements[key] { return statement }
+        let sql = sql()
         var statement: OpaquePointer?
         var trailing = false
         let status = sql.withCString { text in
@@ -137,7 +145,7 @@ final class SQLiteHandle: @unchecked Sendable {
             for cached in statements.values { sqlite_nio_sqlite3_finalize(cached) }
             statements.removeAll(keepingCapacity: true)
         }
-        statements[sql] = statement
+        statements[key] = statement
         return statement
     }
 
@@ -418,6 +426,13 @@ struct SQLiteDirectDatabase: SQLDatabase {
     var queryLogLevel: Logger.Level? { nil }
 
     func execute(sql query: any SQLExpression, _ onRow: @escaping @Sendable (any SQLRow) -> Void) async throws {
+        if let rows = query as? RowsInsert {
+            // Written straight: no SQLKit serialization, no existential per value.
+            try handle.execute(
+                cacheKey: rows.shapeKey, sql: { rows.sqliteText }, binds: rows.values.map(\.sqlite),
+                onRow: { onRow($0) })
+            return
+        }
         let (sql, binds) = serialize(query)
         try handle.execute(sql, binds: try binds.map(SQLiteValue.init(bind:))) { onRow($0) }
     }

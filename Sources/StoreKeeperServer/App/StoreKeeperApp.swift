@@ -418,14 +418,25 @@ public struct StoreKeeperApp: Sendable {
         AnomaliesController(store: store, catalog: catalog, maxBodyBytes: maxBodyBytes)
     }
 
+    /// `/healthz`, `/metrics`, `/openapi.json`, `GET /v1/status`, `/v1/revenue`, `/v1/audit`.
+    var operationsController: OperationsController {
+        OperationsController(
+            database: database, store: store, jobs: jobs, notifications: notifications, authenticator: authenticator,
+            metrics: metrics, smallBusinessProgram: configuration.smallBusinessProgram,
+            status: { [self] in StatusJSON(self) })
+    }
+
     func routes() -> Router<StoreKeeperContext> {
         let router = Router(context: StoreKeeperContext.self)
         router.add(middleware: RequestObservation(metrics: metrics))
         router.add(middleware: ErrorMiddleware())
         // One controller per feature, each owning its routes (docs/api.md's paths). Everything
         // under /v1 is authenticated and rate limited once, by `Authenticate`.
-        OperationsController(app: self).addRoutes(to: router)
-        NotificationsController(app: self).addRoutes(to: router)
+        operationsController.addRoutes(to: router)
+        NotificationsController(
+            verifier: verifier, notifications: notifications, metrics: metrics, logger: logger,
+            maxBodyBytes: maxBodyBytes
+        ).addRoutes(to: router)
         GoogleNotificationsController(app: self).addRoutes(to: router)
         StripeController(app: self).addWebhook(to: router)
         retentionController.addRoutes(to: router)
@@ -441,12 +452,15 @@ public struct StoreKeeperApp: Sendable {
                 )
                 .add(middleware: authenticate).add(middleware: KnownQueryParameters<StoreKeeperContext>())
             } ?? v1
-        OperationsController(app: self).addAPIRoutes(to: v1)
+        operationsController.addAPIRoutes(to: v1)
         OrdersController(app: self).addRoutes(to: v1)
         PurchasesController(app: self).addRoutes(to: signed)
         AccountsController(app: self).addRoutes(to: signed)
         anomaliesController.addRoutes(to: v1)
-        RejectedProofsController(app: self).addRoutes(to: v1)
+        RejectedProofsController(
+            store: rejectedProofs, maxBodyBytes: maxBodyBytes,
+            reverify: { [self] since, code in try await reverify(since: since, code: code) }
+        ).addRoutes(to: v1)
         WebhooksController(
             outbox: OutboxStore(database: database), audit: store.anomalies, maxBodyBytes: maxBodyBytes
         ).addRoutes(to: v1)

@@ -3,6 +3,7 @@ import AppStoreModels
 import AppStoreVerification
 import Foundation
 import Hummingbird
+import Logging
 import StoreKeeperCore
 import StoreKeeperStorage
 
@@ -24,25 +25,15 @@ extension StoreKeeperApp {
         }
     }
 
-    func receiveNotification(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
-        let body = try await decode(NotificationBody.self, request)
-        guard let signedPayload = body.signedPayload else {
-            throw APIError.badRequest("field 'signedPayload' is required")
-        }
-        try await acceptNotification(signedPayload)
-        metrics.notificationAccepted.increment()
-        return Response(status: .ok)
-    }
-
-    /// Verifies a notification and records it durably (a known UUID changes nothing).
-    func acceptNotification(_ signedPayload: String) async throws {
-        let record = try await verifiedNotification(signedPayload)
-        try await notifications.accept(record, signedPayload: signedPayload, now: Date())
-    }
-
     /// A notification and everything signed in it, verified (a refusal is a security event),
     /// as it is recorded: the endpoint's check, and reconciliation's for Notification History.
     func verifiedNotification(_ signedPayload: String) async throws -> NotificationRecord {
+        try await Self.verifiedNotification(signedPayload, verifier: verifier, metrics: metrics, logger: logger)
+    }
+
+    static func verifiedNotification(
+        _ signedPayload: String, verifier: SignedDataVerifier, metrics: ServerMetrics, logger: Logger
+    ) async throws -> NotificationRecord {
         let verified: VerifiedNotification
         do {
             verified = try await verifier.verifyNotification(signedPayload)
@@ -84,13 +75,29 @@ extension StoreKeeperApp {
     }
 }
 
-struct NotificationsController {
-    let app: StoreKeeperApp
+/// `POST /v1/notifications/apple`: verify, record durably, answer 200.
+struct NotificationsController: RequestHandling {
+    let verifier: SignedDataVerifier
+    let notifications: NotificationStore
+    let metrics: ServerMetrics
+    let logger: Logger
+    let maxBodyBytes: Int
 
     /// Outside `/v1`'s authentication: Apple signs the body, it sends no credentials.
     func addRoutes(to router: some RouterMethods<StoreKeeperContext>) {
-        router.post("v1/notifications/apple") { request, context in try await app.receiveNotification(request, context)
+        router.post("v1/notifications/apple") { request, context in try await receiveNotification(request, context) }
+    }
+
+    func receiveNotification(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        let body = try await decode(StoreKeeperApp.NotificationBody.self, request)
+        guard let signedPayload = body.signedPayload else {
+            throw APIError.badRequest("field 'signedPayload' is required")
         }
+        let record = try await StoreKeeperApp.verifiedNotification(
+            signedPayload, verifier: verifier, metrics: metrics, logger: logger)
+        try await notifications.accept(record, signedPayload: signedPayload, now: Date())
+        metrics.notificationAccepted.increment()
+        return Response(status: .ok)
     }
 }
 

@@ -13,8 +13,65 @@ import StoreKeeperCore
 import StoreKeeperStorage
 import Synchronization
 
-/// `GET /healthz`: a database round trip within 2 s, and the oldest waiting delivery and job.
-extension StoreKeeperApp {
+/// Operations: `/healthz` and `/metrics` (open to the load balancer and the scraper; metrics
+/// check their own token), `GET /v1/status` and `GET /v1/audit` (secret key).
+struct OperationsController {
+    let database: Database
+    let store: PurchaseStore
+    let jobs: JobStore
+    let notifications: NotificationStore
+    let authenticator: Authenticator
+    let metrics: ServerMetrics
+    let smallBusinessProgram: Bool
+    /// `GET /v1/status`'s answer, read now (the whole deployment's state).
+    let status: @Sendable () -> StatusJSON
+
+    func addRoutes(to router: some RouterMethods<StoreKeeperContext>) {
+        router.get("healthz") { _, _ in try await health() }
+        router.get("metrics") { request, _ in try await metricsText(request) }
+        // The OpenAPI document of this API, open like /healthz.
+        router.get("openapi.json") { _, _ in
+            Response(
+                status: .ok, headers: [.contentType: "application/json", .cacheControl: "public, max-age=300"],
+                body: .init(byteBuffer: ByteBuffer(bytes: OpenAPIDocument.json)))
+        }
+    }
+
+    func addAPIRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
+        v1.get("status") { _, context in
+            try context.caller().requireSecretKey()
+            return try StoreKeeperApp.json(status())
+        }
+        v1.get("revenue") { request, context in
+            try context.caller().requireScope(.read)
+            func date(_ name: String) throws -> Date? {
+                guard let text = request.uri.queryParameters.get(name) else { return nil }
+                guard let date = StoreKeeperApp.parseDate(text) else {
+                    throw APIError.badRequest("'\(name)' must be an ISO 8601 date or date-time")
+                }
+                return date
+            }
+            return try StoreKeeperApp.json(
+                try await store.reports.revenue(
+                    from: try date("since"), to: try date("until"),
+                    smallBusinessProgram: smallBusinessProgram))
+        }
+        v1.get("audit") { _, context in
+            try context.caller().requireScope(.read)
+            return try StoreKeeperApp.json(["entries": try await store.anomalies.audit().map(AuditJSON.init)])
+        }
+        // What the presented key is (never the secret): how a tool such as `storekeeper mcp`
+        // learns what it may offer the key's holder.
+        v1.get("keys/current") { _, context in
+            let caller = try context.caller()
+            try caller.requireScope(.read)
+            var apps: [String]?
+            if case .key(let key) = caller { apps = key.apps?.sorted() }
+            return try StoreKeeperApp.json(
+                CurrentKeyJSON(label: caller.label, scope: caller.scope?.rawValue ?? "read", apps: apps))
+        }
+    }
+
     struct HealthJSON: Encodable {
         var status: String
         var database: String
@@ -24,8 +81,8 @@ extension StoreKeeperApp {
         var oldestPendingJobSeconds: Double
     }
 
-    /// 200 when a database round trip completes within 2 s, else 503 — answered within 2 s
-    /// either way (docs/api.md).
+    /// `GET /healthz`: 200 when a database round trip completes within 2 s, else 503 — answered
+    /// within 2 s either way (docs/api.md), with the oldest waiting delivery and job.
     func health() async throws -> Response {
         let database = self.database
         let jobs = self.jobs
@@ -42,66 +99,12 @@ extension StoreKeeperApp {
             throw failure
         }
         let waiting = store.oldestWaitingDelivery.map { Double($0.components.seconds) } ?? 0
-        return try Self.json(
+        return try StoreKeeperApp.json(
             HealthJSON(
                 status: "ok", database: database.kind.rawValue, oldestPendingDeliverySeconds: waiting,
                 oldestPendingJobSeconds: report.map { max(0, Date().timeIntervalSince($0)) } ?? 0))
     }
-}
 
-/// Operations: `/healthz` and `/metrics` (open to the load balancer and the scraper; metrics
-/// check their own token), `GET /v1/status` and `GET /v1/audit` (secret key).
-struct OperationsController {
-    let app: StoreKeeperApp
-
-    func addRoutes(to router: some RouterMethods<StoreKeeperContext>) {
-        router.get("healthz") { _, _ in try await app.health() }
-        router.get("metrics") { request, _ in try await app.metricsText(request) }
-        // The OpenAPI document of this API, open like /healthz.
-        router.get("openapi.json") { _, _ in
-            Response(
-                status: .ok, headers: [.contentType: "application/json", .cacheControl: "public, max-age=300"],
-                body: .init(byteBuffer: ByteBuffer(bytes: OpenAPIDocument.json)))
-        }
-    }
-
-    func addAPIRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
-        v1.get("status") { _, context in
-            try context.caller().requireSecretKey()
-            return try StoreKeeperApp.json(StatusJSON(app))
-        }
-        v1.get("revenue") { request, context in
-            try context.caller().requireScope(.read)
-            func date(_ name: String) throws -> Date? {
-                guard let text = request.uri.queryParameters.get(name) else { return nil }
-                guard let date = StoreKeeperApp.parseDate(text) else {
-                    throw APIError.badRequest("'\(name)' must be an ISO 8601 date or date-time")
-                }
-                return date
-            }
-            return try StoreKeeperApp.json(
-                try await app.store.reports.revenue(
-                    from: try date("since"), to: try date("until"),
-                    smallBusinessProgram: app.configuration.smallBusinessProgram))
-        }
-        v1.get("audit") { _, context in
-            try context.caller().requireScope(.read)
-            return try StoreKeeperApp.json(["entries": try await app.store.anomalies.audit().map(AuditJSON.init)])
-        }
-        // What the presented key is (never the secret): how a tool such as `storekeeper mcp`
-        // learns what it may offer the key's holder.
-        v1.get("keys/current") { _, context in
-            let caller = try context.caller()
-            try caller.requireScope(.read)
-            var apps: [String]?
-            if case .key(let key) = caller { apps = key.apps?.sorted() }
-            return try StoreKeeperApp.json(
-                CurrentKeyJSON(label: caller.label, scope: caller.scope?.rawValue ?? "read", apps: apps))
-        }
-    }
-}
-
-extension StoreKeeperApp {
     /// `GET /metrics` (a secret key or `auth.metricsToken`): the gauges read now, then every metric.
     func metricsText(_ request: Request) async throws -> Response {
         try await authenticator.authenticateMetrics(request)

@@ -178,11 +178,25 @@ extension StoreKeeperApp {
         }
         return try? Date(text, strategy: .iso8601.year().month().day())
     }
+}
+
+/// `GET /v1/rejected-proofs` and `POST /v1/rejected-proofs/reverify`. It owns the store it
+/// lists from; re-verifying runs the purchase pipeline, handed in as `reverify`.
+struct RejectedProofsController: RequestHandling {
+    let store: RejectedProofStore
+    let maxBodyBytes: Int
+    /// Every kept proof since a date, of a code, through the purchase pipeline again.
+    let reverify: @Sendable (_ since: Date?, _ code: String?) async throws -> StoreKeeperApp.ReverifySummary
+
+    func addRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
+        v1.get("rejected-proofs") { request, context in try await listRejectedProofs(request, context) }
+        v1.post("rejected-proofs/reverify") { request, context in try await reverifyRejectedProofs(request, context) }
+    }
 
     func listRejectedProofs(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         try context.caller().requireScope(.read)
         let query = request.uri.queryParameters
-        let filters = try Self.rejectedProofFilters(
+        let filters = try StoreKeeperApp.rejectedProofFilters(
             code: query["code"].map(String.init), since: query["since"].map(String.init))
         let status = query["status"].map(String.init)
         if let status, !["rejected", "reverified"].contains(status) {
@@ -195,9 +209,9 @@ extension StoreKeeperApp {
             }
             limit = parsed
         }
-        let proofs = try await rejectedProofs.list(
+        let proofs = try await store.list(
             code: filters.code, since: filters.since, status: status, limit: limit)
-        return try Self.json(["rejectedProofs": proofs.map(RejectedProofJSON.init)])
+        return try Self.json(["rejectedProofs": proofs.map(StoreKeeperApp.RejectedProofJSON.init)])
     }
 
     struct ReverifyBody: Decodable {
@@ -208,7 +222,7 @@ extension StoreKeeperApp {
     func reverifyRejectedProofs(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         try context.caller().requireSecretKey()
         var request = request
-        let buffer = try await request.collectBody(upTo: configuration.maxBodyBytes)
+        let buffer = try await request.collectBody(upTo: maxBodyBytes)
         var body = ReverifyBody()
         if buffer.readableBytes > 0 {
             do {
@@ -217,17 +231,7 @@ extension StoreKeeperApp {
                 throw APIError.badRequest(ErrorMiddleware<StoreKeeperContext>.describe(error))
             }
         }
-        let filters = try Self.rejectedProofFilters(code: body.code, since: body.since)
-        return try Self.json(try await reverify(since: filters.since, code: filters.code))
-    }
-}
-
-struct RejectedProofsController {
-    let app: StoreKeeperApp
-
-    func addRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
-        v1.get("rejected-proofs") { request, context in try await app.listRejectedProofs(request, context) }
-        v1.post("rejected-proofs/reverify") { request, context in try await app.reverifyRejectedProofs(request, context)
-        }
+        let filters = try StoreKeeperApp.rejectedProofFilters(code: body.code, since: body.since)
+        return try Self.json(try await reverify(filters.since, filters.code))
     }
 }
