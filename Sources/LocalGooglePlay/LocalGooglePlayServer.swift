@@ -130,7 +130,7 @@ public final class LocalGooglePlayServer: Sendable {
                 guard let resource = await self.store.productPurchaseV2(token) else {
                     return Self.googleError(404, "purchaseTokenNotFound", "The purchase token was not found.")
                 }
-                return Self.json(resource)
+                return Self.json(resource.json)
             }
         }
         app.get("purchases/subscriptionsv2/tokens/:token") { request, context in
@@ -405,6 +405,12 @@ public final class LocalGooglePlayServer: Sendable {
         Response(
             status: .ok, headers: [.contentType: "application/json; charset=UTF-8"],
             body: .init(byteBuffer: ByteBuffer(bytes: data)))
+    }
+
+    static func json(_ bytes: [UInt8]) -> Response {
+        Response(
+            status: .ok, headers: [.contentType: "application/json; charset=UTF-8"],
+            body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
     }
 
     static func json<T: Encodable>(_ value: T) -> Response {

@@ -28,8 +28,8 @@ extension AppleAccountStore {
     /// The Set App Account Token jobs of a batch's claims: one multi-row insert beside the
     /// batch's other writes (a claim already queued is left as it is).
     static func claimJobs(
-        _ claims: [(originalId: String, account: String, environment: String, at: Date)], sql: any SQLDatabase
-    ) throws -> (any SQLExpression)? {
+        _ claims: [(originalId: String, account: String, environment: String, at: Date)]
+    ) -> (any SQLExpression)? {
         guard !claims.isEmpty else { return nil }
         var insert = RowsInsert(
             into: "jobs",
@@ -60,7 +60,7 @@ extension AppleAccountStore {
     /// The claiming accounts' own tokens, created beside their claims when they have none yet
     /// (so the job only reads its token, and a batch of claims costs its writer one statement).
     static func claimTokens(
-        _ claims: [(originalId: String, account: String, environment: String, at: Date)], sql: any SQLDatabase
+        _ claims: [(originalId: String, account: String, environment: String, at: Date)]
     ) -> (any SQLExpression)? {
         guard !claims.isEmpty else { return nil }
         var insert = RowsInsert(

@@ -462,8 +462,8 @@ struct BatchDelivery {
             }
             inserts.append(insert)
         }
-        if let jobs = try AppleAccountStore.claimJobs(claims, sql: sql) { inserts.append(jobs) }
-        if let tokens = AppleAccountStore.claimTokens(claims, sql: sql) { inserts.append(tokens) }
+        if let jobs = AppleAccountStore.claimJobs(claims) { inserts.append(jobs) }
+        if let tokens = AppleAccountStore.claimTokens(claims) { inserts.append(tokens) }
         if combineWrites && inserts.count > 1 {
             // PostgreSQL: one statement (data-modifying WITH), one round trip for all of them.
             try await sql.execute(sql: CombinedWrites(writes: inserts)) { _ in }

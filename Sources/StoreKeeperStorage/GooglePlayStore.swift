@@ -145,37 +145,38 @@ public struct GooglePlayStore: Sendable {
     static func upsert(_ purchases: [(purchase: Purchase, now: Date)], sql: any SQLDatabase) async throws -> Set<String>
     {
         guard !purchases.isEmpty else { return [] }
-        let rows = purchases.map { purchase, now -> SQLQueryString in
-            """
-            (\(bind: purchase.purchaseToken), \(bind: purchase.appId), \(bind: purchase.kind),
-             \(bind: purchase.productId), \(bind: purchase.catalogProductId), \(bind: purchase.accountId),
-             \(bind: purchase.orderId), \(bind: purchase.quantity), \(bind: purchase.state),
-             \(bind: purchase.test ? 1 : 0), \(bind: purchase.paidAt?.milliseconds),
-             \(bind: purchase.acknowledgedAt?.milliseconds), \(bind: purchase.linkedPurchaseToken),
-             \(bind: purchase.originalTransactionId), \(bind: purchase.expiresAt?.milliseconds),
-             \(bind: now.milliseconds))
-            """
+        var upsert = RowsInsert(
+            into: "google_purchases",
+            columns: [
+                "purchase_token", "app_id", "kind", "product_id", "catalog_product_id", "account_id", "order_id",
+                "quantity", "state", "test", "paid_at", "acknowledged_at", "linked_purchase_token",
+                "original_transaction_id", "expires_at", "updated_at",
+            ],
+            suffix: """
+                ON CONFLICT (purchase_token) DO UPDATE SET
+                    account_id = COALESCE(google_purchases.account_id, excluded.account_id),
+                    order_id = COALESCE(excluded.order_id, google_purchases.order_id),
+                    quantity = excluded.quantity, state = excluded.state,
+                    paid_at = COALESCE(google_purchases.paid_at, excluded.paid_at),
+                    acknowledged_at = COALESCE(google_purchases.acknowledged_at, excluded.acknowledged_at),
+                    linked_purchase_token = COALESCE(excluded.linked_purchase_token, google_purchases.linked_purchase_token),
+                    original_transaction_id = COALESCE(google_purchases.original_transaction_id, excluded.original_transaction_id),
+                    expires_at = COALESCE(excluded.expires_at, google_purchases.expires_at),
+                    updated_at = excluded.updated_at
+                RETURNING purchase_token, retired
+                """)
+        for (purchase, now) in purchases {
+            upsert.append([
+                .text(purchase.purchaseToken), .text(purchase.appId), .text(purchase.kind), .text(purchase.productId),
+                .text(purchase.catalogProductId), .text(purchase.accountId), .text(purchase.orderId),
+                .int(purchase.quantity), .text(purchase.state), .bool(purchase.test),
+                .integer(purchase.paidAt?.milliseconds), .integer(purchase.acknowledgedAt?.milliseconds),
+                .text(purchase.linkedPurchaseToken), .text(purchase.originalTransactionId),
+                .integer(purchase.expiresAt?.milliseconds), .integer(now.milliseconds),
+            ])
         }
-        let upsert: SQLQueryString =
-            """
-            INSERT INTO google_purchases (purchase_token, app_id, kind, product_id, catalog_product_id, account_id,
-                order_id, quantity, state, test, paid_at, acknowledged_at, linked_purchase_token,
-                original_transaction_id, expires_at, updated_at)
-            VALUES \(rows.joined(separator: ", "))
-            ON CONFLICT (purchase_token) DO UPDATE SET
-                account_id = COALESCE(google_purchases.account_id, excluded.account_id),
-                order_id = COALESCE(excluded.order_id, google_purchases.order_id),
-                quantity = excluded.quantity, state = excluded.state,
-                paid_at = COALESCE(google_purchases.paid_at, excluded.paid_at),
-                acknowledged_at = COALESCE(google_purchases.acknowledged_at, excluded.acknowledged_at),
-                linked_purchase_token = COALESCE(excluded.linked_purchase_token, google_purchases.linked_purchase_token),
-                original_transaction_id = COALESCE(google_purchases.original_transaction_id, excluded.original_transaction_id),
-                expires_at = COALESCE(excluded.expires_at, google_purchases.expires_at),
-                updated_at = excluded.updated_at
-            RETURNING purchase_token, retired
-            """
         var retired = Set<String>()
-        for row in try await sql.raw(upsert).all() where try row.decode(column: "retired", as: Int.self) == 1 {
+        for row in try await upsert.fetch(on: sql).all() where try row.decode(column: "retired", as: Int.self) == 1 {
             retired.insert(try row.decode(column: "purchase_token", as: String.self))
         }
         return retired

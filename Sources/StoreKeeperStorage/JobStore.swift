@@ -54,16 +54,21 @@ public struct JobStore: Sendable {
         _ jobs: [(kind: String, dedupeKey: String, payload: String, runAt: Date?)], sql: any SQLDatabase, now: Date
     ) async throws {
         guard !jobs.isEmpty else { return }
-        var insert = sql.insert(into: "jobs").columns(
-            "id", "kind", "dedupe_key", "payload", "status", "attempts", "run_at", "created_at", "stuck_reported")
+        var insert = RowsInsert(
+            into: "jobs",
+            columns: [
+                "id", "kind", "dedupe_key", "payload", "status", "attempts", "run_at", "created_at", "stuck_reported",
+            ],
+            suffix: "ON CONFLICT (dedupe_key) DO NOTHING")
         var seen = Set<String>()
         for job in jobs where seen.insert(job.dedupeKey).inserted {
-            insert = insert.values([
-                RowIdentifiers.uuidString(), job.kind, job.dedupeKey, job.payload, "pending", 0,
-                (job.runAt ?? now).milliseconds, now.milliseconds, 0,
+            insert.append([
+                .text(RowIdentifiers.uuidString()), .text(job.kind), .text(job.dedupeKey), .text(job.payload),
+                .text("pending"), .integer(0), .integer((job.runAt ?? now).milliseconds), .integer(now.milliseconds),
+                .integer(0),
             ])
         }
-        try await insert.ignoringConflicts(with: ["dedupe_key"]).run()
+        try await sql.execute(sql: insert) { _ in }
     }
 
     /// Claims up to `limit` due jobs for `lease`: they are not due again until the lease runs

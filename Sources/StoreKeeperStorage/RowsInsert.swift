@@ -18,12 +18,12 @@ enum RowValue: Sendable, Hashable {
         }
     }
 
-    /// What SQLKit binds on PostgreSQL.
+    /// What SQLKit binds on PostgreSQL: the value itself, or a NULL of the column's type.
     var bind: any Encodable & Sendable {
         switch self {
-        case .integer(let value): value
-        case .text(let value): value
-        case .real(let value): value
+        case .integer(let value): if let value { value } else { value }
+        case .text(let value): if let value { value } else { value }
+        case .real(let value): if let value { value } else { value }
         }
     }
 }
@@ -87,5 +87,20 @@ struct RowsInsert: SQLExpression, Sendable {
             serializer.write(")")
         }
         if !suffix.isEmpty { serializer.write(" " + suffix) }
+    }
+}
+
+extension RowsInsert {
+    /// The statement's rows (`RETURNING …`), read as any query's.
+    func fetch(on database: any SQLDatabase) -> some SQLQueryFetcher { Fetch(query: self, database: database) }
+
+    private final class Fetch: SQLQueryFetcher {
+        let query: any SQLExpression
+        let database: any SQLDatabase
+
+        init(query: any SQLExpression, database: any SQLDatabase) {
+            self.query = query
+            self.database = database
+        }
     }
 }
