@@ -17,7 +17,7 @@ public struct GooglePlayClient: Sendable {
 
     public init(
         packageName: String, baseURL: String = "https://androidpublisher.googleapis.com", tokens: AccessTokenSource,
-        http: HTTPClient = .shared, timeout: Duration = .seconds(10)
+        http: HTTPClient = .googleAPIs, timeout: Duration = .seconds(10)
     ) {
         self.packageName = packageName
         self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
@@ -197,4 +197,17 @@ public struct GooglePlayClient: Sendable {
             throw GooglePlayError(.malformed, "Google Play answered a malformed \(type): \(error)")
         }
     }
+}
+
+extension HTTPClient {
+    /// The client of the Developer API: up to 64 connections to Google at once (AsyncHTTPClient's
+    /// shared client keeps 8 per host, and every Google purchase and acknowledgement waits on a
+    /// call: at Google's ~100 ms a call, 8 connections cap a server at about 80 purchases a
+    /// second), and no redirect followed (a bearer token never leaves for another address).
+    public static let googleAPIs: HTTPClient = {
+        var configuration = HTTPClient.Configuration()
+        configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 64)
+        configuration.redirectConfiguration = .disallow
+        return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
+    }()
 }
