@@ -124,6 +124,9 @@ public final class Database: Sendable {
         return try await transactionless(sqlite)
     }
 
+    /// SQLite: the checkpoints the log's own connection has run (nil: none has one).
+    var checkpointsElsewhere: Int? { (backend as? SQLiteBackend)?.checkpointsElsewhere }
+
     private func transactionless(_ sqlite: SQLiteBackend) async throws -> Bool {
         do {
             return try await sqlite.checkpoint()

@@ -53,7 +53,23 @@ final class SQLiteBackend: Backend {
         let eventLoop = MultiThreadedEventLoopGroup.singleton.any()
         database = SQLiteDirectDatabase(handle: handle, logger: logger, eventLoop: eventLoop)
         readers = journal == "wal" ? SQLiteReaders(path: path, logger: logger, eventLoop: eventLoop) : nil
+        // The log's checkpoints on a connection of their own (WAL, a file): without one,
+        // SQLite's auto-checkpoint stays with the writer.
+        if journal == "wal", let worker = try? WALCheckpointWorker(path: path) {
+            checkpointer = worker
+            handle.checkpointElsewhere(
+                threshold: Self.checkpointPages, inlineLimit: Self.checkpointPages * 8,
+                request: { [weak worker] in worker?.request() })
+        } else {
+            checkpointer = nil
+        }
     }
+
+    /// Pages in the log (4 KiB each) past which a commit asks for a checkpoint: SQLite's own
+    /// auto-checkpoint threshold.
+    static let checkpointPages: Int32 = 1_000
+    private let checkpointer: WALCheckpointWorker?
+    var checkpointsElsewhere: Int? { checkpointer?.completed }
 
     /// The writing connection's settings; returns the journal mode SQLite chose.
     private static func configure(_ handle: SQLiteHandle, on executor: ThreadExecutor) async throws -> String {
@@ -111,6 +127,7 @@ final class SQLiteBackend: Backend {
 
     func close() async throws {
         readers?.close()
+        checkpointer?.stop()
         _ = try? await serialized { _ in handle.close() }
         executor.stop()
     }

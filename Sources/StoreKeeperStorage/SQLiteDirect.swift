@@ -111,6 +111,46 @@ final class SQLiteHandle: @unchecked Sendable {
         return sqlite_nio_sqlite3_get_autocommit(handle) == 0
     }
 
+    /// After each commit SQLite reports how many pages the write-ahead log holds: from
+    /// `threshold` on, `request` asks another connection to checkpoint (`WALCheckpointWorker`),
+    /// so copying the log into the database and its fsync no longer stall this connection's
+    /// next transaction; from `inlineLimit` on (the other connection cannot keep up, or has
+    /// failed) this connection checkpoints itself, as SQLite's own auto-checkpoint does at
+    /// 1,000 pages. Replaces that auto-checkpoint.
+    func checkpointElsewhere(threshold: Int32, inlineLimit: Int32, request: @escaping @Sendable () -> Void) {
+        lock.lock()
+        defer { lock.unlock() }
+        guard let handle else { return }
+        let hook = WALHook(threshold: threshold, inlineLimit: inlineLimit, request: request)
+        walHook = hook
+        sqlite_nio_sqlite3_wal_hook(
+            handle,
+            { context, database, name, pages in
+                guard let context else { return SQLITE_OK }
+                let hook = Unmanaged<WALHook>.fromOpaque(context).takeUnretainedValue()
+                if pages >= hook.inlineLimit {
+                    sqlite_nio_sqlite3_wal_checkpoint_v2(database, name, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
+                } else if pages >= hook.threshold {
+                    hook.request()
+                }
+                return SQLITE_OK
+            }, Unmanaged.passUnretained(hook).toOpaque())
+    }
+
+    private final class WALHook: Sendable {
+        let threshold: Int32
+        let inlineLimit: Int32
+        let request: @Sendable () -> Void
+
+        init(threshold: Int32, inlineLimit: Int32, request: @escaping @Sendable () -> Void) {
+            self.threshold = threshold
+            self.inlineLimit = inlineLimit
+            self.request = request
+        }
+    }
+    // Guarded by `lock`; kept alive while SQLite holds its pointer.
+    private var walHook: WALHook?
+
     func close() {
         lock.lock()
         defer { lock.unlock() }
@@ -441,5 +481,67 @@ struct SQLiteDirectDatabase: SQLDatabase {
         -> EventLoopFuture<Void>
     {
         eventLoop.makeFutureWithTask { try await self.execute(sql: query, onRow) }
+    }
+}
+
+/// Checkpoints the write-ahead log on a connection and a thread of its own, when the writing
+/// connection asks (`SQLiteHandle.checkpointElsewhere`): a passive checkpoint, which never
+/// waits for and never blocks the writer or the readers. A checkpoint that fails (a full disk,
+/// a read-only file) is tried again at the next request; the writer's own checkpoint past its
+/// limit, and the periodic truncating one, remain.
+final class WALCheckpointWorker: @unchecked Sendable {
+    private let handle: SQLiteHandle
+    // `condition` guards `requested` and `stopped`.
+    private let condition = NSCondition()
+    private var requested = false
+    private var stopped = false
+    private let finished = DispatchSemaphore(value: 0)
+    private let checkpoints = Atomic<Int>(0)
+    /// Checkpoints run so far.
+    var completed: Int { checkpoints.load(ordering: .relaxed) }
+
+    init(path: String) throws {
+        handle = try SQLiteHandle(path: path, create: false)
+        // The database file is fsynced as the writer's commits are.
+        try handle.execute("PRAGMA synchronous=FULL", binds: []) { _ in }
+        let thread = Thread { [self] in run() }
+        thread.name = "storekeeper-sqlite-checkpoint"
+        thread.start()
+    }
+
+    /// Asks for a checkpoint (called on the writer's thread, inside its commit: only a flag).
+    func request() {
+        condition.lock()
+        requested = true
+        condition.signal()
+        condition.unlock()
+    }
+
+    private func run() {
+        while true {
+            condition.lock()
+            while !requested && !stopped { condition.wait() }
+            if stopped {
+                condition.unlock()
+                break
+            }
+            requested = false
+            condition.unlock()
+            if (try? handle.execute("PRAGMA wal_checkpoint(PASSIVE)", binds: []) { _ in }) != nil {
+                checkpoints.add(1, ordering: .relaxed)
+            }
+        }
+        finished.signal()
+    }
+
+    /// Ends the thread (after a checkpoint under way) and closes its connection.
+    func stop() {
+        condition.lock()
+        let running = !stopped
+        stopped = true
+        condition.signal()
+        condition.unlock()
+        if running { finished.wait() }
+        handle.close()
     }
 }

@@ -165,3 +165,40 @@ import Testing
         }
     }
 }
+
+/// The write-ahead log is checkpointed by a connection of its own, not by the writer's commits.
+@Suite struct WALCheckpointWorkerTests {
+    @Test func theLogIsCheckpointedOffTheWriterAndNothingIsLost() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("checkpoint-\(UUID()).sqlite").path
+        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
+        func size(_ file: String) -> Int64 {
+            (try? FileManager.default.attributesOfItem(atPath: file)[.size] as? NSNumber)?.int64Value ?? 0
+        }
+        let database = try await Database.open(url: "sqlite:\(path)")
+        try await database.transaction { sql in try await sql.raw("CREATE TABLE blobs (id INTEGER, b TEXT)").run() }
+        let start = size(path)
+        // 12 MB in 24 transactions: past 1,000 pages (4 MB) of log several times, never past the
+        // writer's own limit of 8,000 pages. Only a checkpoint moves pages into the database file.
+        let chunk = String(repeating: "x", count: 500_000)
+        for index in 0..<24 {
+            try await database.transaction { sql in
+                try await sql.raw("INSERT INTO blobs (id, b) VALUES (\(bind: index), \(bind: chunk))").run()
+            }
+        }
+        var grown = false
+        for _ in 0..<600 where !grown {
+            grown = size(path) > start + 4_000_000
+            if !grown { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        #expect(grown, "the database file is \(size(path)) bytes, the log \(size(path + "-wal"))")
+        #expect((database.checkpointsElsewhere ?? 0) > 0)
+        try await database.close()
+        let reopened = try await Database.open(url: "sqlite:\(path)")
+        let count = try await reopened.read { sql in
+            try await sql.raw("SELECT COUNT(*) AS n, SUM(LENGTH(b)) AS bytes FROM blobs").first()
+        }
+        #expect(try count?.decode(column: "n", as: Int.self) == 24)
+        #expect(try count?.decode(column: "bytes", as: Int.self) == 24 * 500_000)
+        try await reopened.close()
+    }
+}
