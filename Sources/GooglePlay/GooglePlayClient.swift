@@ -157,7 +157,9 @@ public struct GooglePlayClient: Sendable {
         while true {
             var request = HTTPClientRequest(url: baseURL + path)
             request.method = method
-            request.headers.add(name: "Authorization", value: "Bearer \(try await tokens.token())")
+            let token: String
+            if let fresh = tokens.freshToken { token = fresh } else { token = try await tokens.token() }
+            request.headers.add(name: "Authorization", value: "Bearer \(token)")
             if let body {
                 request.headers.add(name: "Content-Type", value: "application/json")
                 request.body = .bytes(ByteBuffer(bytes: body))

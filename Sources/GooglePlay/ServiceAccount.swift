@@ -4,6 +4,7 @@ import JWTKit
 import KeyFiles
 import NIOCore
 import NIOHTTP1
+import Synchronization
 
 /// A Google service account's JSON key (`type: service_account`): what signs the assertion
 /// exchanged for access tokens (google-play.md §1).
@@ -107,6 +108,14 @@ public actor AccessTokenSource {
     }
 
     /// A valid access token, fetched when none is cached or it expires within five minutes.
+    /// The cached token while it is fresh, read without a hop to the actor (every Developer
+    /// API call asks for it); nil when `token()` must fetch one.
+    public nonisolated var freshToken: String? {
+        fresh.withLock { cached in cached.flatMap { ContinuousClock.now < $0.renewAt ? $0.token : nil } }
+    }
+    // A copy of `cached`, written with it.
+    private nonisolated let fresh = Mutex<(token: String, renewAt: ContinuousClock.Instant)?>(nil)
+
     public func token() async throws -> String {
         if let cached, ContinuousClock.now < cached.renewAt { return cached.token }
         if let refreshing { return try await refreshing.value }
@@ -117,7 +126,10 @@ public actor AccessTokenSource {
     }
 
     /// Forgets the cached token (after an API 401: retry once with a new one).
-    public func invalidate() { cached = nil }
+    public func invalidate() {
+        cached = nil
+        fresh.withLock { $0 = nil }
+    }
 
     func fetch() async throws -> String {
         let assertion = try await keys.sign(
@@ -151,7 +163,9 @@ public actor AccessTokenSource {
                 status: answer.status)
         }
         let lifetime = max(60, min(decoded?.expiresIn ?? 3600, 3600))
-        cached = (token, ContinuousClock.now + .seconds(max(30, lifetime - 300)))
+        let entry = (token: token, renewAt: ContinuousClock.now + .seconds(max(30, lifetime - 300)))
+        cached = entry
+        fresh.withLock { $0 = entry }
         return token
     }
 }

@@ -33,15 +33,18 @@ public final class LocalGooglePlayServer: Sendable {
     let pushJWKS: String
     let accessTokens = AccessTokens()
 
-    actor AccessTokens {
-        var issued: [String: Date] = [:]
+    /// The access tokens issued, checked on every API call without a hop to an actor.
+    final class AccessTokens: Sendable {
+        private let issued = Mutex<[String: Date]>([:])
         func issue(now: Date) -> String {
             let token = "ya29.local-" + UUID().uuidString.lowercased()
-            issued = issued.filter { $0.value > now }
-            issued[token] = now.addingTimeInterval(3600)
+            issued.withLock { issued in
+                issued = issued.filter { $0.value > now }
+                issued[token] = now.addingTimeInterval(3600)
+            }
             return token
         }
-        func valid(_ token: String, now: Date) -> Bool { (issued[token] ?? .distantPast) > now }
+        func valid(_ token: String, now: Date) -> Bool { issued.withLock { ($0[token] ?? .distantPast) > now } }
     }
 
     public init(store: LocalGooglePlay, serviceAccountEmail: String = "storekeeper@local-play.iam.gserviceaccount.com")
@@ -333,7 +336,7 @@ public final class LocalGooglePlayServer: Sendable {
         _ request: Request, _ context: Context, _ body: () async throws -> Response
     ) async throws -> Response {
         guard let header = request.headers[.authorization], header.hasPrefix("Bearer "),
-            await accessTokens.valid(String(header.dropFirst(7)), now: Date())
+            accessTokens.valid(String(header.dropFirst(7)), now: Date())
         else {
             return Self.googleError(
                 401, "authError", "Request had invalid authentication credentials.", status: "UNAUTHENTICATED")
@@ -381,7 +384,7 @@ public final class LocalGooglePlayServer: Sendable {
         }
         guard claims.scope.split(separator: " ").contains(Substring(ServiceAccountAssertion.androidPublisherScope))
         else { return refuse("invalid_scope", "Invalid OAuth scope or ID token audience provided.") }
-        let token = await accessTokens.issue(now: now)
+        let token = accessTokens.issue(now: now)
         return Self.json(
             ["access_token": token, "expires_in": "3599", "token_type": "Bearer"], numbers: ["expires_in"])
     }
