@@ -146,6 +146,12 @@ final class DemoStory: @unchecked Sendable {  // run by one task at a time
     /// Apple IDs whose every paid transaction must end up delivered exactly once.
     var appleIds: [String] = []
     var sandboxTransactions: [String] = []
+    /// The subscription scenes' App Store: the same keys and notification URL, its clock starting
+    /// 65 days ago and moved on by the scenes (a renewal a month later, billing a month after
+    /// that), so they end a day ago, and the server's own local App Store stays on today's date
+    /// for every other purchase of the story.
+    let past: LocalAppStore
+    let pastSender: NotificationSender
     var bulk: Simulation.Report?
     /// The local Google Play's purchase token of the two-store steps.
     var androidToken: String?
@@ -158,6 +164,16 @@ final class DemoStory: @unchecked Sendable {  // run by one task at a time
         self.directory = directory
         self.live = live
         self.control = LocalStoreControl(server: URL(string: base)!, key: key)
+        self.past = LocalAppStore(
+            configuration: store.configuration, pki: store.pki,
+            clock: StoreClock(start: Date().addingTimeInterval(-65 * 86_400), scale: 0))
+        self.pastSender = NotificationSender(store: past)
+    }
+
+    /// Moves the subscription scenes' store on and sends what its clock made due, as Apple would.
+    func pastAdvance(days: Double) async {
+        await past.advance(by: days * 86_400)
+        await pastSender.deliverDue()
     }
 
     // MARK: HTTP as the app's back end
@@ -254,8 +270,9 @@ final class DemoStory: @unchecked Sendable {  // run by one task at a time
             ("The iOS subscription, seen by the Android app", subscriptionSeenOnAndroid),
             ("Google refunds the Android coins", googleRefund),
             ("Google down when the server acknowledges: the sweeper saves the purchase", acknowledgementSweeper),
-            ("A web paywall paid through Stripe, redeemed in the app, renewed", webPaywallRedeemedInTheApp),
+            // The coins first: the paywall's renewal moves Stripe's test clock a month on.
             ("Coins bought on the web, refunded from Stripe", webCoinsRefunded),
+            ("A web paywall paid through Stripe, redeemed in the app, renewed", webPaywallRedeemedInTheApp),
             (
                 "\(bulkPurchases) purchases on 6 StoreKit 1 and 2 devices, through crashes and network failures",
                 {
@@ -447,17 +464,16 @@ final class DemoStory: @unchecked Sendable {  // run by one task at a time
     var original = ""
 
     func subscribe() async throws -> String {
-        appleIds.append("apple-sam")
-        let (orderId, token) = try await order("sam", "pro_monthly")
-        let payment = try await control.pay(
-            appleId: "apple-sam", items: [("pro_monthly", 1)], appAccountToken: token, askToBuy: false)
-        original = payment.transactions[0].originalTransactionId ?? payment.transactions[0].transactionId
+        // Bought 65 days ago (this store's clock), by the app signed in as sam.
+        _ = await past.customer("apple-sam")
+        let payment = try await past.buy("apple-sam", items: [.init(productId: "pro_monthly")])
+        original = payment.transactions[0].originalTransactionId ?? payment.transactions[0].transactionId ?? ""
         let reply = try await call(
             .POST, "/v1/purchases",
-            ["accountId": "sam", "orderId": orderId, "signedTransaction": payment.signedTransactions[0]])
+            ["accountId": "sam", "appId": appStoreAppId, "signedTransaction": payment.signedTransactions[0]])
         guard reply.status == 200 else { throw DemoFailure("the subscription answered \(reply.status)") }
         let first = try await subscription("sam")?["expiresAt"] as? String
-        await store.advance(by: 32 * 86_400)
+        await pastAdvance(days: 32)
         try await eventually("DID_RENEW applied") {
             let now = try await self.subscription("sam")
             return now?["status"] as? String == "active" && now?["expiresAt"] as? String != first
@@ -467,8 +483,8 @@ final class DemoStory: @unchecked Sendable {  // run by one task at a time
     }
 
     func billingFails() async throws -> String {
-        await store.setBillingFails("apple-sam", true)
-        await store.advance(by: 31 * 86_400)
+        await past.setBillingFails("apple-sam", true)
+        await pastAdvance(days: 31)
         try await eventually("DID_FAIL_TO_RENEW applied") {
             try await self.subscription("sam")?["status"] as? String == "grace_period"
         }
@@ -478,8 +494,8 @@ final class DemoStory: @unchecked Sendable {  // run by one task at a time
     }
 
     func billingRecovers() async throws -> String {
-        await store.setBillingFails("apple-sam", false)
-        await store.advance(by: 86_400)
+        await past.setBillingFails("apple-sam", false)
+        await pastAdvance(days: 1)
         try await eventually("the recovery's DID_RENEW applied") {
             try await self.subscription("sam")?["status"] as? String == "active"
         }
@@ -487,7 +503,8 @@ final class DemoStory: @unchecked Sendable {  // run by one task at a time
     }
 
     func upgrade() async throws -> String {
-        try await store.changeProduct(original, to: "pro_yearly")
+        try await past.changeProduct(original, to: "pro_yearly")
+        await pastSender.deliverDue()
         try await eventually("the upgrade applied") {
             try await self.subscription("sam")?["productId"] as? String == "pro_yearly"
         }
@@ -497,10 +514,11 @@ final class DemoStory: @unchecked Sendable {  // run by one task at a time
     }
 
     func refund() async throws -> String {
-        guard let latest = await store.subscription(original)?.lastTransactionId else {
+        guard let latest = await past.subscription(original)?.lastTransactionId else {
             throw DemoFailure("no subscription at the App Store")
         }
-        try await store.refund(latest)
+        try await past.refund(latest)
+        await pastSender.deliverDue()
         try await eventually("REFUND applied") { try await self.subscription("sam")?["status"] as? String == "revoked" }
         let entitlements = try await account("sam")["entitlements"] as? [[String: Any]] ?? []
         guard entitlements.isEmpty else { throw DemoFailure("still entitled after the refund") }
@@ -601,6 +619,9 @@ final class DemoStory: @unchecked Sendable {  // run by one task at a time
             try await Task.sleep(for: .milliseconds(100))
         }
         var paidIds: Set<String> = Set(sandboxTransactions)
+        for transaction in await past.paidRecord(for: "apple-sam").transactions {
+            paidIds.insert(transaction.transactionId)
+        }
         for appleId in Set(appleIds) {
             for transaction in await store.paidRecord(for: appleId).transactions {
                 paidIds.insert(transaction.transactionId)
@@ -629,6 +650,19 @@ final class DemoStory: @unchecked Sendable {  // run by one task at a time
             ).first()?.decode(column: "n", as: Int.self) ?? 0
         }
         if mismatched > 0 { broken.append("\(mismatched) balances differ from their ledger") }
+        // One calendar: nothing the App Store or Google Play sold is dated after the server
+        // delivered it, nor before the order it paid was made (a minute's leeway for clocks).
+        let misdated: [String] = try await app.database.read { sql in
+            try await sql.raw(
+                """
+                SELECT d.transaction_id FROM deliveries d LEFT JOIN orders o ON o.order_id = d.order_id
+                WHERE d.store IN ('app_store', 'google_play') AND d.purchased_at IS NOT NULL
+                  AND (d.purchased_at > d.delivered_at + 60000 OR d.purchased_at < o.created_at - 60000)
+                ORDER BY d.transaction_id LIMIT 5
+                """
+            ).all().map { try $0.decode(column: "transaction_id", as: String.self) }
+        }
+        if !misdated.isEmpty { broken.append("purchases dated off the server's calendar: \(misdated)") }
         let kinds: String = try await app.database.read { sql in
             try await sql.raw(
                 "SELECT kind, status, COUNT(*) AS n FROM anomalies GROUP BY kind, status ORDER BY kind, status"

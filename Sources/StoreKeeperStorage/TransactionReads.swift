@@ -53,6 +53,7 @@ extension TransactionStore {
     /// transaction's latest.
     static func transactionIds(naming id: String, sql: any SQLDatabase) async throws -> [String] {
         var ids = [id, GooglePlayPlanner.prefix + id]
+        if let order = googleOrderId(quoted: id), order != id { ids.append(GooglePlayPlanner.prefix + order) }
         ids.append(StoreTransaction.webTransactionId(paymentId: id))
         for row in try await sql.raw(
             """
@@ -67,6 +68,20 @@ extension TransactionStore {
             }
         }
         return ids
+    }
+
+    /// A Google order id as a player may quote it: `gpa.3302-…` typed in lower case, or the
+    /// digits alone (`3302-0002-1234-00002`, a renewal's `..0` suffix kept) — Google's own
+    /// spelling, `GPA.` and the digits; nil when `id` is not of that shape.
+    static func googleOrderId(quoted id: String) -> String? {
+        var digits = Substring(id)
+        if digits.count > 4, digits.prefix(4).lowercased() == "gpa." { digits = digits.dropFirst(4) }
+        let groups = digits.split(separator: "..", maxSplits: 1, omittingEmptySubsequences: false)
+        let parts = groups[0].split(separator: "-", omittingEmptySubsequences: false)
+        guard parts.count >= 2, parts.allSatisfy({ !$0.isEmpty && $0.allSatisfy(\.isASCIIDigitCharacter) }),
+            groups.count == 1 || (!groups[1].isEmpty && groups[1].allSatisfy(\.isASCIIDigitCharacter))
+        else { return nil }
+        return "GPA." + digits
     }
 
     public func transaction(named id: String) async throws -> TransactionRecord? {
@@ -241,4 +256,8 @@ extension TransactionStore {
             return .transferred(from: owner)
         }
     }
+}
+
+extension Character {
+    fileprivate var isASCIIDigitCharacter: Bool { isASCII && isNumber }
 }

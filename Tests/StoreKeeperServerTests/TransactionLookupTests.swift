@@ -2,6 +2,7 @@ import Foundation
 import Testing
 
 @testable import StoreKeeperServer
+@testable import StoreKeeperStorage
 
 /// Support's look-up (`GET /v1/transactions/{id}` and the dashboard's search): any id a player or
 /// a store quotes finds the transaction, its account, order, refunds and anomalies.
@@ -18,7 +19,10 @@ import Testing
             let googleOrder = try #require(await play.store.purchase(token)?.orders.first)
             #expect(googleOrder.hasPrefix("GPA."))
             // As Google's receipt e-mail prints it, with the prefix this server stores, by token.
-            for id in [googleOrder, "gp:" + googleOrder, token] {
+            // Also as a player types it: in lower case, or the digits without `GPA.`.
+            for id in [
+                googleOrder, "gp:" + googleOrder, token, googleOrder.lowercased(), String(googleOrder.dropFirst(4)),
+            ] {
                 let found = try await API.call(
                     play.client, .get,
                     "/v1/transactions/\(id.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)")
@@ -331,6 +335,21 @@ import Testing
                 play.client, .post, "/v1/subscriptions/\(original)/extend",
                 body: #"{"days":7,"reason":"service_issue"}"#)
             #expect(expired.status == .unprocessableContent && expired.errorCode == "not_extendable", "\(expired.json)")
+        }
+    }
+}
+
+@Suite struct QuotedGoogleOrderIdTests {
+    @Test func aGoogleOrderIdIsReadAsPlayersQuoteIt() {
+        #expect(TransactionStore.googleOrderId(quoted: "3302-0002-1234-00002") == "GPA.3302-0002-1234-00002")
+        #expect(
+            TransactionStore.googleOrderId(quoted: "gpa.3302-0002-1234-00002..1") == "GPA.3302-0002-1234-00002..1")
+        #expect(TransactionStore.googleOrderId(quoted: "GPA.3302-0002-1234-00002") == "GPA.3302-0002-1234-00002")
+        for other in [
+            "3302", "3302-", "-3302", "3302-00a2", "3302-0002..", "2924347423441280", "pi_3302-0002", "",
+            "3302-0\u{0301}002", "٣٣٠٢-٠٠٠٢", "gpa.",
+        ] {
+            #expect(TransactionStore.googleOrderId(quoted: other) == nil, "\(other)")
         }
     }
 }
