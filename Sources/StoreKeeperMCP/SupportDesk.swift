@@ -189,16 +189,24 @@ public actor SupportDesk {
     }
 
     /// Over stdin/stdout with `key` (checked with the server first: a refused key is an error
-    /// before anything is served), until stdin closes.
+    /// before anything is served), until stdin closes — and then until every request read has
+    /// been answered (each API call has its own 30 s deadline; `answerWithin` bounds the wait),
+    /// so a client that writes its requests and closes stdin at once still gets every answer.
     public func serveStdio(
         key: String, input: SystemPackage.FileDescriptor = .standardInput,
-        output: SystemPackage.FileDescriptor = .standardOutput
+        output: SystemPackage.FileDescriptor = .standardOutput, answerWithin: Duration = .seconds(40)
     ) async throws {
         let identity = try await identity(of: key)
         logger.notice(
             "mcp: serving over stdio", metadata: ["key": "\(identity.label)", "scope": "\(identity.scope)"])
         let server = await makeServer(key: key)
-        try await server.start(transport: StdioTransport(input: input, output: output, logger: logger))
+        let transport = AnsweringTransport(
+            StdioTransport(input: input, output: output, logger: logger), logger: logger)
+        try await server.start(transport: transport)
         await server.waitUntilCompleted()
+        let unanswered = await transport.settle(within: answerWithin)
+        if unanswered > 0 {
+            logger.error("mcp: stdin closed; \(unanswered) requests still unanswered after \(answerWithin)")
+        }
     }
 }

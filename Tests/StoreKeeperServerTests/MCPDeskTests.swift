@@ -195,6 +195,55 @@ import Testing
         }
     }
 
+    /// A client that writes its requests and closes stdin at once (a script piping a file in)
+    /// gets every answer: the desk ends when the last one is written, not at EOF.
+    @Test func requestsWrittenBeforeStdinClosesAreAllAnswered() async throws {
+        try await Self.withLiveDesk("sqlite") { _, url, transactionId in
+            let desk = SupportDesk(serverURL: url)
+            let toServer = try FileDescriptor.pipe()
+            let toClient = try FileDescriptor.pipe()
+            var lines = [
+                #"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"script","version":"1"}}}"#,
+                #"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+                #"{"jsonrpc":"2.0","id":"list","method":"tools/list"}"#,
+            ]
+            for index in 1...6 {
+                lines.append(
+                    #"{"jsonrpc":"2.0","id":\#(index),"method":"tools/call","params":{"name":"find_transaction","arguments":{"id":"\#(transactionId)"}}}"#
+                )
+            }
+            lines.append(
+                #"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"get_account","arguments":{"accountId":"u1"}}}"#
+            )
+            let bytes = Array((lines.joined(separator: "\n") + "\n").utf8)
+            _ = try bytes.withUnsafeBytes { try toServer.writeEnd.writeAll($0) }
+            try toServer.writeEnd.close()
+            // Everything is written and stdin is closed before the desk reads a byte.
+            try await desk.serveStdio(key: Self.reader, input: toServer.readEnd, output: toClient.writeEnd)
+            try toClient.writeEnd.close()
+            var output: [UInt8] = []
+            var buffer = [UInt8](repeating: 0, count: 65_536)
+            while true {
+                let count = try buffer.withUnsafeMutableBytes { try toClient.readEnd.read(into: $0) }
+                if count == 0 { break }
+                output += buffer[..<count]
+            }
+            for descriptor in [toServer.readEnd, toClient.readEnd] { try? descriptor.close() }
+            var answered: [String: [String: Any]] = [:]
+            for line in String(decoding: output, as: UTF8.self).split(separator: "\n") {
+                guard let message = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else {
+                    continue
+                }
+                answered["\(message["id"] ?? "none")"] = message
+            }
+            #expect(Set(answered.keys) == ["0", "list", "1", "2", "3", "4", "5", "6", "7"], "\(answered.keys)")
+            for index in 1...7 {
+                let result = answered["\(index)"]?["result"] as? [String: Any]
+                #expect(result?["isError"] as? Bool != true, "\(answered["\(index)"] ?? [:])")
+            }
+        }
+    }
+
     /// Streamable HTTP: each request brings its own key; none or a wrong one is 401.
     @Test func theHTTPListenerServesEachKeyItsOwnTools() async throws {
         try await Self.withLiveDesk("sqlite") { app, url, _ in
