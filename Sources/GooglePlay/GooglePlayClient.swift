@@ -103,6 +103,21 @@ public struct GooglePlayClient: Sendable {
         _ = try await call(.POST, "\(applicationPath)/orders/\(Self.segment(orderId)):refund?revoke=\(revoke)")
     }
 
+    /// How `purchases.subscriptionsv2.revoke` refunds: the whole latest charge, or what is left of
+    /// its period.
+    public enum Revocation: String, Sendable, CaseIterable {
+        case fullRefund, proratedRefund
+    }
+
+    /// `purchases.subscriptionsv2.revoke`: refunds the subscription's latest charge (in full or
+    /// prorated) and ends its access and renewals now; Google notifies `SUBSCRIPTION_REVOKED`.
+    public func revokeSubscription(token: String, _ revocation: Revocation) async throws {
+        let body = #"{"revocationContext":{"\#(revocation.rawValue)":{}}}"#
+        _ = try await call(
+            .POST, "\(applicationPath)/purchases/subscriptionsv2/tokens/\(Self.segment(token)):revoke",
+            body: Data(body.utf8))
+    }
+
     /// `purchases.subscriptionsv2.defer`: moves the subscription's next billing date (and its
     /// access) by `seconds` (1 day to 1 year), guarded by the `etag` of the state it was read in.
     public func deferSubscription(token: String, seconds: Int, etag: String?) async throws {

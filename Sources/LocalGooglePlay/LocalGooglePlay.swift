@@ -382,6 +382,30 @@ public actor LocalGooglePlay {
         enqueue(notification)
     }
 
+    /// `purchases.subscriptionsv2.revoke`: the developer refunds the latest charge — in full, or
+    /// what is left of its period (`prorated`) — and the subscription ends now: expired, no
+    /// renewal, `SUBSCRIPTION_REVOKED` (12). A full refund also voids the purchase (listed and
+    /// notified as Google's own refunds are); a prorated one refunds part of the order and voids
+    /// nothing. An expired subscription has nothing left to revoke.
+    public func revokeSubscription(_ token: String, prorated: Bool) throws(Refusal) {
+        guard var purchase = purchases[token], purchase.kind == .subscription else { throw .notFound }
+        let now = clock.now()
+        guard purchase.subscriptionState != SubscriptionState.expired, !purchase.voided, purchase.expiry > now,
+            let orderId = purchase.orders.last
+        else { throw .invalidPurchaseState("The subscription has already expired or been revoked.") }
+        refundedOrders.insert(orderId)
+        if prorated {
+            purchase.subscriptionState = SubscriptionState.expired
+            purchase.autoRenew = false
+            purchase.expiry = now
+            purchase.cancellation = "developerInitiatedCancellation"
+            purchases[token] = purchase
+        } else {
+            try refund(token, reason: 0)
+        }
+        notify(subscription: 12, token)
+    }
+
     /// The customer disputes a charge: Google asks for the developer's review.
     public func requestRefundReview(_ token: String) throws(Refusal) -> String {
         guard let purchase = purchases[token], let orderId = purchase.orders.last else { throw .notFound }

@@ -149,6 +149,24 @@ public final class LocalGooglePlayServer: Sendable {
         app.post("purchases/subscriptionsv2/tokens/:token") { request, context in
             try await self.authorized(request, context) {
                 let (token, action) = Self.split(context.parameters.get("token") ?? "")
+                if action == "revoke" {
+                    // Exactly one of fullRefund, proratedRefund (itemBasedRefund is for add-ons,
+                    // which this store does not sell).
+                    guard let body = try? await request.decode(as: RevokeRequest.self, context: context),
+                        let revocation = body.revocationContext,
+                        (revocation.fullRefund != nil) != (revocation.proratedRefund != nil)
+                    else {
+                        return Self.googleError(
+                            400, "invalidValue",
+                            "revocationContext must hold exactly one of fullRefund, proratedRefund.")
+                    }
+                    do {
+                        try await self.store.revokeSubscription(token, prorated: revocation.proratedRefund != nil)
+                        return Self.json(Data("{}".utf8))
+                    } catch {
+                        return Self.refusal(error)
+                    }
+                }
                 guard action == "defer" else { return Self.googleError(404, "notFound", "Unknown method.") }
                 guard let body = try? await request.decode(as: DeferRequest.self, context: context),
                     let duration = body.deferralContext?.deferDuration, duration.hasSuffix("s"),
@@ -561,4 +579,14 @@ extension LocalGooglePlayServer {
             "Bearer " + (try await pushToken(audience: audience, serviceAccount: serviceAccount))
         )
     }
+}
+
+/// `purchases.subscriptionsv2.revoke`'s body.
+struct RevokeRequest: Decodable {
+    struct Context: Decodable {
+        struct Empty: Decodable {}
+        var fullRefund: Empty?
+        var proratedRefund: Empty?
+    }
+    var revocationContext: Context?
 }

@@ -115,6 +115,9 @@ public struct AnomalyDraft: Hashable, Sendable {
     public var detail: String
     /// The store of the purchase it is about, when the path that raised it knows.
     public var store: Store? = nil
+    /// The app (`apps[].id`) of the purchase it is about, when the path that raised it knows:
+    /// a purchase nobody holds has no delivery or order to say it.
+    public var appId: String? = nil
 
     public init(kind: Kind, transactionId: String?, orderId: String?, accountId: String?, detail: String) {
         self.kind = kind

@@ -319,11 +319,14 @@ extension DeskTool {
                 "id": text("any id of the purchase (as find_transaction takes)", maxLength: 4096),
                 "reason": text("why", maxLength: 500), "note": text("more detail", maxLength: 2000),
                 "idempotencyKey": text("one per intended refund", maxLength: 200),
+                "refundType": oneOf(
+                    "a Google Play subscription: refund the whole period (default) or what is left of it; access ends now",
+                    ["full", "prorated"]),
             ], required: ["id", "reason"], marks: "note"
         ) { arguments in
             APICall(
                 method: "POST", path: "/v1/transactions/\(segment(try arguments.string("id")))/refund",
-                body: try arguments.passing(["reason", "note", "idempotencyKey"]))
+                body: try arguments.passing(["reason", "note", "idempotencyKey", "refundType"]))
         },
         DeskTool(
             name: "transfer_purchase", title: "Move a purchase to another account",

@@ -224,7 +224,8 @@ extension AnomalyStore {
                     \(bind: anomaly.transactionId), \(bind: anomaly.orderId), \(bind: anomaly.accountId),
                     \(bind: anomaly.detail), \(bind: at), \(bind: payload),
                     COALESCE((SELECT app_id FROM deliveries WHERE transaction_id = \(bind: anomaly.transactionId)),
-                             (SELECT app_id FROM orders WHERE order_id = \(bind: anomaly.orderId))),
+                             (SELECT app_id FROM orders WHERE order_id = \(bind: anomaly.orderId)),
+                             \(bind: anomaly.appId)),
                     COALESCE(\(bind: anomaly.store?.rawValue),
                              (SELECT store FROM deliveries WHERE transaction_id = \(bind: anomaly.transactionId))))
             ON CONFLICT (dedupe_key) DO NOTHING RETURNING id, app_id, store

@@ -326,7 +326,10 @@ struct BatchDelivery {
             context.refundedBeforeDelivery = refundedEarlier[transactionId]?.revocation
             context.configuredAppIds = Set(item.apps.apps.values)
             var plan = DeliveryPlanner.plan(context, now: item.now)
-            for index in plan.anomalies.indices { plan.anomalies[index].store = item.store }
+            for index in plan.anomalies.indices {
+                plan.anomalies[index].store = item.store
+                plan.anomalies[index].appId = item.appId
+            }
             // An auto-renewable subscription's state moves through the core's machine
             // (`signedDate` order), bound where the delivery went: with a new period submitted,
             // or with any notification about it. Its entitlement follows that state, never the

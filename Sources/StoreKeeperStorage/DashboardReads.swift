@@ -357,3 +357,54 @@ extension ReportStore {
         }
     }
 }
+
+extension ReportStore {
+    /// One purchase an account holds, as the account page's support form lists it.
+    public struct AccountPurchase: Sendable, Hashable {
+        public var transactionId: String
+        public var originalTransactionId: String
+        public var productId: String
+        public var store: String
+        public var appId: String?
+        public var purchasedAt: Date?
+        /// A renewing purchase's period end (nil: it does not renew).
+        public var expiresAt: Date?
+        public var refunded: Bool
+    }
+
+    /// The account's purchases, newest first: a subscription once (its latest period).
+    /// `apps`: only those apps' purchases (a key limited to some apps); nil: every app.
+    public func purchases(of accountId: String, apps: Set<String>? = nil, limit: Int = 200) async throws
+        -> [AccountPurchase]
+    {
+        let only: SQLQueryString = apps.map { " AND app_id IN (\(binds: $0.sorted()))" } ?? ""
+        return try await database.read { sql in
+            var seen: Set<String> = []
+            var purchases: [AccountPurchase] = []
+            for row in try await sql.raw(
+                """
+                SELECT transaction_id, original_transaction_id, product_id, store, app_id, purchased_at, period_end,
+                       refunded_at
+                FROM deliveries WHERE account_id = \(bind: accountId)\(only)
+                ORDER BY delivered_at DESC, transaction_id DESC LIMIT \(unsafeRaw: String(max(1, limit) * 4))
+                """
+            ).all() {
+                let transactionId = try row.decode(column: "transaction_id", as: String.self)
+                let original = try row.decode(column: "original_transaction_id", as: String?.self) ?? transactionId
+                guard seen.insert(original).inserted else { continue }
+                purchases.append(
+                    AccountPurchase(
+                        transactionId: transactionId, originalTransactionId: original,
+                        productId: try row.decode(column: "product_id", as: String.self),
+                        store: try row.decode(column: "store", as: String.self),
+                        appId: try row.decode(column: "app_id", as: String?.self),
+                        purchasedAt: try row.decode(column: "purchased_at", as: Int64?.self).map(
+                            Date.init(milliseconds:)),
+                        expiresAt: try row.decode(column: "period_end", as: Int64?.self).map(Date.init(milliseconds:)),
+                        refunded: try row.decode(column: "refunded_at", as: Int64?.self) != nil))
+                if purchases.count == limit { break }
+            }
+            return purchases
+        }
+    }
+}

@@ -265,6 +265,40 @@ def main():
         check(driver.execute_script("return document.documentElement.scrollWidth <= window.innerWidth + 1"),
               "the account page fits 1400 px")
         shot(driver, "account-1400")
+        # Purchase actions: an App Store refund is Apple's (the page says where the player asks);
+        # the player's subscription moves to their new account.
+        subscribe(server, key, account)
+        driver.get(server + f"/dashboard/accounts/{account}")
+        purchases = driver.find_element(By.ID, "purchase-form")
+        options = purchases.find_elements(By.CSS_SELECTOR, "select[name=transactionId] option")
+        check(any("pro_monthly" in o.text for o in options) and any("coins_60" in o.text for o in options),
+              "the purchase form lists the account's purchases")
+        Select(purchases.find_element(By.NAME, "transactionId")).select_by_visible_text(
+            next(o.text for o in options if "coins_60" in o.text))
+        purchases.find_element(By.NAME, "reason").send_keys("ticket 4714: wants a refund")
+        before = driver.current_url
+        purchases.find_element(By.ID, "refund-button").click()
+        WebDriverWait(driver, 20).until(lambda d: d.current_url != before)
+        check("reportaproblem.apple.com" in driver.find_element(By.TAG_NAME, "body").text,
+              "an App Store refund sends the agent to Apple's refund request")
+        driver.get(server + f"/dashboard/accounts/{account}")
+        purchases = driver.find_element(By.ID, "purchase-form")
+        options = purchases.find_elements(By.CSS_SELECTOR, "select[name=transactionId] option")
+        Select(purchases.find_element(By.NAME, "transactionId")).select_by_visible_text(
+            next(o.text for o in options if "pro_monthly" in o.text))
+        purchases.find_element(By.NAME, "reason").send_keys("ticket 4715: bought on the old account")
+        purchases.find_element(By.NAME, "toAccountId").send_keys(account + "-new")
+        before = driver.current_url
+        purchases.find_element(By.ID, "transfer-button").click()
+        check(arrive(driver, f"/dashboard/accounts/{account}", leaving=before), "a transfer returns to the account")
+        check("Transferred" in driver.find_element(By.TAG_NAME, "body").text, "the page says it was transferred")
+        status, text = api(server, key, "GET", f"/v1/accounts/{account}-new")
+        check(any(e["id"] == "pro" and e.get("active") for e in json.loads(text)["entitlements"]),
+              "the API shows the subscription on the new account")
+        status, text = api(server, key, "GET", f"/v1/accounts/{account}")
+        check(not any(e["id"] == "pro" and e.get("source") != "grant" and e.get("active")
+                      for e in json.loads(text)["entitlements"]), "and no longer on the old one")
+        shot(driver, "account-purchases-1400")
         end = driver.find_element(By.CSS_SELECTOR, "#grants form button")
         before = driver.current_url
         end.click()

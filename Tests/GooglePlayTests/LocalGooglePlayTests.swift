@@ -284,6 +284,44 @@ import Testing
 
     /// `orders.get`: what each order charged (a one-time purchase's units at the price of the
     /// buyer's country, each renewal a period), its refund state; `regionCode` as bought.
+    /// `purchases.subscriptionsv2.revoke`: exactly one refund context; access ends now; a full
+    /// refund voids the purchase, a prorated one does not; nothing left to revoke is refused.
+    @Test func revokeEndsASubscriptionNowWithAFullOrProratedRefund() async throws {
+        try await Self.withPlay { play in
+            let access = try await AccessTokenSource(key: play.server.serviceAccountKey(baseURL: play.baseURL)).token()
+            func revoke(_ token: String, _ body: String) async throws -> (Int, String) {
+                try await Self.raw(
+                    .POST,
+                    play.baseURL
+                        + "/androidpublisher/v3/applications/com.example.app/purchases/subscriptionsv2/tokens/\(token):revoke",
+                    body: body, headers: ["Authorization": "Bearer \(access)", "Content-Type": "application/json"])
+            }
+            let prorated = try await play.store.buy("pro_monthly", obfuscatedAccountId: "a1")
+            let full = try await play.store.buy("pro_monthly", obfuscatedAccountId: "a2")
+            for bad in [
+                "{}", #"{"revocationContext":{}}"#, #"{"revocationContext":{"fullRefund":{},"proratedRefund":{}}}"#,
+            ] {
+                #expect(try await revoke(prorated, bad).0 == 400, "\(bad)")
+            }
+            #expect(try await revoke("no-such-token", #"{"revocationContext":{"fullRefund":{}}}"#).0 == 404)
+            try await play.client.revokeSubscription(token: prorated, .proratedRefund)
+            try await play.client.revokeSubscription(token: full, .fullRefund)
+            for token in [prorated, full] {
+                let read = try await play.client.subscriptionPurchase(token: token)
+                #expect(read.subscriptionState == "SUBSCRIPTION_STATE_EXPIRED")
+                #expect(read.lineItems?.first?.autoRenewingPlan?.autoRenewEnabled == false)
+            }
+            #expect(await play.store.purchase(prorated)?.voided == false)
+            #expect(await play.store.purchase(full)?.voided == true)
+            let voided = try await play.client.voidedPurchases(startTime: nil, pageToken: nil)
+            #expect(voided.voidedPurchases?.map(\.purchaseToken) == [full])
+            // Revoked: nothing left to revoke.
+            await #expect(throws: GooglePlayError.self) {
+                try await play.client.revokeSubscription(token: prorated, .fullRefund)
+            }
+        }
+    }
+
     @Test func ordersSayWhatEachChargeCostInTheBuyersCountry() async throws {
         try await Self.withPlay { play in
             let coins = try await play.store.buy(

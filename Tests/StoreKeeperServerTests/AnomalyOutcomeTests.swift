@@ -28,6 +28,12 @@ import Testing
             #expect(orphan.plan.outcome == .unattributed)
             let open = try await Self.openAnomalies(client)
             #expect(open.count == 1 && open.first?["kind"] as? String == "unattributed_transaction")
+            // Held by nobody, it still names its app, in the vocabulary orders use (`apps[].id`).
+            let orderApp =
+                try await API.call(
+                    client, .post, "/v1/orders", body: #"{"accountId":"someone","productId":"coins_60"}"#
+                ).json["appId"] as? String
+            #expect(orderApp != nil && open.first?["appId"] as? String == orderApp, "\(open)")
             let id = try #require(open.first?["id"] as? String)
             // The player's device submits it later: delivered, and the anomaly is settled by it.
             let submitted = try await API.submit(

@@ -682,6 +682,7 @@ import Testing
                 as? [[String: Any]] ?? []).filter { $0["kind"] as? String == "unattributed_transaction" }
             #expect(held.count == 1)
             #expect(held.first?["store"] as? String == "google_play")
+            #expect(held.first?["appId"] as? String == "android")
             // Its price waits for a delivery to price (Google is not asked meanwhile).
             func priceJobs() async throws -> [String] {
                 try await play.app.database.read { sql in

@@ -135,6 +135,79 @@ import Testing
         }
     }
 
+    /// A Google subscription is refunded by `purchases.subscriptionsv2.revoke`: in full (the
+    /// purchase voided) or prorated (what is left of the period), access ending now either way,
+    /// Google's notifications taking nothing more.
+    @Test(arguments: API.databases)
+    func supportRevokesAGoogleSubscriptionInFullOrProrated(kind: String) async throws {
+        try await Play.withPlay(kind) { play in
+            func subscribe(_ account: String, daysAgo: Double) async throws -> (token: String, order: String) {
+                let order = try await play.order(account, "pro_monthly")
+                let token = try await play.store.buy(
+                    "pro_monthly", obfuscatedAccountId: order.token,
+                    purchasedAt: Date().addingTimeInterval(-daysAgo * 86_400))
+                #expect(try await play.submit(account, "pro_monthly", token, orderId: order.id).status == .ok)
+                #expect(try await play.entitlements(account) == ["pro"])
+                return (token, try #require(await play.store.purchase(token)?.orders.last))
+            }
+            // Bad refund types: named, nothing asked of Google.
+            let coins = try await play.order("coins", "coins_60")
+            let coinToken = try await play.store.buy("coins_60", obfuscatedAccountId: coins.token)
+            #expect(try await play.submit("coins", "coins_60", coinToken, orderId: coins.id).status == .ok)
+            let coinOrder = try #require(await play.store.purchase(coinToken)?.orders.first)
+            let half = try await API.call(
+                play.client, .post, "/v1/transactions/\(coinOrder)/refund", body: #"{"reason":"r","refundType":"half"}"#
+            )
+            #expect(half.status == .badRequest && half.errorCode == "invalid_refund_type", "\(half.json)")
+            let proratedCoins = try await API.call(
+                play.client, .post, "/v1/transactions/\(coinOrder)/refund",
+                body: #"{"reason":"r","refundType":"prorated"}"#)
+            #expect(proratedCoins.status == .unprocessableContent && proratedCoins.errorCode == "invalid_refund_type")
+            #expect(await play.store.purchase(coinToken)?.voided == false)
+
+            // Prorated, half-way through the month: about half refunded, access ends now.
+            let prorated = try await subscribe("prorated", daysAgo: 15)
+            let revoked = try await API.call(
+                play.client, .post, "/v1/transactions/\(prorated.order)/refund",
+                body: #"{"reason":"ticket 31: left the game","refundType":"prorated"}"#)
+            #expect(revoked.status == .ok && revoked.json["status"] as? String == "refunded", "\(revoked.json)")
+            #expect(try await play.entitlements("prorated").isEmpty)
+            let google = await play.store.subscriptionPurchaseV2(prorated.token)
+            #expect(google?.subscriptionState == "SUBSCRIPTION_STATE_EXPIRED")
+            #expect(await play.store.purchase(prorated.token)?.voided == false)
+            func refunds(_ order: String) async throws -> [[String: Any]] {
+                try await API.call(play.client, .get, "/v1/transactions/\(order)").json["refunds"] as? [[String: Any]]
+                    ?? []
+            }
+            let share = try #require(try await refunds(prorated.order).first?["share"] as? Double)
+            #expect(share > 0.4 && share < 0.6, "\(share)")
+            #expect(try await refunds(prorated.order).first?["type"] as? String == "REFUND_PRORATED")
+            // Google's SUBSCRIPTION_REVOKED arrives: access stays off, the share stays.
+            #expect(try await play.push().allSatisfy { $0 == .noContent })
+            await play.runJobs()
+            #expect(try await play.entitlements("prorated").isEmpty)
+            #expect(try await refunds(prorated.order).first?["share"] as? Double == share)
+            // Revoked already: Google refuses a second revocation.
+            let again = try await API.call(
+                play.client, .post, "/v1/transactions/\(prorated.order)/refund", body: #"{"reason":"again"}"#)
+            #expect(again.status == .unprocessableContent && again.errorCode == "store_refused", "\(again.json)")
+
+            // In full (the default): the purchase voided, the whole period refunded.
+            let full = try await subscribe("full", daysAgo: 3)
+            let whole = try await API.call(
+                play.client, .post, "/v1/transactions/\(full.order)/refund", body: #"{"reason":"ticket 32"}"#)
+            #expect(whole.status == .ok && whole.json["status"] as? String == "refunded", "\(whole.json)")
+            #expect(try await play.entitlements("full").isEmpty)
+            #expect(await play.store.purchase(full.token)?.voided == true)
+            #expect(try await play.push().allSatisfy { $0 == .noContent })
+            await play.runJobs()
+            #expect(try await refunds(full.order).count == 1)
+            #expect(try await refunds(full.order).first?["share"] as? Double == 1)
+            let audit = try await play.app.store.anomalies.audit().filter { $0.action == "support_refund" }
+            #expect(audit.count == 2 && audit.allSatisfy { $0.detail.contains("revoked the subscription") })
+        }
+    }
+
     @Test(arguments: API.databases)
     func aRefundGoogleCannotAnswerNowIs202AndAppliedWhenItDoes(kind: String) async throws {
         try await Play.withPlay(kind) { play in

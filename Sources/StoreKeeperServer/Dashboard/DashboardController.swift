@@ -586,6 +586,9 @@ struct DashboardController {
         values.merge(try await noteValues(accountId)) { current, _ in current }
         values.merge(try await grantValues(accountId)) { current, _ in current }
         values.merge(try await refundValues(accountId)) { current, _ in current }
+        values.merge(try await purchaseValues(accountId, apps: app.dashboardSessions.role(session).apps)) {
+            current, _ in current
+        }
         values["csrf"] = app.dashboardSessions.csrfToken(session)
         values["accountPath"] = Self.pathComponent(accountId)
         if let appTransaction { values["appTransaction"] = appTransaction }

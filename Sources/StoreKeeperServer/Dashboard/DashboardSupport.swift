@@ -20,6 +20,7 @@ extension DashboardController {
         }
         addNoteRoute(to: group)
         addGrantEndRoute(to: group)
+        addPurchaseRoutes(to: group)
         group.post("accounts/:accountId/grant") { request, context in
             try await withSession(request, context, form: true) { session, form in
                 let accountId = try StoreKeeperApp.parameter(context, "accountId")
@@ -177,6 +178,15 @@ extension DashboardController {
     }
 
     static let supportFlashes = [
+        "refund_refunded": "Refunded at the store; what it delivered was taken back (the refunds below).",
+        "refund_already_refunded": "Nothing asked: the store had refunded it already.",
+        "refund_pending":
+            "Google Play does not answer now: the refund is asked again until it does, and applied then.",
+        "transfer_transferred": "Transferred: the purchase and what it gives now belong to the other account.",
+        "transfer_already_held": "Nothing moved: the other account holds it already.",
+        "extend_extended": "Extended at Google Play: the subscription's new expiry is below.",
+        "extend_pending":
+            "Extension asked of Apple: it applies when Apple answers (the subscription below then moves).",
         "credited": "Credited; the ledger below shows it with its reason.",
         "debited": "Debited; the ledger below shows it with its reason.",
         "insufficient": "Not debited: the balance is lower than the amount.",
@@ -186,4 +196,92 @@ extension DashboardController {
         "grant_ended": "Grant ended; its entitlement is gone unless something else gives it.",
         "grant_not_running": "Nothing ended: that grant had already ended or run out.",
     ]
+}
+
+/// The account page's purchase actions — refund (Google Play, web), transfer, extend — each
+/// through the API's own function, as the signed-in key (its label marked `(dashboard)` in the
+/// audit), on a purchase this account holds.
+extension DashboardController {
+    static let purchaseActions = ["refund", "transfer", "extend"]
+
+    func addPurchaseRoutes(to group: RouterGroup<StoreKeeperContext>) {
+        for action in Self.purchaseActions {
+            group.post("accounts/:accountId/purchases/\(action)") { request, context in
+                try await withSession(request, context, form: true) { session, form in
+                    try await purchaseAction(action, context: context, form: form, session: session)
+                }
+            }
+        }
+    }
+
+    func purchaseAction(
+        _ action: String, context: StoreKeeperContext, form: [String: String], session: DashboardSessions.Session
+    ) async throws -> Response {
+        let accountId = try StoreKeeperApp.parameter(context, "accountId")
+        try StoreKeeperApp.validateAccountId(accountId)
+        let role = app.dashboardSessions.role(session)
+        let transactionId = form["transactionId"] ?? ""
+        guard !transactionId.isEmpty, transactionId.unicodeScalars.count <= 4096,
+            let record = try await app.store.transactions.transaction(named: transactionId),
+            record.accountId.map({ Identifiers.same($0, accountId) }) == true, role.covers(app: record.appId)
+        else { throw APIError.badRequest("pick one of this account's purchases") }
+        let caller = Caller.key(
+            OperatorKey(label: "\(role.label) (dashboard)", scope: role.scope, apps: role.apps, secret: ""))
+        let reason = (form["reason"] ?? "").trimmingCharacters(in: .whitespaces)
+        let response: Response
+        switch action {
+        case "refund":
+            let refundType = form["refundType"].flatMap { $0.isEmpty ? nil : $0 }
+            let body = StoreKeeperApp.SupportRefundBody(
+                reason: reason, note: nil, idempotencyKey: form["idempotencyKey"], refundType: refundType)
+            try body.validate()
+            response = try await app.supportRefund(id: record.transactionId, body: body, caller: caller)
+        case "transfer":
+            let body = StoreKeeperApp.TransferBody(
+                toAccountId: (form["toAccountId"] ?? "").trimmingCharacters(in: .whitespaces),
+                note: reason.isEmpty ? nil : reason)
+            try body.validate()
+            response = try await app.supportTransfer(id: record.transactionId, body: body, caller: caller)
+        default:
+            guard let days = Int(form["days"] ?? "") else { throw APIError.badRequest("days must be 1…90") }
+            let body = StoreKeeperApp.ExtendBody(
+                days: days, reason: form["extendReason"] ?? "customer_satisfaction", note: reason)
+            try body.validate()
+            response = try await app.extend(original: record.originalTransactionId, body: body, caller: caller)
+        }
+        let status = (try await Self.fields(of: response)["status"] as? String) ?? "done"
+        let path = "/dashboard/accounts/\(Self.pathComponent(accountId))"
+        return Self.redirect(path + "?done=\(action)_\(status)#support")
+    }
+
+    /// The account's purchases for the form: product, store, date, id.
+    func purchaseValues(_ accountId: String, apps: Set<String>?) async throws -> [String: Any] {
+        let purchases: [[String: Any]] = try await app.store.reports.purchases(of: accountId, apps: apps).map {
+            [
+                "transactionId": $0.transactionId,
+                "label":
+                    "\($0.productId) · \($0.store)\($0.purchasedAt.map { " · " + StoreKeeperApp.iso($0).prefix(10) } ?? "")"
+                    + ($0.refunded ? " · refunded" : "") + " · \($0.transactionId)",
+            ]
+        }
+        return ["purchases": purchases, "hasPurchases": !purchases.isEmpty]
+    }
+
+    /// A JSON answer's fields (what the API would have sent), for the page to say what happened.
+    static func fields(of response: Response) async throws -> [String: Any] {
+        final class Collected: @unchecked Sendable {  // written by one writer, then read
+            var buffer = ByteBuffer()
+        }
+        struct Collector: ResponseBodyWriter {
+            let collected: Collected
+            mutating func write(_ buffer: ByteBuffer) async throws {
+                var buffer = buffer
+                collected.buffer.writeBuffer(&buffer)
+            }
+            consuming func finish(_ trailingHeaders: HTTPFields?) async throws {}
+        }
+        let collected = Collected()
+        try await response.body.write(Collector(collected: collected))
+        return (try? JSONSerialization.jsonObject(with: Data(buffer: collected.buffer))) as? [String: Any] ?? [:]
+    }
 }

@@ -209,6 +209,21 @@ enum DashboardTemplates {
         <label>Note <input name="note" maxlength="500" placeholder="ticket 123: outage compensation"></label>
         <button type="submit">Grant</button>
         </form>
+        {{#hasPurchases}}
+        <form class="support" id="purchase-form" method="post" action="/dashboard/accounts/{{accountPath}}/purchases/refund">
+        <input type="hidden" name="_csrf" value="{{csrf}}"><input type="hidden" name="idempotencyKey" value="{{idempotencyKey}}">
+        <label>Purchase <select name="transactionId">{{#purchases}}<option value="{{transactionId}}">{{label}}</option>{{/purchases}}</select></label>
+        <label>Reason <input name="reason" required maxlength="500" placeholder="ticket 123: charged twice"></label>
+        <label>Refund <select name="refundType"><option value="full">in full</option><option value="prorated">prorated (a Google Play subscription)</option></select></label>
+        <button type="submit" id="refund-button">Refund</button>
+        <label>To account <input name="toAccountId" maxlength="256" placeholder="the player's other account"></label>
+        <button type="submit" id="transfer-button" formaction="/dashboard/accounts/{{accountPath}}/purchases/transfer">Transfer</button>
+        <label>Days <input name="days" type="number" min="1" max="90" value="7"></label>
+        <label>Why <select name="extendReason"><option>customer_satisfaction</option><option>service_issue</option><option>other</option><option>undeclared</option></select></label>
+        <button type="submit" id="extend-button" formaction="/dashboard/accounts/{{accountPath}}/purchases/extend">Extend</button>
+        </form>
+        <p class="hint">Refund: Google Play and web purchases (App Store refunds are Apple's: the player asks at reportaproblem.apple.com). Transfer: a non-consumable or subscription. Extend: a subscription (Apple: its renewal date; Google Play: deferred).</p>
+        {{/hasPurchases}}
         {{/canSupport}}
         </section>
         <section id="grants"><h2>Grants</h2>
@@ -218,7 +233,7 @@ enum DashboardTemplates {
         <td>{{#running}}{{#canSupport}}<form method="post" action="/dashboard/accounts/{{accountPath}}/grants/{{grantId}}/end"><input type="hidden" name="_csrf" value="{{csrf}}"><button type="submit">End</button></form>{{/canSupport}}{{/running}}</td></tr>{{/grants}}</tbody></table>{{/hasGrants}}
         </section>
         <section id="refunds"><h2>Refunds</h2>
-        <p class="hint">App Store refunds are Apple's to grant: send the player to <a href="https://reportaproblem.apple.com" rel="noreferrer">reportaproblem.apple.com</a>; Apple's answer appears here. Google Play and web purchases are refunded from their transaction (<code>POST /v1/transactions/{id}/refund</code>).</p>
+        <p class="hint">App Store refunds are Apple's to grant: send the player to <a href="https://reportaproblem.apple.com" rel="noreferrer">reportaproblem.apple.com</a>; Apple's answer appears here. Google Play and web purchases are refunded with the Support form above (or <code>POST /v1/transactions/{id}/refund</code>).</p>
         {{^hasRefunds}}<p class="empty">No refunds or refund requests.</p>{{/hasRefunds}}
         {{#hasRefunds}}<table id="refunds-table"><thead><tr><th>When</th><th>Store</th><th>Transaction</th><th>Product</th><th>Event</th><th>Detail</th></tr></thead>
         <tbody>{{#refunds}}<tr><td>{{at}}</td><td>{{store}}</td><td><code>{{transactionId}}</code></td><td>{{productId}}</td><td>{{event}}</td><td>{{detail}}</td></tr>{{/refunds}}</tbody></table>{{/hasRefunds}}

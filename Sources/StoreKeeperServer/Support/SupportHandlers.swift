@@ -148,11 +148,16 @@ extension StoreKeeperApp {
         let original = try Self.parameter(context, "originalTransactionId")
         try Self.validateText(original, field: "originalTransactionId")
         let body = try await decode(ExtendBody.self, request)
+        return try await extend(original: original, body: body, caller: try context.caller())
+    }
+
+    /// The extension itself, for the API and the dashboard's account page alike.
+    func extend(original: String, body: ExtendBody, caller: Caller) async throws -> Response {
         let note = try Self.validateExtension(days: body.days, reason: body.reason, note: body.note)
         // Google Play: its subscriptionsv2.defer, at once.
         if let purchase = try await GooglePlayStore(database: database).currentSubscription(original: original) {
             return try await deferGoogle(
-                purchase, days: body.days, reason: body.reason, note: note, actor: try context.caller().auditActor)
+                purchase, days: body.days, reason: body.reason, note: note, actor: caller.auditActor)
         }
         // Apple extends only subscriptions it issued: an Apple id is digits.
         guard Self.isAppleNumericId(original) else {
@@ -164,7 +169,7 @@ extension StoreKeeperApp {
         do {
             let row = try await store.support.requestExtension(
                 originalTransactionId: original, days: body.days, reason: body.reason, note: note,
-                actor: try context.caller().auditActor,
+                actor: caller.auditActor,
                 now: Date())
             return try Self.json(["requestId": row.requestId, "status": row.status], status: .accepted)
         } catch is SupportStore.UnknownSubscription {

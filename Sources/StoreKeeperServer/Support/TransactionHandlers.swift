@@ -78,10 +78,20 @@ extension StoreKeeperApp {
         var reason: String
         var note: String?
         var idempotencyKey: String?
+        /// A Google Play subscription's refund: `full` (the default) or `prorated` (what is left of
+        /// the period), through `purchases.subscriptionsv2.revoke`.
+        var refundType: String?
+
+        static let refundTypes = ["full", "prorated"]
 
         func validate() throws {
             guard !reason.trimmingCharacters(in: .whitespaces).isEmpty, reason.unicodeScalars.count <= 500 else {
                 throw APIError.badRequest("field 'reason' is required: 1…500 characters, shown in the audit log")
+            }
+            if let refundType, !Self.refundTypes.contains(refundType) {
+                throw APIError(
+                    .badRequest, "invalid_refund_type",
+                    "field 'refundType' must be full or prorated (a Google Play subscription's refund)")
             }
             try StoreKeeperApp.validateText(reason, field: "reason")
             _ = try StoreKeeperApp.validateNote(note)
@@ -94,7 +104,8 @@ extension StoreKeeperApp {
     }
 
     /// `POST /v1/transactions/{id}/refund` (support): refunds a purchase on the store that lets
-    /// a developer refund — Google Play through `orders.refund` (revoking what it bought), a web
+    /// a developer refund — Google Play through `orders.refund` (revoking what it bought) or, for
+    /// a subscription, `purchases.subscriptionsv2.revoke` (full or prorated; access ends now), a web
     /// payment through its refund — and takes back what it delivered through the one refund path.
     /// App Store refunds are Apple's to grant: 422 `refunded_by_apple_only`. A purchase already
     /// refunded answers `already_refunded` without asking the store again.
@@ -104,6 +115,11 @@ extension StoreKeeperApp {
         let id = try Self.parameter(context, "transactionId")
         try Self.validateText(id, field: "transactionId", requireNFC: false)
         let body = try await decode(SupportRefundBody.self, request)
+        return try await supportRefund(id: id, body: body, caller: caller)
+    }
+
+    /// The refund itself, for the API and the dashboard's account page alike.
+    func supportRefund(id: String, body: SupportRefundBody, caller: Caller) async throws -> Response {
         guard let record = try await store.transactions.transaction(named: id), caller.covers(app: record.appId) else {
             throw APIError(.notFound, "not_found", "no transaction '\(id.prefix(200))' is recorded here")
         }
@@ -118,6 +134,12 @@ extension StoreKeeperApp {
         }
         let detail =
             "refund asked by \(caller.label): \(body.reason)\(body.note.map { " — \($0)" } ?? "")"
+        if body.refundType == "prorated", record.store != .googlePlay || record.expiresAt == nil {
+            throw APIError(
+                .unprocessableContent, "invalid_refund_type",
+                "a prorated refund is for a Google Play subscription; this is a \(record.store.rawValue) purchase"
+                    + (record.expiresAt == nil ? " that does not renew" : ""))
+        }
         switch record.store {
         case .appStore:
             throw APIError(
@@ -150,7 +172,7 @@ extension StoreKeeperApp {
             }
             let request = GoogleRefundRequest(
                 transactionId: record.transactionId, appId: record.appId, actor: caller.auditActor, detail: detail,
-                idempotencyKey: body.idempotencyKey)
+                idempotencyKey: body.idempotencyKey, prorated: body.refundType == "prorated" ? true : nil)
             switch try await askGoogleRefund(request, deadline: .seconds(10)) {
             case .refunded(let outcome, let note):
                 return try answer(outcome == "applied" ? "refunded" : outcome, note)
@@ -191,6 +213,8 @@ struct GoogleRefundRequest: Codable, Sendable {
     var actor: String
     var detail: String
     var idempotencyKey: String?
+    /// A subscription revoked with a prorated refund (nil: in full).
+    var prorated: Bool?
 }
 
 enum GoogleRefundOutcome: Sendable {
@@ -206,40 +230,67 @@ extension StoreKeeperApp {
     /// Asks Google Play to refund (and revoke) the order, then takes back what it delivered
     /// through the one refund path, audited with the key that asked.
     func askGoogleRefund(_ request: GoogleRefundRequest, deadline: Duration) async throws -> GoogleRefundOutcome {
-        guard let record = try await store.transactions.transaction(named: request.transactionId) else {
+        guard var record = try await store.transactions.transaction(named: request.transactionId) else {
             return .refused("the transaction is no longer recorded here")
         }
-        // Google's order id is what this server's id keeps after its prefix.
-        let orderId = String(record.transactionId.dropFirst(GooglePlayPlanner.prefix.count))
         let google: GooglePlayApp
         do {
             google = try googleApp(request.appId)
         } catch {
             return .refused("no Google Play app '\(request.appId ?? "-")' is configured")
         }
+        // A subscription is revoked (its latest charge refunded, access ended now) under the token
+        // it is current under; a one-time purchase's order is refunded and revoked.
+        let subscription = try await GooglePlayStore(database: database).currentSubscription(
+            original: record.originalTransactionId)
+        let now = Date()
+        var share = RefundPlanner.wholeShare
+        if let subscription {
+            // What the revocation refunds is the chain's latest period.
+            if let latest = try await store.transactions.transaction(named: record.originalTransactionId) {
+                record = latest
+            }
+            if request.prorated == true, let start = record.purchasedAt, let end = record.expiresAt, end > start {
+                let left = max(0, min(1, end.timeIntervalSince(now) / end.timeIntervalSince(start)))
+                share = Int32((left * Double(RefundPlanner.wholeShare)).rounded(.down))
+            }
+        }
+        // Google's order id is what this server's id keeps after its prefix.
+        let orderId = String(record.transactionId.dropFirst(GooglePlayPlanner.prefix.count))
         do {
             try await withDeadline(deadline) {
-                try await google.client.refundOrder(orderId: orderId, revoke: true)
+                if let subscription {
+                    try await google.client.revokeSubscription(
+                        token: subscription.purchaseToken, request.prorated == true ? .proratedRefund : .fullRefund)
+                } else {
+                    try await google.client.refundOrder(orderId: orderId, revoke: true)
+                }
             }
         } catch let error as GooglePlayError where error.status == 400 || error.status == 404 {
             return .refused("\(error)")
         } catch {
             return .unavailable("\(error)")
         }
+        let full = share >= RefundPlanner.wholeShare
         var refund = RefundEvent(
             kind: .refund, store: .googlePlay, key: "support-refund:\(record.transactionId)",
             transactionId: record.transactionId, originalTransactionId: record.originalTransactionId,
             productId: record.productId,
-            revocation: RefundPlanner.Revocation(type: .refundFull, percentage: nil))
+            revocation: RefundPlanner.Revocation(
+                type: full ? .refundFull : .refundProrated, percentage: full ? nil : share))
         refund.environment = record.environment
-        refund.revocationType = StoreTransaction.RevocationKind.refundFull.rawValue
+        refund.revocationType = (full ? StoreTransaction.RevocationKind.refundFull : .refundProrated).rawValue
         refund.purchasedAt = record.purchasedAt.map { Int64($0.timeIntervalSince1970 * 1000) }
         refund.periodEnd = record.expiresAt.map { Int64($0.timeIntervalSince1970 * 1000) }
         let outcome = try await notifications.applyRefund(
             refund, settings: notificationSettings(), now: Date(), actor: request.actor)
         try await store.anomalies.recordAudit(
             actor: request.actor, action: "support_refund", subject: record.transactionId,
-            detail: request.detail + " — Google Play refunded order \(orderId): \(outcome.1)"
+            detail: request.detail
+                + (subscription == nil
+                    ? " — Google Play refunded order \(orderId): "
+                    : " — Google Play revoked the subscription (\(full ? "full" : "prorated") refund of order \(orderId)): ")
+                + outcome.1
                 + (request.idempotencyKey.map { " (key \($0.prefix(64)))" } ?? ""),
             now: Date())
         return .refunded(outcome.0, outcome.1)
@@ -294,6 +345,11 @@ extension StoreKeeperApp {
         let id = try Self.parameter(context, "transactionId")
         try Self.validateText(id, field: "transactionId", requireNFC: false)
         let body = try await decode(TransferBody.self, request)
+        return try await supportTransfer(id: id, body: body, caller: caller)
+    }
+
+    /// The transfer itself, for the API and the dashboard's account page alike.
+    func supportTransfer(id: String, body: TransferBody, caller: Caller) async throws -> Response {
         guard let record = try await store.transactions.transaction(named: id), caller.covers(app: record.appId) else {
             throw APIError(.notFound, "not_found", "no transaction '\(id.prefix(200))' is recorded here")
         }
