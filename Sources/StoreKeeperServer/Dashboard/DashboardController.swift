@@ -582,13 +582,7 @@ struct DashboardController {
             "orders": orders, "hasOrders": !orders.isEmpty, "ledger": ledger, "hasLedger": !ledger.isEmpty,
             "audit": audit, "hasAudit": !audit.isEmpty,
         ]
-        values.merge(supportValues()) { current, _ in current }
-        values.merge(try await noteValues(accountId)) { current, _ in current }
-        values.merge(try await grantValues(accountId)) { current, _ in current }
-        values.merge(try await refundValues(accountId)) { current, _ in current }
-        values.merge(try await purchaseValues(accountId, apps: app.dashboardSessions.role(session).apps)) {
-            current, _ in current
-        }
+        values.merge(try await supportPageValues(accountId, session)) { current, _ in current }
         values["csrf"] = app.dashboardSessions.csrfToken(session)
         values["accountPath"] = Self.pathComponent(accountId)
         if let appTransaction { values["appTransaction"] = appTransaction }

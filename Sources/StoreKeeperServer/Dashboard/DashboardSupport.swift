@@ -254,6 +254,19 @@ extension DashboardController {
         return Self.redirect(path + "?done=\(action)_\(status)#support")
     }
 
+    /// Everything the account page's support sections show: the forms' choices and key, notes,
+    /// grants, refunds, the purchases to act on.
+    func supportPageValues(_ accountId: String, _ session: DashboardSessions.Session) async throws -> [String: Any] {
+        var values = supportValues()
+        values.merge(try await noteValues(accountId)) { current, _ in current }
+        values.merge(try await grantValues(accountId)) { current, _ in current }
+        values.merge(try await refundValues(accountId)) { current, _ in current }
+        values.merge(try await purchaseValues(accountId, apps: app.dashboardSessions.role(session).apps)) {
+            current, _ in current
+        }
+        return values
+    }
+
     /// The account's purchases for the form: product, store, date, id.
     func purchaseValues(_ accountId: String, apps: Set<String>?) async throws -> [String: Any] {
         let purchases: [[String: Any]] = try await app.store.reports.purchases(of: accountId, apps: apps).map {
