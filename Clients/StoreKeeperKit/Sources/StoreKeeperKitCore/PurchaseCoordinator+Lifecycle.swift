@@ -125,13 +125,15 @@ extension PurchaseCoordinator {
         return await withCheckedContinuation { continuation in
             waiter.withValue { $0 = continuation }
             let timer = Task {
-                try? await clock.sleep(for: 2)
+                // Cancelled: the lookup answered first and has resumed (a cancelled sleep throws;
+                // swallowing it raced the answer and sent the order without the id).
+                do { try await clock.sleep(for: 2) } catch { return }
                 waiter.withValue { $0.take() }?.resume(returning: nil)
             }
             Task {
                 let value = await lookup.value
-                timer.cancel()
                 waiter.withValue { $0.take() }?.resume(returning: value)
+                timer.cancel()
             }
         }
     }

@@ -37,6 +37,27 @@ final class OfferPurchaseTests: XCTestCase {
         XCTAssertNotNil(options.promotionalOffer?.signatureBytes, "V1's signature decodes to bytes")
     }
 
+    /// The Apple Account id read at launch reaches every order once read: the 2 s bound's timer,
+    /// cancelled when the id arrives, never answers for it (a cancelled sleep used to fall through
+    /// and race the answer with nil — CI saw an order go without the id).
+    func testTheAppTransactionIdIsNeverLostToItsCancelledTimer() async throws {
+        let coordinator = try await started(FakeQueue(), FakeBackend())
+        // Many at once, so the two tasks of each call run on different threads in either order.
+        let lost = await withTaskGroup(of: Int.self) { group in
+            for _ in 0..<8 {
+                group.addTask {
+                    var lost = 0
+                    for _ in 0..<250 where await coordinator.knownAppTransactionId() != "705000000000000123" {
+                        lost += 1
+                    }
+                    return lost
+                }
+            }
+            return await group.reduce(0, +)
+        }
+        XCTAssertEqual(lost, 0)
+    }
+
     func testTheServersIntroDecisionRidesOnEverySubscriptionOrder() async throws {
         let queue = FakeQueue()
         let backend = FakeBackend()
