@@ -16,8 +16,11 @@ extension PurchaseCoordinator {
         state.intents.removeAll { intent in
             if intent.state == .closed { return true }
             if intent.state == .bound, let id = intent.transactionId { return !held.contains(id) }
-            // Ask to Buy may take days: kept a month for its token-bearing transaction.
-            let end = intent.state == .deferred ? intent.createdAt.addingTimeInterval(30 * 86_400) : intentEnd(intent)
+            // Ask to Buy may take days: kept a month for its token-bearing transaction — also a
+            // `.created` one, whose payment may be an Ask to Buy the app never heard deferred.
+            let end =
+                intent.state == .deferred || intent.state == .created
+                ? max(intent.createdAt.addingTimeInterval(30 * 86_400), intentEnd(intent)) : intentEnd(intent)
             return end.addingTimeInterval(86_400) < now && intent.state != .paying
         }
     }

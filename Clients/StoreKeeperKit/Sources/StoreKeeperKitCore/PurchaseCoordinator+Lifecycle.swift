@@ -140,16 +140,20 @@ extension PurchaseCoordinator {
 
     /// What a previous run left: `.paying` without anyone waiting is `.created` again (the
     /// payment may or may not have been added; a transaction carrying its token still binds);
-    /// open intents past their order's end close; delays stored as absolute times are clamped
-    /// to now + their stated length (a clock set back must not hold anything longer).
+    /// delays stored as absolute times are clamped to now + their stated length (a clock set
+    /// back must not hold anything longer).
+    ///
+    /// A `.created` intent is never closed by time: its payment may be an Ask to Buy whose
+    /// deferral the app never heard (a crash right after the sheet) and a parent approves days
+    /// later, carrying the intent's token — it must still find its account (not whoever is
+    /// logged in then), like a `.deferred` one. Its order's end only stops token-less
+    /// transactions from being attributed to it (`attribute`), and `prune` keeps it as long as a
+    /// deferred intent. (Closing it at launch once its order ended — or when the device's clock
+    /// jumped a day ahead — gave such an approval to the next account that logged in.)
     func recheckAtLaunch() {
         let now = clock.now()
         for index in state.intents.indices where state.intents[index].launch != launch {
             if state.intents[index].state == .paying { state.intents[index].state = .created }
-        }
-        for index in state.intents.indices where state.intents[index].isOpen && state.intents[index].state != .deferred
-        {
-            if intentEnd(state.intents[index]) < now { state.intents[index].state = .closed }
         }
         clampDelays(now)
         prune()

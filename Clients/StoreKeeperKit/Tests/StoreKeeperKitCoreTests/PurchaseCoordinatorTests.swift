@@ -540,6 +540,36 @@ final class PurchaseCoordinatorTests: XCTestCase {
         _ = second
     }
 
+    // P10 after a crash: the payment was added but the app died before StoreKit said it was
+    // deferred; days later (or with the device's clock set a day ahead) another user is logged
+    // in when the parent approves. The approval carries the order's token: it is the first
+    // account's, with its order — never the logged-in one's (a simulation seed found the
+    // intent closed at relaunch and the approval credited to the next account).
+    func testAnAskToBuyWhoseDeferralWasNeverHeardStillFindsItsAccountDaysLater() async throws {
+        let first = try await started(login: "parent-child")
+        queue.answer(.enqueued)
+        let call = Task { try await first.purchase(productId: "coins_60") }
+        let queue = self.queue!
+        await assertEventually { queue.payments.count == 1 }
+        call.cancel()
+        await first.shutdown()
+        let order = try XCTUnwrap(backend.orders.first)
+
+        clock.jump(90_000)
+        let second = try await started(login: "someone-else")
+        clock.advance(3 * 86_400)
+        queue.send(
+            .transaction(
+                queue.storeKit1(productId: "coins_60", token: order.appAccountToken, id: "6101", date: clock.now()))
+        )
+        let backend = self.backend!
+        await assertEventually { backend.submissions.contains { $0.proof == .transactionId("6101") } }
+        let submission = backend.submissions.first { $0.proof == .transactionId("6101") }
+        XCTAssertEqual(submission?.accountId, "parent-child")
+        XCTAssertEqual(submission?.orderId, order.orderId)
+        await second.shutdown()
+    }
+
     // P9: cancelled or failed: nothing submitted; StoreKit 1's failed transaction finished.
     func testCancelledAndFailedPayments() async throws {
         let coordinator = try await started()
