@@ -103,10 +103,10 @@ extension LocalGooglePlayServer {
             else {
                 return Self.googleError(400, "invalidValue", "failAPICalls and failAcknowledgements are 0…1000000")
             }
-            if let count = body.failAPICalls { await self.store.failNextAPICalls(count) }
-            if let count = body.failAcknowledgements { await self.store.failNextAcknowledgements(count) }
-            if let outage = body.outage { await self.store.setOutage(outage) }
-            return Self.json(["outage": String(await self.store.outage)])
+            if let count = body.failAPICalls { self.store.failNextAPICalls(count) }
+            if let count = body.failAcknowledgements { self.store.failNextAcknowledgements(count) }
+            if let outage = body.outage { self.store.setOutage(outage) }
+            return Self.json(["outage": String(self.store.outage)])
         }
         // The token Play Billing gives the app before it links out (external content links).
         control.post("external-transaction-tokens") { _, _ in

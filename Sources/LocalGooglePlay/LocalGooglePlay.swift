@@ -3,6 +3,7 @@ import GooglePlay
 import JWTKit
 import LocalAppStore
 import StoreKeeperCatalog
+import Synchronization
 
 /// A faithful fake of Google Play's server side for tests, the demo and zero-config serve
 /// (google-play.md): purchases with Google's states, acknowledgement and its 3-day refund,
@@ -94,35 +95,47 @@ public actor LocalGooglePlay {
     var orderOwners: [String: String] = [:]
     var pendingReviews: [String: (orderId: String, token: String)] = [:]
     var messageCounter = 100_000_000_000
-    /// Faults: the next `n` calls of the Developer API answer 503 (Google down).
-    var apiFailures = 0
+    /// Faults injected by tests and the control API, read on every Developer API call without a
+    /// hop to the actor (a read is otherwise one hop: the fault check was a second, and the store
+    /// serves every purchase's read and acknowledgement).
+    struct Faults {
+        /// The next `n` calls of the Developer API answer 503 (Google down).
+        var apiFailures = 0
+        /// The next `n` acknowledge/consume calls answer 503 (reads still work).
+        var acknowledgeFailures = 0
+        /// The link between this Google and the server is down — the server cannot reach the
+        /// Developer API (503) and no push reaches the server (held, retried afterwards as
+        /// Pub/Sub does). What a server that is down for a while looks like from Google's side.
+        var outage = false
+    }
+    nonisolated let faults = Mutex(Faults())
 
-    public func failNextAPICalls(_ count: Int) { apiFailures = max(0, count) }
+    public nonisolated func failNextAPICalls(_ count: Int) { faults.withLock { $0.apiFailures = max(0, count) } }
 
-    /// Faults: the next `n` acknowledge/consume calls answer 503 (reads still work).
-    var acknowledgeFailures = 0
-
-    public func failNextAcknowledgements(_ count: Int) { acknowledgeFailures = max(0, count) }
-
-    func injectedAcknowledgeFailure() -> Bool {
-        guard acknowledgeFailures > 0 else { return false }
-        acknowledgeFailures -= 1
-        return true
+    public nonisolated func failNextAcknowledgements(_ count: Int) {
+        faults.withLock { $0.acknowledgeFailures = max(0, count) }
     }
 
-    /// Faults: the link between this Google and the server is down — the server cannot reach
-    /// the Developer API (503) and no push reaches the server (held, retried afterwards as
-    /// Pub/Sub does). What a server that is down for a while looks like from Google's side.
-    var outage = false
+    nonisolated func injectedAcknowledgeFailure() -> Bool {
+        faults.withLock { faults in
+            guard faults.acknowledgeFailures > 0 else { return false }
+            faults.acknowledgeFailures -= 1
+            return true
+        }
+    }
 
-    public func setOutage(_ on: Bool) { outage = on }
+    public nonisolated var outage: Bool { faults.withLock { $0.outage } }
+
+    public nonisolated func setOutage(_ on: Bool) { faults.withLock { $0.outage = on } }
 
     /// Whether this call fails (and counts it).
-    func injectedFailure() -> Bool {
-        if outage { return true }
-        guard apiFailures > 0 else { return false }
-        apiFailures -= 1
-        return true
+    nonisolated func injectedFailure() -> Bool {
+        faults.withLock { faults in
+            if faults.outage { return true }
+            guard faults.apiFailures > 0 else { return false }
+            faults.apiFailures -= 1
+            return true
+        }
     }
 
     /// A Real-time developer notification waiting for its Pub/Sub push.

@@ -195,7 +195,7 @@ public final class LocalGooglePlayServer: Sendable {
             try await self.authorized(request, context) {
                 let productId = context.parameters.get("productId") ?? ""
                 let (token, action) = Self.split(context.parameters.get("tokenAction") ?? "")
-                if await self.store.injectedAcknowledgeFailure() {
+                if self.store.injectedAcknowledgeFailure() {
                     return Self.googleError(503, "backendError", "The service is currently unavailable.")
                 }
                 do {
@@ -215,7 +215,7 @@ public final class LocalGooglePlayServer: Sendable {
                 let productId = context.parameters.get("productId") ?? ""
                 let (token, action) = Self.split(context.parameters.get("tokenAction") ?? "")
                 guard action == "acknowledge" else { return Self.googleError(404, "notFound", "Unknown method.") }
-                if await self.store.injectedAcknowledgeFailure() {
+                if self.store.injectedAcknowledgeFailure() {
                     return Self.googleError(503, "backendError", "The service is currently unavailable.")
                 }
                 do {
@@ -362,7 +362,7 @@ public final class LocalGooglePlayServer: Sendable {
         guard context.parameters.get("packageName") == store.configuration.packageName else {
             return Self.googleError(404, "notFound", "No application was found for the given package name.")
         }
-        if await store.injectedFailure() {
+        if store.injectedFailure() {
             return Self.googleError(503, "backendError", "The service is currently unavailable.", status: "UNAVAILABLE")
         }
         return try await body()

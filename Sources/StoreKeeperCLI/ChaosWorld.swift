@@ -191,10 +191,10 @@ final class ChaosWorld: Sendable {
             faults.endpoints["*"] = .init(status: 503)
             faults.dropNotifications = 1_000_000
             await store.setFaults(faults)
-            await play.failNextAPICalls(1_000_000)
+            play.failNextAPICalls(1_000_000)
             try await Task.sleep(for: .seconds(3))
             await store.setFaults(Faults())
-            await play.failNextAPICalls(0)
+            play.failNextAPICalls(0)
         case .webhooks:
             receiver.failing.store(true, ordering: .relaxed)
             try await Task.sleep(for: .seconds(4))

@@ -95,7 +95,7 @@ extension DemoStory {
     func acknowledgementSweeper() async throws -> String {
         let play = try googlePlay
         // Google fails every acknowledgement from now on (reads still work).
-        await play.failNextAcknowledgements(1_000_000)
+        play.failNextAcknowledgements(1_000_000)
         let reply = try await call(
             .POST, "/v1/orders", ["accountId": "rex", "productId": "remove_ads", "appId": "android"])
         guard let orderId = reply.json["orderId"] as? String, let token = reply.json["appAccountToken"] as? String
@@ -114,7 +114,7 @@ extension DemoStory {
             throw DemoFailure("acknowledged while Google was down")
         }
         // Google is back; two hours on, the sweeper acknowledges — long before Google's 3 days.
-        await play.failNextAcknowledgements(0)
+        play.failNextAcknowledgements(0)
         let later = Date().addingTimeInterval(2 * 3600)
         await app.runGoogleHousekeeping(now: later)
         _ = await JobRunner(app: app).runDue(now: later)

@@ -744,7 +744,7 @@ import Testing
             // app's next launch submits it after the server was down a day.
             #expect(try await play.submit("crash", "remove_ads", token).status == .ok)
             // Google is down when the server acknowledges: the job backs off, nothing is lost.
-            await play.store.failNextAPICalls(1000)
+            play.store.failNextAPICalls(1000)
             await play.runJobs()
             let store = GooglePlayStore(database: play.app.database)
             #expect(try await store.purchase(token)?.acknowledgedAt == nil)
@@ -759,7 +759,7 @@ import Testing
             #expect(anomalies.count == 1)
             #expect(anomalies.first?["accountId"] as? String == "crash")
             // Google is back: the sweeper's job acknowledges before the 72nd hour.
-            await play.store.failNextAPICalls(0)
+            play.store.failNextAPICalls(0)
             let later = alertAt.addingTimeInterval(3600)
             await play.app.runGoogleHousekeeping(now: later)
             await play.runJobs(now: later)

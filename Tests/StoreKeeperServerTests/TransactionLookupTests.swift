@@ -216,7 +216,7 @@ import Testing
             #expect(try await play.submit("patient", "coins_60", token, orderId: order.id).status == .ok)
             let googleOrder = try #require(await play.store.purchase(token)?.orders.first)
             // Google down: 202, nothing taken yet, and asking again is the same pending request.
-            await play.store.setOutage(true)
+            play.store.setOutage(true)
             let body = #"{"reason":"ticket 12","idempotencyKey":"t-12"}"#
             let pending = try await API.call(
                 play.client, .post, "/v1/transactions/\(googleOrder)/refund", body: body)
@@ -230,7 +230,7 @@ import Testing
             await play.runJobs(now: Date().addingTimeInterval(60))
             #expect(try await play.balance("patient") == 60)
             // Google back: the job refunds once; the answer is then the refund's.
-            await play.store.setOutage(false)
+            play.store.setOutage(false)
             await play.runJobs(now: Date().addingTimeInterval(3600))
             #expect(try await play.balance("patient") == 0)
             #expect(await play.store.purchase(token)?.voided == true)
