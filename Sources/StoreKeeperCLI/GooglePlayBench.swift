@@ -15,10 +15,35 @@ struct GooglePlayBench {
     let concurrencies: [Int]
     let requestsPerLevel: Int
 
+    /// Rounds a level is cut into (`STOREKEEPER_BENCH_ROUNDS`, 6 unless set).
+    static var rounds: Int {
+        ProcessInfo.processInfo.environment["STOREKEEPER_BENCH_ROUNDS"].flatMap(Int.init).map { max(1, $0) } ?? 6
+    }
+
     struct Row {
         var concurrency: Int
         var google: PurchaseBench.Level
         var apple: PurchaseBench.Level
+        /// Google ÷ App Store of each round, in order.
+        var roundRatios: [Double]
+    }
+
+    /// One store's windows of a level, summed: its deliveries over the seconds of its windows.
+    struct Window {
+        var concurrency: Int
+        var answers: [LoadGenerator.Answer] = []
+        var seconds: Double = 0
+
+        mutating func add(_ answers: [LoadGenerator.Answer], seconds: Double) {
+            self.answers += answers
+            self.seconds += seconds
+        }
+
+        var level: PurchaseBench.Level {
+            PurchaseBench.Level(
+                concurrency: concurrency, requests: answers.count, seconds: seconds, answers: answers,
+                peakMemory: Memory.peak(), startMemory: 0, restart: nil)
+        }
     }
 
     func run() async throws {
@@ -57,28 +82,45 @@ struct GooglePlayBench {
         var rows: [Row] = []
         var offset = 0
         for concurrency in concurrencies {
-            func level(_ bodies: [String]) async throws -> PurchaseBench.Level {
-                let slice = Array(bodies[offset..<(offset + requestsPerLevel)])
-                let startMemory = Memory.resetPeak()
-                let started = ContinuousClock.now
-                let answers = try await LoadGenerator.run(
-                    host: "127.0.0.1", port: server.port, path: "/v1/purchases",
-                    authorization: "Bearer \(PurchaseBench.key)", bodies: slice, concurrency: concurrency,
-                    expect: #""status":"delivered""#)
-                return PurchaseBench.Level(
-                    concurrency: concurrency, requests: slice.count,
-                    seconds: BenchCommand.seconds(ContinuousClock.now - started), answers: answers,
-                    peakMemory: Memory.peak(), startMemory: startMemory, restart: nil)
+            // A level is cut into rounds, each an App Store window and a Google Play window, in
+            // turn first (ABBA): a shared machine's speed drifts over a level's minutes, and two
+            // long windows one after the other measured the drift as much as the stores (the
+            // same build's ratio ranged 0.24–0.72 over four runs on 2026-12-01).
+            let rounds = max(1, min(Self.rounds, requestsPerLevel / 100))
+            var google = Window(concurrency: concurrency)
+            var apple = Window(concurrency: concurrency)
+            var roundRatios: [Double] = []
+            for round in 0..<rounds {
+                let start = offset + requestsPerLevel * round / rounds
+                let end = offset + requestsPerLevel * (round + 1) / rounds
+                // Each window starts on a quiet server: the other window's background work (the
+                // App Store's Set App Account Token claims, Google's acknowledgements) runs to its
+                // end first, so neither store's window carries the other's jobs.
+                func measure(_ bodies: [String], into window: inout Window) async throws -> Double {
+                    try await drainJobs()
+                    let started = ContinuousClock.now
+                    let answers = try await LoadGenerator.run(
+                        host: "127.0.0.1", port: server.port, path: "/v1/purchases",
+                        authorization: "Bearer \(PurchaseBench.key)", bodies: Array(bodies[start..<end]),
+                        concurrency: concurrency, expect: #""status":"delivered""#)
+                    let seconds = BenchCommand.seconds(ContinuousClock.now - started)
+                    window.add(answers, seconds: seconds)
+                    return Double(answers.lazy.filter { $0.outcome == .delivered }.count) / seconds
+                }
+                let appleRate: Double
+                let googleRate: Double
+                if round % 2 == 0 {
+                    appleRate = try await measure(appleBodies, into: &apple)
+                    googleRate = try await measure(googleBodies, into: &google)
+                } else {
+                    googleRate = try await measure(googleBodies, into: &google)
+                    appleRate = try await measure(appleBodies, into: &apple)
+                }
+                roundRatios.append(googleRate / max(1, appleRate))
             }
-            // Each level starts on a quiet server: the previous level's background work (the App
-            // Store's Set App Account Token claims, Google's acknowledgements) runs to its end
-            // first, so neither store's window carries the other's jobs.
-            try await drainJobs()
-            let apple = try await level(appleBodies)
-            try await drainJobs()
-            let google = try await level(googleBodies)
             offset += requestsPerLevel
-            rows.append(Row(concurrency: concurrency, google: google, apple: apple))
+            rows.append(
+                Row(concurrency: concurrency, google: google.level, apple: apple.level, roundRatios: roundRatios))
         }
         /// Waits (up to two minutes) until no job is due within the next ten seconds.
         func drainJobs() async throws {
@@ -105,16 +147,17 @@ struct GooglePlayBench {
         print("## POST /v1/purchases, Google Play beside the App Store — \(kind)")
         print("")
         print(
-            "| concurrency | requests | Google Play deliveries/s | p50 | p99 | App Store deliveries/s (same run) | Google ÷ App Store |"
+            "| concurrency | requests | Google Play deliveries/s | p50 | p99 | App Store deliveries/s (same run) | Google ÷ App Store | rounds' ratios |"
         )
-        print("|---:|---:|---:|---:|---:|---:|---:|")
+        print("|---:|---:|---:|---:|---:|---:|---:|---|")
         for row in rows {
             print(
                 "| \(row.concurrency) | \(row.google.requests) | \(String(format: "%.0f", row.google.deliveriesPerSecond)) | "
                     + "\(String(format: "%.1f ms", row.google.percentile(0.5) * 1000)) | "
                     + "\(String(format: "%.1f ms", row.google.percentile(0.99) * 1000)) | "
                     + "\(String(format: "%.0f", row.apple.deliveriesPerSecond)) | "
-                    + "\(String(format: "%.2f", row.google.deliveriesPerSecond / max(1, row.apple.deliveriesPerSecond))) |"
+                    + "\(String(format: "%.2f", row.google.deliveriesPerSecond / max(1, row.apple.deliveriesPerSecond))) | "
+                    + row.roundRatios.map { String(format: "%.2f", $0) }.joined(separator: " ") + " |"
             )
         }
         let acknowledged = rows.map(\.google.delivered).reduce(0, +)
@@ -122,8 +165,11 @@ struct GooglePlayBench {
         print(
             "Google Play deliveries acknowledged: \(acknowledged); rows in the database: \(delivered) (each once). "
                 + "Each Google Play purchase is one Play Developer API read over HTTP (loopback, the local Google Play) "
-                + "before the same delivery path; an App Store purchase is verified offline. Each level starts once "
-                + "the previous one's jobs (claims, acknowledgements) are done.")
+                + "before the same delivery path; an App Store purchase is verified offline. Each level is cut into "
+                + "rounds of an App Store window and a Google Play window, in turn first (the last column: each round's "
+                + "ratio); each window starts once the "
+                + "previous one's jobs (claims, acknowledgements) are done; a rate is a store's deliveries over the "
+                + "seconds of its windows.")
         guard delivered == acknowledged else {
             throw BenchFailure(description: "\(acknowledged) acknowledged, \(delivered) in the database")
         }

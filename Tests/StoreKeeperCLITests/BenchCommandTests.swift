@@ -23,6 +23,21 @@ import Testing
         }
     }
 
+    /// `bench --purchases --store google_play`: each level is rounds of an App Store window and a
+    /// Google Play window in turn (a ratio per round), and every Google purchase was delivered
+    /// once (checked inside against the database).
+    @Test func googlePlayBenchAlternatesTheStoresInRounds() async throws {
+        let run = try await VerifyCommandTests.run(
+            ["bench", "--purchases", "--store", "google_play", "--concurrency", "2", "--requests", "200"])
+        #expect(run.status == 0, "\(run.stderr)")
+        let row = try #require(run.stdout.split(separator: "\n").first { $0.hasPrefix("| 2 | 200 |") }, "\(run.stdout)")
+        let cells = row.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
+        #expect(cells.count == 8, "\(row)")
+        // 200 purchases a store: two rounds of 100 (a round is at least 100), a ratio each.
+        #expect(cells.last?.split(separator: " ").compactMap { Double($0) }.count == 2, "\(row)")
+        #expect(run.stdout.contains("Google Play deliveries acknowledged: 200; rows in the database: 200"))
+    }
+
     /// Above --max-in-flight the server sheds: the bench counts those answers instead of failing,
     /// and reports delivered throughput, the shed rate and peak memory per level; a restart
     /// command runs during each level and its recovery is reported.
