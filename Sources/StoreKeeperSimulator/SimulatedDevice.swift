@@ -86,6 +86,8 @@ public actor SimulatedDevice {
     public internal(set) var doubleCharges = 0
     public private(set) var networkFailures = 0
     public private(set) var stuckPurchases = 0
+    /// When the purchase call in progress began (the stuck watchdog counts from it).
+    var purchaseCallStarted = ContinuousClock.now
     public internal(set) var middleboxErrors = 0
     public internal(set) var requests = 0
 
@@ -222,9 +224,17 @@ public actor SimulatedDevice {
         trace("\(appleId) buy \(purchasesStarted) \(productId) gen \(generation.number)")
         defer { trace("\(appleId) buy \(purchasesStarted) done") }
         let gate = generation
-        let bound = stuckBound
+        let bound = Duration.milliseconds(Int64(stuckBound * 1000))
+        purchaseCallStarted = .now
         let watchdog = Task {
-            try await Task.sleep(nanoseconds: UInt64(bound * 1_000_000_000))
+            // The bound is a purchase call's (its order's request, then StoreKit's wait), counted
+            // from the current call: the player taps again after a refused order each start a
+            // new one (on a loaded machine two slow orders in a row outlasted one call's bound).
+            while true {
+                let deadline = await self.purchaseCallStarted + bound
+                guard ContinuousClock.now < deadline else { break }
+                try await Task.sleep(until: deadline, clock: .continuous)
+            }
             // The purchase call did not return within its bound: stuck. The user kills the app.
             await self.stuck()
             gate.dead = true
@@ -243,6 +253,7 @@ public actor SimulatedDevice {
                 _ = try await coordinator.purchase(productId: productId, quantity: quantity)
             } catch PurchaseError.order(_) where attempt < 8 && !gate.dead {
                 try? await Task.sleep(nanoseconds: UInt64(attempt) * 200_000_000)
+                purchaseCallStarted = .now
                 continue
             } catch {}
             break
