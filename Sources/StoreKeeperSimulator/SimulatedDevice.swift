@@ -228,7 +228,7 @@ public actor SimulatedDevice {
         purchaseCallStarted = .now
         let watchdog = Task {
             // The bound is a purchase call's (its order's request, then StoreKit's wait), counted
-            // from the current call: the player taps again after a refused order each start a
+            // from the current call: each tap the player makes again after a refused order starts a
             // new one (on a loaded machine two slow orders in a row outlasted one call's bound).
             while true {
                 let deadline = await self.purchaseCallStarted + bound
