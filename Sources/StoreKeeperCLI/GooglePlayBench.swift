@@ -167,9 +167,8 @@ struct GooglePlayBench {
                 + "Each Google Play purchase is one Play Developer API read over HTTP (loopback, the local Google Play) "
                 + "before the same delivery path; an App Store purchase is verified offline. Each level is cut into "
                 + "rounds of an App Store window and a Google Play window, in turn first (the last column: each round's "
-                + "ratio); each window starts once the "
-                + "previous one's jobs (claims, acknowledgements) are done; a rate is a store's deliveries over the "
-                + "seconds of its windows.")
+                + "ratio); each window starts once the previous one's jobs (claims, acknowledgements) are done; a rate "
+                + "is a store's deliveries over the seconds of its windows.")
         guard delivered == acknowledged else {
             throw BenchFailure(description: "\(acknowledged) acknowledged, \(delivered) in the database")
         }

@@ -833,13 +833,13 @@ extension StripeTests {
             #expect(reported[2].recurringTransaction?.externalTransactionToken == nil)
 
             // Google down: the report waits in the journal and goes when Google answers.
-            await play.setOutage(true)
+            play.setOutage(true)
             let later = await play.issueExternalTransactionToken()
             _ = try await web.buy("droid", "coins_60", extra: #","externalTransactionToken":"\#(later)""#)
             try await web.deliver()
             #expect(await play.externalTransactions().count == 3)
             #expect(try await journal.transactions().first?.state == "pending")
-            await play.setOutage(false)
+            play.setOutage(false)
             await web.runJobs(now: Date().addingTimeInterval(3600))
             #expect(await play.externalTransactions().count == 4)
             #expect(try await journal.transactions().allSatisfy { $0.state == "reported" })
