@@ -68,11 +68,8 @@ import Testing
             if ProcessInfo.processInfo.environment["CI"] != nil { Issue.record("nginx is not installed") }
             return
         }
-        let name = "sk_tls_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(12).lowercased())"
-        let admin = try await Database.open(url: base)
-        try await admin.read { sql in try await sql.raw("CREATE DATABASE \(ident: name)").run() }
-        var components = URLComponents(string: base)!
-        components.path = "/\(name)"
+        let lease = try await ScratchDatabases.shared.lend(base: base)
+        let components = URLComponents(string: lease.url)!
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("cluster-tls-\(UUID())")
         var port = 0
         var started: (status: Int32, output: String) = (1, "")
@@ -94,6 +91,7 @@ import Testing
             try? stop.run()
             stop.waitUntilExit()
             try? FileManager.default.removeItem(at: directory)
+            Task { await ScratchDatabases.shared.giveBack(lease) }
         }
         try #require(started.status == 0, Comment(rawValue: started.output))
         #expect(started.output.contains("https://127.0.0.1:\(port)"))
@@ -138,11 +136,8 @@ import Testing
             if ProcessInfo.processInfo.environment["CI"] != nil { Issue.record("nginx is not installed") }
             return
         }
-        let name = "sk_cluster_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(12).lowercased())"
-        let admin = try await Database.open(url: base)
-        try await admin.read { sql in try await sql.raw("CREATE DATABASE \(ident: name)").run() }
-        var components = URLComponents(string: base)!
-        components.path = "/\(name)"
+        let lease = try await ScratchDatabases.shared.lend(base: base)
+        let components = URLComponents(string: lease.url)!
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("cluster-\(UUID())")
         // A random port block may meet a port another test has just taken: another block then.
         var port = 0
@@ -165,6 +160,7 @@ import Testing
             try? stop.run()
             stop.waitUntilExit()
             try? FileManager.default.removeItem(at: directory)
+            Task { await ScratchDatabases.shared.giveBack(lease) }
         }
         try #require(started.status == 0, Comment(rawValue: started.output))
         let balancer = "http://127.0.0.1:\(port)"
@@ -250,8 +246,6 @@ import Testing
         #expect(state == nil || state == "Z" || state == "X", "instance 2 was killed")
         let stopped = try await Self.script(["stop", "--dir", directory.path])
         #expect(stopped.status == 0, Comment(rawValue: stopped.output))
-        try? await admin.read { sql in try await sql.raw("DROP DATABASE IF EXISTS \(ident: name) WITH (FORCE)").run() }
-        try? await admin.close()
     }
 
     final class Counter: @unchecked Sendable {

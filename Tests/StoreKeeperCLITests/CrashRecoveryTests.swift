@@ -34,21 +34,12 @@ import Testing
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         var databaseURL: String?
-        var dropDatabase: (() async -> Void)?
+        var lease: ScratchDatabases.Lease?
         if kind == "postgres", let base = ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_URL"] {
-            let name = "sk_crash_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(16).lowercased())"
-            let admin = try await Database.open(url: base)
-            try await admin.read { sql in try await sql.raw("CREATE DATABASE \(ident: name)").run() }
-            var components = URLComponents(string: base)!
-            components.path = "/\(name)"
-            databaseURL = components.string!
-            dropDatabase = {
-                try? await admin.read { sql in
-                    try await sql.raw("DROP DATABASE IF EXISTS \(ident: name) WITH (FORCE)").run()
-                }
-                try? await admin.close()
-            }
+            lease = try await ScratchDatabases.shared.lend(base: base)
+            databaseURL = lease?.url
         }
+        defer { if let lease { Task { await ScratchDatabases.shared.giveBack(lease) } } }
 
         let first = try ServerProcess(directory: directory, databaseURL: databaseURL)
         try await first.waitUntilListening()
@@ -112,7 +103,6 @@ import Testing
             try JSONSerialization.jsonObject(with: try await LocalStoreServeTests.fetch(request)) as? [String: Any]
         #expect((account?["balances"] as? [String: Int])?["coins"] == 60 * proofs.count)  // each exactly once
         second.kill()
-        await dropDatabase?()
     }
 }
 

@@ -298,19 +298,10 @@ import Testing
         let environment = ProcessInfo.processInfo.environment
         let direct = try #require(environment["STOREKEEPER_TEST_POSTGRES_URL"])
         let pooled = try #require(environment["STOREKEEPER_TEST_PGBOUNCER_URL"])
-        let name = "sk_bouncer_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(12).lowercased())"
-        let admin = try await Database.open(url: direct)
-        try await admin.read { sql in try await sql.raw("CREATE DATABASE \(ident: name)").run() }
-        defer {
-            Task {
-                try? await admin.read { sql in
-                    try await sql.raw("DROP DATABASE IF EXISTS \(ident: name) WITH (FORCE)").run()
-                }
-                try? await admin.close()
-            }
-        }
+        let lease = try await ScratchDatabases.shared.lend(base: direct)
+        defer { Task { await ScratchDatabases.shared.giveBack(lease) } }
         var components = URLComponents(string: pooled)!
-        components.path = "/\(name)"
+        components.path = "/\(lease.name)"
         var apps: [StoreKeeperApp] = []
         var directories: [URL] = []
         for _ in 0..<2 {

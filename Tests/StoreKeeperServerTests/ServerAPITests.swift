@@ -40,16 +40,10 @@ import Testing
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         var url = "sqlite:\(directory.path)/storekeeper.sqlite"
-        var dropDatabase: String?
+        var lease: ScratchDatabases.Lease?
         if kind == "postgres", let base = postgresURL {
-            let name = "sk_srv_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(16).lowercased())"
-            let admin = try await Database.open(url: base)
-            try await admin.read { sql in try await sql.raw("CREATE DATABASE \(ident: name)").run() }
-            try await admin.close()
-            var components = URLComponents(string: base)!
-            components.path = "/\(name)"
-            url = components.string!
-            dropDatabase = name
+            lease = try await ScratchDatabases.shared.lend(base: base)
+            url = lease!.url
         }
         var configuration = ServerConfiguration()
         configuration.databaseURL = url
@@ -64,16 +58,16 @@ import Testing
         configuration.appAppleId = 1_234_567_890
         configure(&configuration)
         try await SharedLocalPKI.seed(directory)
-        var app = try await StoreKeeperApp.make(configuration, dataDirectory: directory, rateLimitClock: rateLimitClock)
-        prepare(&app)
-        try await drive(app, body)
-        if let dropDatabase, let base = postgresURL {
-            let admin = try await Database.open(url: base)
-            try? await admin.read { sql in
-                try await sql.raw("DROP DATABASE IF EXISTS \(ident: dropDatabase) WITH (FORCE)").run()
-            }
-            try? await admin.close()
+        do {
+            var app = try await StoreKeeperApp.make(
+                configuration, dataDirectory: directory, rateLimitClock: rateLimitClock)
+            prepare(&app)
+            try await drive(app, body)
+        } catch {
+            if let lease { await ScratchDatabases.shared.giveBack(lease) }
+            throw error
         }
+        if let lease { await ScratchDatabases.shared.giveBack(lease) }
     }
 
     /// Drives `app`'s routes with a test client, then closes its database (also on failure).

@@ -34,29 +34,15 @@ import Testing
         }
     }
 
-    /// A fresh database URL of `kind`, and how to drop it.
+    /// A fresh database URL of `kind`, and how to give it back.
     static func database(_ kind: String, in directory: URL) async throws -> (
         url: String, drop: @Sendable () async -> Void
     ) {
         guard kind == "postgres", let base = ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_URL"] else {
             return ("sqlite:\(directory.path)/storekeeper.sqlite", {})
         }
-        let name = "sk_trust_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(16).lowercased())"
-        let admin = try await Database.open(url: base)
-        try await admin.read { sql in try await sql.raw("CREATE DATABASE \(ident: name)").run() }
-        try await admin.close()
-        var components = URLComponents(string: base)!
-        components.path = "/\(name)"
-        return (
-            components.string!,
-            {
-                guard let admin = try? await Database.open(url: base) else { return }
-                try? await admin.read { sql in
-                    try await sql.raw("DROP DATABASE IF EXISTS \(ident: name) WITH (FORCE)").run()
-                }
-                try? await admin.close()
-            }
-        )
+        let lease = try await ScratchDatabases.shared.lend(base: base)
+        return (lease.url, { await ScratchDatabases.shared.giveBack(lease) })
     }
 
     /// The configuration a production team writes (docs/api.md, docs/configuration.md): identity,

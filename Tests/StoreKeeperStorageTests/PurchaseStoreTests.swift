@@ -333,18 +333,9 @@ enum TestDatabase {
             }
         case .postgres:
             let base = ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_URL"]!
-            let name = "sk_test_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(16).lowercased())"
-            let admin = try await Database.open(url: base)
-            try await admin.read { sql in try await sql.raw("CREATE DATABASE \(ident: name)").run() }
-            var components = URLComponents(string: base)!
-            components.path = "/\(name)"
-            url = components.string!
-            cleanup = {
-                try? await admin.read { sql in
-                    try await sql.raw("DROP DATABASE IF EXISTS \(ident: name) WITH (FORCE)").run()
-                }
-                try? await admin.close()
-            }
+            let lease = try await ScratchDatabases.shared.lend(base: base)
+            url = lease.url
+            cleanup = { await ScratchDatabases.shared.giveBack(lease) }
         }
         let database = try await Database.open(url: url)
         do {

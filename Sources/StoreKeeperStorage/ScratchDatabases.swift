@@ -1,0 +1,125 @@
+import Foundation
+import SQLKit
+
+/// Scratch databases on a PostgreSQL server, for work that needs a database of its own for a
+/// while (the test suites: every PostgreSQL test runs on one). Each database is created once, emptied
+/// when it is given back (its connections ended, its `public` schema dropped and created again)
+/// and handed to the next user; at most `capacity` are lent at once, later users wait their turn.
+///
+/// Why not a database per use, dropped afterwards: PostgreSQL copies the template through the
+/// WAL for every `CREATE DATABASE` and makes every `DROP DATABASE` wait for an immediate
+/// checkpoint, which syncs every file any database wrote since the last one. Hundreds of tests
+/// doing that at once kept a PostgreSQL 15 server in back-to-back checkpoints of ~70,000 files,
+/// and the tests' statements passed their 30 s deadlines behind them. Emptying a schema needs no
+/// checkpoint, and the lending limit bounds the connections and the files in play.
+public actor ScratchDatabases {
+    /// One database lent: its URL (the base URL with its name), until `giveBack`.
+    public struct Lease: Sendable {
+        public let url: String
+        public let name: String
+        let base: String
+    }
+
+    /// The process's lender: 24 databases at once (each server holds a pool of a few connections;
+    /// PostgreSQL's default allows 100, the test clusters 300).
+    public static let shared = ScratchDatabases(capacity: 24)
+
+    let capacity: Int
+    private var lent = 0
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+    private var idle: [String: [String]] = [:]
+    private var admins: [String: Task<Database, any Error>] = [:]
+
+    public init(capacity: Int) { self.capacity = max(1, capacity) }
+
+    /// A database of its own on the server `base` names (`postgres://user:pass@host:port/db`,
+    /// the user allowed to create databases): empty, no other connection to it.
+    public func lend(base: String) async throws -> Lease {
+        while lent >= capacity { await withCheckedContinuation { waiting.append($0) } }
+        lent += 1
+        do {
+            if let name = idle[base]?.popLast() { return try Lease(url: Self.url(base, name), name: name, base: base) }
+            let name = "sk_scratch_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(16).lowercased())"
+            let admin = try await admin(base)
+            try await admin.read { sql in try await sql.raw("CREATE DATABASE \(ident: name)").run() }
+            return try Lease(url: Self.url(base, name), name: name, base: base)
+        } catch {
+            returned()
+            throw error
+        }
+    }
+
+    /// Takes `lease` back: ends every connection still open to it and empties it for the next
+    /// user. A database that cannot be emptied is dropped instead (never lent again).
+    public func giveBack(_ lease: Lease) async {
+        defer { returned() }
+        do {
+            let admin = try await admin(lease.base)
+            try await admin.read { sql in
+                try await sql.raw(
+                    """
+                    SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                    WHERE datname = \(bind: lease.name) AND pid <> pg_backend_pid()
+                    """
+                ).run()
+            }
+            let database = try await Database.open(url: lease.url)
+            do {
+                try await database.read { sql in
+                    try await sql.raw("DROP SCHEMA IF EXISTS public CASCADE").run()
+                    try await sql.raw("CREATE SCHEMA public").run()
+                }
+            } catch {
+                try? await database.close()
+                throw error
+            }
+            try? await database.close()
+            idle[lease.base, default: []].append(lease.name)
+        } catch {
+            if let admin = try? await admin(lease.base) {
+                try? await admin.read { sql in
+                    try await sql.raw("DROP DATABASE IF EXISTS \(ident: lease.name) WITH (FORCE)").run()
+                }
+            }
+        }
+    }
+
+    /// Runs `body` with a database of its own (given back when `body` returns or throws).
+    public nonisolated func with<T>(base: String, _ body: (Lease) async throws -> T) async throws -> T {
+        let lease = try await lend(base: base)
+        do {
+            let result = try await body(lease)
+            await giveBack(lease)
+            return result
+        } catch {
+            await giveBack(lease)
+            throw error
+        }
+    }
+
+    private func returned() {
+        lent -= 1
+        if !waiting.isEmpty { waiting.removeFirst().resume() }
+    }
+
+    private func admin(_ base: String) async throws -> Database {
+        if let task = admins[base] {
+            if let database = try? await task.value { return database }
+            admins[base] = nil
+        }
+        let task = Task { try await Database.open(url: base) }
+        admins[base] = task
+        return try await task.value
+    }
+
+    static func url(_ base: String, _ name: String) throws -> String {
+        guard var components = URLComponents(string: base) else {
+            throw Database.InvalidURL(description: "not a PostgreSQL URL: \(base.prefix(40))")
+        }
+        components.path = "/\(name)"
+        guard let url = components.string else {
+            throw Database.InvalidURL(description: "not a PostgreSQL URL: \(base.prefix(40))")
+        }
+        return url
+    }
+}

@@ -1,0 +1,47 @@
+import Foundation
+import SQLKit
+import StoreKeeperStorage
+import Testing
+
+/// The test suites' PostgreSQL databases: lent empty, emptied when given back, never more at once
+/// than the lender allows.
+@Suite struct ScratchDatabasesTests {
+    static let base = ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_URL"]
+
+    @Test(.enabled(if: base != nil))
+    func aDatabaseComesBackEmptyAndTheLimitHolds() async throws {
+        let base = try #require(Self.base)
+        let lender = ScratchDatabases(capacity: 1)
+        let first = try await lender.lend(base: base)
+        let database = try await Database.open(url: first.url)
+        try await database.read { sql in
+            try await sql.raw("CREATE TABLE left_behind (n INTEGER)").run()
+            try await sql.raw("INSERT INTO left_behind VALUES (1)").run()
+        }
+        // Left open on purpose: giving back ends the connections a test forgot.
+        let second = Task { try await lender.lend(base: base) }
+        try await Task.sleep(for: .milliseconds(300))
+        await lender.giveBack(first)
+        let again = try await second.value
+        #expect(again.name == first.name, "the one database, lent again once given back")
+        let reused = try await Database.open(url: again.url)
+        let tables = try await reused.read { sql in
+            try await sql.raw(
+                "SELECT COUNT(*) AS n FROM information_schema.tables WHERE table_schema = 'public'"
+            ).first()?.decode(column: "n", as: Int.self) ?? -1
+        }
+        #expect(tables == 0)
+        let others = try await reused.read { sql in
+            try await sql.raw(
+                """
+                SELECT COUNT(*) AS n FROM pg_stat_activity
+                WHERE datname = current_database() AND pid <> pg_backend_pid()
+                """
+            ).first()?.decode(column: "n", as: Int.self) ?? -1
+        }
+        #expect(others <= 1, "at most this pool's second connection")
+        try? await reused.close()
+        try? await database.close()
+        await lender.giveBack(again)
+    }
+}
