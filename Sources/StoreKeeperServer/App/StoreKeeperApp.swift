@@ -437,7 +437,10 @@ public struct StoreKeeperApp: Sendable {
             verifier: verifier, notifications: notifications, metrics: metrics, logger: logger,
             maxBodyBytes: maxBodyBytes
         ).addRoutes(to: router)
-        GoogleNotificationsController(app: self).addRoutes(to: router)
+        GoogleNotificationsController(
+            google: google, database: database, maxBodyBytes: configuration.maxBodyBytes, metrics: metrics,
+            logger: logger
+        ).addRoutes(to: router)
         StripeController(app: self).addWebhook(to: router)
         retentionController.addRoutes(to: router)
         let authenticate = Authenticate(authenticator: authenticator, limiter: limiter)
@@ -453,7 +456,10 @@ public struct StoreKeeperApp: Sendable {
                 .add(middleware: authenticate).add(middleware: KnownQueryParameters<StoreKeeperContext>())
             } ?? v1
         operationsController.addAPIRoutes(to: v1)
-        OrdersController(app: self).addRoutes(to: v1)
+        OrdersController(
+            store: store, database: database, catalog: catalog, configuration: configuration,
+            offerSigner: offerSigner, checkouts: checkouts, externalTokens: externalTokens
+        ).addRoutes(to: v1)
         PurchasesController(app: self).addRoutes(to: signed)
         AccountsController(app: self).addRoutes(to: signed)
         anomaliesController.addRoutes(to: v1)

@@ -1,6 +1,7 @@
 import Foundation
 import GooglePlay
 import Hummingbird
+import Logging
 import StoreKeeperCore
 import StoreKeeperStorage
 
@@ -23,6 +24,23 @@ extension StoreKeeperApp {
         /// `subscription` or `one_time`: the notification's own kind, never guessed from a
         /// product id a subscription notification need not carry.
         var kind: String?
+    }
+}
+
+/// Owns what the push needs: the Google Play apps (their push identities), the database the
+/// notification is recorded in, the body limit, metrics and the log.
+struct GoogleNotificationsController {
+    let google: [String: GooglePlayApp]
+    let database: Database
+    let maxBodyBytes: Int
+    let metrics: ServerMetrics
+    let logger: Logger
+
+    /// Outside `/v1`'s authentication: the push carries Google's OIDC token instead.
+    func addRoutes(to router: some RouterMethods<StoreKeeperContext>) {
+        router.post("v1/notifications/google") { request, context in
+            try await receiveGoogleNotification(request, context)
+        }
     }
 
     func receiveGoogleNotification(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
@@ -51,13 +69,13 @@ extension StoreKeeperApp {
             throw APIError(.unauthorized, "unauthenticated", "the push's OIDC token does not verify")
         }
         // 2. The body: Pub/Sub's wrapped message with the notification in `data`.
-        let bytes = try await request.body.collect(upTo: configuration.maxBodyBytes)
+        let bytes = try await request.body.collect(upTo: maxBodyBytes)
         guard let push = try? JSONDecoder().decode(PubSubPush.self, from: Data(buffer: bytes)),
             let messageId = push.message?.messageId, !messageId.isEmpty, messageId.unicodeScalars.count <= 128
         else {
             throw APIError.badRequest("not a Pub/Sub push: message.messageId is required")
         }
-        try Self.validateText(messageId, field: "messageId")
+        try StoreKeeperApp.validateText(messageId, field: "messageId")
         let store = GooglePlayStore(database: database)
         guard let data = push.message?.data.flatMap({ Data(base64Encoded: $0) }),
             let notification = try? JSONDecoder().decode(DeveloperNotification.self, from: data)
@@ -80,9 +98,9 @@ extension StoreKeeperApp {
                 ])
         }
         let token = notification.purchaseToken
-        var job: GoogleSyncJob?
+        var job: StoreKeeperApp.GoogleSyncJob?
         if let app, let token, token.utf8.count <= 4096 {
-            job = GoogleSyncJob(
+            job = StoreKeeperApp.GoogleSyncJob(
                 appId: app.configuration.id, token: token, messageId: messageId,
                 voided: notification.voidedPurchaseNotification != nil ? true : nil,
                 productId: notification.oneTimeProductNotification?.sku
@@ -97,7 +115,7 @@ extension StoreKeeperApp {
         } else if let app, let review = notification.pendingRefundReviewNotification,
             let reviewToken = review.pendingRefundToken, let orderId = review.orderId
         {
-            job = GoogleSyncJob(
+            job = StoreKeeperApp.GoogleSyncJob(
                 appId: app.configuration.id, token: "", messageId: messageId, orderId: orderId,
                 reviewToken: reviewToken)
         }
@@ -113,16 +131,5 @@ extension StoreKeeperApp {
                 metadata: ["packageName": "\(notification.packageName?.prefix(100) ?? "-")"])
         }
         return Response(status: .noContent)
-    }
-}
-
-struct GoogleNotificationsController {
-    let app: StoreKeeperApp
-
-    /// Outside `/v1`'s authentication: the push carries Google's OIDC token instead.
-    func addRoutes(to router: some RouterMethods<StoreKeeperContext>) {
-        router.post("v1/notifications/google") { request, context in
-            try await app.receiveGoogleNotification(request, context)
-        }
     }
 }

@@ -73,11 +73,31 @@ extension StoreKeeperApp {
             }
         }
     }
+}
+
+/// Orders before payment, owning what they need: the database and its stores, the catalog, the
+/// configuration (apps, limits, lifetimes), the offer signer, Stripe Checkout and the external
+/// purchase tokens an order binds.
+struct OrdersController: RequestHandling {
+    let store: PurchaseStore
+    let database: Database
+    let catalog: Catalog
+    let configuration: ServerConfiguration
+    let offerSigner: OfferSigner?
+    let checkouts: StripeCheckouts
+    let externalTokens: ExternalTokenRegistry
+    var maxBodyBytes: Int { configuration.maxBodyBytes }
+
+    func addRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
+        v1.post("orders") { request, context in try await createOrder(request, context) }
+        v1.get("orders/:orderId") { request, context in try await getOrder(request, context) }
+        v1.post("orders/:orderId/cancel") { request, context in try await cancelOrder(request, context) }
+    }
 
     func createOrder(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         let caller = try context.caller()
-        let body = try await decode(CreateOrderBody.self, request)
-        let stripeApp = try body.appId.flatMap { id in try stripe[id].map { _ in try self.stripeApp(id) } }
+        let body = try await decode(StoreKeeperApp.CreateOrderBody.self, request)
+        let stripeApp = try body.appId.flatMap { id in try checkouts.stripe[id].map { _ in try checkouts.app(id) } }
         guard let accountId = body.accountId else {
             // A web paywall before install: a checkout for nobody, redeemed in the app later.
             guard stripeApp != nil else {
@@ -93,7 +113,9 @@ extension StoreKeeperApp {
 
     /// `stripeApp`: the Stripe app the order names, if it names one (its payment opens a
     /// Checkout Session); `accountId` empty: a Stripe checkout for nobody yet.
-    func createOrder(_ body: CreateOrderBody, accountId: String, stripeApp: StripeApp?) async throws -> Response {
+    func createOrder(_ body: StoreKeeperApp.CreateOrderBody, accountId: String, stripeApp: StripeApp?) async throws
+        -> Response
+    {
         let nobody = accountId.isEmpty
         let quantity = body.quantity ?? 1
         if let appId = body.appId {
@@ -129,7 +151,7 @@ extension StoreKeeperApp {
             if let token = body.externalPurchaseToken, !nobody {
                 // Bound now, as the app's token registration binds it (a buyer without an
                 // account binds it when the purchase is delivered).
-                try await registerExternalPurchaseToken(token, accountId: accountId, type: nil)
+                try await externalTokens.register(token, accountId: accountId, type: nil)
             }
             guard product.storeProducts?["stripe"] != nil else {
                 throw APIError(
@@ -181,12 +203,12 @@ extension StoreKeeperApp {
         }
         var json = OrderJSON(order, ttl: configuration.orderTTL)
         if let stripeApp {
-            json.checkout = try await openCheckout(
+            json.checkout = try await checkouts.open(
                 order: order, product: product, app: stripeApp,
                 reporting: StripeReportTokens(
                     apple: body.externalPurchaseToken, google: body.externalTransactionToken),
                 now: now)
-            return try Self.json(json, status: .created)
+            return try StoreKeeperApp.json(json, status: .created)
         }
         json.winBackOffer = winBack.map { OrderJSON.WinBackOfferJSON(id: $0.id) }
         // Signed for the order's app (the signature covers its bundle id) and Apple's product id.
@@ -212,7 +234,7 @@ extension StoreKeeperApp {
                     issuedAt: now)
             )
         }
-        return try Self.json(json, status: .created)
+        return try StoreKeeperApp.json(json, status: .created)
     }
 
     /// What an order may carry: the promotional offer asked for (404 `unknown_offer`, 403
@@ -223,7 +245,7 @@ extension StoreKeeperApp {
     ) async throws -> (offer: Offer?, introductoryAllowed: Bool?, transactionId: String?, redemptions: Int) {
         var offer: Offer?
         if let offerId {
-            try Self.validateText(offerId, field: "offerId")
+            try StoreKeeperApp.validateText(offerId, field: "offerId")
             guard let found = catalog.offer(offerId, of: product.id) else {
                 throw APIError(
                     .notFound, "unknown_offer",
@@ -284,21 +306,21 @@ extension StoreKeeperApp {
     func getOrder(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         let order = try await callersOrder(context)
         var json = OrderJSON(order, ttl: configuration.orderTTL)
-        if let appId = order.appId, stripe[appId] != nil,
+        if let appId = order.appId, checkouts.stripe[appId] != nil,
             let checkout = try await StripeStore(database: database).checkout(order: order.orderId)
         {
-            json.checkout = CheckoutJSON(
+            json.checkout = StoreKeeperApp.CheckoutJSON(
                 sessionId: checkout.sessionId, url: checkout.url,
-                expiresAt: Self.iso(Date(timeIntervalSince1970: Double(checkout.expiresAt))))
+                expiresAt: StoreKeeperApp.iso(Date(timeIntervalSince1970: Double(checkout.expiresAt))))
             json.redemptionCode = checkout.transactionId == nil ? nil : checkout.redemptionCode
         }
-        return try Self.json(json)
+        return try StoreKeeperApp.json(json)
     }
 
     /// The order of the path, if the caller may act on its account (404 / 403 otherwise).
     func callersOrder(_ context: StoreKeeperContext) async throws -> Order {
         let caller = try context.caller()
-        let orderId = try Self.parameter(context, "orderId")
+        let orderId = try StoreKeeperApp.parameter(context, "orderId")
         guard let order = try await store.orders.order(orderId) else {
             throw APIError.notFound("no order '\(orderId.prefix(64))'")
         }
@@ -314,7 +336,7 @@ extension StoreKeeperApp {
         let order = try await callersOrder(context)
         switch try await store.orders.cancelOrder(order.orderId) {
         case .cancelled(let cancelled):
-            return try Self.json(OrderJSON(cancelled, ttl: configuration.orderTTL))
+            return try StoreKeeperApp.json(OrderJSON(cancelled, ttl: configuration.orderTTL))
         case .notCancellable(let status):
             throw APIError(
                 .conflict, "order_not_cancellable",
@@ -322,15 +344,5 @@ extension StoreKeeperApp {
         case .missing:
             throw APIError.notFound("no order '\(order.orderId.prefix(64))'")
         }
-    }
-}
-
-struct OrdersController {
-    let app: StoreKeeperApp
-
-    func addRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
-        v1.post("orders") { request, context in try await app.createOrder(request, context) }
-        v1.get("orders/:orderId") { request, context in try await app.getOrder(request, context) }
-        v1.post("orders/:orderId/cancel") { request, context in try await app.cancelOrder(request, context) }
     }
 }

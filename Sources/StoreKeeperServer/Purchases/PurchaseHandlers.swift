@@ -507,7 +507,7 @@ extension StoreKeeperApp {
         let caller = try context.caller()
         let body = try await decode(ExternalTokenBody.self, request)
         try caller.require(body.accountId)
-        try await registerExternalPurchaseToken(
+        try await externalTokens.register(
             body.externalPurchaseId, accountId: body.accountId, type: body.tokenType)
         guard let token = try await ExternalPurchaseStore(database: database).token(body.externalPurchaseId) else {
             throw APIError.notFound("no external purchase token '\(body.externalPurchaseId)'")
@@ -515,36 +515,11 @@ extension StoreKeeperApp {
         return try Self.json(ExternalTokenJSON(token))
     }
 
-    /// Binds Apple's external purchase token to the account, within the unconfirmed-token
-    /// limits: 409 `token_of_another_account`, 429/503 over the limits.
-    func registerExternalPurchaseToken(_ id: String, accountId: String, type: String?) async throws {
-        let store = ExternalPurchaseStore(database: database)
-        let registered: Bool
-        do {
-            registered = try await store.registerToken(
-                id, accountId: accountId, tokenType: type,
-                limits: .init(
-                    perAccount: configuration.maxUnconfirmedExternalTokensPerAccount,
-                    total: configuration.maxUnconfirmedExternalTokens),
-                now: Date())
-        } catch let error as ExternalPurchaseStore.TooManyTokens {
-            var refusal =
-                error.global
-                ? APIError(
-                    .serviceUnavailable, "external_token_budget",
-                    "the server holds \(error.limit) external purchase tokens Apple has not reported (limits.maxUnconfirmedExternalTokens)",
-                    retryable: true)
-                : APIError(
-                    .tooManyRequests, "too_many_external_tokens",
-                    "the account holds \(error.limit) external purchase tokens Apple has not reported (limits.maxUnconfirmedExternalTokensPerAccount)",
-                    retryable: true)
-            refusal.headers[.retryAfter] = "3600"
-            throw refusal
-        }
-        guard registered else {
-            throw APIError(
-                .conflict, "token_of_another_account", "external purchase token '\(id)' belongs to another account")
-        }
+    /// The external purchase tokens an account binds, within `limits`' budgets.
+    var externalTokens: ExternalTokenRegistry {
+        ExternalTokenRegistry(
+            database: database, perAccount: configuration.maxUnconfirmedExternalTokensPerAccount,
+            total: configuration.maxUnconfirmedExternalTokens)
     }
 }
 
@@ -572,5 +547,45 @@ struct ExternalTokenJSON: Encodable {
         unreportedNotices = token.unreportedNotices
         reportedAt = token.reportedAt.map(StoreKeeperApp.iso)
         unreportedLineItems = token.unreportedLineItems
+    }
+}
+
+/// Apple's external purchase tokens (and a web checkout's) bound to accounts before anything is
+/// bought with them, within the unconfirmed-token budgets (`limits.maxUnconfirmedExternalTokens*`).
+struct ExternalTokenRegistry: Sendable {
+    let database: Database
+    let perAccount: Int
+    let total: Int
+
+    /// Binds Apple's external purchase token to the account, within the unconfirmed-token
+    /// limits: 409 `token_of_another_account`, 429/503 over the limits.
+    func register(_ id: String, accountId: String, type: String?) async throws {
+        let store = ExternalPurchaseStore(database: database)
+        let registered: Bool
+        do {
+            registered = try await store.registerToken(
+                id, accountId: accountId, tokenType: type,
+                limits: .init(
+                    perAccount: perAccount,
+                    total: total),
+                now: Date())
+        } catch let error as ExternalPurchaseStore.TooManyTokens {
+            var refusal =
+                error.global
+                ? APIError(
+                    .serviceUnavailable, "external_token_budget",
+                    "the server holds \(error.limit) external purchase tokens Apple has not reported (limits.maxUnconfirmedExternalTokens)",
+                    retryable: true)
+                : APIError(
+                    .tooManyRequests, "too_many_external_tokens",
+                    "the account holds \(error.limit) external purchase tokens Apple has not reported (limits.maxUnconfirmedExternalTokensPerAccount)",
+                    retryable: true)
+            refusal.headers[.retryAfter] = "3600"
+            throw refusal
+        }
+        guard registered else {
+            throw APIError(
+                .conflict, "token_of_another_account", "external purchase token '\(id)' belongs to another account")
+        }
     }
 }
