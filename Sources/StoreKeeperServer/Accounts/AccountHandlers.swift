@@ -15,48 +15,19 @@ import Synchronization
 
 /// Account reads and debits.
 extension StoreKeeperApp {
+    /// The account views and support's credit, as every route and the dashboard use them.
+    var accountBook: AccountBook {
+        AccountBook(
+            store: store, catalog: catalog, readClock: readClock,
+            subscriptionApps: SubscriptionApps(
+                appStoreAppId: configuration.hasAppStoreApp
+                    ? configuration.appStoreAppId ?? configuration.bundleId : nil,
+                googleAppIds: Array(google.keys), stripeAppIds: Array(stripe.keys), database: database))
+    }
+
     /// The account as docs/api.md shows it; `state` when the caller already read it.
     func account(_ accountId: String, state: PurchaseStore.AccountState? = nil) async throws -> AccountJSON {
-        let now = readClock()
-        let state = if let state { state } else { try await store.accounts.account(accountId) }
-        let entitlements = state.entitlements.map { row in
-            let source =
-                row.grantId != nil
-                ? "grant"
-                : catalog.product(row.productId ?? "")?.type == .autoRenewable ? "subscription" : "purchase"
-            return AccountJSON.Entitlement(
-                id: row.entitlementId, active: row.expiresAt.map { $0 > now } ?? true, productId: row.productId,
-                expiresAt: row.expiresAt.map(Self.iso), originalTransactionId: row.originalTransactionId,
-                source: source,
-                grantId: row.grantId)
-        }
-        var apps: [String: String] = [:]
-        for subscription in state.subscriptions {
-            // Recorded with it since several apps (migration 19); older rows: the app their store implies.
-            var app = subscription.appId
-            if app == nil {
-                app = try await appId(
-                    ofOriginal: subscription.originalTransactionId, store: subscription.store ?? .appStore)
-            }
-            apps[subscription.originalTransactionId] = app
-        }
-        return AccountJSON(
-            accountId: accountId, entitlements: entitlements, balances: state.balances,
-            subscriptions: state.subscriptions.map {
-                AccountJSON.Subscription(
-                    originalTransactionId: $0.originalTransactionId,
-                    store: ($0.store ?? .appStore).rawValue, appId: apps[$0.originalTransactionId],
-                    productId: $0.productId,
-                    // A store silent past the paid period and its retry window: shown expired.
-                    status: Self.shownStatus($0.status, expiresAt: $0.expiresAt, now: now),
-                    expiresAt: $0.expiresAt.map(Self.iso), autoRenew: $0.autoRenew,
-                    commitment: $0.commitment.map {
-                        AccountJSON.Commitment(
-                            billingPeriod: $0.period, totalBillingPeriods: $0.periods,
-                            expiresAt: $0.expiresAt.map(Self.iso),
-                            renews: $0.renews)
-                    })
-            })
+        try await accountBook.account(accountId, state: state)
     }
 
     static func shownStatus(_ status: String, expiresAt: Date?, now: Date) -> String {
@@ -86,84 +57,9 @@ extension StoreKeeperApp {
             try StoreKeeperApp.validateText(idempotencyKey, field: "idempotencyKey")
         }
     }
-
-    /// A balance request's account, currency and body: a secret key's only (a client token
-    /// could pre-claim the backend's idempotency keys, or credit itself).
-    func balanceRequest(_ request: Request, _ context: StoreKeeperContext, action: String) async throws
-        -> (accountId: String, currency: String, body: DebitBody)
-    {
-        let caller = try context.caller()
-        let accountId = try Self.parameter(context, "accountId")
-        try Self.validateAccountId(accountId)
-        let currency = try Self.parameter(context, "currency")
-        try Self.validateText(currency, field: "currency")
-        guard caller.isKey else {
-            throw APIError.forbidden("\(action) need a secret key (the app's backend or support), not a client token")
-        }
-        try caller.requireScope(.support)
-        return (accountId, currency, try await decode(DebitBody.self, request))
-    }
-
-    func debit(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
-        let (accountId, currency, body) = try await balanceRequest(request, context, action: "debits")
-        switch try await store.accounts.debit(
-            accountId: accountId, currency: currency, amount: body.amount, idempotencyKey: body.idempotencyKey,
-            reason: body.reason.flatMap { $0.trimmingCharacters(in: .whitespaces).isEmpty ? nil : $0 }, now: Date())
-        {
-        case .debited(let balance): return try Self.json(["balance": balance])
-        case .idempotencyConflict:
-            throw APIError(
-                .conflict, "idempotency_conflict",
-                "this idempotencyKey already answered a debit of another account, currency or amount")
-        case .insufficient(let balance):
-            // Nothing to spend in a currency the catalog never grants: a typo, said as such.
-            if balance == 0 { try requireCatalogCurrency(currency) }
-            throw APIError(.conflict, "insufficient_balance", "balance \(balance) is less than \(body.amount)")
-        }
-    }
-
-    /// Support's credit, the one path of the API and the dashboard: a catalog currency, a reason
-    /// (shown on the account's audit), idempotent by key.
-    func supportCredit(
-        accountId: String, currency: String, amount: Int64, idempotencyKey: String, reason: String?, actor: String
-    ) async throws -> AccountStore.CreditResult {
-        guard let reason, !reason.trimmingCharacters(in: .whitespaces).isEmpty else {
-            throw APIError.badRequest("field 'reason' is required: it is shown on the account's audit")
-        }
-        try requireCatalogCurrency(currency)
-        return try await store.accounts.credit(
-            accountId: accountId, currency: currency, amount: amount, idempotencyKey: idempotencyKey, reason: reason,
-            actor: actor, now: Date())
-    }
-
-    /// A currency some product of the catalog grants; else 400 `unknown_currency` naming them.
-    func requireCatalogCurrency(_ currency: String) throws {
-        let known = Set(catalog.products.compactMap(\.grants.currency))
-        guard known.contains(currency) else {
-            throw APIError(
-                .badRequest, "unknown_currency",
-                "no product of the catalog grants '\(currency.prefix(64))'; currencies: \(known.sorted().joined(separator: ", "))"
-            )
-        }
-    }
-
-    /// `POST /v1/accounts/{accountId}/balances/{currency}/credit` (secret key): support
-    /// compensates a player; idempotent by key, audited with its reason.
-    func credit(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
-        let (accountId, currency, body) = try await balanceRequest(request, context, action: "credits")
-        switch try await supportCredit(
-            accountId: accountId, currency: currency, amount: body.amount, idempotencyKey: body.idempotencyKey,
-            reason: body.reason, actor: try context.caller().auditActor)
-        {
-        case .credited(let balance): return try Self.json(["balance": balance])
-        case .idempotencyConflict:
-            throw APIError(
-                .conflict, "idempotency_conflict",
-                "this idempotencyKey already answered another credit or debit")
-        }
-    }
 }
 
+/// The customer's consent
 /// The customer's consent to share consumption data with Apple (docs/consent.md).
 extension StoreKeeperApp {
     struct ConsentBody: RequestBody {
@@ -199,29 +95,116 @@ extension StoreKeeperApp {
                 accountId: consent.accountId, consumptionData: consent.consumptionData, source: consent.source,
                 changedAt: consent.changedAt.map(iso), rescindedAt: consent.rescindedAt.map(iso)))
     }
+}
 
-    func setConsent(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
-        let caller = try context.caller()
-        let accountId = try Self.parameter(context, "accountId")
-        try Self.validateAccountId(accountId)
-        try caller.require(accountId)
-        let body = try await decode(ConsentBody.self, request)
-        do {
-            let consent = try await store.accounts.setConsent(
-                accountId, consumptionData: body.consumptionData, source: caller.isKey ? "backend" : "app",
-                now: Date())
-            return try Self.consentJSON(consent)
-        } catch let rescinded as ConsentRescinded {
+/// What an account is shown as and support's credit: its store, the catalog (what a product
+/// grants, which currencies exist), the clock reads are dated by, and which app a subscription
+/// came from.
+struct AccountBook: Sendable {
+    let store: PurchaseStore
+    let catalog: Catalog
+    let readClock: @Sendable () -> Date
+    let subscriptionApps: SubscriptionApps
+
+    /// The account as docs/api.md shows it; `state` when the caller already read it.
+    func account(_ accountId: String, state: PurchaseStore.AccountState? = nil) async throws -> AccountJSON {
+        let now = readClock()
+        let state = if let state { state } else { try await store.accounts.account(accountId) }
+        let entitlements = state.entitlements.map { row in
+            let source =
+                row.grantId != nil
+                ? "grant"
+                : catalog.product(row.productId ?? "")?.type == .autoRenewable ? "subscription" : "purchase"
+            return AccountJSON.Entitlement(
+                id: row.entitlementId, active: row.expiresAt.map { $0 > now } ?? true, productId: row.productId,
+                expiresAt: row.expiresAt.map(StoreKeeperApp.iso), originalTransactionId: row.originalTransactionId,
+                source: source,
+                grantId: row.grantId)
+        }
+        var apps: [String: String] = [:]
+        for subscription in state.subscriptions {
+            // Recorded with it since several apps (migration 19); older rows: the app their store implies.
+            var app = subscription.appId
+            if app == nil {
+                app = try await subscriptionApps.appId(
+                    ofOriginal: subscription.originalTransactionId, store: subscription.store ?? .appStore)
+            }
+            apps[subscription.originalTransactionId] = app
+        }
+        return AccountJSON(
+            accountId: accountId, entitlements: entitlements, balances: state.balances,
+            subscriptions: state.subscriptions.map {
+                AccountJSON.Subscription(
+                    originalTransactionId: $0.originalTransactionId,
+                    store: ($0.store ?? .appStore).rawValue, appId: apps[$0.originalTransactionId],
+                    productId: $0.productId,
+                    // A store silent past the paid period and its retry window: shown expired.
+                    status: StoreKeeperApp.shownStatus($0.status, expiresAt: $0.expiresAt, now: now),
+                    expiresAt: $0.expiresAt.map(StoreKeeperApp.iso), autoRenew: $0.autoRenew,
+                    commitment: $0.commitment.map {
+                        AccountJSON.Commitment(
+                            billingPeriod: $0.period, totalBillingPeriods: $0.periods,
+                            expiresAt: $0.expiresAt.map(StoreKeeperApp.iso),
+                            renews: $0.renews)
+                    })
+            })
+    }
+
+    /// Support's credit, the one path of the API and the dashboard: a catalog currency, a reason
+    /// (shown on the account's audit), idempotent by key.
+    func supportCredit(
+        accountId: String, currency: String, amount: Int64, idempotencyKey: String, reason: String?, actor: String
+    ) async throws -> AccountStore.CreditResult {
+        guard let reason, !reason.trimmingCharacters(in: .whitespaces).isEmpty else {
+            throw APIError.badRequest("field 'reason' is required: it is shown on the account's audit")
+        }
+        try requireCatalogCurrency(currency)
+        return try await store.accounts.credit(
+            accountId: accountId, currency: currency, amount: amount, idempotencyKey: idempotencyKey, reason: reason,
+            actor: actor, now: Date())
+    }
+
+    /// A currency some product of the catalog grants; else 400 `unknown_currency` naming them.
+    func requireCatalogCurrency(_ currency: String) throws {
+        let known = Set(catalog.products.compactMap(\.grants.currency))
+        guard known.contains(currency) else {
             throw APIError(
-                .forbidden, "consent_rescinded",
-                "a parent withdrew consent (RESCIND_CONSENT, \(Self.iso(rescinded.at))): only the app's backend (a secret key) can restore it"
+                .badRequest, "unknown_currency",
+                "no product of the catalog grants '\(currency.prefix(64))'; currencies: \(known.sorted().joined(separator: ", "))"
             )
         }
     }
 }
 
-struct AccountsController {
-    let app: StoreKeeperApp
+/// The app a subscription recorded without one came from: the App Store app, the only
+/// Google Play app, or the one Google's token was read for; nil for a web checkout.
+struct SubscriptionApps: Sendable {
+    let appStoreAppId: String?
+    let googleAppIds: [String]
+    let stripeAppIds: [String]
+    let database: Database
+
+    func appId(ofOriginal originalTransactionId: String, store: Store) async throws -> String? {
+        switch store {
+        case .appStore:
+            return appStoreAppId
+        case .googlePlay:
+            if googleAppIds.count == 1 { return googleAppIds.first }
+            return try await GooglePlayStore(database: database).appId(ofOriginal: originalTransactionId)
+        case .web:
+            return nil
+        case .stripe:
+            return stripeAppIds.count == 1 ? stripeAppIds.first : nil
+        }
+    }
+}
+
+/// `/v1/accounts/…`: reads, debits and credits, consent; owns the account book, the store and
+/// the body limit.
+struct AccountsController: RequestHandling {
+    let book: AccountBook
+    let store: PurchaseStore
+    let maxBodyBytes: Int
 
     func addRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
         v1.get("accounts/:accountId") { request, context in
@@ -229,41 +212,93 @@ struct AccountsController {
             let accountId = try StoreKeeperApp.parameter(context, "accountId")
             try StoreKeeperApp.validateAccountId(accountId)
             try caller.require(accountId, scope: .read)
-            return try StoreKeeperApp.json(try await app.account(accountId))
+            return try StoreKeeperApp.json(try await book.account(accountId))
         }
         v1.post("accounts/:accountId/balances/:currency/debit") { request, context in
-            try await app.debit(request, context)
+            try await debit(request, context)
         }
         v1.post("accounts/:accountId/balances/:currency/credit") { request, context in
-            try await app.credit(request, context)
+            try await credit(request, context)
         }
         v1.get("accounts/:accountId/consent") { request, context in
             let caller = try context.caller()
             let accountId = try StoreKeeperApp.parameter(context, "accountId")
             try StoreKeeperApp.validateAccountId(accountId)
             try caller.require(accountId, scope: .read)
-            return try StoreKeeperApp.consentJSON(try await app.store.accounts.consent(of: accountId))
+            return try StoreKeeperApp.consentJSON(try await store.accounts.consent(of: accountId))
         }
         v1.put("accounts/:accountId/consent") { request, context in
-            try await app.setConsent(request, context)
+            try await setConsent(request, context)
         }
     }
-}
 
-extension StoreKeeperApp {
-    /// The app a subscription recorded without one came from: the App Store app, the only
-    /// Google Play app, or the one Google's token was read for; nil for a web checkout.
-    func appId(ofOriginal originalTransactionId: String, store: Store) async throws -> String? {
-        switch store {
-        case .appStore:
-            return configuration.hasAppStoreApp ? configuration.appStoreAppId ?? configuration.bundleId : nil
-        case .googlePlay:
-            if google.count == 1 { return google.keys.first }
-            return try await GooglePlayStore(database: database).appId(ofOriginal: originalTransactionId)
-        case .web:
-            return nil
-        case .stripe:
-            return stripe.count == 1 ? stripe.keys.first : nil
+    /// A balance request's account, currency and body: a secret key's only (a client token
+    /// could pre-claim the backend's idempotency keys, or credit itself).
+    func balanceRequest(_ request: Request, _ context: StoreKeeperContext, action: String) async throws
+        -> (accountId: String, currency: String, body: StoreKeeperApp.DebitBody)
+    {
+        let caller = try context.caller()
+        let accountId = try StoreKeeperApp.parameter(context, "accountId")
+        try StoreKeeperApp.validateAccountId(accountId)
+        let currency = try StoreKeeperApp.parameter(context, "currency")
+        try StoreKeeperApp.validateText(currency, field: "currency")
+        guard caller.isKey else {
+            throw APIError.forbidden("\(action) need a secret key (the app's backend or support), not a client token")
+        }
+        try caller.requireScope(.support)
+        return (accountId, currency, try await decode(StoreKeeperApp.DebitBody.self, request))
+    }
+
+    func debit(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        let (accountId, currency, body) = try await balanceRequest(request, context, action: "debits")
+        switch try await store.accounts.debit(
+            accountId: accountId, currency: currency, amount: body.amount, idempotencyKey: body.idempotencyKey,
+            reason: body.reason.flatMap { $0.trimmingCharacters(in: .whitespaces).isEmpty ? nil : $0 }, now: Date())
+        {
+        case .debited(let balance): return try StoreKeeperApp.json(["balance": balance])
+        case .idempotencyConflict:
+            throw APIError(
+                .conflict, "idempotency_conflict",
+                "this idempotencyKey already answered a debit of another account, currency or amount")
+        case .insufficient(let balance):
+            // Nothing to spend in a currency the catalog never grants: a typo, said as such.
+            if balance == 0 { try book.requireCatalogCurrency(currency) }
+            throw APIError(.conflict, "insufficient_balance", "balance \(balance) is less than \(body.amount)")
+        }
+    }
+
+    /// `POST /v1/accounts/{accountId}/balances/{currency}/credit` (secret key): support
+    /// compensates a player; idempotent by key, audited with its reason.
+    func credit(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        let (accountId, currency, body) = try await balanceRequest(request, context, action: "credits")
+        switch try await book.supportCredit(
+            accountId: accountId, currency: currency, amount: body.amount, idempotencyKey: body.idempotencyKey,
+            reason: body.reason, actor: try context.caller().auditActor)
+        {
+        case .credited(let balance): return try StoreKeeperApp.json(["balance": balance])
+        case .idempotencyConflict:
+            throw APIError(
+                .conflict, "idempotency_conflict",
+                "this idempotencyKey already answered another credit or debit")
+        }
+    }
+
+    func setConsent(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        let caller = try context.caller()
+        let accountId = try StoreKeeperApp.parameter(context, "accountId")
+        try StoreKeeperApp.validateAccountId(accountId)
+        try caller.require(accountId)
+        let body = try await decode(StoreKeeperApp.ConsentBody.self, request)
+        do {
+            let consent = try await store.accounts.setConsent(
+                accountId, consumptionData: body.consumptionData, source: caller.isKey ? "backend" : "app",
+                now: Date())
+            return try StoreKeeperApp.consentJSON(consent)
+        } catch let rescinded as ConsentRescinded {
+            throw APIError(
+                .forbidden, "consent_rescinded",
+                "a parent withdrew consent (RESCIND_CONSENT, \(StoreKeeperApp.iso(rescinded.at))): only the app's backend (a secret key) can restore it"
+            )
         }
     }
 }

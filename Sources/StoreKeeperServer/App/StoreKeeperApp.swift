@@ -461,7 +461,7 @@ public struct StoreKeeperApp: Sendable {
             offerSigner: offerSigner, checkouts: checkouts, externalTokens: externalTokens
         ).addRoutes(to: v1)
         PurchasesController(app: self).addRoutes(to: signed)
-        AccountsController(app: self).addRoutes(to: signed)
+        AccountsController(book: accountBook, store: store, maxBodyBytes: maxBodyBytes).addRoutes(to: signed)
         anomaliesController.addRoutes(to: v1)
         RejectedProofsController(
             store: rejectedProofs, maxBodyBytes: maxBodyBytes,

@@ -130,7 +130,7 @@ extension DashboardController {
         let accountId = try StoreKeeperApp.parameter(context, "accountId")
         try StoreKeeperApp.validateAccountId(accountId)
         let currency = form["currency"] ?? ""
-        try app.requireCatalogCurrency(currency)
+        try app.accountBook.requireCatalogCurrency(currency)
         guard let amount = Int64(form["amount"] ?? ""), (1...1_000_000_000_000).contains(amount) else {
             throw APIError.badRequest("amount must be a whole number 1…1000000000000")
         }
@@ -144,7 +144,7 @@ extension DashboardController {
         }
         let path = "/dashboard/accounts/\(Self.pathComponent(accountId))"
         if credit {
-            switch try await app.supportCredit(
+            switch try await app.accountBook.supportCredit(
                 accountId: accountId, currency: currency, amount: amount, idempotencyKey: key,
                 reason: reason + " (dashboard)", actor: actor)
             {
