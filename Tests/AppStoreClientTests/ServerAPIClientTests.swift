@@ -21,7 +21,10 @@ import Testing
 
     /// A generous deadline by default: the tests count attempts, and in a full test run on two
     /// cores an answer can wait its turn long enough for a short deadline to retry it.
-    static func client(_ server: ScriptedAppleServer, retry: RetryPolicy = fastRetry, timeout: Duration = .seconds(120))
+    /// A client of `server`. Its deadline is long: the tests count attempts, and on a machine
+    /// running every suite at once an answer once took over 120 s to arrive, a transport timeout the
+    /// client rightly retried (a 401 was counted twice).
+    static func client(_ server: ScriptedAppleServer, retry: RetryPolicy = fastRetry, timeout: Duration = .seconds(900))
         async throws -> AppStoreServerAPIClient
     {
         try await AppStoreServerAPIClient(
