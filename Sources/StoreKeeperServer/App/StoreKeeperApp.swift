@@ -471,7 +471,7 @@ public struct StoreKeeperApp: Sendable {
             outbox: OutboxStore(database: database), audit: store.anomalies, maxBodyBytes: maxBodyBytes
         ).addRoutes(to: v1)
         SupportController(app: self).addRoutes(to: v1)
-        TransactionsController(app: self).addRoutes(to: v1)
+        TransactionsController(actions: supportActions, maxBodyBytes: maxBodyBytes).addRoutes(to: v1)
         StripeController(app: self).addRoutes(to: v1)
         retentionController.addAPIRoutes(to: v1)
         analyticsController.addRoutes(to: v1)

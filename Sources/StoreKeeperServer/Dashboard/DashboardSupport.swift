@@ -235,13 +235,13 @@ extension DashboardController {
             let body = StoreKeeperApp.SupportRefundBody(
                 reason: reason, note: nil, idempotencyKey: form["idempotencyKey"], refundType: refundType)
             try body.validate()
-            response = try await app.supportRefund(id: record.transactionId, body: body, caller: caller)
+            response = try await app.supportActions.refund(id: record.transactionId, body: body, caller: caller)
         case "transfer":
             let body = StoreKeeperApp.TransferBody(
                 toAccountId: (form["toAccountId"] ?? "").trimmingCharacters(in: .whitespaces),
                 note: reason.isEmpty ? nil : reason)
             try body.validate()
-            response = try await app.supportTransfer(id: record.transactionId, body: body, caller: caller)
+            response = try await app.supportActions.transfer(id: record.transactionId, body: body, caller: caller)
         default:
             guard let days = Int(form["days"] ?? "") else { throw APIError.badRequest("days must be 1…90") }
             let body = StoreKeeperApp.ExtendBody(

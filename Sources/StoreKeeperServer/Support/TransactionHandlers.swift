@@ -102,106 +102,6 @@ extension StoreKeeperApp {
             }
         }
     }
-
-    /// `POST /v1/transactions/{id}/refund` (support): refunds a purchase on the store that lets
-    /// a developer refund — Google Play through `orders.refund` (revoking what it bought) or, for
-    /// a subscription, `purchases.subscriptionsv2.revoke` (full or prorated; access ends now), a web
-    /// payment through its refund — and takes back what it delivered through the one refund path.
-    /// App Store refunds are Apple's to grant: 422 `refunded_by_apple_only`. A purchase already
-    /// refunded answers `already_refunded` without asking the store again.
-    func supportRefund(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
-        let caller = try context.caller()
-        try caller.requireScope(.support)
-        let id = try Self.parameter(context, "transactionId")
-        try Self.validateText(id, field: "transactionId", requireNFC: false)
-        let body = try await decode(SupportRefundBody.self, request)
-        return try await supportRefund(id: id, body: body, caller: caller)
-    }
-
-    /// The refund itself, for the API and the dashboard's account page alike.
-    func supportRefund(id: String, body: SupportRefundBody, caller: Caller) async throws -> Response {
-        guard let record = try await store.transactions.transaction(named: id), caller.covers(app: record.appId) else {
-            throw APIError(.notFound, "not_found", "no transaction '\(id.prefix(200))' is recorded here")
-        }
-        func answer(_ status: String, _ detail: String) throws -> Response {
-            try Self.json([
-                "transactionId": record.transactionId, "store": record.store.rawValue, "status": status,
-                "detail": detail,
-            ])
-        }
-        if record.refunds.contains(where: { $0.share >= RefundPlanner.wholeShare }) {
-            return try answer("already_refunded", "the store refunded it already; nothing was asked again")
-        }
-        let detail =
-            "refund asked by \(caller.label): \(body.reason)\(body.note.map { " — \($0)" } ?? "")"
-        if body.refundType == "prorated", record.store != .googlePlay || record.expiresAt == nil {
-            throw APIError(
-                .unprocessableContent, "invalid_refund_type",
-                "a prorated refund is for a Google Play subscription; this is a \(record.store.rawValue) purchase"
-                    + (record.expiresAt == nil ? " that does not renew" : ""))
-        }
-        switch record.store {
-        case .appStore:
-            throw APIError(
-                .unprocessableContent, "refunded_by_apple_only",
-                "App Store refunds are Apple's to grant: the player asks at https://reportaproblem.apple.com; Apple's REFUND notification then takes back what was delivered"
-            )
-        case .stripe:
-            return try await refundStripePurchase(
-                record.transactionId, appId: record.appId, caller: caller, detail: detail)
-        case .web:
-            guard
-                let payment = try await ExternalPurchaseStore(database: database).payment(
-                    ofTransaction: record.transactionId)
-            else { throw APIError(.notFound, "not_found", "no web payment for '\(record.transactionId)'") }
-            try await store.anomalies.recordAudit(
-                actor: caller.auditActor, action: "support_refund", subject: record.transactionId, detail: detail,
-                now: Date())
-            return try await refundWebPurchase(payment.paymentId)
-        case .googlePlay:
-            guard record.transactionId.hasPrefix(GooglePlayPlanner.prefix) else {
-                throw APIError(.unprocessableContent, "store_refused", "this Google purchase has no order id to refund")
-            }
-            // One request at a time per purchase: a second while Google is asked answers 202.
-            let jobs = JobStore(database: database)
-            if let waiting = try await jobs.pending(kind: Self.googleRefundJobKind).first(where: {
-                (try? JSONDecoder().decode(GoogleRefundRequest.self, from: Data($0.payload.utf8)))?.transactionId
-                    == record.transactionId
-            }) {
-                return try pendingAnswer(record, jobId: waiting.id)
-            }
-            let request = GoogleRefundRequest(
-                transactionId: record.transactionId, appId: record.appId, actor: caller.auditActor, detail: detail,
-                idempotencyKey: body.idempotencyKey, prorated: body.refundType == "prorated" ? true : nil)
-            switch try await askGoogleRefund(request, deadline: .seconds(10)) {
-            case .refunded(let outcome, let note):
-                return try answer(outcome == "applied" ? "refunded" : outcome, note)
-            case .refused(let why):
-                throw APIError(.unprocessableContent, "store_refused", "Google Play refused the refund: \(why)")
-            case .unavailable(let why):
-                // Google is slow or down: asked again by a job until it answers; 202 meanwhile.
-                let payload = String(decoding: try JSONEncoder().encode(request), as: UTF8.self)
-                let jobId = try await jobs.enqueue(
-                    kind: Self.googleRefundJobKind,
-                    dedupeKey: "\(Self.googleRefundJobKind)|\(record.transactionId)|\(UUID().uuidString)",
-                    payload: payload, runAt: Date().addingTimeInterval(30), now: Date())
-                try await store.anomalies.recordAudit(
-                    actor: caller.auditActor, action: "support_refund_pending", subject: record.transactionId,
-                    detail: detail + " — Google Play did not answer (\(why)); asked again until it does", now: Date())
-                return try pendingAnswer(record, jobId: jobId)
-            }
-        }
-    }
-
-    func pendingAnswer(_ record: TransactionStore.TransactionRecord, jobId: String) throws -> Response {
-        var response = try Self.json(
-            [
-                "transactionId": record.transactionId, "store": record.store.rawValue, "status": "pending",
-                "detail": "Google Play is being asked; the refund is applied as soon as it answers", "requestId": jobId,
-            ], status: .accepted)
-        response.headers[.retryAfter] = "30"
-        return response
-    }
 }
 
 // MARK: Google Play refunds asked by support
@@ -335,25 +235,124 @@ extension StoreKeeperApp {
             _ = try StoreKeeperApp.validateNote(note)
         }
     }
+}
 
-    /// `POST /v1/transactions/{id}/transfer` (support): moves a non-consumable or subscription
-    /// to another account — ownership, entitlements, subscription — audited with the key and
-    /// note. A consumable is spent where it was delivered: 422 `not_transferable`.
-    func supportTransfer(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
-        let caller = try context.caller()
-        try caller.requireScope(.support)
-        let id = try Self.parameter(context, "transactionId")
-        try Self.validateText(id, field: "transactionId", requireNFC: false)
-        let body = try await decode(TransferBody.self, request)
-        return try await supportTransfer(id: id, body: body, caller: caller)
+extension StoreKeeperApp {
+    /// Support's refunds and transfers, as the API and the dashboard use them.
+    var supportActions: SupportActions {
+        SupportActions(
+            transactions: store.transactions, audit: store.anomalies, database: database,
+            refundStripe: { [self] id, appId, caller, detail in
+                try await refundStripePurchase(id, appId: appId, caller: caller, detail: detail)
+            },
+            refundWeb: { [self] paymentId in try await refundWebPurchase(paymentId) },
+            askGoogle: { [self] request, deadline in try await askGoogleRefund(request, deadline: deadline) })
+    }
+}
+
+/// Support's refunds and transfers of a recorded purchase: the transactions and the audit log it
+/// reads and writes, and each store's refund call (Stripe's and the web's refund paths, Google's
+/// `orders.refund` through the refund job), handed in by the app that owns those clients.
+struct SupportActions: Sendable {
+    let transactions: TransactionStore
+    let audit: AnomalyStore
+    let database: Database
+    let refundStripe:
+        @Sendable (_ transactionId: String, _ appId: String?, _ caller: Caller, _ detail: String) async throws ->
+            Response
+    let refundWeb: @Sendable (_ paymentId: String) async throws -> Response
+    let askGoogle: @Sendable (GoogleRefundRequest, Duration) async throws -> GoogleRefundOutcome
+
+    /// The refund itself, for the API and the dashboard's account page alike.
+    func refund(id: String, body: StoreKeeperApp.SupportRefundBody, caller: Caller) async throws -> Response {
+        guard let record = try await transactions.transaction(named: id), caller.covers(app: record.appId) else {
+            throw APIError(.notFound, "not_found", "no transaction '\(id.prefix(200))' is recorded here")
+        }
+        func answer(_ status: String, _ detail: String) throws -> Response {
+            try StoreKeeperApp.json([
+                "transactionId": record.transactionId, "store": record.store.rawValue, "status": status,
+                "detail": detail,
+            ])
+        }
+        if record.refunds.contains(where: { $0.share >= RefundPlanner.wholeShare }) {
+            return try answer("already_refunded", "the store refunded it already; nothing was asked again")
+        }
+        let detail =
+            "refund asked by \(caller.label): \(body.reason)\(body.note.map { " — \($0)" } ?? "")"
+        if body.refundType == "prorated", record.store != .googlePlay || record.expiresAt == nil {
+            throw APIError(
+                .unprocessableContent, "invalid_refund_type",
+                "a prorated refund is for a Google Play subscription; this is a \(record.store.rawValue) purchase"
+                    + (record.expiresAt == nil ? " that does not renew" : ""))
+        }
+        switch record.store {
+        case .appStore:
+            throw APIError(
+                .unprocessableContent, "refunded_by_apple_only",
+                "App Store refunds are Apple's to grant: the player asks at https://reportaproblem.apple.com; Apple's REFUND notification then takes back what was delivered"
+            )
+        case .stripe:
+            return try await refundStripe(record.transactionId, record.appId, caller, detail)
+        case .web:
+            guard
+                let payment = try await ExternalPurchaseStore(database: database).payment(
+                    ofTransaction: record.transactionId)
+            else { throw APIError(.notFound, "not_found", "no web payment for '\(record.transactionId)'") }
+            try await audit.recordAudit(
+                actor: caller.auditActor, action: "support_refund", subject: record.transactionId, detail: detail,
+                now: Date())
+            return try await refundWeb(payment.paymentId)
+        case .googlePlay:
+            guard record.transactionId.hasPrefix(GooglePlayPlanner.prefix) else {
+                throw APIError(.unprocessableContent, "store_refused", "this Google purchase has no order id to refund")
+            }
+            // One request at a time per purchase: a second while Google is asked answers 202.
+            let jobs = JobStore(database: database)
+            if let waiting = try await jobs.pending(kind: StoreKeeperApp.googleRefundJobKind).first(where: {
+                (try? JSONDecoder().decode(GoogleRefundRequest.self, from: Data($0.payload.utf8)))?.transactionId
+                    == record.transactionId
+            }) {
+                return try pendingAnswer(record, jobId: waiting.id)
+            }
+            let request = GoogleRefundRequest(
+                transactionId: record.transactionId, appId: record.appId, actor: caller.auditActor, detail: detail,
+                idempotencyKey: body.idempotencyKey, prorated: body.refundType == "prorated" ? true : nil)
+            switch try await askGoogle(request, .seconds(10)) {
+            case .refunded(let outcome, let note):
+                return try answer(outcome == "applied" ? "refunded" : outcome, note)
+            case .refused(let why):
+                throw APIError(.unprocessableContent, "store_refused", "Google Play refused the refund: \(why)")
+            case .unavailable(let why):
+                // Google is slow or down: asked again by a job until it answers; 202 meanwhile.
+                let payload = String(decoding: try JSONEncoder().encode(request), as: UTF8.self)
+                let jobId = try await jobs.enqueue(
+                    kind: StoreKeeperApp.googleRefundJobKind,
+                    dedupeKey: "\(StoreKeeperApp.googleRefundJobKind)|\(record.transactionId)|\(UUID().uuidString)",
+                    payload: payload, runAt: Date().addingTimeInterval(30), now: Date())
+                try await audit.recordAudit(
+                    actor: caller.auditActor, action: "support_refund_pending", subject: record.transactionId,
+                    detail: detail + " — Google Play did not answer (\(why)); asked again until it does", now: Date())
+                return try pendingAnswer(record, jobId: jobId)
+            }
+        }
+    }
+
+    func pendingAnswer(_ record: TransactionStore.TransactionRecord, jobId: String) throws -> Response {
+        var response = try StoreKeeperApp.json(
+            [
+                "transactionId": record.transactionId, "store": record.store.rawValue, "status": "pending",
+                "detail": "Google Play is being asked; the refund is applied as soon as it answers", "requestId": jobId,
+            ], status: .accepted)
+        response.headers[.retryAfter] = "30"
+        return response
     }
 
     /// The transfer itself, for the API and the dashboard's account page alike.
-    func supportTransfer(id: String, body: TransferBody, caller: Caller) async throws -> Response {
-        guard let record = try await store.transactions.transaction(named: id), caller.covers(app: record.appId) else {
+    func transfer(id: String, body: StoreKeeperApp.TransferBody, caller: Caller) async throws -> Response {
+        guard let record = try await transactions.transaction(named: id), caller.covers(app: record.appId) else {
             throw APIError(.notFound, "not_found", "no transaction '\(id.prefix(200))' is recorded here")
         }
-        let outcome = try await store.transactions.transfer(
+        let outcome = try await transactions.transfer(
             originalTransactionId: record.originalTransactionId, to: body.toAccountId, actor: caller.auditActor,
             note: body.note ?? "", now: Date())
         var json: [String: String] = [
@@ -372,12 +371,15 @@ extension StoreKeeperApp {
                 "nobody owns '\(record.transactionId)': a consumable is spent where it was delivered (credit the other account instead)"
             )
         }
-        return try Self.json(json)
+        return try StoreKeeperApp.json(json)
     }
 }
 
-struct TransactionsController {
-    let app: StoreKeeperApp
+/// `/v1/transactions/…`: the lookup, support's refunds and transfers; owns the support actions and
+/// the body limit.
+struct TransactionsController: RequestHandling {
+    let actions: SupportActions
+    let maxBodyBytes: Int
 
     func addRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
         v1.get("transactions/:transactionId") { _, context in
@@ -388,7 +390,7 @@ struct TransactionsController {
                 throw APIError.badRequest("the id must be 1…4096 characters")
             }
             try StoreKeeperApp.validateText(id, field: "transactionId", requireNFC: false)
-            guard let record = try await app.store.transactions.transaction(named: id), caller.covers(app: record.appId)
+            guard let record = try await actions.transactions.transaction(named: id), caller.covers(app: record.appId)
             else {
                 throw APIError(
                     .notFound, "not_found",
@@ -398,10 +400,37 @@ struct TransactionsController {
             return try StoreKeeperApp.json(TransactionRecordJSON(record))
         }
         v1.post("transactions/:transactionId/refund") { request, context in
-            try await app.supportRefund(request, context)
+            try await supportRefund(request, context)
         }
         v1.post("transactions/:transactionId/transfer") { request, context in
-            try await app.supportTransfer(request, context)
+            try await supportTransfer(request, context)
         }
+    }
+
+    /// `POST /v1/transactions/{id}/refund` (support): refunds a purchase on the store that lets
+    /// a developer refund — Google Play through `orders.refund` (revoking what it bought) or, for
+    /// a subscription, `purchases.subscriptionsv2.revoke` (full or prorated; access ends now), a web
+    /// payment through its refund — and takes back what it delivered through the one refund path.
+    /// App Store refunds are Apple's to grant: 422 `refunded_by_apple_only`. A purchase already
+    /// refunded answers `already_refunded` without asking the store again.
+    func supportRefund(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        let caller = try context.caller()
+        try caller.requireScope(.support)
+        let id = try StoreKeeperApp.parameter(context, "transactionId")
+        try StoreKeeperApp.validateText(id, field: "transactionId", requireNFC: false)
+        let body = try await decode(StoreKeeperApp.SupportRefundBody.self, request)
+        return try await actions.refund(id: id, body: body, caller: caller)
+    }
+
+    /// `POST /v1/transactions/{id}/transfer` (support): moves a non-consumable or subscription
+    /// to another account — ownership, entitlements, subscription — audited with the key and
+    /// note. A consumable is spent where it was delivered: 422 `not_transferable`.
+    func supportTransfer(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        let caller = try context.caller()
+        try caller.requireScope(.support)
+        let id = try StoreKeeperApp.parameter(context, "transactionId")
+        try StoreKeeperApp.validateText(id, field: "transactionId", requireNFC: false)
+        let body = try await decode(StoreKeeperApp.TransferBody.self, request)
+        return try await actions.transfer(id: id, body: body, caller: caller)
     }
 }
