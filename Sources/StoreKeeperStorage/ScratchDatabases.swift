@@ -1,10 +1,16 @@
 import Foundation
 import SQLKit
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// Scratch databases on a PostgreSQL server, for work that needs a database of its own for a
 /// while (the test suites: every PostgreSQL test runs on one). Each database is created once, emptied
 /// when it is given back (its connections ended, its `public` schema dropped and created again)
 /// and handed to the next user; at most `capacity` are lent at once, later users wait their turn.
+/// A database is named after the process that lends it; one whose process has ended is taken
+/// over by the next process that needs one, so successive runs reuse the same few databases.
 ///
 /// Why not a database per use, dropped afterwards: PostgreSQL copies the template through the
 /// WAL for every `CREATE DATABASE` and makes every `DROP DATABASE` wait for an immediate
@@ -29,6 +35,7 @@ public actor ScratchDatabases {
     private var waiting: [CheckedContinuation<Void, Never>] = []
     private var idle: [String: [String]] = [:]
     private var admins: [String: Task<Database, any Error>] = [:]
+    private var leftovers: [String: [String]] = [:]
 
     public init(capacity: Int) { self.capacity = max(1, capacity) }
 
@@ -39,7 +46,10 @@ public actor ScratchDatabases {
         lent += 1
         do {
             if let name = idle[base]?.popLast() { return try Lease(url: Self.url(base, name), name: name, base: base) }
-            let name = "sk_scratch_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(16).lowercased())"
+            if let name = try await adoptLeftover(base) {
+                return try Lease(url: Self.url(base, name), name: name, base: base)
+            }
+            let name = Self.newName()
             let admin = try await admin(base)
             try await admin.read { sql in try await sql.raw("CREATE DATABASE \(ident: name)").run() }
             return try Lease(url: Self.url(base, name), name: name, base: base)
@@ -53,35 +63,39 @@ public actor ScratchDatabases {
     /// user. A database that cannot be emptied is dropped instead (never lent again).
     public func giveBack(_ lease: Lease) async {
         defer { returned() }
-        do {
-            let admin = try await admin(lease.base)
-            try await admin.read { sql in
-                try await sql.raw(
-                    """
-                    SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-                    WHERE datname = \(bind: lease.name) AND pid <> pg_backend_pid()
-                    """
-                ).run()
-            }
-            let database = try await Database.open(url: lease.url)
-            do {
-                try await database.read { sql in
-                    try await sql.raw("DROP SCHEMA IF EXISTS public CASCADE").run()
-                    try await sql.raw("CREATE SCHEMA public").run()
-                }
-            } catch {
-                try? await database.close()
-                throw error
-            }
-            try? await database.close()
+        if (try? await empty(lease)) == true {
             idle[lease.base, default: []].append(lease.name)
-        } catch {
-            if let admin = try? await admin(lease.base) {
-                try? await admin.read { sql in
-                    try await sql.raw("DROP DATABASE IF EXISTS \(ident: lease.name) WITH (FORCE)").run()
-                }
+        } else if let admin = try? await admin(lease.base) {
+            try? await admin.read { sql in
+                try await sql.raw("DROP DATABASE IF EXISTS \(ident: lease.name) WITH (FORCE)").run()
             }
         }
+    }
+
+    /// Ends every connection to the database and drops and creates its `public` schema; false
+    /// when it could not be emptied.
+    private func empty(_ lease: Lease) async throws -> Bool {
+        let admin = try await admin(lease.base)
+        try await admin.read { sql in
+            try await sql.raw(
+                """
+                SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                WHERE datname = \(bind: lease.name) AND pid <> pg_backend_pid()
+                """
+            ).run()
+        }
+        let database = try await Database.open(url: lease.url)
+        do {
+            try await database.read { sql in
+                try await sql.raw("DROP SCHEMA IF EXISTS public CASCADE").run()
+                try await sql.raw("CREATE SCHEMA public").run()
+            }
+        } catch {
+            try? await database.close()
+            return false
+        }
+        try? await database.close()
+        return true
     }
 
     /// Runs `body` with a database of its own (given back when `body` returns or throws).
@@ -95,6 +109,56 @@ public actor ScratchDatabases {
             await giveBack(lease)
             throw error
         }
+    }
+
+    /// `sk_scratch_<pid>_<random>`: the process that lends it, so a later process knows which
+    /// databases nobody uses any more.
+    static func newName() -> String {
+        "sk_scratch_\(getpid())_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(12).lowercased())"
+    }
+
+    /// The process a scratch database's name says lent it, if its name has one.
+    static func lender(of name: String) -> Int32? {
+        let parts = name.dropFirst("sk_scratch_".count).split(separator: "_")
+        guard name.hasPrefix("sk_scratch_"), parts.count == 2 else { return nil }
+        return Int32(parts[0])
+    }
+
+    /// A database an earlier process lent and left when it ended (its process is gone): renamed
+    /// to this process (so no other process takes it too), emptied, and lent again — so runs
+    /// after runs keep reusing the same few databases instead of leaving more behind each time.
+    private func adoptLeftover(_ base: String) async throws -> String? {
+        if leftovers[base] == nil {
+            let admin = try await admin(base)
+            let names = try await admin.read { sql in
+                try await sql.raw("SELECT datname FROM pg_database WHERE datname LIKE 'sk\\_scratch\\_%'").all()
+                    .compactMap { try? $0.decode(column: "datname", as: String.self) }
+            }
+            let mine = getpid()
+            leftovers[base] = names.filter { name in
+                guard let pid = Self.lender(of: name), pid != mine else { return false }
+                return kill(pid, 0) != 0 && errno == ESRCH
+            }
+        }
+        while let old = leftovers[base]?.popLast() {
+            let name = Self.newName()
+            let admin = try await admin(base)
+            do {
+                try await admin.read { sql in
+                    try await sql.raw(
+                        """
+                        SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                        WHERE datname = \(bind: old) AND pid <> pg_backend_pid()
+                        """
+                    ).run()
+                    try await sql.raw("ALTER DATABASE \(ident: old) RENAME TO \(ident: name)").run()
+                }
+            } catch {
+                continue  // another process took it first, or it is in use
+            }
+            if try await empty(Lease(url: Self.url(base, name), name: name, base: base)) { return name }
+        }
+        return nil
     }
 
     private func returned() {

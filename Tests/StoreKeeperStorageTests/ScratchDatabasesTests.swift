@@ -45,3 +45,43 @@ import Testing
         await lender.giveBack(again)
     }
 }
+
+extension ScratchDatabasesTests {
+    /// A database left by a process that has ended is taken over (renamed to this process, emptied)
+    /// before a new one is created: runs after runs leave no more databases behind.
+    @Test(.enabled(if: base != nil))
+    func aDatabaseLeftByAnEndedProcessIsTakenOverEmpty() async throws {
+        let base = try #require(Self.base)
+        let ended = Process()
+        ended.executableURL = URL(fileURLWithPath: "/bin/true")
+        try ended.run()
+        ended.waitUntilExit()
+        let left = "sk_scratch_\(ended.processIdentifier)_\(UUID().uuidString.prefix(8).lowercased())"
+        let admin = try await Database.open(url: base)
+        try await admin.read { sql in try await sql.raw("CREATE DATABASE \(ident: left)").run() }
+        var components = URLComponents(string: base)!
+        components.path = "/\(left)"
+        let old = try await Database.open(url: components.string!)
+        try await old.read { sql in try await sql.raw("CREATE TABLE left_behind (n INTEGER)").run() }
+        try await old.close()
+
+        let lender = ScratchDatabases(capacity: 4)
+        let lease = try await lender.lend(base: base)
+        #expect(lease.name.hasPrefix("sk_scratch_\(getpid())_"))
+        let names = try await admin.read { sql in
+            try await sql.raw("SELECT datname FROM pg_database").all().map {
+                try $0.decode(column: "datname", as: String.self)
+            }
+        }
+        #expect(!names.contains(left), "taken over, not left beside a new one")
+        let database = try await Database.open(url: lease.url)
+        let tables = try await database.read { sql in
+            try await sql.raw("SELECT COUNT(*) AS n FROM information_schema.tables WHERE table_schema = 'public'")
+                .first()?.decode(column: "n", as: Int.self) ?? -1
+        }
+        #expect(tables == 0)
+        try await database.close()
+        await lender.giveBack(lease)
+        try await admin.close()
+    }
+}
