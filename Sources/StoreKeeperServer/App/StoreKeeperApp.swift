@@ -470,7 +470,12 @@ public struct StoreKeeperApp: Sendable {
         WebhooksController(
             outbox: OutboxStore(database: database), audit: store.anomalies, maxBodyBytes: maxBodyBytes
         ).addRoutes(to: v1)
-        SupportController(app: self).addRoutes(to: v1)
+        SupportController(
+            support: store.support, accounts: store.accounts, grants: grants, maxBodyBytes: maxBodyBytes,
+            extend: { [self] original, body, caller in try await extend(original: original, body: body, caller: caller)
+            },
+            appTransaction: { [self] id in try await appTransaction(id) }
+        ).addRoutes(to: v1)
         TransactionsController(actions: supportActions, maxBodyBytes: maxBodyBytes).addRoutes(to: v1)
         StripeController(app: self).addRoutes(to: v1)
         retentionController.addAPIRoutes(to: v1)

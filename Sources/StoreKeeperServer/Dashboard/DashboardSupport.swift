@@ -33,7 +33,7 @@ extension DashboardController {
                     }
                     until = Date().addingTimeInterval(TimeInterval(days) * 86_400)
                 }
-                _ = try await app.grant(
+                _ = try await app.grants.grant(
                     account: accountId, entitlement: form["entitlement"] ?? "", expiresAt: until,
                     note: (form["note"] ?? "") + " (dashboard)", actor: actor(session))
                 return Self.redirect("/dashboard/accounts/\(Self.pathComponent(accountId))?done=granted")

@@ -41,23 +41,4 @@ extension StoreKeeperApp {
             createdAt = StoreKeeperApp.iso(note.createdAt)
         }
     }
-
-    func addAccountNote(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
-        let caller = try context.caller()
-        try caller.requireScope(.support)
-        let accountId = try Self.parameter(context, "accountId")
-        try Self.validateAccountId(accountId)
-        let body = try await decode(NoteBody.self, request)
-        let note = try await store.accounts.addNote(
-            accountId: accountId, text: body.text, ticket: body.ticket, author: caller.auditActor, now: Date())
-        return try Self.json(NoteJSON(note), status: .created)
-    }
-
-    func listAccountNotes(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
-        try context.caller().requireScope(.read)
-        let accountId = try Self.parameter(context, "accountId")
-        try Self.validateAccountId(accountId)
-        struct Notes: Encodable { var notes: [NoteJSON] }
-        return try Self.json(Notes(notes: try await store.accounts.notes(of: accountId).map(NoteJSON.init)))
-    }
 }

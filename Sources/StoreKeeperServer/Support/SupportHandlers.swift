@@ -143,14 +143,6 @@ extension StoreKeeperApp {
         return note
     }
 
-    func extend(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
-        try context.caller().requireScope(.support)
-        let original = try Self.parameter(context, "originalTransactionId")
-        try Self.validateText(original, field: "originalTransactionId")
-        let body = try await decode(ExtendBody.self, request)
-        return try await extend(original: original, body: body, caller: try context.caller())
-    }
-
     /// The extension itself, for the API and the dashboard's account page alike.
     func extend(original: String, body: ExtendBody, caller: Caller) async throws -> Response {
         let note = try Self.validateExtension(days: body.days, reason: body.reason, note: body.note)
@@ -221,51 +213,143 @@ extension StoreKeeperApp {
             Deferred(originalTransactionId: purchase.originalTransactionId, expiresAt: after.map(Self.iso)))
     }
 
+}
+
+/// Support's subscriptions, grants and notes: owns the support store, the account store (notes),
+/// the grants and the body limit; extending a subscription (Apple's job or Google's `defer`, then
+/// Google's snapshot applied) and reading an app transaction from Apple are handed in by the app
+/// that owns those clients.
+struct SupportController: RequestHandling {
+    let support: SupportStore
+    let accounts: AccountStore
+    let grants: Grants
+    let maxBodyBytes: Int
+    let extend:
+        @Sendable (_ original: String, _ body: StoreKeeperApp.ExtendBody, _ caller: Caller) async throws -> Response
+    let appTransaction: @Sendable (_ anyTransactionId: String) async throws -> Response
+
+    func addRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
+        v1.post("subscriptions/:originalTransactionId/extend") { request, context in
+            try await extend(request, context)
+        }
+        v1.get("subscriptions/:originalTransactionId/extensions") { request, context in
+            try await listExtensions(request, context)
+        }
+        v1.post("extensions/mass") { request, context in try await massExtend(request, context) }
+        v1.get("extensions/:requestId") { request, context in try await getExtension(request, context) }
+        v1.post("accounts/:accountId/grants") { request, context in try await createGrant(request, context) }
+        v1.post("accounts/:accountId/notes") { request, context in try await addAccountNote(request, context) }
+        v1.get("accounts/:accountId/notes") { request, context in try await listAccountNotes(request, context) }
+        v1.get("app-transactions/:transactionId") { _, context in
+            try context.caller().requireScope(.read)
+            let id = try StoreKeeperApp.parameter(context, "transactionId")
+            guard StoreKeeperApp.isAppleNumericId(id) else {
+                throw APIError.badRequest(
+                    "transactionId must be an App Store transaction, original or app transaction id")
+            }
+            return try await appTransaction(id)
+        }
+        v1.delete("accounts/:accountId/grants/:grantId") { request, context in try await endGrant(request, context)
+        }
+    }
+
+    func extend(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        try context.caller().requireScope(.support)
+        let original = try StoreKeeperApp.parameter(context, "originalTransactionId")
+        try StoreKeeperApp.validateText(original, field: "originalTransactionId")
+        let body = try await decode(StoreKeeperApp.ExtendBody.self, request)
+        return try await extend(original, body, try context.caller())
+    }
+
     func listExtensions(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         try context.caller().requireScope(.read)
-        let original = try Self.parameter(context, "originalTransactionId")
-        try Self.validateText(original, field: "originalTransactionId")
-        return try Self.json(["extensions": try await store.support.extensions(of: original).map(ExtensionJSON.init)])
+        let original = try StoreKeeperApp.parameter(context, "originalTransactionId")
+        try StoreKeeperApp.validateText(original, field: "originalTransactionId")
+        return try StoreKeeperApp.json([
+            "extensions": try await support.extensions(of: original).map(StoreKeeperApp.ExtensionJSON.init)
+        ])
     }
 
     func massExtend(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         try context.caller().requireScope(.support)
-        let body = try await decode(MassExtendBody.self, request)
-        let note = try Self.validateExtension(days: body.days, reason: body.reason, note: body.note)
-        guard catalog.product(body.productId)?.type == .autoRenewable else {
+        let body = try await decode(StoreKeeperApp.MassExtendBody.self, request)
+        let note = try StoreKeeperApp.validateExtension(days: body.days, reason: body.reason, note: body.note)
+        guard grants.catalog.product(body.productId)?.type == .autoRenewable else {
             throw APIError(
                 .notFound, "unknown_product", "no auto-renewable product '\(body.productId.prefix(100))' in the catalog"
             )
         }
-        let row = try await store.support.requestMassExtension(
+        let row = try await support.requestMassExtension(
             productId: body.productId, days: body.days, reason: body.reason, note: note,
             actor: try context.caller().auditActor, now: Date())
-        return try Self.json(["requestId": row.requestId, "status": row.status], status: .accepted)
+        return try StoreKeeperApp.json(["requestId": row.requestId, "status": row.status], status: .accepted)
     }
 
     func getExtension(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         try context.caller().requireScope(.read)
-        let id = try Self.parameter(context, "requestId")
-        guard let row = try await store.support.extensionRequest(id) else {
+        let id = try StoreKeeperApp.parameter(context, "requestId")
+        guard let row = try await support.extensionRequest(id) else {
             throw APIError.notFound("no extension request '\(id.prefix(64))'")
         }
-        return try Self.json(ExtensionJSON(row))
+        return try StoreKeeperApp.json(StoreKeeperApp.ExtensionJSON(row))
     }
 
     func createGrant(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         try context.caller().requireScope(.support)
-        let account = try Self.parameter(context, "accountId")
-        try Self.validateAccountId(account)
-        let body = try await decode(GrantBody.self, request)
-        let grant = try await grant(
+        let account = try StoreKeeperApp.parameter(context, "accountId")
+        try StoreKeeperApp.validateAccountId(account)
+        let body = try await decode(StoreKeeperApp.GrantBody.self, request)
+        let grant = try await grants.grant(
             account: account, entitlement: body.entitlement, expiresAt: try body.until(now: Date()), note: body.note,
             actor: try context.caller().auditActor)
-        return try Self.json(
-            GrantJSON(
+        return try StoreKeeperApp.json(
+            StoreKeeperApp.GrantJSON(
                 grantId: grant.grantId, accountId: account, entitlement: grant.entitlementId,
-                expiresAt: grant.forGood ? nil : Self.iso(grant.expiresAt), forGood: grant.forGood,
-                createdAt: Self.iso(grant.createdAt)), status: .created)
+                expiresAt: grant.forGood ? nil : StoreKeeperApp.iso(grant.expiresAt), forGood: grant.forGood,
+                createdAt: StoreKeeperApp.iso(grant.createdAt)), status: .created)
     }
+
+    func endGrant(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        try context.caller().requireScope(.support)
+        let account = try StoreKeeperApp.parameter(context, "accountId")
+        try StoreKeeperApp.validateAccountId(account)
+        let grantId = try StoreKeeperApp.parameter(context, "grantId")
+        try StoreKeeperApp.validateText(grantId, field: "grantId")
+        guard
+            try await support.endGrant(
+                account: account, grantId: grantId, actor: try context.caller().auditActor, now: Date())
+        else {
+            throw APIError.notFound("account '\(account.prefix(64))' has no running grant '\(grantId.prefix(64))'")
+        }
+        return try StoreKeeperApp.json(["grantId": grantId, "status": "ended"])
+    }
+
+    func addAccountNote(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        let caller = try context.caller()
+        try caller.requireScope(.support)
+        let accountId = try StoreKeeperApp.parameter(context, "accountId")
+        try StoreKeeperApp.validateAccountId(accountId)
+        let body = try await decode(StoreKeeperApp.NoteBody.self, request)
+        let note = try await accounts.addNote(
+            accountId: accountId, text: body.text, ticket: body.ticket, author: caller.auditActor, now: Date())
+        return try StoreKeeperApp.json(StoreKeeperApp.NoteJSON(note), status: .created)
+    }
+
+    func listAccountNotes(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
+        try context.caller().requireScope(.read)
+        let accountId = try StoreKeeperApp.parameter(context, "accountId")
+        try StoreKeeperApp.validateAccountId(accountId)
+        struct Notes: Encodable { var notes: [StoreKeeperApp.NoteJSON] }
+        return try StoreKeeperApp.json(
+            Notes(notes: try await accounts.notes(of: accountId).map(StoreKeeperApp.NoteJSON.init)))
+    }
+}
+
+/// Operators' grants: the support store they are written to and the catalog that says which
+/// entitlements exist.
+struct Grants: Sendable {
+    let support: SupportStore
+    let catalog: Catalog
 
     /// An operator's grant, the one path of the API, the dashboard and the MCP desk: an
     /// entitlement the catalog defines, until a future date within 100 years or (nil) for good,
@@ -288,54 +372,14 @@ extension StoreKeeperApp {
                 throw APIError.badRequest("field 'expiresAt' must be within 100 years")
             }
         }
-        let note = try Self.validateNote(note)
-        return try await store.support.createGrant(
+        let note = try StoreKeeperApp.validateNote(note)
+        return try await support.createGrant(
             account: account, entitlement: entitlement, expiresAt: expiresAt, note: note, actor: actor, now: now)
-    }
-
-    func endGrant(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
-        try context.caller().requireScope(.support)
-        let account = try Self.parameter(context, "accountId")
-        try Self.validateAccountId(account)
-        let grantId = try Self.parameter(context, "grantId")
-        try Self.validateText(grantId, field: "grantId")
-        guard
-            try await store.support.endGrant(
-                account: account, grantId: grantId, actor: try context.caller().auditActor, now: Date())
-        else {
-            throw APIError.notFound("account '\(account.prefix(64))' has no running grant '\(grantId.prefix(64))'")
-        }
-        return try Self.json(["grantId": grantId, "status": "ended"])
     }
 }
 
-struct SupportController {
-    let app: StoreKeeperApp
-
-    func addRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
-        v1.post("subscriptions/:originalTransactionId/extend") { request, context in
-            try await app.extend(request, context)
-        }
-        v1.get("subscriptions/:originalTransactionId/extensions") { request, context in
-            try await app.listExtensions(request, context)
-        }
-        v1.post("extensions/mass") { request, context in try await app.massExtend(request, context) }
-        v1.get("extensions/:requestId") { request, context in try await app.getExtension(request, context) }
-        v1.post("accounts/:accountId/grants") { request, context in try await app.createGrant(request, context) }
-        v1.post("accounts/:accountId/notes") { request, context in try await app.addAccountNote(request, context) }
-        v1.get("accounts/:accountId/notes") { request, context in try await app.listAccountNotes(request, context) }
-        v1.get("app-transactions/:transactionId") { _, context in
-            try context.caller().requireScope(.read)
-            let id = try StoreKeeperApp.parameter(context, "transactionId")
-            guard StoreKeeperApp.isAppleNumericId(id) else {
-                throw APIError.badRequest(
-                    "transactionId must be an App Store transaction, original or app transaction id")
-            }
-            return try await app.appTransaction(id)
-        }
-        v1.delete("accounts/:accountId/grants/:grantId") { request, context in try await app.endGrant(request, context)
-        }
-    }
+extension StoreKeeperApp {
+    var grants: Grants { Grants(support: store.support, catalog: catalog) }
 }
 
 extension StoreKeeperApp {
