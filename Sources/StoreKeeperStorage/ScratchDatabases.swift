@@ -156,7 +156,7 @@ public actor ScratchDatabases {
             } catch {
                 continue  // another process took it first, or it is in use
             }
-            if try await empty(Lease(url: Self.url(base, name), name: name, base: base)) { return name }
+            if (try? await empty(Lease(url: Self.url(base, name), name: name, base: base))) == true { return name }
         }
         return nil
     }
