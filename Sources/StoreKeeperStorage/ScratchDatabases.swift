@@ -8,7 +8,9 @@ import SQLKit
 /// Scratch databases on a PostgreSQL server, for work that needs a database of its own for a
 /// while (the test suites: every PostgreSQL test runs on one). Each database is created once, emptied
 /// when it is given back (its connections ended, its `public` schema dropped and created again)
-/// and handed to the next user; at most `capacity` are lent at once, later users wait their turn.
+/// and handed to the next user; at most `capacity` are lent at once from one server, later users
+/// wait their turn (a server of their own, such as the cluster the restart tests restart, never
+/// waits behind another's).
 /// A database is named after the process that lends it; one whose process has ended is taken
 /// over by the next process that needs one, so successive runs reuse the same few databases.
 ///
@@ -31,8 +33,8 @@ public actor ScratchDatabases {
     public static let shared = ScratchDatabases(capacity: 24)
 
     let capacity: Int
-    private var lent = 0
-    private var waiting: [CheckedContinuation<Void, Never>] = []
+    private var lent: [String: Int] = [:]
+    private var waiting: [String: [CheckedContinuation<Void, Never>]] = [:]
     private var idle: [String: [String]] = [:]
     private var admins: [String: Task<Database, any Error>] = [:]
     private var leftovers: [String: [String]] = [:]
@@ -42,8 +44,10 @@ public actor ScratchDatabases {
     /// A database of its own on the server `base` names (`postgres://user:pass@host:port/db`,
     /// the user allowed to create databases): empty, no other connection to it.
     public func lend(base: String) async throws -> Lease {
-        while lent >= capacity { await withCheckedContinuation { waiting.append($0) } }
-        lent += 1
+        while lent[base, default: 0] >= capacity {
+            await withCheckedContinuation { waiting[base, default: []].append($0) }
+        }
+        lent[base, default: 0] += 1
         do {
             if let name = idle[base]?.popLast() { return try Lease(url: Self.url(base, name), name: name, base: base) }
             if let name = try await adoptLeftover(base) {
@@ -54,7 +58,7 @@ public actor ScratchDatabases {
             try await admin.read { sql in try await sql.raw("CREATE DATABASE \(ident: name)").run() }
             return try Lease(url: Self.url(base, name), name: name, base: base)
         } catch {
-            returned()
+            returned(base)
             throw error
         }
     }
@@ -62,7 +66,7 @@ public actor ScratchDatabases {
     /// Takes `lease` back: ends every connection still open to it and empties it for the next
     /// user. A database that cannot be emptied is dropped instead (never lent again).
     public func giveBack(_ lease: Lease) async {
-        defer { returned() }
+        defer { returned(lease.base) }
         if (try? await empty(lease)) == true {
             idle[lease.base, default: []].append(lease.name)
         } else if let admin = try? await admin(lease.base) {
@@ -161,9 +165,13 @@ public actor ScratchDatabases {
         return nil
     }
 
-    private func returned() {
-        lent -= 1
-        if !waiting.isEmpty { waiting.removeFirst().resume() }
+    private func returned(_ base: String) {
+        lent[base, default: 1] -= 1
+        if var queue = waiting[base], !queue.isEmpty {
+            let next = queue.removeFirst()
+            waiting[base] = queue
+            next.resume()
+        }
     }
 
     private func admin(_ base: String) async throws -> Database {

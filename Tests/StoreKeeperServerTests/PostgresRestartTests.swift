@@ -115,17 +115,17 @@ import Testing
         }
     }
 
-    @Test(.enabled(if: available), .timeLimit(.minutes(4)))
+    @Test(.enabled(if: available), .timeLimit(.minutes(6)))
     func aFastRestartUnderLoadRecoversByItself() async throws {
         try await restartUnderLoad(mode: "fast")
     }
 
-    @Test(.enabled(if: available), .timeLimit(.minutes(4)))
+    @Test(.enabled(if: available), .timeLimit(.minutes(6)))
     func anImmediateRestartUnderLoadRecoversByItself() async throws {
         try await restartUnderLoad(mode: "immediate")
     }
 
-    @Test(.enabled(if: available), .timeLimit(.minutes(4)))
+    @Test(.enabled(if: available), .timeLimit(.minutes(6)))
     func postgresDownIsAnsweredThenRecovers() async throws {
         try await API.withServer("postgres", postgresURL: Self.url) { app, client in
             let proofs = try await Self.proofs(app, "down-", count: 3)

@@ -85,3 +85,20 @@ extension ScratchDatabasesTests {
         try await admin.close()
     }
 }
+
+extension ScratchDatabasesTests {
+    /// The limit is per server (per base URL): the restart tests' cluster never waits behind the
+    /// main cluster's tests. With one database allowed, a second base still lends at once.
+    @Test(.enabled(if: base != nil), .timeLimit(.minutes(2)))
+    func eachServerHasALimitOfItsOwn() async throws {
+        let base = try #require(Self.base)
+        var other = try #require(URLComponents(string: base))
+        other.path = "/postgres"
+        let lender = ScratchDatabases(capacity: 1)
+        let first = try await lender.lend(base: base)
+        let second = try await lender.lend(base: try #require(other.string))
+        #expect(first.name != second.name)
+        await lender.giveBack(second)
+        await lender.giveBack(first)
+    }
+}
