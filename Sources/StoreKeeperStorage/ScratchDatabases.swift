@@ -83,7 +83,7 @@ public actor ScratchDatabases {
         try await admin.read { sql in
             try await sql.raw(
                 """
-                SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity
                 WHERE datname = \(bind: lease.name) AND pid <> pg_backend_pid()
                 """
             ).run()
@@ -151,7 +151,7 @@ public actor ScratchDatabases {
                 try await admin.read { sql in
                     try await sql.raw(
                         """
-                        SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                        SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity
                         WHERE datname = \(bind: old) AND pid <> pg_backend_pid()
                         """
                     ).run()
