@@ -33,13 +33,18 @@ public actor ScratchDatabases {
     public static let shared = ScratchDatabases(capacity: 24)
 
     let capacity: Int
+    /// What its databases' names start with (`sk_scratch_`): only those are taken over.
+    let prefix: String
     private var lent: [String: Int] = [:]
     private var waiting: [String: [CheckedContinuation<Void, Never>]] = [:]
     private var idle: [String: [String]] = [:]
     private var admins: [String: Task<Database, any Error>] = [:]
     private var leftovers: [String: [String]] = [:]
 
-    public init(capacity: Int) { self.capacity = max(1, capacity) }
+    public init(capacity: Int, prefix: String = "sk_scratch_") {
+        self.capacity = max(1, capacity)
+        self.prefix = prefix
+    }
 
     /// A database of its own on the server `base` names (`postgres://user:pass@host:port/db`,
     /// the user allowed to create databases): empty, no other connection to it.
@@ -53,7 +58,7 @@ public actor ScratchDatabases {
             if let name = try await adoptLeftover(base) {
                 return try Lease(url: Self.url(base, name), name: name, base: base)
             }
-            let name = Self.newName()
+            let name = newName()
             let admin = try await admin(base)
             try await admin.read { sql in try await sql.raw("CREATE DATABASE \(ident: name)").run() }
             return try Lease(url: Self.url(base, name), name: name, base: base)
@@ -117,14 +122,14 @@ public actor ScratchDatabases {
 
     /// `sk_scratch_<pid>_<random>`: the process that lends it, so a later process knows which
     /// databases nobody uses any more.
-    static func newName() -> String {
-        "sk_scratch_\(getpid())_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(12).lowercased())"
+    func newName() -> String {
+        "\(prefix)\(getpid())_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(12).lowercased())"
     }
 
     /// The process a scratch database's name says lent it, if its name has one.
-    static func lender(of name: String) -> Int32? {
-        let parts = name.dropFirst("sk_scratch_".count).split(separator: "_")
-        guard name.hasPrefix("sk_scratch_"), parts.count == 2 else { return nil }
+    func lender(of name: String) -> Int32? {
+        let parts = name.dropFirst(prefix.count).split(separator: "_")
+        guard name.hasPrefix(prefix), parts.count == 2 else { return nil }
         return Int32(parts[0])
     }
 
@@ -135,17 +140,17 @@ public actor ScratchDatabases {
         if leftovers[base] == nil {
             let admin = try await admin(base)
             let names = try await admin.read { sql in
-                try await sql.raw("SELECT datname FROM pg_database WHERE datname LIKE 'sk\\_scratch\\_%'").all()
+                try await sql.raw("SELECT datname FROM pg_database").all()
                     .compactMap { try? $0.decode(column: "datname", as: String.self) }
             }
             let mine = getpid()
             leftovers[base] = names.filter { name in
-                guard let pid = Self.lender(of: name), pid != mine else { return false }
+                guard let pid = lender(of: name), pid != mine else { return false }
                 return kill(pid, 0) != 0 && errno == ESRCH
             }
         }
         while let old = leftovers[base]?.popLast() {
-            let name = Self.newName()
+            let name = newName()
             let admin = try await admin(base)
             do {
                 try await admin.read { sql in

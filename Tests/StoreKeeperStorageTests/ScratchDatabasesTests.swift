@@ -56,7 +56,10 @@ extension ScratchDatabasesTests {
         ended.executableURL = URL(fileURLWithPath: "/bin/true")
         try ended.run()
         ended.waitUntilExit()
-        let left = "sk_scratch_\(ended.processIdentifier)_\(UUID().uuidString.prefix(8).lowercased())"
+        // Its own prefix: only this test's leftover is a candidate (the suites' lender, and other
+        // runs' leftovers, never meet it).
+        let prefix = "sk_scratchtest_\(UUID().uuidString.prefix(6).lowercased())_"
+        let left = "\(prefix)\(ended.processIdentifier)_leftover"
         let admin = try await Database.open(url: base)
         try await admin.read { sql in try await sql.raw("CREATE DATABASE \(ident: left)").run() }
         var components = URLComponents(string: base)!
@@ -65,28 +68,16 @@ extension ScratchDatabasesTests {
         try await old.read { sql in try await sql.raw("CREATE TABLE left_behind (n INTEGER)").run() }
         try await old.close()
 
-        // Other ended runs may have left databases too: lend until this one is taken over (each
-        // lend takes over one leftover, or creates a database when none is left).
-        @Sendable func names() async throws -> [String] {
-            try await admin.read { sql in
-                try await sql.raw("SELECT datname FROM pg_database").all().map {
-                    try $0.decode(column: "datname", as: String.self)
-                }
+        let lender = ScratchDatabases(capacity: 4, prefix: prefix)
+        let lease = try await lender.lend(base: base)
+        #expect(lease.name.hasPrefix("\(prefix)\(getpid())_"))
+        let names = try await admin.read { sql in
+            try await sql.raw("SELECT datname FROM pg_database").all().map {
+                try $0.decode(column: "datname", as: String.self)
             }
         }
-        let others = try await names().filter {
-            $0.hasPrefix("sk_scratch_") && !$0.hasPrefix("sk_scratch_\(getpid())_")
-        }
-        let lender = ScratchDatabases(capacity: 10_000)
-        var leases: [ScratchDatabases.Lease] = []
-        for _ in 0...others.count {
-            let lease = try await lender.lend(base: base)
-            leases.append(lease)
-            #expect(lease.name.hasPrefix("sk_scratch_\(getpid())_"))
-            if try await !names().contains(left) { break }
-        }
-        #expect(try await !names().contains(left), "taken over, not left beside a new one")
-        let lease = try #require(leases.last)
+        #expect(!names.contains(left), "taken over, not left beside a new one")
+        #expect(names.filter { $0.hasPrefix(prefix) } == [lease.name])
         let database = try await Database.open(url: lease.url)
         let tables = try await database.read { sql in
             try await sql.raw("SELECT COUNT(*) AS n FROM information_schema.tables WHERE table_schema = 'public'")
@@ -94,7 +85,10 @@ extension ScratchDatabasesTests {
         }
         #expect(tables == 0)
         try await database.close()
-        for lease in leases { await lender.giveBack(lease) }
+        await lender.giveBack(lease)
+        try? await admin.read { sql in
+            try await sql.raw("DROP DATABASE IF EXISTS \(ident: lease.name) WITH (FORCE)").run()
+        }
         try await admin.close()
     }
 }
