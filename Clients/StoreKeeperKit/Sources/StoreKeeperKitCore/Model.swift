@@ -410,6 +410,11 @@ public struct PurchaseIntent: Codable, Sendable, Equatable {
     public var expiresAt: Date?
     /// The process that wrote `.paying` (a later launch re-checks what an earlier one left).
     public var launch: String?
+    /// Bound to a transaction that came back without a token, by product, quantity and time —
+    /// a guess: it may have been another purchase of the account's (an offer code), and this
+    /// intent's own payment (an Ask to Buy approved later) may still come, carrying its token.
+    /// Kept as long as a deferred intent, so that payment still finds its account.
+    public var boundByGuess: Bool = false
 
     public init(
         orderId: String, appAccountToken: UUID, productId: String, quantity: Int, accountId: String, createdAt: Date,
@@ -429,7 +434,7 @@ public struct PurchaseIntent: Codable, Sendable, Equatable {
 
     enum CodingKeys: String, CodingKey {
         case orderId, appAccountToken, productId, quantity, accountId, createdAt, state, transactionId, expiresAt,
-            launch
+            launch, boundByGuess
     }
 
     public init(from decoder: Decoder) throws {
@@ -445,6 +450,7 @@ public struct PurchaseIntent: Codable, Sendable, Equatable {
         transactionId = try container.decodeIfPresent(String.self, forKey: .transactionId)
         expiresAt = try container.decodeIfPresent(Date.self, forKey: .expiresAt)
         launch = try container.decodeIfPresent(String.self, forKey: .launch)
+        boundByGuess = try container.decodeIfPresent(Bool.self, forKey: .boundByGuess) ?? false
     }
 
     /// Open intents can still be paid by a transaction that comes back without its token.

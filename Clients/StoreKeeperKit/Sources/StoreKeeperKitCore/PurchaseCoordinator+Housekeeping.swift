@@ -15,11 +15,13 @@ extension PurchaseCoordinator {
         let held = Set(state.pending.map(\.transaction.id))
         state.intents.removeAll { intent in
             if intent.state == .closed { return true }
-            if intent.state == .bound, let id = intent.transactionId { return !held.contains(id) }
+            if intent.state == .bound, !intent.boundByGuess, let id = intent.transactionId { return !held.contains(id) }
             // Ask to Buy may take days: kept a month for its token-bearing transaction — also a
-            // `.created` one, whose payment may be an Ask to Buy the app never heard deferred.
+            // `.created` one, whose payment may be an Ask to Buy the app never heard deferred,
+            // and one bound by a guess, whose own payment may still come.
+            if intent.state == .bound, let id = intent.transactionId, held.contains(id) { return false }
             let end =
-                intent.state == .deferred || intent.state == .created
+                intent.state == .deferred || intent.state == .created || intent.boundByGuess
                 ? max(intent.createdAt.addingTimeInterval(30 * 86_400), intentEnd(intent)) : intentEnd(intent)
             return end.addingTimeInterval(86_400) < now && intent.state != .paying
         }

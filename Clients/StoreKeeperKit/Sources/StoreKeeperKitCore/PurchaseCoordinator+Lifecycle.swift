@@ -242,10 +242,7 @@ extension PurchaseCoordinator {
             state.pending[index].accountId = account
             state.pending[index].orderId = orderId
             changed = true
-            if let intentIndex {
-                state.intents[intentIndex].state = .bound
-                state.intents[intentIndex].transactionId = state.pending[index].transaction.id
-            }
+            if let intentIndex { bind(intentIndex, to: state.pending[index].transaction, intentToken: nil) }
         }
         if changed { persistOrLog() }
     }

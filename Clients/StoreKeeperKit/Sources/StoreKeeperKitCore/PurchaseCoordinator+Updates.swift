@@ -158,10 +158,7 @@ extension PurchaseCoordinator {
         {
             account = owner
         }
-        if let intentIndex {
-            state.intents[intentIndex].state = .bound
-            state.intents[intentIndex].transactionId = transaction.id
-        }
+        if let intentIndex { bind(intentIndex, to: transaction, intentToken: intentToken) }
         log(
             .debug,
             "took in \(transaction.id) (\(transaction.productId), \(reason.rawValue)\(transaction.appAccountToken == nil ? ", no token" : "")) for \(account ?? "nobody yet"), order \(orderId ?? "none")"
@@ -181,6 +178,15 @@ extension PurchaseCoordinator {
         return await submit(key, userInitiated: intentToken != nil)
     }
 
+    /// Binds an intent to the transaction that paid it; by a guess when the transaction came
+    /// back without the intent's token (see `PurchaseIntent.boundByGuess`).
+    func bind(_ index: Int, to transaction: StoreTransaction, intentToken: UUID?) {
+        let byToken = (transaction.appAccountToken ?? intentToken) == state.intents[index].appAccountToken
+        if !byToken && state.intents[index].transactionId != transaction.id { state.intents[index].boundByGuess = true }
+        state.intents[index].state = .bound
+        state.intents[index].transactionId = transaction.id
+    }
+
     /// Who a transaction is for: the intent its token names; else the intent bound to its id;
     /// else (no token: StoreKit 1 dropped `applicationUsername`, an offer code, a purchase
     /// started outside the app) the newest open intent for the same product and quantity whose
@@ -197,6 +203,10 @@ extension PurchaseCoordinator {
             // A merged payment's other product rides on this token: delivered by its token to
             // the account, never named as this order's payment.
             let sameProduct = intent.productId == transaction.productId
+            // The intent's own payment after a token-less purchase was taken for it (an offer
+            // code while this Ask to Buy waited): its account by the token, its order already
+            // named by the other.
+            if intent.boundByGuess, intent.transactionId != transaction.id { return (intent.accountId, nil, nil) }
             return (intent.accountId, sameProduct ? intent.orderId : nil, sameProduct ? index : nil)
         }
         if let index = state.intents.firstIndex(where: { $0.transactionId == transaction.id }) {

@@ -283,6 +283,37 @@ final class DeviceReviewTests: XCTestCase {
         await coordinator.shutdown()
     }
 
+    /// Seed 10009701283273454782 of the two-app simulation: an offer code (no token) redeemed
+    /// while Alice's Ask to Buy waited was taken as that Ask to Buy's payment (same account,
+    /// product and quantity); once it settled the intent was pruned, and when the parent
+    /// approved — Bob logged in by then — the approval's token named no intent and went to Bob.
+    func testAnAskToBuyApprovedAfterAnOfferCodeWasTakenForItStillFindsItsAccount() async throws {
+        let coordinator = await started("alice")
+        queue.answer(.deferred)
+        _ = try await coordinator.purchase(productId: "coins_60")
+        let deferred = await coordinator.intents
+        let token = try XCTUnwrap(deferred.first?.appAccountToken)
+        queue.send(.transaction(queue.storeKit1(productId: "coins_60", token: nil, id: "8301", date: clock.now())))
+        let backend = self.backend!
+        await assertEventually { backend.submissions.count == 1 }
+        await assertEventually { await coordinator.pendingSubmissions.isEmpty }
+        XCTAssertEqual(backend.submissions.first?.accountId, "alice")
+        XCTAssertEqual(backend.submissions.first?.orderId, backend.orders.first?.orderId, "the guess: her open order")
+        let kept = await coordinator.intents
+        XCTAssertEqual(kept.map(\.boundByGuess), [true], "kept after its guessed payment settled")
+        await coordinator.logout()
+        await coordinator.login("bob")
+        queue.send(
+            .transaction(
+                queue.storeKit1(
+                    productId: "coins_60", token: token, id: "8302", date: clock.now().addingTimeInterval(60))))
+        await assertEventually { backend.submissions.count == 2 }
+        let approval = backend.submissions.first { $0.proof == .transactionId("8302") }
+        XCTAssertEqual(approval?.accountId, "alice", "the approval's token names Alice's intent")
+        XCTAssertNil(approval?.orderId, "her order was already named by the offer code's submission")
+        await coordinator.shutdown()
+    }
+
     /// A StoreKit 2 transaction of the app's own payment always carries its token (signed into
     /// it): one without is an offer code or old history, never bound to an intent.
     func testAStoreKit2TransactionWithoutTokenIsNeverAnIntentsPayment() async throws {
