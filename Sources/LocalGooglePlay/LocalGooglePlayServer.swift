@@ -8,6 +8,7 @@ import JWTKit
 import KeyFiles
 import Logging
 import NIOCore
+import NIOPosix
 import ServiceLifecycle
 import StoreKeeperSupport
 import Synchronization
@@ -528,26 +529,36 @@ extension LocalGooglePlayServer {
         public let baseURL: String
         let group: ServiceGroup
         let task: Task<Void, any Error>
+        let threads: MultiThreadedEventLoopGroup?
 
-        init(baseURL: String, group: ServiceGroup, task: Task<Void, any Error>) {
+        init(baseURL: String, group: ServiceGroup, task: Task<Void, any Error>, threads: MultiThreadedEventLoopGroup?) {
             self.baseURL = baseURL
             self.group = group
             self.task = task
+            self.threads = threads
         }
 
         public func stop() async {
             await group.triggerGracefulShutdown()
             _ = try? await task.value
+            try? await threads?.shutdownGracefully()
         }
     }
 
-    public func start(host: String = "127.0.0.1", port: Int = 0, logger: Logger? = nil) async throws -> Running {
+    /// `threads`: event loops of its own, as a remote Google's would be, instead of NIO's shared
+    /// ones — the in-process fake then never queues its answers behind the connections of the
+    /// server it answers (`bench --purchases --store google_play`).
+    public func start(host: String = "127.0.0.1", port: Int = 0, logger: Logger? = nil, threads: Int? = nil)
+        async throws -> Running
+    {
         let bound = Mutex(0)
         var log = logger ?? Logger(label: "local-google-play")
         if logger == nil { log.logLevel = .error }
+        let loops = threads.map { MultiThreadedEventLoopGroup(numberOfThreads: max(1, $0)) }
         let app = Application(
             router: router(), configuration: .init(address: .hostname(host, port: port), serverName: "LocalGooglePlay"),
-            onServerRunning: { channel in bound.withLock { $0 = channel.localAddress?.port ?? port } }, logger: log)
+            onServerRunning: { channel in bound.withLock { $0 = channel.localAddress?.port ?? port } },
+            eventLoopGroupProvider: loops.map { .shared($0) } ?? .singleton, logger: log)
         let group = ServiceGroup(configuration: .init(services: [app], gracefulShutdownSignals: [], logger: log))
         let task = Task { try await group.run() }
         // A bound on a start that never comes, not a timing: on a loaded 2-core machine (CPU-bound
@@ -556,11 +567,12 @@ extension LocalGooglePlayServer {
         while bound.withLock({ $0 }) == 0 {
             guard ContinuousClock.now < deadline else {
                 await group.triggerGracefulShutdown()
+                try? await loops?.shutdownGracefully()
                 throw LocalGooglePlay.Refusal.invalid("the local Google Play did not start listening")
             }
             try await Task.sleep(for: .milliseconds(10))
         }
-        return Running(baseURL: "http://\(host):\(bound.withLock { $0 })", group: group, task: task)
+        return Running(baseURL: "http://\(host):\(bound.withLock { $0 })", group: group, task: task, threads: loops)
     }
 
     /// A push as Pub/Sub sends it: the wrapped body and the OIDC bearer (for tests that post

@@ -441,7 +441,7 @@ public struct StoreKeeperApp: Sendable {
             google: google, database: database, maxBodyBytes: configuration.maxBodyBytes, metrics: metrics,
             logger: logger
         ).addRoutes(to: router)
-        StripeController(app: self).addWebhook(to: router)
+        StripeController(stripe: stripePayments).addWebhook(to: router)
         retentionController.addRoutes(to: router)
         let authenticate = Authenticate(authenticator: authenticator, limiter: limiter)
         let v1 = router.group("v1").add(middleware: authenticate).add(
@@ -460,12 +460,12 @@ public struct StoreKeeperApp: Sendable {
             store: store, database: database, catalog: catalog, configuration: configuration,
             offerSigner: offerSigner, checkouts: checkouts, externalTokens: externalTokens
         ).addRoutes(to: v1)
-        PurchasesController(app: self).addRoutes(to: signed)
+        PurchasesController(purchases: purchases).addRoutes(to: signed)
         AccountsController(book: accountBook, store: store, maxBodyBytes: maxBodyBytes).addRoutes(to: signed)
         anomaliesController.addRoutes(to: v1)
         RejectedProofsController(
             store: rejectedProofs, maxBodyBytes: maxBodyBytes,
-            reverify: { [self] since, code in try await reverify(since: since, code: code) }
+            reverify: { [purchases] since, code in try await purchases.reverify(since: since, code: code) }
         ).addRoutes(to: v1)
         WebhooksController(
             outbox: OutboxStore(database: database), audit: store.anomalies, maxBodyBytes: maxBodyBytes
@@ -477,10 +477,21 @@ public struct StoreKeeperApp: Sendable {
             appTransaction: { [self] id in try await appTransaction(id) }
         ).addRoutes(to: v1)
         TransactionsController(actions: supportActions, maxBodyBytes: maxBodyBytes).addRoutes(to: v1)
-        StripeController(app: self).addRoutes(to: v1)
+        StripeController(stripe: stripePayments).addRoutes(to: v1)
         retentionController.addAPIRoutes(to: v1)
         analyticsController.addRoutes(to: v1)
-        if configuration.dashboardEnabled { DashboardController(app: self).addRoutes(to: router) }
+        if configuration.dashboardEnabled {
+            DashboardController(
+                dashboardSessions: dashboardSessions, store: store, database: database, configuration: configuration,
+                notifications: notifications, catalog: catalog, supportActions: supportActions,
+                accountBook: accountBook, grants: grants, exportController: exportController,
+                analyticsController: analyticsController, anomaliesController: anomaliesController,
+                extend: { [self] original, body, caller in
+                    try await extend(original: original, body: body, caller: caller)
+                },
+                appTransactionFacts: { [self] id in try await appTransactionFacts(id) }
+            ).addRoutes(to: router)
+        }
         if let localAppStore {
             // Demo mode: open, for curl and the quick start. Beside a configuration
             // (`localAppStore.enabled`): every route needs a secret key, so no app user can mint

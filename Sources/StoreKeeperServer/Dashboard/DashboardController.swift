@@ -4,6 +4,7 @@ import Hummingbird
 import Logging
 import Mustache
 import NIOCore
+import StoreKeeperCatalog
 import StoreKeeperCore
 import StoreKeeperStorage
 
@@ -12,8 +13,27 @@ import StoreKeeperStorage
 /// signed session cookie (HttpOnly, SameSite=Strict, Secure behind TLS); every form that
 /// changes state carries the session's CSRF token and is refused from another origin. Its
 /// actions are the API's own code paths (`resolve(anomaly:…)`, the outbox's replay).
+/// The operator dashboard: its pages over the features' own services (sessions, the purchase
+/// store, support's actions and grants, exports, analytics, the anomaly queue), never the app.
 struct DashboardController {
-    let app: StoreKeeperApp
+    let dashboardSessions: DashboardSessions
+    let store: PurchaseStore
+    let database: Database
+    let configuration: ServerConfiguration
+    let notifications: NotificationStore
+    let catalog: Catalog
+    /// Support's refunds and transfers, shared with the API.
+    let supportActions: SupportActions
+    /// The account views, shared with the API.
+    let accountBook: AccountBook
+    let grants: Grants
+    let exportController: ExportController
+    let analyticsController: AnalyticsController
+    let anomaliesController: AnomaliesController
+    /// Extending a subscription through its store (Apple or Google), as `POST /v1/support/.../extend`.
+    let extend: @Sendable (String, StoreKeeperApp.ExtendBody, Caller) async throws -> Response
+    /// What Apple's app transaction says of a transaction's customer.
+    let appTransactionFacts: @Sendable (String) async throws -> StoreKeeperApp.AppTransactionAnswer
 
     /// Every template renders `{{x}}` through `HTMLEscaping` (scalar-safe), not swift-mustache's
     /// own escaper: the content type is registered first, then named by each template's pragma.
@@ -54,7 +74,7 @@ struct DashboardController {
             try await withSession(request, context, form: true, renew: false, needs: .read) { session, _ in
                 // Ended on the server: the cookie, kept or copied, is refused from now on.
                 try await sessionStore.end(
-                    nonce: session.nonce, expires: app.dashboardSessions.expiry(session), now: Date())
+                    nonce: session.nonce, expires: dashboardSessions.expiry(session), now: Date())
                 context.logger.notice("dashboard: signed out")
                 var response = Self.redirect("/dashboard/login")
                 response.headers[values: .setCookie] = [Self.cookie("", request: request, maxAge: 0)]
@@ -63,9 +83,9 @@ struct DashboardController {
         }
         group.post("logout-everywhere") { request, context in
             try await withSession(request, context, form: true, renew: false, needs: .read) { session, _ in
-                try await sessionStore.endAll(keyId: app.dashboardSessions.keyIds[session.keyIndex], now: Date())
+                try await sessionStore.endAll(keyId: dashboardSessions.keyIds[session.keyIndex], now: Date())
                 context.logger.notice("dashboard: every session of this secret key signed out")
-                try await app.store.anomalies.recordAudit(
+                try await store.anomalies.recordAudit(
                     actor: "operator", action: "dashboard_sign_out_everywhere", subject: nil,
                     detail: "every dashboard session of this secret key ended", now: Date())
                 var response = Self.redirect("/dashboard/login")
@@ -86,13 +106,13 @@ struct DashboardController {
             try await withSession(request, context, form: true) { session, form in
                 let id = try StoreKeeperApp.parameter(context, "id")
                 // Another app's anomaly is as if it did not exist for a key limited to some apps.
-                let role = app.dashboardSessions.role(session)
-                if role.apps != nil, !role.covers(app: try await app.store.anomalies.anomaly(id)?.appId) {
+                let role = dashboardSessions.role(session)
+                if role.apps != nil, !role.covers(app: try await store.anomalies.anomaly(id)?.appId) {
                     throw APIError.notFound("no anomaly '\(id.prefix(64))'")
                 }
                 let action = form["action"] ?? ""
                 let account = form["accountId"].flatMap { $0.isEmpty ? nil : $0 }
-                let (resolved, outcome) = try await app.anomaliesController.resolve(
+                let (resolved, outcome) = try await anomaliesController.resolve(
                     anomaly: id, action: action, accountId: account, note: (form["note"] ?? "") + " (dashboard)")
                 context.logger.notice(
                     "dashboard: anomaly resolved",
@@ -137,14 +157,14 @@ struct DashboardController {
         }
         group.post("webhooks/dead-letters/:id/replay") { request, context in
             try await withSession(request, context, form: true) { session, _ in
-                guard app.dashboardSessions.role(session).apps == nil else {
+                guard dashboardSessions.role(session).apps == nil else {
                     return forbidden("Webhooks are the whole server's: this key is limited to some apps.")
                 }
                 let id = try StoreKeeperApp.parameter(context, "id")
-                guard try await OutboxStore(database: app.database).replay(id, now: Date()) else {
+                guard try await OutboxStore(database: database).replay(id, now: Date()) else {
                     throw APIError.notFound("no dead letter '\(id.prefix(64))'")
                 }
-                try await app.store.anomalies.recordAudit(
+                try await store.anomalies.recordAudit(
                     actor: "operator", action: "webhook_replay", subject: id,
                     detail: "dead letter queued again (dashboard)", now: Date())
                 return Self.redirect("/dashboard/webhooks?done=replayed")
@@ -154,11 +174,11 @@ struct DashboardController {
 
     // MARK: Sessions
 
-    var sessionStore: DashboardSessionStore { DashboardSessionStore(database: app.database) }
+    var sessionStore: DashboardSessionStore { DashboardSessionStore(database: database) }
 
     func signIn(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         guard Self.sameOrigin(request) else { return forbidden("This sign-in came from another site.") }
-        if let wait = app.dashboardSessions.signIns.admit(address: context.peerAddress) {
+        if let wait = dashboardSessions.signIns.admit(address: context.peerAddress) {
             context.logger.warning("dashboard: sign-in refused (too many attempts)")
             var response = page(
                 "login", title: "Sign in",
@@ -168,7 +188,7 @@ struct DashboardController {
             return response
         }
         let form = try await Self.form(request)
-        guard let key = form["key"], let index = app.dashboardSessions.keyIndex(of: key) else {
+        guard let key = form["key"], let index = dashboardSessions.keyIndex(of: key) else {
             context.logger.warning("dashboard: sign-in refused (wrong key)")
             // A moment's pause per refused key: guessing is slow, a typo is not.
             try await Task.sleep(for: .milliseconds(300))
@@ -178,10 +198,10 @@ struct DashboardController {
                 session: nil, status: .unauthorized)
         }
         context.logger.notice(
-            "dashboard: signed in", metadata: ["key": "\(app.dashboardSessions.roles[index].label)"])
+            "dashboard: signed in", metadata: ["key": "\(dashboardSessions.roles[index].label)"])
         var response = Self.redirect("/dashboard")
         response.headers[values: .setCookie] = [
-            Self.cookie(app.dashboardSessions.issue(keyIndex: index, now: Date()), request: request)
+            Self.cookie(dashboardSessions.issue(keyIndex: index, now: Date()), request: request)
         ]
         return response
     }
@@ -196,11 +216,11 @@ struct DashboardController {
     ) async throws -> Response {
         let cookie = Self.cookieValue(request, DashboardSessions.cookieName)
         let now = Date()
-        var check = app.dashboardSessions.check(cookie, now: now)
+        var check = dashboardSessions.check(cookie, now: now)
         if case .valid(let valid) = check {
             do {
                 if try await sessionStore.isEnded(
-                    nonce: valid.nonce, keyId: app.dashboardSessions.keyIds[valid.keyIndex], issued: valid.issued)
+                    nonce: valid.nonce, keyId: dashboardSessions.keyIds[valid.keyIndex], issued: valid.issued)
                 {
                     check = .invalid
                 }
@@ -239,12 +259,12 @@ struct DashboardController {
                 return forbidden("This form came from another site; nothing was changed.")
             }
             fields = try await Self.form(request)
-            guard app.dashboardSessions.csrfValid(fields["_csrf"], session: session) else {
+            guard dashboardSessions.csrfValid(fields["_csrf"], session: session) else {
                 context.logger.warning("dashboard: form post with a missing or wrong CSRF token refused")
                 return forbidden("This form is not one this dashboard issued (CSRF check failed); nothing was changed.")
             }
             // What the key may do: a read key reads, support acts (as the API's own scopes).
-            let role = app.dashboardSessions.role(session)
+            let role = dashboardSessions.role(session)
             guard role.scope >= scope else {
                 context.logger.warning("dashboard: action refused by scope", metadata: ["key": "\(role.label)"])
                 return forbidden(
@@ -271,7 +291,7 @@ struct DashboardController {
                 session: session, status: .serviceUnavailable)
             response.headers[.retryAfter] = "2"
         }
-        if renew, let renewed = app.dashboardSessions.renewed(session, now: now) {
+        if renew, let renewed = dashboardSessions.renewed(session, now: now) {
             response.headers[values: .setCookie] += [Self.cookie(renewed, request: request)]
         }
         return response
@@ -290,12 +310,12 @@ struct DashboardController {
     func analytics(_ request: Request, _ session: DashboardSessions.Session) async throws -> Response {
         let parameters = request.uri.queryParameters
         func field(_ name: String) -> String? { parameters.get(name).map { String($0.prefix(200)) } }
-        let analytics = app.analyticsController
+        let analytics = analyticsController
         let now = analytics.clock()
         let interval = field("interval") ?? "day"
         // A key limited to some apps sees one of them at a time (the first unless it picks).
-        let role = app.dashboardSessions.role(session)
-        let shownApps = app.configuration.allApps.map(\.id).filter { role.covers(app: $0) }
+        let role = dashboardSessions.role(session)
+        let shownApps = configuration.allApps.map(\.id).filter { role.covers(app: $0) }
         var appId = field("appId").flatMap { $0.isEmpty ? nil : $0 }
         if role.apps != nil, appId.map({ !shownApps.contains($0) }) ?? true { appId = shownApps.first }
         var values: [String: Any] = [
@@ -400,9 +420,9 @@ struct DashboardController {
     func anomalies(_ request: Request, _ session: DashboardSessions.Session) async throws -> Response {
         let status = request.uri.queryParameters.get("status") ?? "open"
         let filter: String? = ["open", "resolved"].contains(status) ? status : nil
-        let csrf = app.dashboardSessions.csrfToken(session)
-        let role = app.dashboardSessions.role(session)
-        let listed = try await app.store.anomalies.anomalies(status: filter, limit: 500, newestFirst: true)
+        let csrf = dashboardSessions.csrfToken(session)
+        let role = dashboardSessions.role(session)
+        let listed = try await store.anomalies.anomalies(status: filter, limit: 500, newestFirst: true)
             .filter { role.covers(app: $0.appId) }
         let items: [[String: Any]] = listed.map { anomaly in
             var item: [String: Any] = [
@@ -439,12 +459,12 @@ struct DashboardController {
         guard !query.isEmpty else { return Self.redirect("/dashboard") }
         guard query.unicodeScalars.count <= 200 else { throw APIError.badRequest("a search is at most 200 characters") }
         try StoreKeeperApp.validateText(query, field: "q", requireNFC: false)
-        var hits = try await app.store.reports.search(query)
+        var hits = try await store.reports.search(query)
         // A key limited to some apps finds its apps' purchases, orders and anomalies only.
-        let role = app.dashboardSessions.role(session)
+        let role = dashboardSessions.role(session)
         if role.apps != nil {
-            let transactionApp = try await app.store.transactions.transaction(named: query)?.appId
-            let orderApp = try await app.store.orders.order(query)?.appId
+            let transactionApp = try await store.transactions.transaction(named: query)?.appId
+            let orderApp = try await store.orders.order(query)?.appId
             var kept: [ReportStore.SearchHit] = []
             for hit in hits {
                 switch hit.kind {
@@ -452,7 +472,7 @@ struct DashboardController {
                 case .transaction, .originalTransaction: if role.covers(app: transactionApp) { kept.append(hit) }
                 case .order: if role.covers(app: orderApp ?? transactionApp) { kept.append(hit) }
                 case .anomaly:
-                    if let id = hit.anomalyId, role.covers(app: try await app.store.anomalies.anomaly(id)?.appId) {
+                    if let id = hit.anomalyId, role.covers(app: try await store.anomalies.anomaly(id)?.appId) {
                         kept.append(hit)
                     }
                 }
@@ -490,14 +510,14 @@ struct DashboardController {
     }
 
     func account(_ accountId: String, request: Request, session: DashboardSessions.Session) async throws -> Response {
-        let shown = try await app.account(accountId)
-        let records = try await app.store.reports.accountRecords(accountId)
-        let stores = try await app.store.reports.stores(
+        let shown = try await accountBook.account(accountId)
+        let records = try await store.reports.accountRecords(accountId)
+        let stores = try await store.reports.stores(
             of: shown.entitlements.compactMap(\.originalTransactionId) + records.orders.compactMap(\.transactionId))
         var subscriptions: [[String: Any]] = []
-        let role = app.dashboardSessions.role(session)
+        let role = dashboardSessions.role(session)
         for subscription in shown.subscriptions where role.covers(app: subscription.appId) {
-            let events = try await app.notifications.notifications(subject: subscription.originalTransactionId)
+            let events = try await notifications.notifications(subject: subscription.originalTransactionId)
                 .suffix(100)
                 .map { event -> [String: Any] in
                     [
@@ -543,9 +563,9 @@ struct DashboardController {
                 "subject": $0.subject ?? "", "detail": $0.detail,
             ]
         }
-        let consent = try await app.store.accounts.consent(of: accountId)
-        let appleAccounts = try await app.store.accounts.appTransactionIds(of: accountId)
-        let rescissions: [[String: Any]] = try await app.store.accounts.consentRescissions(
+        let consent = try await store.accounts.consent(of: accountId)
+        let appleAccounts = try await store.accounts.appTransactionIds(of: accountId)
+        let rescissions: [[String: Any]] = try await store.accounts.consentRescissions(
             appTransactionIds: appleAccounts
         )
         .map {
@@ -561,7 +581,7 @@ struct DashboardController {
         {
             // Asked for: Apple is called now (Get App Transaction Info, verified), with a deadline.
             do {
-                let answer = try await app.appTransactionFacts(wanted)
+                let answer = try await appTransactionFacts(wanted)
                 appTransaction = [
                     "appTransactionId": answer.appTransactionId ?? "—", "environment": answer.environment ?? "—",
                     "originalApplicationVersion": answer.originalApplicationVersion ?? "—",
@@ -583,7 +603,7 @@ struct DashboardController {
             "audit": audit, "hasAudit": !audit.isEmpty,
         ]
         values.merge(try await supportPageValues(accountId, session)) { current, _ in current }
-        values["csrf"] = app.dashboardSessions.csrfToken(session)
+        values["csrf"] = dashboardSessions.csrfToken(session)
         values["accountPath"] = Self.pathComponent(accountId)
         if let appTransaction { values["appTransaction"] = appTransaction }
         if let appTransactionError { values["appTransactionError"] = appTransactionError }
@@ -591,12 +611,12 @@ struct DashboardController {
     }
 
     func webhooks(_ request: Request, _ session: DashboardSessions.Session) async throws -> Response {
-        guard app.dashboardSessions.role(session).apps == nil else {
+        guard dashboardSessions.role(session).apps == nil else {
             return forbidden(
                 "Webhooks are the whole server's: the key you signed in with is limited to some apps.")
         }
-        let outbox = OutboxStore(database: app.database)
-        let csrf = app.dashboardSessions.csrfToken(session)
+        let outbox = OutboxStore(database: database)
+        let csrf = dashboardSessions.csrfToken(session)
         let letters: [[String: Any]] = try await outbox.deadLetters().map {
             [
                 "id": $0.event.id, "type": $0.event.type, "createdAt": StoreKeeperApp.iso($0.event.createdAt),
@@ -609,7 +629,7 @@ struct DashboardController {
             "webhooks", title: "Webhooks",
             values: [
                 "letters": letters, "hasLetters": !letters.isEmpty, "pending": pending,
-                "configured": app.configuration.webhookURL != nil, "url": app.configuration.webhookURL ?? "",
+                "configured": configuration.webhookURL != nil, "url": configuration.webhookURL ?? "",
             ],
             session: session, nav: "navWebhooks", request: request)
     }
@@ -638,16 +658,16 @@ struct DashboardController {
         var values = values
         if let session {
             // Forms only for a key that may use them; the signed-in key named in the header.
-            let role = app.dashboardSessions.role(session)
+            let role = dashboardSessions.role(session)
             values["canSupport"] = role.scope >= .support
             values["roleLabel"] = role.label
         }
         let body = Self.library.render(values, withTemplate: template) ?? ""
         var layout: [String: Any] = ["title": title, "body": body]
         if let session {
-            let role = app.dashboardSessions.role(session)
+            let role = dashboardSessions.role(session)
             layout["signedIn"] = true
-            layout["csrf"] = app.dashboardSessions.csrfToken(session)
+            layout["csrf"] = dashboardSessions.csrfToken(session)
             layout["signedInAs"] =
                 "\(role.label) (\(role.scope.rawValue)\(role.apps.map { "; apps: " + $0.sorted().joined(separator: ", ") } ?? ""))"
             layout["limited"] = role.apps != nil

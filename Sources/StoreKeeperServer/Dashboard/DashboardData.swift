@@ -77,9 +77,9 @@ extension DashboardController {
             }
             cursor = parsed
         }
-        var rows = try await app.exportController.exportPage(
+        var rows = try await exportController.exportPage(
             query.kind, since: query.since, until: query.until, cursor: cursor, limit: Self.dataPageSize)
-        rows.rows = Self.covered(rows, by: app.dashboardSessions.role(session))
+        rows.rows = Self.covered(rows, by: dashboardSessions.role(session))
         let base = query.queryString
         var next: String?
         if let token = rows.next?.token {
@@ -116,11 +116,11 @@ extension DashboardController {
         var columns: [String] = []
         var cursor: ExportCursor?
         repeat {
-            let page = try await app.exportController.exportPage(
+            let page = try await exportController.exportPage(
                 query.kind, since: query.since, until: query.until, cursor: cursor, limit: ExportController.maximumLimit
             )
             columns = page.columns
-            rows += Self.covered(page, by: app.dashboardSessions.role(session))
+            rows += Self.covered(page, by: dashboardSessions.role(session))
             cursor = page.next
         } while cursor != nil && rows.count < Self.dataDownloadLimit
         var headers = Self.securityHeaders

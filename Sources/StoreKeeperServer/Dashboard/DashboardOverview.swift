@@ -12,9 +12,9 @@ import StoreKeeperStorage
 extension DashboardController {
     func overview(_ session: DashboardSessions.Session) async throws -> Response {
         let days = 14
-        let role = app.dashboardSessions.role(session)
-        let figures = try await app.store.reports.dashboardOverview(
-            days: days, now: Date(), smallBusinessProgram: app.configuration.smallBusinessProgram, apps: role.apps)
+        let role = dashboardSessions.role(session)
+        let figures = try await store.reports.dashboardOverview(
+            days: days, now: Date(), smallBusinessProgram: configuration.smallBusinessProgram, apps: role.apps)
         let labels = figures.days.map { Self.dayLabel($0.day) }
         var charts: [[String: Any]] = []
         let deliveries = figures.days.map { Double($0.deliveries) }
@@ -67,7 +67,7 @@ extension DashboardController {
         let deliveriesTotal = figures.days.reduce(0) { $0 + $1.deliveries }
         // The headline money figures: the analytics computation itself (one code path), by the
         // analytics time zone's day and month, converted into its currency.
-        let analytics = app.analyticsController
+        let analytics = analyticsController
         let now = analytics.clock()
         let calendar = AnalyticsCalendar(timeZone: analytics.timeZone)
         let today = calendar.day(of: now)
@@ -91,8 +91,8 @@ extension DashboardController {
             "mrr": try await figure(.mrr, interval: "day", from: today),
             "proceedsToday": try await figure(.proceeds, interval: "day", from: today),
             "proceedsMonth": try await figure(.proceeds, interval: "month", from: monthStart),
-            "timeZone": app.configuration.analyticsTimeZone.identifier == "GMT"
-                ? "UTC" : app.configuration.analyticsTimeZone.identifier,
+            "timeZone": configuration.analyticsTimeZone.identifier == "GMT"
+                ? "UTC" : configuration.analyticsTimeZone.identifier,
         ]
         let empty =
             deliveriesTotal == 0 && figures.subscriptionsByStatus.values.reduce(0, +) == 0 && figures.openAnomalies == 0

@@ -33,7 +33,7 @@ extension DashboardController {
                     }
                     until = Date().addingTimeInterval(TimeInterval(days) * 86_400)
                 }
-                _ = try await app.grants.grant(
+                _ = try await grants.grant(
                     account: accountId, entitlement: form["entitlement"] ?? "", expiresAt: until,
                     note: (form["note"] ?? "") + " (dashboard)", actor: actor(session))
                 return Self.redirect("/dashboard/accounts/\(Self.pathComponent(accountId))?done=granted")
@@ -58,7 +58,7 @@ extension DashboardController {
                     }
                     try StoreKeeperApp.validateText(ticket, field: "ticket", requireNFC: false)
                 }
-                _ = try await app.store.accounts.addNote(
+                _ = try await store.accounts.addNote(
                     accountId: accountId, text: text, ticket: ticket.isEmpty ? nil : ticket,
                     author: actor(session), now: Date())
                 return Self.redirect("/dashboard/accounts/\(Self.pathComponent(accountId))?done=noted#notes")
@@ -76,7 +76,7 @@ extension DashboardController {
                 let path = "/dashboard/accounts/\(Self.pathComponent(accountId))"
                 // Says what happened: ended now, or nothing to end (ended or run out already).
                 guard
-                    try await app.store.support.endGrant(
+                    try await store.support.endGrant(
                         account: accountId, grantId: grantId, actor: actor(session), now: Date())
                 else { return Self.redirect(path + "?done=grant_not_running#grants") }
                 return Self.redirect(path + "?done=grant_ended#grants")
@@ -87,7 +87,7 @@ extension DashboardController {
     /// The account page's grants (with their notes, whether each still runs) and notes.
     func grantValues(_ accountId: String) async throws -> [String: Any] {
         let now = Date()
-        let grants: [[String: Any]] = try await app.store.support.grants(of: accountId).map {
+        let grants: [[String: Any]] = try await store.support.grants(of: accountId).map {
             let running = $0.endedAt == nil && $0.expiresAt > now
             return [
                 "grantId": $0.grantId, "entitlement": $0.entitlementId, "note": $0.note,
@@ -102,7 +102,7 @@ extension DashboardController {
 
     /// The account page's refunds and App Store refund requests, as the stores report them.
     func refundValues(_ accountId: String) async throws -> [String: Any] {
-        let refunds: [[String: Any]] = try await app.store.reports.refundHistory(of: accountId).map {
+        let refunds: [[String: Any]] = try await store.reports.refundHistory(of: accountId).map {
             [
                 "at": StoreKeeperApp.iso($0.at),
                 "store": Store(rawValue: $0.store).map(Self.storeName) ?? $0.store,
@@ -115,7 +115,7 @@ extension DashboardController {
 
     /// The account page's notes, newest first.
     func noteValues(_ accountId: String) async throws -> [String: Any] {
-        let notes: [[String: Any]] = try await app.store.accounts.notes(of: accountId).map {
+        let notes: [[String: Any]] = try await store.accounts.notes(of: accountId).map {
             [
                 "createdAt": StoreKeeperApp.iso($0.createdAt), "text": $0.text, "ticket": $0.ticket ?? "",
                 "author": $0.author,
@@ -130,7 +130,7 @@ extension DashboardController {
         let accountId = try StoreKeeperApp.parameter(context, "accountId")
         try StoreKeeperApp.validateAccountId(accountId)
         let currency = form["currency"] ?? ""
-        try app.accountBook.requireCatalogCurrency(currency)
+        try accountBook.requireCatalogCurrency(currency)
         guard let amount = Int64(form["amount"] ?? ""), (1...1_000_000_000_000).contains(amount) else {
             throw APIError.badRequest("amount must be a whole number 1…1000000000000")
         }
@@ -144,7 +144,7 @@ extension DashboardController {
         }
         let path = "/dashboard/accounts/\(Self.pathComponent(accountId))"
         if credit {
-            switch try await app.accountBook.supportCredit(
+            switch try await accountBook.supportCredit(
                 accountId: accountId, currency: currency, amount: amount, idempotencyKey: key,
                 reason: reason + " (dashboard)", actor: actor)
             {
@@ -152,7 +152,7 @@ extension DashboardController {
             case .idempotencyConflict: return Self.redirect(path + "?done=resubmitted")
             }
         }
-        switch try await app.store.accounts.debit(
+        switch try await store.accounts.debit(
             accountId: accountId, currency: currency, amount: amount, idempotencyKey: key,
             reason: reason + " (dashboard)", now: Date())
         {
@@ -164,13 +164,13 @@ extension DashboardController {
 
     /// Who acted, for the audit: the signed-in key's label, from the dashboard.
     func actor(_ session: DashboardSessions.Session) -> String {
-        "\(app.dashboardSessions.role(session).label) (dashboard)"
+        "\(dashboardSessions.role(session).label) (dashboard)"
     }
 
     /// The support forms' values: the catalog's currencies and entitlements, a fresh key.
     func supportValues() -> [String: Any] {
-        let currencies = Set(app.catalog.products.compactMap(\.grants.currency)).sorted()
-        let entitlements = Set(app.catalog.products.compactMap(\.grants.entitlement)).sorted()
+        let currencies = Set(catalog.products.compactMap(\.grants.currency)).sorted()
+        let entitlements = Set(catalog.products.compactMap(\.grants.entitlement)).sorted()
         return [
             "currencies": currencies.map { ["currency": $0] }, "grantable": entitlements.map { ["entitlement": $0] },
             "idempotencyKey": UUID().uuidString.lowercased(),
@@ -219,10 +219,10 @@ extension DashboardController {
     ) async throws -> Response {
         let accountId = try StoreKeeperApp.parameter(context, "accountId")
         try StoreKeeperApp.validateAccountId(accountId)
-        let role = app.dashboardSessions.role(session)
+        let role = dashboardSessions.role(session)
         let transactionId = form["transactionId"] ?? ""
         guard !transactionId.isEmpty, transactionId.unicodeScalars.count <= 4096,
-            let record = try await app.store.transactions.transaction(named: transactionId),
+            let record = try await store.transactions.transaction(named: transactionId),
             record.accountId.map({ Identifiers.same($0, accountId) }) == true, role.covers(app: record.appId)
         else { throw APIError.badRequest("pick one of this account's purchases") }
         let caller = Caller.key(
@@ -235,19 +235,19 @@ extension DashboardController {
             let body = StoreKeeperApp.SupportRefundBody(
                 reason: reason, note: nil, idempotencyKey: form["idempotencyKey"], refundType: refundType)
             try body.validate()
-            response = try await app.supportActions.refund(id: record.transactionId, body: body, caller: caller)
+            response = try await supportActions.refund(id: record.transactionId, body: body, caller: caller)
         case "transfer":
             let body = StoreKeeperApp.TransferBody(
                 toAccountId: (form["toAccountId"] ?? "").trimmingCharacters(in: .whitespaces),
                 note: reason.isEmpty ? nil : reason)
             try body.validate()
-            response = try await app.supportActions.transfer(id: record.transactionId, body: body, caller: caller)
+            response = try await supportActions.transfer(id: record.transactionId, body: body, caller: caller)
         default:
             guard let days = Int(form["days"] ?? "") else { throw APIError.badRequest("days must be 1…90") }
             let body = StoreKeeperApp.ExtendBody(
                 days: days, reason: form["extendReason"] ?? "customer_satisfaction", note: reason)
             try body.validate()
-            response = try await app.extend(original: record.originalTransactionId, body: body, caller: caller)
+            response = try await extend(record.originalTransactionId, body, caller)
         }
         let status = (try await Self.fields(of: response)["status"] as? String) ?? "done"
         let path = "/dashboard/accounts/\(Self.pathComponent(accountId))"
@@ -261,7 +261,7 @@ extension DashboardController {
         values.merge(try await noteValues(accountId)) { current, _ in current }
         values.merge(try await grantValues(accountId)) { current, _ in current }
         values.merge(try await refundValues(accountId)) { current, _ in current }
-        values.merge(try await purchaseValues(accountId, apps: app.dashboardSessions.role(session).apps)) {
+        values.merge(try await purchaseValues(accountId, apps: dashboardSessions.role(session).apps)) {
             current, _ in current
         }
         return values
@@ -269,7 +269,7 @@ extension DashboardController {
 
     /// The account's purchases for the form: product, store, date, id.
     func purchaseValues(_ accountId: String, apps: Set<String>?) async throws -> [String: Any] {
-        let purchases: [[String: Any]] = try await app.store.reports.purchases(of: accountId, apps: apps).map {
+        let purchases: [[String: Any]] = try await store.reports.purchases(of: accountId, apps: apps).map {
             [
                 "transactionId": $0.transactionId,
                 "label":

@@ -34,9 +34,9 @@ extension JobRunner {
                 let applied = try await pollVoided(google, now: now)
                 outcome = "voided purchases polled: \(applied) refund(s) applied"
             } else {
-                let reading = try await app.readGoogle(
+                let reading = try await app.purchases.readGoogle(
                     google, token: payload.token, productId: payload.productId, kind: payload.kind)
-                switch try await app.applyGoogle(reading, submittingAccount: nil, orderId: nil, now: now) {
+                switch try await app.purchases.applyGoogle(reading, submittingAccount: nil, orderId: nil, now: now) {
                 case .delivered(let result, let transaction):
                     outcome =
                         "\(transaction.transactionId ?? "?"): \(result.plan.outcome)\(reading.status.map { "; subscription \($0.rawValue)" } ?? "")"
@@ -139,7 +139,7 @@ extension JobRunner {
                 }
             } catch let error as GooglePlayError where error.reason == "invalidPurchaseState" {
                 // Already acknowledged (the app did it) or not in a state to be: read what is true.
-                let reading = try await app.readGoogle(google, token: purchase.purchaseToken, productId: nil)
+                let reading = try await app.purchases.readGoogle(google, token: purchase.purchaseToken, productId: nil)
                 guard reading.acknowledged || reading.readiness != .paid else { throw error }
             }
             return (

@@ -120,7 +120,7 @@ struct GoogleReading: Sendable {
     }
 }
 
-extension StoreKeeperApp {
+extension PurchasePipeline {
     /// The Google Play app `appId` names (or the only one), else 400 naming the problem.
     func googleApp(_ appId: String?) throws -> GooglePlayApp {
         guard !google.isEmpty else {

@@ -128,7 +128,7 @@ public struct JobRunner: Service {
             return false
         }
         do {
-            let transaction = try await app.fetchTransaction(lookup.transactionId)
+            let transaction = try await app.purchases.fetchTransaction(lookup.transactionId)
             _ = try await app.store.deliver(
                 transaction, submittingAccount: lookup.accountId, requestedOrderId: lookup.orderId,
                 catalog: app.catalog,
@@ -140,7 +140,7 @@ public struct JobRunner: Service {
         } catch let failure as VerificationFailure where failure.isRetryable {
             await retry(job, lookup: lookup, reason: failure.description, retryAfter: nil, now: now)
         } catch let error as AppStoreAPIError where error.kind == .unauthorized {
-            app.noteAppleRefusal(error)
+            app.purchases.noteAppleRefusal(error)
             await retry(job, lookup: lookup, reason: error.description, retryAfter: nil, now: now)
         } catch let error where !Self.isFinal(error) {
             // The database, the network, anything but a final answer from Apple: try again later.
@@ -149,7 +149,7 @@ public struct JobRunner: Service {
             // Apple answered, and the answer is final (unknown id, forged data…): an operator looks.
             if let failure = error as? VerificationFailure {
                 app.metrics.verificationFailure(failure.code)
-                await app.keepRejected(
+                await app.purchases.keepRejected(
                     .transactionId(lookup.transactionId), failure: failure, accountId: lookup.accountId,
                     orderId: lookup.orderId)
             }

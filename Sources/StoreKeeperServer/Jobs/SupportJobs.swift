@@ -59,7 +59,7 @@ extension JobRunner {
             // The new renewal date, from what Apple signs (the RENEWAL_EXTENDED notification
             // brings it too; whichever is signed later wins, the other is stale).
             if let latest = facts.latestTransactionId,
-                let transaction = try? await app.fetchTransaction(latest)
+                let transaction = try? await app.purchases.fetchTransaction(latest)
             {
                 _ = try? await app.store.reconciliation.applyAppleStatus(
                     1, transaction: transaction, renewalInfo: nil, catalog: app.catalog,

@@ -309,7 +309,7 @@ struct OrdersController: RequestHandling {
         if let appId = order.appId, checkouts.stripe[appId] != nil,
             let checkout = try await StripeStore(database: database).checkout(order: order.orderId)
         {
-            json.checkout = StoreKeeperApp.CheckoutJSON(
+            json.checkout = StripePayments.CheckoutJSON(
                 sessionId: checkout.sessionId, url: checkout.url,
                 expiresAt: StoreKeeperApp.iso(Date(timeIntervalSince1970: Double(checkout.expiresAt))))
             json.redemptionCode = checkout.transactionId == nil ? nil : checkout.redemptionCode

@@ -31,7 +31,7 @@ struct OrderJSON: Encodable {
     /// it; nothing is signed).
     var winBackOffer: WinBackOfferJSON?
     /// A Stripe app's order: the Checkout Session it opened (`url`: the hosted page).
-    var checkout: StoreKeeperApp.CheckoutJSON?
+    var checkout: StripePayments.CheckoutJSON?
     /// A paid Stripe checkout for nobody: the code that binds it to an account.
     var redemptionCode: String?
 

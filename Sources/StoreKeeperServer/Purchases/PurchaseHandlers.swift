@@ -16,7 +16,7 @@ import Synchronization
 
 /// `POST /v1/purchases`: verify a proof (or look a transaction id up at Apple, queueing it
 /// when Apple is slow), then deliver it through the batcher — exactly once.
-extension StoreKeeperApp {
+extension PurchasePipeline {
     struct PurchaseBody: RequestBody, FastDecodable {
         var accountId: String
         var orderId: String?
@@ -452,11 +452,12 @@ extension StoreKeeperApp {
     }
 }
 
+/// `POST /v1/purchases`, web refunds and Apple's external purchase tokens, over the pipeline.
 struct PurchasesController {
-    let app: StoreKeeperApp
+    let purchases: PurchasePipeline
 
     func addRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
-        v1.post("purchases") { request, context in try await app.submitPurchase(request, context) }
+        v1.post("purchases") { request, context in try await purchases.submitPurchase(request, context) }
         v1.post("purchases/web/:paymentId/refund") { _, context in
             try context.caller().requireSecretKey()
             let paymentId = try StoreKeeperApp.parameter(context, "paymentId")
@@ -464,16 +465,17 @@ struct PurchasesController {
                 throw APIError.badRequest("paymentId must be 1…200 characters")
             }
             try StoreKeeperApp.validateText(paymentId, field: "paymentId")
-            return try await app.refundWebPurchase(paymentId)
+            return try await purchases.refundWebPurchase(paymentId)
         }
         v1.get("external-purchases/tokens") { request, context in
             try context.caller().requireSecretKey()
             let unreported = request.uri.queryParameters.get("unreported") == "true"
-            let tokens = try await ExternalPurchaseStore(database: app.database).tokens(unreportedOnly: unreported)
+            let tokens = try await ExternalPurchaseStore(database: purchases.database).tokens(
+                unreportedOnly: unreported)
             return try StoreKeeperApp.json(["tokens": tokens.map(ExternalTokenJSON.init)])
         }
         v1.post("external-purchases/tokens") { request, context in
-            try await app.registerExternalToken(request, context)
+            try await purchases.registerExternalToken(request, context)
         }
     }
 }
@@ -482,7 +484,7 @@ struct PurchasesController {
 /// for an account, recorded before anything is bought with it, so its report is right:
 /// NO_LINE_ITEM when nothing was bought, DUPLICATE_TOKEN for a second custom-link token of the
 /// same type while the first is active.
-extension StoreKeeperApp {
+extension PurchasePipeline {
     struct ExternalTokenBody: RequestBody {
         var accountId: String
         var externalPurchaseId: String
@@ -515,12 +517,6 @@ extension StoreKeeperApp {
         return try Self.json(ExternalTokenJSON(token))
     }
 
-    /// The external purchase tokens an account binds, within `limits`' budgets.
-    var externalTokens: ExternalTokenRegistry {
-        ExternalTokenRegistry(
-            database: database, perAccount: configuration.maxUnconfirmedExternalTokensPerAccount,
-            total: configuration.maxUnconfirmedExternalTokens)
-    }
 }
 
 /// `GET /v1/external-purchases/tokens`: Apple's external purchase tokens as recorded.
@@ -587,5 +583,14 @@ struct ExternalTokenRegistry: Sendable {
             throw APIError(
                 .conflict, "token_of_another_account", "external purchase token '\(id)' belongs to another account")
         }
+    }
+}
+
+extension StoreKeeperApp {
+    /// The external purchase tokens an account binds, within `limits`' budgets.
+    var externalTokens: ExternalTokenRegistry {
+        ExternalTokenRegistry(
+            database: database, perAccount: configuration.maxUnconfirmedExternalTokensPerAccount,
+            total: configuration.maxUnconfirmedExternalTokens)
     }
 }

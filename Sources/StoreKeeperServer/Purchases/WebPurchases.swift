@@ -96,7 +96,7 @@ extension StoreKeeperApp.PurchaseBody {
     }
 }
 
-extension StoreKeeperApp {
+extension PurchasePipeline {
     /// `POST /v1/purchases` with `"store": "web"`: recorded (idempotent by `paymentId`), then
     /// delivered through the one delivery path as transaction `web:<paymentId>`.
     func submitWebPurchase(_ body: PurchaseBody) async throws -> Response {
@@ -206,7 +206,7 @@ extension StoreKeeperApp {
         refund.revocationType = StoreTransaction.RevocationKind.refundFull.rawValue
         refund.purchasedAt = transaction.purchaseDate
         refund.periodEnd = transaction.expiresDate
-        let settings = notificationSettings()
+        let settings = notificationSettings
         let outcome = try await notifications.applyRefund(refund, settings: settings, now: Date())
         return try Self.json(["paymentId": paymentId, "status": outcome.0, "detail": outcome.1])
     }

@@ -8,7 +8,7 @@ import StoreKeeperStorage
 /// Nothing Apple signed is lost to a misconfiguration: every proof that fails verification is
 /// kept (`rejected_proofs`), and after the fix it is re-verified under the current trust
 /// policy and delivered, exactly once, through the normal delivery path.
-extension StoreKeeperApp {
+extension PurchasePipeline {
     /// Keeps a rejected proof; never fails the request it belongs to.
     func keepRejected(_ proof: Proof, failure: VerificationFailure, accountId: String, orderId: String?) async {
         do {
@@ -48,6 +48,9 @@ extension StoreKeeperApp {
         }
     }
 
+}
+
+extension StoreKeeperApp {
     /// What one re-verification pass did.
     public struct ReverifySummary: Codable, Sendable, Hashable {
         /// Proofs still rejected before this pass that matched the filters.
@@ -57,11 +60,15 @@ extension StoreKeeperApp {
         /// Proofs that still do not verify (forgeries stay here).
         public var stillRejected = 0
     }
+}
+
+extension PurchasePipeline {
+    typealias ReverifySummary = StoreKeeperApp.ReverifySummary
 
     /// Re-verifies the kept proofs under the current configuration. A proof that now verifies
     /// is delivered through the same path as a submission, to the account and order that
     /// submitted it; a forgery stays rejected, and no check is relaxed.
-    public func reverify(since: Date? = nil, code: String? = nil, actor: String = "operator") async throws
+    func reverify(since: Date? = nil, code: String? = nil, actor: String = "operator") async throws
         -> ReverifySummary
     {
         var summary = ReverifySummary()
@@ -100,7 +107,7 @@ extension StoreKeeperApp {
         try await store.anomalies.recordAudit(
             actor: actor, action: "reverify", subject: nil,
             detail:
-                "re-verified rejected proofs (code \(code ?? "any"), since \(since.map(Self.iso) ?? "any")): checked \(summary.checked), delivered \(summary.delivered), still rejected \(summary.stillRejected)",
+                "re-verified rejected proofs (code \(code ?? "any"), since \(since.map(StoreKeeperApp.iso) ?? "any")): checked \(summary.checked), delivered \(summary.delivered), still rejected \(summary.stillRejected)",
             now: Date())
         logger.notice(
             "re-verified rejected proofs",
@@ -111,6 +118,9 @@ extension StoreKeeperApp {
         return summary
     }
 
+}
+
+extension StoreKeeperApp {
     // MARK: HTTP
 
     struct RejectedProofJSON: Encodable {

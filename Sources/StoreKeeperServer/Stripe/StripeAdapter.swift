@@ -81,12 +81,7 @@ enum StripeReading {
     static func ms(_ seconds: Int64?) -> Int64? { seconds.map { $0 * 1000 } }
 }
 
-extension StoreKeeperApp {
-    /// Stripe Checkout as the orders and Stripe's routes use it.
-    var checkouts: StripeCheckouts {
-        StripeCheckouts(stripe: stripe, database: database, orderTTL: configuration.orderTTL)
-    }
-
+extension StripePayments {
     /// The Stripe app `appId` names (or the only one), else 400 naming the problem.
     func stripeApp(_ appId: String?) throws -> StripeApp { try checkouts.app(appId) }
 
@@ -379,7 +374,7 @@ extension StoreKeeperApp {
                 (cumulative >= total ? StoreTransaction.RevocationKind.refundFull : .refundProrated).rawValue
             event.storeIdentity = ServerConfiguration.stripeIdentity(app.configuration.id)
             event.environment = (charge.livemode ?? false) ? "Production" : "Sandbox"
-            let outcome = try await notifications.applyRefund(event, settings: notificationSettings(), now: now)
+            let outcome = try await notifications.applyRefund(event, settings: notificationSettings, now: now)
             outcomes.append("\(refund.id): \(outcome.0)")
             // The stores this payment was reported to learn of the refund (once per refund).
             try await StripeStore(database: database).recordReportedRefund(
@@ -403,7 +398,7 @@ extension StoreKeeperApp {
                 transactionId: payment.transactionId, originalTransactionId: payment.originalTransactionId,
                 productId: payment.productId, revocation: RefundPlanner.Revocation(type: .refundFull, percentage: nil))
             reversal.storeIdentity = ServerConfiguration.stripeIdentity(app.configuration.id)
-            let undone = try await notifications.applyRefund(reversal, settings: notificationSettings(), now: now)
+            let undone = try await notifications.applyRefund(reversal, settings: notificationSettings, now: now)
             outcomes.append("failed \(tag): \(undone.0)")
             if cumulative > 0 {
                 var again = RefundEvent(
@@ -413,7 +408,7 @@ extension StoreKeeperApp {
                     revocation: RefundPlanner.Revocation(unitsRefunded: cumulative, of: total))
                 again.revocationType = StoreTransaction.RevocationKind.refundProrated.rawValue
                 again.storeIdentity = ServerConfiguration.stripeIdentity(app.configuration.id)
-                let redone = try await notifications.applyRefund(again, settings: notificationSettings(), now: now)
+                let redone = try await notifications.applyRefund(again, settings: notificationSettings, now: now)
                 outcomes.append("still refunded: \(redone.0)")
             }
         }
@@ -446,7 +441,7 @@ extension StoreKeeperApp {
         event.revocationType = StoreTransaction.RevocationKind.refundFull.rawValue
         event.storeIdentity = ServerConfiguration.stripeIdentity(app.configuration.id)
         if revoke {
-            let outcome = try await notifications.applyRefund(event, settings: notificationSettings(), now: now)
+            let outcome = try await notifications.applyRefund(event, settings: notificationSettings, now: now)
             if dispute.status == "lost" {
                 // A lost chargeback returned the money: reported as a refund of what it disputed.
                 let amount = StripeReading.milliunits(dispute.amount, currency: dispute.currency) ?? 0
@@ -459,7 +454,7 @@ extension StoreKeeperApp {
             return "dispute \(dispute.status ?? "?"): revoked (\(outcome.0))"
         }
         if dispute.status == "won", policy == "revoke_when_opened" {
-            let outcome = try await notifications.applyRefund(event, settings: notificationSettings(), now: now)
+            let outcome = try await notifications.applyRefund(event, settings: notificationSettings, now: now)
             return "dispute won: restored (\(outcome.0))"
         }
         return "dispute \(dispute.status ?? "?"): nothing revoked by policy \(policy)"
@@ -548,7 +543,7 @@ struct StripeCheckouts: Sendable {
     /// to 24 h and the order's own, one idempotency key per order.
     func open(
         order: Order, product: Product, app: StripeApp, reporting: StripeReportTokens = .init(), now: Date
-    ) async throws -> StoreKeeperApp.CheckoutJSON {
+    ) async throws -> StripePayments.CheckoutJSON {
         guard let price = product.storeProducts?["stripe"] else {
             throw APIError(
                 .unprocessableContent, "unknown_product",
@@ -594,7 +589,7 @@ struct StripeCheckouts: Sendable {
         let separator = app.configuration.successURL.contains("?") ? "&" : "?"
         // A buyer without an account: the code that will bind the purchase, known now so the
         // success page can show it (it redeems nothing until the payment is applied here).
-        let code = order.accountId.isEmpty ? StoreKeeperApp.redemptionCode() : nil
+        let code = order.accountId.isEmpty ? StripePayments.redemptionCode() : nil
         form.add(
             "success_url",
             app.configuration.successURL + separator + "order=\(order.orderId)"
@@ -605,7 +600,7 @@ struct StripeCheckouts: Sendable {
         do {
             session = try await app.client.createCheckoutSession(form, idempotencyKey: "checkout:\(order.orderId)")
         } catch let error as StripeError {
-            throw StoreKeeperApp.stripeAPIError(error)
+            throw StripePayments.stripeAPIError(error)
         }
         var checkout = StripeStore.Checkout(
             sessionId: session.id, appId: app.configuration.id, orderId: order.orderId,
@@ -614,7 +609,7 @@ struct StripeCheckouts: Sendable {
             createdAt: now.stripeMilliseconds)
         checkout.redemptionCode = code
         try await StripeStore(database: database).recordCheckout(checkout)
-        return StoreKeeperApp.CheckoutJSON(
+        return StripePayments.CheckoutJSON(
             sessionId: session.id, url: session.url,
             expiresAt: StoreKeeperApp.iso(Date(timeIntervalSince1970: Double(session.expiresAt ?? expires))))
     }

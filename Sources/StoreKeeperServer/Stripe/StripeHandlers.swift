@@ -7,7 +7,7 @@ import Stripe
 
 /// Stripe's routes: the webhook (`POST /v1/notifications/stripe`, outside `/v1`'s
 /// authentication: the signature is the proof), redemption codes and the billing portal.
-extension StoreKeeperApp {
+extension StripePayments {
     /// `POST /v1/notifications/stripe`: `Stripe-Signature` verified over the raw bytes against
     /// every Stripe app's secrets (400 when none verifies, nothing recorded); the event recorded
     /// durably, once per id, before the 200; applying it is a job that re-reads its objects.
@@ -230,20 +230,20 @@ extension StoreKeeperApp {
 }
 
 struct StripeController {
-    let app: StoreKeeperApp
+    let stripe: StripePayments
 
     /// The webhook, outside `/v1`'s authentication.
     func addWebhook(to router: some RouterMethods<StoreKeeperContext>) {
         router.post("v1/notifications/stripe") { request, context in
-            try await app.receiveStripeWebhook(request, context)
+            try await stripe.receiveStripeWebhook(request, context)
         }
     }
 
     func addRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
-        v1.post("redemptions/:code") { request, context in try await app.redeem(request, context) }
-        v1.post("redemptions/:code/renew") { request, context in try await app.renewRedemption(request, context) }
+        v1.post("redemptions/:code") { request, context in try await stripe.redeem(request, context) }
+        v1.post("redemptions/:code/renew") { request, context in try await stripe.renewRedemption(request, context) }
         v1.post("accounts/:accountId/billing-portal") { request, context in
-            try await app.billingPortal(request, context)
+            try await stripe.billingPortal(request, context)
         }
     }
 }
@@ -259,7 +259,7 @@ extension JobRunner {
             return
         }
         do {
-            let applied = try await app.applyStripeEvent(event, app: stripe, now: now)
+            let applied = try await app.stripePayments.applyStripeEvent(event, app: stripe, now: now)
             try await stripeStore.finishEvent(event.id, status: "applied", outcome: applied.outcome, now: now)
             try await app.jobs.complete(job.id)
         } catch let error as StripeError where error.kind == .notFound || error.kind == .refused {
@@ -271,7 +271,7 @@ extension JobRunner {
     }
 }
 
-extension StoreKeeperApp {
+extension StripePayments {
     /// Support's refund of a Stripe payment: Stripe refunds what is left of its charge (one
     /// idempotency key per transaction: asked twice, refunded once), then the refund is applied
     /// through the one refund path from the Refund object Stripe answered (its webhook later

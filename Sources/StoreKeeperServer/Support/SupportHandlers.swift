@@ -180,7 +180,7 @@ extension StoreKeeperApp {
     func deferGoogle(
         _ purchase: GooglePlayStore.Purchase, days: Int, reason: String, note: String, actor: String
     ) async throws -> Response {
-        let app = try googleApp(purchase.appId)
+        let app = try purchases.googleApp(purchase.appId)
         let before: Date?
         do {
             let resource = try await app.client.subscriptionPurchase(token: purchase.purchaseToken)
@@ -192,11 +192,11 @@ extension StoreKeeperApp {
                 throw APIError(
                     .unprocessableContent, "not_extendable", "Google Play refused to defer it: \(error.message)")
             }
-            throw Self.googleAPIError(error)
+            throw PurchasePipeline.googleAPIError(error)
         }
-        let reading = try await readGoogle(
+        let reading = try await purchases.readGoogle(
             app, token: purchase.purchaseToken, productId: nil, kind: "subscription")
-        _ = try await applyGoogle(reading, submittingAccount: nil, orderId: nil, now: Date())
+        _ = try await purchases.applyGoogle(reading, submittingAccount: nil, orderId: nil, now: Date())
         let after = reading.transaction.expiresDate.map { Date(storeMilliseconds: $0) }
         try await store.anomalies.recordAudit(
             actor: actor, action: "subscription_deferred", subject: purchase.originalTransactionId,

@@ -135,7 +135,7 @@ extension StoreKeeperApp {
         }
         let google: GooglePlayApp
         do {
-            google = try googleApp(request.appId)
+            google = try purchases.googleApp(request.appId)
         } catch {
             return .refused("no Google Play app '\(request.appId ?? "-")' is configured")
         }
@@ -243,9 +243,9 @@ extension StoreKeeperApp {
         SupportActions(
             transactions: store.transactions, audit: store.anomalies, database: database,
             refundStripe: { [self] id, appId, caller, detail in
-                try await refundStripePurchase(id, appId: appId, caller: caller, detail: detail)
+                try await stripePayments.refundStripePurchase(id, appId: appId, caller: caller, detail: detail)
             },
-            refundWeb: { [self] paymentId in try await refundWebPurchase(paymentId) },
+            refundWeb: { [self] paymentId in try await purchases.refundWebPurchase(paymentId) },
             askGoogle: { [self] request, deadline in try await askGoogleRefund(request, deadline: deadline) })
     }
 }
