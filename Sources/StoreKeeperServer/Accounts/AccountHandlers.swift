@@ -13,8 +13,19 @@ import StoreKeeperCore
 import StoreKeeperStorage
 import Synchronization
 
+/// What answers with the account view (a purchase, a redemption): its `AccountBook`.
+protocol CarriesAccountView {
+    var accountBook: AccountBook { get }
+}
+
+extension CarriesAccountView {
+    func account(_ accountId: String, state: PurchaseStore.AccountState? = nil) async throws -> AccountJSON {
+        try await accountBook.account(accountId, state: state)
+    }
+}
+
 /// Account reads and debits.
-extension StoreKeeperApp {
+extension StoreKeeperApp: CarriesAccountView {
     /// The account views and support's credit, as every route and the dashboard use them.
     var accountBook: AccountBook {
         AccountBook(
@@ -26,9 +37,6 @@ extension StoreKeeperApp {
     }
 
     /// The account as docs/api.md shows it; `state` when the caller already read it.
-    func account(_ accountId: String, state: PurchaseStore.AccountState? = nil) async throws -> AccountJSON {
-        try await accountBook.account(accountId, state: state)
-    }
 
     static func shownStatus(_ status: String, expiresAt: Date?, now: Date) -> String {
         guard let known = SubscriptionStatus(rawValue: status) else { return status }

@@ -10,7 +10,7 @@ import StoreKeeperStorage
 /// Google, a web payment the backend reports — and delivered through the one delivery path,
 /// exactly once. It owns what that takes; `PurchasesController` (`POST /v1/purchases`), the
 /// job runner, re-verification, support and the dashboard use it, never the app.
-struct PurchasePipeline: RequestHandling, Sendable {
+struct PurchasePipeline: RequestHandling, CarriesAccountView, Sendable {
     let configuration: ServerConfiguration
     let database: Database
     let store: PurchaseStore
@@ -41,10 +41,6 @@ struct PurchasePipeline: RequestHandling, Sendable {
     let notificationSettings: NotificationStore.Settings
 
     var maxBodyBytes: Int { configuration.maxBodyBytes }
-
-    func account(_ accountId: String, state: PurchaseStore.AccountState? = nil) async throws -> AccountJSON {
-        try await accountBook.account(accountId, state: state)
-    }
 }
 
 extension StoreKeeperApp {

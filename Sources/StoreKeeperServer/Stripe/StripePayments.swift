@@ -8,7 +8,7 @@ import StoreKeeperStorage
 /// applied by the job runner, support's Stripe refunds. It owns what that takes — Stripe's apps,
 /// the stores it writes, the catalog — and delivers through the one delivery path like every
 /// store; it never reaches the app.
-struct StripePayments: RequestHandling, Sendable {
+struct StripePayments: RequestHandling, CarriesAccountView, Sendable {
     let configuration: ServerConfiguration
     let database: Database
     let store: PurchaseStore
@@ -29,10 +29,6 @@ struct StripePayments: RequestHandling, Sendable {
     let notificationSettings: NotificationStore.Settings
 
     var maxBodyBytes: Int { configuration.maxBodyBytes }
-
-    func account(_ accountId: String, state: PurchaseStore.AccountState? = nil) async throws -> AccountJSON {
-        try await accountBook.account(accountId, state: state)
-    }
 }
 
 extension StoreKeeperApp {
