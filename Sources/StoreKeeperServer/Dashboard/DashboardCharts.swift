@@ -1,4 +1,6 @@
 import Foundation
+import StoreKeeperCore
+import StoreKeeperStorage
 
 /// Server-side SVG bar charts for the dashboard: no chart library, no script. Each chart has a
 /// title, y-axis ticks with values, x-axis labels, a legend when there are several series, and
@@ -95,4 +97,79 @@ struct BarChart: Sendable {
 
     /// Scalar-safe (`HTMLEscaping`): never per `Character`.
     static func escape(_ text: String) -> String { HTMLEscaping.escape(text) }
+}
+
+/// The dashboard's charts as its templates show them.
+extension DashboardController {
+    static func metricChart(_ metric: AnalyticsMetric, _ report: AnalyticsReportJSON) -> [String: Any] {
+        // Short axis labels (MM-DD; a month's YYYY-MM); the table keeps the full date.
+        let labels = report.points.map {
+            report.interval == "month" ? String($0.start.prefix(7)) : String($0.start.dropFirst(5))
+        }
+        let values = report.points.map { Double("\($0.value)") ?? 0 }
+        var title = metricTitles[metric] ?? metric.rawValue
+        if let currency = report.currency { title += " (\(currency))" }
+        if metric.isRatio { title += " (%)" }
+        let decimals = metric.isMoney ? 2 : metric.isRatio ? 1 : 0
+        let format: @Sendable (Double) -> String = { value in
+            decimals == 0 ? BarChart.integer(value) : String(format: "%.\(decimals)f", value)
+        }
+        let chart = BarChart(
+            title: title, labels: labels,
+            series: [
+                .init(name: metric.rawValue, cssClass: "s1", values: metric.isRatio ? values.map { $0 * 100 } : values)
+            ],
+            format: format, integers: !(metric.isMoney || metric.isRatio))
+        var table = Self.chart(chart, labelHeader: report.interval.capitalized)
+        table["rows"] = zip(table["rows"] as? [[String: Any]] ?? [], report.points).map { row, point in
+            var row = row
+            row["label"] = point.start
+            return row
+        }
+        // The table says more than the bars: each currency, the counts behind a ratio, churn's reasons.
+        let currencies = Set(report.points.flatMap { $0.byCurrency?.keys.map { $0 } ?? [] }).sorted()
+        var columns = table["columns"] as? [String] ?? []
+        // ARR beside MRR: 12 × MRR (docs/analytics.md).
+        if metric == .mrr { columns.append("ARR") }
+        columns += currencies
+        if metric.isRatio || metric == .realizedLTV {
+            columns += metric == .realizedLTV ? ["customers"] : ["of", "in"]
+        }
+        if metric == .churnedSubscriptions { columns += ["voluntary", "billing", "refund"] }
+        table["columns"] = columns
+        table["rows"] = zip(table["rows"] as? [[String: Any]] ?? [], report.points).map { row, point in
+            var row = row
+            var cells = row["cells"] as? [String] ?? []
+            if metric == .mrr { cells.append("\(point.value * 12)") }
+            cells += currencies.map { point.byCurrency?[$0].map { "\($0)" } ?? "" }
+            if metric == .realizedLTV { cells.append(point.denominator.map(String.init) ?? "") }
+            if metric.isRatio {
+                cells += [point.numerator.map(String.init) ?? "", point.denominator.map(String.init) ?? ""]
+            }
+            if metric == .churnedSubscriptions {
+                cells += ["voluntary", "billing", "refund"].map { String(point.byReason?[$0] ?? 0) }
+            }
+            row["cells"] = cells
+            return row
+        }
+        table["metric"] = metric.rawValue
+        return table
+    }
+
+    static func chart(_ chart: BarChart, labelHeader: String) -> [String: Any] {
+        let rows: [[String: Any]] = chart.labels.enumerated().map { index, label in
+            [
+                "label": label,
+                "cells": chart.series.map { index < $0.values.count ? chart.format($0.values[index]) : "" },
+            ]
+        }
+        return ["svg": chart.svg(), "labelHeader": labelHeader, "columns": chart.series.map(\.name), "rows": rows]
+    }
+
+    static func dayLabel(_ day: Date) -> String {
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = TimeZone(identifier: "UTC")!
+        let parts = calendar.dateComponents([.month, .day], from: day)
+        return String(format: "%02d-%02d", parts.month ?? 0, parts.day ?? 0)
+    }
 }
