@@ -188,6 +188,9 @@ final class PurchaseCoordinatorTests: XCTestCase {
             backend.script(verdict)
             let coordinator = try await started()
             let outcome = try await coordinator.purchase(productId: "coins_60")
+            // Finishing runs in the background once the verdict is durable (CI once asserted
+            // before it had run): wait for it, never on a clock.
+            await coordinator.idle()
             XCTAssertEqual(queue.finished.count, final ? 1 : 0, "\(verdict)")
             XCTAssertEqual(store.state.pending.count, final ? 0 : 1, "\(verdict)")
             if !final { XCTAssertEqual(outcome, .processing) }
