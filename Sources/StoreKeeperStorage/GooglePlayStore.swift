@@ -112,6 +112,22 @@ public struct GooglePlayStore: Sendable {
         }
     }
 
+    /// Several tokens as last read, in one statement: what is recorded of each, by token.
+    public func purchases(_ tokens: [String]) async throws -> [String: Purchase] {
+        let unique = Array(Set(tokens))
+        guard !unique.isEmpty else { return [:] }
+        return try await database.read { sql in
+            var found: [String: Purchase] = [:]
+            for row in try await sql.raw("SELECT * FROM google_purchases WHERE purchase_token IN (\(binds: unique))")
+                .all()
+            {
+                let purchase = try Purchase(row: row)
+                found[purchase.purchaseToken] = purchase
+            }
+            return found
+        }
+    }
+
     public func purchase(_ token: String) async throws -> Purchase? {
         try await database.read { sql in
             try await sql.raw("SELECT * FROM google_purchases WHERE purchase_token = \(bind: token)").first().map {
@@ -226,24 +242,47 @@ public struct GooglePlayStore: Sendable {
             at: now.milliseconds)
     }
 
-    /// Whether `transactionId` was delivered (refunded since or not).
-    public func delivered(_ transactionId: String) async throws -> Bool {
-        try await database.read { sql in
-            try await sql.raw("SELECT transaction_id FROM deliveries WHERE transaction_id = \(bind: transactionId)")
-                .first() != nil
+    /// Which of `transactionIds` were delivered (refunded since or not), in one statement.
+    public func delivered(_ transactionIds: [String]) async throws -> Set<String> {
+        let unique = Array(Set(transactionIds))
+        guard !unique.isEmpty else { return [] }
+        return try await database.read { sql in
+            Set(
+                try await sql.raw(
+                    "SELECT transaction_id FROM deliveries WHERE transaction_id IN (\(binds: unique))"
+                ).all().map { try $0.decode(column: "transaction_id", as: String.self) })
         }
     }
 
-    /// Sets a delivered transaction's price from its Google order (what the buyer paid, all
-    /// units, in the buyer's currency), unless it has one.
-    public func priceDelivery(_ transactionId: String, priceMilli: Int64, currency: String) async throws {
+    /// A Google order's price for its delivery, and the job that read it.
+    public struct OrderPrice: Sendable {
+        public var transactionId: String
+        public var priceMilli: Int64
+        public var currency: String
+        public var jobId: String
+
+        public init(transactionId: String, priceMilli: Int64, currency: String, jobId: String) {
+            self.transactionId = transactionId
+            self.priceMilli = priceMilli
+            self.currency = currency
+            self.jobId = jobId
+        }
+    }
+
+    /// Several deliveries priced from their Google orders (each unless it has a price) and the
+    /// jobs that read them done, in one database transaction.
+    public func priceDeliveries(_ prices: [OrderPrice]) async throws {
+        guard !prices.isEmpty else { return }
         try await database.transaction { sql in
-            try await sql.raw(
-                """
-                UPDATE deliveries SET price_milli = \(bind: priceMilli), currency = \(bind: currency)
-                WHERE transaction_id = \(bind: transactionId) AND price_milli IS NULL
-                """
-            ).run()
+            for price in prices {
+                try await sql.raw(
+                    """
+                    UPDATE deliveries SET price_milli = \(bind: price.priceMilli), currency = \(bind: price.currency)
+                    WHERE transaction_id = \(bind: price.transactionId) AND price_milli IS NULL
+                    """
+                ).run()
+            }
+            try await sql.raw("UPDATE jobs SET status = 'done' WHERE id IN (\(binds: prices.map(\.jobId)))").run()
         }
     }
 
@@ -263,11 +302,16 @@ public struct GooglePlayStore: Sendable {
                 WHERE purchase_token IN (\(binds: done.map(\.token))) AND acknowledged_at IS NULL
                 """
             ).run()
+            // Their audit entries in one statement.
+            var audit = RowsInsert(
+                into: "audit", columns: ["id", "actor", "action", "subject", "detail", "created_at"])
             for entry in done {
-                try await PurchaseStore.audit(
-                    sql, actor: entry.audit.actor, action: entry.audit.action, subject: entry.audit.subject,
-                    detail: entry.audit.detail, at: now.milliseconds)
+                audit.append([
+                    .text(RowIdentifiers.uuidString()), .text(entry.audit.actor), .text(entry.audit.action),
+                    .text(entry.audit.subject), .text(entry.audit.detail), .integer(now.milliseconds),
+                ])
             }
+            try await sql.execute(sql: audit) { _ in }
             try await sql.raw("UPDATE jobs SET status = 'done' WHERE id IN (\(binds: done.map(\.jobId)))").run()
         }
     }

@@ -236,6 +236,44 @@ import Testing
         }
     }
 
+    /// Order prices run a claim at a time too: each delivered purchase is priced once from its
+    /// own order, and one not delivered yet (held unattributed) waits alone.
+    @Test(arguments: API.databases)
+    func orderPricesOfABatchAreEachRecordedOnce(kind: String) async throws {
+        try await Self.withPlay(kind) { play in
+            for quantity in 1...3 {
+                let order = try await play.order("prices\(quantity)", "coins_60")
+                let token = try await play.store.buy("coins_60", obfuscatedAccountId: order.token, quantity: quantity)
+                #expect(try await play.submit("prices\(quantity)", "coins_60", token, orderId: order.id).status == .ok)
+            }
+            _ = try await play.store.buy("remove_ads", obfuscatedAccountId: nil)
+            _ = try await play.push()
+            await play.runJobs()
+            await play.runJobs(now: Date().addingTimeInterval(10))
+            let (prices, jobs) = try await play.app.database.read { sql in
+                (
+                    try await sql.raw(
+                        "SELECT quantity, price_milli FROM deliveries WHERE product_id = 'coins_60' ORDER BY quantity"
+                    ).all().map {
+                        (
+                            try $0.decode(column: "quantity", as: Int64.self),
+                            try $0.decode(column: "price_milli", as: Int64?.self)
+                        )
+                    },
+                    try await sql.raw(
+                        "SELECT status, last_error FROM jobs WHERE kind = 'google_order_price' ORDER BY status"
+                    ).all().map {
+                        "\(try $0.decode(column: "status", as: String.self)): \(try $0.decode(column: "last_error", as: String?.self) ?? "")"
+                    }
+                )
+            }
+            let unit = try #require(prices.first?.1)
+            #expect(unit > 0)
+            #expect(prices.map(\.0) == [1, 2, 3] && prices.map(\.1) == [unit, 2 * unit, 3 * unit], "\(prices)")
+            #expect(jobs == ["done: ", "done: ", "done: ", "pending: not delivered yet"], "\(jobs)")
+        }
+    }
+
     /// Purchases submitted at once share group-commit batches, whose Google records, accounts
     /// and jobs are written as multi-row statements: each purchase is still delivered once to
     /// its own account, recorded with it, acknowledged once and priced once; a token submitted

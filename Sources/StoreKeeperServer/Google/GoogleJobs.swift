@@ -69,22 +69,35 @@ extension JobRunner {
         }
     }
 
-    /// Acknowledges (a consumable: consumes) a paid purchase Google still waits for.
-    func acknowledgeGoogle(_ job: JobStore.Job, now: Date) async {
-        await acknowledgeGoogle([job], now: now)
-    }
-
-    /// Acknowledges each purchase at Google in turn; those Google took are recorded (the purchase
-    /// acknowledged, its audit entry, its job done) in one database transaction for the batch.
-    /// A refusal or an error is handled per job. `current`: whether a job's lease still holds.
-    func acknowledgeGoogle(
-        _ jobs: [JobStore.Job], now: Date, current: (JobStore.Job) -> Bool = { _ in true }
-    ) async {
-        var done:
-            [(token: String, jobId: String, audit: (actor: String, action: String, subject: String?, detail: String))] =
-                []
-        for job in jobs where current(job) {
-            if let acknowledged = await acknowledgeOneAtGoogle(job, now: now) { done.append(acknowledged) }
+    /// Acknowledges (a consumable: consumes) paid purchases Google still waits for, a claim's
+    /// jobs together: their records read in one statement, Google
+    /// called a few at a time, and those Google took recorded (the purchase acknowledged, its
+    /// audit entry, its job done) in one database transaction. A refusal or an error is handled
+    /// per job.
+    func acknowledgeGoogle(_ jobs: [JobStore.Job], now: Date) async {
+        guard !jobs.isEmpty else { return }
+        let purchases: [String: GooglePlayStore.Purchase]
+        do {
+            purchases = try await GooglePlayStore(database: app.database).purchases(jobs.map(\.payload))
+        } catch {
+            for job in jobs { await backoff(job, now: now, error: error) }
+            return
+        }
+        var done: [Acknowledged] = []
+        // Google's calls overlap (its answer is a round trip each); at most 8 at once.
+        await withTaskGroup(of: Acknowledged?.self) { group in
+            var next = 0
+            func start() {
+                guard next < jobs.count else { return }
+                let job = jobs[next]
+                next += 1
+                group.addTask { await acknowledgeOneAtGoogle(job, purchase: purchases[job.payload], now: now) }
+            }
+            for _ in 0..<min(8, jobs.count) { start() }
+            while let result = await group.next() {
+                if let result { done.append(result) }
+                start()
+            }
         }
         do {
             try await GooglePlayStore(database: app.database).completeAcknowledgements(done, now: now)
@@ -95,14 +108,18 @@ extension JobRunner {
         }
     }
 
-    /// One purchase acknowledged at Google: what to record, or nil when the job was finished
-    /// otherwise (failed, rescheduled, backed off, nothing to do).
-    func acknowledgeOneAtGoogle(_ job: JobStore.Job, now: Date) async
-        -> (token: String, jobId: String, audit: (actor: String, action: String, subject: String?, detail: String))?
+    typealias Acknowledged = (
+        token: String, jobId: String, audit: (actor: String, action: String, subject: String?, detail: String)
+    )
+
+    /// One purchase acknowledged at Google (`purchase`: its record, read with its batch's):
+    /// what to record, or nil when the job was finished otherwise (failed, rescheduled, backed
+    /// off, nothing to do).
+    func acknowledgeOneAtGoogle(_ job: JobStore.Job, purchase: GooglePlayStore.Purchase?, now: Date) async
+        -> Acknowledged?
     {
-        let store = GooglePlayStore(database: app.database)
         do {
-            guard let purchase = try await store.purchase(job.payload), let google = app.google[purchase.appId]
+            guard let purchase, let google = app.google[purchase.appId]
             else {
                 try await app.jobs.fail(job.id, error: "unknown purchase token or app")
                 return nil
@@ -163,19 +180,66 @@ extension JobRunner {
     /// until Google's acknowledgement window has passed; a service account without the
     /// "View financial data" permission fails the job with that reason (the purchase stays
     /// delivered, only without money in analytics).
-    func priceGoogleOrder(_ job: JobStore.Job, now: Date) async {
+    ///
+    /// A claim's price jobs run together: their purchases and deliveries read in one statement
+    /// each, Google asked a few at a time, the prices and the jobs' completion one transaction.
+    func priceGoogleOrders(_ jobs: [JobStore.Job], now: Date) async {
+        guard !jobs.isEmpty else { return }
         let store = GooglePlayStore(database: app.database)
+        let purchases: [String: GooglePlayStore.Purchase]
+        let delivered: Set<String>
         do {
-            guard let purchase = try await store.purchase(job.payload), let orderId = purchase.orderId,
-                let google = app.google[purchase.appId]
-            else {
+            purchases = try await store.purchases(jobs.map(\.payload))
+            delivered = try await store.delivered(
+                purchases.values.compactMap { purchase in
+                    purchase.orderId.map {
+                        GooglePlayPlanner.transactionId(
+                            orderId: $0, tokenDigest: GoogleReading.digest(purchase.purchaseToken))
+                    }
+                })
+        } catch {
+            for job in jobs { await backoff(job, now: now, error: error) }
+            return
+        }
+        var priced: [GooglePlayStore.OrderPrice] = []
+        await withTaskGroup(of: GooglePlayStore.OrderPrice?.self) { group in
+            var next = 0
+            func start() {
+                guard next < jobs.count else { return }
+                let job = jobs[next]
+                next += 1
+                group.addTask {
+                    await priceGoogleOrder(job, purchase: purchases[job.payload], delivered: delivered, now: now)
+                }
+            }
+            for _ in 0..<min(8, jobs.count) { start() }
+            while let result = await group.next() {
+                if let result { priced.append(result) }
+                start()
+            }
+        }
+        do {
+            try await store.priceDeliveries(priced)
+        } catch {
+            // Not recorded: each runs again once its lease ends (reading an order twice is harmless).
+            app.logger.warning("cannot record Google order prices", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// One price job: its order's price to record, or nil when the job was finished otherwise
+    /// (failed, rescheduled, backed off).
+    func priceGoogleOrder(
+        _ job: JobStore.Job, purchase: GooglePlayStore.Purchase?, delivered: Set<String>, now: Date
+    ) async -> GooglePlayStore.OrderPrice? {
+        do {
+            guard let purchase, let orderId = purchase.orderId, let google = app.google[purchase.appId] else {
                 try await app.jobs.fail(job.id, error: "unknown purchase token, order or app")
-                return
+                return nil
             }
             let id = GooglePlayPlanner.transactionId(
                 orderId: orderId, tokenDigest: GoogleReading.digest(purchase.purchaseToken))
             // Google is asked only once there is a delivery to price.
-            guard try await store.delivered(id) else {
+            guard delivered.contains(id) else {
                 if let paid = purchase.paidAt, now.timeIntervalSince(paid) > GooglePlayPlanner.acknowledgeUntil + 86_400
                 {
                     try await app.jobs.fail(job.id, error: "never delivered: no price to record")
@@ -184,23 +248,22 @@ extension JobRunner {
                         job.id, runAt: now.addingTimeInterval(min(3600, 30 * pow(2, Double(min(job.attempts, 7))))),
                         error: "not delivered yet")
                 }
-                return
+                return nil
             }
             let order = try await google.client.order(orderId: orderId)
             // Only Google's word on this very purchase prices it.
             guard order.purchaseToken == nil || order.purchaseToken == purchase.purchaseToken else {
                 try await app.jobs.fail(job.id, error: "Google's order \(orderId) names another purchase token")
-                return
+                return nil
             }
             guard let total = order.total, let milli = total.milliunits, milli >= 0,
                 let currency = total.currencyCode, currency.utf8.count == 3,
                 currency.utf8.allSatisfy({ (65...90).contains($0) })
             else {
                 try await app.jobs.fail(job.id, error: "Google's order \(orderId) names no total")
-                return
+                return nil
             }
-            try await store.priceDelivery(id, priceMilli: milli, currency: currency)
-            try await app.jobs.complete(job.id)
+            return GooglePlayStore.OrderPrice(transactionId: id, priceMilli: milli, currency: currency, jobId: job.id)
         } catch let error as GooglePlayError where error.kind == .unauthorized {
             app.logger.warning(
                 "Google's Orders API refused: grant the service account \"View financial data\" for prices in analytics",
@@ -211,6 +274,7 @@ extension JobRunner {
         } catch {
             await backoff(job, now: now, error: error)
         }
+        return nil
     }
 
     /// Voided purchases of the last 30 days (two days of overlap with the last poll), each

@@ -7,6 +7,22 @@ import StoreKeeperStorage
 struct JobKind: Sendable {
     let name: String
     let run: @Sendable (JobRunner, JobStore.Job, Date) async -> Bool
+    /// Runs a claim's jobs of this kind together (their reads and their completion one
+    /// statement or transaction for the lot), when the kind does; else each job by `run`.
+    var runBatch: (@Sendable (JobRunner, [JobStore.Job], Date) async -> Void)? = nil
+
+    /// A duty run a claim's jobs at a time (`run` is the same for one job).
+    static func batched(
+        _ name: String, _ run: @escaping @Sendable (JobRunner) -> ([JobStore.Job], Date) async -> Void
+    ) -> JobKind {
+        JobKind(
+            name: name,
+            run: { runner, job, now in
+                await run(runner)([job], now)
+                return false
+            },
+            runBatch: { runner, jobs, now in await run(runner)(jobs, now) })
+    }
 
     /// A duty that delivers nothing itself.
     static func duty(_ name: String, _ run: @escaping @Sendable (JobRunner) -> (JobStore.Job, Date) async -> Void)
@@ -27,6 +43,9 @@ enum JobKinds {
 
     static let handlers: [String: @Sendable (JobRunner, JobStore.Job, Date) async -> Bool] = Dictionary(
         all.map { ($0.name, $0.run) }, uniquingKeysWith: { first, _ in first })
+
+    static let batchHandlers: [String: @Sendable (JobRunner, [JobStore.Job], Date) async -> Void] = Dictionary(
+        all.compactMap { kind in kind.runBatch.map { (kind.name, $0) } }, uniquingKeysWith: { first, _ in first })
 }
 
 extension JobRunner {
@@ -47,8 +66,8 @@ extension JobRunner {
     /// Google Play's duties: a notification's re-read, acknowledgement, order prices, voided purchases.
     static let googlePlayKinds: [JobKind] = [
         .duty(GooglePlayStore.syncJobKind) { $0.syncGoogle },
-        .duty(GooglePlayStore.acknowledgeJobKind) { $0.acknowledgeGoogle },
-        .duty(GooglePlayStore.orderPriceJobKind) { $0.priceGoogleOrder },
+        .batched(GooglePlayStore.acknowledgeJobKind) { $0.acknowledgeGoogle },
+        .batched(GooglePlayStore.orderPriceJobKind) { $0.priceGoogleOrders },
         .duty(googleVoidedJobKind) { $0.pollVoidedJob },
     ]
 

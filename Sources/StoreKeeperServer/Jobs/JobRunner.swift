@@ -95,12 +95,15 @@ public struct JobRunner: Service {
             }
         }
         if !claims.isEmpty { await setAppAccountTokens(claims, now: now, current: current) }
-        // Google Play acknowledgements (one per purchase): recorded together.
-        let acknowledgements = jobs.filter { $0.kind == GooglePlayStore.acknowledgeJobKind }
-        if !acknowledgements.isEmpty { await acknowledgeGoogle(acknowledgements, now: now, current: current) }
-        let batched: Set<String> = [
-            NotificationStore.jobKind, AppleAccountStore.setTokenJobKind, GooglePlayStore.acknowledgeJobKind,
-        ]
+        // Kinds run a claim at a time (Google Play's acknowledgements and order prices): each
+        // kind's jobs together.
+        var batched: Set<String> = [NotificationStore.jobKind, AppleAccountStore.setTokenJobKind]
+        for (kind, ofKind) in Dictionary(grouping: jobs, by: \.kind) {
+            guard let runBatch = JobKinds.batchHandlers[kind] else { continue }
+            batched.insert(kind)
+            let live = ofKind.filter(current)
+            if !live.isEmpty { await runBatch(self, live, now) }
+        }
         var delivered = 0
         for job in jobs where !batched.contains(job.kind) {
             guard current(job) else { continue }
