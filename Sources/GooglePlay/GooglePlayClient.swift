@@ -90,6 +90,16 @@ public struct GooglePlayClient: Sendable {
         try await decode(GoogleOrder.self, try await call(.GET, "\(applicationPath)/orders/\(Self.segment(orderId))"))
     }
 
+    /// `orders.batchGet`: up to 1,000 distinct orders in one call (one unknown id fails it:
+    /// `.notFound`), in no promised order.
+    public func orders(orderIds: [String]) async throws -> [GoogleOrder] {
+        precondition(!orderIds.isEmpty && orderIds.count <= 1000, "orders.batchGet takes 1 to 1000 order ids")
+        let query = orderIds.map { "orderIds=\(Self.segment($0))" }.joined(separator: "&")
+        return try await decode(
+            GoogleOrders.self, try await call(.GET, "\(applicationPath)/orders:batchGet?\(query)")
+        ).orders ?? []
+    }
+
     /// `orders.reviewrefund`: Google records the first answer per review.
     public func reviewRefund(orderId: String, _ request: ReviewRefundRequest) async throws {
         _ = try await call(

@@ -506,6 +506,15 @@ public struct GoogleErrorBody: Codable, Hashable, Sendable {
 
 // MARK: Orders
 
+/// `orders.batchGet`'s answer.
+public struct GoogleOrders: Codable, Hashable, Sendable {
+    public var orders: [GoogleOrder]?
+
+    public init(orders: [GoogleOrder]?) {
+        self.orders = orders
+    }
+}
+
 /// `orders.get` (google-play.md §6.2): what one order charged, for accounting — never for
 /// entitlement (the purchase resources say what is owned).
 public struct GoogleOrder: Codable, Hashable, Sendable {

@@ -466,6 +466,18 @@ public actor LocalGooglePlay {
         if revoke { try refund(token, reason: 0) }
     }
 
+    /// `orders.batchGet`: 1–1000 distinct orders in the order asked; one unknown id fails the
+    /// whole call, as at Google.
+    public func orders(_ orderIds: [String]) throws(Refusal) -> [GoogleOrder] {
+        guard !orderIds.isEmpty, orderIds.count <= 1000 else {
+            throw .invalid("orderIds must name 1 to 1000 orders.")
+        }
+        guard Set(orderIds).count == orderIds.count else { throw .invalid("orderIds must be distinct.") }
+        var orders: [GoogleOrder] = []
+        for id in orderIds { orders.append(try order(id)) }
+        return orders
+    }
+
     /// `orders.get` (google-play.md §6.2): what an order charged — a one-time purchase's price
     /// for all its units, a subscription's period at its recurring price — with tax left at
     /// zero (the catalog's prices are what the buyer pays) and the refund state.

@@ -243,6 +243,17 @@ public final class LocalGooglePlayServer: Sendable {
                 }
             }
         }
+        app.get("orders:batchGet") { request, context in
+            try await self.authorized(request, context) {
+                do {
+                    let ids = request.uri.queryParameters.getAll("orderIds").map { $0.removingPercentEncoding ?? $0 }
+                    return Self.json(OrdersBatch(orders: try await self.store.orders(ids)))
+                } catch {
+                    guard case .notFound = error as? LocalGooglePlay.Refusal else { return Self.refusal(error) }
+                    return Self.googleError(404, "notFound", "The order was not found.")
+                }
+            }
+        }
         // (One parameter name for both methods: the router keeps one node for the segment.)
         app.get("orders/:orderAction") { request, context in
             try await self.authorized(request, context) {
@@ -343,6 +354,10 @@ public final class LocalGooglePlayServer: Sendable {
             var expiryTime: String
         }
         var itemExpiryTimeDetails: [Item]
+    }
+
+    struct OrdersBatch: Encodable {
+        var orders: [GoogleOrder]
     }
 
     /// `TOKEN:verb` → (TOKEN, verb).

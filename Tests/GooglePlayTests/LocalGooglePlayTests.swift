@@ -322,6 +322,35 @@ import Testing
         }
     }
 
+    /// `orders.batchGet`: several orders in one call, each as `orders.get` says it; one unknown
+    /// id fails the whole call (404), repeated ids are refused (400).
+    @Test func ordersAreReadSeveralAtATime() async throws {
+        try await Self.withPlay { play in
+            var ids: [String] = []
+            for quantity in 1...3 {
+                let token = try await play.store.buy("coins.sixty", obfuscatedAccountId: nil, quantity: quantity)
+                ids.append(try #require(try await play.client.productPurchase(token: token).orderId))
+            }
+            let orders = try await play.client.orders(orderIds: ids)
+            #expect(Set(orders.compactMap(\.orderId)) == Set(ids))
+            for order in orders {
+                #expect(try await play.client.order(orderId: try #require(order.orderId)) == order)
+            }
+            do {
+                _ = try await play.client.orders(orderIds: [ids[0], "GPA.0000-nope"])
+                Issue.record("an unknown id must fail the call")
+            } catch let error as GooglePlayError {
+                #expect(error.kind == .notFound)
+            }
+            do {
+                _ = try await play.client.orders(orderIds: [ids[0], ids[0]])
+                Issue.record("repeated ids must be refused")
+            } catch let error as GooglePlayError {
+                #expect(error.status == 400)
+            }
+        }
+    }
+
     @Test func ordersSayWhatEachChargeCostInTheBuyersCountry() async throws {
         try await Self.withPlay { play in
             let coins = try await play.store.buy(

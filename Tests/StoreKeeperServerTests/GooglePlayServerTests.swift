@@ -236,41 +236,64 @@ import Testing
         }
     }
 
-    /// Order prices run a claim at a time too: each delivered purchase is priced once from its
-    /// own order, and one not delivered yet (held unattributed) waits alone.
+    /// Order prices run a claim at a time too: the delivered purchases' orders read in one
+    /// `orders.batchGet`, each priced once from its own order, one not delivered yet (held
+    /// unattributed) waiting alone; an order Google does not know fails the batch call, and then
+    /// each order is read alone and only its own job fails.
     @Test(arguments: API.databases)
     func orderPricesOfABatchAreEachRecordedOnce(kind: String) async throws {
         try await Self.withPlay(kind) { play in
-            for quantity in 1...3 {
+            var tokens: [String] = []
+            for quantity in 1...4 {
                 let order = try await play.order("prices\(quantity)", "coins_60")
                 let token = try await play.store.buy("coins_60", obfuscatedAccountId: order.token, quantity: quantity)
                 #expect(try await play.submit("prices\(quantity)", "coins_60", token, orderId: order.id).status == .ok)
+                tokens.append(token)
             }
             _ = try await play.store.buy("remove_ads", obfuscatedAccountId: nil)
             _ = try await play.push()
             await play.runJobs()
-            await play.runJobs(now: Date().addingTimeInterval(10))
-            let (prices, jobs) = try await play.app.database.read { sql in
-                (
-                    try await sql.raw(
-                        "SELECT quantity, price_milli FROM deliveries WHERE product_id = 'coins_60' ORDER BY quantity"
-                    ).all().map {
-                        (
-                            try $0.decode(column: "quantity", as: Int64.self),
-                            try $0.decode(column: "price_milli", as: Int64?.self)
-                        )
-                    },
-                    try await sql.raw(
-                        "SELECT status, last_error FROM jobs WHERE kind = 'google_order_price' ORDER BY status"
-                    ).all().map {
-                        "\(try $0.decode(column: "status", as: String.self)): \(try $0.decode(column: "last_error", as: String?.self) ?? "")"
-                    }
-                )
+            func read() async throws -> (prices: [(Int64, Int64?)], jobs: [String]) {
+                try await play.app.database.read { sql in
+                    (
+                        try await sql.raw(
+                            "SELECT quantity, price_milli FROM deliveries WHERE product_id = 'coins_60' ORDER BY quantity"
+                        ).all().map {
+                            (
+                                try $0.decode(column: "quantity", as: Int64.self),
+                                try $0.decode(column: "price_milli", as: Int64?.self)
+                            )
+                        },
+                        try await sql.raw(
+                            "SELECT status, last_error FROM jobs WHERE kind = 'google_order_price' ORDER BY status, last_error"
+                        ).all().map {
+                            "\(try $0.decode(column: "status", as: String.self)): \(try $0.decode(column: "last_error", as: String?.self) ?? "")"
+                        }
+                    )
+                }
             }
+            // The fourth purchase's order, as recorded, is one Google never issued.
+            let fourth = tokens[3]
+            try await play.app.database.transaction { sql in
+                let original = try #require(
+                    try await sql.raw("SELECT order_id FROM google_purchases WHERE purchase_token = \(bind: fourth)")
+                        .first()?.decode(column: "order_id", as: String.self))
+                try await sql.raw(
+                    "UPDATE google_purchases SET order_id = 'GPA.0000-0000-0000-00000' WHERE purchase_token = \(bind: fourth)"
+                ).run()
+                try await sql.raw(
+                    "UPDATE deliveries SET transaction_id = 'gp:GPA.0000-0000-0000-00000' WHERE transaction_id = \(bind: "gp:" + original)"
+                ).run()
+            }
+            await play.runJobs(now: Date().addingTimeInterval(10))
+            let (prices, jobs) = try await read()
             let unit = try #require(prices.first?.1)
             #expect(unit > 0)
-            #expect(prices.map(\.0) == [1, 2, 3] && prices.map(\.1) == [unit, 2 * unit, 3 * unit], "\(prices)")
-            #expect(jobs == ["done: ", "done: ", "done: ", "pending: not delivered yet"], "\(jobs)")
+            #expect(
+                prices.map(\.0) == [1, 2, 3, 4] && prices.map(\.1) == [unit, 2 * unit, 3 * unit, nil], "\(prices)")
+            #expect(jobs.count == 5 && jobs.prefix(3).allSatisfy { $0 == "done: " }, "\(jobs)")
+            #expect(jobs.dropFirst(3).first?.hasPrefix("failed: Google Play answered 404") == true, "\(jobs)")
+            #expect(jobs.last == "pending: not delivered yet", "\(jobs)")
         }
     }
 

@@ -201,6 +201,34 @@ extension JobRunner {
             for job in jobs { await backoff(job, now: now, error: error) }
             return
         }
+        // The delivered ones' orders, each app's in one `orders.batchGet` (up to 1,000 a call).
+        var ordersByApp: [String: Result<[String: GoogleOrder], any Error>] = [:]
+        let asked = Dictionary(
+            grouping: jobs.compactMap { job -> GooglePlayStore.Purchase? in
+                guard let purchase = purchases[job.payload], let orderId = purchase.orderId,
+                    delivered.contains(
+                        GooglePlayPlanner.transactionId(
+                            orderId: orderId, tokenDigest: GoogleReading.digest(purchase.purchaseToken)))
+                else { return nil }
+                return purchase
+            }, by: \.appId)
+        for (appId, ofApp) in asked {
+            guard let google = app.google[appId] else { continue }
+            let ids = Array(Set(ofApp.compactMap(\.orderId)))
+            do {
+                var found: [String: GoogleOrder] = [:]
+                for start in stride(from: 0, to: ids.count, by: 1000) {
+                    for order in try await google.client.orders(
+                        orderIds: Array(ids[start..<min(ids.count, start + 1000)]))
+                    {
+                        if let id = order.orderId { found[id] = order }
+                    }
+                }
+                ordersByApp[appId] = .success(found)
+            } catch {
+                ordersByApp[appId] = .failure(error)
+            }
+        }
         var priced: [GooglePlayStore.OrderPrice] = []
         await withTaskGroup(of: GooglePlayStore.OrderPrice?.self) { group in
             var next = 0
@@ -208,8 +236,10 @@ extension JobRunner {
                 guard next < jobs.count else { return }
                 let job = jobs[next]
                 next += 1
+                let prefetched = purchases[job.payload].flatMap { ordersByApp[$0.appId] }
                 group.addTask {
-                    await priceGoogleOrder(job, purchase: purchases[job.payload], delivered: delivered, now: now)
+                    await priceGoogleOrder(
+                        job, purchase: purchases[job.payload], delivered: delivered, prefetched: prefetched, now: now)
                 }
             }
             for _ in 0..<min(8, jobs.count) { start() }
@@ -227,9 +257,11 @@ extension JobRunner {
     }
 
     /// One price job: its order's price to record, or nil when the job was finished otherwise
-    /// (failed, rescheduled, backed off).
+    /// (failed, rescheduled, backed off). `prefetched`: its app's `orders.batchGet`, if asked —
+    /// an order it lacks, or a batch one bad id failed, is read alone (`orders.get`).
     func priceGoogleOrder(
-        _ job: JobStore.Job, purchase: GooglePlayStore.Purchase?, delivered: Set<String>, now: Date
+        _ job: JobStore.Job, purchase: GooglePlayStore.Purchase?, delivered: Set<String>,
+        prefetched: Result<[String: GoogleOrder], any Error>?, now: Date
     ) async -> GooglePlayStore.OrderPrice? {
         do {
             guard let purchase, let orderId = purchase.orderId, let google = app.google[purchase.appId] else {
@@ -250,7 +282,21 @@ extension JobRunner {
                 }
                 return nil
             }
-            let order = try await google.client.order(orderId: orderId)
+            let order: GoogleOrder
+            switch prefetched {
+            case .success(let orders)?:
+                if let found = orders[orderId] {
+                    order = found
+                } else {
+                    order = try await google.client.order(orderId: orderId)
+                }
+            case .failure(let error as GooglePlayError)? where error.kind == .notFound || error.kind == .refused:
+                order = try await google.client.order(orderId: orderId)
+            case .failure(let error)?:
+                throw error
+            case nil:
+                order = try await google.client.order(orderId: orderId)
+            }
             // Only Google's word on this very purchase prices it.
             guard order.purchaseToken == nil || order.purchaseToken == purchase.purchaseToken else {
                 try await app.jobs.fail(job.id, error: "Google's order \(orderId) names another purchase token")
