@@ -148,6 +148,12 @@ final class ServerProcess: @unchecked Sendable {
                 if port > 0 { return log }
             }
             if Date() >= deadline { break }
+            // A server that ended (a port taken meanwhile, a bad configuration) never will.
+            if !process.isRunning {
+                _ = try await drain.all(limit: .seconds(5))
+                if drain.text.contains("StoreKeeper listening on http://127.0.0.1:") { continue }
+                break
+            }
             try await Task.sleep(for: .milliseconds(50))
         }
         throw ServerDidNotStart(seconds: Date().timeIntervalSince(started), log: drain.text)

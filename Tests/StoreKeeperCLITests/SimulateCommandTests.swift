@@ -10,7 +10,26 @@ import Testing
 /// serve` in demo mode; the JSON report's fields, checked against the server's accounts.
 @Suite struct SimulateCommandTests {
     /// `storekeeper serve` in demo mode in a directory of its own, listening, and its secret key.
-    static func demoServer(_ name: String, environment: [String: String] = [:]) async throws -> (
+    /// `fixedPort`: on a port picked here (`HTTP_PORT`), picked again if another process took it
+    /// between the pick and the bind.
+    static func demoServer(_ name: String, environment: [String: String] = [:], fixedPort: Bool = false)
+        async throws -> (directory: URL, server: ServerProcess, key: String)
+    {
+        guard fixedPort else { return try await demoServerOnce(name, environment: environment) }
+        var attempt = 0
+        while true {
+            attempt += 1
+            var environment = environment
+            environment["HTTP_PORT"] = String(try FreePort.pick())
+            do {
+                return try await demoServerOnce(name, environment: environment)
+            } catch let error as ServerDidNotStart where attempt < 5 && error.log.contains("already in use") {
+                continue
+            }
+        }
+    }
+
+    static func demoServerOnce(_ name: String, environment: [String: String]) async throws -> (
         directory: URL, server: ServerProcess, key: String
     ) {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("\(name)-\(UUID())")
@@ -110,8 +129,7 @@ import Testing
     /// Google's clock past its 3-day refund. Nothing lost, doubled or refunded by Google.
     @Test func androidDevicesAgainstTheLocalGooglePlayLoseNothing() async throws {
         // A fixed port: the local Google Play is reached over HTTP like Google.
-        let (directory, server, key) = try await Self.demoServer(
-            "simulate-gp", environment: ["HTTP_PORT": String(try FreePort.pick())])
+        let (directory, server, key) = try await Self.demoServer("simulate-gp", fixedPort: true)
         defer {
             server.kill()
             try? FileManager.default.removeItem(at: directory)
