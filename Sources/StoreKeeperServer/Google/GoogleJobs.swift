@@ -83,21 +83,8 @@ extension JobRunner {
             for job in jobs { await backoff(job, now: now, error: error) }
             return
         }
-        var done: [Acknowledged] = []
-        // Google's calls overlap (its answer is a round trip each); at most 8 at once.
-        await withTaskGroup(of: Acknowledged?.self) { group in
-            var next = 0
-            func start() {
-                guard next < jobs.count else { return }
-                let job = jobs[next]
-                next += 1
-                group.addTask { await acknowledgeOneAtGoogle(job, purchase: purchases[job.payload], now: now) }
-            }
-            for _ in 0..<min(8, jobs.count) { start() }
-            while let result = await group.next() {
-                if let result { done.append(result) }
-                start()
-            }
+        let done = await Self.atMostEightAtOnce(jobs) { job in
+            await acknowledgeOneAtGoogle(job, purchase: purchases[job.payload], now: now)
         }
         do {
             try await GooglePlayStore(database: app.database).completeAcknowledgements(done, now: now)
@@ -105,6 +92,29 @@ extension JobRunner {
             // Not recorded: each runs again once its lease ends (acknowledging twice is harmless:
             // Google answers the second as already acknowledged).
             app.logger.warning("cannot record Google acknowledgements", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// `body` of each job, at most 8 running at once (Google's calls overlap: each is a round
+    /// trip), and what they returned.
+    static func atMostEightAtOnce<Result: Sendable>(
+        _ jobs: [JobStore.Job], _ body: @escaping @Sendable (JobStore.Job) async -> Result?
+    ) async -> [Result] {
+        await withTaskGroup(of: Result?.self) { group in
+            var results: [Result] = []
+            var next = 0
+            func start() {
+                guard next < jobs.count else { return }
+                let job = jobs[next]
+                next += 1
+                group.addTask { await body(job) }
+            }
+            for _ in 0..<min(8, jobs.count) { start() }
+            while let result = await group.next() {
+                if let result { results.append(result) }
+                start()
+            }
+            return results
         }
     }
 
@@ -229,24 +239,11 @@ extension JobRunner {
                 ordersByApp[appId] = .failure(error)
             }
         }
-        var priced: [GooglePlayStore.OrderPrice] = []
-        await withTaskGroup(of: GooglePlayStore.OrderPrice?.self) { group in
-            var next = 0
-            func start() {
-                guard next < jobs.count else { return }
-                let job = jobs[next]
-                next += 1
-                let prefetched = purchases[job.payload].flatMap { ordersByApp[$0.appId] }
-                group.addTask {
-                    await priceGoogleOrder(
-                        job, purchase: purchases[job.payload], delivered: delivered, prefetched: prefetched, now: now)
-                }
-            }
-            for _ in 0..<min(8, jobs.count) { start() }
-            while let result = await group.next() {
-                if let result { priced.append(result) }
-                start()
-            }
+        let fetched = ordersByApp
+        let priced = await Self.atMostEightAtOnce(jobs) { job in
+            await priceGoogleOrder(
+                job, purchase: purchases[job.payload], delivered: delivered,
+                prefetched: purchases[job.payload].flatMap { fetched[$0.appId] }, now: now)
         }
         do {
             try await store.priceDeliveries(priced)
