@@ -28,7 +28,10 @@ import Testing
             "postgres",
             configure: {
                 $0.readReplicaURL = Self.replicaURL(of: $0.databaseURL, base: replicaBase)
-                $0.maxReplicaLagSeconds = 1
+                // Generous for the first half: a replica of a primary that the whole suite writes to
+                // (databases created and dropped by the dozen) can replay seconds behind on a
+                // loaded 2-core host (CI once measured 15 s against a bound of 1).
+                $0.maxReplicaLagSeconds = 300
             }
         ) { app, client in
             let replica = try #require(app.database.readReplica)
@@ -53,7 +56,8 @@ import Testing
             // Within the bound (other tests write to the primary meanwhile: the lag is small, not
             // always zero).
             var lag = await replica.lag()
-            while (lag ?? .infinity) >= replica.maxLag, ContinuousClock.now < deadline {
+            let lagDeadline = ContinuousClock.now + .seconds(120)
+            while (lag ?? .infinity) >= replica.maxLag, ContinuousClock.now < lagDeadline {
                 try await Task.sleep(for: .seconds(1))
                 lag = await replica.lag()
             }
@@ -64,7 +68,10 @@ import Testing
             let within = replica.readCounts
             #expect(within.replica > before.replica, "\(within)")
 
-            // The replica stops replaying: past the bound, the same reads go to the primary.
+            // The replica stops replaying: past the bound (now 1 s: a paused replica's lag grows
+            // without end while the primary commits), the same reads go to the primary.
+            let strict = ReadReplica(database: replica.database, maxLag: 1)
+            app.database.attach(replica: strict)
             _ = try await replica.database.read { sql in try await sql.raw("SELECT pg_wal_replay_pause()").run() }
             defer {
                 Task {
@@ -79,17 +86,17 @@ import Testing
             )
             var behind = false
             for _ in 0..<100 {
-                if let lag = await replica.lag(now: Date().addingTimeInterval(2)), lag > 1 {
+                if let lag = await strict.lag(now: Date().addingTimeInterval(2)), lag > 1 {
                     behind = true
                     break
                 }
                 try await Task.sleep(for: .milliseconds(200))
             }
             #expect(behind, "the paused replica should report lag")
-            let paused = replica.readCounts
+            let paused = strict.readCounts
             let revenue = try await API.call(client, .get, "/v1/revenue")
             #expect(revenue.status == .ok)
-            #expect(replica.readCounts.primary > paused.primary, "\(replica.readCounts)")
+            #expect(strict.readCounts.primary > paused.primary, "\(strict.readCounts)")
             _ = try await replica.database.read { sql in try await sql.raw("SELECT pg_wal_replay_resume()").run() }
         }
     }
