@@ -24,6 +24,8 @@ struct GooglePlayBench {
         var concurrency: Int
         var google: PurchaseBench.Level
         var apple: PurchaseBench.Level
+        var googleCPU: Double
+        var appleCPU: Double
         /// Google ÷ App Store of each round, in order.
         var roundRatios: [Double]
     }
@@ -33,10 +35,19 @@ struct GooglePlayBench {
         var concurrency: Int
         var answers: [LoadGenerator.Answer] = []
         var seconds: Double = 0
+        /// This process's CPU time over the windows and their jobs' drain (server, local Google
+        /// Play and load generator alike).
+        var cpuSeconds: Double = 0
 
-        mutating func add(_ answers: [LoadGenerator.Answer], seconds: Double) {
+        mutating func add(_ answers: [LoadGenerator.Answer], seconds: Double, cpuSeconds: Double) {
             self.answers += answers
             self.seconds += seconds
+            self.cpuSeconds += cpuSeconds
+        }
+
+        /// CPU microseconds per delivery, the window's background jobs included.
+        var cpuPerDelivery: Double {
+            cpuSeconds * 1e6 / Double(max(1, answers.lazy.filter { $0.outcome == .delivered }.count))
         }
 
         var level: PurchaseBench.Level {
@@ -101,12 +112,15 @@ struct GooglePlayBench {
                 func measure(_ bodies: [String], into window: inout Window) async throws -> Double {
                     try await drainJobs()
                     let started = ContinuousClock.now
+                    let cpu = NotificationBench.Phase.processCPU()
                     let answers = try await LoadGenerator.run(
                         host: "127.0.0.1", port: server.port, path: "/v1/purchases",
                         authorization: "Bearer \(PurchaseBench.key)", bodies: Array(bodies[start..<end]),
                         concurrency: concurrency, expect: #""status":"delivered""#)
                     let seconds = BenchCommand.seconds(ContinuousClock.now - started)
-                    window.add(answers, seconds: seconds)
+                    // The CPU a window cost includes its jobs, run to their end.
+                    try await drainJobs()
+                    window.add(answers, seconds: seconds, cpuSeconds: NotificationBench.Phase.processCPU() - cpu)
                     return Double(answers.lazy.filter { $0.outcome == .delivered }.count) / seconds
                 }
                 let appleRate: Double
@@ -122,7 +136,9 @@ struct GooglePlayBench {
             }
             offset += requestsPerLevel
             rows.append(
-                Row(concurrency: concurrency, google: google.level, apple: apple.level, roundRatios: roundRatios))
+                Row(
+                    concurrency: concurrency, google: google.level, apple: apple.level,
+                    googleCPU: google.cpuPerDelivery, appleCPU: apple.cpuPerDelivery, roundRatios: roundRatios))
         }
         /// Waits (up to two minutes) until no job is due within the next ten seconds.
         func drainJobs() async throws {
@@ -149,9 +165,9 @@ struct GooglePlayBench {
         print("## POST /v1/purchases, Google Play beside the App Store — \(kind)")
         print("")
         print(
-            "| concurrency | requests | Google Play deliveries/s | p50 | p99 | App Store deliveries/s (same run) | Google ÷ App Store | rounds' ratios |"
+            "| concurrency | requests | Google Play deliveries/s | p50 | p99 | App Store deliveries/s (same run) | Google ÷ App Store | rounds' ratios | CPU µs per delivery, Google / App Store |"
         )
-        print("|---:|---:|---:|---:|---:|---:|---:|---|")
+        print("|---:|---:|---:|---:|---:|---:|---:|---|---|")
         for row in rows {
             print(
                 "| \(row.concurrency) | \(row.google.requests) | \(String(format: "%.0f", row.google.deliveriesPerSecond)) | "
@@ -159,7 +175,8 @@ struct GooglePlayBench {
                     + "\(String(format: "%.1f ms", row.google.percentile(0.99) * 1000)) | "
                     + "\(String(format: "%.0f", row.apple.deliveriesPerSecond)) | "
                     + "\(String(format: "%.2f", row.google.deliveriesPerSecond / max(1, row.apple.deliveriesPerSecond))) | "
-                    + row.roundRatios.map { String(format: "%.2f", $0) }.joined(separator: " ") + " |"
+                    + row.roundRatios.map { String(format: "%.2f", $0) }.joined(separator: " ") + " | "
+                    + String(format: "%.0f / %.0f", row.googleCPU, row.appleCPU) + " |"
             )
         }
         let acknowledged = rows.map(\.google.delivered).reduce(0, +)
@@ -170,7 +187,8 @@ struct GooglePlayBench {
                 + "before the same delivery path; an App Store purchase is verified offline. Each level is cut into "
                 + "rounds of an App Store window and a Google Play window, in turn first (the last column: each round's "
                 + "ratio); each window starts once the previous one's jobs (claims, acknowledgements) are done; a rate "
-                + "is a store's deliveries over the seconds of its windows.")
+                + "is a store's deliveries over the seconds of its windows. CPU per delivery: this process's CPU time (server, "
+                + "local Google Play, load generator) over a store's windows and their jobs run to their end.")
         guard delivered == acknowledged else {
             throw BenchFailure(description: "\(acknowledged) acknowledged, \(delivered) in the database")
         }
