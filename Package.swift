@@ -53,6 +53,15 @@ let package = Package(
         // What every module shares and no store owns: strict Base64 and hex, JSON output, row
         // identifiers, client text made safe to show inside a message.
         .target(name: "StoreKeeperSupport"),
+        // A server connection's requests handled on its own event loop's thread (the server and
+        // the local Google Play).
+        .target(
+            name: "EventLoopPinning",
+            dependencies: [
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ]),
         // ES256 verification with a precomputed table of the signing key, over BoringSSL's
         // P-256 assembly as swift-crypto links it (P256Table.swift says why).
         .target(name: "CP256Verify", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
@@ -113,7 +122,9 @@ let package = Package(
             name: "LocalGooglePlay",
             dependencies: [
                 "GooglePlay", "StoreKeeperCatalog", "LocalAppStore", "KeyFiles", "StoreKeeperSupport",
+                "EventLoopPinning",
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
@@ -173,6 +184,7 @@ let package = Package(
                 "StoreKeeperStorage", "StoreKeeperCore", "StoreKeeperCatalog", "AppStoreModels", "AppStoreVerification",
                 "AppStoreAdapter",
                 "AppStoreClient", "LocalAppStore", "GooglePlay", "LocalGooglePlay", "KeyFiles", "Stripe", "LocalStripe",
+                "EventLoopPinning",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
@@ -345,7 +357,7 @@ let package = Package(
                 "StoreKeeperServer", "StoreKeeperStorage", "StoreKeeperCatalog", "AppStoreModels", "AppStoreAdapter",
                 "AppStoreSigning",
                 "LocalAppStore", "AppStoreClient", "StoreKeeperSimulator", "GooglePlay", "LocalGooglePlay", "KeyFiles",
-                "StoreKeeperMCP", "StoreKeeperSupport",
+                "StoreKeeperMCP", "StoreKeeperSupport", "EventLoopPinning",
                 .product(name: "MCP", package: "swift-sdk"),
                 .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "StoreKeeperKitCore", package: "StoreKeeperKit"),

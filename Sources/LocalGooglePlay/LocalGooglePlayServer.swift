@@ -1,9 +1,11 @@
 import AsyncHTTPClient
 import Crypto
 import CryptoExtras
+import EventLoopPinning
 import Foundation
 import GooglePlay
 import Hummingbird
+import HummingbirdCore
 import JWTKit
 import KeyFiles
 import Logging
@@ -570,8 +572,14 @@ extension LocalGooglePlayServer {
         var log = logger ?? Logger(label: "local-google-play")
         if logger == nil { log.logLevel = .error }
         let loops = threads.map { MultiThreadedEventLoopGroup(numberOfThreads: max(1, $0)) }
+        // Google's API answers from Google's machines: each connection's requests are handled on
+        // its own event loop (the local store's, or the shared ones), never crossing to Swift's
+        // shared pool and back — on one host, the stand-in costs the server's cores as little
+        // as it can.
         let app = Application(
-            router: router(), configuration: .init(address: .hostname(host, port: port), serverName: "LocalGooglePlay"),
+            router: router(),
+            server: HTTPServerBuilder { responder in EventLoopPinned(inner: HTTP1Channel(responder: responder)) },
+            configuration: .init(address: .hostname(host, port: port), serverName: "LocalGooglePlay"),
             onServerRunning: { channel in bound.withLock { $0 = channel.localAddress?.port ?? port } },
             eventLoopGroupProvider: loops.map { .shared($0) } ?? .singleton, logger: log)
         let group = ServiceGroup(configuration: .init(services: [app], gracefulShutdownSignals: [], logger: log))

@@ -1,3 +1,4 @@
+import EventLoopPinning
 import Foundation
 import Hummingbird
 import HummingbirdCore

@@ -3,6 +3,7 @@ import AppStoreModels
 import AppStoreSigning
 import AppStoreVerification
 import Crypto
+import EventLoopPinning
 import Foundation
 import GooglePlay
 import Hummingbird

@@ -1,5 +1,6 @@
 import AppStoreModels
 import CoreMetrics
+import EventLoopPinning
 import Foundation
 import HTTPTypes
 import Hummingbird

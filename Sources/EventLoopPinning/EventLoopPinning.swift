@@ -4,20 +4,20 @@ import NIOCore
 import Synchronization
 
 /// An event loop as a Swift task executor: a job enqueued here runs on the loop's thread.
-final class EventLoopTaskExecutor: TaskExecutor, @unchecked Sendable {
-    let eventLoop: any EventLoop
+public final class EventLoopTaskExecutor: TaskExecutor, @unchecked Sendable {
+    public let eventLoop: any EventLoop
 
     init(_ eventLoop: any EventLoop) {
         self.eventLoop = eventLoop
     }
 
-    func enqueue(_ job: consuming ExecutorJob) {
+    public func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
         eventLoop.execute { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
     }
 
     /// One executor per event loop, made on first use (a server has as many loops as cores).
-    static func of(_ eventLoop: any EventLoop) -> EventLoopTaskExecutor {
+    public static func of(_ eventLoop: any EventLoop) -> EventLoopTaskExecutor {
         let id = ObjectIdentifier(eventLoop)
         return executors.withLock { executors in
             if let executor = executors[id] { return executor }
@@ -30,7 +30,7 @@ final class EventLoopTaskExecutor: TaskExecutor, @unchecked Sendable {
     private static let executors = Mutex<[ObjectIdentifier: EventLoopTaskExecutor]>([:])
 
     /// The executor the current connection's task prefers, for tasks it starts on its behalf.
-    @TaskLocal static var pinned: EventLoopTaskExecutor?
+    @TaskLocal public static var pinned: EventLoopTaskExecutor?
 }
 
 /// A connection handled on its own event loop's thread. Hummingbird reads each request from,
@@ -41,15 +41,19 @@ final class EventLoopTaskExecutor: TaskExecutor, @unchecked Sendable {
 /// writer keeps its thread either way. Unstructured tasks are not pinned (Swift does not pass
 /// the preference on to them) unless they ask: `DeadlineResponder` does, for the routes whose
 /// work is bounded (`runsOnEventLoop`).
-struct EventLoopPinned<Inner: ServerChildChannel>: ServerChildChannel {
-    typealias Value = Inner.Value
+public struct EventLoopPinned<Inner: ServerChildChannel>: ServerChildChannel {
+    public typealias Value = Inner.Value
     let inner: Inner
 
-    func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
+    public init(inner: Inner) {
+        self.inner = inner
+    }
+
+    public func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         inner.setup(channel: channel, logger: logger)
     }
 
-    func handle(value: Value, logger: Logger) async {
+    public func handle(value: Value, logger: Logger) async {
         let executor = EventLoopTaskExecutor.of(value.channel.eventLoop)
         await EventLoopTaskExecutor.$pinned.withValue(executor) {
             await withTaskExecutorPreference(executor) {
