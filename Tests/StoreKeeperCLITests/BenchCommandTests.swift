@@ -32,9 +32,12 @@ import Testing
         #expect(run.status == 0, "\(run.stderr)")
         let row = try #require(run.stdout.split(separator: "\n").first { $0.hasPrefix("| 2 | 200 |") }, "\(run.stdout)")
         let cells = row.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
-        #expect(cells.count == 8, "\(row)")
+        #expect(cells.count == 9, "\(row)")
         // 200 purchases a store: two rounds of 100 (a round is at least 100), a ratio each.
-        #expect(cells.last?.split(separator: " ").compactMap { Double($0) }.count == 2, "\(row)")
+        #expect(cells[7].split(separator: " ").compactMap { Double($0) }.count == 2, "\(row)")
+        // Each store's CPU per delivery ("google / apple"), both measured.
+        let cpu = cells[8].split(separator: "/").compactMap { Double($0.trimmingCharacters(in: .whitespaces)) }
+        #expect(cpu.count == 2 && cpu.allSatisfy { $0 > 0 }, "\(row)")
         #expect(run.stdout.contains("Google Play deliveries acknowledged: 200; rows in the database: 200"))
     }
 
