@@ -44,9 +44,12 @@ public final class EventLoopTaskExecutor: TaskExecutor, @unchecked Sendable {
 public struct EventLoopPinned<Inner: ServerChildChannel>: ServerChildChannel {
     public typealias Value = Inner.Value
     let inner: Inner
+    /// False: the connection's handlers run on Swift's shared pool, as without this wrapper.
+    let pinned: Bool
 
-    public init(inner: Inner) {
+    public init(inner: Inner, pinned: Bool = true) {
         self.inner = inner
+        self.pinned = pinned
     }
 
     public func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
@@ -54,6 +57,7 @@ public struct EventLoopPinned<Inner: ServerChildChannel>: ServerChildChannel {
     }
 
     public func handle(value: Value, logger: Logger) async {
+        guard pinned else { return await inner.handle(value: value, logger: logger) }
         let executor = EventLoopTaskExecutor.of(value.channel.eventLoop)
         await EventLoopTaskExecutor.$pinned.withValue(executor) {
             await withTaskExecutorPreference(executor) {

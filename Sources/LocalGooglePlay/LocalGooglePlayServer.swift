@@ -572,13 +572,16 @@ extension LocalGooglePlayServer {
         var log = logger ?? Logger(label: "local-google-play")
         if logger == nil { log.logLevel = .error }
         let loops = threads.map { MultiThreadedEventLoopGroup(numberOfThreads: max(1, $0)) }
-        // Google's API answers from Google's machines: each connection's requests are handled on
-        // its own event loop (the local store's, or the shared ones), never crossing to Swift's
-        // shared pool and back — on one host, the stand-in costs the server's cores as little
-        // as it can.
+        // Google's API answers from Google's machines: with loops of its own, each connection's
+        // requests are handled on its loop, never crossing to Swift's shared pool and back — on one
+        // host, the stand-in costs the server's cores as little as it can. On the shared loops
+        // (demo mode, beside the server) handlers stay on the pool: a long control request (the
+        // clock moved over every subscription) must not hold up the server's connections.
         let app = Application(
             router: router(),
-            server: HTTPServerBuilder { responder in EventLoopPinned(inner: HTTP1Channel(responder: responder)) },
+            server: HTTPServerBuilder { responder in
+                EventLoopPinned(inner: HTTP1Channel(responder: responder), pinned: loops != nil)
+            },
             configuration: .init(address: .hostname(host, port: port), serverName: "LocalGooglePlay"),
             onServerRunning: { channel in bound.withLock { $0 = channel.localAddress?.port ?? port } },
             eventLoopGroupProvider: loops.map { .shared($0) } ?? .singleton, logger: log)

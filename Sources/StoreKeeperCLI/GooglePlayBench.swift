@@ -189,8 +189,8 @@ struct GooglePlayBench {
             "Google Play deliveries acknowledged: \(acknowledged); rows in the database: \(delivered) (each once). "
                 + "Each Google Play purchase is one Play Developer API read over HTTP (loopback, the local Google Play) "
                 + "before the same delivery path; an App Store purchase is verified offline. Each level is cut into "
-                + "rounds of an App Store window and a Google Play window, in turn first (the last column: each round's "
-                + "ratio); each window starts once the previous one's jobs (claims, acknowledgements) are done; a rate "
+                + "rounds of an App Store window and a Google Play window, in turn first (\"rounds' ratios\": each "
+                + "round's ratio); each window starts once the previous one's jobs (claims, acknowledgements) are done; a rate "
                 + "is a store's deliveries over the seconds of its windows. CPU per delivery: this process's CPU time (server, "
                 + "local Google Play, load generator) over a store's windows and their jobs run to their end.")
         guard delivered == acknowledged else {

@@ -71,6 +71,11 @@ import Testing
         let value = try await pinned.setup(channel: channel, logger: Logger(label: "test")).get()
         await pinned.handle(value: value, logger: Logger(label: "test"))
         #expect(recording.seen.values.withLock { $0 } == [true, true, true])
+        // Not pinned (the local Google Play on the server's shared loops): the handler runs on
+        // Swift's pool, with no executor to hand on.
+        let unpinned = EventLoopPinned(inner: recording, pinned: false)
+        await unpinned.handle(value: value, logger: Logger(label: "test"))
+        #expect(recording.seen.values.withLock { $0 } == [false, false, false])
         try await channel.close()
     }
 
