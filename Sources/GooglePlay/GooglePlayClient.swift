@@ -1,4 +1,3 @@
-import AsyncHTTPClient
 import Foundation
 import NIOCore
 import NIOHTTP1
@@ -12,18 +11,26 @@ public struct GooglePlayClient: Sendable {
     /// The Android Publisher root (`https://androidpublisher.googleapis.com`).
     public let baseURL: String
     let tokens: AccessTokenSource
-    let http: HTTPClient
+    let connections: HTTP1Connections
     let timeout: Duration
+    /// `baseURL`'s scheme, host and port (nil: not an http(s) address — every call fails).
+    let origin: HTTP1Connections.Origin?
+    /// `baseURL`'s path, before every call's.
+    let basePath: String
 
     public init(
         packageName: String, baseURL: String = "https://androidpublisher.googleapis.com", tokens: AccessTokenSource,
-        http: HTTPClient = .googleAPIs, timeout: Duration = .seconds(10)
+        connections: HTTP1Connections = .shared, timeout: Duration = .seconds(10)
     ) {
         self.packageName = packageName
-        self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
+        let base = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
+        self.baseURL = base
         self.tokens = tokens
-        self.http = http
+        self.connections = connections
         self.timeout = timeout
+        origin = HTTP1Connections.Origin(url: base)
+        let afterScheme = base.firstRange(of: "://").map { base[$0.upperBound...] } ?? ""
+        basePath = afterScheme.firstIndex(of: "/").map { String(afterScheme[$0...]) } ?? ""
     }
 
     /// Percent-encodes a path segment (tokens and order ids are opaque).
@@ -178,18 +185,19 @@ public struct GooglePlayClient: Sendable {
     // MARK: HTTP
 
     func call(_ method: HTTPMethod, _ path: String, body: Data? = nil) async throws -> [UInt8] {
+        guard let origin else {
+            throw GooglePlayError(
+                .configuration, "the Developer API's address '\(baseURL.prefix(200))' is not an http(s) URL")
+        }
         var retried = false
         while true {
-            var request = HTTPClientRequest(url: baseURL + path)
-            request.method = method
             let token: String
             if let fresh = tokens.freshToken { token = fresh } else { token = try await tokens.token() }
-            request.headers.add(name: "Authorization", value: "Bearer \(token)")
-            if let body {
-                request.headers.add(name: "Content-Type", value: "application/json")
-                request.body = .bytes(ByteBuffer(bytes: body))
-            }
-            let answer = try await GoogleHTTP.exchange(http, request, timeout: timeout, maxBody: 4 << 20)
+            var headers = [("Authorization", "Bearer \(token)"), ("Accept", "application/json")]
+            if body != nil { headers.append(("Content-Type", "application/json")) }
+            let answer = try await GoogleHTTP.exchange(
+                connections, method, origin: origin, target: basePath + path, headers: headers,
+                body: body.map { Array($0) }, timeout: timeout, maxBody: 4 << 20)
             if answer.isSuccess { return answer.body }
             if answer.status == 401, !retried {
                 retried = true
@@ -224,17 +232,4 @@ public struct GooglePlayClient: Sendable {
             throw GooglePlayError(.malformed, "Google Play answered a malformed \(type): \(error)")
         }
     }
-}
-
-extension HTTPClient {
-    /// The client of the Developer API: up to 64 connections to Google at once (AsyncHTTPClient's
-    /// shared client keeps 8 per host, and every Google purchase and acknowledgement waits on a
-    /// call: at Google's ~100 ms a call, 8 connections cap a server at about 80 purchases a
-    /// second), and no redirect followed (a bearer token never leaves for another address).
-    public static let googleAPIs: HTTPClient = {
-        var configuration = HTTPClient.Configuration()
-        configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 64)
-        configuration.redirectConfiguration = .disallow
-        return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
-    }()
 }

@@ -195,6 +195,25 @@ enum GoogleHTTP {
             throw GooglePlayError(.unavailable, "cannot reach Google: \(error)")
         }
     }
+
+    /// One Developer API call through the hand-written client (the hot path).
+    static func exchange(
+        _ connections: HTTP1Connections, _ method: HTTPMethod, origin: HTTP1Connections.Origin, target: String,
+        headers: [(String, String)], body: [UInt8]?, timeout: Duration, maxBody: Int
+    ) async throws -> Answer {
+        let (seconds, attoseconds) = timeout.components
+        do {
+            let answer = try await connections.exchange(
+                method, origin: origin, target: target, headers: headers, body: body,
+                deadline: .now() + .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000),
+                maxBody: maxBody)
+            return Answer(status: answer.status, body: answer.body)
+        } catch HTTP1Connections.Failure.deadlineExceeded {
+            throw GooglePlayError(.unavailable, "Google did not answer in time")
+        } catch {
+            throw GooglePlayError(.unavailable, "cannot reach Google: \(error)")
+        }
+    }
 }
 
 /// What went wrong talking to Google, classified as the spec's §9 table does.

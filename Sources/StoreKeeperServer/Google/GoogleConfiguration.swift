@@ -180,8 +180,9 @@ extension ServerConfiguration {
                 }
             }
             for (key, url) in [("apiBaseURL", app.apiBaseURL), ("pushCertificatesURL", app.pushCertificatesURL)] {
+                // (The Developer API's client takes scheme, host and port, no user info.)
                 guard let parsed = URL(string: url), parsed.scheme == "https" || parsed.scheme == "http",
-                    parsed.host != nil
+                    parsed.host != nil, key != "apiBaseURL" || HTTP1Connections.Origin(url: url) != nil
                 else { throw Invalid(key: "\(name).\(key)", "must be an http(s) URL") }
             }
         }
