@@ -315,10 +315,12 @@ public final class HTTP1Connections: Sendable {
     func connect(_ origin: Origin, on loop: any EventLoop, deadline: NIODeadline) async throws -> Connection {
         let remaining = deadline - .now()
         guard remaining > .zero else { throw Failure.deadlineExceeded }
-        var tls: NIOSSLContext?
+        let tls: NIOSSLContext?
         if origin.tls {
             guard let context = tlsContext else { throw Failure.connection(tlsError ?? "TLS cannot be set up") }
             tls = context
+        } else {
+            tls = nil
         }
         let serverName = origin.host.isIPAddress ? nil : origin.host
         let channel: any Channel
