@@ -158,6 +158,29 @@ import Testing
         #expect(local.productionProblems.contains { $0.contains("localGooglePlay.enabled") })
     }
 
+    @Test func aDeveloperAPIAddressTheClientCannotUseIsRefusedAtLoad() async throws {
+        let key = try Self.keyFile()
+        for url in ["http://user@127.0.0.1:9", "ftp://127.0.0.1", "http://127.0.0.1:99999", "not a url"] {
+            await #expect(throws: (any Error).self, "\(url)") {
+                try await Self.load(
+                    """
+                    database: { url: "sqlite:x.sqlite" }
+                    apps:
+                      - { id: android, store: google_play, packageName: com.example.game, serviceAccountKeyFile: \(key),
+                          pushAudience: "https://x", pushServiceAccount: "a@b", apiBaseURL: "\(url)" }
+                    """)
+            }
+        }
+        let fine = try await Self.load(
+            """
+            database: { url: "sqlite:x.sqlite" }
+            apps:
+              - { id: android, store: google_play, packageName: com.example.game, serviceAccountKeyFile: \(key),
+                  pushAudience: "https://x", pushServiceAccount: "a@b", apiBaseURL: "https://[::1]:8443/base" }
+            """)
+        #expect(fine.googlePlayApps.first?.apiBaseURL == "https://[::1]:8443/base")
+    }
+
     @Test func severalAppStoreAppsAreReadTrustedAndShown() async throws {
         let configuration = try await Self.load(
             """
