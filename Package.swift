@@ -239,6 +239,7 @@ let package = Package(
                 .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
         // Simulated devices: StoreKeeperKit's core against a scripted payment queue paid at the
@@ -357,6 +358,7 @@ let package = Package(
             name: "StoreKeeperStorageTests",
             dependencies: [
                 "StoreKeeperStorage", "StoreKeeperCore", "StoreKeeperCatalog", "AppStoreModels", "AppStoreAdapter",
+                "StoreKeeperSupport",
             ]
         ),
         .testTarget(

@@ -582,6 +582,22 @@ public final class LocalStripe: @unchecked Sendable {
         return dispute
     }
 
+    /// `GET /v1/disputes`: a charge's or a payment intent's disputes, newest first.
+    public func disputeList(charge: String?, paymentIntent: String?) -> Object {
+        lock.lock()
+        defer { lock.unlock() }
+        let list = disputes.values.filter { dispute in
+            (charge == nil || (dispute["charge"] as? String) == charge)
+                && (paymentIntent == nil || (dispute["payment_intent"] as? String) == paymentIntent)
+        }
+        .sorted {
+            ($0["created"] as? Int64 ?? 0, $0["id"] as? String ?? "") > (
+                $1["created"] as? Int64 ?? 0, $1["id"] as? String ?? ""
+            )
+        }
+        return ["object": "list", "has_more": false, "url": "/v1/disputes", "data": list]
+    }
+
     public func dispute(_ id: String) throws -> Object {
         lock.lock()
         defer { lock.unlock() }

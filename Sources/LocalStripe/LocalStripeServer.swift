@@ -180,6 +180,15 @@ public final class LocalStripeServer: Sendable {
                 return Self.json(refund, replayed: replayed)
             }
         }
+        v1.get("disputes") { request, _ in
+            await self.authorized(request) {
+                let query = request.uri.queryParameters
+                return Self.json(
+                    self.stripe.disputeList(
+                        charge: query.get("charge").map { String($0) },
+                        paymentIntent: query.get("payment_intent").map { String($0) }))
+            }
+        }
         v1.get("disputes/:id") { request, context in
             await self.authorized(request) { Self.json(try self.stripe.dispute(context.parameters.get("id") ?? "")) }
         }

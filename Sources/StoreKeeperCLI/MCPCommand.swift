@@ -4,6 +4,7 @@ import Hummingbird
 import KeyFiles
 import Logging
 import StoreKeeperMCP
+import StoreKeeperServer
 
 /// `storekeeper mcp`: the support desk for agents over the Model Context Protocol — on
 /// stdin/stdout with one key, or as a streamable HTTP listener where each request brings its own.
@@ -53,8 +54,10 @@ struct MCPCommand: AsyncParsableCommand {
 
     func run() async throws {
         // stdout is the protocol's over stdio: every log line goes to stderr.
+        // Through the server's handler: control characters in a client's text are escaped, one
+        // event is one line.
         LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
+            var handler = LazyMetadataLogHandler(label: label)
             handler.logLevel = .notice
             return handler
         }

@@ -39,6 +39,10 @@ public enum DeliveryPlanner {
         /// The deployment's apps now: an order of an app no longer configured (a renamed
         /// bundle id) is not compared.
         public var configuredAppIds: Set<String> = []
+        /// The environments the deployment accepts payments from (`Production`, `Sandbox`);
+        /// nil: any. One policy for every store (a Stripe test-mode payment, a Google license
+        /// tester's, an App Store Sandbox purchase are each `Sandbox`).
+        public var acceptedEnvironments: Set<String>? = nil
 
         public init(
             transaction: StoreTransaction, submittingAccount: String?, orderByToken: Order? = nil,
@@ -120,6 +124,8 @@ public enum DeliveryPlanner {
         /// The order the payment carries or names was created for another app
         /// (`order_of_another_app`).
         case orderOfAnotherApp(order: String, transaction: String)
+        /// A payment of an environment the deployment does not accept (`wrong_environment`).
+        case wrongEnvironment(String)
     }
 
     public struct Plan: Hashable, Sendable {
@@ -195,6 +201,13 @@ public enum DeliveryPlanner {
                     ])
             }
             return Plan(outcome: .alreadyDelivered, accountId: existing.accountId, order: nil, delivery: nil)
+        }
+        if let accepted = context.acceptedEnvironments, let environment = transaction.environment?.rawValue,
+            !accepted.contains(environment)
+        {
+            // A payment of an environment this deployment does not take (test money on a
+            // production server): never delivered, whatever the store.
+            return Plan(outcome: .notDelivered, refusal: .wrongEnvironment(environment), accountId: nil)
         }
         if transaction.isRevoked {
             return Plan(outcome: .refunded, refusal: .revoked, accountId: nil)

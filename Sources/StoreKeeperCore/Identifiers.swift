@@ -40,9 +40,13 @@ public enum Identifiers {
 /// records as its app.
 public struct AppDirectory: Sendable, Hashable {
     public var apps: [String: String]
+    /// The environments the deployment accepts payments from (raw values: `Production`,
+    /// `Sandbox`); nil: any. The delivery path refuses the others, for every store.
+    public var environments: Set<String>?
 
-    public init(_ apps: [String: String] = [:]) {
+    public init(_ apps: [String: String] = [:], environments: Set<String>? = nil) {
         self.apps = apps
+        self.environments = environments
     }
 
     /// The app of a transaction: its `bundleId` (Apple's, or the package name a Google

@@ -211,10 +211,16 @@ public enum SubscriptionMachine {
                 return (state, [.ignored("unknown Apple status \(code)")])
             }
             renewal(&next, event.renewalInfo)
-            if let transaction = event.transaction { take(&next, transaction) }
+            if let transaction = event.transaction, !isEndedOlderPeriod(transaction, than: next, at: event.signedDate) {
+                take(&next, transaction)
+            }
             next.status = status
         case .storeState(let status, let autoRenew):
-            if let transaction = event.transaction { take(&next, transaction) }
+            // A late event about a period that ended before the one held (Stripe's `invoice.paid`
+            // of last month arriving after this month's) never moves the subscription back.
+            if let transaction = event.transaction, !isEndedOlderPeriod(transaction, than: next, at: event.signedDate) {
+                take(&next, transaction)
+            }
             next.autoRenew = autoRenew
             next.status = status
             // Google's grace has no end date in the resource; the next snapshot ends it (at
@@ -370,6 +376,18 @@ public enum SubscriptionMachine {
             let expires = transaction.expiresDate.map(Date.init(storeMilliseconds:)), let current = state.expiresAt
         else { return false }
         return expires < current
+    }
+
+    /// Whether `transaction` is an older period than the state's that had already ended when
+    /// the event was signed: its period is history, never the subscription's current one. (An
+    /// immediate plan change to a shorter period ends later than now: it is taken.)
+    static func isEndedOlderPeriod(_ transaction: StoreTransaction, than state: SubscriptionState, at signed: Date)
+        -> Bool
+    {
+        guard isOlderPeriod(transaction, than: state),
+            let expires = transaction.expiresDate.map(Date.init(storeMilliseconds:))
+        else { return false }
+        return expires <= signed
     }
 
     /// A transaction an app submitted: a newer period (a renewal the server learns of from the

@@ -41,6 +41,10 @@ public struct DeskTool: Sendable {
     /// The free-text field of its call (a note or a reason) that says it came through this desk,
     /// as the dashboard's say `(dashboard)`: the audit log then tells an agent's actions apart.
     public var marks: String? = nil
+    /// MCP's hints for a write: it may take away what a player has (a refund, a debit, a transfer,
+    /// ending a grant), and whether calling it twice with the same arguments does what once does.
+    public var destructive: Bool { Self.destructiveTools.contains(name) }
+    public var idempotent: Bool { !Self.repeatingTools.contains(name) }
     public var call: @Sendable (Arguments) throws -> APICall
 
     /// `call` with `marks` ending in ` (mcp)`, within the field's length — counted in Unicode
@@ -76,8 +80,8 @@ public struct DeskTool: Sendable {
                 "required": .array(required.map { .string($0) }), "additionalProperties": false,
             ]),
             annotations: .init(
-                title: title, readOnlyHint: scope == .read, destructiveHint: scope == .read ? nil : false,
-                idempotentHint: scope == .read ? nil : true, openWorldHint: false))
+                title: title, readOnlyHint: scope == .read, destructiveHint: scope == .read ? nil : destructive,
+                idempotentHint: scope == .read ? nil : idempotent, openWorldHint: false))
     }
 }
 
@@ -168,6 +172,13 @@ private func oneOf(_ description: String, _ values: [String]) -> Value {
 }
 
 extension DeskTool {
+    /// Writes that take something away from a player or end what they had.
+    static let destructiveTools: Set<String> = [
+        "debit_balance", "end_grant", "refund_purchase", "transfer_purchase", "resolve_anomaly",
+    ]
+    /// Writes whose second identical call does something again (each note is a note of its own).
+    static let repeatingTools: Set<String> = ["add_account_note", "extend_subscription", "grant_entitlement"]
+
     static let metrics = [
         "mrr", "active_subscriptions", "active_trials", "new_subscriptions", "churned_subscriptions",
         "trial_conversion", "refund_rate", "proceeds", "realized_ltv",

@@ -325,6 +325,7 @@ struct BatchDelivery {
             context.store = item.store
             context.refundedBeforeDelivery = refundedEarlier[transactionId]?.revocation
             context.configuredAppIds = Set(item.apps.apps.values)
+            context.acceptedEnvironments = item.apps.environments
             var plan = DeliveryPlanner.plan(context, now: item.now)
             for index in plan.anomalies.indices {
                 plan.anomalies[index].store = item.store

@@ -413,3 +413,103 @@ final class PostgresBackend: Backend {
         pool.withLock { $0.runner }.cancel()
     }
 }
+
+extension PostgresBackend {
+    /// Why a connection to `url` cannot be made, in the operator's terms (nil: it connects):
+    /// one connection of its own (never a pool, which retries a refused password until its
+    /// deadline), within `deadline`. What `config check --connect` and `serve`'s start report.
+    static func connectionProblem(url: String, deadline: Duration) async -> String? {
+        guard let components = URLComponents(string: url), let host = components.host, let user = components.user,
+            let database = components.path.split(separator: "/").first.map(String.init)
+        else { return "database.url is not postgres://user:pass@host:port/db" }
+        let port = components.port ?? 5432
+        let configuration: PostgresConnection.Configuration
+        do {
+            var made = PostgresConnection.Configuration(
+                host: host, port: port, username: user, password: components.password, database: database,
+                tls: try probeTLS(components, host: host))
+            made.options.connectTimeout = .seconds(Int64(max(1, deadline.components.seconds)))
+            configuration = made
+        } catch {
+            return "\(error)"
+        }
+        let logger = Logger(label: "storekeeper.database.check")
+        let outcome: String?? = try? await raceDeadline(deadline, what: "a PostgreSQL connection check") {
+            () async -> String? in
+            do {
+                let connection = try await PostgresConnection.connect(
+                    configuration: configuration, id: 0, logger: logger)
+                try? await connection.close()
+                return nil
+            } catch {
+                return describeConnectionFailure(error, host: host, port: port, user: user, database: database)
+            }
+        }
+        switch outcome {
+        case .some(let problem): return problem
+        case .none: return "no answer from \(host):\(port) within \(deadline): is the host right, and a firewall open?"
+        }
+    }
+
+    /// A connection failure in the operator's words: authentication, a missing database, a
+    /// refused or unreachable server, TLS.
+    static func describeConnectionFailure(_ error: any Error, host: String, port: Int, user: String, database: String)
+        -> String
+    {
+        guard let error = error as? PSQLError else { return "cannot connect to \(host):\(port): \(error)" }
+        if let state = error.serverInfo?[.sqlState] {
+            let message = error.serverInfo?[.message] ?? ""
+            switch state {
+            case "28P01":
+                return
+                    "password authentication failed for user '\(user)' (PostgreSQL 28P01): check the password in database.url"
+            case "28000":
+                return
+                    "PostgreSQL refused user '\(user)' (28000: \(message)): check pg_hba.conf and the user in database.url"
+            case "3D000":
+                return
+                    "database '\(database)' does not exist on \(host):\(port) (3D000): create it (createdb \(database)) or fix database.url"
+            case "53300":
+                return "PostgreSQL has too many connections (53300): raise max_connections or use PgBouncer"
+            case let state where state.hasPrefix("57P"):
+                return "PostgreSQL is starting up or shutting down (\(state): \(message)): try again shortly"
+            default:
+                return "PostgreSQL refused the connection (\(state): \(message))"
+            }
+        }
+        let underlying = error.underlying.map { String(describing: $0) } ?? String(describing: error.code)
+        switch error.code {
+        case .connectionError:
+            let text = underlying.lowercased()
+            if text.contains("refused") {
+                return "connection refused at \(host):\(port): is PostgreSQL running and listening there?"
+            }
+            if text.contains("timeout") || text.contains("timed out") {
+                return "no answer from \(host):\(port): is the host right, and a firewall open?"
+            }
+            if text.contains("resolve") || text.contains("name") || text.contains("dns") {
+                return "cannot resolve host '\(host)': check database.url"
+            }
+            return "cannot connect to \(host):\(port): \(underlying)"
+        case .sslUnsupported:
+            return "TLS: \(host):\(port) does not offer TLS, which sslmode requires (set sslmode=disable only on a trusted network)"
+        default:
+            if underlying.lowercased().contains("certificate") || underlying.lowercased().contains("tls")
+                || underlying.lowercased().contains("ssl")
+            {
+                return "TLS failed with \(host):\(port): \(underlying) (check sslmode and sslrootcert)"
+            }
+            return "cannot connect to \(host):\(port): \(underlying)"
+        }
+    }
+}
+
+extension Database {
+    /// Why `url` cannot be connected to, in the operator's words (nil: it connects, or it is
+    /// SQLite): PostgreSQL's authentication, a missing database, a refused or unreachable
+    /// server, TLS — each within seconds, never a pool's retries until a deadline.
+    public static func connectionProblem(url: String, deadline: Duration = .seconds(10)) async -> String? {
+        guard url.hasPrefix("postgres://") || url.hasPrefix("postgresql://") else { return nil }
+        return await PostgresBackend.connectionProblem(url: url, deadline: deadline)
+    }
+}

@@ -297,6 +297,15 @@ extension StripeStore {
         public var productId: String
     }
 
+    /// Whether `transactionId` was delivered (a payment refused before its claim is recorded
+    /// here without a delivery).
+    public func isDelivered(_ transactionId: String) async throws -> Bool {
+        try await database.read { sql in
+            try await sql.raw("SELECT 1 AS one FROM deliveries WHERE transaction_id = \(bind: transactionId)").first()
+                != nil
+        }
+    }
+
     public func payment(paymentIntent: String) async throws -> Payment? {
         try await database.read { sql in
             try await sql.raw("SELECT * FROM stripe_payments WHERE payment_intent_id = \(bind: paymentIntent)").first()

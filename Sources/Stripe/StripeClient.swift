@@ -136,6 +136,11 @@ public struct StripeClient: Sendable {
         try await send(.GET, "/v1/disputes/\(Self.segment(id))")
     }
 
+    /// Every dispute of a charge (newest first, up to 100).
+    public func disputes(charge: String) async throws -> StripeList<StripeDispute> {
+        try await send(.GET, "/v1/disputes?charge=\(Self.segment(charge))&limit=100")
+    }
+
     public func subscription(_ id: String) async throws -> StripeSubscription {
         try await send(.GET, "/v1/subscriptions/\(Self.segment(id))?expand[]=latest_invoice")
     }

@@ -244,58 +244,36 @@ import Testing
         }
     }
 
-    /// Streamable HTTP: each request brings its own key; none or a wrong one is 401.
+    /// Streamable HTTP: `initialize` with a key opens a session bound to it; none or a wrong key is
+    /// 401; each session is offered its own key's tools and calls with its own key.
     @Test func theHTTPListenerServesEachKeyItsOwnTools() async throws {
         try await Self.withLiveDesk("sqlite") { app, url, _ in
             let desk = SupportDesk(serverURL: url)
             try await desk.httpApplication(host: "127.0.0.1", port: 0).test(.live) { client in
-                let host = "127.0.0.1:\(client.port!)"
-                func post(_ body: String, key: String?) async throws -> (HTTPResponse.Status, [String: Any], HTTPFields)
-                {
-                    var headers: HTTPFields = [
-                        .contentType: "application/json", .accept: "application/json, text/event-stream",
-                    ]
-                    headers[HTTPField.Name("Host")!] = host
-                    if let key { headers[.authorization] = "Bearer \(key)" }
-                    return try await client.execute(
-                        uri: "/mcp", method: .post, headers: headers, body: ByteBuffer(string: body)
-                    ) { response in
-                        let json =
-                            (try? JSONSerialization.jsonObject(with: Data(buffer: response.body))) as? [String: Any]
-                        return (response.status, json ?? [:], response.headers)
-                    }
-                }
-                let initialize =
-                    #"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","#
-                    + #""capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}"#
-                let list = #"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#
-
-                let anonymous = try await post(initialize, key: nil)
-                #expect(anonymous.0 == .unauthorized)
-                #expect(anonymous.2[.wwwAuthenticate]?.hasPrefix("Bearer") == true)
-                #expect(try await post(list, key: "sk_wrong_0123456789abcdefghijklmnopq").0 == .unauthorized)
-
-                let hello = try await post(initialize, key: Self.reader)
-                #expect(hello.0 == .ok, "\(hello.1)")
+                let http = MCPHTTP(client: client)
+                let anonymous = try await http.post(MCPHTTP.initialize(1), key: nil)
+                #expect(anonymous.status == .unauthorized)
+                #expect(anonymous.headers.first(name: "WWW-Authenticate")?.hasPrefix("Bearer") == true)
                 #expect(
-                    ((hello.1["result"] as? [String: Any])?["serverInfo"] as? [String: Any])?["name"] as? String
-                        == "storekeeper")
-                func toolNames(_ key: String) async throws -> Set<String> {
-                    let answer = try await post(list, key: key)
-                    let tools = (answer.1["result"] as? [String: Any])?["tools"] as? [[String: Any]] ?? []
-                    return Set(tools.compactMap { $0["name"] as? String })
-                }
-                let readTools = try await toolNames(Self.reader)
-                #expect(readTools.contains("get_account") && readTools.isDisjoint(with: Self.writeTools))
-                #expect(try await toolNames(Self.desk).isSuperset(of: Self.writeTools))
+                    try await http.post(MCPHTTP.initialize(1), key: "sk_wrong_0123456789abcdefghijklmnopq").status
+                        == .unauthorized)
 
-                let call =
-                    #"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"add_account_note","#
-                    + #""arguments":{"accountId":"u1","text":"via http"}}}"#
-                let refused = try await post(call, key: Self.reader)
-                #expect((refused.1["result"] as? [String: Any])?["isError"] as? Bool == true)
-                let written = try await post(call, key: Self.desk)
-                #expect((written.1["result"] as? [String: Any])?["isError"] as? Bool == false, "\(written.1)")
+                let reader = try await http.open(key: Self.reader)
+                let support = try await http.open(key: Self.desk)
+                #expect(reader.session != support.session)
+                #expect(
+                    ((reader.hello["result"] as? [String: Any])?["serverInfo"] as? [String: Any])?["name"] as? String
+                        == "storekeeper")
+                let readTools = try await http.toolNames(key: Self.reader, session: reader.session)
+                #expect(readTools.contains("get_account") && readTools.isDisjoint(with: Self.writeTools))
+                #expect(
+                    try await http.toolNames(key: Self.desk, session: support.session).isSuperset(of: Self.writeTools))
+
+                let call = MCPHTTP.call(3, "add_account_note", #"{"accountId":"u1","text":"via http"}"#)
+                let refused = try await http.post(call, key: Self.reader, session: reader.session)
+                #expect((refused.json["result"] as? [String: Any])?["isError"] as? Bool == true)
+                let written = try await http.post(call, key: Self.desk, session: support.session)
+                #expect((written.json["result"] as? [String: Any])?["isError"] as? Bool == false, "\(written.json)")
                 let notes = try await app.store.accounts.notes(of: "u1")
                 #expect(notes.count == 1 && notes.first?.author == "operator:support-desk (support)")
             }

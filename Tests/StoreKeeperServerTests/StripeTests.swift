@@ -386,7 +386,10 @@ import Testing
             let dispute = try #require(try web.lastObjectId(of: "charge.dispute.created"))
             _ = try web.stripe.closeDispute(dispute, outcome: "won")
             try await web.deliver()
-            #expect(try await web.entitlements("w7") == ["no_ads"])
+            let outcomes = try await StripeStore(database: web.app.database).events().map {
+                "\($0.type): \($0.outcome ?? "-")"
+            }
+            #expect(try await web.entitlements("w7") == ["no_ads"], "\(outcomes)")
         }
         try await Self.withStripe(kind, disputePolicy: "revoke_when_lost", catalog: strict) { web in
             _ = try await web.buy("w7b", "remove_ads", outcome: "dispute")

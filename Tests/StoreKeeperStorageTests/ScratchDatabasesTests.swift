@@ -1,6 +1,7 @@
 import Foundation
 import SQLKit
 import StoreKeeperStorage
+import StoreKeeperSupport
 import Testing
 
 /// The test suites' PostgreSQL databases: lent empty, emptied when given back, never more at once
@@ -52,7 +53,8 @@ extension ScratchDatabasesTests {
     @Test(.enabled(if: base != nil))
     func aDatabaseLeftByAnEndedProcessIsTakenOverEmpty() async throws {
         let base = try #require(Self.base)
-        let ended = Process()
+        // posix_spawn, never Foundation's Process (its run() can crash a busy test process on Linux).
+        let ended = ChildProcess()
         ended.executableURL = URL(fileURLWithPath: "/bin/true")
         try ended.run()
         ended.waitUntilExit()

@@ -47,8 +47,14 @@ public enum Preflight {
                     detail: "\(path) will be created at the first start; \(Migrations.all.count) migrations will run")
             }
         }
+        // PostgreSQL: one connection of its own first, so a wrong password, a missing database or
+        // a server that is down is named as such within seconds (a pool retries a refused
+        // password until the deadline, and then only says it timed out).
+        if let problem = await Database.connectionProblem(url: url) {
+            return Check(name: name, ok: false, detail: problem)
+        }
         do {
-            return try await withDeadline(deadline) {
+            return try await preflightDeadline(deadline, what: "the database") {
                 let database = try await Database.open(url: url)
                 let applied: Set<Int>
                 do {
@@ -78,6 +84,22 @@ public enum Preflight {
         }
     }
 
+    /// `body` within `deadline`, else a failure naming `what` did not answer (each check its
+    /// own words: never another store's).
+    static func preflightDeadline<T: Sendable>(
+        _ deadline: Duration, what: String, _ body: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
+        try await withThrowingTaskGroup(of: T.self) { group in
+            group.addTask { try await body() }
+            group.addTask {
+                try await Task.sleep(for: deadline)
+                throw PreflightFailure("\(what) did not answer within \(deadline)")
+            }
+            defer { group.cancelAll() }
+            return try await group.next()!
+        }
+    }
+
     // MARK: The stores
 
     static func appStore(_ configuration: ServerConfiguration) async -> [Check] {
@@ -102,7 +124,7 @@ public enum Preflight {
         for bundleId in bundles {
             let name = "App Store Server API (\(bundleId))"
             do {
-                let detail = try await withDeadline(deadline) {
+                let detail = try await preflightDeadline(deadline, what: "Apple") {
                     let client = try await AppStoreServerAPIClient(
                         configuration: .init(
                             credentials: ServerAPICredentials(
@@ -138,7 +160,7 @@ public enum Preflight {
         for app in configuration.googlePlayApps {
             let name = "Google Play Developer API (\(app.id), \(app.packageName))"
             do {
-                try await withDeadline(deadline) {
+                try await preflightDeadline(deadline, what: "Google Play") {
                     let google = try await GooglePlayApp.make(app)
                     _ = try await google.client.voidedPurchases(
                         startTime: Date().addingTimeInterval(-3600), pageToken: nil, maxResults: 1)
@@ -157,7 +179,7 @@ public enum Preflight {
         for url in certificates.sorted() {
             let name = "Google push certificates (\(url))"
             do {
-                let count = try await withDeadline(deadline) {
+                let count = try await preflightDeadline(deadline, what: "Google's push certificates") {
                     var request = HTTPClientRequest(url: url)
                     request.method = .GET
                     let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
@@ -182,7 +204,7 @@ public enum Preflight {
         for app in configuration.stripeApps {
             let name = "Stripe API (\(app.id))"
             do {
-                let mode = try await withDeadline(deadline) {
+                let mode = try await preflightDeadline(deadline, what: "Stripe") {
                     let stripe = try StripeApp.make(app)
                     try await stripe.client.ping()
                     return stripe.client.isTestMode ? "test mode" : "live mode"

@@ -231,7 +231,7 @@ extension ServerConfiguration {
         for app in otherAppStoreApps { apps[app.bundleId] = app.id }
         for app in googlePlayApps { apps[app.packageName] = app.id }
         for app in stripeApps { apps[Self.stripeIdentity(app.id)] = app.id }
-        return AppDirectory(apps)
+        return AppDirectory(apps, environments: Set(environments.map(\.rawValue)))
     }
 
     /// A Stripe app's store identity (what its transactions carry as `storeIdentity`).

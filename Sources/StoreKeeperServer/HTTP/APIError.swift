@@ -58,6 +58,10 @@ public struct APIError: Error, HTTPResponseError, Sendable {
             return .init(
                 .conflict, "order_of_another_app",
                 "the order was created for app '\(order)' but the payment is of app '\(transaction)'")
+        case .wrongEnvironment(let environment):
+            return .init(
+                .unprocessableContent, "wrong_environment",
+                "a payment of environment \(environment), which this server does not accept (environments)")
         }
     }
 

@@ -203,7 +203,7 @@ extension StripePayments {
         priced.proceeds = StripeReading.proceeds(charge, currency: currency)
         let address = session.customerDetails?.address ?? charge?.billingDetails?.address
         return try await deliverStripe(
-            priced, paymentIntent: intent.id, customer: session.customer?.id ?? intent.customer?.id,
+            priced, paymentIntent: intent.id, charge: charge, customer: session.customer?.id ?? intent.customer?.id,
             redeemable: (intent.metadata ?? session.metadata)?[stripeRedeemKey] != nil, app: app, now: now,
             event: nil, recording: recording,
             reports: StripeReports(
@@ -257,7 +257,7 @@ extension StripePayments {
         let metadata = invoice.subscriptionMetadata ?? subscription.metadata
         let address = invoice.customerAddress ?? charge?.billingDetails?.address
         return try await deliverStripe(
-            transaction, paymentIntent: intentId, customer: invoice.customer?.id ?? subscription.customer?.id,
+            transaction, paymentIntent: intentId, charge: charge, customer: invoice.customer?.id ?? subscription.customer?.id,
             redeemable: metadata?[stripeRedeemKey] != nil, app: app, now: now, event: event, recording: recording,
             reports: StripeReports(
                 metadata: metadata, firstPayment: invoice.billingReason == "subscription_create",
@@ -269,11 +269,28 @@ extension StripePayments {
     /// redeemed its code, or — bought without an account — to nobody, its code then valid.
     /// Stripe's own records (the payment, the event, the customer) commit with the delivery.
     func deliverStripe(
-        _ transaction: StoreTransaction, paymentIntent: String?, customer: String?, redeemable: Bool, app: StripeApp,
-        now: Date, event: SubscriptionEvent?, recording: StripeStore.Event?, reports: StripeReports? = nil
+        _ transaction: StoreTransaction, paymentIntent: String?, charge: StripeCharge?, customer: String?,
+        redeemable: Bool, app: StripeApp, now: Date, event: SubscriptionEvent?, recording: StripeStore.Event?,
+        reports: StripeReports? = nil
     ) async throws -> StripeApplied {
         let stripeStore = StripeStore(database: database)
         var transaction = transaction
+        // What Stripe already took back of this payment (a refund, a chargeback), stated before
+        // the claim through the one refund path: the delivery path then honours it, as for every
+        // store (a whole refund is never delivered, a partial one delivers what was not refunded).
+        if let charge, let id = transaction.transactionId, let original = transaction.originalTransactionId,
+            let product = transaction.productId,
+            (charge.amountRefunded ?? 0) > 0 || charge.refunded == true || charge.disputed == true
+        {
+            let target = StripeTarget(
+                transactionId: id, originalTransactionId: original, productId: product, delivered: false)
+            _ = try await applyStripeRefunds(charge: charge.id, app: app, now: now, target: target)
+            if charge.disputed == true {
+                for dispute in try await app.client.disputes(charge: charge.id).data {
+                    _ = try await applyStripeDispute(dispute.id, app: app, now: now, target: target)
+                }
+            }
+        }
         var submitter: String?
         if redeemable, let token = transaction.appAccountToken,
             let checkout = try await stripeStore.checkout(token: token),
@@ -351,11 +368,15 @@ extension StripePayments {
 
     /// A charge's refunds: each succeeded Refund object takes back its own amount, once (the
     /// charge's `amount_refunded` is only a running total), through the one refund path.
-    func applyStripeRefunds(charge id: String, app: StripeApp, now: Date) async throws -> String {
+    func applyStripeRefunds(charge id: String, app: StripeApp, now: Date, target given: StripeTarget? = nil)
+        async throws -> String
+    {
         let charge = try await app.client.charge(id)
-        guard let intent = charge.paymentIntent?.id,
-            let payment = try await StripeStore(database: database).payment(paymentIntent: intent)
-        else { return "a refund of a payment not delivered here: nothing to take back" }
+        var found = given
+        if found == nil { found = try await stripeTarget(paymentIntent: charge.paymentIntent?.id, app: app) }
+        guard let payment = found else {
+            return "a refund of a payment not claimed here yet: recorded when its payment is (its delivery reads the charge)"
+        }
         // The charge's own list when it carries it whole, else Stripe's list of its refunds.
         var listed = charge.refunds.flatMap { $0.hasMore == true ? nil : $0.data }
         if listed == nil { listed = try await app.client.refunds(charge: id).data }
@@ -377,6 +398,7 @@ extension StripePayments {
             let outcome = try await notifications.applyRefund(event, settings: notificationSettings, now: now)
             outcomes.append("\(refund.id): \(outcome.0)")
             // The stores this payment was reported to learn of the refund (once per refund).
+            guard payment.delivered else { continue }
             try await StripeStore(database: database).recordReportedRefund(
                 transactionId: payment.transactionId, refundId: refund.id,
                 amountMilli: StripeReading.milliunits(refund.amount, currency: charge.currency) ?? 0,
@@ -418,16 +440,22 @@ extension StripePayments {
     /// A dispute by the app's policy: a lost chargeback revokes (and an opened one when
     /// `revoke_when_opened`); an inquiry (`warning_…`) never does; a won one after an early
     /// revocation gives back.
-    func applyStripeDispute(_ id: String, app: StripeApp, now: Date) async throws -> String {
+    func applyStripeDispute(_ id: String, app: StripeApp, now: Date, target given: StripeTarget? = nil)
+        async throws -> String
+    {
         let dispute = try await app.client.dispute(id)
         guard !dispute.isInquiry else { return "inquiry \(dispute.status ?? "?"): nothing revoked" }
-        var intentId = dispute.paymentIntent?.id
-        if intentId == nil, let charge = dispute.charge?.id {
-            intentId = try await app.client.charge(charge).paymentIntent?.id
+        var payment = given
+        if payment == nil {
+            var intentId = dispute.paymentIntent?.id
+            if intentId == nil, let charge = dispute.charge?.id {
+                intentId = try await app.client.charge(charge).paymentIntent?.id
+            }
+            payment = try await stripeTarget(paymentIntent: intentId, app: app)
         }
-        guard let intent = intentId,
-            let payment = try await StripeStore(database: database).payment(paymentIntent: intent)
-        else { return "a dispute of a payment not delivered here" }
+        guard let payment else {
+            return "a dispute of a payment not claimed here yet: recorded when its payment is (its delivery reads the charge)"
+        }
         let opened = ["needs_response", "under_review"].contains(dispute.status ?? "")
         let policy =
             app.configuration.disputePolicy
@@ -442,7 +470,7 @@ extension StripePayments {
         event.storeIdentity = ServerConfiguration.stripeIdentity(app.configuration.id)
         if revoke {
             let outcome = try await notifications.applyRefund(event, settings: notificationSettings, now: now)
-            if dispute.status == "lost" {
+            if dispute.status == "lost", payment.delivered {
                 // A lost chargeback returned the money: reported as a refund of what it disputed.
                 let amount = StripeReading.milliunits(dispute.amount, currency: dispute.currency) ?? 0
                 try await StripeStore(database: database).recordReportedRefund(
@@ -455,9 +483,53 @@ extension StripePayments {
         }
         if dispute.status == "won", policy == "revoke_when_opened" {
             let outcome = try await notifications.applyRefund(event, settings: notificationSettings, now: now)
+            // Held back before its claim while the dispute was open: claimable again, and claimed
+            // now (its checkout applied again) — unless this is that claim's own reading.
+            if !payment.delivered, given == nil, let session = payment.sessionId {
+                let delivered = try await applyStripeSession(session, app: app, now: now)
+                return "dispute won: restored (\(outcome.0)); \(delivered.outcome)"
+            }
             return "dispute won: restored (\(outcome.0))"
         }
         return "dispute \(dispute.status ?? "?"): nothing revoked by policy \(policy)"
+    }
+}
+
+/// The purchase a Stripe payment is, for its refunds and disputes: the one delivered here, or
+/// the one its delivery will be (`delivered` false).
+struct StripeTarget: Sendable {
+    var transactionId: String
+    var originalTransactionId: String
+    var productId: String
+    var delivered: Bool
+    /// Not delivered yet: the checkout whose completion claims it.
+    var sessionId: String? = nil
+}
+
+extension StripePayments {
+    /// The purchase `paymentIntent` paid: the delivered one; else, for a one-time checkout's
+    /// payment (its order's token in the intent's metadata), `stripe:<payment intent>` — the
+    /// transaction its delivery will be. A subscription's invoice payment not delivered yet has
+    /// none: its delivery reads the charge and states what was taken back first.
+    func stripeTarget(paymentIntent: String?, app: StripeApp) async throws -> StripeTarget? {
+        guard let paymentIntent else { return nil }
+        let stripeStore = StripeStore(database: database)
+        if let payment = try await stripeStore.payment(paymentIntent: paymentIntent),
+            try await stripeStore.isDelivered(payment.transactionId)
+        {
+            return StripeTarget(
+                transactionId: payment.transactionId, originalTransactionId: payment.originalTransactionId,
+                productId: payment.productId, delivered: true)
+        }
+        let intent = try await app.client.paymentIntent(paymentIntent)
+        guard let token = intent.metadata?[stripeTokenKey],
+            let checkout = try await stripeStore.checkout(token: token), checkout.appId == app.configuration.id,
+            catalog.product(checkout.productId)?.type != .autoRenewable
+        else { return nil }
+        let id = "stripe:\(intent.id)"
+        return StripeTarget(
+            transactionId: id, originalTransactionId: id, productId: checkout.productId, delivered: false,
+            sessionId: checkout.sessionId)
     }
 }
 

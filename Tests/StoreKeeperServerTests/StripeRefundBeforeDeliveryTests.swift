@@ -1,0 +1,143 @@
+import Foundation
+import LocalStripe
+import SQLKit
+import StoreKeeperStorage
+import Testing
+
+@testable import StoreKeeperServer
+
+/// The outside audit's HIGH (three ways): a Stripe payment refunded or charged back before it
+/// was delivered was delivered afterwards, in full. Stripe now states what it took back before
+/// the claim through the one refund path, and the delivery path honours it as for every store.
+extension StripeTests {
+    /// The code of an account-less order once its payment is applied.
+    static func redemptionCode(_ web: Web, order: String) async throws -> String {
+        let paid = try await API.call(web.client, .get, "/v1/orders/\(order)")
+        return try #require(paid.json["redemptionCode"] as? String, "\(paid.json)")
+    }
+
+    /// The charge that paid a session: its payment intent's, or (a subscription) its first
+    /// invoice's payment's.
+    static func anyCharge(_ web: Web, session id: String) throws -> String {
+        let session = try web.stripe.session(id, expand: [])
+        var intent = session["payment_intent"] as? String
+        if intent == nil, let invoice = session["invoice"] as? String {
+            let payments = try web.stripe.invoice(invoice, expand: ["payments"])["payments"] as? [String: Any]
+            let first = (payments?["data"] as? [[String: Any]])?.first
+            intent = (first?["payment"] as? [String: Any])?["payment_intent"] as? String
+        }
+        let paid = try #require(intent)
+        return try #require(try web.stripe.paymentIntent(paid, expand: [])["latest_charge"] as? String)
+    }
+
+    static func undeliveredRefunds(_ web: Web) async throws -> [String] {
+        try await web.app.database.read { sql in
+            try await sql.raw("SELECT transaction_id FROM undelivered_refunds").all().map {
+                try $0.decode(column: "transaction_id", as: String.self)
+            }
+        }
+    }
+
+    /// A paywall purchase without an account, refunded before its code is redeemed: the redeemer
+    /// gets nothing (coins, and a subscription).
+    @Test(arguments: API.databases)
+    func aPaymentRefundedBeforeItsCodeIsRedeemedIsNeverDelivered(kind: String) async throws {
+        try await Self.withStripe(kind) { web in
+            for product in ["coins_300", "pro_monthly"] {
+                let (order, session) = try await web.buy(nil, product)
+                try await web.deliver()
+                let code = try await Self.redemptionCode(web, order: order)
+                let charge = try Self.anyCharge(web, session: session)
+                _ = try web.stripe.refund(
+                    paymentIntent: nil, charge: charge, amount: nil, reason: "requested_by_customer",
+                    idempotencyKey: nil)
+                try await web.deliver()
+                let redeemer = "r-\(product)"
+                let redeemed = try await API.call(
+                    web.client, .post, "/v1/redemptions/\(code)", token: try await API.clientToken(redeemer),
+                    body: "{}")
+                #expect(redeemed.status == .ok, "\(redeemed.json)")
+                #expect((redeemed.json["outcome"] as? String)?.contains("revoked") == true, "\(redeemed.json)")
+                #expect(try await web.balance(redeemer) == 0)
+                #expect(try await web.entitlements(redeemer).isEmpty)
+                // Webhooks replayed later change nothing.
+                try await web.deliver(twice: true)
+                #expect(try await web.balance(redeemer) == 0)
+                #expect(try await web.entitlements(redeemer).isEmpty)
+            }
+        }
+    }
+
+    /// The same after a lost chargeback: the non-consumable is never granted.
+    @Test(arguments: API.databases)
+    func aPaymentChargedBackBeforeItsCodeIsRedeemedIsNeverDelivered(kind: String) async throws {
+        try await Self.withStripe(kind) { web in
+            let (order, session) = try await web.buy(nil, "remove_ads")
+            try await web.deliver()
+            let code = try await Self.redemptionCode(web, order: order)
+            let dispute = try web.stripe.openDispute(charge: try web.charge(ofSession: session), inquiry: false)
+            _ = try web.stripe.closeDispute(try #require(dispute["id"] as? String), outcome: "lost")
+            try await web.deliver()
+            let redeemed = try await API.call(
+                web.client, .post, "/v1/redemptions/\(code)", token: try await API.clientToken("r-ads"), body: "{}")
+            #expect(redeemed.status == .ok, "\(redeemed.json)")
+            #expect(try await web.entitlements("r-ads").isEmpty)
+        }
+    }
+
+    /// The same when the dispute's events were lost: the delivery reads the charge, finds the
+    /// lost dispute, and honours it.
+    @Test(arguments: API.databases)
+    func aLostChargebackWhoseEventsWereLostIsFoundByTheDelivery(kind: String) async throws {
+        try await Self.withStripe(kind) { web in
+            let (order, session) = try await web.buy(nil, "remove_ads")
+            try await web.deliver()
+            let code = try await Self.redemptionCode(web, order: order)
+            let dispute = try web.stripe.openDispute(charge: try web.charge(ofSession: session), inquiry: false)
+            _ = try web.stripe.closeDispute(try #require(dispute["id"] as? String), outcome: "lost")
+            _ = web.server.takeDeliveries(secrets: [Self.secrets[0]])
+            _ = try await API.call(
+                web.client, .post, "/v1/redemptions/\(code)", token: try await API.clientToken("r-ads2"), body: "{}")
+            #expect(try await web.entitlements("r-ads2").isEmpty)
+        }
+    }
+
+    /// An ordinary order whose `charge.refunded` arrives before `checkout.session.completed`:
+    /// nothing kept, the refund on record.
+    @Test(arguments: API.databases)
+    func aRefundThatArrivesBeforeTheCompletionIsHonoured(kind: String) async throws {
+        try await Self.withStripe(kind) { web in
+            let (order, session) = try await web.buy("w-early", "coins_300")
+            let charge = try web.charge(ofSession: session)
+            _ = try web.stripe.refund(paymentIntent: nil, charge: charge, amount: nil, reason: nil, idempotencyKey: nil)
+            // Newest first: the refund's events before the completion.
+            try await web.deliver(reverse: true)
+            #expect(try await web.balance("w-early") == 0)
+            let intent = try #require(try web.stripe.session(session, expand: [])["payment_intent"] as? String)
+            #expect(try await Self.undeliveredRefunds(web).contains("stripe:\(intent)"))
+            let audit = try await web.app.store.anomalies.audit().filter { $0.subject == "stripe:\(intent)" }
+            #expect(audit.contains { $0.detail.contains("before anyone claimed it") }, "\(audit.map(\.detail))")
+            let status = try await API.call(web.client, .get, "/v1/orders/\(order)").json["status"] as? String
+            #expect(status != "delivered")
+            // Replayed in order: still nothing.
+            try await web.deliver(twice: true)
+            #expect(try await web.balance("w-early") == 0)
+        }
+    }
+
+    /// A partial refund before the claim: the delivery gives, and at once takes back, the
+    /// refunded share (the one refund path's rule for every store).
+    @Test(arguments: API.databases)
+    func aPartialRefundBeforeTheClaimDeliversOnlyWhatWasNotRefunded(kind: String) async throws {
+        try await Self.withStripe(kind) { web in
+            let (_, session) = try await web.buy("w-part", "coins_300", quantity: 2)
+            let charge = try web.charge(ofSession: session)
+            // 998 cents: a quarter (249) refunded before the completion is applied.
+            _ = try web.stripe.refund(paymentIntent: nil, charge: charge, amount: 249, reason: nil, idempotencyKey: nil)
+            try await web.deliver(reverse: true)
+            #expect(try await web.balance("w-part") == 451)
+            try await web.deliver(twice: true)
+            #expect(try await web.balance("w-part") == 451)
+        }
+    }
+}
