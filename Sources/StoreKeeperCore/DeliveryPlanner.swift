@@ -126,6 +126,17 @@ public enum DeliveryPlanner {
         case orderOfAnotherApp(order: String, transaction: String)
         /// A payment of an environment the deployment does not accept (`wrong_environment`).
         case wrongEnvironment(String)
+
+        /// The API's error code for it.
+        public var code: String {
+            switch self {
+            case .revoked: "revoked"
+            case .ownedByOtherAccount: "owned_by_other_account"
+            case .orderOfAnotherAccount: "forbidden"
+            case .orderOfAnotherApp: "order_of_another_app"
+            case .wrongEnvironment: "wrong_environment"
+            }
+        }
     }
 
     public struct Plan: Hashable, Sendable {

@@ -215,8 +215,9 @@ actor DeskSessions: Service {
     /// `initialize`: a new session with an MCP server of its own whose every call uses `key`.
     private func open(_ request: MCP.HTTPRequest, key: String, digest: SHA256.Digest) async -> Response {
         await expireIdle()
-        if sessions.count >= limit, let oldest = sessions.filter({ $0.value.inFlight.isEmpty })
-            .min(by: { $0.value.lastUsed < $1.value.lastUsed })?.key
+        if sessions.count >= limit,
+            let oldest = sessions.filter({ $0.value.inFlight.isEmpty })
+                .min(by: { $0.value.lastUsed < $1.value.lastUsed })?.key
         {
             logger.notice("mcp: session limit reached; the least recently used session ended")
             await end(oldest)

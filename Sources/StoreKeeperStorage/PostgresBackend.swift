@@ -492,7 +492,8 @@ extension PostgresBackend {
             }
             return "cannot connect to \(host):\(port): \(underlying)"
         case .sslUnsupported:
-            return "TLS: \(host):\(port) does not offer TLS, which sslmode requires (set sslmode=disable only on a trusted network)"
+            return
+                "TLS: \(host):\(port) does not offer TLS, which sslmode requires (set sslmode=disable only on a trusted network)"
         default:
             if underlying.lowercased().contains("certificate") || underlying.lowercased().contains("tls")
                 || underlying.lowercased().contains("ssl")

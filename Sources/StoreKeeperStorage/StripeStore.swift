@@ -427,7 +427,8 @@ extension StripeStore {
                     INSERT INTO stripe_events (event_id, app_id, type, object_id, created, status, outcome, received_at,
                                                applied_at)
                     VALUES (\(bind: event.id), \(bind: event.appId), \(bind: event.type), \(bind: event.objectId),
-                            \(bind: event.created), 'applied', \(bind: result.plan.outcome.rawValue),
+                            \(bind: event.created), 'applied',
+                            \(bind: result.plan.outcome.rawValue + (result.plan.refusal.map { " (\($0.code))" } ?? "")),
                             \(bind: now.milliseconds), \(bind: now.milliseconds))
                     ON CONFLICT (event_id) DO NOTHING
                     """

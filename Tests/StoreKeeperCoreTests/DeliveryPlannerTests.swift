@@ -234,3 +234,31 @@ import Testing
         #expect(extended.grants == [.entitlement(id: "season", expiresAt: held.addingTimeInterval(30 * 86_400))])
     }
 }
+
+extension DeliveryPlannerTests {
+    /// One environment policy for every store: a payment of an environment the deployment does
+    /// not accept is refused (`wrong_environment`), whichever store it comes from.
+    @Test(
+        arguments: [
+            (Store.appStore, "Sandbox", ["Production"], false), (Store.googlePlay, "Sandbox", ["Production"], false),
+            (Store.stripe, "Sandbox", ["Production"], false), (Store.stripe, "Production", ["Production"], true),
+            (Store.stripe, "Sandbox", ["Production", "Sandbox"], true), (Store.web, "Sandbox", nil, true),
+        ] as [(Store, String, [String]?, Bool)])
+    func paymentsOutsideTheAcceptedEnvironmentsAreRefused(
+        store: Store, environment: String, accepted: [String]?, delivers: Bool
+    ) {
+        var transaction = Self.transaction()
+        transaction.store = store
+        transaction.environment = StoreEnvironment(rawValue: environment)
+        var context = DeliveryPlanner.Context(transaction: transaction, submittingAccount: "u42", catalog: Self.catalog)
+        context.store = store
+        context.acceptedEnvironments = accepted.map(Set.init)
+        let result = plan(context)
+        if delivers {
+            #expect(result.outcome == .delivered)
+        } else {
+            #expect(result.refusal == .wrongEnvironment(environment))
+            #expect(result.grants.isEmpty && result.ledger.isEmpty && result.delivery == nil)
+        }
+    }
+}

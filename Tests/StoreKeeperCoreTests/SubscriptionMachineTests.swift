@@ -458,3 +458,41 @@ import Testing
         (result.0!, result.1)
     }
 }
+
+extension SubscriptionMachineTests {
+    /// A store's snapshot carrying a period that had already ended when it was applied (Stripe's
+    /// `invoice.paid` of last month arriving after this month's) never moves the subscription
+    /// back; an immediate change to a shorter period that has not ended is taken.
+    @Test func anEndedOlderPeriodNeverShortensANewerOne() {
+        let renewed = SubscriptionMachine.apply(
+            Self.subscribed(),
+            SubscriptionEvent(
+                .storeState(.active, autoRenew: true), signedDate: Self.at(31),
+                transaction: Self.transaction("1001", expires: 60))
+        ).0
+        #expect(renewed?.expiresAt == Self.at(60))
+        // The first period's invoice again, later: its period ended at day 30.
+        let (late, _) = SubscriptionMachine.apply(
+            renewed,
+            SubscriptionEvent(
+                .storeState(.active, autoRenew: true), signedDate: Self.at(32),
+                transaction: Self.transaction("1000", expires: 30)))
+        #expect(late?.expiresAt == Self.at(60))
+        #expect(late?.latestTransactionId == "1001")
+        #expect(late?.status == .active)
+        // The same through Apple's status: the same rule.
+        let (status, _) = SubscriptionMachine.apply(
+            renewed,
+            SubscriptionEvent(
+                .appleStatus(1), signedDate: Self.at(33), transaction: Self.transaction("1000", expires: 30)))
+        #expect(status?.expiresAt == Self.at(60))
+        // An immediate change to a product whose period ends sooner but has not ended: taken.
+        let (changed, _) = SubscriptionMachine.apply(
+            renewed,
+            SubscriptionEvent(
+                .storeState(.active, autoRenew: true), signedDate: Self.at(34),
+                transaction: Self.transaction("1002", product: "pro_weekly", expires: 41)))
+        #expect(changed?.expiresAt == Self.at(41))
+        #expect(changed?.productId == "pro_weekly")
+    }
+}

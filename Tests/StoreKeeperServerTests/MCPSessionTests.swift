@@ -158,10 +158,13 @@ struct MCPHTTP: Sendable {
                 let get = try await http.post("", key: Desk.reader, session: mine.session, method: .GET)
                 #expect(get.status == .methodNotAllowed)
 
-                let garbage = try await http.post(#"{"jsonrpc":"2.0","id":5,"method":"#, key: Desk.reader,
+                let garbage = try await http.post(
+                    #"{"jsonrpc":"2.0","id":5,"method":"#, key: Desk.reader,
                     session: mine.session)
                 #expect(garbage.status == .badRequest)
-                #expect(garbage.json["id"] is NSNull && (garbage.json["error"] as? [String: Any])?["code"] as? Int == -32700)
+                #expect(
+                    garbage.json["id"] is NSNull && (garbage.json["error"] as? [String: Any])?["code"] as? Int == -32700
+                )
 
                 // Re-initializing inside a session is refused; the session still works.
                 let again = try await http.post(MCPHTTP.initialize(9), key: Desk.reader, session: mine.session)
@@ -210,7 +213,8 @@ struct MCPHTTP: Sendable {
     /// skipped, by name, in the output.
     @Test(
         .enabled(
-            if: MCPSessionTests.pythonSDK || ProcessInfo.processInfo.environment["STOREKEEPER_TEST_REQUIRE_PYTHON_MCP"] != nil,
+            if: MCPSessionTests.pythonSDK
+                || ProcessInfo.processInfo.environment["STOREKEEPER_TEST_REQUIRE_PYTHON_MCP"] != nil,
             "the MCP Python SDK is not installed (pip install mcp)"))
     func theOfficialPythonClientWorksWithTwoKeysAtOnce() async throws {
         try await Desk.withLiveDesk("sqlite") { app, url, _ in

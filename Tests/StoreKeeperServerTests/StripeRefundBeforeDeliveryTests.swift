@@ -57,7 +57,7 @@ extension StripeTests {
                     web.client, .post, "/v1/redemptions/\(code)", token: try await API.clientToken(redeemer),
                     body: "{}")
                 #expect(redeemed.status == .ok, "\(redeemed.json)")
-                #expect((redeemed.json["outcome"] as? String)?.contains("revoked") == true, "\(redeemed.json)")
+                #expect((redeemed.json["outcome"] as? String)?.contains("refused (revoked") == true, "\(redeemed.json)")
                 #expect(try await web.balance(redeemer) == 0)
                 #expect(try await web.entitlements(redeemer).isEmpty)
                 // Webhooks replayed later change nothing.
@@ -138,6 +138,55 @@ extension StripeTests {
             #expect(try await web.balance("w-part") == 451)
             try await web.deliver(twice: true)
             #expect(try await web.balance("w-part") == 451)
+        }
+    }
+}
+
+/// The two other money rules Stripe's adapter decided for itself: an older period's late
+/// `invoice.paid` moved the expiry backwards, and a test-mode payment was delivered by a server
+/// that accepts only Production. Both are the core's now, for every store.
+extension StripeTests {
+    @Test(arguments: API.databases)
+    func aLateInvoiceOfAnOlderPeriodNeverMovesTheSubscriptionBack(kind: String) async throws {
+        try await Self.withStripe(kind) { web in
+            _ = try await web.buy("w-late", "pro_monthly")
+            // The first period's events, kept to be sent again late.
+            let first = web.server.takeDeliveries(secrets: [Self.secrets[0]])
+            for delivery in first { #expect(try await web.post(delivery.body, signature: delivery.header) == .ok) }
+            await web.runJobs()
+            web.stripe.advance(seconds: 32 * 86_400)
+            try await web.deliver()
+            let renewed = try #require((try await web.account("w-late")["subscriptions"] as? [[String: Any]])?.first)
+            let renewedEnd = try #require(renewed["expiresAt"] as? String)
+            // Stripe retries the first invoice's event (a different delivery of the same event).
+            let late = try #require(first.first { $0.type == "invoice.paid" })
+            let again = web.server.signedDelivery(late.body, secrets: [Self.secrets[0]])
+            #expect(try await web.post(again.body, signature: again.header) == .ok)
+            await web.runJobs()
+            let after = try #require((try await web.account("w-late")["subscriptions"] as? [[String: Any]])?.first)
+            #expect(after["expiresAt"] as? String == renewedEnd, "\(after)")
+            #expect(after["status"] as? String == "active")
+            #expect(try await web.entitlements("w-late") == ["pro"])
+        }
+    }
+
+    @Test(arguments: API.databases)
+    func aTestModePaymentIsRefusedByAServerThatAcceptsOnlyProduction(kind: String) async throws {
+        try await Self.withStripe(kind, environments: [.production]) { web in
+            let (order, _) = try await web.buy("w-test", "coins_300")
+            try await web.deliver()
+            #expect(try await web.balance("w-test") == 0)
+            let events = try await StripeStore(database: web.app.database).events()
+            let completed = events.first { $0.type == "checkout.session.completed" }
+            #expect(completed?.outcome?.contains("wrong_environment") == true, "\(completed?.outcome ?? "-")")
+            let status = try await API.call(web.client, .get, "/v1/orders/\(order)").json["status"] as? String
+            #expect(status != "delivered")
+        }
+        // Live mode on the same server: delivered.
+        try await Self.withStripe(kind, livemode: true, environments: [.production]) { web in
+            _ = try await web.buy("w-live", "coins_300")
+            try await web.deliver()
+            #expect(try await web.balance("w-live") == 300)
         }
     }
 }

@@ -120,7 +120,8 @@ import Testing
     /// `google`: a Google Play app served by a local Google Play that the Stripe app reports to.
     static func withStripe(
         _ kind: String, disputePolicy: String? = nil, catalog: Catalog = .demo, livemode: Bool = false,
-        appleReporting: Bool = false, google: Bool = false, _ body: @Sendable (Web) async throws -> Void
+        appleReporting: Bool = false, google: Bool = false,
+        environments: Set<AppStoreEnvironment> = [.production, .sandbox], _ body: @Sendable (Web) async throws -> Void
     ) async throws {
         var stripeConfiguration = LocalStripe.Configuration(catalog: .demo)
         stripeConfiguration.livemode = livemode
@@ -146,6 +147,7 @@ import Testing
                 kind,
                 configure: { configuration in
                     configuration.externalPurchaseReporting = appleReporting
+                    configuration.environments = environments
                     if let googleKey, let googleBase {
                         var android = GooglePlayAppConfiguration(id: "android", packageName: "com.example.android")
                         android.serviceAccountKey = googleKey

@@ -257,7 +257,8 @@ extension StripePayments {
         let metadata = invoice.subscriptionMetadata ?? subscription.metadata
         let address = invoice.customerAddress ?? charge?.billingDetails?.address
         return try await deliverStripe(
-            transaction, paymentIntent: intentId, charge: charge, customer: invoice.customer?.id ?? subscription.customer?.id,
+            transaction, paymentIntent: intentId, charge: charge,
+            customer: invoice.customer?.id ?? subscription.customer?.id,
             redeemable: metadata?[stripeRedeemKey] != nil, app: app, now: now, event: event, recording: recording,
             reports: StripeReports(
                 metadata: metadata, firstPayment: invoice.billingReason == "subscription_create",
@@ -320,7 +321,8 @@ extension StripePayments {
             policy: configuration.ownershipPolicy, evidence: .device, event: event, sideWrites: writes, now: now)
         if let refusal = result.plan.refusal {
             return StripeApplied(
-                "\(transaction.transactionId ?? "?"): refused (\(refusal))", recorded: recording != nil)
+                "\(transaction.transactionId ?? "?"): refused (\(APIError.refusal(refusal).code): \(APIError.refusal(refusal).message))",
+                recorded: recording != nil)
         }
         return StripeApplied(
             "\(transaction.transactionId ?? "?"): \(result.plan.outcome.rawValue)", recorded: recording != nil)
@@ -375,7 +377,8 @@ extension StripePayments {
         var found = given
         if found == nil { found = try await stripeTarget(paymentIntent: charge.paymentIntent?.id, app: app) }
         guard let payment = found else {
-            return "a refund of a payment not claimed here yet: recorded when its payment is (its delivery reads the charge)"
+            return
+                "a refund of a payment not claimed here yet: recorded when its payment is (its delivery reads the charge)"
         }
         // The charge's own list when it carries it whole, else Stripe's list of its refunds.
         var listed = charge.refunds.flatMap { $0.hasMore == true ? nil : $0.data }
@@ -454,7 +457,8 @@ extension StripePayments {
             payment = try await stripeTarget(paymentIntent: intentId, app: app)
         }
         guard let payment else {
-            return "a dispute of a payment not claimed here yet: recorded when its payment is (its delivery reads the charge)"
+            return
+                "a dispute of a payment not claimed here yet: recorded when its payment is (its delivery reads the charge)"
         }
         let opened = ["needs_response", "under_review"].contains(dispute.status ?? "")
         let policy =
