@@ -126,7 +126,9 @@ actor DeskSessions: Service {
         var headers: [String: String] = [:]
         for field in request.headers { headers[field.name.canonicalName] = field.value }
         // HTTP/1.1's Host is the request's authority in HTTPTypes, not one of its fields.
-        if let authority = request.head.authority { headers[HTTPHeaderName.host] = authority }
+        if headers[HTTPHeaderName.host] == nil, let authority = request.head.authority {
+            headers[HTTPHeaderName.host] = authority
+        }
         let method = request.method.rawValue
         let probe = MCP.HTTPRequest(method: method, headers: headers, body: nil, path: request.uri.path)
         if let refused = origin.validate(

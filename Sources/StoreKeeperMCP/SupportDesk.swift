@@ -71,6 +71,8 @@ public actor SupportDesk {
         request.method = HTTPMethod(rawValue: call.method)
         request.headers.add(name: "Authorization", value: "Bearer \(key)")
         request.headers.add(name: "User-Agent", value: "storekeeper-mcp")
+        // The audit log names this desk as the origin of each write (the key decides the rest).
+        request.headers.add(name: "StoreKeeper-Origin", value: "mcp")
         request.headers.add(name: "Accept", value: "application/json")
         if let body = call.body {
             let data = try JSONEncoder().encode(Value.object(body))

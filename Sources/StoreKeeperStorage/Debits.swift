@@ -23,11 +23,12 @@ extension AccountStore {
     /// Debits a consumable balance once per idempotency key: a repeated key with the same
     /// account, currency and amount answers the same balance without debiting again; with
     /// any of them different it is a conflict.
-    /// `reason` (support taking coins back, say): audited with the debit, in its transaction;
-    /// the app's own spending sends none and leaves the audit log to operators' acts.
+    /// `actor` (an operator: support taking coins back, say): audited with the debit and its
+    /// reason (or that none was given), in its transaction; the app's own spending (nil) leaves
+    /// the audit log to operators' acts.
     public func debit(
         accountId: String, currency: String, amount: Int64, idempotencyKey: String, reason: String? = nil,
-        now: Date
+        actor: String? = nil, now: Date
     ) async throws -> DebitResult {
         let requestHash = Self.debitRequestHash(accountId: accountId, currency: currency, amount: amount)
         var lastError: (any Error)?
@@ -83,10 +84,11 @@ extension AccountStore {
                                 \(bind: -amount), \(bind: now.milliseconds), \(bind: reason))
                         """
                     ).run()
-                    if let reason {
+                    if let actor {
                         try await PurchaseStore.audit(
-                            sql, actor: "operator", action: "balance_debited", subject: accountId,
-                            detail: "debited \(amount) \(currency) (balance \(after)): \(reason)", at: now.milliseconds)
+                            sql, actor: actor, action: "balance_debited", subject: accountId,
+                            detail: "debited \(amount) \(currency) (balance \(after)): \(reason ?? "no reason given")",
+                            at: now.milliseconds)
                     }
                     return .debited(balance: after)
                 }

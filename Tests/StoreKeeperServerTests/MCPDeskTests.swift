@@ -86,7 +86,7 @@ import Testing
             #expect(try await Self.coins(app, "u1") == 100)
             let audit = try await app.store.anomalies.audit().filter { $0.action == "balance_credited" }
             #expect(audit.count == 1)
-            #expect(audit.first?.actor == "operator:support-desk (support)")
+            #expect(audit.first?.actor == "operator:support-desk (support, mcp)")
             // Told apart from the dashboard's and the API's, as the dashboard's say "(dashboard)".
             #expect(audit.first?.detail.contains("ticket 12: lost coins (mcp)") == true, "\(audit)")
 
@@ -275,7 +275,7 @@ import Testing
                 let written = try await http.post(call, key: Self.desk, session: support.session)
                 #expect((written.json["result"] as? [String: Any])?["isError"] as? Bool == false, "\(written.json)")
                 let notes = try await app.store.accounts.notes(of: "u1")
-                #expect(notes.count == 1 && notes.first?.author == "operator:support-desk (support)")
+                #expect(notes.count == 1 && notes.first?.author == "operator:support-desk (support, mcp)")
             }
         }
     }
@@ -293,7 +293,7 @@ import Testing
                 uri: "/mcp", method: .post, headers: headers,
                 body: ByteBuffer(string: #"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#)
             ) { ($0.status, $0.headers[.retryAfter]) }
-            #expect(status.0 == .serviceUnavailable && status.1 != nil)
+            #expect(status.0 == .serviceUnavailable && status.1 != nil, "\(status)")
         }
         let result = await desk.call("get_account", arguments: ["accountId": "u1"], key: Self.desk)
         #expect(result.isError == true && Self.text(result.content).contains("did not answer"))

@@ -123,7 +123,7 @@ struct MCPHTTP: Sendable {
                 #expect(try await Desk.coins(app, "u1") == before + 4 * 5 * 7)
                 let audit = try await app.store.anomalies.audit().filter { $0.action == "balance_credited" }
                 #expect(audit.count == 20)
-                #expect(audit.allSatisfy { $0.actor == "operator:support-desk (support)" }, "\(audit.map(\.actor))")
+                #expect(audit.allSatisfy { $0.actor == "operator:support-desk (support, mcp)" }, "\(audit.map(\.actor))")
             }
         }
     }
@@ -240,7 +240,7 @@ struct MCPHTTP: Sendable {
                 #expect((report["readerAccount"] as? [String: Any])?["isError"] as? Bool == false)
                 #expect(try await Desk.coins(app, "u1") == before)
                 let notes = try await app.store.accounts.notes(of: "u1")
-                #expect(notes.map(\.author) == ["operator:support-desk (support)"])
+                #expect(notes.map(\.author) == ["operator:support-desk (support, mcp)"])
             }
         }
     }

@@ -261,7 +261,8 @@ struct AccountsController: RequestHandling {
         let (accountId, currency, body) = try await balanceRequest(request, context, action: "debits")
         switch try await store.accounts.debit(
             accountId: accountId, currency: currency, amount: body.amount, idempotencyKey: body.idempotencyKey,
-            reason: body.reason.flatMap { $0.trimmingCharacters(in: .whitespaces).isEmpty ? nil : $0 }, now: Date())
+            reason: body.reason.flatMap { $0.trimmingCharacters(in: .whitespaces).isEmpty ? nil : $0 },
+            actor: try context.caller().isKey ? try context.caller().auditActor : nil, now: Date())
         {
         case .debited(let balance): return try StoreKeeperApp.json(["balance": balance])
         case .idempotencyConflict:

@@ -22,9 +22,11 @@ struct AnalyticsController {
 
     func addRoutes(to v1: some RouterMethods<StoreKeeperContext>) {
         v1.get("analytics/:metric") { request, context in
-            try context.caller().requireScope(.read)
+            let caller = try context.caller()
+            try caller.requireScope(.read)
             let metric = try context.parameters.require("metric")
             let parameters = request.uri.queryParameters
+            try caller.requireAppFilter(parameters.get("appId"))
             let now = clock()
             let query = try self.query(metric, now: now) { parameters.get($0) }
             return try StoreKeeperApp.json(try await report(query, now: now))

@@ -20,6 +20,9 @@ public struct OperatorKey: Sendable, Hashable {
     public var apps: Set<String>?
     /// The secret itself (never printed: `config check` lists labels and scopes).
     public var secret: String
+    /// Where its requests come from when not the API itself (`dashboard`, `mcp`): named in the
+    /// audit log beside the label and scope.
+    public var origin: String? = nil
 
     public init(label: String, scope: KeyScope, apps: Set<String>? = nil, secret: String) {
         self.label = label
@@ -98,10 +101,27 @@ extension ServerConfiguration {
                 }
                 apps = Set(list)
             }
+            if apps != nil, scope == .admin {
+                // An admin key runs what spans every app (webhooks, operations, the status,
+                // reverification): it cannot be limited. Give the limited key the support scope.
+                throw Invalid(
+                    key: "\(name).apps",
+                    "an admin key manages every app and cannot be limited to some: use scopes [support] (or [read]) with apps, or drop apps"
+                )
+            }
             keys.append(OperatorKey(label: label, scope: scope, apps: apps, secret: secret))
         }
         if let clash = keys.first(where: { key in secretKeys.contains(key.secret) }) {
             throw Invalid(key: "auth.keys", "key '\(clash.label)' is also in auth.secretKeys: give each secret once")
+        }
+        var seen: [String: String] = [:]
+        for key in keys {
+            if let first = seen[key.secret] {
+                throw Invalid(
+                    key: "auth.keys",
+                    "keys '\(first)' and '\(key.label)' have the same secret: each key needs its own (the audit log names it)")
+            }
+            seen[key.secret] = key.label
         }
         operatorKeys = keys
     }

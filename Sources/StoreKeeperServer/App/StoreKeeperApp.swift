@@ -472,7 +472,8 @@ public struct StoreKeeperApp: Sendable {
             outbox: OutboxStore(database: database), audit: store.anomalies, maxBodyBytes: maxBodyBytes
         ).addRoutes(to: v1)
         SupportController(
-            support: store.support, accounts: store.accounts, grants: grants, maxBodyBytes: maxBodyBytes,
+            support: store.support, accounts: store.accounts, transactions: store.transactions, grants: grants,
+            maxBodyBytes: maxBodyBytes,
             extend: { [self] original, body, caller in try await extend(original: original, body: body, caller: caller)
             },
             appTransaction: { [self] id in try await appTransaction(id) }

@@ -86,7 +86,7 @@ struct DashboardController {
                 try await sessionStore.endAll(keyId: dashboardSessions.keyIds[session.keyIndex], now: Date())
                 context.logger.notice("dashboard: every session of this secret key signed out")
                 try await store.anomalies.recordAudit(
-                    actor: "operator", action: "dashboard_sign_out_everywhere", subject: nil,
+                    actor: actor(session), action: "dashboard_sign_out_everywhere", subject: nil,
                     detail: "every dashboard session of this secret key ended", now: Date())
                 var response = Self.redirect("/dashboard/login")
                 response.headers[values: .setCookie] = [Self.cookie("", request: request, maxAge: 0)]
@@ -113,7 +113,8 @@ struct DashboardController {
                 let action = form["action"] ?? ""
                 let account = form["accountId"].flatMap { $0.isEmpty ? nil : $0 }
                 let (resolved, outcome) = try await anomaliesController.resolve(
-                    anomaly: id, action: action, accountId: account, note: (form["note"] ?? "") + " (dashboard)")
+                    anomaly: id, action: action, accountId: account, note: (form["note"] ?? "") + " (dashboard)",
+                    actor: actor(session))
                 context.logger.notice(
                     "dashboard: anomaly resolved",
                     metadata: ["anomaly": "\(id)", "action": "\(action)", "outcome": "\(outcome?.outcome ?? "-")"])
@@ -165,7 +166,7 @@ struct DashboardController {
                     throw APIError.notFound("no dead letter '\(id.prefix(64))'")
                 }
                 try await store.anomalies.recordAudit(
-                    actor: "operator", action: "webhook_replay", subject: id,
+                    actor: actor(session), action: "webhook_replay", subject: id,
                     detail: "dead letter queued again (dashboard)", now: Date())
                 return Self.redirect("/dashboard/webhooks?done=replayed")
             }

@@ -154,7 +154,7 @@ extension DashboardController {
         }
         switch try await store.accounts.debit(
             accountId: accountId, currency: currency, amount: amount, idempotencyKey: key,
-            reason: reason + " (dashboard)", now: Date())
+            reason: reason + " (dashboard)", actor: actor, now: Date())
         {
         case .debited: return Self.redirect(path + "?done=debited")
         case .insufficient: return Self.redirect(path + "?done=insufficient")
@@ -164,7 +164,14 @@ extension DashboardController {
 
     /// Who acted, for the audit: the signed-in key's label, from the dashboard.
     func actor(_ session: DashboardSessions.Session) -> String {
-        "\(dashboardSessions.role(session).label) (dashboard)"
+        caller(session).auditActor
+    }
+
+    /// The signed-in role as the API's caller: its key, from the dashboard.
+    func caller(_ session: DashboardSessions.Session) -> Caller {
+        let role = dashboardSessions.role(session)
+        return Caller.key(OperatorKey(label: role.label, scope: role.scope, apps: role.apps, secret: "")).through(
+            "dashboard")
     }
 
     /// The support forms' values: the catalog's currencies and entitlements, a fresh key.
@@ -225,8 +232,7 @@ extension DashboardController {
             let record = try await store.transactions.transaction(named: transactionId),
             record.accountId.map({ Identifiers.same($0, accountId) }) == true, role.covers(app: record.appId)
         else { throw APIError.badRequest("pick one of this account's purchases") }
-        let caller = Caller.key(
-            OperatorKey(label: "\(role.label) (dashboard)", scope: role.scope, apps: role.apps, secret: ""))
+        let caller = self.caller(session)
         let reason = (form["reason"] ?? "").trimmingCharacters(in: .whitespaces)
         let response: Response
         switch action {

@@ -39,13 +39,29 @@ public enum Caller: Sendable, Hashable {
         }
     }
 
-    /// Who did it, in the audit log: `operator` for `auth.secretKeys`, `operator:<label> (<scope>)`
-    /// for a configured key.
+    /// Who did it, in the audit log: `operator:<label> (<scope>)` — `operator:secret key (admin)`
+    /// for `auth.secretKeys` — with the origin when it is not the API itself:
+    /// `operator:<label> (<scope>, dashboard)`, `operator:<label> (<scope>, mcp)`.
     var auditActor: String {
         switch self {
-        case .secretKey: "operator"
-        case .key(let key): "operator:\(key.label) (\(key.scope.rawValue))"
+        case .secretKey: "operator:secret key (admin)"
+        case .key(let key): "operator:\(key.label) (\(key.scope.rawValue)\(key.origin.map { ", \($0)" } ?? ""))"
         case .account(let id): "account:\(id)"
+        }
+    }
+
+    /// The same caller acting through `origin` (the MCP desk names itself; the dashboard's
+    /// roles are keys): the audit log says where each write came from.
+    func through(_ origin: String) -> Caller {
+        switch self {
+        case .secretKey:
+            var key = OperatorKey(label: "secret key", scope: .admin, secret: "")
+            key.origin = origin
+            return .key(key)
+        case .key(var key):
+            key.origin = origin
+            return .key(key)
+        case .account: return self
         }
     }
 
@@ -83,6 +99,29 @@ public enum Caller: Sendable, Hashable {
         case .secretKey: true
         case .key(let key): key.covers(app: appId)
         case .account: true
+        }
+    }
+
+    /// The apps a key is limited to (nil: every app).
+    var limitedApps: Set<String>? {
+        if case .key(let key) = self { return key.apps }
+        return nil
+    }
+
+    /// A route that reads or acts on every app's rows at once (the audit log, dead letters,
+    /// rejected proofs, revenue, a mass extension…): a key limited to some apps is refused.
+    func requireEveryApp(_ what: String) throws {
+        guard let apps = limitedApps else { return }
+        throw APIError.forbidden(
+            "key '\(label)' is limited to apps \(apps.sorted().joined(separator: ", ")); \(what) spans every app")
+    }
+
+    /// A route with an `appId` filter: a key limited to some apps must name one of them.
+    func requireAppFilter(_ appId: String?) throws {
+        guard let apps = limitedApps else { return }
+        guard let appId, apps.contains(appId) else {
+            throw APIError.forbidden(
+                "key '\(label)' is limited to apps \(apps.sorted().joined(separator: ", ")): give appId, one of them")
         }
     }
 

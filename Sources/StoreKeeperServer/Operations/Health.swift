@@ -44,6 +44,7 @@ struct OperationsController {
         }
         v1.get("revenue") { request, context in
             try context.caller().requireScope(.read)
+            try context.caller().requireEveryApp("revenue")
             func date(_ name: String) throws -> Date? {
                 guard let text = request.uri.queryParameters.get(name) else { return nil }
                 guard let date = StoreKeeperApp.parseDate(text) else {
@@ -58,6 +59,7 @@ struct OperationsController {
         }
         v1.get("audit") { _, context in
             try context.caller().requireScope(.read)
+            try context.caller().requireEveryApp("the audit log")
             return try StoreKeeperApp.json(["entries": try await store.anomalies.audit().map(AuditJSON.init)])
         }
         // What the presented key is (never the secret): how a tool such as `storekeeper mcp`

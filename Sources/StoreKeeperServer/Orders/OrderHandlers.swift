@@ -97,6 +97,14 @@ struct OrdersController: RequestHandling {
     func createOrder(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         let caller = try context.caller()
         let body = try await decode(StoreKeeperApp.CreateOrderBody.self, request)
+        // A key limited to some apps opens orders (and checkouts) for its apps only.
+        if caller.limitedApps != nil {
+            guard let appId = body.appId, caller.covers(app: appId) else {
+                throw APIError.forbidden(
+                    "key '\(caller.label)' is limited to apps \(caller.limitedApps!.sorted().joined(separator: ", ")): an order names one of them (appId)"
+                )
+            }
+        }
         let stripeApp = try body.appId.flatMap { id in try checkouts.stripe[id].map { _ in try checkouts.app(id) } }
         guard let accountId = body.accountId else {
             // A web paywall before install: a checkout for nobody, redeemed in the app later.
@@ -325,6 +333,7 @@ struct OrdersController: RequestHandling {
             throw APIError.notFound("no order '\(orderId.prefix(64))'")
         }
         try caller.require(order.accountId)
+        try caller.requireApp(order.appId, notFound: APIError.notFound("no order '\(orderId.prefix(64))'"))
         return order
     }
 

@@ -205,6 +205,7 @@ struct RejectedProofsController: RequestHandling {
 
     func listRejectedProofs(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         try context.caller().requireScope(.read)
+        try context.caller().requireEveryApp("the rejected proofs")
         let query = request.uri.queryParameters
         let filters = try StoreKeeperApp.rejectedProofFilters(
             code: query["code"].map(String.init), since: query["since"].map(String.init))

@@ -216,6 +216,7 @@ struct RetentionController: RequestHandling {
 
     func retentionReport(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         try context.caller().requireScope(.read)
+        try context.caller().requireEveryApp("the retention report")
         var since: Date?
         if let text = request.uri.queryParameters["since"].map(String.init) {
             guard let date = StoreKeeperApp.parseDate(text) else {

@@ -222,6 +222,7 @@ extension StoreKeeperApp {
 struct SupportController: RequestHandling {
     let support: SupportStore
     let accounts: AccountStore
+    let transactions: TransactionStore
     let grants: Grants
     let maxBodyBytes: Int
     let extend:
@@ -242,6 +243,7 @@ struct SupportController: RequestHandling {
         v1.get("accounts/:accountId/notes") { request, context in try await listAccountNotes(request, context) }
         v1.get("app-transactions/:transactionId") { _, context in
             try context.caller().requireScope(.read)
+            try context.caller().requireEveryApp("Apple's app transactions")
             let id = try StoreKeeperApp.parameter(context, "transactionId")
             guard StoreKeeperApp.isAppleNumericId(id) else {
                 throw APIError.badRequest(
@@ -257,6 +259,7 @@ struct SupportController: RequestHandling {
         try context.caller().requireScope(.support)
         let original = try StoreKeeperApp.parameter(context, "originalTransactionId")
         try StoreKeeperApp.validateText(original, field: "originalTransactionId")
+        try await requireSubscriptionApp(original, caller: try context.caller())
         let body = try await decode(StoreKeeperApp.ExtendBody.self, request)
         return try await extend(original, body, try context.caller())
     }
@@ -265,13 +268,25 @@ struct SupportController: RequestHandling {
         try context.caller().requireScope(.read)
         let original = try StoreKeeperApp.parameter(context, "originalTransactionId")
         try StoreKeeperApp.validateText(original, field: "originalTransactionId")
+        try await requireSubscriptionApp(original, caller: try context.caller())
         return try StoreKeeperApp.json([
             "extensions": try await support.extensions(of: original).map(StoreKeeperApp.ExtensionJSON.init)
         ])
     }
 
+    /// A key limited to some apps reaches a subscription of its apps only (another app's, or one
+    /// not recorded here, is as if it did not exist).
+    func requireSubscriptionApp(_ original: String, caller: Caller) async throws {
+        guard caller.limitedApps != nil else { return }
+        let record = try await transactions.transaction(named: original)
+        guard let record, caller.covers(app: record.appId) else {
+            throw APIError.notFound("no subscription '\(original.prefix(64))' recorded here")
+        }
+    }
+
     func massExtend(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         try context.caller().requireScope(.support)
+        try context.caller().requireEveryApp("a mass extension")
         let body = try await decode(StoreKeeperApp.MassExtendBody.self, request)
         let note = try StoreKeeperApp.validateExtension(days: body.days, reason: body.reason, note: body.note)
         guard grants.catalog.product(body.productId)?.type == .autoRenewable else {
@@ -287,6 +302,7 @@ struct SupportController: RequestHandling {
 
     func getExtension(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         try context.caller().requireScope(.read)
+        try context.caller().requireEveryApp("a mass extension's request")
         let id = try StoreKeeperApp.parameter(context, "requestId")
         guard let row = try await support.extensionRequest(id) else {
             throw APIError.notFound("no extension request '\(id.prefix(64))'")

@@ -19,6 +19,7 @@ struct WebhooksController: RequestHandling {
 
     func listDeadLetters(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         try context.caller().requireScope(.read)
+        try context.caller().requireEveryApp("the webhook dead letters")
         let letters = try await outbox.deadLetters()
         let items: [[String: Any]] = letters.map { letter in
             [
