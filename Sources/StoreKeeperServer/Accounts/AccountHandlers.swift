@@ -257,12 +257,24 @@ struct AccountsController: RequestHandling {
         return (accountId, currency, try await decode(StoreKeeperApp.DebitBody.self, request))
     }
 
+    /// Who a debit is audited under: an operator key (`auth.keys`: support, through the API, the
+    /// dashboard or the MCP desk) always, reason or not; a secret key (the app's back end
+    /// spending a player's coins) when it gives a reason — support acting with it.
+    static func debitActor(_ caller: Caller, reason: String?) -> String? {
+        let reason = reason?.trimmingCharacters(in: .whitespaces) ?? ""
+        switch caller {
+        case .key: return caller.auditActor
+        case .secretKey: return reason.isEmpty ? nil : caller.auditActor
+        case .account: return nil
+        }
+    }
+
     func debit(_ request: Request, _ context: StoreKeeperContext) async throws -> Response {
         let (accountId, currency, body) = try await balanceRequest(request, context, action: "debits")
         switch try await store.accounts.debit(
             accountId: accountId, currency: currency, amount: body.amount, idempotencyKey: body.idempotencyKey,
             reason: body.reason.flatMap { $0.trimmingCharacters(in: .whitespaces).isEmpty ? nil : $0 },
-            actor: try context.caller().isKey ? try context.caller().auditActor : nil, now: Date())
+            actor: Self.debitActor(try context.caller(), reason: body.reason), now: Date())
         {
         case .debited(let balance): return try StoreKeeperApp.json(["balance": balance])
         case .idempotencyConflict:
