@@ -18,6 +18,11 @@ public final class LocalStripe: @unchecked Sendable {
         public var catalog: Catalog
         public var apiVersion = StripeClient.pinnedVersion
         public var livemode = false
+        /// The account's settlement currency (nil: each charge settles in its own): a charge in
+        /// another is converted at `exchangeRates[charge currency]` (settlement units per unit),
+        /// its balance transaction in the settlement currency with Stripe's `exchange_rate`.
+        public var settlementCurrency: String?
+        public var exchangeRates: [String: Double] = [:]
         public init(catalog: Catalog) { self.catalog = catalog }
     }
 
@@ -394,14 +399,26 @@ public final class LocalStripe: @unchecked Sendable {
 
     func makeCharge(amount: Int64, currency: String, paymentIntent: String, customer: String?) -> String {
         let id = newId("ch")
-        let fee = amount == 0 ? 0 : (amount * 29 + 500) / 1000 + 30
+        // Settled in the account's currency when it is another (Stripe converts at its rate).
+        var settled = amount
+        var settlement = currency
+        var rate: Any = NSNull()
+        if let target = configuration.settlementCurrency?.lowercased(), target != currency.lowercased(),
+            let exchange = configuration.exchangeRates[currency.lowercased()]
+        {
+            let major = Double(amount) / pow(10, Double(Self.exponent(currency)))
+            settled = Int64((major * exchange * pow(10, Double(Self.exponent(target)))).rounded())
+            settlement = target
+            rate = exchange
+        }
+        let fee = settled == 0 ? 0 : (settled * 29 + 500) / 1000 + 30
         let txn = newId("txn")
         balanceTransactions[txn] = [
-            "id": txn, "object": "balance_transaction", "amount": amount, "fee": fee, "net": amount - fee,
-            "currency": currency, "exchange_rate": NSNull(), "status": "pending", "type": "charge",
+            "id": txn, "object": "balance_transaction", "amount": settled, "fee": fee, "net": settled - fee,
+            "currency": settlement, "exchange_rate": rate, "status": "pending", "type": "charge",
             "reporting_category": "charge", "created": now,
             "fee_details": [
-                ["amount": fee, "currency": currency, "type": "stripe_fee", "description": "Stripe processing fees"]
+                ["amount": fee, "currency": settlement, "type": "stripe_fee", "description": "Stripe processing fees"]
             ],
         ]
         charges[id] = [

@@ -7,10 +7,25 @@ import Foundation
 /// Stripe's amounts: integers in the currency's smallest unit.
 public enum StripeMoney {
     /// Digits after the decimal point of `currency`'s smallest unit (0 for zero-decimal
-    /// currencies such as JPY and KRW, 2 otherwise).
+    /// currencies such as JPY and KRW, 3 for Stripe's three-decimal ones such as BHD and KWD,
+    /// 2 otherwise).
     public static func decimals(_ currency: String) -> Int {
-        zeroDecimal.contains(currency.lowercased()) ? 0 : 2
+        let code = currency.lowercased()
+        if zeroDecimal.contains(code) { return 0 }
+        return threeDecimal.contains(code) ? 3 : 2
     }
+
+    /// Milliunits (thousandths of the major unit, the store-neutral price unit) per smallest
+    /// unit of `currency`: 1000 for yen, 10 for cents, 1 for fils.
+    public static func milliunitsPerUnit(_ currency: String) -> Int64 {
+        switch decimals(currency) {
+        case 0: 1000
+        case 3: 1
+        default: 10
+        }
+    }
+
+    static let threeDecimal: Set<String> = ["bhd", "jod", "kwd", "omr", "tnd"]
 
     static let zeroDecimal: Set<String> = [
         "bif", "clp", "djf", "gnf", "jpy", "kmf", "krw", "mga", "pyg", "rwf", "ugx", "vnd", "vuv", "xaf", "xof", "xpf",

@@ -190,3 +190,32 @@ extension StripeTests {
         }
     }
 }
+
+/// Stripe's money, as the fourth audit read it against Stripe's API reference: proceeds from the
+/// balance transaction's net and currency always (a charge settled in another currency counted
+/// its gross), three-decimal currencies (10× too large).
+extension StripeTests {
+    @Test(arguments: API.databases)
+    func proceedsOfAChargeSettledInAnotherCurrencyAreStripesNet(kind: String) async throws {
+        try await Self.withStripe(kind, livemode: true, settlement: ("eur", ["usd": 0.92])) { web in
+            _ = try await web.buy("w-fx", "coins_300")
+            try await web.deliver()
+            #expect(try await web.balance("w-fx") == 300)
+            // 4.99 USD settled as 4.59 EUR, Stripe's fee 0.43 EUR: net 4.16 EUR, 90.6 % of the
+            // gross; the developer keeps 4.99 × 416 / 459 = 4.522 USD — never the gross 4.99.
+            let revenue = try await API.call(web.client, .get, "/v1/revenue")
+            let usd = (revenue.json["currencies"] as? [[String: Any]])?.first { $0["currency"] as? String == "USD" }
+            #expect(usd?["grossMilli"] as? Int == 4990, "\(revenue.json)")
+            #expect(usd?["proceedsMilli"] as? Int == 4522, "\(revenue.json)")
+        }
+    }
+
+    @Test func threeDecimalCurrenciesAreMilliunitsAsTheyAre() {
+        // 1.000 KWD is 1000 fils; 1.00 USD 100 cents; 100 JPY 100 yen: each 1000 milliunits a unit.
+        #expect(StripeReading.milliunits(1000, currency: "kwd") == 1000)
+        #expect(StripeReading.milliunits(5250, currency: "BHD") == 5250)
+        #expect(StripeReading.milliunits(100, currency: "usd") == 1000)
+        #expect(StripeReading.milliunits(100, currency: "jpy") == 100_000)
+        #expect(StripeReading.milliunits(1, currency: "tnd") == 1)
+    }
+}

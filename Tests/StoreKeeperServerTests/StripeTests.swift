@@ -121,10 +121,13 @@ import Testing
     static func withStripe(
         _ kind: String, disputePolicy: String? = nil, catalog: Catalog = .demo, livemode: Bool = false,
         appleReporting: Bool = false, google: Bool = false,
-        environments: Set<AppStoreEnvironment> = [.production, .sandbox], _ body: @Sendable (Web) async throws -> Void
+        environments: Set<AppStoreEnvironment> = [.production, .sandbox],
+        settlement: (currency: String, rates: [String: Double])? = nil, _ body: @Sendable (Web) async throws -> Void
     ) async throws {
         var stripeConfiguration = LocalStripe.Configuration(catalog: .demo)
         stripeConfiguration.livemode = livemode
+        stripeConfiguration.settlementCurrency = settlement?.currency
+        stripeConfiguration.exchangeRates = settlement?.rates ?? [:]
         let stripe = LocalStripe(configuration: stripeConfiguration)
         let server = LocalStripeServer(stripe: stripe)
         let running = try await server.start()

@@ -53,8 +53,7 @@ enum StripeReading {
     /// Milliunits of `amount` in Stripe's smallest unit of `currency` (cents; whole yen).
     static func milliunits(_ amount: Int64?, currency: String?) -> Int64? {
         guard let amount, let currency else { return nil }
-        let exponent = StripeMoney.decimals(currency)
-        let (value, overflow) = amount.multipliedReportingOverflow(by: exponent == 0 ? 1000 : 10)
+        let (value, overflow) = amount.multipliedReportingOverflow(by: StripeMoney.milliunitsPerUnit(currency))
         return overflow ? nil : value
     }
 
@@ -69,13 +68,18 @@ enum StripeReading {
         }
     }
 
-    /// The proceeds of a charge: its balance transaction's net, in milliunits of the charge's
-    /// currency when it settled in it (a converted one is left to `Proceeds`).
-    static func proceeds(_ charge: StripeCharge?, currency: String?) -> Int64? {
-        guard let balance = charge?.balanceTransaction?.object, let net = balance.net,
-            balance.currency?.lowercased() == currency?.lowercased()
-        else { return nil }
-        return milliunits(net, currency: currency)
+    /// The proceeds of a charge, from its balance transaction's `net` and `currency` always, in
+    /// milliunits of the price's currency (the unit every price and proceeds share here): its
+    /// net when it settled in that currency; settled in another (a EUR charge paid out in USD),
+    /// the price times the share Stripe's net keeps of its own gross (`net / amount`, both in the
+    /// settlement currency) — Stripe's fee and conversion taken, never the gross. Nil until
+    /// Stripe has a balance transaction.
+    static func proceeds(_ charge: StripeCharge?, currency: String?, price: Int64?) -> Int64? {
+        guard let balance = charge?.balanceTransaction?.object, let net = balance.net, let currency else { return nil }
+        if balance.currency?.lowercased() == currency.lowercased() { return milliunits(net, currency: currency) }
+        guard let gross = balance.amount, gross > 0, let price else { return nil }
+        let kept = (Double(price) * Double(net) / Double(gross)).rounded(.down)
+        return kept.isFinite ? Int64(kept) : nil
     }
 
     static func ms(_ seconds: Int64?) -> Int64? { seconds.map { $0 * 1000 } }
@@ -200,7 +204,7 @@ extension StripePayments {
             storefront: nil, currency: currency?.uppercased(),
             price: StripeReading.milliunits(intent.amountReceived ?? session.amountTotal, currency: currency))
         var priced = transaction
-        priced.proceeds = StripeReading.proceeds(charge, currency: currency)
+        priced.proceeds = StripeReading.proceeds(charge, currency: currency, price: priced.price)
         let address = session.customerDetails?.address ?? charge?.billingDetails?.address
         return try await deliverStripe(
             priced, paymentIntent: intent.id, charge: charge, customer: session.customer?.id ?? intent.customer?.id,
@@ -248,7 +252,7 @@ extension StripePayments {
             currency: invoice.currency?.uppercased(),
             price: StripeReading.milliunits(invoice.amountPaid, currency: invoice.currency))
         transaction.subscriptionGroup = product.group
-        transaction.proceeds = StripeReading.proceeds(charge, currency: invoice.currency)
+        transaction.proceeds = StripeReading.proceeds(charge, currency: invoice.currency, price: transaction.price)
         let event = StripeReading.status(subscription).map {
             SubscriptionEvent(
                 .storeState($0, autoRenew: !(subscription.cancelAtPeriodEnd ?? false)), signedDate: now,
