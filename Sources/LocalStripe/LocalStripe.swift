@@ -673,10 +673,12 @@ public final class LocalStripe: @unchecked Sendable {
     }
 
     /// `GET /v1/events`: newest first, `created[gte]`, `starting_after`, `limit`.
-    public func eventList(createdAfter: Int64?, startingAfter: String?, limit: Int) -> Object {
+    public func eventList(createdAfter: Int64?, startingAfter: String?, limit: Int, types: Set<String> = [])
+        -> Object
+    {
         lock.lock()
         defer { lock.unlock() }
-        var list = events.reversed().filter { $0.created >= (createdAfter ?? 0) }
+        var list = events.reversed().filter { $0.created >= (createdAfter ?? 0) && (types.isEmpty || types.contains($0.type)) }
         if let startingAfter, let index = list.firstIndex(where: { $0.id == startingAfter }) {
             list = Array(list[(index + 1)...])
         }

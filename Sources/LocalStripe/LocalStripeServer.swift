@@ -211,7 +211,8 @@ public final class LocalStripeServer: Sendable {
                         createdAfter: (query.get("created[gte]") ?? query.get("created%5Bgte%5D")).flatMap {
                             Int64($0)
                         },
-                        startingAfter: query.get("starting_after"), limit: query.get("limit").flatMap { Int($0) } ?? 10)
+                        startingAfter: query.get("starting_after"), limit: query.get("limit").flatMap { Int($0) } ?? 10,
+                        types: Self.queryValues(request.uri.query, named: "types[]"))
                 )
             }
         }
@@ -556,6 +557,18 @@ extension LocalStripeServer {
 
     /// Every event not yet taken, as Stripe would send it now (for tests that post through
     /// their own client): the pretty-printed body and its `Stripe-Signature`.
+    /// Every value of `name` in a query string, keys and values percent-decoded (`types[]`
+    /// arrives as `types%5B%5D` from most clients).
+    static func queryValues(_ query: String?, named name: String) -> Set<String> {
+        var values: Set<String> = []
+        for pair in (query ?? "").split(separator: "&") {
+            let parts = pair.split(separator: "=", maxSplits: 1).map(String.init)
+            guard parts.count == 2, (parts[0].removingPercentEncoding ?? parts[0]) == name else { continue }
+            values.insert(parts[1].removingPercentEncoding ?? parts[1])
+        }
+        return values
+    }
+
     public func takeDeliveries(secrets: [String], at date: Date = Date()) -> [(
         id: String, type: String, body: Data, header: String
     )] {

@@ -296,5 +296,13 @@ extension Migrations {
                 "DROP INDEX IF EXISTS deliveries_account"
             ]
         ),
+        (
+            34,
+            [
+                // Stripe's reconciliation resumes where its last complete run ended (Unix
+                // seconds): an outage longer than any fixed window loses nothing Stripe keeps.
+                "CREATE TABLE stripe_reconcile_state (app_id TEXT PRIMARY KEY, complete_through BIGINT NOT NULL)"
+            ]
+        ),
     ]
 }

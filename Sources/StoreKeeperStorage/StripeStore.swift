@@ -297,6 +297,25 @@ extension StripeStore {
         public var productId: String
     }
 
+    /// Where the app's last complete reconciliation ended (Unix seconds), if one ran.
+    public func reconcileCursor(appId: String) async throws -> Int64? {
+        try await database.read { sql in
+            try await sql.raw("SELECT complete_through FROM stripe_reconcile_state WHERE app_id = \(bind: appId)")
+                .first()?.decode(column: "complete_through", as: Int64.self)
+        }
+    }
+
+    public func setReconcileCursor(appId: String, through: Int64) async throws {
+        try await database.transaction { sql in
+            try await sql.raw(
+                """
+                INSERT INTO stripe_reconcile_state (app_id, complete_through) VALUES (\(bind: appId), \(bind: through))
+                ON CONFLICT (app_id) DO UPDATE SET complete_through = excluded.complete_through
+                """
+            ).run()
+        }
+    }
+
     /// Whether `transactionId` was delivered (a payment refused before its claim is recorded
     /// here without a delivery).
     public func isDelivered(_ transactionId: String) async throws -> Bool {

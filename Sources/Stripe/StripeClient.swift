@@ -150,11 +150,17 @@ public struct StripeClient: Sendable {
     }
 
     /// Recent events, newest first (Stripe keeps 30 days).
-    public func events(createdAfter: Int64?, startingAfter: String?, limit: Int = 100) async throws
-        -> StripeList<StripeEvent>
+    /// `types`: only these (Stripe takes up to 20).
+    public func events(createdAfter: Int64?, startingAfter: String?, limit: Int = 100, types: [String] = [])
+        async throws -> StripeList<StripeEvent>
     {
         var query = ["limit=\(max(1, min(limit, 100)))"]
         if let createdAfter { query.append("created[gte]=\(createdAfter)") }
+        // Event types are lowercase letters, `.` and `_` (the URL is encoded once, by the client).
+        for type in types.prefix(20)
+        where type.utf8.allSatisfy({ ($0 >= 0x61 && $0 <= 0x7A) || $0 == 0x2E || $0 == 0x5F }) {
+            query.append("types[]=\(type)")
+        }
         if let startingAfter { query.append("starting_after=\(Self.segment(startingAfter))") }
         return try await send(.GET, "/v1/events?" + query.joined(separator: "&"))
     }

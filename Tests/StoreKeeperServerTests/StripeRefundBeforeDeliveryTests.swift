@@ -219,3 +219,28 @@ extension StripeTests {
         #expect(StripeReading.milliunits(1, currency: "tnd") == 1)
     }
 }
+
+extension StripeTests {
+    /// Reconciliation resumes where its last complete run ended: an outage longer than the three
+    /// days a fixed window looked back loses nothing; it pages to the end and lists only the
+    /// types it applies.
+    @Test(arguments: API.databases)
+    func reconciliationResumesAfterAnOutageLongerThanItsWindow(kind: String) async throws {
+        try await Self.withStripe(kind) { web in
+            let reconciler = StripeReconciler(app: web.app)
+            let first = await reconciler.run()
+            #expect(first.errors.isEmpty, "\(first.errors)")
+            // Bought, every webhook lost; the server comes back five days later.
+            for index in 0..<3 { _ = try await web.buy("w-out\(index)", "coins_60") }
+            _ = web.server.takeDeliveries(secrets: [Self.secrets[0]])
+            let later = await reconciler.run(now: Date().addingTimeInterval(5 * 86_400))
+            #expect(later.errors.isEmpty, "\(later.errors)")
+            #expect(later.recorded == 3, "\(later)")
+            await web.runJobs(now: Date().addingTimeInterval(5 * 86_400 + 60))
+            for index in 0..<3 { #expect(try await web.balance("w-out\(index)") == 60) }
+            // Only what the adapter applies was listed (no payment_intent.*, no charge.succeeded).
+            let types = Set(try await StripeStore(database: web.app.database).events().map(\.type))
+            #expect(types == ["checkout.session.completed"], "\(types)")
+        }
+    }
+}
