@@ -418,10 +418,10 @@ extension PostgresBackend {
     /// Why a connection to `url` cannot be made, in the operator's terms (nil: it connects):
     /// one connection of its own (never a pool, which retries a refused password until its
     /// deadline), within `deadline`. What `config check --connect` and `serve`'s start report.
-    static func connectionProblem(url: String, deadline: Duration) async -> String? {
+    static func connectionProblem(url: String, deadline: Duration) async -> Database.ConnectionProblem? {
         guard let components = URLComponents(string: url), let host = components.host, let user = components.user,
             let database = components.path.split(separator: "/").first.map(String.init)
-        else { return "database.url is not postgres://user:pass@host:port/db" }
+        else { return .init(message: "database.url is not postgres://user:pass@host:port/db", isPermanent: true) }
         let port = components.port ?? 5432
         let configuration: PostgresConnection.Configuration
         do {
@@ -431,11 +431,12 @@ extension PostgresBackend {
             made.options.connectTimeout = .seconds(Int64(max(1, deadline.components.seconds)))
             configuration = made
         } catch {
-            return "\(error)"
+            return .init(message: "\(error)", isPermanent: true)
         }
         let logger = Logger(label: "storekeeper.database.check")
-        let outcome: String?? = try? await raceDeadline(deadline, what: "a PostgreSQL connection check") {
-            () async -> String? in
+        let outcome: Database.ConnectionProblem?? = try? await raceDeadline(
+            deadline, what: "a PostgreSQL connection check"
+        ) { () async -> Database.ConnectionProblem? in
             do {
                 let connection = try await PostgresConnection.connect(
                     configuration: configuration, id: 0, logger: logger)
@@ -447,34 +448,39 @@ extension PostgresBackend {
         }
         switch outcome {
         case .some(let problem): return problem
-        case .none: return "no answer from \(host):\(port) within \(deadline): is the host right, and a firewall open?"
+        case .none:
+            return .init(
+                message: "no answer from \(host):\(port) within \(deadline): is the host right, and a firewall open?",
+                isPermanent: false)
         }
     }
 
     /// A connection failure in the operator's words: authentication, a missing database, a
     /// refused or unreachable server, TLS.
     static func describeConnectionFailure(_ error: any Error, host: String, port: Int, user: String, database: String)
-        -> String
+        -> Database.ConnectionProblem
     {
-        guard let error = error as? PSQLError else { return "cannot connect to \(host):\(port): \(error)" }
+        guard let error = error as? PSQLError else {
+            return .init(message: "cannot connect to \(host):\(port): \(error)", isPermanent: false)
+        }
         if let state = error.serverInfo?[.sqlState] {
             let message = error.serverInfo?[.message] ?? ""
             switch state {
             case "28P01":
-                return
-                    "password authentication failed for user '\(user)' (PostgreSQL 28P01): check the password in database.url"
+                return .permanent(
+                    "password authentication failed for user '\(user)' (PostgreSQL 28P01): check the password in database.url")
             case "28000":
-                return
-                    "PostgreSQL refused user '\(user)' (28000: \(message)): check pg_hba.conf and the user in database.url"
+                return .permanent(
+                    "PostgreSQL refused user '\(user)' (28000: \(message)): check pg_hba.conf and the user in database.url")
             case "3D000":
-                return
-                    "database '\(database)' does not exist on \(host):\(port) (3D000): create it (createdb \(database)) or fix database.url"
+                return .permanent(
+                    "database '\(database)' does not exist on \(host):\(port) (3D000): create it (createdb \(database)) or fix database.url")
             case "53300":
-                return "PostgreSQL has too many connections (53300): raise max_connections or use PgBouncer"
+                return .transient("PostgreSQL has too many connections (53300): raise max_connections or use PgBouncer")
             case let state where state.hasPrefix("57P"):
-                return "PostgreSQL is starting up or shutting down (\(state): \(message)): try again shortly"
+                return .transient("PostgreSQL is starting up or shutting down (\(state): \(message)): try again shortly")
             default:
-                return "PostgreSQL refused the connection (\(state): \(message))"
+                return .permanent("PostgreSQL refused the connection (\(state): \(message))")
             }
         }
         let underlying = error.underlying.map { String(describing: $0) } ?? String(describing: error.code)
@@ -482,34 +488,46 @@ extension PostgresBackend {
         case .connectionError:
             let text = underlying.lowercased()
             if text.contains("refused") {
-                return "connection refused at \(host):\(port): is PostgreSQL running and listening there?"
+                return .transient("connection refused at \(host):\(port): is PostgreSQL running and listening there?")
             }
             if text.contains("timeout") || text.contains("timed out") {
-                return "no answer from \(host):\(port): is the host right, and a firewall open?"
+                return .transient("no answer from \(host):\(port): is the host right, and a firewall open?")
             }
             if text.contains("resolve") || text.contains("name") || text.contains("dns") {
-                return "cannot resolve host '\(host)': check database.url"
+                return .transient("cannot resolve host '\(host)': check database.url")
             }
-            return "cannot connect to \(host):\(port): \(underlying)"
+            return .transient("cannot connect to \(host):\(port): \(underlying)")
         case .sslUnsupported:
-            return
-                "TLS: \(host):\(port) does not offer TLS, which sslmode requires (set sslmode=disable only on a trusted network)"
+            return .permanent(
+                "TLS: \(host):\(port) does not offer TLS, which sslmode requires (set sslmode=disable only on a trusted network)")
         default:
             if underlying.lowercased().contains("certificate") || underlying.lowercased().contains("tls")
                 || underlying.lowercased().contains("ssl")
             {
-                return "TLS failed with \(host):\(port): \(underlying) (check sslmode and sslrootcert)"
+                return .permanent("TLS failed with \(host):\(port): \(underlying) (check sslmode and sslrootcert)")
             }
-            return "cannot connect to \(host):\(port): \(underlying)"
+            return .transient("cannot connect to \(host):\(port): \(underlying)")
         }
     }
 }
 
 extension Database {
-    /// Why `url` cannot be connected to, in the operator's words (nil: it connects, or it is
-    /// SQLite): PostgreSQL's authentication, a missing database, a refused or unreachable
-    /// server, TLS — each within seconds, never a pool's retries until a deadline.
-    public static func connectionProblem(url: String, deadline: Duration = .seconds(10)) async -> String? {
+    /// Why a database cannot be connected to, in the operator's words. `isPermanent`: waiting
+    /// will not help (a wrong password, a missing database, TLS refused); otherwise the server
+    /// may come (refused, unreachable, starting up).
+    public struct ConnectionProblem: Sendable, Hashable, CustomStringConvertible {
+        public var message: String
+        public var isPermanent: Bool
+        public var description: String { message }
+
+        static func permanent(_ message: String) -> Self { .init(message: message, isPermanent: true) }
+        static func transient(_ message: String) -> Self { .init(message: message, isPermanent: false) }
+    }
+
+    /// Why `url` cannot be connected to (nil: it connects, or it is SQLite): PostgreSQL's
+    /// authentication, a missing database, a refused or unreachable server, TLS — each within
+    /// seconds, never a pool's retries until a deadline.
+    public static func connectionProblem(url: String, deadline: Duration = .seconds(10)) async -> ConnectionProblem? {
         guard url.hasPrefix("postgres://") || url.hasPrefix("postgresql://") else { return nil }
         return await PostgresBackend.connectionProblem(url: url, deadline: deadline)
     }

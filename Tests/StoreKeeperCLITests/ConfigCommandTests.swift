@@ -220,7 +220,7 @@ extension ConfigCommandTests {
         #expect(run.json?["ok"] as? Bool == false)
         let database = try #require(Self.checks(run)["database"])
         #expect(database["ok"] as? Bool == false)
-        #expect((database["detail"] as? String ?? "").contains("cannot connect"))
+        #expect((database["detail"] as? String ?? "").contains("connection refused at 127.0.0.1:1"))
         // A real PostgreSQL (CI's) with a wrong password, and then the right one.
         if let url = ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_URL"],
             var components = URLComponents(string: url)

@@ -157,3 +157,70 @@ extension FileHandle {
     }
 
 }
+
+/// The fourth audit's pre-flight finding: a wrong PostgreSQL password waited 15 s and blamed
+/// Apple; `serve` logged timeouts until it gave up. Each check now names its own failure in its
+/// own words within seconds, and `serve` exits at once, saying why, on a refusal waiting cannot
+/// cure. PostgreSQL's refusals need a real server (CI's); the down server is port 1.
+@Suite struct DatabaseCauseTests {
+    static let postgres = ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_URL"]
+
+    static func config(_ url: String, in directory: URL) throws -> String {
+        let file = directory.appendingPathComponent("c-\(UUID()).yaml")
+        try Data(
+            """
+            database: { url: "\(url)", startupTimeoutSeconds: 30 }
+            apple: { bundleId: com.example.app, environments: [Sandbox] }
+            http: { port: 0 }
+            """.utf8
+        ).write(to: file)
+        return file.path
+    }
+
+    static func urls() -> [(String, String)] {
+        var cases = [("postgres://storekeeper:pw@127.0.0.1:1/none", "connection refused at 127.0.0.1:1")]
+        if let base = postgres, var wrong = URLComponents(string: base) {
+            wrong.password = "not-the-password"
+            cases.append((wrong.string!, "password authentication failed"))
+            var missing = URLComponents(string: base)!
+            missing.path = "/sk_no_such_database"
+            cases.append((missing.string!, "database 'sk_no_such_database' does not exist"))
+        }
+        return cases
+    }
+
+    @Test(.timeLimit(.minutes(2)))
+    func configCheckNamesTheDatabasesOwnFailure() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("cause-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        for (url, cause) in Self.urls() {
+            let run = try await VerifyCommandTests.run([
+                "config", "check", "--config", try Self.config(url, in: directory), "--connect", "--json",
+            ])
+            #expect(run.status == 1)
+            let database = ConfigConnectTests.checks(run)["database"]
+            #expect(database?["ok"] as? Bool == false)
+            let detail = database?["detail"] as? String ?? ""
+            #expect(detail.contains(cause), "\(detail)")
+            #expect(!detail.contains("Apple"), "\(detail)")
+        }
+    }
+
+    /// A wrong password or a missing database: `serve` exits non-zero at once with the cause
+    /// (not after database.startupTimeoutSeconds, here 30 s; the limit is generous for a busy
+    /// machine, the point is the cause).
+    @Test(.enabled(if: postgres != nil), .timeLimit(.minutes(2)))
+    func serveExitsOnARefusalWithItsCause() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("refused-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        for (url, cause) in Self.urls().dropFirst() {
+            let run = try await VerifyCommandTests.run(["serve", "--config", try Self.config(url, in: directory)])
+            let output = run.stdout + run.stderr
+            #expect(run.status != 0)
+            #expect(output.contains(cause), "\(output.suffix(2000))")
+            #expect(!output.contains("listening on"))
+        }
+    }
+}

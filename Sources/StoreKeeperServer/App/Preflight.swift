@@ -51,7 +51,7 @@ public enum Preflight {
         // a server that is down is named as such within seconds (a pool retries a refused
         // password until the deadline, and then only says it timed out).
         if let problem = await Database.connectionProblem(url: url) {
-            return Check(name: name, ok: false, detail: problem)
+            return Check(name: name, ok: false, detail: problem.message)
         }
         do {
             return try await preflightDeadline(deadline, what: "the database") {

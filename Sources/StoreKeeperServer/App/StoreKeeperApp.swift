@@ -362,6 +362,13 @@ public struct StoreKeeperApp: Sendable {
                 try await Migrations.run(on: database)
                 return
             } catch let error where StorageUnavailable.classify(error) != nil {
+                // Why, in PostgreSQL's own terms: a refusal waiting cannot cure (a wrong password,
+                // a missing database, TLS) ends the start now, said once; else it is waited for.
+                let problem = await Database.connectionProblem(url: configuration.databaseURL, deadline: .seconds(5))
+                if let problem, problem.isPermanent {
+                    try? await database.close()
+                    throw StartupFailure(description: "the database refused this server: \(problem.message)")
+                }
                 let waited = ContinuousClock.now - started
                 guard waited < limit else {
                     try? await database.close()
@@ -374,7 +381,9 @@ public struct StoreKeeperApp: Sendable {
                     lastWarning = ContinuousClock.now
                     logger.warning(
                         "waiting for the database",
-                        metadata: ["waited": "\(waited.components.seconds) s", "error": "\(error)"])
+                        metadata: [
+                            "waited": "\(waited.components.seconds) s", "cause": "\(problem?.message ?? "\(error)")",
+                        ])
                 }
                 try await Task.sleep(for: .milliseconds(500))
             }
