@@ -43,7 +43,9 @@ public final class LocalStripeServer: Sendable {
     }
 
     public init(
-        stripe: LocalStripe, secretKey: String = "sk_test_local_" + UUID().uuidString.prefix(8).lowercased(),
+        stripe: LocalStripe,
+        secretKey: String = "sk_test_local_" + (UUID().uuidString + UUID().uuidString).replacingOccurrences(of: "-", with: "")
+            .lowercased(),
         publicBaseURL: String = "http://127.0.0.1:8080/local-stripe"
     ) {
         self.stripe = stripe
@@ -91,7 +93,7 @@ public final class LocalStripeServer: Sendable {
             return response
         }
         let header = request.headers[.authorization] ?? ""
-        guard header == "Bearer \(secretKey)" else {
+        guard Self.sameBytes(header, "Bearer \(secretKey)") else {
             let message =
                 header.hasPrefix("Bearer pk_")
                 ? "This API call cannot be made with a publishable API key. Please use a secret API key."
@@ -557,6 +559,15 @@ extension LocalStripeServer {
 
     /// Every event not yet taken, as Stripe would send it now (for tests that post through
     /// their own client): the pretty-printed body and its `Stripe-Signature`.
+    /// Constant-time comparison of two strings' bytes (no early exit on the first difference).
+    static func sameBytes(_ a: String, _ b: String) -> Bool {
+        let x = Array(a.utf8)
+        let y = Array(b.utf8)
+        var difference = UInt8(x.count == y.count ? 0 : 1)
+        for index in 0..<min(x.count, y.count) { difference |= x[index] ^ y[index] }
+        return difference == 0
+    }
+
     /// Every value of `name` in a query string, keys and values percent-decoded (`types[]`
     /// arrives as `types%5B%5D` from most clients).
     static func queryValues(_ query: String?, named name: String) -> Set<String> {

@@ -64,6 +64,7 @@ struct ConfigCheckCommand: AsyncParsableCommand {
                 var configuration: [String: String]
                 var trust: [String]
                 var problems: [String]
+                var warnings: [String]
                 var checks: [Preflight.Check]?
             }
             let encoder = JSONEncoder()
@@ -72,7 +73,8 @@ struct ConfigCheckCommand: AsyncParsableCommand {
                 ok: ok,
                 configuration: Dictionary(
                     configuration.effectiveValues.map { ($0.key, $0.value) }, uniquingKeysWith: { first, _ in first }),
-                trust: trustLines, problems: problems, checks: connect ? checks : nil)
+                trust: trustLines, problems: problems, warnings: configuration.productionWarnings,
+                checks: connect ? checks : nil)
             print(String(decoding: try encoder.encode(report), as: UTF8.self))
         } else {
             print("configuration:")
@@ -84,6 +86,7 @@ struct ConfigCheckCommand: AsyncParsableCommand {
                 for check in checks { print("  \(check.ok ? "ok" : "FAILED"): \(check.name): \(check.detail)") }
             }
             for problem in problems { print("problem: \(problem)") }
+            for warning in configuration.productionWarnings { print("warning: \(warning)") }
             if ok {
                 print(connect ? "ok: ready for production, every connection answered" : "ok: ready for production")
             }

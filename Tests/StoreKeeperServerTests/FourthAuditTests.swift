@@ -194,3 +194,38 @@ import Testing
         }
     }
 }
+
+extension FourthAuditTests {
+    /// `config check`'s checklist: the local Stripe, a Stripe key file others can read and an
+    /// `http://` Stripe API to another host are each a problem; credentials carried in URLs are
+    /// masked like every secret; a missing App Store Server API key is a warning naming what it
+    /// switches off.
+    @Test func theChecklistCoversStripeAndMasksCredentialsInURLs() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("checklist-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let keyFile = directory.appendingPathComponent("stripe.key").path
+        try Data("sk_live_0123456789".utf8).write(to: URL(fileURLWithPath: keyFile))
+        try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: keyFile)
+        var configuration = ServerConfiguration()
+        configuration.mode = .configured
+        configuration.localStripeEnabled = true
+        configuration.bundleId = "com.example.app"
+        configuration.webhookURL = "https://hooks.example.com/in?token=s3cr3t-value&team=games"
+        var web = StripeAppConfiguration(id: "web")
+        web.secretKeyFile = keyFile
+        web.apiBaseURL = "http://user:pa55@stripe-proxy.example.net"
+        configuration.stripeApps = [web]
+        let problems = configuration.productionProblems.joined(separator: "\n")
+        #expect(problems.contains("localStripe.enabled is true"), "\(problems)")
+        #expect(problems.contains("apps[web].secretKeyFile"), "\(problems)")
+        #expect(problems.contains("apps[web].apiBaseURL: http://"), "\(problems)")
+        let shown = configuration.effectiveValues.map { "\($0.key) \($0.value)" }.joined(separator: "\n")
+        #expect(!shown.contains("s3cr3t-value") && !shown.contains("pa55"), "\(shown)")
+        #expect(shown.contains("team=games"))
+        #expect(configuration.productionWarnings.contains { $0.contains("apple.serverAPI") && $0.contains("Order ID") })
+        // Loopback over http (a local proxy) is no problem.
+        configuration.stripeApps[0].apiBaseURL = "http://127.0.0.1:12111"
+        #expect(!configuration.productionProblems.contains { $0.contains("apiBaseURL") })
+    }
+}

@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTypes
 import LocalStripe
 import SQLKit
 import StoreKeeperStorage
@@ -241,6 +242,46 @@ extension StripeTests {
             // Only what the adapter applies was listed (no payment_intent.*, no charge.succeeded).
             let types = Set(try await StripeStore(database: web.app.database).events().map(\.type))
             #expect(types == ["checkout.session.completed"], "\(types)")
+        }
+    }
+}
+
+extension StripeTests {
+    /// The billing portal: a return URL only of the app's own (else 400), a few a minute per
+    /// account (429 with Retry-After); after a transfer the new holder never opens the previous
+    /// holder's portal (the Stripe customer is the payer's).
+    @Test(arguments: API.databases)
+    func theBillingPortalIsTheirOwnBoundedAndReturnsOnlyHome(kind: String) async throws {
+        try await Self.withStripe(kind) { web in
+            let (_, session) = try await web.buy("w-portal", "pro_monthly")
+            try await web.deliver()
+            let path = "/v1/accounts/w-portal/billing-portal"
+            let foreign = try await API.call(
+                web.client, .post, path, body: #"{"returnURL":"https://evil.example.net/phish"}"#)
+            #expect(foreign.status == .badRequest, "\(foreign.json)")
+            let lookalike = try await API.call(
+                web.client, .post, path, body: #"{"returnURL":"https://game.example.com.evil.net/x"}"#)
+            #expect(lookalike.status == .badRequest)
+            var statuses: [HTTPResponse.Status] = []
+            for _ in 0..<6 {
+                statuses.append(
+                    try await API.call(
+                        web.client, .post, path, body: #"{"returnURL":"https://game.example.com/account"}"#
+                    ).status)
+            }
+            #expect(Array(statuses.prefix(5)) == Array(repeating: .ok, count: 5), "\(statuses)")
+            #expect(statuses.last == .tooManyRequests)
+            // Moved to another account; it renews there: the new holder has no portal of the payer's.
+            let subscription = try #require(try web.stripe.session(session, expand: [])["subscription"] as? String)
+            let moved = try await API.call(
+                web.client, .post, "/v1/transactions/stripe:\(subscription)/transfer",
+                body: #"{"toAccountId":"w-heir","note":"old account"}"#)
+            #expect(moved.status == .ok, "\(moved.json)")
+            web.stripe.advance(seconds: 32 * 86_400)
+            try await web.deliver()
+            #expect(try await web.entitlements("w-heir") == ["pro"])
+            let heir = try await API.call(web.client, .post, "/v1/accounts/w-heir/billing-portal", body: "{}")
+            #expect(heir.errorCode == "no_stripe_customer", "\(heir.json)")
         }
     }
 }

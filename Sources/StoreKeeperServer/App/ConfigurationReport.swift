@@ -3,6 +3,7 @@ import AppStoreVerification
 import Configuration
 import Crypto
 import Foundation
+import KeyFiles
 import StoreKeeperCatalog
 import StoreKeeperCore
 import StoreKeeperStorage
@@ -16,11 +17,7 @@ extension ServerConfiguration {
             return "****** (\(secret.utf8.count) bytes)"
         }
         func list(_ values: [String]) -> String { values.isEmpty ? "-" : values.joined(separator: ", ") }
-        func masked(_ url: String) -> String {
-            guard var components = URLComponents(string: url), components.password != nil else { return url }
-            components.password = "******"
-            return components.string ?? "******"
-        }
+        let masked = Self.maskedURL
         let maskedURL = masked(databaseURL)
         return [
             ("mode", mode.rawValue), ("http.host", host), ("http.port", String(port)), ("database.url", maskedURL),
@@ -70,7 +67,7 @@ extension ServerConfiguration {
             ("limits.clientRequestsPerSecond", String(clientRequestsPerSecond)),
             ("limits.secretRequestsPerSecond", secretRequestsPerSecond.map(String.init) ?? "unlimited"),
             ("limits.requestTimeoutSeconds", String(requestTimeoutSeconds)),
-            ("ownership.policy", ownershipPolicy.rawValue), ("webhooks.url", webhookURL ?? "-"),
+            ("ownership.policy", ownershipPolicy.rawValue), ("webhooks.url", webhookURL.map(masked) ?? "-"),
             ("webhooks.secret", mask(webhookSecret)), ("localAppStore.enabled", String(localAppStoreEnabled)),
             ("rejectedProofs.retentionDays", String(rejectedProofsRetentionDays)),
             ("rejectedProofs.maxBytesPerDay", String(rejectedProofsMaxBytesPerDay)),
@@ -84,6 +81,29 @@ extension ServerConfiguration {
             ("localGooglePlay.enabled", String(localGooglePlayEnabled)),
             ("localStripe.enabled", String(localStripeEnabled)),
         ] + appLines
+    }
+
+    /// A URL with whatever credential it carries masked: the password of its user info (the user
+    /// too), and the value of any query item whose name says it is a secret (token, key, secret,
+    /// password, signature, auth…).
+    static func maskedURL(_ url: String) -> String {
+        guard var components = URLComponents(string: url) else { return url }
+        var changed = false
+        if components.password != nil {
+            components.password = "******"
+            changed = true
+        }
+        if let items = components.queryItems, !items.isEmpty {
+            let secretWords = ["token", "key", "secret", "password", "pass", "sig", "auth", "credential", "code"]
+            components.queryItems = items.map { item in
+                let name = item.name.lowercased()
+                guard secretWords.contains(where: name.contains), item.value?.isEmpty == false else { return item }
+                changed = true
+                return URLQueryItem(name: item.name, value: "******")
+            }
+        }
+        guard changed else { return url }
+        return components.string ?? "******"
     }
 
     /// One line per app: its store, identity and what it trusts.
@@ -115,7 +135,7 @@ extension ServerConfiguration {
             lines.append(
                 (
                     "apps.\(app.id)",
-                    "stripe, secret key \(app.secretKeyFile ?? (app.secretKey != nil ? "(given)" : "-")), API \(app.apiBaseURL) version \(app.apiVersion), \(app.webhookSecrets.count) webhook secret\(app.webhookSecrets.count == 1 ? "" : "s"), success \(app.successURL), disputes \(app.disputePolicy ?? "catalog's"), redemption \(app.redemptionMinutes) min\(app.googlePlayAppId.map { ", reports to Google Play app \($0)" } ?? "")"
+                    "stripe, secret key \(app.secretKeyFile ?? (app.secretKey != nil ? "(given)" : "-")), API \(Self.maskedURL(app.apiBaseURL)) version \(app.apiVersion), \(app.webhookSecrets.count) webhook secret\(app.webhookSecrets.count == 1 ? "" : "s"), success \(Self.maskedURL(app.successURL)), disputes \(app.disputePolicy ?? "catalog's"), redemption \(app.redemptionMinutes) min\(app.googlePlayAppId.map { ", reports to Google Play app \($0)" } ?? "")"
                 ))
         }
         return lines
@@ -134,6 +154,19 @@ extension ServerConfiguration {
         if localGooglePlayEnabled {
             problems.append("localGooglePlay.enabled is true: the local Google Play stands in for Google")
         }
+        if localStripeEnabled {
+            problems.append("localStripe.enabled is true: the local Stripe stands in for Stripe")
+        }
+        for app in stripeApps {
+            if let file = app.secretKeyFile, let exposure = KeyFiles.exposure(of: file) {
+                problems.append("apps[\(app.id)].secretKeyFile: \(exposure)")
+            }
+            if let url = URL(string: app.apiBaseURL), url.scheme == "http", !Self.isLoopback(url.host ?? "") {
+                problems.append(
+                    "apps[\(app.id)].apiBaseURL: http:// to \(url.host ?? "?") sends the Stripe secret key in clear text (https, or a loopback address)"
+                )
+            }
+        }
         if secretKeys.isEmpty { problems.append("auth.secretKeys: no secret key, operators cannot reach the server") }
         if clientTokenSecret == nil {
             problems.append("auth.clientTokenSecret: not set, apps cannot authenticate with client tokens")
@@ -145,5 +178,31 @@ extension ServerConfiguration {
             problems.append("apple.rootCertificates: roots other than Apple's are trusted")
         }
         return problems
+    }
+
+    /// What a missing credential switches off: said by `config check`, not a failure (a
+    /// deployment may choose to run without it).
+    public var productionWarnings: [String] {
+        var warnings: [String] = []
+        if hasAppStoreApp || !otherAppStoreApps.isEmpty,
+            serverAPIIssuerId == nil || serverAPIKeyId == nil || serverAPIPrivateKeyFile == nil
+        {
+            warnings.append(
+                "apple.serverAPI: no App Store Server API key — no reconciliation, no import, no look-up of a transaction id or of the Order ID from a receipt e-mail, no catch-up after missed notifications, no refund history; StoreKit 1 receipts still verify"
+            )
+        }
+        if responseSigningKey == nil, responseSigningKeys.isEmpty, mode == .configured {
+            warnings.append(
+                "auth.responseSigningKey: not set — answers are unsigned, so an app cannot tell a genuine answer from a forged one")
+        }
+        if webhookURL == nil {
+            warnings.append("webhooks.url: not set — your back end learns of deliveries and refunds only by asking")
+        }
+        return warnings
+    }
+
+    static func isLoopback(_ host: String) -> Bool {
+        let bare = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]")).lowercased()
+        return bare == "localhost" || bare == "::1" || bare.hasPrefix("127.")
     }
 }

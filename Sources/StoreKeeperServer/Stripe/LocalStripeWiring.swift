@@ -41,6 +41,11 @@ extension StoreKeeperApp {
             $0.secrets = [secret]
         }
         logger.notice("local Stripe: Stripe app '\(app.id)' is served by the built-in fake at \(base)")
+        if configuration.mode != .demo {
+            logger.warning(
+                "localStripe.enabled: the built-in local Stripe stands in for Stripe (app '\(app.id)'): payments are fake. Never in production."
+            )
+        }
         return server
     }
 }

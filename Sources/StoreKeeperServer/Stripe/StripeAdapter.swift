@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import GooglePlay
 import StoreKeeperCatalog
 import StoreKeeperCore
@@ -9,6 +10,8 @@ import Stripe
 public struct StripeApp: Sendable {
     public let configuration: StripeAppConfiguration
     public let client: StripeClient
+    /// Billing portals opened, per account: a few a minute at most.
+    let portalLimiter = SlidingWindowLimiter(limit: 5, window: 60)
 
     static func make(_ configuration: StripeAppConfiguration) throws -> StripeApp {
         StripeApp(
@@ -16,6 +19,34 @@ public struct StripeApp: Sendable {
             client: StripeClient(
                 secretKey: try ServerConfiguration.stripeSecretKey(configuration), apiVersion: configuration.apiVersion,
                 baseURL: configuration.apiBaseURL))
+    }
+}
+
+/// At most `limit` admissions per key within `window` seconds; the oldest keys are forgotten
+/// beyond 10,000 (memory stays bounded whatever the callers).
+final class SlidingWindowLimiter: Sendable {
+    let limit: Int
+    let window: TimeInterval
+    private let admitted = Mutex<[String: [Date]]>([:])
+
+    init(limit: Int, window: TimeInterval) {
+        self.limit = limit
+        self.window = window
+    }
+
+    /// Nil when admitted; else the seconds to wait.
+    func admit(_ key: String, now: Date = Date()) -> Int? {
+        admitted.withLock { table in
+            var times = (table[key] ?? []).filter { now.timeIntervalSince($0) < window }
+            if times.count >= limit, let oldest = times.first {
+                table[key] = times
+                return max(1, Int((window - now.timeIntervalSince(oldest)).rounded(.up)))
+            }
+            times.append(now)
+            if table.count >= 10_000, table[key] == nil { table.removeAll() }
+            table[key] = times
+            return nil
+        }
     }
 }
 
@@ -313,8 +344,12 @@ extension StripePayments {
             submitter = redeemer
             transaction.appAccountToken = nil
         }
+        // The payer's Stripe customer is theirs: recorded for the account a first payment goes to
+        // (its order's, or its redeemer), never for one a renewal reaches after a transfer — the
+        // new holder never opens the previous holder's billing portal.
         var writes = StripeStore.Writes(
-            event: recording, paymentIntent: paymentIntent, appId: app.configuration.id, customer: customer)
+            event: recording, paymentIntent: paymentIntent, appId: app.configuration.id,
+            customer: (reports?.firstPayment ?? true) ? customer : nil)
         if let reports {
             writes.applePayment = reports.applePayment(transaction)
             writes.appleReporting = configuration.externalPurchaseReporting

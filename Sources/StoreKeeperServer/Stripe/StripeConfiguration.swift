@@ -26,12 +26,32 @@ public struct StripeAppConfiguration: Sendable, Hashable {
     /// `externalTransactions` (its US programs): orders may then carry the Android app's
     /// `externalTransactionToken`. Nil: nothing is reported to Google.
     public var googlePlayAppId: String?
+    /// Where the billing portal may send a customer back (`returnURL` must start with one of
+    /// them); empty: `successURL`'s origin only.
+    public var portalReturnURLs: [String] = []
 
     public init(id: String) { self.id = id }
 
+    /// Whether the billing portal may return to `url`: one of `portalReturnURLs` (or, with none,
+    /// `successURL`'s scheme, host and port) is its prefix, ending at a path boundary.
+    public func allowsReturn(to url: String) -> Bool {
+        var allowed = portalReturnURLs
+        if allowed.isEmpty, let success = URLComponents(string: successURL), let scheme = success.scheme,
+            let host = success.host
+        {
+            allowed = ["\(scheme)://\(host)\(success.port.map { ":\($0)" } ?? "")/"]
+        }
+        return allowed.contains { prefix in
+            guard url.hasPrefix(prefix) else { return false }
+            if prefix.hasSuffix("/") || url.count == prefix.count { return true }
+            let next = url[url.index(url.startIndex, offsetBy: prefix.count)]
+            return next == "/" || next == "?" || next == "#"
+        }
+    }
+
     static let keys: Set<String> = [
         "id", "store", "secretKeyFile", "webhookSecrets", "apiVersion", "apiBaseURL", "successURL", "cancelURL",
-        "disputePolicy", "redemptionMinutes", "googlePlayAppId",
+        "disputePolicy", "redemptionMinutes", "googlePlayAppId", "portalReturnURLs",
     ]
 }
 
@@ -76,6 +96,14 @@ extension ServerConfiguration {
             stripe.redemptionMinutes = minutes
         }
         stripe.googlePlayAppId = try text("googlePlayAppId")
+        if let raw = app["portalReturnURLs"] {
+            guard let list = raw as? [String], !list.isEmpty, list.count <= 20,
+                list.allSatisfy({ URL(string: $0).map { ["https", "http"].contains($0.scheme ?? "") && $0.host != nil } ?? false })
+            else {
+                throw Invalid(key: "\(name).portalReturnURLs", "must be a list of 1…20 http(s) URLs")
+            }
+            stripe.portalReturnURLs = list
+        }
         stripeApps.append(stripe)
     }
 

@@ -208,6 +208,19 @@ extension StripePayments {
         try caller.require(accountId, scope: .support)
         let body = try await decodeOptional(PortalBody.self, request)
         let app = try stripeApp(body?.appId)
+        if let returnURL = body?.returnURL, !app.configuration.allowsReturn(to: returnURL) {
+            throw APIError.badRequest(
+                "field 'returnURL' is not one of this app's portalReturnURLs (nor successURL's origin)")
+        }
+        // Each portal is a write at Stripe (Stripe allows a client about 20 a second): an account
+        // opens a few a minute at most.
+        if let retry = app.portalLimiter.admit(app.configuration.id + "\u{0}" + accountId) {
+            var error = APIError(
+                .tooManyRequests, "rate_limited", "the billing portal was opened too often; try again shortly",
+                retryable: true)
+            error.headers[.retryAfter] = String(retry)
+            throw error
+        }
         try caller.requireApp(
             app.configuration.id,
             notFound: APIError(.badRequest, "unknown_app", "no Stripe app '\(app.configuration.id)' is configured"))
