@@ -30,18 +30,37 @@ public final class ReadReplica: Sendable {
         if let at = last.at, now.timeIntervalSince(at) < (last.lag == nil ? 10 : 1) { return last.lag }
         let lag: TimeInterval? = try? await raceDeadline(.seconds(2), what: "the replica's lag") {
             try await self.database.read { sql in
-                try await sql.raw(
-                    """
-                    SELECT CASE WHEN NOT pg_is_in_recovery() THEN 0
-                                WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0
-                                ELSE COALESCE(EXTRACT(EPOCH FROM (now() - pg_last_xact_replay_timestamp())), 1e9)
-                           END::float8 AS lag
-                    """
-                ).first()?.decode(column: "lag", as: Double.self)
+                guard
+                    let row = try await sql.raw(
+                        """
+                        SELECT pg_is_in_recovery() AS recovering,
+                               EXISTS (SELECT 1 FROM pg_stat_wal_receiver WHERE pid IS NOT NULL) AS receiving,
+                               COALESCE(pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn(), false) AS caught_up,
+                               EXTRACT(EPOCH FROM (now() - pg_last_xact_replay_timestamp()))::float8 AS since_replay
+                        """
+                    ).first()
+                else { return nil }
+                return Self.lag(
+                    recovering: try row.decode(column: "recovering", as: Bool.self),
+                    receiving: try row.decode(column: "receiving", as: Bool.self),
+                    caughtUp: try row.decode(column: "caught_up", as: Bool.self),
+                    sinceReplay: try row.decode(column: "since_replay", as: Double?.self))
             }
         }
         measured.withLock { $0 = (lag, now) }
         return lag
+    }
+
+    /// The lag a replica's state means: 0 for a primary; behind for good (1e9) when its WAL
+    /// receiver is not running — it receives nothing, so "replayed all it received" says
+    /// nothing (a dead receiver once reported zero lag while analytics went stale for days);
+    /// 0 when it has replayed everything it received (an idle primary sends nothing); else the
+    /// seconds since the last transaction it replayed.
+    static func lag(recovering: Bool, receiving: Bool, caughtUp: Bool, sinceReplay: Double?) -> TimeInterval {
+        guard recovering else { return 0 }
+        guard receiving else { return 1e9 }
+        if caughtUp { return 0 }
+        return sinceReplay ?? 1e9
     }
 
     /// How many reads each side took (for `/v1/status` and tests).
