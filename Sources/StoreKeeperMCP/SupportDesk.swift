@@ -14,6 +14,12 @@ public struct KeyIdentity: Sendable, Equatable, Decodable {
     public var scope: String
     public var apps: [String]?
 
+    public init(label: String, scope: String, apps: [String]?) {
+        self.label = label
+        self.scope = scope
+        self.apps = apps
+    }
+
     var deskScope: DeskTool.Scope { DeskTool.Scope(rawValue: scope) ?? .read }
 }
 

@@ -194,7 +194,7 @@ import Testing
                   pushAudience: "https://x", pushServiceAccount: "a@b" }
             """
         let stripe = """
-              - { id: web, store: stripe, secretKeyFile: /dev/null, webhookSecrets: [whsec_abc], googlePlayAppId: NAME }
+              - { id: web, store: stripe, secretKeyFile: /dev/null, webhookSecrets: [whsec_abc0123456789abcdef], googlePlayAppId: NAME }
             """
         let good = try await AppsConfigurationTests.load(
             "database: { url: \"sqlite:x.sqlite\" }\napps:\n" + google + "\n"
@@ -203,7 +203,7 @@ import Testing
         // Listed by `config check`, never with a secret.
         let line = try #require(good.effectiveValues.first { $0.key == "apps.web" }?.value)
         #expect(line.contains("stripe") && line.contains("reports to Google Play app android"))
-        #expect(!line.contains("whsec_abc"))
+        #expect(!line.contains("whsec_abc0123456789abcdef"))
         await #expect {
             _ = try await AppsConfigurationTests.load(
                 "database: { url: \"sqlite:x.sqlite\" }\napps:\n" + google + "\n"

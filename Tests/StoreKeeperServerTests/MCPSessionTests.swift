@@ -256,3 +256,27 @@ struct MCPHTTP: Sendable {
         return status == 0
     }()
 }
+
+extension MCPSessionTests {
+    /// MCP's hints as a client reads them: what takes something away is destructive, what adds
+    /// again on a second call (a note, an extension, a grant) is not idempotent.
+    @Test func toolAnnotationsSayWhatEachWriteDoes() {
+        let tools = Dictionary(
+            uniqueKeysWithValues: SupportDesk.tools(for: KeyIdentity(label: "x", scope: "admin", apps: nil)).map {
+                ($0.name, $0)
+            })
+        for name in ["refund_purchase", "debit_balance", "transfer_purchase", "end_grant"] {
+            #expect(tools[name]?.annotations.destructiveHint == true, "\(name)")
+        }
+        for name in ["credit_balance", "add_account_note", "grant_entitlement", "extend_subscription"] {
+            #expect(tools[name]?.annotations.destructiveHint == false, "\(name)")
+        }
+        for name in ["add_account_note", "extend_subscription", "grant_entitlement"] {
+            #expect(tools[name]?.annotations.idempotentHint == false, "\(name)")
+        }
+        for name in ["credit_balance", "debit_balance", "refund_purchase"] {
+            #expect(tools[name]?.annotations.idempotentHint == true, "\(name)")
+        }
+        #expect(tools["get_account"]?.annotations.readOnlyHint == true)
+    }
+}

@@ -5,13 +5,24 @@ public enum StoreKeeperVersion {
     public static let current = "0.8.0"
 
     /// The commit this binary was built from: the `STOREKEEPER_COMMIT` file a release puts
-    /// beside the executable (`scripts/release`), else nil (a development build).
+    /// beside the executable (`scripts/release`), else nil (a development build). The
+    /// executable's real path (Linux's `/proc/self/exe`), never `argv[0]`: a command found on
+    /// `PATH` is a bare name, which would read a file of the current directory.
     public static var commit: String? {
-        let executable = URL(fileURLWithPath: CommandLine.arguments.first ?? "").resolvingSymlinksInPath()
-        let file = executable.deletingLastPathComponent().appendingPathComponent("STOREKEEPER_COMMIT")
+        guard let executable = executablePath else { return nil }
+        let file = URL(fileURLWithPath: executable).resolvingSymlinksInPath().deletingLastPathComponent()
+            .appendingPathComponent("STOREKEEPER_COMMIT")
         guard let data = FileManager.default.contents(atPath: file.path) else { return nil }
         let text = String(decoding: data.prefix(64), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         return text.isEmpty || !text.allSatisfy(\.isHexDigit) ? nil : text
+    }
+
+    /// The running executable's absolute path.
+    static var executablePath: String? {
+        if let linked = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
+            return linked
+        }
+        return Bundle.main.executablePath.flatMap { $0.hasPrefix("/") ? $0 : nil }
     }
 
     /// What `storekeeper --version` prints.

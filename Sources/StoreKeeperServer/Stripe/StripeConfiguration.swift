@@ -127,8 +127,10 @@ extension ServerConfiguration {
                     "names no Google Play app: '\(google.prefix(64))' (configured: \(googlePlayApps.map(\.id).joined(separator: ", ")))"
                 )
             }
-            for secret in app.webhookSecrets where !secret.hasPrefix("whsec_") {
-                throw Invalid(key: "\(name).webhookSecrets", "each secret is Stripe's whsec_… signing secret")
+            for secret in app.webhookSecrets where !secret.hasPrefix("whsec_") || secret.utf8.count < "whsec_".count + 16 {
+                throw Invalid(
+                    key: "\(name).webhookSecrets",
+                    "each secret is Stripe's whsec_… signing secret (whsec_ and at least 16 more characters)")
             }
             for (key, url) in [
                 ("apiBaseURL", app.apiBaseURL), ("successURL", app.successURL), ("cancelURL", app.cancelURL),
