@@ -2,6 +2,8 @@ import Foundation
 import HTTPTypes
 import LocalStripe
 import SQLKit
+import StoreKeeperCatalog
+import Stripe
 import StoreKeeperStorage
 import Testing
 
@@ -283,5 +285,48 @@ extension StripeTests {
             let heir = try await API.call(web.client, .post, "/v1/accounts/w-heir/billing-portal", body: "{}")
             #expect(heir.errorCode == "no_stripe_customer", "\(heir.json)")
         }
+    }
+}
+
+extension StripeTests {
+    /// A paid checkout of a price the catalog does not sell is an `unknown_product` anomaly for an
+    /// operator (as for every store), never silently not delivered.
+    @Test(arguments: API.databases)
+    func aPaymentOfAPriceTheCatalogDoesNotSellIsAnAnomaly(kind: String) async throws {
+        var catalog = Catalog.demo
+        if let index = catalog.products.firstIndex(where: { $0.id == "coins_60" }) {
+            catalog.products[index].storeProducts?["stripe"] = nil
+        }
+        try await Self.withStripe(kind, catalog: catalog) { web in
+            // A session opened at Stripe for a price this server's catalog does not map.
+            let client = StripeClient(secretKey: web.server.secretKey, baseURL: web.stripeBaseURL)
+            var form = StripeForm()
+            form.add("mode", "payment")
+            form.add("line_items[0][price]", "price_coins_60")
+            form.add("line_items[0][quantity]", "1")
+            form.add("success_url", "https://game.example.com/paid")
+            form.add("cancel_url", "https://game.example.com/cancelled")
+            let session = try await client.createCheckoutSession(form, idempotencyKey: "unknown-price")
+            _ = try web.stripe.pay(session: session.id)
+            try await web.deliver()
+            let anomalies = try await web.app.store.anomalies.anomalies(status: "open")
+            #expect(
+                anomalies.contains { $0.kind == "unknown_product" && $0.detail.contains("price_coins_60") },
+                "\(anomalies.map { "\($0.kind): \($0.detail)" })")
+        }
+    }
+
+    /// `cancel_at` (a date chosen in the portal) within the period: the subscription does not
+    /// renew, as for `cancel_at_period_end`.
+    @Test func aCancelAtWithinThePeriodMeansNoRenewal() throws {
+        func subscription(_ json: String) throws -> StripeSubscription {
+            try JSONDecoder().decode(StripeSubscription.self, from: Data(json.utf8))
+        }
+        let items = #""items":{"object":"list","data":[{"id":"si_1","current_period_end":2000}]}"#
+        #expect(StripeReading.renews(try subscription(#"{"id":"sub_1",\#(items)}"#)))
+        #expect(!StripeReading.renews(try subscription(#"{"id":"sub_1","cancel_at_period_end":true,\#(items)}"#)))
+        #expect(!StripeReading.renews(try subscription(#"{"id":"sub_1","cancel_at":1500,\#(items)}"#)))
+        #expect(!StripeReading.renews(try subscription(#"{"id":"sub_1","cancel_at":2000,\#(items)}"#)))
+        #expect(StripeReading.renews(try subscription(#"{"id":"sub_1","cancel_at":9000,\#(items)}"#)))
     }
 }

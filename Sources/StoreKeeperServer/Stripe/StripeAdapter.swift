@@ -114,6 +114,17 @@ enum StripeReading {
     }
 
     static func ms(_ seconds: Int64?) -> Int64? { seconds.map { $0 * 1000 } }
+
+    /// Whether the subscription renews: not when cancelled at the period's end, nor with a
+    /// `cancel_at` (a date the customer chose in the portal) at or before the period's end.
+    static func renews(_ subscription: StripeSubscription) -> Bool {
+        if subscription.cancelAtPeriodEnd == true { return false }
+        if let cancelAt = subscription.cancelAt {
+            guard let end = subscription.currentPeriodEnd else { return false }
+            return cancelAt > end
+        }
+        return true
+    }
 }
 
 extension StripePayments {
@@ -214,22 +225,21 @@ extension StripePayments {
             }
             return try await applyStripeInvoice(invoice, app: app, now: now, recording: recording)
         }
-        guard let intent = session.paymentIntent?.object,
-            let priceId = session.lineItems?.data.first?.price?.id,
-            let product = catalog.product(store: "stripe", storeProductId: priceId)
-        else {
-            return StripeApplied(
-                "a session of a price the catalog does not sell (storeProducts.stripe): nothing delivered")
-        }
+        guard let intent = session.paymentIntent?.object, let priceId = session.lineItems?.data.first?.price?.id
+        else { return StripeApplied("a session without its payment or price: nothing delivered") }
+        // A price the catalog does not sell: the paid purchase goes to the core as the price it
+        // is, which raises it as an `unknown_product` anomaly for an operator (never dropped).
+        let product = catalog.product(store: "stripe", storeProductId: priceId)
         let charge = intent.latestCharge?.object
         let currency = session.currency ?? intent.currency
         let token = intent.metadata?[stripeTokenKey] ?? session.metadata?[stripeTokenKey]
         let transaction = StoreTransaction(
             store: .stripe, transactionId: "stripe:\(intent.id)", originalTransactionId: "stripe:\(intent.id)",
-            storeIdentity: ServerConfiguration.stripeIdentity(app.configuration.id), productId: product.id,
+            storeIdentity: ServerConfiguration.stripeIdentity(app.configuration.id),
+            productId: product?.id ?? "stripe price \(priceId)",
             purchaseDate: StripeReading.ms(intent.created ?? session.created),
             quantity: Int32(
-                clamping: session.lineItems?.data.first?.quantity ?? 1), kind: .init(product.type),
+                clamping: session.lineItems?.data.first?.quantity ?? 1), kind: product.map { .init($0.type) } ?? .consumable,
             appAccountToken: token, ownership: .purchased, signedDate: now.stripeMilliseconds,
             environment: (session.livemode ?? false) ? .production : .sandbox,
             storefront: nil, currency: currency?.uppercased(),
@@ -257,11 +267,31 @@ extension StripePayments {
         }
         guard let subscriptionId = invoice.subscriptionId else { return StripeApplied("an invoice of no subscription") }
         let subscription = try await app.client.subscription(subscriptionId)
+        // The product the invoice bills: a plan change's invoice carries a credit line for the
+        // old price (negative) and a charge for the new one; the period's price is the latest
+        // line that charges, else the subscription's current price.
+        let lines = invoice.lines?.data ?? []
+        let charging = lines.last { ($0.amount ?? 0) > 0 && $0.pricing?.priceDetails?.price != nil }
         let priceId =
-            invoice.lines?.data.compactMap { $0.pricing?.priceDetails?.price }.first ?? subscription.price?.id
-        guard let priceId, let product = catalog.product(store: "stripe", storeProductId: priceId) else {
-            return StripeApplied(
-                "an invoice of a price the catalog does not sell (storeProducts.stripe): nothing delivered")
+            charging?.pricing?.priceDetails?.price ?? subscription.price?.id
+            ?? lines.compactMap { $0.pricing?.priceDetails?.price }.last
+        guard let priceId else { return StripeApplied("an invoice without a price: nothing delivered") }
+        // A price the catalog does not sell: to the core as the price it is (an `unknown_product`
+        // anomaly for an operator, never dropped).
+        guard let product = catalog.product(store: "stripe", storeProductId: priceId) else {
+            let unknown = StoreTransaction(
+                store: .stripe, transactionId: "stripe:\(invoice.id)", originalTransactionId: "stripe:\(subscription.id)",
+                storeIdentity: ServerConfiguration.stripeIdentity(app.configuration.id),
+                productId: "stripe price \(priceId)", purchaseDate: StripeReading.ms(invoice.created), quantity: 1,
+                kind: .autoRenewable,
+                appAccountToken: invoice.subscriptionMetadata?[stripeTokenKey] ?? subscription.metadata?[stripeTokenKey],
+                ownership: .purchased, signedDate: now.stripeMilliseconds,
+                environment: (invoice.livemode ?? false) ? .production : .sandbox,
+                currency: invoice.currency?.uppercased(),
+                price: StripeReading.milliunits(invoice.amountPaid, currency: invoice.currency))
+            return try await deliverStripe(
+                unknown, paymentIntent: invoice.paymentIntentId, charge: nil, customer: nil, redeemable: false,
+                app: app, now: now, event: nil, recording: recording)
         }
         var charge: StripeCharge?
         var intentId: String?
@@ -286,7 +316,7 @@ extension StripePayments {
         transaction.proceeds = StripeReading.proceeds(charge, currency: invoice.currency, price: transaction.price)
         let event = StripeReading.status(subscription).map {
             SubscriptionEvent(
-                .storeState($0, autoRenew: !(subscription.cancelAtPeriodEnd ?? false)), signedDate: now,
+                .storeState($0, autoRenew: StripeReading.renews(subscription)), signedDate: now,
                 transaction: transaction)
         }
         let metadata = invoice.subscriptionMetadata ?? subscription.metadata
@@ -399,7 +429,7 @@ extension StripePayments {
         _ = try await store.applyStoreSnapshot(
             transaction,
             event: SubscriptionEvent(
-                .storeState(status, autoRenew: !(subscription.cancelAtPeriodEnd ?? false)), signedDate: now,
+                .storeState(status, autoRenew: StripeReading.renews(subscription)), signedDate: now,
                 transaction: transaction),
             submittingAccount: nil, requestedOrderId: nil, catalog: catalog, policy: configuration.ownershipPolicy,
             now: now)

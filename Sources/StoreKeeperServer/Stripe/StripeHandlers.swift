@@ -314,8 +314,15 @@ extension StripePayments {
         try await store.anomalies.recordAudit(
             actor: caller.auditActor, action: "support_refund", subject: transactionId,
             detail: detail + " — Stripe refund \(refund.id): \(outcome)", now: Date())
-        return try Self.json([
-            "transactionId": transactionId, "store": "stripe", "status": "refunded", "detail": outcome,
-        ])
+        var answer = ["transactionId": transactionId, "store": "stripe", "status": "refunded", "detail": outcome]
+        // A subscription's payment: the refund ends this period's access; Stripe still renews the
+        // subscription until it is cancelled there — said, not done behind support's back.
+        if let original = try await stripeStore.payment(paymentIntent: intent)?.originalTransactionId,
+            original.hasPrefix("stripe:sub_")
+        {
+            answer["subscription"] =
+                "\(original) is still active at Stripe and renews unless cancelled (the customer's billing portal, or Stripe's dashboard)"
+        }
+        return try Self.json(answer)
     }
 }
