@@ -678,7 +678,9 @@ public final class LocalStripe: @unchecked Sendable {
     {
         lock.lock()
         defer { lock.unlock() }
-        var list = events.reversed().filter { $0.created >= (createdAfter ?? 0) && (types.isEmpty || types.contains($0.type)) }
+        var list = events.reversed().filter {
+            $0.created >= (createdAfter ?? 0) && (types.isEmpty || types.contains($0.type))
+        }
         if let startingAfter, let index = list.firstIndex(where: { $0.id == startingAfter }) {
             list = Array(list[(index + 1)...])
         }

@@ -44,7 +44,8 @@ public final class LocalStripeServer: Sendable {
 
     public init(
         stripe: LocalStripe,
-        secretKey: String = "sk_test_local_" + (UUID().uuidString + UUID().uuidString).replacingOccurrences(of: "-", with: "")
+        secretKey: String = "sk_test_local_"
+            + (UUID().uuidString + UUID().uuidString).replacingOccurrences(of: "-", with: "")
             .lowercased(),
         publicBaseURL: String = "http://127.0.0.1:8080/local-stripe"
     ) {

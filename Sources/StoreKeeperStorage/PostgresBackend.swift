@@ -468,17 +468,21 @@ extension PostgresBackend {
             switch state {
             case "28P01":
                 return .permanent(
-                    "password authentication failed for user '\(user)' (PostgreSQL 28P01): check the password in database.url")
+                    "password authentication failed for user '\(user)' (PostgreSQL 28P01): check the password in database.url"
+                )
             case "28000":
                 return .permanent(
-                    "PostgreSQL refused user '\(user)' (28000: \(message)): check pg_hba.conf and the user in database.url")
+                    "PostgreSQL refused user '\(user)' (28000: \(message)): check pg_hba.conf and the user in database.url"
+                )
             case "3D000":
                 return .permanent(
-                    "database '\(database)' does not exist on \(host):\(port) (3D000): create it (createdb \(database)) or fix database.url")
+                    "database '\(database)' does not exist on \(host):\(port) (3D000): create it (createdb \(database)) or fix database.url"
+                )
             case "53300":
                 return .transient("PostgreSQL has too many connections (53300): raise max_connections or use PgBouncer")
             case let state where state.hasPrefix("57P"):
-                return .transient("PostgreSQL is starting up or shutting down (\(state): \(message)): try again shortly")
+                return .transient(
+                    "PostgreSQL is starting up or shutting down (\(state): \(message)): try again shortly")
             default:
                 return .permanent("PostgreSQL refused the connection (\(state): \(message))")
             }
@@ -499,7 +503,8 @@ extension PostgresBackend {
             return .transient("cannot connect to \(host):\(port): \(underlying)")
         case .sslUnsupported:
             return .permanent(
-                "TLS: \(host):\(port) does not offer TLS, which sslmode requires (set sslmode=disable only on a trusted network)")
+                "TLS: \(host):\(port) does not offer TLS, which sslmode requires (set sslmode=disable only on a trusted network)"
+            )
         default:
             if underlying.lowercased().contains("certificate") || underlying.lowercased().contains("tls")
                 || underlying.lowercased().contains("ssl")

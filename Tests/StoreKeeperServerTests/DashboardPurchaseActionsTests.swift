@@ -90,7 +90,8 @@ import Testing
             for action in ["support_refund", "subscription_deferred", "ownership_transfer"] {
                 let rows = audit.filter { $0.action == action }
                 #expect(
-                    !rows.isEmpty && rows.allSatisfy { $0.actor.contains("desk-kim (") && $0.actor.contains(", dashboard)") },
+                    !rows.isEmpty
+                        && rows.allSatisfy { $0.actor.contains("desk-kim (") && $0.actor.contains(", dashboard)") },
                     "\(action): \(rows.map(\.actor))")
             }
 

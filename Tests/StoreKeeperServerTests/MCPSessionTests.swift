@@ -123,7 +123,8 @@ struct MCPHTTP: Sendable {
                 #expect(try await Desk.coins(app, "u1") == before + 4 * 5 * 7)
                 let audit = try await app.store.anomalies.audit().filter { $0.action == "balance_credited" }
                 #expect(audit.count == 20)
-                #expect(audit.allSatisfy { $0.actor == "operator:support-desk (support, mcp)" }, "\(audit.map(\.actor))")
+                #expect(
+                    audit.allSatisfy { $0.actor == "operator:support-desk (support, mcp)" }, "\(audit.map(\.actor))")
             }
         }
     }

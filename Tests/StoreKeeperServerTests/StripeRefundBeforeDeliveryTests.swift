@@ -3,8 +3,8 @@ import HTTPTypes
 import LocalStripe
 import SQLKit
 import StoreKeeperCatalog
-import Stripe
 import StoreKeeperStorage
+import Stripe
 import Testing
 
 @testable import StoreKeeperServer

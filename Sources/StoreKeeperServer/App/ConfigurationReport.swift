@@ -193,7 +193,8 @@ extension ServerConfiguration {
         }
         if responseSigningKey == nil, responseSigningKeys.isEmpty, mode == .configured {
             warnings.append(
-                "auth.responseSigningKey: not set — answers are unsigned, so an app cannot tell a genuine answer from a forged one")
+                "auth.responseSigningKey: not set — answers are unsigned, so an app cannot tell a genuine answer from a forged one"
+            )
         }
         if webhookURL == nil {
             warnings.append("webhooks.url: not set — your back end learns of deliveries and refunds only by asking")

@@ -119,7 +119,8 @@ extension ServerConfiguration {
             if let first = seen[key.secret] {
                 throw Invalid(
                     key: "auth.keys",
-                    "keys '\(first)' and '\(key.label)' have the same secret: each key needs its own (the audit log names it)")
+                    "keys '\(first)' and '\(key.label)' have the same secret: each key needs its own (the audit log names it)"
+                )
             }
             seen[key.secret] = key.label
         }

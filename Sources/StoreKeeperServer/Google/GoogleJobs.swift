@@ -59,6 +59,8 @@ extension JobRunner {
             }
             try? await app.jobs.fail(job.id, error: error.message)
         } catch StoreKeeperApp.GoogleReadFailure.unknownProduct(let id) {
+            try? await app.purchases.raiseUnknownGoogleProduct(
+                id, token: payload.token, app: google, account: nil, now: now)
             if let messageId = payload.messageId {
                 try? await store.finishNotification(
                     messageId, status: "ignored", outcome: "product '\(id)' is not in the catalog", now: now)

@@ -297,6 +297,24 @@ extension PurchasePipeline {
         }
     }
 
+    /// A paid Google purchase of a product the catalog does not sell: an `unknown_product`
+    /// anomaly for an operator (once per token), as for every store — never only a refusal.
+    func raiseUnknownGoogleProduct(
+        _ productId: String, token: String, app: GooglePlayApp, account: String?, now: Date
+    ) async throws {
+        var draft = AnomalyDraft(
+            kind: .unknownProduct, transactionId: nil, orderId: nil, accountId: account,
+            detail:
+                "Google Play purchase (token \(GooglePlayStore.tokenDigest(token))) of product '\(productId.prefix(100))', which is not in the catalog (storeProducts.google_play): paid, not delivered"
+        )
+        draft.store = Store.googlePlay
+        draft.appId = app.configuration.id
+        try await store.anomalies.raiseAnomaly(
+            draft,
+            dedupeKey: AnomalyStore.dedupeKey("unknown_product", "google_play", GooglePlayStore.tokenDigest(token)),
+            now: now)
+    }
+
     // MARK: POST /v1/purchases {"store": "google_play"}
 
     func submitGooglePurchase(_ body: PurchaseBody) async throws -> Response {
@@ -307,6 +325,7 @@ extension PurchasePipeline {
             reading = try await readGoogle(app, token: token, productId: body.productId)
         } catch let failure as GoogleReadFailure {
             guard case .unknownProduct(let id) = failure else { throw failure }
+            try await raiseUnknownGoogleProduct(id, token: token, app: app, account: body.accountId, now: Date())
             throw APIError(
                 .unprocessableContent, "unknown_product",
                 "Google Play's product '\(id.prefix(100))' is not in the catalog (storeProducts.google_play)")

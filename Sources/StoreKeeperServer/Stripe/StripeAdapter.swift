@@ -1,10 +1,10 @@
 import Foundation
-import Synchronization
 import GooglePlay
 import StoreKeeperCatalog
 import StoreKeeperCore
 import StoreKeeperStorage
 import Stripe
+import Synchronization
 
 /// A Stripe app at runtime: its configuration and API client.
 public struct StripeApp: Sendable {
@@ -239,7 +239,8 @@ extension StripePayments {
             productId: product?.id ?? "stripe price \(priceId)",
             purchaseDate: StripeReading.ms(intent.created ?? session.created),
             quantity: Int32(
-                clamping: session.lineItems?.data.first?.quantity ?? 1), kind: product.map { .init($0.type) } ?? .consumable,
+                clamping: session.lineItems?.data.first?.quantity ?? 1),
+            kind: product.map { .init($0.type) } ?? .consumable,
             appAccountToken: token, ownership: .purchased, signedDate: now.stripeMilliseconds,
             environment: (session.livemode ?? false) ? .production : .sandbox,
             storefront: nil, currency: currency?.uppercased(),
@@ -280,11 +281,13 @@ extension StripePayments {
         // anomaly for an operator, never dropped).
         guard let product = catalog.product(store: "stripe", storeProductId: priceId) else {
             let unknown = StoreTransaction(
-                store: .stripe, transactionId: "stripe:\(invoice.id)", originalTransactionId: "stripe:\(subscription.id)",
+                store: .stripe, transactionId: "stripe:\(invoice.id)",
+                originalTransactionId: "stripe:\(subscription.id)",
                 storeIdentity: ServerConfiguration.stripeIdentity(app.configuration.id),
                 productId: "stripe price \(priceId)", purchaseDate: StripeReading.ms(invoice.created), quantity: 1,
                 kind: .autoRenewable,
-                appAccountToken: invoice.subscriptionMetadata?[stripeTokenKey] ?? subscription.metadata?[stripeTokenKey],
+                appAccountToken: invoice.subscriptionMetadata?[stripeTokenKey]
+                    ?? subscription.metadata?[stripeTokenKey],
                 ownership: .purchased, signedDate: now.stripeMilliseconds,
                 environment: (invoice.livemode ?? false) ? .production : .sandbox,
                 currency: invoice.currency?.uppercased(),

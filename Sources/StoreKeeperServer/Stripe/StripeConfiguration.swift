@@ -98,7 +98,9 @@ extension ServerConfiguration {
         stripe.googlePlayAppId = try text("googlePlayAppId")
         if let raw = app["portalReturnURLs"] {
             guard let list = raw as? [String], !list.isEmpty, list.count <= 20,
-                list.allSatisfy({ URL(string: $0).map { ["https", "http"].contains($0.scheme ?? "") && $0.host != nil } ?? false })
+                list.allSatisfy({
+                    URL(string: $0).map { ["https", "http"].contains($0.scheme ?? "") && $0.host != nil } ?? false
+                })
             else {
                 throw Invalid(key: "\(name).portalReturnURLs", "must be a list of 1…20 http(s) URLs")
             }
@@ -127,7 +129,8 @@ extension ServerConfiguration {
                     "names no Google Play app: '\(google.prefix(64))' (configured: \(googlePlayApps.map(\.id).joined(separator: ", ")))"
                 )
             }
-            for secret in app.webhookSecrets where !secret.hasPrefix("whsec_") || secret.utf8.count < "whsec_".count + 16 {
+            for secret in app.webhookSecrets
+            where !secret.hasPrefix("whsec_") || secret.utf8.count < "whsec_".count + 16 {
                 throw Invalid(
                     key: "\(name).webhookSecrets",
                     "each secret is Stripe's whsec_… signing secret (whsec_ and at least 16 more characters)")
