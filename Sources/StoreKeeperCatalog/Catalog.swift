@@ -70,6 +70,7 @@ public struct Catalog: Hashable, Sendable {
 
     public static func parse(yaml: String) throws -> Catalog {
         do {
+            try CatalogKeys.check(try Yams.load(yaml: yaml))
             let file = try YAMLDecoder().decode(File.self, from: yaml)
             return try Catalog(products: file.products, retention: file.retention, refunds: file.refunds)
         } catch let error as CatalogError {
@@ -81,6 +82,7 @@ public struct Catalog: Hashable, Sendable {
 
     public static func parse(json: String) throws -> Catalog {
         do {
+            try CatalogKeys.check(try? JSONSerialization.jsonObject(with: Data(json.utf8)))
             let file = try JSONDecoder().decode(File.self, from: Data(json.utf8))
             return try Catalog(products: file.products, retention: file.retention, refunds: file.refunds)
         } catch let error as CatalogError {

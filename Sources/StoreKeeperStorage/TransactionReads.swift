@@ -49,12 +49,27 @@ extension TransactionStore {
     }
 
     /// The transaction ids `id` names, most specific first: the id itself, the Google order id
-    /// with its `gp:` prefix, a purchase token's order, a web payment's transaction, an original
+    /// with its `gp:` prefix, a purchase token's order, a web payment's transaction, a Stripe
+    /// object's id without its `stripe:` (`pi_…`, `in_…`, `sub_…`), our order id or an order's
+    /// `appAccountToken` (the order's payment, or a checkout's without an account), an original
     /// transaction's latest.
     static func transactionIds(naming id: String, sql: any SQLDatabase) async throws -> [String] {
         var ids = [id, GooglePlayPlanner.prefix + id]
         if let order = googleOrderId(quoted: id), order != id { ids.append(GooglePlayPlanner.prefix + order) }
         ids.append(StoreTransaction.webTransactionId(paymentId: id))
+        ids.append("stripe:" + id)
+        // Our order, by its id or its token (what a support ticket, a log line or the app shows).
+        for row in try await sql.raw(
+            """
+            SELECT transaction_id FROM orders
+            WHERE (order_id = \(bind: id) OR app_account_token = \(bind: id.lowercased())) AND transaction_id IS NOT NULL
+            UNION ALL
+            SELECT transaction_id FROM stripe_checkouts
+            WHERE (order_id = \(bind: id) OR app_account_token = \(bind: id.lowercased())) AND transaction_id IS NOT NULL
+            """
+        ).all() {
+            if let transaction = try row.decode(column: "transaction_id", as: String?.self) { ids.append(transaction) }
+        }
         for row in try await sql.raw(
             """
             SELECT order_id, original_transaction_id FROM google_purchases WHERE purchase_token = \(bind: id)

@@ -321,6 +321,18 @@ struct OrdersController: RequestHandling {
                 sessionId: checkout.sessionId, url: checkout.url,
                 expiresAt: StoreKeeperApp.iso(Date(timeIntervalSince1970: Double(checkout.expiresAt))))
             json.redemptionCode = checkout.transactionId == nil ? nil : checkout.redemptionCode
+            // A checkout for nobody: `paid` once its payment is applied (the code valid), then
+            // `redeemed` with the account that redeemed it — as every other order says `delivered`.
+            if order.accountId.isEmpty, let paid = checkout.transactionId {
+                json.transactionId = json.transactionId ?? paid
+                if let redeemer = checkout.redeemedBy {
+                    json.status = "redeemed"
+                    json.accountId = redeemer
+                    json.redemptionCode = nil
+                } else if order.status.isOpen {
+                    json.status = "paid"
+                }
+            }
         }
         return try StoreKeeperApp.json(json)
     }
