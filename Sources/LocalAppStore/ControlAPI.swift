@@ -35,6 +35,8 @@ extension LocalAppStoreServer {
         var transactions: [JWSTransactionDecodedPayload]
         var receipt: String
         var pendingId: String?
+        /// Apple's Order ID of the charge (the customer's receipt e-mail): Look Up Order ID takes it.
+        var orderId: String?
     }
 
     struct Refund: Codable { var percentage: Int32? }
@@ -227,7 +229,8 @@ extension LocalAppStoreServer {
         json(
             PurchaseReply(
                 signedTransactions: result.signedTransactions, transactions: result.transactions,
-                receipt: Data(result.receipt).base64EncodedString(), pendingId: result.pendingId))
+                receipt: Data(result.receipt).base64EncodedString(), pendingId: result.pendingId,
+                orderId: result.orderId))
     }
 
     /// Store errors become 404/400 with a code; malformed bodies 400.

@@ -22,6 +22,9 @@ public actor LocalAppStore {
     var transactions: [String: StoredTransaction] = [:]
     var subscriptions: [String: Subscription] = [:]
     var pending: [String: PendingPurchase] = [:]
+    /// Apple's Order ID of each charge (what the receipt e-mail shows the customer) → the
+    /// transactions it paid: what Look Up Order ID answers.
+    var orders: [String: [String]] = [:]
     /// External purchase tokens issued, and the reports accepted (by requestIdentifier).
     var externalTokens: [String: ExternalToken] = [:]
     var externalReports: [String: ExternalPurchaseReport] = [:]

@@ -83,6 +83,17 @@ public struct LocalAppStoreServer: Sendable {
         api.get("v1/subscriptions/:id") { request, context in
             try await self.serve(request, "subscriptions") { try await self.statuses(request, context) }
         }
+        api.get("v1/lookup/:orderId") { request, context in
+            try await self.serve(request, "lookUpOrderId") {
+                let orderId = context.parameters.get("orderId") ?? ""
+                guard let ids = await self.store.transactions(ofOrder: orderId), !ids.isEmpty else {
+                    return Self.json(OrderLookupResponse(status: .invalid, signedTransactions: []))
+                }
+                var signed: [String] = []
+                for id in ids { signed.append(try await self.store.signTransaction(id)) }
+                return Self.json(OrderLookupResponse(status: .valid, signedTransactions: signed))
+            }
+        }
         api.get("v2/refund/lookup/:id") { request, context in
             try await self.serve(request, "refundHistory") { try await self.refunds(request, context) }
         }

@@ -102,10 +102,24 @@ extension LocalAppStore {
             }
             payloads.append(payload)
         }
-        return PurchaseResult(
+        let orderId = Self.newOrderId()
+        orders[orderId] = payloads.compactMap(\.transactionId)
+        var result = PurchaseResult(
             signedTransactions: try payloads.map { try signer.sign(signed($0, at: now)) }, transactions: payloads,
             receipt: try receipt(for: appleId), pendingId: nil)
+        result.orderId = orderId
+        return result
     }
+
+    /// An Order ID as Apple's receipt e-mails print them: ten capital letters and digits.
+    static func newOrderId() -> String {
+        let alphabet = Array("ABCDEFGHJKLMNPQRSTUVWXYZ0123456789")
+        var generator = SystemRandomNumberGenerator()
+        return String((0..<10).map { _ in alphabet[Int(generator.next(upperBound: UInt32(alphabet.count)))] })
+    }
+
+    /// Look Up Order ID: the transactions an Order ID paid (nil: no such order).
+    public func transactions(ofOrder orderId: String) -> [String]? { orders[orderId.uppercased()] }
 
     func issue(
         _ product: Product, quantity: Int32, appleId: String, token: UUID?, at now: Date,

@@ -167,6 +167,8 @@ extension LocalAppStore {
         public var receipt: [UInt8]
         /// Set for Ask to Buy: nothing was charged yet.
         public var pendingId: String?
+        /// Apple's Order ID of the charge, as the customer's receipt e-mail shows it.
+        public var orderId: String? = nil
     }
 
     public enum StoreError: Error, Hashable, Sendable, CustomStringConvertible {

@@ -126,6 +126,13 @@ extension ReportStore {
         public var anomalyId: String?
         /// For `.anomaly`: still open.
         public var open = false
+
+        public init(kind: Kind, accountId: String?, anomalyId: String? = nil, open: Bool = false) {
+            self.kind = kind
+            self.accountId = accountId
+            self.anomalyId = anomalyId
+            self.open = open
+        }
     }
 
     public func search(_ query: String) async throws -> [SearchHit] {

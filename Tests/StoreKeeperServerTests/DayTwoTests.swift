@@ -53,3 +53,35 @@ import Testing
         }
     }
 }
+
+extension DayTwoTests {
+    /// The id an iOS player quotes is Apple's Order ID from the receipt e-mail: looked up through
+    /// Apple's Look Up Order ID (the local App Store serves it), by the API, the MCP desk's
+    /// `find_transaction` (the same route) and the dashboard's search — one resolver.
+    @Test(arguments: API.databases)
+    func applesOrderIdFromTheReceiptEmailFindsThePurchase(kind: String) async throws {
+        try await API.withServer(kind) { app, client in
+            let bought = try await app.localAppStore!.buy("p-mail", items: [.init(productId: "coins_60")])
+            let orderId = try #require(bought.orderId)
+            #expect(orderId.count == 10 && orderId.allSatisfy { $0.isUppercase || $0.isNumber })
+            #expect(
+                try await API.submit(client, account: "mail", signedTransaction: bought.signedTransactions[0]).status
+                    == .ok)
+            for quoted in [orderId, orderId.lowercased()] {
+                let found = try await API.call(client, .get, "/v1/transactions/\(quoted)")
+                #expect(found.status == .ok, "\(found.json)")
+                #expect(found.json["accountId"] as? String == "mail")
+                #expect(
+                    (found.json["transaction"] as? [String: Any])?["transactionId"] as? String
+                        == bought.transactions[0].transactionId)
+            }
+            // An Order ID Apple does not know: 404, never a crash or a hang.
+            #expect(try await API.call(client, .get, "/v1/transactions/ZZZZ9999QQ").status == .notFound)
+            // The dashboard's search takes it too: straight to the account.
+            let browser = DashboardTests.Browser(client)
+            _ = try await browser.post("/dashboard/login", ["key": ServerAPITests.secret])
+            let search = try await browser.get("/dashboard/search?q=\(orderId)")
+            #expect(search.location == "/dashboard/accounts/mail", "\(search.status) \(search.body.prefix(300))")
+        }
+    }
+}

@@ -406,10 +406,15 @@ struct DashboardController {
         guard query.unicodeScalars.count <= 200 else { throw APIError.badRequest("a search is at most 200 characters") }
         try StoreKeeperApp.validateText(query, field: "q", requireNFC: false)
         var hits = try await store.reports.search(query)
+        // Nothing by name: the API's resolver (a Stripe id without its prefix, an order's token,
+        // Apple's Order ID from the receipt e-mail).
+        if hits.isEmpty, let record = try? await supportActions.resolve(query), record.accountId != nil {
+            hits.append(ReportStore.SearchHit(kind: .transaction, accountId: record.accountId))
+        }
         // A key limited to some apps finds its apps' purchases, orders and anomalies only.
         let role = dashboardSessions.role(session)
         if role.apps != nil {
-            let transactionApp = try await store.transactions.transaction(named: query)?.appId
+            let transactionApp = try await supportActions.resolve(query)?.appId
             let orderApp = try await store.orders.order(query)?.appId
             var kept: [ReportStore.SearchHit] = []
             for hit in hits {

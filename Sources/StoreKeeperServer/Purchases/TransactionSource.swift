@@ -27,6 +27,9 @@ public protocol TransactionSource: Sendable {
     func finishTransaction(_ transactionId: String, environment: String?) async throws
     /// Send External Purchase Report.
     func sendExternalReport(_ report: ExternalPurchaseReport, sandbox: Bool) async throws
+    /// Look Up Order ID: the signed transactions an Order ID (the customer's receipt e-mail)
+    /// paid; empty when Apple knows no such order.
+    func lookUpOrderId(_ orderId: String) async throws -> [String]
 }
 
 public struct ServerAPITransactionSource: TransactionSource {
@@ -93,6 +96,16 @@ public struct ServerAPITransactionSource: TransactionSource {
 
     public func setAppAccountToken(_ originalTransactionId: String, environment: String?, token: UUID) async throws {
         try await each(environment) { try await $0.setAppAccountToken(originalTransactionId, appAccountToken: token) }
+    }
+
+    /// Production only (Apple's Look Up Order ID has no Sandbox): each app in turn until one
+    /// knows the order.
+    public func lookUpOrderId(_ orderId: String) async throws -> [String] {
+        for client in lookup.clients(AppStoreEnvironment.production.rawValue) {
+            let answer = try await client.lookUpOrderId(orderId)
+            if answer.status == .valid, let signed = answer.signedTransactions, !signed.isEmpty { return signed }
+        }
+        return []
     }
 
     public func signedAppTransaction(_ anyTransactionId: String) async throws -> String {
@@ -207,6 +220,13 @@ struct LocalTransactionSource: TransactionSource {
                 isRetryable: false)
         }
         try await store.setAppAccountToken(originalTransactionId, token: token)
+    }
+
+    func lookUpOrderId(_ orderId: String) async throws -> [String] {
+        try await injectedFault("lookUpOrderId")
+        var signed: [String] = []
+        for id in await store.transactions(ofOrder: orderId) ?? [] { signed.append(try await store.signTransaction(id)) }
+        return signed
     }
 
     func signedAppTransaction(_ anyTransactionId: String) async throws -> String {

@@ -246,7 +246,20 @@ extension StoreKeeperApp {
                 try await stripePayments.refundStripePurchase(id, appId: appId, caller: caller, detail: detail)
             },
             refundWeb: { [self] paymentId in try await purchases.refundWebPurchase(paymentId) },
-            askGoogle: { [self] request, deadline in try await askGoogleRefund(request, deadline: deadline) })
+            askGoogle: { [self] request, deadline in try await askGoogleRefund(request, deadline: deadline) },
+            lookUpAppleOrder: { [self] orderId in try await appleOrderTransactions(orderId) })
+    }
+
+    /// The transactions Apple says an Order ID (the customer's receipt e-mail) paid, each
+    /// verified like any signed transaction; nil when no App Store Server API (nor local App
+    /// Store) is configured to ask.
+    func appleOrderTransactions(_ orderId: String) async throws -> [String]? {
+        guard let source = transactionSource else { return nil }
+        var ids: [String] = []
+        for signed in try await source.lookUpOrderId(orderId) {
+            if let id = try await verifier.verifyTransaction(signed).transactionId { ids.append(id) }
+        }
+        return ids
     }
 }
 
@@ -262,6 +275,37 @@ struct SupportActions: Sendable {
             Response
     let refundWeb: @Sendable (_ paymentId: String) async throws -> Response
     let askGoogle: @Sendable (GoogleRefundRequest, Duration) async throws -> GoogleRefundOutcome
+    /// Apple's Look Up Order ID, verified: the transaction ids an Order ID paid (nil: no way to ask).
+    let lookUpAppleOrder: @Sendable (_ orderId: String) async throws -> [String]?
+
+    /// Whether `id` has the shape of Apple's Order ID on a receipt e-mail (letters and digits,
+    /// 8…12, at least one letter — a transaction id is digits only).
+    static func looksLikeAppleOrderId(_ id: String) -> Bool {
+        (8...12).contains(id.utf8.count)
+            && id.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x41 && $0 <= 0x5A) || ($0 >= 0x61 && $0 <= 0x7A) }
+            && id.utf8.contains { !($0 >= 0x30 && $0 <= 0x39) }
+    }
+
+    /// The one resolver for the API, the dashboard and the MCP desk: any id a player or support
+    /// quotes, recorded here; else, shaped like Apple's Order ID, asked of Apple (Look Up Order
+    /// ID) and resolved through the transactions it paid.
+    func resolve(_ id: String) async throws -> TransactionStore.TransactionRecord? {
+        if let record = try await transactions.transaction(named: id) { return record }
+        guard Self.looksLikeAppleOrderId(id) else { return nil }
+        let paid: [String]?
+        do {
+            paid = try await lookUpAppleOrder(id.uppercased())
+        } catch {
+            throw APIError(
+                .serviceUnavailable, "store_unavailable",
+                "'\(id.prefix(40))' looks like Apple's Order ID and Apple could not be asked now; try again",
+                retryable: true)
+        }
+        for transactionId in paid ?? [] {
+            if let record = try await transactions.transaction(named: transactionId) { return record }
+        }
+        return nil
+    }
 
     /// The refund itself, for the API and the dashboard's account page alike.
     func refund(id: String, body: StoreKeeperApp.SupportRefundBody, caller: Caller) async throws -> Response {
@@ -390,11 +434,10 @@ struct TransactionsController: RequestHandling {
                 throw APIError.badRequest("the id must be 1…4096 characters")
             }
             try StoreKeeperApp.validateText(id, field: "transactionId", requireNFC: false)
-            guard let record = try await actions.transactions.transaction(named: id), caller.covers(app: record.appId)
-            else {
+            guard let record = try await actions.resolve(id), caller.covers(app: record.appId) else {
                 throw APIError(
                     .notFound, "not_found",
-                    "no transaction, original transaction, Google order or purchase token, or web payment '\(id.prefix(200))' is recorded here"
+                    "no transaction, original transaction, order, Apple Order ID, Google order or purchase token, Stripe or web payment '\(id.prefix(200))' is recorded here"
                 )
             }
             return try StoreKeeperApp.json(TransactionRecordJSON(record))
