@@ -19,6 +19,9 @@ public enum MoneyScenario: String, Sendable, Hashable, CaseIterable {
     case wrongEnvironment = "wrong_environment"
     /// A payment for something the catalog does not sell: an `unknown_product` anomaly.
     case unknownProduct = "unknown_product"
+    /// A subscription renewed twice, the store's word of the renewals arriving newest first and
+    /// again: an older period never shortens a newer one.
+    case olderRenewalLate = "older_renewal_late"
 }
 
 extension Store {

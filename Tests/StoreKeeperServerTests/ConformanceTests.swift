@@ -31,6 +31,13 @@ protocol ConformanceDriver: Sendable {
     func balance(_ account: String) async throws -> Int
     func entitlements(_ account: String) async throws -> [String]
     func anomalies() async throws -> [String]
+    /// Subscribes `account` to `product` (paid, claimed); returns its handle.
+    func subscribe(_ account: String, _ product: String) async throws -> String
+    /// Two renewals at the store; the store's word of them reaches the server newest first,
+    /// each twice.
+    func renewTwiceNewestFirst(_ subscription: String) async throws
+    /// The account's subscription as the server shows it: its status and expiry.
+    func subscription(_ account: String) async throws -> (status: String?, expiresAt: Date?)
 }
 
 /// "Every store is one adapter": the money rules decided once in the core, run as one table
@@ -129,6 +136,17 @@ protocol ConformanceDriver: Sendable {
             let payment = try await driver.pay(account, "coins_60", quantity: 1, sandbox: true)
             try await driver.claim(payment, account: account, times: 1, reversed: false)
             #expect(try await driver.balance(account) == 0)
+        case .olderRenewalLate:
+            let subscription = try await driver.subscribe(account, "pro_monthly")
+            let first = try await driver.subscription(account)
+            #expect(first.status == "active")
+            let firstEnd = try #require(first.expiresAt)
+            try await driver.renewTwiceNewestFirst(subscription)
+            let after = try await driver.subscription(account)
+            #expect(after.status == "active", "\(after)")
+            // Two more months: never the first renewal's end, whatever arrived last.
+            #expect((after.expiresAt ?? .distantPast) > firstEnd.addingTimeInterval(55 * 86_400), "\(after), first \(firstEnd)")
+            #expect(try await driver.entitlements(account) == ["pro"])
         case .unknownProduct:
             let payment = try await driver.pay(account, "coins_300", quantity: 1, sandbox: false)
             try await driver.claim(payment, account: account, times: 1, reversed: false)
@@ -179,6 +197,14 @@ private func coins(_ view: [String: Any]) -> Int { (view["balances"] as? [String
 
 private func entitlementIds(_ view: [String: Any]) -> [String] {
     (view["entitlements"] as? [[String: Any]] ?? []).compactMap { $0["id"] as? String }.sorted()
+}
+
+private func subscriptionState(_ view: [String: Any]) -> (status: String?, expiresAt: Date?) {
+    let first = (view["subscriptions"] as? [[String: Any]])?.first
+    return (
+        first?["status"] as? String,
+        (first?["expiresAt"] as? String).flatMap { StoreKeeperApp.parseDate($0) }
+    )
 }
 
 private func anomalyKinds(_ app: StoreKeeperApp) async throws -> [String] {
@@ -234,6 +260,22 @@ final class AppStoreDriver: ConformanceDriver, @unchecked Sendable {
         Issue.record("declared: the App Store has no chargebacks")
     }
 
+    func subscribe(_ account: String, _ product: String) async throws -> String {
+        let (_, transaction) = try await relay.buy(account, product)
+        try await relay.deliver()
+        return try #require(transaction.originalTransactionId)
+    }
+
+    func renewTwiceNewestFirst(_ subscription: String) async throws {
+        await relay.store.advance(by: 32 * 86_400)
+        await relay.store.advance(by: 31 * 86_400)
+        try await relay.deliver(times: 2, reversed: true)
+    }
+
+    func subscription(_ account: String) async throws -> (status: String?, expiresAt: Date?) {
+        subscriptionState(try await accountView(relay.client, account))
+    }
+
     func balance(_ account: String) async throws -> Int { coins(try await accountView(relay.client, account)) }
     func entitlements(_ account: String) async throws -> [String] {
         entitlementIds(try await accountView(relay.client, account))
@@ -282,6 +324,31 @@ final class GooglePlayDriver: ConformanceDriver, @unchecked Sendable {
 
     func chargebackLost(_ payment: String) async throws {
         Issue.record("declared: Google reports chargebacks as voided purchases")
+    }
+
+    func subscribe(_ account: String, _ product: String) async throws -> String {
+        let token = try await play.store.buy(product, obfuscatedAccountId: nil)
+        #expect(try await play.submit(account, product, token).status == .ok)
+        _ = try await play.push()
+        await play.runJobs()
+        return token
+    }
+
+    func renewTwiceNewestFirst(_ subscription: String) async throws {
+        await play.store.advance(by: 32 * 86_400)
+        let first = await play.store.takeDuePushes()
+        await play.store.advance(by: 31 * 86_400)
+        let second = await play.store.takeDuePushes()
+        for push in (second + first) + (second + first) {
+            let (body, authorization) = try await play.server.pushRequest(
+                push, audience: GooglePlayServerTests.audience, serviceAccount: GooglePlayServerTests.pushAccount)
+            _ = try await play.post(body, authorization: authorization)
+        }
+        await play.runJobs()
+    }
+
+    func subscription(_ account: String) async throws -> (status: String?, expiresAt: Date?) {
+        subscriptionState(try await accountView(play.client, account))
     }
 
     func balance(_ account: String) async throws -> Int { try await play.balance(account) }
@@ -351,6 +418,26 @@ final class StripeDriver: ConformanceDriver, @unchecked Sendable {
         _ = try web.stripe.refund(
             paymentIntent: nil, charge: record.charge, amount: target - refunded, reason: nil, idempotencyKey: nil)
         try await post(web.server.takeDeliveries(secrets: [StripeTests.secrets[0]]))
+    }
+
+    func subscribe(_ account: String, _ product: String) async throws -> String {
+        let (_, session) = try await web.buy(account, product)
+        try await post(web.server.takeDeliveries(secrets: [StripeTests.secrets[0]]))
+        return session
+    }
+
+    func renewTwiceNewestFirst(_ subscription: String) async throws {
+        web.stripe.advance(seconds: 32 * 86_400)
+        let first = web.server.takeDeliveries(secrets: [StripeTests.secrets[0]])
+        web.stripe.advance(seconds: 31 * 86_400)
+        let second = web.server.takeDeliveries(secrets: [StripeTests.secrets[0]])
+        // Stripe retries each event: newest first, then all again.
+        try await post(second + first, times: 2, reversed: false)
+        try await post((second + first).reversed(), times: 1, reversed: true)
+    }
+
+    func subscription(_ account: String) async throws -> (status: String?, expiresAt: Date?) {
+        subscriptionState(try await accountView(web.client, account))
     }
 
     func chargebackLost(_ payment: String) async throws {
