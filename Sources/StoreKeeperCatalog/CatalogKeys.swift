@@ -52,7 +52,9 @@ enum CatalogKeys {
         if let grants = product["grants"] as? [String: Any] { try known(grants, self.grants, at: "\(name).grants") }
         if let prices = product["prices"] as? [String: Any] {
             for (storefront, value) in prices {
-                if let price = value as? [String: Any] { try known(price, self.price, at: "\(name).prices.\(storefront)") }
+                if let price = value as? [String: Any] {
+                    try known(price, self.price, at: "\(name).prices.\(storefront)")
+                }
             }
         }
         if let intro = product["introductoryOffer"] as? [String: Any] {

@@ -31,7 +31,10 @@ import Testing
     @Test func aTypoAtTheTopAndInJSONIsRefusedToo() {
         #expect(throws: CatalogError.self) { _ = try Catalog.parse(yaml: "product:\n  - { id: a }\n") }
         #expect {
-            _ = try Catalog.parse(json: #"{"products":[{"id":"a","type":"consumable","grants":{"currency":"c","amount":1},"stroeProducts":{}}]}"#)
+            _ = try Catalog.parse(
+                json:
+                    #"{"products":[{"id":"a","type":"consumable","grants":{"currency":"c","amount":1},"stroeProducts":{}}]}"#
+            )
         } throws: { "\($0)".contains("did you mean 'storeProducts'") }
     }
 
@@ -40,6 +43,7 @@ import Testing
             .deletingLastPathComponent().appendingPathComponent("deploy/catalog.example.yaml")
         let catalog = try Catalog.load(path: file.path)
         #expect(catalog.products.map(\.id) == ["coins_100", "remove_ads", "vip_monthly", "season_pass"])
-        #expect(catalog.product(store: "app_store", storeProductId: "com.example.game.vip_monthly")?.id == "vip_monthly")
+        #expect(
+            catalog.product(store: "app_store", storeProductId: "com.example.game.vip_monthly")?.id == "vip_monthly")
     }
 }

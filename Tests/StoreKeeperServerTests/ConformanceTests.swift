@@ -145,7 +145,9 @@ protocol ConformanceDriver: Sendable {
             let after = try await driver.subscription(account)
             #expect(after.status == "active", "\(after)")
             // Two more months: never the first renewal's end, whatever arrived last.
-            #expect((after.expiresAt ?? .distantPast) > firstEnd.addingTimeInterval(55 * 86_400), "\(after), first \(firstEnd)")
+            #expect(
+                (after.expiresAt ?? .distantPast) > firstEnd.addingTimeInterval(55 * 86_400),
+                "\(after), first \(firstEnd)")
             #expect(try await driver.entitlements(account) == ["pro"])
         case .unknownProduct:
             let payment = try await driver.pay(account, "coins_300", quantity: 1, sandbox: false)

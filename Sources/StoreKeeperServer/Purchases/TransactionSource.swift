@@ -225,7 +225,9 @@ struct LocalTransactionSource: TransactionSource {
     func lookUpOrderId(_ orderId: String) async throws -> [String] {
         try await injectedFault("lookUpOrderId")
         var signed: [String] = []
-        for id in await store.transactions(ofOrder: orderId) ?? [] { signed.append(try await store.signTransaction(id)) }
+        for id in await store.transactions(ofOrder: orderId) ?? [] {
+            signed.append(try await store.signTransaction(id))
+        }
         return signed
     }
 

@@ -282,7 +282,9 @@ struct SupportActions: Sendable {
     /// 8…12, at least one letter — a transaction id is digits only).
     static func looksLikeAppleOrderId(_ id: String) -> Bool {
         (8...12).contains(id.utf8.count)
-            && id.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x41 && $0 <= 0x5A) || ($0 >= 0x61 && $0 <= 0x7A) }
+            && id.utf8.allSatisfy {
+                ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x41 && $0 <= 0x5A) || ($0 >= 0x61 && $0 <= 0x7A)
+            }
             && id.utf8.contains { !($0 >= 0x30 && $0 <= 0x39) }
     }
 

@@ -225,6 +225,29 @@ extension PurchaseCoordinator {
         publishAccountView()
         offerPromoted()
         redrive(.login)
+        // The server's view, fresh: a subscriber on a new device, after a reinstall or a logout,
+        // sees what they paid for without tapping Restore (a web purchase, a support grant, coins
+        // spent elsewhere too). The cached view shows meanwhile; offline it stays.
+        fetchAccountViewInBackground(force: true)
+    }
+
+    /// How old the account view may be before launch or a return to the foreground asks the
+    /// server again.
+    public static let accountViewMaxAge: TimeInterval = 300
+
+    /// Asks the server for the logged-in account's view without waiting for it (published to
+    /// the observers when it comes): at login always; at launch and foreground when the last
+    /// ask is older than `accountViewMaxAge` (or the clock went back).
+    func fetchAccountViewInBackground(force: Bool) {
+        guard let account = accountId, started, !stopped else { return }
+        let now = clock.now()
+        if !force, let asked = accountViewAskedAt[account], asked <= now,
+            now.timeIntervalSince(asked) < Self.accountViewMaxAge
+        {
+            return
+        }
+        accountViewAskedAt[account] = now
+        Task { [weak self] in _ = try? await self?.customerInfo() }
     }
 
     /// Transactions held for nobody go to the logged-in account (at login, and when the state
@@ -296,6 +319,7 @@ extension PurchaseCoordinator {
             loadState()
             return
         }
+        if trigger == .launch || trigger == .foreground { fetchAccountViewInBackground(force: false) }
         let now = clock.now()
         clampDelays(now)
         let debounced =

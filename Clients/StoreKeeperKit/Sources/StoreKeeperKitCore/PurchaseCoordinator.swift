@@ -100,6 +100,9 @@ public actor PurchaseCoordinator {
     var infoObservers: [UUID: AsyncStream<CustomerInfo>.Continuation] = [:]
     var viewObservers: [UUID: AsyncStream<AccountView>.Continuation] = [:]
     var lastPublishedView: AccountView?
+    /// When each account's view was last asked of the server (this run; on the coordinator's
+    /// clock): launch and foreground ask again once it is older than `accountViewMaxAge`.
+    var accountViewAskedAt: [String: Date] = [:]
     var driving = false
     var driveRequested = false
     var lastBackoffReset: Date?

@@ -521,7 +521,9 @@ final class DeviceReviewTests: XCTestCase {
         _ = try await coordinator.customerInfo()
         await coordinator.shutdown()
 
-        // Uninstalled and installed again: the Keychain survived, the app's marker did not.
+        // Uninstalled and installed again: the Keychain survived, the app's marker did not. (Offline:
+        // the view login fetches would be the server's fresh one, not the old cache.)
+        backend.state.withValue { $0.offline = true }
         let marker = FileInstallationMarker(
             url: FileManager.default.temporaryDirectory.appendingPathComponent("skk-\(UUID().uuidString)/installed"))
         defer { try? FileManager.default.removeItem(at: marker.url.deletingLastPathComponent()) }

@@ -126,6 +126,8 @@ final class FakeBackend: Backend, @unchecked Sendable {
         var orderFailure: BackendError?
         var accounts: [String: CustomerInfo] = [:]
         var offline = false
+        /// Account views asked for.
+        var customerInfoCalls = 0
         var orderRequests: [(offerId: String?, appTransactionId: String?)] = []
         var winBackRequests: [String?] = []
         var introductory: IntroductoryOfferEligibility?
@@ -258,6 +260,7 @@ final class FakeBackend: Backend, @unchecked Sendable {
 
     func customerInfo(accountId: String) async throws -> CustomerInfo {
         try state.withValue { state in
+            state.customerInfoCalls += 1
             if state.offline { throw BackendError.network("offline") }
             return state.accounts[accountId] ?? CustomerInfo(accountId: accountId)
         }

@@ -625,9 +625,9 @@ final class PurchaseCoordinatorTests: XCTestCase {
 
     // customerInfo: the server's view, cached durably, the cache when offline, and a stream.
     func testCustomerInfoCachedOfflineAndStreamed() async throws {
+        backend.state.withValue { $0.accounts["dana"] = CustomerInfo(accountId: "dana", balances: ["coins": 60]) }
         let coordinator = try await started(login: "dana")
         let updates = await coordinator.customerInfoUpdates()
-        backend.state.withValue { $0.accounts["dana"] = CustomerInfo(accountId: "dana", balances: ["coins": 60]) }
         let online = try await coordinator.customerInfo()
         XCTAssertEqual(online.balances["coins"], 60)
         var iterator = updates.makeAsyncIterator()

@@ -294,7 +294,8 @@ final class ThirdPassTests: XCTestCase {
         await assertEventually { backend.submissions.count == 2 }
         await coordinator.idle()
         let cached = await coordinator.cachedCustomerInfo()
-        XCTAssertNil(cached, "bob has no view yet")
+        // Bob's own view (fetched at login), never alice's.
+        XCTAssertTrue(cached == nil || cached?.accountId == "bob", "\(String(describing: cached))")
         _ = try await coordinator.customerInfo()
         await assertEventually { seen.withValue { $0 }.contains("bob") }
         XCTAssertEqual(seen.withValue { $0 }, ["bob"])
@@ -483,5 +484,30 @@ final class ThirdPassTests: XCTestCase {
         await cycles(background, 5)
         XCTAssertEqual(refreshes.withValue { $0 }, 2)
         await background.shutdown()
+    }
+}
+
+/// The fourth pass's HIGH: the SDK never fetched the account view — a subscriber on a new device,
+/// after a reinstall or a logout and login, saw the paywall until they tapped Restore.
+extension PurchaseCoordinatorTests {
+    func testLoginLaunchAndAStaleForegroundFetchTheAccountView() async throws {
+        // Bought on another device (or on the web, or granted by support): only the server knows.
+        backend.state.withValue {
+            $0.accounts["carol"] = CustomerInfo(accountId: "carol", balances: ["coins": 500])
+        }
+        let coordinator = try await started(login: "carol")
+        let backend = self.backend!
+        await assertEventually { await coordinator.cachedCustomerInfo()?.balances["coins"] == 500 }
+        let fetched = backend.state.withValue { $0.customerInfoCalls }
+        XCTAssertGreaterThanOrEqual(fetched, 1, "login asks the server, without Restore")
+        // A foreground within the max age asks nothing more; past it, the view is fetched again.
+        clock.advance(60)
+        await coordinator.redrive(.foreground)
+        await coordinator.idle()
+        XCTAssertEqual(backend.state.withValue { $0.customerInfoCalls }, fetched)
+        clock.advance(PurchaseCoordinator.accountViewMaxAge + 1)
+        await coordinator.redrive(.foreground)
+        await assertEventually { backend.state.withValue { $0.customerInfoCalls } == fetched + 1 }
+        await coordinator.shutdown()
     }
 }
