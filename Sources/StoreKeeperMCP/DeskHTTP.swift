@@ -126,7 +126,8 @@ actor DeskSessions: Service {
         var headers: [String: String] = [:]
         for field in request.headers { headers[field.name.canonicalName] = field.value }
         // HTTP/1.1's Host is the request's authority in HTTPTypes, not one of its fields.
-        if headers[HTTPHeaderName.host] == nil, let authority = request.head.authority {
+        // (Field names are compared without case: one Host, never two that disagree.)
+        if !headers.keys.contains(where: { $0.lowercased() == "host" }), let authority = request.head.authority {
             headers[HTTPHeaderName.host] = authority
         }
         let method = request.method.rawValue

@@ -319,3 +319,25 @@ extension StripeTests {
         #expect(StripeReading.renews(try subscription(#"{"id":"sub_1","cancel_at":9000,\#(items)}"#)))
     }
 }
+
+extension StripeTests {
+    /// Two apps sharing one Stripe account: Stripe sends every event to both endpoints; a
+    /// payment is applied as the app that sold it (its checkout names it), whichever endpoint
+    /// recorded the event first.
+    @Test(arguments: API.databases)
+    func twoAppsSharingAStripeAccountKeepTheirOwnPayments(kind: String) async throws {
+        try await Self.withStripe(kind, secondApp: true) { web in
+            let reply = try await API.call(
+                web.client, .post, "/v1/orders", body: #"{"accountId":"w-two","productId":"coins_60","appId":"web2"}"#)
+            #expect(reply.status == .created, "\(reply.json)")
+            let session = try #require((reply.json["checkout"] as? [String: Any])?["sessionId"] as? String)
+            _ = try web.stripe.pay(session: session)
+            // Received by the first app's endpoint (its secret) only.
+            try await web.deliver(secrets: [Self.secrets[0]])
+            #expect(try await web.balance("w-two") == 60)
+            let intent = try #require(try web.stripe.session(session, expand: [])["payment_intent"] as? String)
+            let found = try await API.call(web.client, .get, "/v1/transactions/stripe:\(intent)")
+            #expect((found.json["transaction"] as? [String: Any])?["appId"] as? String == "web2", "\(found.json)")
+        }
+    }
+}

@@ -122,7 +122,8 @@ import Testing
         _ kind: String, disputePolicy: String? = nil, catalog: Catalog = .demo, livemode: Bool = false,
         appleReporting: Bool = false, google: Bool = false,
         environments: Set<AppStoreEnvironment> = [.production, .sandbox],
-        settlement: (currency: String, rates: [String: Double])? = nil, _ body: @Sendable (Web) async throws -> Void
+        settlement: (currency: String, rates: [String: Double])? = nil, secondApp: Bool = false,
+        _ body: @Sendable (Web) async throws -> Void
     ) async throws {
         var stripeConfiguration = LocalStripe.Configuration(catalog: .demo)
         stripeConfiguration.livemode = livemode
@@ -169,6 +170,13 @@ import Testing
                     web.cancelURL = "https://game.example.com/cancelled"
                     web.disputePolicy = disputePolicy
                     configuration.stripeApps = [web]
+                    if secondApp {
+                        // Another app on the same Stripe account, its own endpoint and secret.
+                        var other = web
+                        other.id = "web2"
+                        other.webhookSecrets = ["whsec_test_second_app_0123456789"]
+                        configuration.stripeApps.append(other)
+                    }
                     configuration.catalog = catalog
                     configuration.port = 0
                     configuration.operatorKeys = [

@@ -22,39 +22,14 @@ public struct StripeApp: Sendable {
     }
 }
 
-/// At most `limit` admissions per key within `window` seconds; the oldest keys are forgotten
-/// beyond 10,000 (memory stays bounded whatever the callers).
-final class SlidingWindowLimiter: Sendable {
-    let limit: Int
-    let window: TimeInterval
-    private let admitted = Mutex<[String: [Date]]>([:])
-
-    init(limit: Int, window: TimeInterval) {
-        self.limit = limit
-        self.window = window
-    }
-
-    /// Nil when admitted; else the seconds to wait.
-    func admit(_ key: String, now: Date = Date()) -> Int? {
-        admitted.withLock { table in
-            var times = (table[key] ?? []).filter { now.timeIntervalSince($0) < window }
-            if times.count >= limit, let oldest = times.first {
-                table[key] = times
-                return max(1, Int((window - now.timeIntervalSince(oldest)).rounded(.up)))
-            }
-            times.append(now)
-            if table.count >= 10_000, table[key] == nil { table.removeAll() }
-            table[key] = times
-            return nil
-        }
-    }
-}
-
 /// The metadata key that carries an order's token on the session, the payment intent and the
 /// subscription (Stripe copies none of them from one to another).
 let stripeTokenKey = "storekeeper_token"
 /// Present on the objects of a checkout opened for nobody: its purchase waits for a redemption.
 let stripeRedeemKey = "storekeeper_redeem"
+/// The app (`apps[].id`) whose checkout made the objects: two apps sharing one Stripe account
+/// receive each other's events; each payment is applied as the app that sold it.
+let stripeAppKey = "storekeeper_app"
 /// The stores' link-out tokens a checkout carries (Apple's external purchase token, Google Play's
 /// external transaction token), on the same objects: every payment, renewal and refund of it is
 /// reported to that store.
@@ -206,10 +181,11 @@ extension StripePayments {
     }
 
     /// The transaction of a paid payment-mode session, or of a subscription's invoice.
-    func applyStripeSession(_ id: String, app: StripeApp, now: Date, recording: StripeStore.Event? = nil)
+    func applyStripeSession(_ id: String, app received: StripeApp, now: Date, recording: StripeStore.Event? = nil)
         async throws -> StripeApplied
     {
-        let session = try await app.client.checkoutSession(id)
+        let session = try await received.client.checkoutSession(id)
+        let app = owningApp(session.metadata, received: received)
         guard session.isPaid else {
             return StripeApplied(
                 "not paid yet (status \(session.status ?? "?"), payment_status \(session.paymentStatus ?? "?")): nothing delivered"
@@ -259,10 +235,11 @@ extension StripePayments {
     }
 
     /// A paid invoice: the subscription's period, delivered once (first purchase and renewals).
-    func applyStripeInvoice(_ id: String, app: StripeApp, now: Date, recording: StripeStore.Event? = nil)
+    func applyStripeInvoice(_ id: String, app received: StripeApp, now: Date, recording: StripeStore.Event? = nil)
         async throws -> StripeApplied
     {
-        let invoice = try await app.client.invoice(id)
+        let invoice = try await received.client.invoice(id)
+        let app = owningApp(invoice.subscriptionMetadata, received: received)
         guard invoice.status == "paid" else {
             return StripeApplied("invoice \(invoice.status ?? "?"): nothing delivered")
         }
@@ -332,6 +309,15 @@ extension StripePayments {
                 metadata: metadata, firstPayment: invoice.billingReason == "subscription_create",
                 taxMilli: StripeReading.milliunits(invoice.taxAmount, currency: invoice.currency) ?? 0,
                 country: address?.country, area: address?.state))
+    }
+
+    /// The app a Stripe object belongs to: the one its checkout named (`storekeeper_app`) when
+    /// it is configured here, else the app whose endpoint received it.
+    func owningApp(_ metadata: [String: String]?, received: StripeApp) -> StripeApp {
+        guard let named = metadata?[stripeAppKey], named != received.configuration.id, let owner = stripe[named] else {
+            return received
+        }
+        return owner
     }
 
     /// Delivers through the one path: to the order's account (its token), to the account that
@@ -571,44 +557,6 @@ extension StripePayments {
     }
 }
 
-/// The purchase a Stripe payment is, for its refunds and disputes: the one delivered here, or
-/// the one its delivery will be (`delivered` false).
-struct StripeTarget: Sendable {
-    var transactionId: String
-    var originalTransactionId: String
-    var productId: String
-    var delivered: Bool
-    /// Not delivered yet: the checkout whose completion claims it.
-    var sessionId: String? = nil
-}
-
-extension StripePayments {
-    /// The purchase `paymentIntent` paid: the delivered one; else, for a one-time checkout's
-    /// payment (its order's token in the intent's metadata), `stripe:<payment intent>` — the
-    /// transaction its delivery will be. A subscription's invoice payment not delivered yet has
-    /// none: its delivery reads the charge and states what was taken back first.
-    func stripeTarget(paymentIntent: String?, app: StripeApp) async throws -> StripeTarget? {
-        guard let paymentIntent else { return nil }
-        let stripeStore = StripeStore(database: database)
-        if let payment = try await stripeStore.payment(paymentIntent: paymentIntent),
-            try await stripeStore.isDelivered(payment.transactionId)
-        {
-            return StripeTarget(
-                transactionId: payment.transactionId, originalTransactionId: payment.originalTransactionId,
-                productId: payment.productId, delivered: true)
-        }
-        let intent = try await app.client.paymentIntent(paymentIntent)
-        guard let token = intent.metadata?[stripeTokenKey],
-            let checkout = try await stripeStore.checkout(token: token), checkout.appId == app.configuration.id,
-            catalog.product(checkout.productId)?.type != .autoRenewable
-        else { return nil }
-        let id = "stripe:\(intent.id)"
-        return StripeTarget(
-            transactionId: id, originalTransactionId: id, productId: checkout.productId, delivered: false,
-            sessionId: checkout.sessionId)
-    }
-}
-
 extension Date {
     var stripeMilliseconds: Int64 { Int64((timeIntervalSince1970 * 1000).rounded(.down)) }
 }
@@ -659,106 +607,5 @@ struct StripeReports: Sendable {
             taxMicros: taxMilli * 1000, currency: transaction.currency ?? "USD",
             transactionTime: transaction.purchaseDate ?? 0, regionCode: country?.uppercased() ?? "",
             administrativeArea: area)
-    }
-}
-
-/// Opening Stripe Checkout for an order: the Stripe apps, the database a session is recorded
-/// in, and how long an order stays open (a session never outlives it).
-struct StripeCheckouts: Sendable {
-    let stripe: [String: StripeApp]
-    let database: Database
-    let orderTTL: TimeInterval
-
-    /// The Stripe app `appId` names (or the only one), else 400 naming the problem.
-    func app(_ appId: String?) throws -> StripeApp {
-        guard !stripe.isEmpty else {
-            throw APIError(.badRequest, "store_not_configured", "no Stripe app is configured on this server")
-        }
-        if let appId {
-            guard let app = stripe[appId] else {
-                throw APIError(.badRequest, "unknown_app", "no Stripe app '\(appId.prefix(64))' is configured")
-            }
-            return app
-        }
-        guard stripe.count == 1, let only = stripe.values.first else {
-            throw APIError.badRequest("field 'appId' is required: several Stripe apps are configured")
-        }
-        return only
-    }
-
-    /// The Checkout Session an order opens: `client_reference_id` the order, its token in the
-    /// session's, payment intent's or subscription's metadata, an expiry inside Stripe's 30 min
-    /// to 24 h and the order's own, one idempotency key per order.
-    func open(
-        order: Order, product: Product, app: StripeApp, reporting: StripeReportTokens = .init(), now: Date
-    ) async throws -> StripePayments.CheckoutJSON {
-        guard let price = product.storeProducts?["stripe"] else {
-            throw APIError(
-                .unprocessableContent, "unknown_product",
-                "product '\(product.id)' has no Stripe price in the catalog (storeProducts.stripe)")
-        }
-        let token = order.appAccountToken.uuidString.lowercased()
-        let subscription = product.type == .autoRenewable
-        let orderEnd = order.createdAt.addingTimeInterval(orderTTL)
-        let expires = Int64(
-            min(max(orderEnd, now.addingTimeInterval(1860)), now.addingTimeInterval(86_000)).timeIntervalSince1970)
-        var form = StripeForm()
-        form.add("mode", subscription ? "subscription" : "payment")
-        form.add("line_items[0][price]", price)
-        form.add("line_items[0][quantity]", String(subscription ? 1 : order.quantity))
-        form.add("client_reference_id", order.orderId)
-        form.add("metadata[\(stripeTokenKey)]", token)
-        form.add("metadata[storekeeper_order]", order.orderId)
-        form.add(
-            subscription
-                ? "subscription_data[metadata][\(stripeTokenKey)]" : "payment_intent_data[metadata][\(stripeTokenKey)]",
-            token)
-        form.add(
-            subscription
-                ? "subscription_data[metadata][storekeeper_order]" : "payment_intent_data[metadata][storekeeper_order]",
-            order.orderId)
-        for (key, value) in [(stripeAppleTokenKey, reporting.apple), (stripeGoogleTokenKey, reporting.google)] {
-            guard let value else { continue }
-            form.add("metadata[\(key)]", value)
-            form.add("\(subscription ? "subscription_data" : "payment_intent_data")[metadata][\(key)]", value)
-        }
-        if order.accountId.isEmpty {
-            let on = subscription ? "subscription_data" : "payment_intent_data"
-            form.add("metadata[\(stripeRedeemKey)]", "1")
-            form.add("\(on)[metadata][\(stripeRedeemKey)]", "1")
-            if !subscription { form.add("customer_creation", "always") }
-        }
-        if !order.accountId.isEmpty,
-            let customer = try await StripeStore(database: database).customer(
-                appId: app.configuration.id, accountId: order.accountId)
-        {
-            form.add("customer", customer)
-        }
-        let separator = app.configuration.successURL.contains("?") ? "&" : "?"
-        // A buyer without an account: the code that will bind the purchase, known now so the
-        // success page can show it (it redeems nothing until the payment is applied here).
-        let code = order.accountId.isEmpty ? StripePayments.redemptionCode() : nil
-        form.add(
-            "success_url",
-            app.configuration.successURL + separator + "order=\(order.orderId)"
-                + (code.map { "&redemption=\($0)" } ?? "") + "&session_id={CHECKOUT_SESSION_ID}")
-        form.add("cancel_url", app.configuration.cancelURL)
-        form.add("expires_at", String(expires))
-        let session: StripeCheckoutSession
-        do {
-            session = try await app.client.createCheckoutSession(form, idempotencyKey: "checkout:\(order.orderId)")
-        } catch let error as StripeError {
-            throw StripePayments.stripeAPIError(error)
-        }
-        var checkout = StripeStore.Checkout(
-            sessionId: session.id, appId: app.configuration.id, orderId: order.orderId,
-            accountId: order.accountId.isEmpty ? nil : order.accountId, productId: product.id,
-            appAccountToken: token, url: session.url, expiresAt: session.expiresAt ?? expires,
-            createdAt: now.stripeMilliseconds)
-        checkout.redemptionCode = code
-        try await StripeStore(database: database).recordCheckout(checkout)
-        return StripePayments.CheckoutJSON(
-            sessionId: session.id, url: session.url,
-            expiresAt: StoreKeeperApp.iso(Date(timeIntervalSince1970: Double(session.expiresAt ?? expires))))
     }
 }
