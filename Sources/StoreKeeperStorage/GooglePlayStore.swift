@@ -600,7 +600,8 @@ extension GooglePlayStore.Writes {
         {
             try await PurchaseStore.recordUndeliveredRefund(
                 id, originalId: transaction.originalTransactionId ?? id, productId: writes.purchase.catalogProductId,
-                revocation: refunded, reason: "refund", key: writes.refundKey, sql: sql, at: now.milliseconds)
+                revocation: refunded, reason: "refund", key: writes.refundKey, store: .googlePlay, sql: sql,
+                at: now.milliseconds)
         }
         return nil
     }

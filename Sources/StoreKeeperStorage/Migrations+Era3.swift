@@ -304,5 +304,13 @@ extension Migrations {
                 "CREATE TABLE stripe_reconcile_state (app_id TEXT PRIMARY KEY, complete_through BIGINT NOT NULL)"
             ]
         ),
+        (
+            35,
+            [
+                // A refund recorded before the claim says its store (it was guessed from the
+                // other tables, the App Store when none knew it).
+                "ALTER TABLE undelivered_refunds ADD COLUMN store TEXT"
+            ]
+        ),
     ]
 }

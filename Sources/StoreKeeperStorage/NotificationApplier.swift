@@ -185,7 +185,7 @@ enum NotificationApplier {
             // Kept by transaction id whoever holds it (nobody, often): the delivery path reads it.
             try await PurchaseStore.recordUndeliveredRefund(
                 transactionId, originalId: originalId, productId: event.productId ?? "", revocation: refunded,
-                reason: kind, key: event.key, sql: sql, at: at)
+                reason: kind, key: event.key, store: event.store, sql: sql, at: at)
             heldForDelivery = true
             try await PurchaseStore.audit(
                 sql, actor: actor, action: kind, subject: transactionId,

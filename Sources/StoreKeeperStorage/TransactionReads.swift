@@ -124,10 +124,12 @@ extension TransactionStore {
                 ).first()
             else { return nil }
             let transactionId = try refund.decode(column: "transaction_id", as: String.self)
+            var store = try refund.decode(column: "store", as: String?.self).flatMap(Store.init(rawValue:))
+            if store == nil { store = try await Self.storeOfUndelivered(transactionId, sql: sql) }
             return TransactionRecord(
                 transactionId: transactionId,
                 originalTransactionId: try refund.decode(column: "original_transaction_id", as: String.self),
-                store: try await Self.storeOfUndelivered(transactionId, sql: sql), appId: nil, accountId: nil,
+                store: store ?? .appStore, appId: nil, accountId: nil,
                 orderId: nil, productId: try refund.decode(column: "product_id", as: String.self), quantity: 1,
                 environment: "Production", storefront: nil, purchasedAt: nil, deliveredAt: nil, expiresAt: nil,
                 priceMilli: nil, currency: nil, delivered: false,
@@ -141,8 +143,8 @@ extension TransactionStore {
         }
     }
 
-    /// A purchase refunded before it was claimed has no delivery row to say its store: Google's
-    /// record of the token does, else it is the App Store's.
+    /// A refund recorded before migration 35 has no store of its own: Google's record of the
+    /// token says it, else a web payment's, else (ids of digits) the App Store's.
     static func storeOfUndelivered(_ transactionId: String, sql: any SQLDatabase) async throws -> Store {
         if try await sql.raw(
             """

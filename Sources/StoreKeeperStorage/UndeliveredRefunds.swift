@@ -11,17 +11,18 @@ import StoreKeeperSupport
 extension PurchaseStore {
     static func recordUndeliveredRefund(
         _ transactionId: String, originalId: String, productId: String, revocation: RefundPlanner.Revocation,
-        reason: String, key: String, sql: any SQLDatabase, at: Int64
+        reason: String, key: String, store: Store, sql: any SQLDatabase, at: Int64
     ) async throws {
         // A later refund of the same purchase says more (Google's voided quantities add up):
         // the larger share stands.
         try await sql.raw(
             """
             INSERT INTO undelivered_refunds (transaction_id, original_transaction_id, product_id, revocation_type,
-                                             percentage, units_refunded, units, share, reason, refund_key, refunded_at)
+                                             percentage, units_refunded, units, share, reason, refund_key, refunded_at,
+                                             store)
             VALUES (\(bind: transactionId), \(bind: originalId), \(bind: productId), \(bind: revocation.type?.rawValue),
                     \(bind: revocation.percentage), \(bind: revocation.unitsRefunded), \(bind: revocation.units),
-                    \(bind: revocation.share), \(bind: reason), \(bind: key), \(bind: at))
+                    \(bind: revocation.share), \(bind: reason), \(bind: key), \(bind: at), \(bind: store.rawValue))
             ON CONFLICT (transaction_id) DO UPDATE SET
                 revocation_type = excluded.revocation_type, percentage = excluded.percentage,
                 units_refunded = excluded.units_refunded, units = excluded.units, share = excluded.share,

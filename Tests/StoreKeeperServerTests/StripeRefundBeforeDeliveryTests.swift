@@ -107,6 +107,11 @@ extension StripeTests {
             #expect(try await web.balance("w-early") == 0)
             let intent = try #require(try web.stripe.session(session, expand: [])["payment_intent"] as? String)
             #expect(try await Self.undeliveredRefunds(web).contains("stripe:\(intent)"))
+            // Found by its id as Stripe's, refunded before delivery (its store recorded with the
+            // refund, never guessed as the App Store).
+            let found = try await API.call(web.client, .get, "/v1/transactions/\(intent)")
+            #expect(found.status == .ok, "\(found.json)")
+            #expect((found.json["transaction"] as? [String: Any])?["store"] as? String == "stripe", "\(found.json)")
             let audit = try await web.app.store.anomalies.audit().filter { $0.subject == "stripe:\(intent)" }
             #expect(audit.contains { $0.detail.contains("before anyone claimed it") }, "\(audit.map(\.detail))")
             let status = try await API.call(web.client, .get, "/v1/orders/\(order)").json["status"] as? String
