@@ -295,9 +295,15 @@ extension PurchaseCoordinator {
     var currentAccountView: AccountView {
         AccountView(
             accountId: accountId, customerInfo: cachedCustomerInfo(),
-            pendingPurchases: accountId.map { account in state.pending.filter { Self.same($0.accountId, account) }.count
-            }
-                ?? 0)
+            pendingPurchases: accountId.map { account in
+                state.pending.filter { Self.same($0.accountId, account) && Self.isPayment($0) }.count
+            } ?? 0)
+    }
+
+    /// A payment the customer is waiting for: not a restore's copy nor a refund's revocation
+    /// (those are held and sent too, but nobody is waiting to be charged or delivered).
+    static func isPayment(_ submission: PendingSubmission) -> Bool {
+        submission.reason == .purchase && submission.transaction.revocationDate == nil
     }
 
     func removeViewObserver(_ id: UUID) { viewObservers[id] = nil }

@@ -797,3 +797,26 @@ struct GatedFake: Backend {
         try await inner.customerInfo(accountId: accountId)
     }
 }
+
+extension DeviceReviewTests {
+    /// `pendingPurchases` counts payments waiting for the server, not a restore's copies (nor a
+    /// refund's revocation): a restore held offline shows no "purchase pending".
+    func testARestoreHeldOfflineIsNoPendingPurchase() async throws {
+        let coordinator = await started("u1")
+        backend.state.withValue { $0.offline = true }
+        // StoreKit 1 hands a restored transaction (and, separately, a refunded one) to the queue.
+        var restored = StoreTransaction(id: "971", productId: "pro", purchaseDate: clock.now())
+        restored.isRestored = true
+        queue.send(.restored(restored))
+        let queue = self.queue!
+        await assertEventually { await coordinator.state.pending.contains { $0.transaction.id == "971" } }
+        let view = await coordinator.currentAccountView
+        XCTAssertEqual(view.pendingPurchases, 0, "a restore's copy is no payment waiting")
+        // A real payment held offline counts.
+        queue.send(.transaction(queue.transaction(productId: "coins_60", token: nil, id: "972")))
+        await assertEventually { await coordinator.state.pending.contains { $0.transaction.id == "972" } }
+        let after = await coordinator.currentAccountView
+        XCTAssertEqual(after.pendingPurchases, 1)
+        await coordinator.shutdown()
+    }
+}
