@@ -156,10 +156,16 @@ public struct AccountView: Sendable, Equatable {
     public var customerInfo: CustomerInfo?
     /// The account's purchases the device holds until the server's verdict (paid, delivering).
     public var pendingPurchases: Int
+    /// The entitlements active when the view was published (sorted): a view republished when
+    /// one expires differs from the last, so every observer re-renders at that moment.
+    public var activeEntitlementIds: [String]
 
-    public init(accountId: String?, customerInfo: CustomerInfo?, pendingPurchases: Int = 0) {
+    public init(
+        accountId: String?, customerInfo: CustomerInfo?, pendingPurchases: Int = 0, activeEntitlementIds: [String] = []
+    ) {
         self.accountId = accountId
         self.customerInfo = customerInfo
         self.pendingPurchases = pendingPurchases
+        self.activeEntitlementIds = activeEntitlementIds
     }
 }

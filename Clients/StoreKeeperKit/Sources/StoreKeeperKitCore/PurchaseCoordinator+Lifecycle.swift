@@ -191,6 +191,8 @@ extension PurchaseCoordinator {
     /// Stops listening and retrying (the app is going away; tests rebuild a coordinator).
     public func shutdown() {
         stopped = true
+        expiryRepublish?.cancel()
+        expiryRepublish = nil
         listener?.cancel()
         wake?.cancel()
         loadRetry?.cancel()
@@ -288,16 +290,20 @@ extension PurchaseCoordinator {
         let (stream, continuation) = AsyncStream<AccountView>.makeStream(bufferingPolicy: .bufferingNewest(1))
         continuation.yield(currentAccountView)
         viewObservers[id] = continuation
+        scheduleExpiryRepublish()
         continuation.onTermination = { [weak self] _ in Task { await self?.removeViewObserver(id) } }
         return stream
     }
 
     var currentAccountView: AccountView {
-        AccountView(
-            accountId: accountId, customerInfo: cachedCustomerInfo(),
+        let info = cachedCustomerInfo()
+        let now = clock.now()
+        return AccountView(
+            accountId: accountId, customerInfo: info,
             pendingPurchases: accountId.map { account in
                 state.pending.filter { Self.same($0.accountId, account) && Self.isPayment($0) }.count
-            } ?? 0)
+            } ?? 0,
+            activeEntitlementIds: Set((info?.entitlements ?? []).filter { $0.isActive(at: now) }.map(\.id)).sorted())
     }
 
     /// A payment the customer is waiting for: not a restore's copy nor a refund's revocation
@@ -311,9 +317,30 @@ extension PurchaseCoordinator {
     func publishAccountView() {
         guard !viewObservers.isEmpty else { return }
         let view = currentAccountView
+        scheduleExpiryRepublish()
         guard view != lastPublishedView else { return }
         lastPublishedView = view
         for continuation in viewObservers.values { continuation.yield(view) }
+    }
+
+    /// At the earliest future `expiresAt` of an active entitlement (elapsed time on the
+    /// coordinator's clock), the view is published again: the models re-render the moment
+    /// access ends, not at the next unrelated change.
+    func scheduleExpiryRepublish() {
+        expiryRepublish?.cancel()
+        expiryRepublish = nil
+        let now = clock.now()
+        guard !stopped,
+            let next = cachedCustomerInfo()?.entitlements.compactMap({ $0.active ? $0.expiresAt : nil })
+                .filter({ $0 > now }).min()
+        else { return }
+        let delay = min(next.timeIntervalSince(now) + 0.1, 30 * 86_400)
+        let clock = self.clock
+        expiryRepublish = Task { [weak self] in
+            do { try await clock.sleep(for: delay) } catch { return }
+            guard !Task.isCancelled else { return }
+            await self?.publishAccountView()
+        }
     }
 
     /// Launch, foreground, login and network change bring held submissions forward (a server's

@@ -100,6 +100,8 @@ public actor PurchaseCoordinator {
     var infoObservers: [UUID: AsyncStream<CustomerInfo>.Continuation] = [:]
     var viewObservers: [UUID: AsyncStream<AccountView>.Continuation] = [:]
     var lastPublishedView: AccountView?
+    /// Republishes the account view when its earliest active entitlement expires.
+    var expiryRepublish: Task<Void, Never>?
     /// When each account's view was last asked of the server (this run; on the coordinator's
     /// clock): launch and foreground ask again once it is older than `accountViewMaxAge`.
     var accountViewAskedAt: [String: Date] = [:]

@@ -820,3 +820,25 @@ extension DeviceReviewTests {
         await coordinator.shutdown()
     }
 }
+
+extension DeviceReviewTests {
+    /// The observable model republishes when an entitlement expires (scheduled at the earliest
+    /// `expiresAt`), not at the next unrelated change.
+    func testTheAccountViewIsRepublishedWhenAnEntitlementExpires() async throws {
+        let ends = clock.now().addingTimeInterval(3600)
+        backend.state.withValue {
+            $0.accounts["u1"] = CustomerInfo(
+                accountId: "u1",
+                entitlements: [.init(id: "pro", active: true, productId: "pro_monthly", expiresAt: ends)])
+        }
+        let coordinator = await started("u1")
+        let seen = Locked<[[String]]>([])
+        let stream = await coordinator.accountViews()
+        let watcher = Task { for await view in stream { seen.withValue { $0.append(view.activeEntitlementIds) } } }
+        await assertEventually { seen.withValue { $0.last } == ["pro"] }
+        clock.advance(3601)
+        await assertEventually { seen.withValue { $0.last } == [] }
+        watcher.cancel()
+        await coordinator.shutdown()
+    }
+}
