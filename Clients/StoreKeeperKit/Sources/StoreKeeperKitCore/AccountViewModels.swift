@@ -15,16 +15,18 @@ public protocol AccountViewPresenting: AnyObject {
 extension AccountViewPresenting {
     public var accountId: String? { view.accountId }
     public var customerInfo: CustomerInfo? { view.customerInfo }
-    /// The account's entitlements active now (an expired one is not, offline too).
+    /// The account's entitlements active now (an expired one is not, offline too) — now by the
+    /// server's time, not the device's clock (the view was published with them, and again when
+    /// one expires).
     public var activeEntitlements: [CustomerInfo.Entitlement] {
-        let now = Date()
-        return view.customerInfo?.entitlements.filter { $0.isActive(at: now) } ?? []
+        let active = Set(view.activeEntitlementIds)
+        return view.customerInfo?.entitlements.filter { active.contains($0.id) && $0.active } ?? []
     }
     public var balances: [String: Int64] { view.customerInfo?.balances ?? [:] }
     public var subscriptions: [CustomerInfo.Subscription] { view.customerInfo?.subscriptions ?? [] }
     /// Whether the logged-in account has the entitlement now, by the last view seen.
     public func isEntitled(_ entitlement: String) -> Bool {
-        view.customerInfo?.isActive(entitlement, at: Date()) ?? false
+        view.activeEntitlementIds.contains(entitlement)
     }
     /// The account's balance of a currency (0 when it has none, or nobody is logged in).
     public func balance(_ currency: String) -> Int64 { view.customerInfo?.balances[currency] ?? 0 }

@@ -121,15 +121,25 @@ public struct CustomerInfo: Codable, Sendable, Equatable {
     public var entitlements: [Entitlement]
     public var balances: [String: Int64]
     public var subscriptions: [Subscription]
+    /// The server's time when it answered (its `Date` header), when this view came fresh from
+    /// it: the device's own clock may be set days off (players move it to skip game timers).
+    /// Not part of the view's identity, never stored.
+    public var serverTime: Date?
 
     public init(
         accountId: String, entitlements: [Entitlement] = [], balances: [String: Int64] = [:],
-        subscriptions: [Subscription] = []
+        subscriptions: [Subscription] = [], serverTime: Date? = nil
     ) {
         self.accountId = accountId
         self.entitlements = entitlements
         self.balances = balances
         self.subscriptions = subscriptions
+        self.serverTime = serverTime
+    }
+
+    public static func == (lhs: CustomerInfo, rhs: CustomerInfo) -> Bool {
+        lhs.accountId == rhs.accountId && lhs.entitlements == rhs.entitlements && lhs.balances == rhs.balances
+            && lhs.subscriptions == rhs.subscriptions
     }
 
     enum CodingKeys: String, CodingKey { case accountId, entitlements, balances, subscriptions }
@@ -160,12 +170,16 @@ public struct AccountView: Sendable, Equatable {
     /// one expires differs from the last, so every observer re-renders at that moment.
     public var activeEntitlementIds: [String]
 
+    /// `activeEntitlementIds` nil: those of `customerInfo` active by this device's clock.
     public init(
-        accountId: String?, customerInfo: CustomerInfo?, pendingPurchases: Int = 0, activeEntitlementIds: [String] = []
+        accountId: String?, customerInfo: CustomerInfo?, pendingPurchases: Int = 0,
+        activeEntitlementIds: [String]? = nil
     ) {
         self.accountId = accountId
         self.customerInfo = customerInfo
         self.pendingPurchases = pendingPurchases
-        self.activeEntitlementIds = activeEntitlementIds
+        self.activeEntitlementIds =
+            activeEntitlementIds
+            ?? Set((customerInfo?.entitlements ?? []).filter { $0.isActive(at: Date()) }.map(\.id)).sorted()
     }
 }

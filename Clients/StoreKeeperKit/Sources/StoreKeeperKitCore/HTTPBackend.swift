@@ -111,6 +111,18 @@ public struct HTTPBackend: Backend {
         var retryAfter: TimeInterval?
         /// An unsigned 503 (the load shedder's): its body is not the server's word.
         var unsignedUnavailable = false
+        /// The server's `Date` header: its time when it answered.
+        var serverDate: Date? = nil
+    }
+
+    /// An HTTP date (RFC 9110's IMF-fixdate: `Sun, 06 Nov 1994 08:49:37 GMT`).
+    static func httpDate(_ text: String?) -> Date? {
+        guard let text else { return nil }
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
+        return formatter.date(from: text)
     }
 
     struct ErrorBody: Decodable {
@@ -181,7 +193,9 @@ public struct HTTPBackend: Backend {
             signatureDiagnostics?.record(problem)
             throw UnsignedAnswer(path: "/" + path, problem: problem)
         }
-        return Answer(status: http.statusCode, body: data, retryAfter: retryAfter)
+        return Answer(
+            status: http.statusCode, body: data, retryAfter: retryAfter,
+            serverDate: Self.httpDate(http.value(forHTTPHeaderField: "Date")))
     }
 
     static func isCancellation(_ error: Error) -> Bool {
@@ -337,7 +351,9 @@ public struct HTTPBackend: Backend {
         }
         guard answer.status == 200 else { throw Self.error(answer) }
         do {
-            return try JSONDecoder().decode(CustomerInfo.self, from: answer.body)
+            var info = try JSONDecoder().decode(CustomerInfo.self, from: answer.body)
+            info.serverTime = answer.serverDate
+            return info
         } catch {
             throw BackendError.malformed("account: \(error)")
         }

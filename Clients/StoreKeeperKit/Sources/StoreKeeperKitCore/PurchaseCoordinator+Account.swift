@@ -27,6 +27,7 @@ extension PurchaseCoordinator {
         guard let account = accountId else { throw PurchaseError.notLoggedIn }
         do {
             let info = try await backend.customerInfo(accountId: account)
+            if let server = info.serverTime { timeAnchor = (server, clock.uptime()) }
             remember(info)
             return info
         } catch {
@@ -44,7 +45,15 @@ extension PurchaseCoordinator {
     /// Whether the logged-in account has the entitlement now, by the last view seen (offline
     /// too): an entitlement past its `expiresAt` is not active, whatever the cache said.
     public func isEntitled(_ entitlement: String) -> Bool {
-        cachedCustomerInfo()?.isActive(entitlement, at: clock.now()) ?? false
+        cachedCustomerInfo()?.isActive(entitlement, at: entitlementNow()) ?? false
+    }
+
+    /// "Now" for entitlements: the server's time at its last answer plus the elapsed time since
+    /// (a device set days ahead or behind decides nothing); the device's clock until the server
+    /// has answered in this run.
+    public func entitlementNow() -> Date {
+        guard let anchor = timeAnchor else { return clock.now() }
+        return anchor.server.addingTimeInterval(max(0, clock.uptime() - anchor.uptime))
     }
 
     /// Every change of an account view the device sees (after a delivery, or a refresh); the

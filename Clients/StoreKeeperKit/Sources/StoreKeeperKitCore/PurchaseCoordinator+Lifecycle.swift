@@ -297,7 +297,7 @@ extension PurchaseCoordinator {
 
     var currentAccountView: AccountView {
         let info = cachedCustomerInfo()
-        let now = clock.now()
+        let now = entitlementNow()
         return AccountView(
             accountId: accountId, customerInfo: info,
             pendingPurchases: accountId.map { account in
@@ -329,7 +329,7 @@ extension PurchaseCoordinator {
     func scheduleExpiryRepublish() {
         expiryRepublish?.cancel()
         expiryRepublish = nil
-        let now = clock.now()
+        let now = entitlementNow()
         guard !stopped,
             let next = cachedCustomerInfo()?.entitlements.compactMap({ $0.active ? $0.expiresAt : nil })
                 .filter({ $0 > now }).min()

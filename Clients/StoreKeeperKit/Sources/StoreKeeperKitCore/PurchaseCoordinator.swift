@@ -102,6 +102,10 @@ public actor PurchaseCoordinator {
     var lastPublishedView: AccountView?
     /// Republishes the account view when its earliest active entitlement expires.
     var expiryRepublish: Task<Void, Never>?
+    /// The server's time at its last fresh answer and this device's elapsed time then: what
+    /// "now" is for entitlements (server time plus monotonic time since), whatever the device's
+    /// wall clock says. Nil until the server answered in this run.
+    var timeAnchor: (server: Date, uptime: TimeInterval)?
     /// When each account's view was last asked of the server (this run; on the coordinator's
     /// clock): launch and foreground ask again once it is older than `accountViewMaxAge`.
     var accountViewAskedAt: [String: Date] = [:]

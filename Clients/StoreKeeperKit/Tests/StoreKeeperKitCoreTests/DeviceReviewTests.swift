@@ -842,3 +842,38 @@ extension DeviceReviewTests {
         await coordinator.shutdown()
     }
 }
+
+extension DeviceReviewTests {
+    /// A device set two days ahead (players move the date to skip game timers) shows a
+    /// subscription the server just confirmed as active: the server's time decides, and offline
+    /// the server's time plus the elapsed time since; the expiry still comes on time.
+    func testADeviceClockDaysAheadDoesNotExpireAJustConfirmedSubscription() async throws {
+        let serverNow = clock.now()
+        let ends = serverNow.addingTimeInterval(3600)
+        backend.state.withValue {
+            $0.accounts["u1"] = CustomerInfo(
+                accountId: "u1",
+                entitlements: [.init(id: "pro", active: true, productId: "pro_monthly", expiresAt: ends)],
+                serverTime: serverNow)
+        }
+        clock.jump(2 * 86_400)  // the player's clock, not time passing
+        let coordinator = await started("u1")
+        await assertEventually { await coordinator.cachedCustomerInfo() != nil }
+        let entitled = await coordinator.isEntitled("pro")
+        XCTAssertTrue(entitled, "the server's time decides, not the device's")
+        let view = await coordinator.currentAccountView
+        XCTAssertEqual(view.activeEntitlementIds, ["pro"])
+        // Offline, an hour of real (elapsed) time later: expired, whatever the wall clock says.
+        backend.state.withValue { $0.offline = true }
+        clock.advance(3601)
+        let later = await coordinator.isEntitled("pro")
+        XCTAssertFalse(later)
+        await coordinator.shutdown()
+    }
+
+    func testTheHTTPDateHeaderIsRead() {
+        let date = HTTPBackend.httpDate("Sun, 06 Nov 1994 08:49:37 GMT")
+        XCTAssertEqual(date?.timeIntervalSince1970, 784_111_777)
+        XCTAssertNil(HTTPBackend.httpDate("yesterday"))
+    }
+}
