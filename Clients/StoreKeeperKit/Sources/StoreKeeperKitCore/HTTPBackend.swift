@@ -115,14 +115,27 @@ public struct HTTPBackend: Backend {
         var serverDate: Date? = nil
     }
 
-    /// An HTTP date (RFC 9110's IMF-fixdate: `Sun, 06 Nov 1994 08:49:37 GMT`).
+    /// An HTTP date (RFC 9110's IMF-fixdate: `Sun, 06 Nov 1994 08:49:37 GMT`), read by hand: no
+    /// `DateFormatter` (on Linux its shared ICU state is not safe to build from many threads at once).
     static func httpDate(_ text: String?) -> Date? {
         guard let text else { return nil }
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "GMT")
-        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
-        return formatter.date(from: text)
+        let parts = text.split(separator: " ")
+        guard parts.count == 6, parts[5] == "GMT", let day = Int(parts[1]), let year = Int(parts[3]),
+            let month = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+                .firstIndex(of: String(parts[2])).map({ $0 + 1 })
+        else { return nil }
+        let clock = parts[4].split(separator: ":").compactMap { Int($0) }
+        guard clock.count == 3, (1...31).contains(day), (1970...9999).contains(year), (0...23).contains(clock[0]),
+            (0...59).contains(clock[1]), (0...60).contains(clock[2])
+        else { return nil }
+        // Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's days_from_civil).
+        let y = month <= 2 ? year - 1 : year
+        let era = y / 400
+        let yearOfEra = y - era * 400
+        let dayOfYear = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5 + day - 1
+        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
+        let days = era * 146_097 + dayOfEra - 719_468
+        return Date(timeIntervalSince1970: TimeInterval(days * 86_400 + clock[0] * 3600 + clock[1] * 60 + clock[2]))
     }
 
     struct ErrorBody: Decodable {

@@ -874,6 +874,13 @@ extension DeviceReviewTests {
     func testTheHTTPDateHeaderIsRead() {
         let date = HTTPBackend.httpDate("Sun, 06 Nov 1994 08:49:37 GMT")
         XCTAssertEqual(date?.timeIntervalSince1970, 784_111_777)
-        XCTAssertNil(HTTPBackend.httpDate("yesterday"))
+        XCTAssertEqual(HTTPBackend.httpDate("Thu, 29 Feb 2024 12:00:00 GMT")?.timeIntervalSince1970, 1_709_208_000)
+        XCTAssertEqual(HTTPBackend.httpDate("Thu, 01 Jan 1970 00:00:00 GMT")?.timeIntervalSince1970, 0)
+        for bad in [
+            "yesterday", "Sun, 06 Nov 1994 08:49:37 PST", "Sun, 32 Nov 1994 08:49:37 GMT", "",
+            "Sun, 06 Foo 1994 08:49:37 GMT",
+        ] {
+            XCTAssertNil(HTTPBackend.httpDate(bad), bad)
+        }
     }
 }
