@@ -70,7 +70,7 @@ public struct Catalog: Hashable, Sendable {
 
     public static func parse(yaml: String) throws -> Catalog {
         do {
-            try CatalogKeys.check(try Yams.load(yaml: yaml))
+            try CatalogKeys.check(try Yams.compose(yaml: yaml).map { CatalogKeys.plain($0, depth: 0) })
             let file = try YAMLDecoder().decode(File.self, from: yaml)
             return try Catalog(products: file.products, retention: file.retention, refunds: file.refunds)
         } catch let error as CatalogError {

@@ -26,6 +26,25 @@ enum CatalogKeys {
     /// The stores a product may name its own id for.
     static let stores: Set<String> = ["app_store", "google_play", "stripe", "web"]
 
+    /// A YAML node as plain values for the check: objects keyed by text, lists, scalars as
+    /// text. Never Yams' own `load`, which traps on a key that is not text (`{ {a: 1}: 2 }`):
+    /// such a key, an alias or nesting past 64 levels is left to the decoder's own error.
+    static func plain(_ node: Node, depth: Int) -> Any? {
+        guard depth < 64 else { return nil }
+        switch node {
+        case .scalar(let scalar): return scalar.string
+        case .sequence(let sequence): return sequence.map { plain($0, depth: depth + 1) as Any }
+        case .mapping(let mapping):
+            var object: [String: Any] = [:]
+            for (name, value) in mapping {
+                guard case .scalar(let scalar) = name else { return nil }
+                object[scalar.string] = plain(value, depth: depth + 1) as Any
+            }
+            return object
+        case .alias: return nil
+        }
+    }
+
     /// Checks a parsed catalog document; throws naming the first unknown key with its path.
     static func check(_ document: Any?) throws {
         guard let root = document as? [String: Any] else { return }

@@ -47,3 +47,17 @@ import Testing
             catalog.product(store: "app_store", storeProductId: "com.example.game.vip_monthly")?.id == "vip_monthly")
     }
 }
+
+extension CatalogKeysTests {
+    /// The key check never traps where Yams' own `load` would (a key that is not text), nor
+    /// recurses without bound: hostile catalogs are errors.
+    @Test func hostileCatalogsAreErrorsNotCrashes() {
+        for yaml in [
+            "{ {a: 1}: 2 }", "products:\n  - { [a]: 1 }", "? [a, b]\n: 1", "base: &b { id: 1 }\nproducts: [*b]",
+            String(repeating: "[", count: 300) + String(repeating: "]", count: 300),
+            "products:\n  - " + String(repeating: "{a: ", count: 100) + "1" + String(repeating: "}", count: 100),
+        ] {
+            #expect(throws: CatalogError.self, "\(yaml.prefix(40))") { _ = try Catalog.parse(yaml: yaml) }
+        }
+    }
+}
