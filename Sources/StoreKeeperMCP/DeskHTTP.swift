@@ -19,7 +19,8 @@ extension SupportDesk {
     /// (DNS-rebinding protection; nil: 127.0.0.1, localhost and [::1] on any port).
     public func httpApplication(
         host: String, port: Int, allowedHosts: [String]? = nil, sessionIdleTimeout: Duration = .seconds(30 * 60),
-        maxSessions: Int = 1000, idleConnectionTimeout: Duration = .seconds(60)
+        maxSessions: Int = 1000, idleConnectionTimeout: Duration = .seconds(60),
+        clock: @escaping @Sendable () -> ContinuousClock.Instant = { .now }
     ) async throws -> some ApplicationProtocol {
         let origin =
             allowedHosts.map { hosts in
@@ -27,7 +28,8 @@ extension SupportDesk {
                     allowedHosts: hosts, allowedOrigins: hosts.flatMap { ["https://\($0)", "http://\($0)"] })
             } ?? .localhost()
         let sessions = DeskSessions(
-            desk: self, origin: origin, idleTimeout: sessionIdleTimeout, limit: maxSessions, logger: logger)
+            desk: self, origin: origin, idleTimeout: sessionIdleTimeout, limit: maxSessions, logger: logger,
+            clock: clock)
         let router = Router()
         for method in [HTTPRequest.Method.post, .get, .delete] {
             router.on("mcp", method: method) { request, _ in
@@ -81,14 +83,20 @@ actor DeskSessions: Service {
     let idleTimeout: Duration
     let limit: Int
     let logger: Logger
+    /// Idle time is measured on it (a test moves it; the listener's is the monotonic clock).
+    let clock: @Sendable () -> ContinuousClock.Instant
     private var sessions: [String: Session] = [:]
 
-    init(desk: SupportDesk, origin: OriginValidator, idleTimeout: Duration, limit: Int, logger: Logger) {
+    init(
+        desk: SupportDesk, origin: OriginValidator, idleTimeout: Duration, limit: Int, logger: Logger,
+        clock: @escaping @Sendable () -> ContinuousClock.Instant = { .now }
+    ) {
         self.desk = desk
         self.origin = origin
         self.idleTimeout = idleTimeout
         self.limit = max(1, limit)
         self.logger = logger
+        self.clock = clock
     }
 
     var count: Int { sessions.count }
@@ -106,7 +114,7 @@ actor DeskSessions: Service {
     }
 
     func expireIdle() async {
-        let now = ContinuousClock.now
+        let now = clock()
         for (id, session) in sessions where session.inFlight.isEmpty && now - session.lastUsed > idleTimeout {
             logger.info("mcp: session expired", metadata: ["key": "\(session.label)"])
             await end(id)
@@ -194,6 +202,11 @@ actor DeskSessions: Service {
                 status: .badRequest, "Mcp-Session-Id is required: send initialize first to open a session",
                 code: -32600)
         }
+        // Idle past its timeout: ended now, on this request (the sweep frees the others' memory).
+        if let idle = sessions[sessionID], idle.inFlight.isEmpty, clock() - idle.lastUsed > idleTimeout {
+            logger.info("mcp: session expired", metadata: ["key": "\(idle.label)"])
+            await end(sessionID)
+        }
         guard var session = sessions[sessionID], session.key == digest else {
             // The specification's answer to an unknown or expired session: the client starts a new one.
             return SupportDesk.jsonRPCError(status: .notFound, "no such session (expired or ended)", code: -32001)
@@ -204,12 +217,12 @@ actor DeskSessions: Service {
                 code: -32600)
         }
         session.inFlight.formUnion(ids)
-        session.lastUsed = .now
+        session.lastUsed = clock()
         sessions[sessionID] = session
         let answer = await session.transport.handleRequest(httpRequest)
         if var after = sessions[sessionID] {
             after.inFlight.subtract(ids)
-            after.lastUsed = .now
+            after.lastUsed = clock()
             sessions[sessionID] = after
         }
         return Self.response(answer, sessionID: sessionID)
@@ -244,7 +257,7 @@ actor DeskSessions: Service {
         }
         let id = Self.newSessionID()
         sessions[id] = Session(
-            server: server, transport: transport, key: digest, label: identity?.label ?? "?", lastUsed: .now)
+            server: server, transport: transport, key: digest, label: identity?.label ?? "?", lastUsed: clock())
         let answer = await transport.handleRequest(request)
         guard answer.statusCode == 200 else {
             await end(id)

@@ -180,12 +180,15 @@ struct MCPHTTP: Sendable {
     }
 
     /// An idle session ends by itself; a `Host` the listener was not told to answer is refused
-    /// (DNS rebinding), one it was told is answered.
+    /// (DNS rebinding), one it was told is answered. Idle time is the listener's clock, moved
+    /// here by hand: nothing depends on how fast the machine is.
     @Test func idleSessionsExpireAndHostIsChecked() async throws {
+        let offset = ClockOffset()
         try await Desk.withLiveDesk("sqlite") { _, url, _ in
             let desk = SupportDesk(serverURL: url)
             try await desk.httpApplication(
-                host: "127.0.0.1", port: 0, allowedHosts: ["desk.example.com"], sessionIdleTimeout: .seconds(1)
+                host: "127.0.0.1", port: 0, allowedHosts: ["desk.example.com"], sessionIdleTimeout: .seconds(600),
+                clock: { ContinuousClock.now + offset.value }
             ).test(.live) { client in
                 let evil = MCPHTTP(client: client, host: "evil.example.net")
                 let refused = try await evil.post(MCPHTTP.initialize(1), key: Desk.reader)
@@ -194,17 +197,13 @@ struct MCPHTTP: Sendable {
 
                 let http = MCPHTTP(client: client, host: "desk.example.com")
                 let opened = try await http.open(key: Desk.reader)
-                // Idle: the sweep runs at least every second; wait (bounded) until it has ended it.
-                var status = HTTPResponse.Status.ok
-                // Each look is a use: looks 2.5 s apart leave it idle past its 1 s between them.
-                for _ in 0..<24 where status != .notFound {
-                    try await Task.sleep(for: .milliseconds(2500))
-                    status = try await http.post(
-                        #"{"jsonrpc":"2.0","method":"notifications/initialized"}"#, key: Desk.reader,
-                        session: opened.session
-                    ).status
-                }
-                #expect(status == .notFound)
+                let initialized = #"{"jsonrpc":"2.0","method":"notifications/initialized"}"#
+                // Used within its idle time: kept.
+                offset.add(.seconds(500))
+                #expect(try await http.post(initialized, key: Desk.reader, session: opened.session).status == .accepted)
+                // Idle past it: ended.
+                offset.add(.seconds(601))
+                #expect(try await http.post(initialized, key: Desk.reader, session: opened.session).status == .notFound)
             }
         }
     }
@@ -280,4 +279,12 @@ extension MCPSessionTests {
         }
         #expect(tools["get_account"]?.annotations.readOnlyHint == true)
     }
+}
+
+/// Time added to the monotonic clock by a test.
+final class ClockOffset: @unchecked Sendable {
+    private let lock = NSLock()
+    private var added: Duration = .zero
+    var value: Duration { lock.withLock { added } }
+    func add(_ more: Duration) { lock.withLock { added += more } }
 }
