@@ -312,5 +312,13 @@ extension Migrations {
                 "ALTER TABLE undelivered_refunds ADD COLUMN store TEXT"
             ]
         ),
+        (
+            36,
+            [
+                // A support look-up by an order's token reads a checkout by it (one index read,
+                // never a scan of every checkout).
+                "CREATE INDEX stripe_checkouts_token ON stripe_checkouts (app_account_token)"
+            ]
+        ),
     ]
 }

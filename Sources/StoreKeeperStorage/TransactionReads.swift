@@ -61,11 +61,14 @@ extension TransactionStore {
         // Our order, by its id or its token (what a support ticket, a log line or the app shows).
         for row in try await sql.raw(
             """
-            SELECT transaction_id FROM orders
-            WHERE (order_id = \(bind: id) OR app_account_token = \(bind: id.lowercased())) AND transaction_id IS NOT NULL
+            SELECT transaction_id FROM orders WHERE order_id = \(bind: id) AND transaction_id IS NOT NULL
+            UNION ALL
+            SELECT transaction_id FROM orders WHERE app_account_token = \(bind: id.lowercased()) AND transaction_id IS NOT NULL
+            UNION ALL
+            SELECT transaction_id FROM stripe_checkouts WHERE order_id = \(bind: id) AND transaction_id IS NOT NULL
             UNION ALL
             SELECT transaction_id FROM stripe_checkouts
-            WHERE (order_id = \(bind: id) OR app_account_token = \(bind: id.lowercased())) AND transaction_id IS NOT NULL
+            WHERE app_account_token = \(bind: id.lowercased()) AND transaction_id IS NOT NULL
             """
         ).all() {
             if let transaction = try row.decode(column: "transaction_id", as: String?.self) { ids.append(transaction) }
